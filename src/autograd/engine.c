@@ -1,0 +1,474 @@
+/* The backward engine. One call is a graph task: discover the nodes reachable from the
+ * roots, decide which run (all, for zt_backward; only those leading to the requested
+ * inputs, for zt_grad), count dependencies, then run ready nodes highest sequence number
+ * first (the reverse of forward order), summing grads into per-node input buffers.
+ * Order is deterministic, so results are bitwise reproducible. Nested backward calls
+ * (from hooks or custom functions) are their own graph tasks. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "node.h"
+#include "../core/tensor_internal.h"
+
+void zt__grad_add_into(zt_tensor *dst, const zt_tensor *src);
+
+typedef struct cb_entry {
+  zt_callback_fn fn;
+  void *user_data;
+} cb_entry;
+
+typedef struct graph_task {
+  int64_t id;
+  cb_entry *cbs;
+  int n_cbs, cap_cbs;
+} graph_task;
+
+static _Thread_local graph_task *tl_task = NULL;
+static int64_t g_task_counter = 0;
+
+int64_t zt_autograd_graph_task_id(void) { return tl_task ? tl_task->id : -1; }
+
+zt_status zt_autograd_queue_callback(zt_callback_fn fn, void *user_data) {
+  if (!fn) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_autograd_queue_callback: fn is NULL");
+  if (!tl_task)
+    return ZT_ERR(ZT_STATUS_STATE,
+                  "zt_autograd_queue_callback: no backward is running on this thread; callbacks can only be queued "
+                  "during backward (from hooks or node functions)");
+  if (tl_task->n_cbs == tl_task->cap_cbs) {
+    int cap = tl_task->cap_cbs ? 2 * tl_task->cap_cbs : 8;
+    cb_entry *c = realloc(tl_task->cbs, sizeof *c * (size_t)cap);
+    if (!c) return ZT_ERR(ZT_STATUS_OOM, "out of host memory for a callback");
+    tl_task->cbs = c;
+    tl_task->cap_cbs = cap;
+  }
+  tl_task->cbs[tl_task->n_cbs++] = (cb_entry){fn, user_data};
+  return ZT_OK;
+}
+
+/* ------------------------------------------------ per-task node info (hash map) */
+typedef struct node_info {
+  zt_node *node;
+  int deps;           /* grads still to come from running nodes */
+  bool needed;        /* runs (or, for capture targets, is processed) */
+  bool runs;          /* apply is called */
+  bool queued;
+  zt_tensor **buf;    /* n_outputs input buffers */
+  int capture_first;  /* index into captures, -1 if none */
+} node_info;
+
+typedef struct task_graph {
+  node_info *infos;
+  int n, cap;
+  int *table; /* open addressing: index+1 into infos, 0 empty */
+  int table_cap;
+} task_graph;
+
+static size_t ptr_hash(const void *p) {
+  uintptr_t x = (uintptr_t)p;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  return (size_t)x;
+}
+
+static int graph_find(const task_graph *g, const zt_node *n) {
+  if (!g->table_cap) return -1;
+  size_t mask = (size_t)g->table_cap - 1;
+  for (size_t h = ptr_hash(n) & mask;; h = (h + 1) & mask) {
+    int v = g->table[h];
+    if (!v) return -1;
+    if (g->infos[v - 1].node == n) return v - 1;
+  }
+}
+
+static void table_insert(task_graph *g, int idx) {
+  size_t mask = (size_t)g->table_cap - 1;
+  size_t h = ptr_hash(g->infos[idx].node) & mask;
+  while (g->table[h]) h = (h + 1) & mask;
+  g->table[h] = idx + 1;
+}
+
+static int graph_add(task_graph *g, zt_node *n) {
+  if (g->n == g->cap) {
+    g->cap = g->cap ? 2 * g->cap : 64;
+    g->infos = realloc(g->infos, sizeof *g->infos * (size_t)g->cap);
+    ZT_ASSERT(g->infos);
+  }
+  if (2 * (g->n + 1) > g->table_cap) {
+    free(g->table);
+    g->table_cap = g->table_cap ? 2 * g->table_cap : 128;
+    g->table = calloc((size_t)g->table_cap, sizeof *g->table);
+    ZT_ASSERT(g->table);
+    for (int i = 0; i < g->n; i++) table_insert(g, i);
+  }
+  g->infos[g->n] = (node_info){.node = n, .capture_first = -1};
+  table_insert(g, g->n);
+  return g->n++;
+}
+
+/* Discover every node reachable from the roots (iterative DFS). */
+static void discover(task_graph *g, int n_roots, zt_node *const *roots) {
+  int *stack = NULL, sp = 0, cap = 0;
+  for (int r = 0; r < n_roots; r++) {
+    if (!roots[r] || graph_find(g, roots[r]) >= 0) continue;
+    int idx = graph_add(g, roots[r]);
+    if (sp == cap) stack = realloc(stack, sizeof *stack * (size_t)(cap = cap ? 2 * cap : 64));
+    stack[sp++] = idx;
+    while (sp) {
+      zt_node *n = g->infos[stack[--sp]].node;
+      for (int i = 0; i < n->n_inputs; i++) {
+        zt_node *m = n->next[i].node;
+        if (!m || graph_find(g, m) >= 0) continue;
+        int j = graph_add(g, m);
+        if (sp == cap) stack = realloc(stack, sizeof *stack * (size_t)(cap = cap ? 2 * cap : 64));
+        stack[sp++] = j;
+      }
+    }
+  }
+  free(stack);
+}
+
+/* zt_grad: a node is needed if it is a capture target or leads to one. Iterate to a
+ * fixed point in reverse discovery order; discovery is DFS, so few passes suffice. */
+static void mark_needed_for_capture(task_graph *g) {
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    for (int k = g->n - 1; k >= 0; k--) {
+      node_info *in = &g->infos[k];
+      if (in->runs) continue;
+      for (int i = 0; i < in->node->n_inputs; i++) {
+        zt_node *m = in->node->next[i].node;
+        if (!m) continue;
+        node_info *mi = &g->infos[graph_find(g, m)];
+        if (mi->needed) {
+          in->needed = in->runs = true;
+          changed = true;
+          break;
+        }
+      }
+    }
+  }
+}
+
+/* ------------------------------------------------ ready queue: max-heap on seq_nr */
+typedef struct heap {
+  int *items;
+  int n, cap;
+} heap;
+
+static int64_t seq_of(const task_graph *g, int idx) { return g->infos[idx].node->seq_nr; }
+
+static void heap_push(heap *h, const task_graph *g, int idx) {
+  if (h->n == h->cap) {
+    h->cap = h->cap ? 2 * h->cap : 64;
+    h->items = realloc(h->items, sizeof *h->items * (size_t)h->cap);
+    ZT_ASSERT(h->items);
+  }
+  int i = h->n++;
+  h->items[i] = idx;
+  while (i > 0) {
+    int p = (i - 1) / 2;
+    if (seq_of(g, h->items[p]) >= seq_of(g, h->items[i])) break;
+    int t = h->items[p];
+    h->items[p] = h->items[i];
+    h->items[i] = t;
+    i = p;
+  }
+}
+
+static int heap_pop(heap *h, const task_graph *g) {
+  int top = h->items[0];
+  h->items[0] = h->items[--h->n];
+  int i = 0;
+  for (;;) {
+    int l = 2 * i + 1, r = l + 1, m = i;
+    if (l < h->n && seq_of(g, h->items[l]) > seq_of(g, h->items[m])) m = l;
+    if (r < h->n && seq_of(g, h->items[r]) > seq_of(g, h->items[m])) m = r;
+    if (m == i) break;
+    int t = h->items[m];
+    h->items[m] = h->items[i];
+    h->items[i] = t;
+    i = m;
+  }
+  return top;
+}
+
+/* ------------------------------------------------ running */
+typedef struct capture {
+  zt_node *node;
+  int slot;
+  int input_index; /* index into the caller's inputs */
+  int next_same_node;
+} capture;
+
+/* Add grad (owned) into buffer slot. */
+static zt_status buffer_add(zt_tensor **slot, zt_tensor *grad) {
+  if (!*slot) {
+    *slot = grad;
+    return ZT_OK;
+  }
+  if ((*slot)->storage->refcount > 1 || (*slot)->storage->external) {
+    zt_tensor *c;
+    ZT_TRY(zt_tensor_clone_data(*slot, ZT_MEM_TAG_TEMP, &c));
+    zt_tensor_free(*slot);
+    *slot = c;
+  }
+  zt__grad_add_into(*slot, grad);
+  zt_tensor_free(grad);
+  return ZT_OK;
+}
+
+static zt_status check_grad(const zt_node *n, int i, const zt_tensor *g) {
+  const zt__tensor_meta *m = &n->in_meta[i];
+  if (!zt_shape_equal(g->ndim, g->shape, m->ndim, m->shape) || g->dtype != m->dtype) {
+    char a[128], b[128];
+    return ZT_ERR(ZT_STATUS_AUTOGRAD, "%s returned a gradient of shape %s (%s) for input %d, which has shape %s (%s)",
+                  zt_node_name(n), zt_shape_str(g->ndim, g->shape, a), zt_dtype_name(g->dtype), i,
+                  zt_shape_str(m->ndim, m->shape, b), zt_dtype_name(m->dtype));
+  }
+  return ZT_OK;
+}
+
+static zt_status run_node(task_graph *g, int idx, heap *ready, capture *caps, zt_tensor **cap_out,
+                          bool retain_graph) {
+  node_info *in = &g->infos[idx];
+  zt_node *n = in->node;
+  zt_status s = ZT_OK;
+  /* Missing grads become zeros; then tensor hooks, then captures. */
+  for (int k = 0; k < n->n_outputs; k++) {
+    if (!in->buf[k]) ZT_TRY(zt_tensor_zeros(n->out_meta[k].ndim, n->out_meta[k].shape, n->out_meta[k].dtype,
+                                            n->out_meta[k].device, &in->buf[k]));
+    ZT_TRY(zt__run_tensor_hooks(&n->tensor_hooks[k], &in->buf[k]));
+  }
+  for (int c = in->capture_first; c >= 0; c = caps[c].next_same_node)
+    ZT_TRY(zt_tensor_clone_data(in->buf[caps[c].slot], ZT_MEM_TAG_TEMP, &cap_out[caps[c].input_index]));
+  if (!in->runs) return ZT_OK;
+
+  for (int k = 0; k < n->pre_hooks.n; k++) {
+    zt__hook_entry *e = &n->pre_hooks.items[k];
+    if (!e->removed) ZT_TRY(((zt_node_pre_hook_fn)e->fn)(n, n->n_outputs, in->buf, e->user_data));
+  }
+  int ni = n->n_inputs;
+  bool *needs = calloc((size_t)(ni ? ni : 1), sizeof *needs);
+  zt_tensor **gin = calloc((size_t)(ni ? ni : 1), sizeof *gin);
+  ZT_ASSERT(needs && gin);
+  for (int i = 0; i < ni; i++) {
+    zt_node *m = n->next[i].node;
+    if (m) {
+      int j = graph_find(g, m);
+      needs[i] = j >= 0 && g->infos[j].needed;
+    }
+  }
+  /* apply may run nested backward: take the buffers out of the (reallocatable) info */
+  zt_tensor **bufs = in->buf;
+  in->buf = NULL;
+  s = n->vt->apply(n, bufs, needs, gin);
+  zt__node_drop_unpacked(n);
+  if (s == ZT_OK)
+    for (int i = 0; i < ni && s == ZT_OK; i++) {
+      if (gin[i] && !needs[i]) {
+        zt_tensor_free(gin[i]);
+        gin[i] = NULL;
+      }
+      if (gin[i]) s = check_grad(n, i, gin[i]);
+    }
+  for (int k = 0; s == ZT_OK && k < n->post_hooks.n; k++) {
+    zt__hook_entry *e = &n->post_hooks.items[k];
+    if (!e->removed) s = ((zt_node_post_hook_fn)e->fn)(n, ni, gin, n->n_outputs, bufs, e->user_data);
+  }
+  for (int k = 0; k < n->n_outputs; k++) zt_tensor_free(bufs[k]);
+  free(bufs);
+  if (!retain_graph && n->n_saved > 0) {
+    zt__node_free_saved(n);
+    n->saved_freed = true;
+  }
+  for (int i = 0; i < ni; i++) {
+    if (!needs[i]) {
+      zt_tensor_free(gin[i]);
+      continue;
+    }
+    node_info *mi = &g->infos[graph_find(g, n->next[i].node)];
+    if (s == ZT_OK && gin[i]) {
+      s = buffer_add(&mi->buf[n->next[i].input_nr], gin[i]);
+      gin[i] = NULL;
+    }
+    zt_tensor_free(gin[i]);
+    if (--mi->deps == 0 && !mi->queued) {
+      mi->queued = true;
+      heap_push(ready, g, (int)(mi - g->infos));
+    }
+  }
+  free(needs);
+  free(gin);
+  return s;
+}
+
+/* Gradient edge of a tensor: its grad_fn slot, or its accumulator. */
+static zt_status grad_edge(zt_tensor *t, zt__edge *e) {
+  if (t->grad_fn) {
+    *e = (zt__edge){t->grad_fn, t->output_nr};
+    return ZT_OK;
+  }
+  zt_node *acc;
+  ZT_TRY(zt_tensor_grad_accumulator(t, &acc));
+  *e = (zt__edge){acc, 0};
+  return ZT_OK;
+}
+
+static zt_status run_backward(int n_roots, zt_tensor *const *roots, zt_tensor *const *grad_roots, bool retain_graph,
+                              int n_inputs, zt_tensor *const *inputs, zt_tensor **grads_out) {
+  const char *fn = inputs ? "zt_grad" : "zt_backward";
+  if (n_roots <= 0 || !roots) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: no output tensors given", fn);
+  zt__edge *root_edges = calloc((size_t)n_roots, sizeof *root_edges);
+  zt_tensor **root_grads = calloc((size_t)n_roots, sizeof *root_grads);
+  capture *caps = calloc((size_t)(n_inputs ? n_inputs : 1), sizeof *caps);
+  ZT_ASSERT(root_edges && root_grads && caps);
+  task_graph g = {0};
+  heap ready = {0};
+  graph_task task = {0}, *prev_task = tl_task;
+  zt_status s = ZT_OK;
+
+  for (int r = 0; r < n_roots && s == ZT_OK; r++) {
+    zt_tensor *t = roots[r];
+    if (!t) {
+      s = ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: output %d is NULL", fn, r);
+      break;
+    }
+    if (!t->requires_grad) {
+      s = ZT_ERR(ZT_STATUS_AUTOGRAD,
+                 "%s: output %d does not require grad and has no grad_fn (was it computed with grad mode off, or "
+                 "from tensors that do not require grad?)",
+                 fn, r);
+      break;
+    }
+    s = grad_edge(t, &root_edges[r]);
+    if (s) break;
+    zt_tensor *gr = grad_roots ? grad_roots[r] : NULL;
+    if (!gr) {
+      if (zt_tensor_numel(t) != 1) {
+        char b[128];
+        s = ZT_ERR(ZT_STATUS_AUTOGRAD,
+                   "%s: a grad can be created implicitly only for outputs with one element; output %d has shape %s: "
+                   "pass its grad",
+                   fn, r, zt_shape_str(t->ndim, t->shape, b));
+        break;
+      }
+      s = zt_tensor_full(t->ndim, t->shape, t->dtype, zt_tensor_device(t), 1.0, &root_grads[r]);
+    } else if (!zt_shape_equal(gr->ndim, gr->shape, t->ndim, t->shape)) {
+      char a[128], b[128];
+      s = ZT_ERR(ZT_STATUS_SHAPE, "%s: the grad of output %d has shape %s but the output has shape %s", fn, r,
+                 zt_shape_str(gr->ndim, gr->shape, a), zt_shape_str(t->ndim, t->shape, b));
+    } else {
+      s = zt_tensor_empty_tagged(t->ndim, t->shape, t->dtype, zt_tensor_device(t), ZT_MEM_TAG_TEMP, &root_grads[r]);
+      if (!s) s = zt_tensor_copy_(root_grads[r], gr);
+    }
+  }
+  if (s) goto done;
+
+  {
+    zt_node **rn = malloc(sizeof *rn * (size_t)n_roots);
+    for (int r = 0; r < n_roots; r++) rn[r] = root_edges[r].node;
+    discover(&g, n_roots, rn);
+    free(rn);
+  }
+  if (inputs) {
+    for (int i = 0; i < n_inputs; i++) {
+      grads_out[i] = NULL;
+      zt_tensor *t = inputs[i];
+      if (!t || !t->requires_grad) {
+        s = ZT_ERR(ZT_STATUS_AUTOGRAD, "zt_grad: input %d %s", i, t ? "does not require grad" : "is NULL");
+        goto done;
+      }
+      zt__edge e;
+      if ((s = grad_edge(t, &e))) goto done;
+      caps[i] = (capture){e.node, e.input_nr, i, -1};
+      int j = graph_find(&g, e.node);
+      if (j < 0) continue; /* not reachable: grad stays NULL */
+      caps[i].next_same_node = g.infos[j].capture_first;
+      g.infos[j].capture_first = i;
+      g.infos[j].needed = true;
+    }
+    mark_needed_for_capture(&g);
+  } else {
+    for (int k = 0; k < g.n; k++) g.infos[k].needed = g.infos[k].runs = true;
+  }
+  for (int k = 0; k < g.n; k++) {
+    node_info *in = &g.infos[k];
+    in->buf = calloc((size_t)(in->node->n_outputs ? in->node->n_outputs : 1), sizeof *in->buf);
+    ZT_ASSERT(in->buf);
+  }
+  for (int k = 0; k < g.n; k++) {
+    node_info *in = &g.infos[k];
+    if (!in->runs) continue;
+    for (int i = 0; i < in->node->n_inputs; i++) {
+      zt_node *m = in->node->next[i].node;
+      if (!m) continue;
+      node_info *mi = &g.infos[graph_find(&g, m)];
+      if (mi->needed) mi->deps++;
+    }
+  }
+  for (int r = 0; r < n_roots && s == ZT_OK; r++) {
+    node_info *in = &g.infos[graph_find(&g, root_edges[r].node)];
+    s = buffer_add(&in->buf[root_edges[r].input_nr], root_grads[r]);
+    root_grads[r] = NULL;
+  }
+  if (s) goto done;
+  for (int r = 0; r < n_roots; r++) {
+    node_info *in = &g.infos[graph_find(&g, root_edges[r].node)];
+    if (in->needed && in->deps == 0 && !in->queued) {
+      in->queued = true;
+      heap_push(&ready, &g, (int)(in - g.infos));
+    }
+  }
+
+  task.id = ++g_task_counter;
+  tl_task = &task;
+  while (ready.n && s == ZT_OK) s = run_node(&g, heap_pop(&ready, &g), &ready, caps, grads_out, retain_graph);
+  /* End-of-backward callbacks, including those queued by callbacks. */
+  for (int c = 0; s == ZT_OK && c < task.n_cbs; c++) s = task.cbs[c].fn(task.cbs[c].user_data);
+  tl_task = prev_task;
+
+done:
+  tl_task = prev_task;
+  if (s && inputs)
+    for (int i = 0; i < n_inputs; i++) {
+      zt_tensor_free(grads_out[i]);
+      grads_out[i] = NULL;
+    }
+  for (int k = 0; k < g.n; k++) {
+    if (g.infos[k].buf)
+      for (int j = 0; j < g.infos[k].node->n_outputs; j++) zt_tensor_free(g.infos[k].buf[j]);
+    free(g.infos[k].buf);
+  }
+  for (int r = 0; r < n_roots; r++) zt_tensor_free(root_grads[r]);
+  free(task.cbs);
+  free(g.infos);
+  free(g.table);
+  free(ready.items);
+  free(root_edges);
+  free(root_grads);
+  free(caps);
+  return s;
+}
+
+zt_status zt_backward(int n_roots, zt_tensor *const *roots, zt_tensor *const *grad_roots, bool retain_graph) {
+  zt_mem_tag prev = zt_mem_tag_push(ZT_MEM_TAG_TEMP);
+  bool grad_was = zt_set_grad_enabled(false);
+  zt_status s = run_backward(n_roots, roots, grad_roots, retain_graph, 0, NULL, NULL);
+  zt_set_grad_enabled(grad_was);
+  zt_mem_tag_pop(prev);
+  return s;
+}
+
+zt_status zt_grad(int n_outputs, zt_tensor *const *outputs, zt_tensor *const *grad_outputs, int n_inputs,
+                  zt_tensor *const *inputs, bool retain_graph, zt_tensor **grads_out) {
+  if (n_inputs <= 0 || !inputs || !grads_out)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_grad: give at least one input and an array for its grads");
+  zt_mem_tag prev = zt_mem_tag_push(ZT_MEM_TAG_TEMP);
+  bool grad_was = zt_set_grad_enabled(false);
+  zt_status s = run_backward(n_outputs, outputs, grad_outputs, retain_graph, n_inputs, inputs, grads_out);
+  zt_set_grad_enabled(grad_was);
+  zt_mem_tag_pop(prev);
+  return s;
+}

@@ -1,0 +1,97 @@
+/* Custom functions: user forward/backward in C. The function's node is its ctx: forward
+ * saves tensors on it (through the saved-tensor hooks, like ops) and attaches any other
+ * state with zt_fn_ctx_set_data. Forward runs with grad mode off. */
+#include <stdlib.h>
+
+#include "node.h"
+
+typedef struct fn_payload {
+  const zt_function *fn;
+  void *data;
+  void (*data_free)(void *);
+  bool *needs_input_grad; /* known at forward time */
+} fn_payload;
+
+static zt_status fn_apply(zt_node *n, zt_tensor *const *grad_outputs, const bool *needs, zt_tensor **grad_inputs) {
+  fn_payload *p = n->payload;
+  return p->fn->backward(n, n->n_outputs, grad_outputs, n->n_inputs, needs, grad_inputs);
+}
+
+static void fn_destroy(zt_node *n) {
+  fn_payload *p = n->payload;
+  if (p->data_free) p->data_free(p->data);
+  free(p->needs_input_grad);
+  free(p);
+  n->payload = NULL;
+}
+
+static const zt__node_vtable fn_vt = {"CustomFunction", fn_apply, fn_destroy};
+
+void zt_fn_ctx_set_data(zt_node *ctx, void *data, void (*free_fn)(void *)) {
+  fn_payload *p = ctx->payload;
+  if (p->data_free) p->data_free(p->data);
+  p->data = data;
+  p->data_free = free_fn;
+}
+void *zt_fn_ctx_data(zt_node *ctx) { return ((fn_payload *)ctx->payload)->data; }
+bool zt_fn_ctx_needs_input_grad(zt_node *ctx, int i) {
+  fn_payload *p = ctx->payload;
+  return i >= 0 && i < ctx->n_inputs && p->needs_input_grad[i];
+}
+
+zt_status zt_function_apply(const zt_function *fn, int n_inputs, zt_tensor *const *inputs, int n_outputs,
+                            zt_tensor **outputs, void *user_data) {
+  if (!fn || !fn->forward || !fn->backward)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_function_apply: the function needs forward and backward");
+  if (n_inputs < 0 || n_outputs <= 0 || (n_inputs && !inputs) || !outputs)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_function_apply(%s): bad input/output counts or arrays",
+                  fn->name ? fn->name : "?");
+  bool record = zt_grad_enabled() && zt__any_requires_grad(n_inputs, inputs);
+  zt_node *n = zt__node_new(&fn_vt, n_inputs, n_outputs);
+  n->name = fn->name;
+  fn_payload *p = calloc(1, sizeof *p);
+  p->fn = fn;
+  p->needs_input_grad = calloc((size_t)(n_inputs ? n_inputs : 1), sizeof(bool));
+  ZT_ASSERT(p && p->needs_input_grad);
+  n->payload = p;
+  zt_status s = ZT_OK;
+  for (int i = 0; i < n_inputs && s == ZT_OK; i++) {
+    if (!inputs[i]) continue;
+    if (record) s = zt__node_set_edge_from(n, i, inputs[i]);
+    p->needs_input_grad[i] = record && inputs[i]->requires_grad;
+  }
+  for (int i = 0; i < n_outputs; i++) outputs[i] = NULL;
+  if (s == ZT_OK) {
+    bool prev = zt_set_grad_enabled(false);
+    s = fn->forward(n, n_inputs, inputs, n_outputs, outputs, user_data);
+    zt_set_grad_enabled(prev);
+  }
+  for (int i = 0; i < n_outputs && s == ZT_OK; i++) {
+    if (!outputs[i]) {
+      s = ZT_ERR(ZT_STATUS_INVALID_ARG, "custom function %s: forward did not set output %d", zt_node_name(n), i);
+      break;
+    }
+    for (int j = 0; j < n_inputs; j++)
+      if (outputs[i] == inputs[j])
+        s = ZT_ERR(ZT_STATUS_INVALID_ARG,
+                   "custom function %s: forward returned input %d itself as output %d; return a new tensor "
+                   "(zt_tensor_alias for a view)",
+                   zt_node_name(n), j, i);
+  }
+  if (s) {
+    for (int i = 0; i < n_outputs; i++) {
+      bool is_input = false;
+      for (int j = 0; j < n_inputs; j++) is_input |= outputs[i] == inputs[j];
+      if (!is_input) zt_tensor_free(outputs[i]);
+      outputs[i] = NULL;
+    }
+    zt__node_release(n);
+    return s;
+  }
+  for (int i = 0; i < n_outputs; i++) {
+    zt__node_set_out_meta(n, i, outputs[i]);
+    if (record && zt_dtype_is_float(outputs[i]->dtype)) zt__node_attach_output(n, i, outputs[i]);
+  }
+  zt__node_release(n);
+  return ZT_OK;
+}

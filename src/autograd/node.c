@@ -1,0 +1,220 @@
+/* Graph nodes: creation, counted references (from output tensors and from the edges of
+ * later nodes), edges to the producers of inputs, leaf accumulators, saved tensors.
+ * Release is iterative so that freeing a very deep graph cannot overflow the stack. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "node.h"
+#include "../core/tensor_internal.h"
+
+static _Atomic int64_t g_seq_nr = 0;
+
+zt_node *zt__node_new(const zt__node_vtable *vt, int n_inputs, int n_outputs) {
+  zt_node *n = calloc(1, sizeof *n);
+  ZT_ASSERT(n);
+  n->vt = vt;
+  n->refcount = 1;
+  n->seq_nr = atomic_fetch_add(&g_seq_nr, 1);
+  n->n_inputs = n_inputs;
+  n->n_outputs = n_outputs;
+  n->next = calloc((size_t)(n_inputs ? n_inputs : 1), sizeof *n->next);
+  n->in_meta = calloc((size_t)(n_inputs ? n_inputs : 1), sizeof *n->in_meta);
+  n->out_meta = calloc((size_t)(n_outputs ? n_outputs : 1), sizeof *n->out_meta);
+  n->tensor_hooks = calloc((size_t)(n_outputs ? n_outputs : 1), sizeof *n->tensor_hooks);
+  ZT_ASSERT(n->next && n->in_meta && n->out_meta && n->tensor_hooks);
+  return n;
+}
+
+void zt__node_retain(zt_node *n) {
+  ZT_ASSERT(n->refcount > 0);
+  n->refcount++;
+}
+
+static void node_destroy_one(zt_node *n, zt_node ***stack, int *sp, int *cap) {
+  for (int i = 0; i < n->n_inputs; i++) {
+    zt_node *m = n->next[i].node;
+    if (m && --m->refcount == 0) {
+      if (*sp == *cap) {
+        *cap = *cap ? 2 * *cap : 64;
+        *stack = realloc(*stack, sizeof **stack * (size_t)*cap);
+        ZT_ASSERT(*stack);
+      }
+      (*stack)[(*sp)++] = m;
+    }
+  }
+  zt__node_free_saved(n);
+  if (n->vt->destroy) n->vt->destroy(n);
+  if (n->payload_free) n->payload_free(n->payload);
+  zt__hook_list_free(&n->pre_hooks);
+  zt__hook_list_free(&n->post_hooks);
+  zt__hook_list_free(&n->post_acc_hooks);
+  for (int i = 0; i < (n->n_outputs ? n->n_outputs : 1); i++) zt__hook_list_free(&n->tensor_hooks[i]);
+  free(n->tensor_hooks);
+  free(n->saved);
+  free(n->next);
+  free(n->in_meta);
+  free(n->out_meta);
+  free(n);
+}
+
+void zt__node_release(zt_node *n) {
+  if (!n) return;
+  ZT_ASSERT(n->refcount > 0);
+  if (--n->refcount > 0) return;
+  zt_node **stack = NULL;
+  int sp = 0, cap = 0;
+  node_destroy_one(n, &stack, &sp, &cap);
+  while (sp > 0) node_destroy_one(stack[--sp], &stack, &sp, &cap);
+  free(stack);
+}
+
+void zt__meta_of(const zt_tensor *t, zt__tensor_meta *m) {
+  m->ndim = t->ndim;
+  memcpy(m->shape, t->shape, sizeof m->shape);
+  m->dtype = t->dtype;
+  m->device = zt_tensor_device(t);
+}
+
+/* ------------------------------------------------ leaf accumulators */
+static zt_status acc_apply(zt_node *n, zt_tensor *const *grad_outputs, const bool *needs, zt_tensor **grad_inputs) {
+  (void)needs, (void)grad_inputs;
+  zt_tensor *g = NULL;
+  ZT_TRY(zt_tensor_alias(grad_outputs[0], &g));
+  return zt__accumulate_into_leaf(n, g);
+}
+const zt__node_vtable zt__accumulate_grad_vt = {"AccumulateGrad", acc_apply, NULL};
+
+zt_status zt_tensor_grad_accumulator(zt_tensor *leaf, zt_node **out) {
+  if (!leaf) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_grad_accumulator: tensor is NULL");
+  if (leaf->grad_fn || !leaf->requires_grad)
+    return ZT_ERR(ZT_STATUS_AUTOGRAD, "only leaf tensors that require grad have a grad accumulator");
+  if (!leaf->grad_acc) {
+    zt_node *acc = zt__node_new(&zt__accumulate_grad_vt, 0, 1);
+    acc->leaf = leaf;
+    zt__meta_of(leaf, &acc->out_meta[0]);
+    leaf->grad_acc = acc;
+  }
+  *out = leaf->grad_acc;
+  return ZT_OK;
+}
+
+static void add_into(zt_tensor *dst, const zt_tensor *src) {
+  int64_t n = zt_tensor_numel(dst);
+  void *d = zt__tensor_ptr(dst);
+  const void *s = zt__tensor_ptr(src);
+  if (dst->dtype == ZT_DTYPE_F32 && src->dtype == ZT_DTYPE_F32) {
+    float *restrict df = d;
+    const float *restrict sf = s;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++) df[i] += sf[i];
+  } else if (dst->dtype == ZT_DTYPE_F64 && src->dtype == ZT_DTYPE_F64) {
+    double *restrict dd = d;
+    const double *restrict sd = s;
+    for (int64_t i = 0; i < n; i++) dd[i] += sd[i];
+  } else {
+    for (int64_t i = 0; i < n; i++) zt__store(dst->dtype, d, i, zt__load(dst->dtype, d, i) + zt__load(src->dtype, s, i));
+  }
+}
+
+/* dst += src for contiguous tensors of one shape (engine buffers and leaf grads). */
+void zt__grad_add_into(zt_tensor *dst, const zt_tensor *src) {
+  add_into(dst, src);
+  zt_tensor_bump_version(dst);
+}
+
+zt_status zt__accumulate_into_leaf(zt_node *acc, zt_tensor *grad) {
+  zt_tensor *leaf = acc->leaf;
+  if (!leaf) {
+    zt_tensor_free(grad);
+    return ZT_OK;
+  }
+  if (!leaf->grad) {
+    bool adopt = grad->storage->refcount == 1 && grad->offset == 0 && zt_tensor_is_contiguous(grad) &&
+                 grad->dtype == leaf->dtype && grad->storage->nbytes == zt_tensor_nbytes(grad) && !grad->storage->external;
+    if (adopt) {
+      zt_storage_retag(grad->storage, ZT_MEM_TAG_GRAD);
+      leaf->grad = grad;
+    } else {
+      zt_tensor *g;
+      zt_status s = zt_tensor_empty_tagged(leaf->ndim, leaf->shape, leaf->dtype, zt_tensor_device(leaf), ZT_MEM_TAG_GRAD, &g);
+      if (s) {
+        zt_tensor_free(grad);
+        return s;
+      }
+      zt__strided_copy(g, grad);
+      zt_tensor_free(grad);
+      leaf->grad = g;
+    }
+    leaf->grad->requires_grad = false;
+  } else {
+    if (leaf->grad->storage->released) {
+      zt_tensor_free(grad);
+      return ZT_ERR(ZT_STATUS_RELEASED, "cannot accumulate into a leaf's .grad whose storage was released");
+    }
+    add_into(leaf->grad, grad);
+    zt_tensor_bump_version(leaf->grad);
+    zt_tensor_free(grad);
+  }
+  for (int i = 0; i < acc->post_acc_hooks.n; i++) {
+    zt__hook_entry *e = &acc->post_acc_hooks.items[i];
+    if (!e->removed) ZT_TRY(((zt_post_acc_hook_fn)e->fn)(leaf, e->user_data));
+  }
+  return ZT_OK;
+}
+
+/* ------------------------------------------------ edges and outputs */
+zt_status zt__node_set_edge_from(zt_node *n, int i, zt_tensor *t) {
+  ZT_ASSERT(i >= 0 && i < n->n_inputs);
+  if (!t) return ZT_OK;
+  zt__meta_of(t, &n->in_meta[i]);
+  if (!t->requires_grad) return ZT_OK;
+  zt_node *m = t->grad_fn;
+  int nr = t->output_nr;
+  if (!m) {
+    ZT_TRY(zt_tensor_grad_accumulator(t, &m));
+    nr = 0;
+  }
+  zt__node_retain(m);
+  n->next[i] = (zt__edge){m, nr};
+  return ZT_OK;
+}
+
+void zt__node_set_out_meta(zt_node *n, int i, const zt_tensor *t) { zt__meta_of(t, &n->out_meta[i]); }
+
+void zt__node_attach_output(zt_node *n, int i, zt_tensor *t) {
+  ZT_ASSERT(!t->grad_fn && !t->grad_acc);
+  zt__node_retain(n);
+  t->grad_fn = n;
+  t->output_nr = i;
+  t->requires_grad = true;
+  zt__node_set_out_meta(n, i, t);
+}
+
+bool zt__any_requires_grad(int n, zt_tensor *const *ts) {
+  for (int i = 0; i < n; i++)
+    if (ts[i] && ts[i]->requires_grad) return true;
+  return false;
+}
+
+static void tensor_autograd_release(zt_tensor *t) {
+  if (t->grad_fn) zt__node_release(t->grad_fn);
+  t->grad_fn = NULL;
+  if (t->grad_acc) {
+    t->grad_acc->leaf = NULL;
+    zt__node_release(t->grad_acc);
+    t->grad_acc = NULL;
+  }
+}
+__attribute__((constructor)) static void install_release(void) { zt__tensor_autograd_release = tensor_autograd_release; }
+
+/* ------------------------------------------------ public node queries */
+zt_node *zt_tensor_grad_fn(const zt_tensor *t) { return t ? t->grad_fn : NULL; }
+const char *zt_node_name(const zt_node *n) { return n->name ? n->name : n->vt->name; }
+int zt_node_n_next(const zt_node *n) { return n->n_inputs; }
+zt_node *zt_node_next(const zt_node *n, int i, int *input_nr) {
+  if (i < 0 || i >= n->n_inputs) return NULL;
+  if (input_nr) *input_nr = n->next[i].input_nr;
+  return n->next[i].node;
+}
+int64_t zt_node_seq_nr(const zt_node *n) { return n->seq_nr; }

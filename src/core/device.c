@@ -1,0 +1,16 @@
+/* Devices: a type and an index. Only cpu has compute here; disk is an accounting tier. */
+#include <stdio.h>
+
+#include "zt/tensor.h"
+
+bool zt_device_equal(zt_device a, zt_device b) { return a.type == b.type && a.index == b.index; }
+
+const char *zt_device_str(zt_device d, char *buf) {
+  switch (d.type) {
+  case ZT_DEVICE_CPU: snprintf(buf, 16, "cpu"); break;
+  case ZT_DEVICE_CUDA: snprintf(buf, 16, "cuda:%d", d.index); break;
+  case ZT_DEVICE_DISK: snprintf(buf, 16, "disk"); break;
+  default: snprintf(buf, 16, "invalid(%d)", (int)d.type); break;
+  }
+  return buf;
+}

@@ -1,0 +1,318 @@
+/* Tensors: strided views over refcounted storage. A tensor struct has one owner;
+ * zt_tensor_free drops its storage reference and its autograd references (through a
+ * release hook the autograd layer installs, so core does not call up into autograd). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zt/tensor.h"
+#include "tensor_internal.h"
+
+void (*zt__tensor_autograd_release)(zt_tensor *t) = NULL;
+bool (*zt__grad_mode_query)(void) = NULL;
+
+static zt_status check_shape(int ndim, const int64_t *shape, const char *fn) {
+  if (ndim < 0 || ndim > ZT_MAX_DIMS)
+    return ZT_ERR(ZT_STATUS_SHAPE, "%s: %d dims requested; tensors have 0 to %d dims", fn, ndim, ZT_MAX_DIMS);
+  for (int i = 0; i < ndim; i++)
+    if (shape[i] < 0) return ZT_ERR(ZT_STATUS_SHAPE, "%s: negative size %lld in dim %d", fn, (long long)shape[i], i);
+  return ZT_OK;
+}
+
+static int64_t shape_numel(int ndim, const int64_t *shape) {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) n *= shape[i];
+  return n;
+}
+
+void zt__set_contiguous_strides(zt_tensor *t) {
+  int64_t s = 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    t->stride[i] = s;
+    s *= t->shape[i];
+  }
+}
+
+zt_status zt__tensor_new_view(zt_storage *st, int64_t offset, int ndim, const int64_t *shape, const int64_t *stride,
+                              zt_dtype dt, zt_tensor **out) {
+  zt_tensor *t = calloc(1, sizeof *t);
+  if (!t) return ZT_ERR(ZT_STATUS_OOM, "out of host memory for a tensor struct");
+  t->storage = st;
+  zt_storage_retain(st);
+  t->offset = offset;
+  t->ndim = ndim;
+  memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+  if (stride)
+    memcpy(t->stride, stride, sizeof(int64_t) * (size_t)ndim);
+  else
+    zt__set_contiguous_strides(t);
+  t->dtype = dt;
+  *out = t;
+  return ZT_OK;
+}
+
+zt_status zt_tensor_empty_tagged(int ndim, const int64_t *shape, zt_dtype dt, zt_device dev, zt_mem_tag tag,
+                                 zt_tensor **out) {
+  if (!out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_empty: out is NULL");
+  ZT_TRY(check_shape(ndim, shape, "zt_tensor_empty"));
+  if (!zt_dtype_valid(dt))
+    return ZT_ERR(ZT_STATUS_DTYPE, "zt_tensor_empty: unknown dtype %d: use a zt_dtype value such as ZT_DTYPE_F32",
+                  (int)dt);
+  if (dev.type != ZT_DEVICE_CPU) {
+    char d[16];
+    return ZT_ERR(ZT_STATUS_DEVICE, "zt_tensor_empty: no compute backend for device %s in this build",
+                  zt_device_str(dev, d));
+  }
+  zt_storage *st;
+  ZT_TRY(zt_storage_new((size_t)shape_numel(ndim, shape) * zt_dtype_size(dt), dev, tag, &st));
+  zt_status s = zt__tensor_new_view(st, 0, ndim, shape, NULL, dt, out);
+  zt_storage_release_ref(st);
+  return s;
+}
+
+zt_status zt_tensor_empty(int ndim, const int64_t *shape, zt_dtype dt, zt_device dev, zt_tensor **out) {
+  return zt_tensor_empty_tagged(ndim, shape, dt, dev, zt_mem_tag_current(), out);
+}
+
+zt_status zt_tensor_zeros(int ndim, const int64_t *shape, zt_dtype dt, zt_device dev, zt_tensor **out) {
+  ZT_TRY(zt_tensor_empty(ndim, shape, dt, dev, out));
+  if ((*out)->storage->nbytes) memset((*out)->storage->data, 0, (*out)->storage->nbytes);
+  return ZT_OK;
+}
+
+zt_status zt_tensor_full(int ndim, const int64_t *shape, zt_dtype dt, zt_device dev, double value, zt_tensor **out) {
+  ZT_TRY(zt_tensor_empty(ndim, shape, dt, dev, out));
+  zt__fill_contiguous(*out, value);
+  return ZT_OK;
+}
+
+zt_status zt_tensor_from_data(int ndim, const int64_t *shape, zt_dtype dt, const void *data, zt_tensor **out) {
+  if (!data) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_from_data: data is NULL");
+  ZT_TRY(zt_tensor_empty(ndim, shape, dt, ZT_CPU, out));
+  memcpy((*out)->storage->data, data, (*out)->storage->nbytes);
+  return ZT_OK;
+}
+
+void zt_tensor_free(zt_tensor *t) {
+  if (!t) return;
+  if ((t->grad_fn || t->grad_acc) && zt__tensor_autograd_release) zt__tensor_autograd_release(t);
+  zt_tensor_free(t->grad);
+  zt_storage_release_ref(t->storage);
+  free(t);
+}
+
+int64_t zt_tensor_numel(const zt_tensor *t) { return shape_numel(t->ndim, t->shape); }
+size_t zt_tensor_nbytes(const zt_tensor *t) { return (size_t)zt_tensor_numel(t) * zt_dtype_size(t->dtype); }
+zt_device zt_tensor_device(const zt_tensor *t) { return t->storage->device; }
+bool zt_tensor_is_leaf(const zt_tensor *t) { return t->grad_fn == NULL; }
+
+bool zt_tensor_is_contiguous(const zt_tensor *t) {
+  int64_t s = 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    if (t->shape[i] != 1 && t->stride[i] != s) return false;
+    s *= t->shape[i];
+  }
+  return true;
+}
+
+bool zt_shape_equal(int na, const int64_t *a, int nb, const int64_t *b) {
+  if (na != nb) return false;
+  for (int i = 0; i < na; i++)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
+const char *zt_shape_str(int ndim, const int64_t *shape, char *buf) {
+  size_t len = 0;
+  len += (size_t)snprintf(buf + len, 128 - len, "(");
+  for (int i = 0; i < ndim && len < 120; i++)
+    len += (size_t)snprintf(buf + len, 128 - len, i ? ", %lld" : "%lld", (long long)shape[i]);
+  if (len < 126) snprintf(buf + len, 128 - len, ndim == 1 ? ",)" : ")");
+  return buf;
+}
+
+zt_status zt_tensor_data(const zt_tensor *t, void **out) {
+  if (!t) return ZT_ERR(ZT_STATUS_INVALID_ARG, "tensor is NULL");
+  if (t->storage->released)
+    return ZT_ERR(ZT_STATUS_RELEASED,
+                  "tensor data was released (its storage was freed by a reshard or an offload); "
+                  "re-materialise the storage (zt_storage_rematerialize and refill) before reading it");
+  *out = (char *)t->storage->data + t->offset * (int64_t)zt_dtype_size(t->dtype);
+  return ZT_OK;
+}
+
+void *zt__tensor_ptr(const zt_tensor *t) {
+  ZT_ASSERT(!t->storage->released);
+  return (char *)t->storage->data + t->offset * (int64_t)zt_dtype_size(t->dtype);
+}
+
+zt_status zt_tensor_alias(const zt_tensor *t, zt_tensor **out) {
+  ZT_TRY(zt__tensor_new_view(t->storage, t->offset, t->ndim, t->shape, t->stride, t->dtype, out));
+  (*out)->is_view = t->is_view;
+  return ZT_OK;
+}
+
+/* ------------------------------------------------ element access and strided copy */
+double zt__load(zt_dtype dt, const void *p, int64_t i) {
+  switch (dt) {
+  case ZT_DTYPE_F32: return ((const float *)p)[i];
+  case ZT_DTYPE_F64: return ((const double *)p)[i];
+  case ZT_DTYPE_BF16: return zt_bf16_to_f32(((const uint16_t *)p)[i]);
+  case ZT_DTYPE_F16: return zt_f16_to_f32(((const uint16_t *)p)[i]);
+  case ZT_DTYPE_I32: return ((const int32_t *)p)[i];
+  case ZT_DTYPE_I64: return (double)((const int64_t *)p)[i];
+  default: ZT_ASSERT(0 && "bad dtype");
+  }
+  return 0;
+}
+
+void zt__store(zt_dtype dt, void *p, int64_t i, double v) {
+  switch (dt) {
+  case ZT_DTYPE_F32: ((float *)p)[i] = (float)v; break;
+  case ZT_DTYPE_F64: ((double *)p)[i] = v; break;
+  case ZT_DTYPE_BF16: ((uint16_t *)p)[i] = zt_f32_to_bf16((float)v); break;
+  case ZT_DTYPE_F16: ((uint16_t *)p)[i] = zt_f32_to_f16((float)v); break;
+  case ZT_DTYPE_I32: ((int32_t *)p)[i] = (int32_t)v; break;
+  case ZT_DTYPE_I64: ((int64_t *)p)[i] = (int64_t)v; break;
+  default: ZT_ASSERT(0 && "bad dtype");
+  }
+}
+
+/* Offset (in elements, from t's offset) of logical row-major index i. */
+static int64_t strided_index(const zt_tensor *t, int64_t i) {
+  int64_t off = 0;
+  for (int d = t->ndim - 1; d >= 0; d--) {
+    int64_t n = t->shape[d];
+    off += (i % n) * t->stride[d];
+    i /= n;
+  }
+  return off;
+}
+
+double zt_tensor_get(const zt_tensor *t, int64_t i) {
+  ZT_ASSERT(i >= 0 && i < zt_tensor_numel(t));
+  return zt__load(t->dtype, zt__tensor_ptr(t), strided_index(t, i));
+}
+
+zt_status zt_tensor_set(zt_tensor *t, int64_t i, double v) {
+  void *p;
+  ZT_TRY(zt_tensor_data(t, &p));
+  if (i < 0 || i >= zt_tensor_numel(t))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_set: index %lld out of range for %lld elements", (long long)i,
+                  (long long)zt_tensor_numel(t));
+  zt__store(t->dtype, p, strided_index(t, i), v);
+  zt_tensor_bump_version(t);
+  return ZT_OK;
+}
+
+void zt_tensor_bump_version(zt_tensor *t) { t->storage->version++; }
+
+/* Copy src -> dst elementwise over any strides; rows along the last dim are memcpy'd
+ * when both are unit-stride there and dtypes match. */
+void zt__strided_copy(zt_tensor *dst, const zt_tensor *src) {
+  int nd = src->ndim;
+  int64_t n = zt_tensor_numel(src);
+  if (n == 0) return;
+  const char *sp = zt__tensor_ptr(src);
+  char *dp = zt__tensor_ptr(dst);
+  size_t es = zt_dtype_size(src->dtype);
+  if (dst->dtype == src->dtype && zt_tensor_is_contiguous(src) && zt_tensor_is_contiguous(dst)) {
+    memcpy(dp, sp, (size_t)n * es);
+    return;
+  }
+  int64_t inner = nd ? src->shape[nd - 1] : 1;
+  int64_t sst = nd ? src->stride[nd - 1] : 1, dst_st = nd ? dst->stride[nd - 1] : 1;
+  int64_t rows = n / inner;
+  bool fast = dst->dtype == src->dtype && sst == 1 && dst_st == 1;
+#pragma omp parallel for schedule(static) if (n > 32768)
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t so = 0, doff = 0, rem = r;
+    for (int d = nd - 2; d >= 0; d--) {
+      int64_t k = rem % src->shape[d];
+      rem /= src->shape[d];
+      so += k * src->stride[d];
+      doff += k * dst->stride[d];
+    }
+    if (fast) {
+      memcpy(dp + doff * (int64_t)es, sp + so * (int64_t)es, (size_t)inner * es);
+    } else if (dst->dtype == src->dtype && es == 4) {
+      for (int64_t j = 0; j < inner; j++) ((uint32_t *)dp)[doff + j * dst_st] = ((const uint32_t *)sp)[so + j * sst];
+    } else {
+      for (int64_t j = 0; j < inner; j++)
+        zt__store(dst->dtype, dp, doff + j * dst_st, zt__load(src->dtype, sp, so + j * sst));
+    }
+  }
+}
+
+zt_status zt_tensor_clone_data(const zt_tensor *t, zt_mem_tag tag, zt_tensor **out) {
+  void *p;
+  ZT_TRY(zt_tensor_data(t, &p));
+  ZT_TRY(zt_tensor_empty_tagged(t->ndim, t->shape, t->dtype, zt_tensor_device(t), tag, out));
+  zt__strided_copy(*out, t);
+  return ZT_OK;
+}
+
+static zt_status check_inplace(const zt_tensor *t, const char *fn) {
+  if (t->requires_grad && zt__grad_mode_query && zt__grad_mode_query())
+    return ZT_ERR(ZT_STATUS_AUTOGRAD,
+                  "%s: a tensor that requires grad is used in an in-place operation while grad mode is on; "
+                  "do it under zt_set_grad_enabled(false) (as optimizers and init do)",
+                  fn);
+  return ZT_OK;
+}
+
+zt_status zt_tensor_copy_(zt_tensor *dst, const zt_tensor *src) {
+  if (!dst || !src) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_copy_: NULL tensor");
+  if (!zt_shape_equal(dst->ndim, dst->shape, src->ndim, src->shape)) {
+    char a[128], b[128];
+    return ZT_ERR(ZT_STATUS_SHAPE, "zt_tensor_copy_: shapes differ: destination %s, source %s",
+                  zt_shape_str(dst->ndim, dst->shape, a), zt_shape_str(src->ndim, src->shape, b));
+  }
+  ZT_TRY(check_inplace(dst, "zt_tensor_copy_"));
+  void *p;
+  ZT_TRY(zt_tensor_data(dst, &p));
+  ZT_TRY(zt_tensor_data(src, &p));
+  zt__strided_copy(dst, src);
+  zt_tensor_bump_version(dst);
+  return ZT_OK;
+}
+
+void zt__fill_contiguous(zt_tensor *t, double v) {
+  int64_t n = zt_tensor_numel(t);
+  void *p = zt__tensor_ptr(t);
+  if (t->dtype == ZT_DTYPE_F32) {
+    float f = (float)v;
+    for (int64_t i = 0; i < n; i++) ((float *)p)[i] = f;
+  } else {
+    for (int64_t i = 0; i < n; i++) zt__store(t->dtype, p, i, v);
+  }
+}
+
+zt_status zt_tensor_fill_(zt_tensor *t, double value) {
+  if (!t) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_fill_: tensor is NULL");
+  ZT_TRY(check_inplace(t, "zt_tensor_fill_"));
+  void *p;
+  ZT_TRY(zt_tensor_data(t, &p));
+  if (zt_tensor_is_contiguous(t)) {
+    zt__fill_contiguous(t, value);
+  } else {
+    int64_t n = zt_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) zt__store(t->dtype, p, strided_index(t, i), value);
+  }
+  zt_tensor_bump_version(t);
+  return ZT_OK;
+}
+
+zt_status zt_tensor_set_requires_grad(zt_tensor *t, bool requires_grad) {
+  if (!t) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_set_requires_grad: tensor is NULL");
+  if (t->grad_fn)
+    return ZT_ERR(ZT_STATUS_AUTOGRAD,
+                  "requires_grad can only be changed on leaf tensors; this tensor was computed by an op "
+                  "(detach it with zt_tensor_alias first)");
+  if (requires_grad && !zt_dtype_is_float(t->dtype))
+    return ZT_ERR(ZT_STATUS_DTYPE, "only floating-point tensors can require grad (this one is %s)",
+                  zt_dtype_name(t->dtype));
+  t->requires_grad = requires_grad;
+  return ZT_OK;
+}

@@ -1,0 +1,20 @@
+/* Internal helpers of the core layer shared with ops and autograd. */
+#ifndef ZT_CORE_TENSOR_INTERNAL_H
+#define ZT_CORE_TENSOR_INTERNAL_H
+
+#include "zt/tensor.h"
+
+/* Installed by the autograd layer: drop grad_fn / accumulator references of t. */
+extern void (*zt__tensor_autograd_release)(zt_tensor *t);
+/* Installed by the autograd layer: is grad mode on (for in-place checks)? */
+extern bool (*zt__grad_mode_query)(void);
+
+zt_status zt__tensor_new_view(zt_storage *st, int64_t offset, int ndim, const int64_t *shape, const int64_t *stride,
+                              zt_dtype dt, zt_tensor **out);
+void zt__set_contiguous_strides(zt_tensor *t);
+void zt__strided_copy(zt_tensor *dst, const zt_tensor *src);
+void zt__fill_contiguous(zt_tensor *t, double v);
+double zt__load(zt_dtype dt, const void *p, int64_t i);
+void zt__store(zt_dtype dt, void *p, int64_t i, double v);
+
+#endif

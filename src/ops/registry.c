@@ -1,0 +1,226 @@
+/* The op dispatcher: the one path every op takes. It checks the inputs (NULL, released
+ * storage, device), runs the op's shape rule, gives the kernels contiguous inputs and
+ * freshly allocated outputs, records a node when a grad will be needed, and turns any
+ * failure into a message that names the op. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "op.h"
+#include "../core/tensor_internal.h"
+
+typedef struct op_payload {
+  const zt_op *op;
+  zt_op_attrs attrs;
+} op_payload;
+
+static zt_status op_apply(zt_node *n, zt_tensor *const *grad_outputs, const bool *needs, zt_tensor **grad_inputs) {
+  op_payload *p = n->payload;
+  zt_op_bwd b = {n, &p->attrs, n->n_inputs, n->in_meta, needs, grad_inputs, n->n_outputs, grad_outputs};
+  zt_status s = p->op->backward(&b);
+  if (s) return zt__error_prefix(s, "in backward of op '%s'", p->op->name);
+  return ZT_OK;
+}
+static void op_destroy(zt_node *n) { free(n->payload); }
+static const zt__node_vtable op_vt = {"OpBackward", op_apply, op_destroy};
+
+zt_status zt__make_contiguous(const zt_tensor *t, zt_tensor **out) {
+  return zt_tensor_clone_data(t, ZT_MEM_TAG_TEMP, out);
+}
+
+zt_status zt__tensor_from_meta(const zt__tensor_meta *m, bool zero, zt_tensor **out) {
+  return zero ? zt_tensor_zeros(m->ndim, m->shape, m->dtype, m->device, out)
+              : zt_tensor_empty(m->ndim, m->shape, m->dtype, m->device, out);
+}
+
+zt_status zt__op_grad_like_input(zt_op_bwd *b, int i, bool zero, zt_tensor **out) {
+  return zt__tensor_from_meta(&b->in_meta[i], zero, out);
+}
+
+zt_status zt__op_save(zt_op_call *c, const zt_tensor *t) {
+  if (!c->node) return ZT_OK;
+  return zt_node_save(c->node, t, NULL);
+}
+
+zt_status zt__op_saved(zt_op_bwd *b, int i, zt_tensor **out) { return zt_node_saved(b->node, i, out); }
+
+zt_status zt__norm_dim(const char *op, int dim, int ndim, int *out) {
+  int d = dim < 0 ? dim + ndim : dim;
+  if (d < 0 || d >= (ndim ? ndim : 1))
+    return ZT_ERR(ZT_STATUS_SHAPE, "%s: dim %d is out of range for a tensor with %d dims", op, dim, ndim);
+  *out = d;
+  return ZT_OK;
+}
+
+zt_status zt__check_float(const char *op, const zt_tensor *t, const char *what) {
+  if (t->dtype != ZT_DTYPE_F32 && t->dtype != ZT_DTYPE_F64)
+    return ZT_ERR(ZT_STATUS_DTYPE, "%s: %s has dtype %s; this op computes in f32 or f64 (cast with zt_cast)", op, what,
+                  zt_dtype_name(t->dtype));
+  return ZT_OK;
+}
+
+zt_status zt__check_same_dtype(const char *op, const zt_tensor *a, const zt_tensor *b) {
+  if (a->dtype != b->dtype)
+    return ZT_ERR(ZT_STATUS_DTYPE, "%s: inputs have different dtypes (%s and %s); cast one with zt_cast", op,
+                  zt_dtype_name(a->dtype), zt_dtype_name(b->dtype));
+  return ZT_OK;
+}
+
+/* g has the broadcast shape; sum it down to m's shape (m right-aligned against g). */
+zt_status zt__sum_to_shape(const zt_tensor *g, const zt__tensor_meta *m, zt_tensor **out) {
+  ZT_TRY(zt__tensor_from_meta(m, true, out));
+  int nd = g->ndim, off = nd - m->ndim;
+  ZT_ASSERT(off >= 0);
+  int64_t ostride[ZT_MAX_DIMS] = {0};
+  int64_t s = 1;
+  for (int d = m->ndim - 1; d >= 0; d--) {
+    ostride[d + off] = m->shape[d] == 1 ? 0 : s;
+    s *= m->shape[d];
+  }
+  int64_t n = zt_tensor_numel(g);
+  if (n == 0) return ZT_OK;
+  int64_t inner = nd ? g->shape[nd - 1] : 1, rows = n / inner;
+  int64_t istr = nd ? ostride[nd - 1] : 0;
+  const void *gp = zt__tensor_ptr(g);
+  void *op = zt__tensor_ptr(*out);
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t o = 0, rem = r;
+    for (int d = nd - 2; d >= 0; d--) {
+      o += (rem % g->shape[d]) * ostride[d];
+      rem /= g->shape[d];
+    }
+    if (g->dtype == ZT_DTYPE_F32) {
+      const float *src = (const float *)gp + r * inner;
+      float *dst = (float *)op + o;
+      if (istr)
+        for (int64_t j = 0; j < inner; j++) dst[j] += src[j];
+      else {
+        float acc = 0;
+        for (int64_t j = 0; j < inner; j++) acc += src[j];
+        dst[0] += acc;
+      }
+    } else {
+      ZT_ASSERT(g->dtype == ZT_DTYPE_F64);
+      const double *src = (const double *)gp + r * inner;
+      double *dst = (double *)op + o;
+      if (istr)
+        for (int64_t j = 0; j < inner; j++) dst[j] += src[j];
+      else {
+        double acc = 0;
+        for (int64_t j = 0; j < inner; j++) acc += src[j];
+        dst[0] += acc;
+      }
+    }
+  }
+  return ZT_OK;
+}
+
+zt_status zt__op_run(const zt_op *op, int n_in, zt_tensor *const *in, const zt_op_attrs *attrs, zt_tensor **out) {
+  if (!out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "op '%s': the output pointer is NULL", op->name);
+  if (op->n_in >= 0 && n_in != op->n_in)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "op '%s' takes %d inputs, got %d", op->name, op->n_in, n_in);
+  zt_device dev = ZT_CPU;
+  bool have_dev = false;
+  for (int i = 0; i < n_in; i++) {
+    if (!in[i]) continue;
+    if (in[i]->storage->released)
+      return ZT_ERR(ZT_STATUS_RELEASED,
+                    "op '%s': input %d has released storage (freed by a reshard or an offload); re-materialise it "
+                    "before use",
+                    op->name, i);
+    zt_device d = zt_tensor_device(in[i]);
+    if (have_dev && !zt_device_equal(d, dev)) {
+      char a[16], b[16];
+      return ZT_ERR(ZT_STATUS_DEVICE, "op '%s': inputs are on different devices (%s and %s); move them to one device",
+                    op->name, zt_device_str(dev, a), zt_device_str(d, b));
+    }
+    dev = d;
+    have_dev = true;
+    if (d.type != ZT_DEVICE_CPU) {
+      char a[16];
+      return ZT_ERR(ZT_STATUS_DEVICE, "op '%s': no kernels for device %s in this build", op->name, zt_device_str(d, a));
+    }
+  }
+
+  zt_op_call c = {0};
+  c.op = op;
+  c.n_in = n_in;
+  c.orig = in;
+  if (attrs) c.attrs = *attrs;
+  zt_tensor *in_buf[16];
+  c.in = n_in <= 16 ? in_buf : malloc(sizeof *c.in * (size_t)n_in);
+  bool *copied = calloc((size_t)(n_in ? n_in : 1), sizeof *copied);
+  ZT_ASSERT(c.in && copied);
+  zt_tensor *out_buf[ZT_OP_MAX_ATTRS] = {0};
+  c.out = out_buf;
+  zt_status s = ZT_OK;
+  for (int i = 0; i < n_in; i++) c.in[i] = in[i];
+
+  s = op->shape(&c);
+  if (s) {
+    zt__error_prefix(s, "op '%s'", op->name);
+    goto cleanup;
+  }
+  ZT_ASSERT(c.n_out >= 1 && c.n_out <= ZT_OP_MAX_ATTRS);
+  if (!(op->flags & ZT_OP_FLAG_VIEW))
+    for (int i = 0; i < n_in && s == ZT_OK; i++)
+      if (in[i] && !zt_tensor_is_contiguous(in[i])) {
+        s = zt__make_contiguous(in[i], &c.in[i]);
+        copied[i] = s == ZT_OK;
+      }
+  if (s) goto cleanup;
+
+  bool record = false;
+  if (zt_grad_enabled())
+    for (int i = 0; i < n_in; i++)
+      if (in[i] && in[i]->requires_grad && !(op->nondiff_inputs & (1u << i))) record = true;
+  if (record) {
+    c.node = zt__node_new(&op_vt, n_in, c.n_out);
+    c.node->name = op->node_name;
+    op_payload *p = malloc(sizeof *p);
+    ZT_ASSERT(p);
+    p->op = op;
+    p->attrs = c.attrs;
+    c.node->payload = p;
+    for (int i = 0; i < n_in && s == ZT_OK; i++)
+      if (in[i]) s = (op->nondiff_inputs & (1u << i)) ? (zt__meta_of(in[i], &c.node->in_meta[i]), ZT_OK)
+                                                      : zt__node_set_edge_from(c.node, i, in[i]);
+    if (s) goto cleanup;
+  }
+  if (!(op->flags & ZT_OP_FLAG_VIEW))
+    for (int k = 0; k < c.n_out && s == ZT_OK; k++) {
+      c.out_meta[k].device = dev;
+      s = zt__tensor_from_meta(&c.out_meta[k], false, &c.out[k]);
+    }
+  if (s) goto cleanup;
+
+  {
+    bool prev = zt_set_grad_enabled(false);
+    s = op->forward(&c);
+    zt_set_grad_enabled(prev);
+  }
+  if (s) {
+    zt__error_prefix(s, "op '%s'", op->name);
+    goto cleanup;
+  }
+  for (int k = 0; k < c.n_out; k++) {
+    ZT_ASSERT(c.out[k]);
+    if (op->flags & ZT_OP_FLAG_VIEW) c.out[k]->is_view = true;
+    if (c.node) {
+      if (zt_dtype_is_float(c.out[k]->dtype))
+        zt__node_attach_output(c.node, k, c.out[k]);
+      else
+        zt__node_set_out_meta(c.node, k, c.out[k]);
+    }
+    out[k] = c.out[k];
+    c.out[k] = NULL;
+  }
+
+cleanup:
+  for (int k = 0; k < ZT_OP_MAX_ATTRS; k++) zt_tensor_free(c.out[k]);
+  if (c.node) zt__node_release(c.node);
+  for (int i = 0; i < n_in; i++)
+    if (copied[i]) zt_tensor_free(c.in[i]);
+  if (c.in != in_buf) free(c.in);
+  free(copied);
+  return s;
+}

@@ -1,0 +1,90 @@
+/* The test harness runner and helpers (see zt_test.h). */
+#include <stdarg.h>
+#include <stdlib.h>
+
+#include "zt_test.h"
+
+int zt_test_failed_checks = 0;
+static int n_passed = 0, n_failed = 0;
+static const char *current = "?";
+
+void zt_test_fail(const char *file, int line, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "FAIL %s (%s:%d): ", current, file, line);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  zt_test_failed_checks++;
+}
+
+int64_t zt_test_live_bytes(void) {
+  zt_mem_stats s;
+  zt_mem_stats_get(ZT_CPU, &s);
+  return s.current_total;
+}
+
+void zt_test_run(const char *name, void (*fn)(void)) {
+  current = name;
+  int before = zt_test_failed_checks;
+  int64_t live = zt_test_live_bytes();
+  int depth = zt_saved_tensor_hooks_depth();
+  fn();
+  if (zt_test_live_bytes() != live)
+    zt_test_fail(__FILE__, __LINE__, "leak: %lld accounted bytes still live after the test",
+                 (long long)(zt_test_live_bytes() - live));
+  if (zt_saved_tensor_hooks_depth() != depth) zt_test_fail(__FILE__, __LINE__, "saved-tensor hooks left on the stack");
+  if (!zt_grad_enabled()) zt_test_fail(__FILE__, __LINE__, "grad mode left off");
+  if (zt_test_failed_checks == before) {
+    n_passed++;
+    printf("PASS %s\n", name);
+  } else {
+    n_failed++;
+    printf("FAIL %s\n", name);
+  }
+  fflush(stdout);
+}
+
+int zt_test_finish(void) {
+  printf("%d passed, %d failed\n", n_passed, n_failed);
+  return n_failed ? 1 : 0;
+}
+
+zt_tensor *zt_test_rand(int ndim, const int64_t *shape, zt_dtype dt, double lo, double hi, uint64_t seed) {
+  zt_tensor *t = NULL;
+  if (zt_tensor_empty(ndim, shape, dt, ZT_CPU, &t)) {
+    fprintf(stderr, "zt_test_rand: %s\n", zt_last_error());
+    abort();
+  }
+  zt_rng_state st = {seed, 0};
+  int64_t n = zt_tensor_numel(t);
+  for (int64_t i = 0; i < n; i++) zt_tensor_set(t, i, lo + (hi - lo) * zt_rng_uniform_at(st, (uint64_t)i));
+  return t;
+}
+
+zt_tensor *zt_test_rand_leaf(int ndim, const int64_t *shape, zt_dtype dt, double lo, double hi, uint64_t seed) {
+  zt_tensor *t = zt_test_rand(ndim, shape, dt, lo, hi, seed);
+  zt_tensor_set_requires_grad(t, true);
+  return t;
+}
+
+double zt_test_max_abs_diff(const zt_tensor *a, const zt_tensor *b) {
+  if (!zt_shape_equal(a->ndim, a->shape, b->ndim, b->shape)) return INFINITY;
+  double m = 0;
+  int64_t n = zt_tensor_numel(a);
+  for (int64_t i = 0; i < n; i++) {
+    double d = fabs(zt_tensor_get(a, i) - zt_tensor_get(b, i));
+    if (d > m || isnan(d)) m = isnan(d) ? INFINITY : d;
+  }
+  return m;
+}
+
+bool zt_test_bitwise_equal(const zt_tensor *a, const zt_tensor *b) {
+  if (!zt_shape_equal(a->ndim, a->shape, b->ndim, b->shape) || a->dtype != b->dtype) return false;
+  int64_t n = zt_tensor_numel(a);
+  for (int64_t i = 0; i < n; i++) {
+    double x = zt_tensor_get(a, i), y = zt_tensor_get(b, i);
+    if (memcmp(&x, &y, sizeof x) != 0) return false;
+  }
+  return true;
+}

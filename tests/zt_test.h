@@ -1,0 +1,81 @@
+/* A small test harness: checks that report file:line and zt_last_error(), a runner
+ * that prints ctest-friendly results, and a check that every accounted byte was freed. */
+#ifndef ZT_TEST_H
+#define ZT_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "zt/ops.h"
+
+extern int zt_test_failed_checks;
+
+void zt_test_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void zt_test_run(const char *name, void (*fn)(void));
+/* Prints "N passed, M failed" and returns the process exit code. */
+int zt_test_finish(void);
+/* Bytes currently accounted on cpu (all tags); tests check it returns to its start. */
+int64_t zt_test_live_bytes(void);
+
+#define ZT_CHECK(cond)                                               \
+  do {                                                               \
+    if (!(cond)) zt_test_fail(__FILE__, __LINE__, "check failed: %s", #cond); \
+  } while (0)
+
+#define ZT_CHECK_OK(expr)                                                                 \
+  do {                                                                                    \
+    zt_status s_ = (expr);                                                                \
+    if (s_ != ZT_OK)                                                                      \
+      zt_test_fail(__FILE__, __LINE__, "%s returned %s: %s", #expr, zt_status_name(s_), zt_last_error()); \
+  } while (0)
+
+/* expr must fail with status code and a message containing substr. */
+#define ZT_CHECK_ERR(expr, code, substr)                                                           \
+  do {                                                                                             \
+    zt_clear_error();                                                                              \
+    zt_status s_ = (expr);                                                                         \
+    if (s_ != (code))                                                                              \
+      zt_test_fail(__FILE__, __LINE__, "%s returned %s, expected %s (message: %s)", #expr,         \
+                   zt_status_name(s_), zt_status_name(code), zt_last_error());                     \
+    else if (!strstr(zt_last_error(), (substr)))                                                   \
+      zt_test_fail(__FILE__, __LINE__, "%s: message \"%s\" does not contain \"%s\"", #expr,         \
+                   zt_last_error(), (substr));                                                     \
+  } while (0)
+
+#define ZT_CHECK_NEAR(a, b, tol)                                                                  \
+  do {                                                                                            \
+    double a_ = (a), b_ = (b);                                                                    \
+    if (!(fabs(a_ - b_) <= (tol)))                                                                \
+      zt_test_fail(__FILE__, __LINE__, "%s = %.9g, %s = %.9g, differ by more than %g", #a, a_, #b, b_, (double)(tol)); \
+  } while (0)
+
+#define ZT_RUN(fn) zt_test_run(#fn, fn)
+
+/* ------------------------------------------------ helpers */
+/* New f64/f32 tensor filled with reproducible uniform values in [lo, hi). */
+zt_tensor *zt_test_rand(int ndim, const int64_t *shape, zt_dtype dt, double lo, double hi, uint64_t seed);
+/* Same, requiring grad. */
+zt_tensor *zt_test_rand_leaf(int ndim, const int64_t *shape, zt_dtype dt, double lo, double hi, uint64_t seed);
+/* Max |a - b| over all elements (shapes must match; returns INFINITY if not). */
+double zt_test_max_abs_diff(const zt_tensor *a, const zt_tensor *b);
+/* Bitwise equality of values (same shape and dtype). */
+bool zt_test_bitwise_equal(const zt_tensor *a, const zt_tensor *b);
+
+/* ------------------------------------------------ gradient check (tests/gradcheck.c) */
+/* fn computes one output from inputs (it may use ud for attrs). */
+typedef zt_status (*zt_gc_fn)(zt_tensor *const *inputs, zt_tensor **out, void *ud);
+typedef struct zt_gc_opts {
+  double eps;  /* finite-difference step; default 1e-6 */
+  double atol; /* default 1e-5 */
+  double rtol; /* default 1e-4 */
+} zt_gc_opts;
+/* Compares analytic grads (zt_grad with a random grad_output, and zt_backward's
+ * accumulation) with central differences for every input that requires grad (f64
+ * inputs). Reports failures through zt_test_fail with the caller's file:line.
+ * Returns true when everything matched. */
+bool zt_gradcheck_at(const char *file, int line, zt_gc_fn fn, int n, zt_tensor *const *inputs, void *ud,
+                     const zt_gc_opts *opts);
+#define ZT_GRADCHECK(fn, n, inputs, ud, opts) zt_gradcheck_at(__FILE__, __LINE__, (fn), (n), (inputs), (ud), (opts))
+
+#endif
