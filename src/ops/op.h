@@ -41,7 +41,7 @@ typedef struct zt_op_bwd {
 
 enum {
   ZT_OP_FLAG_VIEW = 1u << 0,   /* forward makes outputs as views of orig inputs */
-  ZT_OP_FLAG_ANY_DTYPE = 1u << 1, /* dispatcher skips the float-dtype check */
+  ZT_OP_FLAG_ANY_DTYPE = 1u << 1, /* marks ops taking non-float inputs; shape rules check dtypes */
 };
 
 struct zt_op {

@@ -44,8 +44,9 @@ zt_status zt__op_save(zt_op_call *c, const zt_tensor *t) {
 zt_status zt__op_saved(zt_op_bwd *b, int i, zt_tensor **out) { return zt_node_saved(b->node, i, out); }
 
 zt_status zt__norm_dim(const char *op, int dim, int ndim, int *out) {
-  int d = dim < 0 ? dim + ndim : dim;
-  if (d < 0 || d >= (ndim ? ndim : 1))
+  int n = ndim ? ndim : 1; /* a 0-d tensor takes dim 0 and -1, as in PyTorch */
+  int d = dim < 0 ? dim + n : dim;
+  if (d < 0 || d >= n)
     return ZT_ERR(ZT_STATUS_SHAPE, "%s: dim %d is out of range for a tensor with %d dims", op, dim, ndim);
   *out = d;
   return ZT_OK;
@@ -202,6 +203,8 @@ zt_status zt__op_run(const zt_op *op, int n_in, zt_tensor *const *in, const zt_o
     zt__error_prefix(s, "op '%s'", op->name);
     goto cleanup;
   }
+  /* forward may record attrs for backward (e.g. a reserved RNG offset) */
+  if (c.node) ((op_payload *)c.node->payload)->attrs = c.attrs;
   for (int k = 0; k < c.n_out; k++) {
     ZT_ASSERT(c.out[k]);
     if (op->flags & ZT_OP_FLAG_VIEW) c.out[k]->is_view = true;
