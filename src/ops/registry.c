@@ -115,6 +115,8 @@ zt_status zt__sum_to_shape(const zt_tensor *g, const zt__tensor_meta *m, zt_tens
   return ZT_OK;
 }
 
+static bool nondiff(const zt_op *op, int i) { return i < 32 && ((op->nondiff_inputs >> i) & 1u); }
+
 zt_status zt__op_run(const zt_op *op, int n_in, zt_tensor *const *in, const zt_op_attrs *attrs, zt_tensor **out) {
   if (!out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "op '%s': the output pointer is NULL", op->name);
   if (op->n_in >= 0 && n_in != op->n_in)
@@ -173,7 +175,7 @@ zt_status zt__op_run(const zt_op *op, int n_in, zt_tensor *const *in, const zt_o
   bool record = false;
   if (zt_grad_enabled())
     for (int i = 0; i < n_in; i++)
-      if (in[i] && in[i]->requires_grad && !(op->nondiff_inputs & (1u << i))) record = true;
+      if (in[i] && in[i]->requires_grad && !nondiff(op, i)) record = true;
   if (record) {
     c.node = zt__node_new(&op_vt, n_in, c.n_out);
     c.node->name = op->node_name;
@@ -183,7 +185,7 @@ zt_status zt__op_run(const zt_op *op, int n_in, zt_tensor *const *in, const zt_o
     p->attrs = c.attrs;
     c.node->payload = p;
     for (int i = 0; i < n_in && s == ZT_OK; i++)
-      if (in[i]) s = (op->nondiff_inputs & (1u << i)) ? (zt__meta_of(in[i], &c.node->in_meta[i]), ZT_OK)
+      if (in[i]) s = nondiff(op, i) ? (zt__meta_of(in[i], &c.node->in_meta[i]), ZT_OK)
                                                       : zt__node_set_edge_from(c.node, i, in[i]);
     if (s) goto cleanup;
   }
