@@ -50,7 +50,9 @@ zt_status zt_tensor_register_post_accumulate_grad_hook(zt_tensor *leaf, zt_post_
 
 /* Node pre-hook: sees (and may replace, freeing the old) the grads of the node's outputs
  * before it runs; entries are never NULL. Post-hook: sees grads it produced for its
- * inputs (NULL where not needed) and the grads it got. */
+ * inputs (NULL where not needed) and the grads it got; it may replace a grad input
+ * (freeing the old) with one of the same shape and dtype. Tensor hooks of an output run
+ * before its node's pre-hooks. */
 typedef zt_status (*zt_node_pre_hook_fn)(zt_node *node, int n_grad_outputs, zt_tensor **grad_outputs,
                                          void *user_data);
 typedef zt_status (*zt_node_post_hook_fn)(zt_node *node, int n_grad_inputs, zt_tensor **grad_inputs,

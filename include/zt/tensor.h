@@ -48,7 +48,8 @@ typedef struct zt_device {
 
 #define ZT_CPU ((zt_device){ZT_DEVICE_CPU, 0})
 bool zt_device_equal(zt_device a, zt_device b);
-/* "cpu", "cuda:0", "disk". buf must hold 16 bytes; returns buf. */
+/* "cpu", "cuda:0", "disk" ("cpu:N" / "disk:N" for an index N > 0). buf must hold 16
+ * bytes; returns buf. */
 const char *zt_device_str(zt_device d, char *buf);
 
 /* ---------------------------------------------------------------- allocator */
@@ -125,7 +126,9 @@ void zt_storage_retain(zt_storage *s);
 void zt_storage_release_ref(zt_storage *s); /* drops one reference; frees at zero */
 /* Free the bytes, keep the object. Views stay valid objects; their data is unreadable. */
 zt_status zt_storage_release(zt_storage *s);
-/* Allocate the bytes again (contents undefined: the caller fills them). */
+/* Allocate the bytes again (contents undefined: the caller fills them). The version is
+ * not bumped (a refill with the same values keeps saved tensors valid); a caller that
+ * writes different values must call zt_tensor_bump_version. */
 zt_status zt_storage_rematerialize(zt_storage *s);
 void zt_storage_retag(zt_storage *s, zt_mem_tag tag);
 
@@ -185,8 +188,11 @@ zt_status zt_tensor_clone_data(const zt_tensor *t, zt_mem_tag tag, zt_tensor **o
 /* Copy values src -> dst (same shape; dtype conversion allowed); bumps dst's version. */
 zt_status zt_tensor_copy_(zt_tensor *dst, const zt_tensor *src);
 zt_status zt_tensor_fill_(zt_tensor *t, double value);
-/* Element i (row-major logical index) as double; for tests and small reads. */
+/* Element i (row-major logical index) as double; for tests and small reads. NaN (and a
+ * message for zt_last_error) when the storage is released or i is out of range. */
 double zt_tensor_get(const zt_tensor *t, int64_t i);
+/* Integer dtypes truncate and saturate (NaN gives 0). Like copy_ and fill_, refused for a
+ * tensor that requires grad while grad mode is on. */
 zt_status zt_tensor_set(zt_tensor *t, int64_t i, double v);
 /* Bump the version counter (call after writing through zt_tensor_data). */
 void zt_tensor_bump_version(zt_tensor *t);
@@ -213,7 +219,8 @@ zt_rng_state zt_rng_reserve(uint64_t nblocks);
 void zt_philox4x32(uint64_t seed, uint64_t counter_lo, uint64_t counter_hi, uint32_t out[4]);
 /* Uniform floats in [0,1) / standard normals for element i of a stream started at s. */
 float zt_rng_uniform_at(zt_rng_state s, uint64_t i);
-/* Fill t with U[lo,hi) / N(mean,std) from the default generator. */
+/* Fill t with U[lo,hi) / N(mean,std) from the default generator. Refused for a tensor
+ * that requires grad while grad mode is on (initialise under zt_set_grad_enabled(false)). */
 zt_status zt_tensor_uniform_(zt_tensor *t, double lo, double hi);
 zt_status zt_tensor_normal_(zt_tensor *t, double mean, double std);
 

@@ -4,6 +4,7 @@
  * first (the reverse of forward order), summing grads into per-node input buffers.
  * Order is deterministic, so results are bitwise reproducible. Nested backward calls
  * (from hooks or custom functions) are their own graph tasks. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,7 +25,7 @@ typedef struct graph_task {
 } graph_task;
 
 static _Thread_local graph_task *tl_task = NULL;
-static int64_t g_task_counter = 0;
+static _Atomic int64_t g_task_counter = 0;
 
 int64_t zt_autograd_graph_task_id(void) { return tl_task ? tl_task->id : -1; }
 
@@ -102,6 +103,9 @@ static int graph_add(task_graph *g, zt_node *n) {
     for (int i = 0; i < g->n; i++) table_insert(g, i);
   }
   g->infos[g->n] = (node_info){.node = n, .capture_first = -1};
+  /* the task holds a reference: hooks and callbacks may free the tensors that own the
+   * graph while it runs */
+  zt__node_retain(n);
   table_insert(g, g->n);
   return g->n++;
 }
@@ -128,14 +132,29 @@ static void discover(task_graph *g, int n_roots, zt_node *const *roots) {
   free(stack);
 }
 
-/* zt_grad: a node is needed if it is a capture target or leads to one. Iterate to a
- * fixed point in reverse discovery order; discovery is DFS, so few passes suffice. */
+/* zt_grad: a node is needed if it is a capture target or leads to one. Visit nodes in
+ * increasing sequence number: an edge goes to a node created earlier (or to a leaf
+ * accumulator, which has no edges), so one pass settles everything; the loop repeats
+ * only if some graph breaks that rule. */
+typedef struct seq_idx {
+  int64_t seq;
+  int idx;
+} seq_idx;
+static int cmp_seq(const void *a, const void *b) {
+  const seq_idx *x = a, *y = b;
+  return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
 static void mark_needed_for_capture(task_graph *g) {
+  seq_idx *order = malloc(sizeof *order * (size_t)(g->n ? g->n : 1));
+  ZT_ASSERT(order);
+  for (int k = 0; k < g->n; k++) order[k] = (seq_idx){g->infos[k].node->seq_nr, k};
+  qsort(order, (size_t)g->n, sizeof *order, cmp_seq);
   bool changed = true;
   while (changed) {
     changed = false;
-    for (int k = g->n - 1; k >= 0; k--) {
-      node_info *in = &g->infos[k];
+    for (int o = 0; o < g->n; o++) {
+      node_info *in = &g->infos[order[o].idx];
       if (in->runs) continue;
       for (int i = 0; i < in->node->n_inputs; i++) {
         zt_node *m = in->node->next[i].node;
@@ -149,6 +168,7 @@ static void mark_needed_for_capture(task_graph *g) {
       }
     }
   }
+  free(order);
 }
 
 /* ------------------------------------------------ ready queue: max-heap on seq_nr */
@@ -202,15 +222,37 @@ typedef struct capture {
   int next_same_node;
 } capture;
 
+/* Grads handed to nodes and summed in buffers are contiguous and readable; hooks and
+ * backward functions may return any view, so normalise here (takes ownership). */
+static zt_status normalize_grad(zt_tensor **t) {
+  if ((*t)->storage->released) {
+    zt_tensor_free(*t);
+    *t = NULL;
+    return ZT_ERR(ZT_STATUS_RELEASED, "a gradient produced during backward has released storage");
+  }
+  if (zt_tensor_is_contiguous(*t)) return ZT_OK;
+  zt_tensor *c;
+  zt_status s = zt_tensor_clone_data(*t, ZT_MEM_TAG_TEMP, &c);
+  zt_tensor_free(*t);
+  *t = s ? NULL : c;
+  return s;
+}
+
 /* Add grad (owned) into buffer slot. */
 static zt_status buffer_add(zt_tensor **slot, zt_tensor *grad) {
+  ZT_TRY(normalize_grad(&grad));
   if (!*slot) {
     *slot = grad;
     return ZT_OK;
   }
+  /* sum in place only into bytes nobody else can see */
   if ((*slot)->storage->refcount > 1 || (*slot)->storage->external) {
     zt_tensor *c;
-    ZT_TRY(zt_tensor_clone_data(*slot, ZT_MEM_TAG_TEMP, &c));
+    zt_status s = zt_tensor_clone_data(*slot, ZT_MEM_TAG_TEMP, &c);
+    if (s) {
+      zt_tensor_free(grad);
+      return s;
+    }
     zt_tensor_free(*slot);
     *slot = c;
   }
@@ -223,11 +265,37 @@ static zt_status check_grad(const zt_node *n, int i, const zt_tensor *g) {
   const zt__tensor_meta *m = &n->in_meta[i];
   if (!zt_shape_equal(g->ndim, g->shape, m->ndim, m->shape) || g->dtype != m->dtype) {
     char a[128], b[128];
-    return ZT_ERR(ZT_STATUS_AUTOGRAD, "%s returned a gradient of shape %s (%s) for input %d, which has shape %s (%s)",
+    return ZT_ERR(ZT_STATUS_AUTOGRAD,
+                  "%s returned a gradient of shape %s (%s) for input %d, which has shape %s (%s); a backward must "
+                  "return grads shaped like its inputs",
                   zt_node_name(n), zt_shape_str(g->ndim, g->shape, a), zt_dtype_name(g->dtype), i,
                   zt_shape_str(m->ndim, m->shape, b), zt_dtype_name(m->dtype));
   }
   return ZT_OK;
+}
+
+/* After a pre-hook: every grad output is still there and shaped like the output. */
+static zt_status check_grad_outputs(const zt_node *n, zt_tensor **bufs) {
+  for (int k = 0; k < n->n_outputs; k++) {
+    const zt__tensor_meta *m = &n->out_meta[k];
+    if (!bufs[k])
+      return ZT_ERR(ZT_STATUS_AUTOGRAD, "a pre-hook of %s left grad output %d NULL; replace it, do not remove it",
+                    zt_node_name(n), k);
+    if (!zt_shape_equal(bufs[k]->ndim, bufs[k]->shape, m->ndim, m->shape) || bufs[k]->dtype != m->dtype) {
+      char a[128], b[128];
+      return ZT_ERR(ZT_STATUS_SHAPE, "a pre-hook of %s replaced grad output %d of shape %s (%s) with one of shape %s (%s)",
+                    zt_node_name(n), k, zt_shape_str(m->ndim, m->shape, a), zt_dtype_name(m->dtype),
+                    zt_shape_str(bufs[k]->ndim, bufs[k]->shape, b), zt_dtype_name(bufs[k]->dtype));
+    }
+    ZT_TRY(normalize_grad(&bufs[k]));
+  }
+  return ZT_OK;
+}
+
+static void free_bufs(zt_tensor **bufs, int n) {
+  if (!bufs) return;
+  for (int k = 0; k < n; k++) zt_tensor_free(bufs[k]);
+  free(bufs);
 }
 
 static zt_status run_node(task_graph *g, int idx, heap *ready, capture *caps, zt_tensor **cap_out,
@@ -240,14 +308,26 @@ static zt_status run_node(task_graph *g, int idx, heap *ready, capture *caps, zt
     if (!in->buf[k]) ZT_TRY(zt_tensor_zeros(n->out_meta[k].ndim, n->out_meta[k].shape, n->out_meta[k].dtype,
                                             n->out_meta[k].device, &in->buf[k]));
     ZT_TRY(zt__run_tensor_hooks(&n->tensor_hooks[k], &in->buf[k]));
+    ZT_TRY(normalize_grad(&in->buf[k]));
   }
   for (int c = in->capture_first; c >= 0; c = caps[c].next_same_node)
     ZT_TRY(zt_tensor_clone_data(in->buf[caps[c].slot], ZT_MEM_TAG_TEMP, &cap_out[caps[c].input_index]));
-  if (!in->runs) return ZT_OK;
+  /* apply may run a nested backward: own the buffers here, not in the task's table */
+  zt_tensor **bufs = in->buf;
+  in->buf = NULL;
+  if (!in->runs) {
+    free_bufs(bufs, n->n_outputs);
+    return ZT_OK;
+  }
 
-  for (int k = 0; k < n->pre_hooks.n; k++) {
-    zt__hook_entry *e = &n->pre_hooks.items[k];
-    if (!e->removed) ZT_TRY(((zt_node_pre_hook_fn)e->fn)(n, n->n_outputs, in->buf, e->user_data));
+  for (int k = 0; s == ZT_OK && k < n->pre_hooks.n; k++) {
+    zt__hook_entry e = n->pre_hooks.items[k];
+    if (!e.removed) s = ((zt_node_pre_hook_fn)e.fn)(n, n->n_outputs, bufs, e.user_data);
+    if (s == ZT_OK) s = check_grad_outputs(n, bufs);
+  }
+  if (s) {
+    free_bufs(bufs, n->n_outputs);
+    return s;
   }
   int ni = n->n_inputs;
   bool *needs = calloc((size_t)(ni ? ni : 1), sizeof *needs);
@@ -260,25 +340,23 @@ static zt_status run_node(task_graph *g, int idx, heap *ready, capture *caps, zt
       needs[i] = j >= 0 && g->infos[j].needed;
     }
   }
-  /* apply may run nested backward: take the buffers out of the (reallocatable) info */
-  zt_tensor **bufs = in->buf;
-  in->buf = NULL;
   s = n->vt->apply(n, bufs, needs, gin);
   zt__node_drop_unpacked(n);
-  if (s == ZT_OK)
-    for (int i = 0; i < ni && s == ZT_OK; i++) {
-      if (gin[i] && !needs[i]) {
-        zt_tensor_free(gin[i]);
-        gin[i] = NULL;
-      }
-      if (gin[i]) s = check_grad(n, i, gin[i]);
+  for (int i = 0; i < ni; i++)
+    if (gin[i] && !needs[i]) {
+      zt_tensor_free(gin[i]);
+      gin[i] = NULL;
     }
+  for (int i = 0; i < ni && s == ZT_OK; i++)
+    if (gin[i]) s = check_grad(n, i, gin[i]);
   for (int k = 0; s == ZT_OK && k < n->post_hooks.n; k++) {
-    zt__hook_entry *e = &n->post_hooks.items[k];
-    if (!e->removed) s = ((zt_node_post_hook_fn)e->fn)(n, ni, gin, n->n_outputs, bufs, e->user_data);
+    zt__hook_entry e = n->post_hooks.items[k];
+    if (!e.removed) s = ((zt_node_post_hook_fn)e.fn)(n, ni, gin, n->n_outputs, bufs, e.user_data);
+    /* a post-hook may replace grad inputs */
+    for (int i = 0; i < ni && s == ZT_OK; i++)
+      if (gin[i]) s = check_grad(n, i, gin[i]);
   }
-  for (int k = 0; k < n->n_outputs; k++) zt_tensor_free(bufs[k]);
-  free(bufs);
+  free_bufs(bufs, n->n_outputs);
   if (!retain_graph && n->n_saved > 0) {
     zt__node_free_saved(n);
     n->saved_freed = true;
@@ -328,6 +406,7 @@ static zt_status run_backward(int n_roots, zt_tensor *const *roots, zt_tensor *c
   heap ready = {0};
   graph_task task = {0}, *prev_task = tl_task;
   zt_status s = ZT_OK;
+  for (int i = 0; i < n_inputs; i++) grads_out[i] = NULL;
 
   for (int r = 0; r < n_roots && s == ZT_OK; r++) {
     zt_tensor *t = roots[r];
@@ -422,7 +501,7 @@ static zt_status run_backward(int n_roots, zt_tensor *const *roots, zt_tensor *c
     }
   }
 
-  task.id = ++g_task_counter;
+  task.id = atomic_fetch_add(&g_task_counter, 1) + 1;
   tl_task = &task;
   while (ready.n && s == ZT_OK) s = run_node(&g, heap_pop(&ready, &g), &ready, caps, grads_out, retain_graph);
   /* End-of-backward callbacks, including those queued by callbacks. */
@@ -436,11 +515,8 @@ done:
       zt_tensor_free(grads_out[i]);
       grads_out[i] = NULL;
     }
-  for (int k = 0; k < g.n; k++) {
-    if (g.infos[k].buf)
-      for (int j = 0; j < g.infos[k].node->n_outputs; j++) zt_tensor_free(g.infos[k].buf[j]);
-    free(g.infos[k].buf);
-  }
+  for (int k = 0; k < g.n; k++) free_bufs(g.infos[k].buf, g.infos[k].node->n_outputs);
+  for (int k = 0; k < g.n; k++) zt__node_release(g.infos[k].node);
   for (int r = 0; r < n_roots; r++) zt_tensor_free(root_grads[r]);
   free(task.cbs);
   free(g.infos);

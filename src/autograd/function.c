@@ -27,15 +27,21 @@ static void fn_destroy(zt_node *n) {
 
 static const zt__node_vtable fn_vt = {"CustomFunction", fn_apply, fn_destroy};
 
+/* ctx must be a custom function's node (ops' nodes carry another payload). */
+static fn_payload *payload_of(zt_node *ctx) {
+  ZT_ASSERT(ctx && ctx->vt == &fn_vt && ctx->payload);
+  return ctx->payload;
+}
+
 void zt_fn_ctx_set_data(zt_node *ctx, void *data, void (*free_fn)(void *)) {
-  fn_payload *p = ctx->payload;
+  fn_payload *p = payload_of(ctx);
   if (p->data_free) p->data_free(p->data);
   p->data = data;
   p->data_free = free_fn;
 }
-void *zt_fn_ctx_data(zt_node *ctx) { return ((fn_payload *)ctx->payload)->data; }
+void *zt_fn_ctx_data(zt_node *ctx) { return payload_of(ctx)->data; }
 bool zt_fn_ctx_needs_input_grad(zt_node *ctx, int i) {
-  fn_payload *p = ctx->payload;
+  fn_payload *p = payload_of(ctx);
   return i >= 0 && i < ctx->n_inputs && p->needs_input_grad[i];
 }
 
@@ -50,9 +56,10 @@ zt_status zt_function_apply(const zt_function *fn, int n_inputs, zt_tensor *cons
   zt_node *n = zt__node_new(&fn_vt, n_inputs, n_outputs);
   n->name = fn->name;
   fn_payload *p = calloc(1, sizeof *p);
+  ZT_ASSERT(p);
   p->fn = fn;
   p->needs_input_grad = calloc((size_t)(n_inputs ? n_inputs : 1), sizeof(bool));
-  ZT_ASSERT(p && p->needs_input_grad);
+  ZT_ASSERT(p->needs_input_grad);
   n->payload = p;
   zt_status s = ZT_OK;
   for (int i = 0; i < n_inputs && s == ZT_OK; i++) {
@@ -71,20 +78,34 @@ zt_status zt_function_apply(const zt_function *fn, int n_inputs, zt_tensor *cons
       s = ZT_ERR(ZT_STATUS_INVALID_ARG, "custom function %s: forward did not set output %d", zt_node_name(n), i);
       break;
     }
-    for (int j = 0; j < n_inputs; j++)
+    for (int j = 0; j < n_inputs && s == ZT_OK; j++)
       if (outputs[i] == inputs[j])
         s = ZT_ERR(ZT_STATUS_INVALID_ARG,
                    "custom function %s: forward returned input %d itself as output %d; return a new tensor "
                    "(zt_tensor_alias for a view)",
                    zt_node_name(n), j, i);
+    for (int j = 0; j < i && s == ZT_OK; j++)
+      if (outputs[i] == outputs[j])
+        s = ZT_ERR(ZT_STATUS_INVALID_ARG, "custom function %s: forward returned one tensor as outputs %d and %d",
+                   zt_node_name(n), j, i);
+    if (s == ZT_OK && (outputs[i]->grad_fn || outputs[i]->grad_acc || outputs[i]->requires_grad))
+      s = ZT_ERR(ZT_STATUS_INVALID_ARG,
+                 "custom function %s: output %d already has autograd history or requires grad; forward must "
+                 "return new tensors (it runs with grad mode off)",
+                 zt_node_name(n), i);
   }
   if (s) {
+    /* free what forward made, once each; never the caller's inputs nor tensors with
+     * autograd state (forward, running without grad, cannot have made those) */
     for (int i = 0; i < n_outputs; i++) {
-      bool is_input = false;
-      for (int j = 0; j < n_inputs; j++) is_input |= outputs[i] == inputs[j];
-      if (!is_input) zt_tensor_free(outputs[i]);
-      outputs[i] = NULL;
+      bool skip = !outputs[i];
+      for (int j = 0; j < n_inputs; j++) skip |= outputs[i] == inputs[j];
+      for (int j = 0; j < i; j++) skip |= outputs[i] == outputs[j]; /* freed already */
+      if (skip) continue;
+      zt_tensor *o = outputs[i];
+      if (!o->grad_fn && !o->grad_acc && !o->requires_grad) zt_tensor_free(o);
     }
+    for (int i = 0; i < n_outputs; i++) outputs[i] = NULL;
     zt__node_release(n);
     return s;
   }

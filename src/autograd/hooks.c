@@ -51,18 +51,25 @@ zt_status zt__run_tensor_hooks(zt__hook_list *l, zt_tensor **grad) {
   for (int i = 0; i < l->n; i++) {
     if (l->items[i].removed) continue;
     zt_tensor *rep = NULL;
-    ZT_TRY(((zt_tensor_hook_fn)l->items[i].fn)(*grad, &rep, l->items[i].user_data));
-    if (rep && rep != *grad) {
-      if (!zt_shape_equal(rep->ndim, rep->shape, (*grad)->ndim, (*grad)->shape)) {
-        char a[128], b[128];
-        zt_status s = ZT_ERR(ZT_STATUS_SHAPE, "a tensor grad hook replaced a grad of shape %s with one of shape %s",
-                             zt_shape_str((*grad)->ndim, (*grad)->shape, a), zt_shape_str(rep->ndim, rep->shape, b));
-        zt_tensor_free(rep);
-        return s;
-      }
-      zt_tensor_free(*grad);
-      *grad = rep;
+    zt_status s = ((zt_tensor_hook_fn)l->items[i].fn)(*grad, &rep, l->items[i].user_data);
+    if (rep == *grad) rep = NULL;
+    if (s) {
+      zt_tensor_free(rep);
+      return s;
     }
+    if (!rep) continue;
+    if (!zt_shape_equal(rep->ndim, rep->shape, (*grad)->ndim, (*grad)->shape) || rep->dtype != (*grad)->dtype) {
+      char a[128], b[128];
+      s = ZT_ERR(ZT_STATUS_SHAPE,
+                 "a tensor grad hook replaced a grad of shape %s (%s) with one of shape %s (%s); the replacement "
+                 "must have the same shape and dtype",
+                 zt_shape_str((*grad)->ndim, (*grad)->shape, a), zt_dtype_name((*grad)->dtype),
+                 zt_shape_str(rep->ndim, rep->shape, b), zt_dtype_name(rep->dtype));
+      zt_tensor_free(rep);
+      return s;
+    }
+    zt_tensor_free(*grad);
+    *grad = rep;
   }
   return ZT_OK;
 }

@@ -27,14 +27,15 @@ zt_node *zt__node_new(const zt__node_vtable *vt, int n_inputs, int n_outputs) {
 }
 
 void zt__node_retain(zt_node *n) {
-  ZT_ASSERT(n->refcount > 0);
-  n->refcount++;
+  /* atomic: graphs built on different threads may share a leaf's accumulator */
+  int prev = __atomic_fetch_add(&n->refcount, 1, __ATOMIC_RELAXED);
+  ZT_ASSERT(prev > 0);
 }
 
 static void node_destroy_one(zt_node *n, zt_node ***stack, int *sp, int *cap) {
   for (int i = 0; i < n->n_inputs; i++) {
     zt_node *m = n->next[i].node;
-    if (m && --m->refcount == 0) {
+    if (m && __atomic_sub_fetch(&m->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
       if (*sp == *cap) {
         *cap = *cap ? 2 * *cap : 64;
         *stack = realloc(*stack, sizeof **stack * (size_t)*cap);
@@ -60,8 +61,9 @@ static void node_destroy_one(zt_node *n, zt_node ***stack, int *sp, int *cap) {
 
 void zt__node_release(zt_node *n) {
   if (!n) return;
-  ZT_ASSERT(n->refcount > 0);
-  if (--n->refcount > 0) return;
+  int left = __atomic_sub_fetch(&n->refcount, 1, __ATOMIC_ACQ_REL);
+  ZT_ASSERT(left >= 0);
+  if (left > 0) return;
   zt_node **stack = NULL;
   int sp = 0, cap = 0;
   node_destroy_one(n, &stack, &sp, &cap);
@@ -77,16 +79,26 @@ void zt__meta_of(const zt_tensor *t, zt__tensor_meta *m) {
 }
 
 /* ------------------------------------------------ leaf accumulators */
+/* The engine owns grad_outputs[0] and frees it right after apply. When nothing else
+ * shares its storage, the leaf adopts those bytes (an alias; the engine's reference goes
+ * away after apply) instead of copying them. */
+static bool can_adopt(const zt_tensor *leaf, const zt_tensor *g, int refs_allowed) {
+  return g->storage->refcount <= refs_allowed && !g->storage->external && !g->storage->released && g->offset == 0 &&
+         zt_tensor_is_contiguous(g) && g->dtype == leaf->dtype && g->storage->nbytes == zt_tensor_nbytes(g) &&
+         zt_shape_equal(g->ndim, g->shape, leaf->ndim, leaf->shape);
+}
+
 static zt_status acc_apply(zt_node *n, zt_tensor *const *grad_outputs, const bool *needs, zt_tensor **grad_inputs) {
   (void)needs, (void)grad_inputs;
+  bool adopt = n->leaf && !n->leaf->grad && can_adopt(n->leaf, grad_outputs[0], 1);
   zt_tensor *g = NULL;
   ZT_TRY(zt_tensor_alias(grad_outputs[0], &g));
-  return zt__accumulate_into_leaf(n, g);
+  return zt__accumulate_into_leaf(n, g, adopt);
 }
 const zt__node_vtable zt__accumulate_grad_vt = {"AccumulateGrad", acc_apply, NULL};
 
 zt_status zt_tensor_grad_accumulator(zt_tensor *leaf, zt_node **out) {
-  if (!leaf) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_grad_accumulator: tensor is NULL");
+  if (!leaf || !out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_grad_accumulator: tensor or out is NULL");
   if (leaf->grad_fn || !leaf->requires_grad)
     return ZT_ERR(ZT_STATUS_AUTOGRAD, "only leaf tensors that require grad have a grad accumulator");
   if (!leaf->grad_acc) {
@@ -99,39 +111,55 @@ zt_status zt_tensor_grad_accumulator(zt_tensor *leaf, zt_node **out) {
   return ZT_OK;
 }
 
+/* Offset in elements of row-major logical index i of t. */
+static int64_t strided_offset(const zt_tensor *t, int64_t i) {
+  int64_t off = 0;
+  for (int d = t->ndim - 1; d >= 0; d--) {
+    off += (i % t->shape[d]) * t->stride[d];
+    i /= t->shape[d];
+  }
+  return off;
+}
+
+/* dst += src, same shape; any strides and float dtypes (fast paths: contiguous f32/f64). */
 static void add_into(zt_tensor *dst, const zt_tensor *src) {
   int64_t n = zt_tensor_numel(dst);
+  if (n == 0) return;
   void *d = zt__tensor_ptr(dst);
   const void *s = zt__tensor_ptr(src);
-  if (dst->dtype == ZT_DTYPE_F32 && src->dtype == ZT_DTYPE_F32) {
+  bool contig = zt_tensor_is_contiguous(dst) && zt_tensor_is_contiguous(src);
+  if (contig && dst->dtype == ZT_DTYPE_F32 && src->dtype == ZT_DTYPE_F32) {
     float *restrict df = d;
     const float *restrict sf = s;
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; i++) df[i] += sf[i];
-  } else if (dst->dtype == ZT_DTYPE_F64 && src->dtype == ZT_DTYPE_F64) {
+  } else if (contig && dst->dtype == ZT_DTYPE_F64 && src->dtype == ZT_DTYPE_F64) {
     double *restrict dd = d;
     const double *restrict sd = s;
+#pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; i++) dd[i] += sd[i];
   } else {
-    for (int64_t i = 0; i < n; i++) zt__store(dst->dtype, d, i, zt__load(dst->dtype, d, i) + zt__load(src->dtype, s, i));
+    for (int64_t i = 0; i < n; i++) {
+      int64_t od = strided_offset(dst, i), os = strided_offset(src, i);
+      zt__store(dst->dtype, d, od, zt__load(dst->dtype, d, od) + zt__load(src->dtype, s, os));
+    }
   }
 }
 
-/* dst += src for contiguous tensors of one shape (engine buffers and leaf grads). */
+/* dst += src for tensors of one shape (engine buffers and leaf grads). */
 void zt__grad_add_into(zt_tensor *dst, const zt_tensor *src) {
   add_into(dst, src);
   zt_tensor_bump_version(dst);
 }
 
-zt_status zt__accumulate_into_leaf(zt_node *acc, zt_tensor *grad) {
+zt_status zt__accumulate_into_leaf(zt_node *acc, zt_tensor *grad, bool adopt) {
   zt_tensor *leaf = acc->leaf;
   if (!leaf) {
     zt_tensor_free(grad);
     return ZT_OK;
   }
   if (!leaf->grad) {
-    bool adopt = grad->storage->refcount == 1 && grad->offset == 0 && zt_tensor_is_contiguous(grad) &&
-                 grad->dtype == leaf->dtype && grad->storage->nbytes == zt_tensor_nbytes(grad) && !grad->storage->external;
+    adopt = adopt || can_adopt(leaf, grad, 1);
     if (adopt) {
       zt_storage_retag(grad->storage, ZT_MEM_TAG_GRAD);
       leaf->grad = grad;
@@ -148,13 +176,20 @@ zt_status zt__accumulate_into_leaf(zt_node *acc, zt_tensor *grad) {
     }
     leaf->grad->requires_grad = false;
   } else {
-    if (leaf->grad->storage->released) {
-      zt_tensor_free(grad);
-      return ZT_ERR(ZT_STATUS_RELEASED, "cannot accumulate into a leaf's .grad whose storage was released");
+    zt_tensor *lg = leaf->grad;
+    zt_status s = ZT_OK;
+    if (lg->storage->released)
+      s = ZT_ERR(ZT_STATUS_RELEASED, "cannot accumulate into a leaf's .grad whose storage was released; "
+                                     "re-materialise it, or set .grad to NULL to start a new one");
+    else if (!zt_shape_equal(lg->ndim, lg->shape, grad->ndim, grad->shape) || !zt_dtype_is_float(lg->dtype)) {
+      char a[128], b[128];
+      s = ZT_ERR(ZT_STATUS_SHAPE, "cannot accumulate a gradient of shape %s into a leaf's .grad of shape %s (%s)",
+                 zt_shape_str(grad->ndim, grad->shape, a), zt_shape_str(lg->ndim, lg->shape, b),
+                 zt_dtype_name(lg->dtype));
     }
-    add_into(leaf->grad, grad);
-    zt_tensor_bump_version(leaf->grad);
+    if (!s) zt__grad_add_into(lg, grad);
     zt_tensor_free(grad);
+    ZT_TRY(s);
   }
   for (int i = 0; i < acc->post_acc_hooks.n; i++) {
     zt__hook_entry *e = &acc->post_acc_hooks.items[i];

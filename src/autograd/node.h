@@ -38,6 +38,7 @@ typedef struct zt__saved {
   zt_saved_tensor_hooks hooks;
   bool hooked;
   uint64_t version;       /* storage version at save time */
+  zt__tensor_meta meta;   /* shape/dtype at save time: unpack must give the same */
   zt_tensor *unpacked;    /* set during backward, freed after apply */
 } zt__saved;
 
@@ -88,8 +89,9 @@ void zt__node_drop_unpacked(zt_node *n);
 bool zt__any_requires_grad(int n, zt_tensor *const *ts);
 void zt__meta_of(const zt_tensor *t, zt__tensor_meta *m);
 
-/* Leaf accumulation (engine). Takes ownership of grad. */
-zt_status zt__accumulate_into_leaf(zt_node *acc, zt_tensor *grad);
+/* Leaf accumulation (engine). Takes ownership of grad. adopt: the leaf may keep grad's
+ * storage as its .grad (the caller knows no one else will write it). */
+zt_status zt__accumulate_into_leaf(zt_node *acc, zt_tensor *grad, bool adopt);
 extern const zt__node_vtable zt__accumulate_grad_vt;
 
 /* Per-thread saved-hooks top (NULL when the stack is empty). */

@@ -65,6 +65,7 @@ zt_status zt_node_save(zt_node *n, const zt_tensor *t, int *index) {
   }
   zt__saved rec = {0};
   rec.version = t->storage->version;
+  zt__meta_of(t, &rec.meta);
   const zt_saved_tensor_hooks *h = zt__saved_hooks_top();
   if (h) {
     rec.hooked = true;
@@ -81,6 +82,7 @@ zt_status zt_node_save(zt_node *n, const zt_tensor *t, int *index) {
 int zt_node_n_saved(const zt_node *n) { return n->n_saved; }
 
 zt_status zt_node_saved(zt_node *n, int i, zt_tensor **out) {
+  if (!n || !out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_node_saved: node or out is NULL");
   if (n->saved_freed)
     return ZT_ERR(ZT_STATUS_AUTOGRAD,
                   "trying to backward through the graph a second time (or to read saved tensors after they were "
@@ -99,6 +101,22 @@ zt_status zt_node_saved(zt_node *n, int i, zt_tensor **out) {
     zt_tensor *u = NULL;
     ZT_TRY(rec->hooks.unpack(rec->packed, &u, rec->hooks.user_data));
     if (!u) return ZT_ERR(ZT_STATUS_AUTOGRAD, "%s: the unpack hook returned no tensor for saved tensor %d", zt_node_name(n), i);
+    const zt__tensor_meta *m = &rec->meta;
+    if (!zt_shape_equal(u->ndim, u->shape, m->ndim, m->shape) || u->dtype != m->dtype) {
+      char a[128], b[128];
+      zt_status s = ZT_ERR(ZT_STATUS_AUTOGRAD,
+                           "%s: the unpack hook returned a tensor of shape %s (%s) for saved tensor %d, which was "
+                           "saved with shape %s (%s); unpack must restore what pack was given",
+                           zt_node_name(n), zt_shape_str(u->ndim, u->shape, a), zt_dtype_name(u->dtype), i,
+                           zt_shape_str(m->ndim, m->shape, b), zt_dtype_name(m->dtype));
+      zt_tensor_free(u);
+      return s;
+    }
+    if (u->storage->released) {
+      zt_tensor_free(u);
+      return ZT_ERR(ZT_STATUS_RELEASED, "%s: the unpack hook returned a tensor with released storage for saved tensor %d",
+                    zt_node_name(n), i);
+    }
     if (!zt_tensor_is_contiguous(u)) {
       zt_tensor *c;
       zt_status s = zt_tensor_clone_data(u, ZT_MEM_TAG_TEMP, &c);

@@ -25,6 +25,7 @@ static _Atomic int64_t g_live_allocs[ZT_DEVICE_TYPE_COUNT];
 static void *default_alloc(void *ctx, size_t bytes, zt_device dev) {
   (void)ctx;
   if (dev.type != ZT_DEVICE_CPU && dev.type != ZT_DEVICE_DISK) return NULL;
+  if (bytes > SIZE_MAX - ZT_ALIGN) return NULL; /* rounding up would wrap */
   size_t rounded = (bytes + ZT_ALIGN - 1) / ZT_ALIGN * ZT_ALIGN;
   return aligned_alloc(ZT_ALIGN, rounded);
 }
@@ -98,7 +99,7 @@ zt_status zt_mem_alloc(size_t bytes, zt_device dev, zt_mem_tag tag, void **out) 
 
 void zt_mem_free(void *ptr, size_t bytes, zt_device dev, zt_mem_tag tag) {
   if (!ptr) return;
-  ZT_ASSERT(dev_ok(dev));
+  ZT_ASSERT(dev_ok(dev) && (int)tag >= 0 && tag < ZT_MEM_TAG_COUNT);
   const zt_allocator *al = &g_alloc[dev.type];
   al->free(al->ctx, ptr, bytes, dev);
   atomic_fetch_sub(&g_live_allocs[dev.type], 1);
@@ -107,6 +108,7 @@ void zt_mem_free(void *ptr, size_t bytes, zt_device dev, zt_mem_tag tag) {
 
 void zt_mem_retag(size_t bytes, zt_device dev, zt_mem_tag from, zt_mem_tag to) {
   if (from == to || bytes == 0) return;
+  ZT_ASSERT(dev_ok(dev) && (int)from >= 0 && from < ZT_MEM_TAG_COUNT && (int)to >= 0 && to < ZT_MEM_TAG_COUNT);
   acct *a = &g_acct[dev.type][dev.index];
   atomic_fetch_sub(&a->current[from], (int64_t)bytes);
   int64_t cur = atomic_fetch_add(&a->current[to], (int64_t)bytes) + (int64_t)bytes;

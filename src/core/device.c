@@ -7,9 +7,10 @@ bool zt_device_equal(zt_device a, zt_device b) { return a.type == b.type && a.in
 
 const char *zt_device_str(zt_device d, char *buf) {
   switch (d.type) {
-  case ZT_DEVICE_CPU: snprintf(buf, 16, "cpu"); break;
+  /* cpu and disk carry an index only when it is not 0 (accounting may use several) */
+  case ZT_DEVICE_CPU: d.index ? snprintf(buf, 16, "cpu:%d", d.index) : snprintf(buf, 16, "cpu"); break;
   case ZT_DEVICE_CUDA: snprintf(buf, 16, "cuda:%d", d.index); break;
-  case ZT_DEVICE_DISK: snprintf(buf, 16, "disk"); break;
+  case ZT_DEVICE_DISK: d.index ? snprintf(buf, 16, "disk:%d", d.index) : snprintf(buf, 16, "disk"); break;
   default: snprintf(buf, 16, "invalid(%d)", (int)d.type); break;
   }
   return buf;

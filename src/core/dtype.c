@@ -22,7 +22,7 @@ const char *zt_dtype_name(zt_dtype dt) { return zt_dtype_valid(dt) ? dtype_info[
 bool zt_dtype_is_float(zt_dtype dt) { return zt_dtype_valid(dt) && dtype_info[dt].is_float; }
 
 zt_status zt_dtype_parse(const char *name, zt_dtype *out) {
-  if (!name) return ZT_ERR(ZT_STATUS_INVALID_ARG, "dtype name is NULL");
+  if (!name || !out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_dtype_parse: name or out is NULL");
   for (int i = 0; i < ZT_DTYPE_COUNT; i++) {
     if (!strcmp(name, dtype_info[i].name) || !strcmp(name, dtype_info[i].alias)) {
       *out = (zt_dtype)i;

@@ -58,6 +58,7 @@ zt_status zt_tensor_uniform_(zt_tensor *t, double lo, double hi) {
   if (!t || !zt_dtype_is_float(t->dtype))
     return ZT_ERR(ZT_STATUS_DTYPE, "zt_tensor_uniform_: needs a floating-point tensor");
   if (!zt_tensor_is_contiguous(t)) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_uniform_: tensor must be contiguous");
+  ZT_TRY(zt__check_inplace(t, "zt_tensor_uniform_"));
   void *p;
   ZT_TRY(zt_tensor_data(t, &p));
   int64_t n = zt_tensor_numel(t);
@@ -77,6 +78,7 @@ zt_status zt_tensor_normal_(zt_tensor *t, double mean, double std) {
   if (!t || !zt_dtype_is_float(t->dtype))
     return ZT_ERR(ZT_STATUS_DTYPE, "zt_tensor_normal_: needs a floating-point tensor");
   if (!zt_tensor_is_contiguous(t)) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_normal_: tensor must be contiguous");
+  ZT_TRY(zt__check_inplace(t, "zt_tensor_normal_"));
   void *p;
   ZT_TRY(zt_tensor_data(t, &p));
   int64_t n = zt_tensor_numel(t);

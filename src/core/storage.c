@@ -61,7 +61,9 @@ zt_status zt_storage_rematerialize(zt_storage *s) {
   if (!s->released) return ZT_OK;
   ZT_TRY(zt_mem_alloc(s->nbytes, s->device, s->tag, &s->data));
   s->released = false;
-  s->version++;
+  /* No version bump: release + re-materialise is how reshard and offload move bytes
+   * away and back unchanged, and tensors saved for backward must stay valid across it.
+   * A caller that refills with different values bumps the version itself. */
   return ZT_OK;
 }
 

@@ -15,6 +15,7 @@ bool (*zt__grad_mode_query)(void) = NULL;
 static zt_status check_shape(int ndim, const int64_t *shape, const char *fn) {
   if (ndim < 0 || ndim > ZT_MAX_DIMS)
     return ZT_ERR(ZT_STATUS_SHAPE, "%s: %d dims requested; tensors have 0 to %d dims", fn, ndim, ZT_MAX_DIMS);
+  if (ndim > 0 && !shape) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: shape is NULL for a %d-dim tensor", fn, ndim);
   for (int i = 0; i < ndim; i++)
     if (shape[i] < 0) return ZT_ERR(ZT_STATUS_SHAPE, "%s: negative size %lld in dim %d", fn, (long long)shape[i], i);
   return ZT_OK;
@@ -24,6 +25,19 @@ static int64_t shape_numel(int ndim, const int64_t *shape) {
   int64_t n = 1;
   for (int i = 0; i < ndim; i++) n *= shape[i];
   return n;
+}
+
+/* Byte size of a (checked) shape; overflow is an error rather than a wrap-around. */
+static zt_status shape_nbytes(int ndim, const int64_t *shape, zt_dtype dt, const char *fn, size_t *out) {
+  int64_t n = (int64_t)zt_dtype_size(dt);
+  for (int i = 0; i < ndim; i++)
+    if (__builtin_mul_overflow(n, shape[i], &n)) {
+      char b[128];
+      return ZT_ERR(ZT_STATUS_SHAPE, "%s: shape %s of %s is too large (its byte size overflows)", fn,
+                    zt_shape_str(ndim, shape, b), zt_dtype_name(dt));
+    }
+  *out = (size_t)n;
+  return ZT_OK;
 }
 
 void zt__set_contiguous_strides(zt_tensor *t) {
@@ -42,10 +56,10 @@ zt_status zt__tensor_new_view(zt_storage *st, int64_t offset, int ndim, const in
   zt_storage_retain(st);
   t->offset = offset;
   t->ndim = ndim;
-  memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
-  if (stride)
-    memcpy(t->stride, stride, sizeof(int64_t) * (size_t)ndim);
-  else
+  if (ndim > 0) memcpy(t->shape, shape, sizeof(int64_t) * (size_t)ndim);
+  if (stride) {
+    if (ndim > 0) memcpy(t->stride, stride, sizeof(int64_t) * (size_t)ndim);
+  } else
     zt__set_contiguous_strides(t);
   t->dtype = dt;
   *out = t;
@@ -64,8 +78,10 @@ zt_status zt_tensor_empty_tagged(int ndim, const int64_t *shape, zt_dtype dt, zt
     return ZT_ERR(ZT_STATUS_DEVICE, "zt_tensor_empty: no compute backend for device %s in this build",
                   zt_device_str(dev, d));
   }
+  size_t nbytes = 0;
+  ZT_TRY(shape_nbytes(ndim, shape, dt, "zt_tensor_empty", &nbytes));
   zt_storage *st;
-  ZT_TRY(zt_storage_new((size_t)shape_numel(ndim, shape) * zt_dtype_size(dt), dev, tag, &st));
+  ZT_TRY(zt_storage_new(nbytes, dev, tag, &st));
   zt_status s = zt__tensor_new_view(st, 0, ndim, shape, NULL, dt, out);
   zt_storage_release_ref(st);
   return s;
@@ -90,7 +106,7 @@ zt_status zt_tensor_full(int ndim, const int64_t *shape, zt_dtype dt, zt_device 
 zt_status zt_tensor_from_data(int ndim, const int64_t *shape, zt_dtype dt, const void *data, zt_tensor **out) {
   if (!data) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_from_data: data is NULL");
   ZT_TRY(zt_tensor_empty(ndim, shape, dt, ZT_CPU, out));
-  memcpy((*out)->storage->data, data, (*out)->storage->nbytes);
+  if ((*out)->storage->nbytes) memcpy((*out)->storage->data, data, (*out)->storage->nbytes);
   return ZT_OK;
 }
 
@@ -123,17 +139,29 @@ bool zt_shape_equal(int na, const int64_t *a, int nb, const int64_t *b) {
   return true;
 }
 
+/* Never overflows buf: a shape too long for 128 bytes ends in "...)". */
 const char *zt_shape_str(int ndim, const int64_t *shape, char *buf) {
+  char tmp[ZT_MAX_DIMS * 24 + 8];
   size_t len = 0;
-  len += (size_t)snprintf(buf + len, 128 - len, "(");
-  for (int i = 0; i < ndim && len < 120; i++)
-    len += (size_t)snprintf(buf + len, 128 - len, i ? ", %lld" : "%lld", (long long)shape[i]);
-  if (len < 126) snprintf(buf + len, 128 - len, ndim == 1 ? ",)" : ")");
+  if (ndim < 0 || ndim > ZT_MAX_DIMS) {
+    snprintf(buf, 128, "(invalid ndim %d)", ndim);
+    return buf;
+  }
+  tmp[len++] = '(';
+  for (int i = 0; i < ndim; i++)
+    len += (size_t)snprintf(tmp + len, sizeof tmp - len, i ? ", %lld" : "%lld", (long long)shape[i]);
+  snprintf(tmp + len, sizeof tmp - len, ndim == 1 ? ",)" : ")");
+  if (strlen(tmp) < 128) {
+    memcpy(buf, tmp, strlen(tmp) + 1);
+  } else {
+    memcpy(buf, tmp, 123);
+    memcpy(buf + 123, "...)", 5);
+  }
   return buf;
 }
 
 zt_status zt_tensor_data(const zt_tensor *t, void **out) {
-  if (!t) return ZT_ERR(ZT_STATUS_INVALID_ARG, "tensor is NULL");
+  if (!t || !out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_data: tensor or out is NULL");
   if (t->storage->released)
     return ZT_ERR(ZT_STATUS_RELEASED,
                   "tensor data was released (its storage was freed by a reshard or an offload); "
@@ -148,6 +176,7 @@ void *zt__tensor_ptr(const zt_tensor *t) {
 }
 
 zt_status zt_tensor_alias(const zt_tensor *t, zt_tensor **out) {
+  if (!t || !out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_alias: tensor or out is NULL");
   ZT_TRY(zt__tensor_new_view(t->storage, t->offset, t->ndim, t->shape, t->stride, t->dtype, out));
   (*out)->is_view = t->is_view;
   return ZT_OK;
@@ -167,14 +196,24 @@ double zt__load(zt_dtype dt, const void *p, int64_t i) {
   return 0;
 }
 
+/* double -> integer without undefined behaviour: NaN gives 0, out-of-range values
+ * saturate, the rest truncate toward zero (as a C cast would). */
+static int64_t sat_i64(double v, double lo, double hi) {
+  if (v != v) return 0;
+  if (v <= lo) return (int64_t)lo;
+  if (v >= hi) return (int64_t)hi;
+  return (int64_t)v;
+}
+
 void zt__store(zt_dtype dt, void *p, int64_t i, double v) {
   switch (dt) {
   case ZT_DTYPE_F32: ((float *)p)[i] = (float)v; break;
   case ZT_DTYPE_F64: ((double *)p)[i] = v; break;
   case ZT_DTYPE_BF16: ((uint16_t *)p)[i] = zt_f32_to_bf16((float)v); break;
   case ZT_DTYPE_F16: ((uint16_t *)p)[i] = zt_f32_to_f16((float)v); break;
-  case ZT_DTYPE_I32: ((int32_t *)p)[i] = (int32_t)v; break;
-  case ZT_DTYPE_I64: ((int64_t *)p)[i] = (int64_t)v; break;
+  case ZT_DTYPE_I32: ((int32_t *)p)[i] = (int32_t)sat_i64(v, -2147483648.0, 2147483647.0); break;
+  /* 2^63 is not an int64; the largest double below it is 2^63 - 1024 */
+  case ZT_DTYPE_I64: ((int64_t *)p)[i] = sat_i64(v, -9223372036854775808.0, 9223372036854774784.0); break;
   default: ZT_ASSERT(0 && "bad dtype");
   }
 }
@@ -190,14 +229,22 @@ static int64_t strided_index(const zt_tensor *t, int64_t i) {
   return off;
 }
 
+/* Bad reads are user errors, not broken invariants: NaN and a message, no abort. */
 double zt_tensor_get(const zt_tensor *t, int64_t i) {
-  ZT_ASSERT(i >= 0 && i < zt_tensor_numel(t));
-  return zt__load(t->dtype, zt__tensor_ptr(t), strided_index(t, i));
+  void *p;
+  if (zt_tensor_data(t, &p)) return NAN;
+  if (i < 0 || i >= zt_tensor_numel(t)) {
+    ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_get: index %lld out of range for %lld elements", (long long)i,
+           (long long)zt_tensor_numel(t));
+    return NAN;
+  }
+  return zt__load(t->dtype, p, strided_index(t, i));
 }
 
 zt_status zt_tensor_set(zt_tensor *t, int64_t i, double v) {
   void *p;
   ZT_TRY(zt_tensor_data(t, &p));
+  ZT_TRY(zt__check_inplace(t, "zt_tensor_set"));
   if (i < 0 || i >= zt_tensor_numel(t))
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_set: index %lld out of range for %lld elements", (long long)i,
                   (long long)zt_tensor_numel(t));
@@ -209,7 +256,8 @@ zt_status zt_tensor_set(zt_tensor *t, int64_t i, double v) {
 void zt_tensor_bump_version(zt_tensor *t) { t->storage->version++; }
 
 /* Copy src -> dst elementwise over any strides; rows along the last dim are memcpy'd
- * when both are unit-stride there and dtypes match. */
+ * when both are unit-stride there and dtypes match. Same-dtype copies move bytes (never
+ * through double), so i64 values above 2^53 and NaN payloads survive. */
 void zt__strided_copy(zt_tensor *dst, const zt_tensor *src) {
   int nd = src->ndim;
   int64_t n = zt_tensor_numel(src);
@@ -217,14 +265,15 @@ void zt__strided_copy(zt_tensor *dst, const zt_tensor *src) {
   const char *sp = zt__tensor_ptr(src);
   char *dp = zt__tensor_ptr(dst);
   size_t es = zt_dtype_size(src->dtype);
-  if (dst->dtype == src->dtype && zt_tensor_is_contiguous(src) && zt_tensor_is_contiguous(dst)) {
-    memcpy(dp, sp, (size_t)n * es);
+  bool same = dst->dtype == src->dtype;
+  if (same && zt_tensor_is_contiguous(src) && zt_tensor_is_contiguous(dst)) {
+    memmove(dp, sp, (size_t)n * es);
     return;
   }
   int64_t inner = nd ? src->shape[nd - 1] : 1;
   int64_t sst = nd ? src->stride[nd - 1] : 1, dst_st = nd ? dst->stride[nd - 1] : 1;
   int64_t rows = n / inner;
-  bool fast = dst->dtype == src->dtype && sst == 1 && dst_st == 1;
+  bool fast = same && sst == 1 && dst_st == 1;
 #pragma omp parallel for schedule(static) if (n > 32768)
   for (int64_t r = 0; r < rows; r++) {
     int64_t so = 0, doff = 0, rem = r;
@@ -236,8 +285,12 @@ void zt__strided_copy(zt_tensor *dst, const zt_tensor *src) {
     }
     if (fast) {
       memcpy(dp + doff * (int64_t)es, sp + so * (int64_t)es, (size_t)inner * es);
-    } else if (dst->dtype == src->dtype && es == 4) {
+    } else if (same && es == 4) {
       for (int64_t j = 0; j < inner; j++) ((uint32_t *)dp)[doff + j * dst_st] = ((const uint32_t *)sp)[so + j * sst];
+    } else if (same && es == 8) {
+      for (int64_t j = 0; j < inner; j++) ((uint64_t *)dp)[doff + j * dst_st] = ((const uint64_t *)sp)[so + j * sst];
+    } else if (same && es == 2) {
+      for (int64_t j = 0; j < inner; j++) ((uint16_t *)dp)[doff + j * dst_st] = ((const uint16_t *)sp)[so + j * sst];
     } else {
       for (int64_t j = 0; j < inner; j++)
         zt__store(dst->dtype, dp, doff + j * dst_st, zt__load(src->dtype, sp, so + j * sst));
@@ -246,6 +299,7 @@ void zt__strided_copy(zt_tensor *dst, const zt_tensor *src) {
 }
 
 zt_status zt_tensor_clone_data(const zt_tensor *t, zt_mem_tag tag, zt_tensor **out) {
+  if (!out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_clone_data: out is NULL");
   void *p;
   ZT_TRY(zt_tensor_data(t, &p));
   ZT_TRY(zt_tensor_empty_tagged(t->ndim, t->shape, t->dtype, zt_tensor_device(t), tag, out));
@@ -253,7 +307,7 @@ zt_status zt_tensor_clone_data(const zt_tensor *t, zt_mem_tag tag, zt_tensor **o
   return ZT_OK;
 }
 
-static zt_status check_inplace(const zt_tensor *t, const char *fn) {
+zt_status zt__check_inplace(const zt_tensor *t, const char *fn) {
   if (t->requires_grad && zt__grad_mode_query && zt__grad_mode_query())
     return ZT_ERR(ZT_STATUS_AUTOGRAD,
                   "%s: a tensor that requires grad is used in an in-place operation while grad mode is on; "
@@ -269,7 +323,7 @@ zt_status zt_tensor_copy_(zt_tensor *dst, const zt_tensor *src) {
     return ZT_ERR(ZT_STATUS_SHAPE, "zt_tensor_copy_: shapes differ: destination %s, source %s",
                   zt_shape_str(dst->ndim, dst->shape, a), zt_shape_str(src->ndim, src->shape, b));
   }
-  ZT_TRY(check_inplace(dst, "zt_tensor_copy_"));
+  ZT_TRY(zt__check_inplace(dst, "zt_tensor_copy_"));
   void *p;
   ZT_TRY(zt_tensor_data(dst, &p));
   ZT_TRY(zt_tensor_data(src, &p));
@@ -291,7 +345,7 @@ void zt__fill_contiguous(zt_tensor *t, double v) {
 
 zt_status zt_tensor_fill_(zt_tensor *t, double value) {
   if (!t) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_fill_: tensor is NULL");
-  ZT_TRY(check_inplace(t, "zt_tensor_fill_"));
+  ZT_TRY(zt__check_inplace(t, "zt_tensor_fill_"));
   void *p;
   ZT_TRY(zt_tensor_data(t, &p));
   if (zt_tensor_is_contiguous(t)) {

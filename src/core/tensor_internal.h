@@ -14,6 +14,9 @@ zt_status zt__tensor_new_view(zt_storage *st, int64_t offset, int ndim, const in
 void zt__set_contiguous_strides(zt_tensor *t);
 void zt__strided_copy(zt_tensor *dst, const zt_tensor *src);
 void zt__fill_contiguous(zt_tensor *t, double v);
+/* In-place writes to a tensor that requires grad are refused while grad mode is on
+ * (the write would not be recorded); fn names the caller in the message. */
+zt_status zt__check_inplace(const zt_tensor *t, const char *fn);
 double zt__load(zt_dtype dt, const void *p, int64_t i);
 void zt__store(zt_dtype dt, void *p, int64_t i, double v);
 

@@ -1,0 +1,158 @@
+/* Post-accumulate-grad hooks: leaves that require grad only; run after .grad is updated,
+ * once per accumulation, never for zt_grad, in order, removable, and may take .grad away
+ * (as a data-parallel reduce-scatter does). */
+#include <stdlib.h>
+
+#include "zt_test.h"
+
+static zt_tensor *ones_like(const zt_tensor *t) {
+  zt_tensor *o = NULL;
+  ZT_CHECK_OK(zt_tensor_full(t->ndim, t->shape, t->dtype, ZT_CPU, 1, &o));
+  return o;
+}
+static void free_all(zt_tensor **ts, int n) {
+  for (int i = 0; i < n; i++) zt_tensor_free(ts[i]);
+}
+
+typedef struct acc_rec {
+  int calls;
+  double grad_first; /* leaf->grad[0] when called */
+  bool had_grad;
+  int task_ok;       /* called inside a backward */
+  int id, *order, *n_order;
+  bool take_grad;    /* free .grad and set it to NULL */
+  zt_tensor *seen_leaf;
+} acc_rec;
+
+static zt_status acc_hook(zt_tensor *leaf, void *ud) {
+  acc_rec *r = ud;
+  r->calls++;
+  r->seen_leaf = leaf;
+  r->had_grad = leaf->grad != NULL;
+  r->grad_first = leaf->grad ? zt_tensor_get(leaf->grad, 0) : NAN;
+  r->task_ok += zt_autograd_graph_task_id() >= 0;
+  if (r->order) r->order[(*r->n_order)++] = r->id;
+  if (r->take_grad) {
+    zt_tensor_free(leaf->grad);
+    leaf->grad = NULL;
+  }
+  return ZT_OK;
+}
+
+static void test_fires_after_grad_update(void) {
+  int64_t shape[] = {3};
+  zt_tensor *x = zt_test_rand_leaf(1, shape, ZT_DTYPE_F32, -1, 1, 1), *y = NULL;
+  acc_rec r = {0};
+  ZT_CHECK_OK(zt_tensor_register_post_accumulate_grad_hook(x, acc_hook, &r, NULL));
+  ZT_CHECK_OK(zt_mul_scalar(x, 3, &y));
+  zt_tensor *g = ones_like(y);
+  ZT_CHECK_OK(zt_backward(1, &y, &g, true));
+  ZT_CHECK(r.calls == 1 && r.had_grad && r.grad_first == 3 && r.seen_leaf == x && r.task_ok == 1);
+  ZT_CHECK_OK(zt_backward(1, &y, &g, false));
+  ZT_CHECK(r.calls == 2 && r.grad_first == 6); /* sees the accumulated value */
+  zt_tensor *all[] = {x, y, g};
+  free_all(all, 3);
+}
+
+static void test_once_per_accumulation(void) {
+  int64_t shape[] = {2};
+  zt_tensor *x = zt_test_rand_leaf(1, shape, ZT_DTYPE_F64, -1, 1, 2), *a = NULL, *b = NULL, *c = NULL, *s = NULL;
+  acc_rec r = {0};
+  ZT_CHECK_OK(zt_tensor_register_post_accumulate_grad_hook(x, acc_hook, &r, NULL));
+  ZT_CHECK_OK(zt_mul_scalar(x, 2, &a));
+  ZT_CHECK_OK(zt_mul_scalar(x, 3, &b));
+  ZT_CHECK_OK(zt_mul(x, x, &c));
+  ZT_CHECK_OK(zt_add(a, b, &s));
+  zt_tensor *s2 = NULL;
+  ZT_CHECK_OK(zt_add(s, c, &s2));
+  zt_tensor *g = ones_like(s2);
+  ZT_CHECK_OK(zt_backward(1, &s2, &g, false));
+  ZT_CHECK(r.calls == 1); /* four uses, one accumulation */
+  ZT_CHECK_NEAR(r.grad_first, 5 + 2 * zt_tensor_get(x, 0), 1e-12);
+  /* two roots reaching the leaf: still one accumulation per backward */
+  zt_tensor *p = NULL, *q = NULL;
+  ZT_CHECK_OK(zt_exp(x, &p));
+  ZT_CHECK_OK(zt_tanh(x, &q));
+  ZT_CHECK_OK(zt_backward(2, (zt_tensor *[]){p, q}, (zt_tensor *[]){g, g}, false));
+  ZT_CHECK(r.calls == 2);
+  zt_tensor *all[] = {x, a, b, c, s, s2, g, p, q};
+  free_all(all, 9);
+}
+
+static void test_not_for_zt_grad_and_order(void) {
+  int64_t shape[] = {2};
+  zt_tensor *x = zt_test_rand_leaf(1, shape, ZT_DTYPE_F64, -1, 1, 3), *y = NULL;
+  int order[8], n = 0;
+  acc_rec r1 = {.id = 1, .order = order, .n_order = &n}, r2 = {.id = 2, .order = order, .n_order = &n};
+  zt_hook_handle *h1 = NULL;
+  ZT_CHECK_OK(zt_tensor_register_post_accumulate_grad_hook(x, acc_hook, &r1, &h1));
+  ZT_CHECK_OK(zt_tensor_register_post_accumulate_grad_hook(x, acc_hook, &r2, NULL));
+  ZT_CHECK_OK(zt_exp(x, &y));
+  zt_tensor *g = ones_like(y), *gx = NULL;
+  ZT_CHECK_OK(zt_grad(1, &y, &g, 1, &x, true, &gx));
+  ZT_CHECK(r1.calls == 0 && r2.calls == 0 && x->grad == NULL);
+  ZT_CHECK_OK(zt_backward(1, &y, &g, true));
+  ZT_CHECK(n == 2 && order[0] == 1 && order[1] == 2);
+  zt_hook_remove(h1);
+  ZT_CHECK_OK(zt_backward(1, &y, &g, false));
+  ZT_CHECK(r1.calls == 1 && r2.calls == 2 && n == 3 && order[2] == 2);
+  zt_tensor *all[] = {x, y, g, gx};
+  free_all(all, 4);
+}
+
+/* The hook takes the grad away (e.g. after reducing it elsewhere); the next backward
+ * starts a new .grad. */
+static void test_hook_takes_grad(void) {
+  int64_t shape[] = {2};
+  zt_tensor *x = zt_test_rand_leaf(1, shape, ZT_DTYPE_F32, -1, 1, 4), *y = NULL;
+  acc_rec r = {.take_grad = true};
+  ZT_CHECK_OK(zt_tensor_register_post_accumulate_grad_hook(x, acc_hook, &r, NULL));
+  ZT_CHECK_OK(zt_mul_scalar(x, 2, &y));
+  zt_tensor *g = ones_like(y);
+  int64_t live = zt_test_live_bytes();
+  ZT_CHECK_OK(zt_backward(1, &y, &g, true));
+  ZT_CHECK(r.calls == 1 && r.grad_first == 2 && x->grad == NULL);
+  ZT_CHECK(zt_test_live_bytes() == live);
+  ZT_CHECK_OK(zt_backward(1, &y, &g, false));
+  ZT_CHECK(r.calls == 2 && r.grad_first == 2 && x->grad == NULL);
+  zt_tensor *all[] = {x, y, g};
+  free_all(all, 3);
+}
+
+static zt_status failing_acc_hook(zt_tensor *leaf, void *ud) {
+  (void)leaf, (void)ud;
+  return ZT_ERR(ZT_STATUS_COMM, "reduce-scatter failed");
+}
+
+static void test_errors(void) {
+  int64_t shape[] = {2};
+  zt_tensor *x = zt_test_rand_leaf(1, shape, ZT_DTYPE_F32, -1, 1, 5), *y = NULL, *c = NULL;
+  ZT_CHECK_OK(zt_exp(x, &y));
+  ZT_CHECK_ERR(zt_tensor_register_post_accumulate_grad_hook(y, acc_hook, NULL, NULL), ZT_STATUS_AUTOGRAD,
+               "post-accumulate-grad hooks can only be registered on leaf tensors that require grad");
+  ZT_CHECK_OK(zt_tensor_zeros(1, shape, ZT_DTYPE_F32, ZT_CPU, &c));
+  ZT_CHECK_ERR(zt_tensor_register_post_accumulate_grad_hook(c, acc_hook, NULL, NULL), ZT_STATUS_AUTOGRAD,
+               "only be registered on leaf tensors");
+  ZT_CHECK_ERR(zt_tensor_register_post_accumulate_grad_hook(NULL, acc_hook, NULL, NULL), ZT_STATUS_INVALID_ARG,
+               "tensor is NULL");
+  ZT_CHECK_ERR(zt_tensor_register_post_accumulate_grad_hook(x, NULL, NULL, NULL), ZT_STATUS_INVALID_ARG,
+               "hook function is NULL");
+  zt_hook_handle *h = NULL;
+  ZT_CHECK_OK(zt_tensor_register_post_accumulate_grad_hook(x, failing_acc_hook, NULL, &h));
+  zt_tensor *g = ones_like(y);
+  ZT_CHECK_ERR(zt_backward(1, &y, &g, true), ZT_STATUS_COMM, "reduce-scatter failed");
+  ZT_CHECK(x->grad != NULL); /* it ran after the update */
+  zt_hook_remove(h);
+  ZT_CHECK_OK(zt_backward(1, &y, &g, false));
+  zt_tensor *all[] = {x, y, c, g};
+  free_all(all, 4);
+}
+
+int main(void) {
+  ZT_RUN(test_fires_after_grad_update);
+  ZT_RUN(test_once_per_accumulation);
+  ZT_RUN(test_not_for_zt_grad_and_order);
+  ZT_RUN(test_hook_takes_grad);
+  ZT_RUN(test_errors);
+  return zt_test_finish();
+}
