@@ -94,6 +94,11 @@ void zt_mem_reset_peaks(void);
 /* Write a human-readable table of every device with bytes into buf (snprintf rules);
  * returns the length that the full report needs. */
 size_t zt_mem_report(char *buf, size_t cap);
+/* The default host allocator keeps freed blocks of >= 1 MiB for reuse (bounded by the
+ * env var ZT_ALLOC_CACHE_MB, default 1024; 0 disables). Cached bytes are not counted as
+ * live by the accounting; these report and return them. */
+int64_t zt_mem_cached_bytes(void);
+void zt_mem_empty_cache(void);
 /* Peak resident set size of this process in bytes (from the OS), for cross-checks. */
 int64_t zt_mem_peak_rss(void);
 

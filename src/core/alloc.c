@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/resource.h>
 
 #include "zt/tensor.h"
@@ -22,17 +23,98 @@ typedef struct acct {
 static acct g_acct[ZT_DEVICE_TYPE_COUNT][ZT_MAX_DEVICE_INDEX];
 static _Atomic int64_t g_live_allocs[ZT_DEVICE_TYPE_COUNT];
 
+/* Large-block cache of the default host allocator. A freed block of >= 1 MiB is kept for
+ * the next allocation of the same rounded size, so a training step that makes the same
+ * big buffers every step does not pay for fresh pages (faults and zeroing) each time.
+ * Cached bytes are not live: the accounting drops at free; zt_mem_cached_bytes() shows
+ * them. Bounded (ZT_ALLOC_CACHE_MB, default 1024; 0 disables), oldest evicted first. */
+#define CACHE_MIN ((size_t)1 << 20)
+#define CACHE_ROUND ((size_t)64 << 10)
+#define CACHE_SLOTS 128
+typedef struct cache_slot {
+  void *ptr;
+  size_t size;
+} cache_slot;
+static cache_slot g_cache[CACHE_SLOTS];
+static int g_cache_n;
+static size_t g_cache_bytes;
+static int64_t g_cache_limit = -1; /* -1: not read from the environment yet */
+static pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t round_size(size_t bytes) {
+  size_t q = bytes >= CACHE_MIN ? CACHE_ROUND : ZT_ALIGN;
+  return (bytes + q - 1) / q * q;
+}
+
+static int64_t cache_limit(void) {
+  if (g_cache_limit < 0) {
+    const char *e = getenv("ZT_ALLOC_CACHE_MB");
+    long long mb = e && *e ? atoll(e) : 1024;
+    g_cache_limit = mb > 0 ? (int64_t)mb << 20 : 0;
+  }
+  return g_cache_limit;
+}
+
 static void *default_alloc(void *ctx, size_t bytes, zt_device dev) {
   (void)ctx;
   if (dev.type != ZT_DEVICE_CPU && dev.type != ZT_DEVICE_DISK) return NULL;
-  if (bytes > SIZE_MAX - ZT_ALIGN) return NULL; /* rounding up would wrap */
-  size_t rounded = (bytes + ZT_ALIGN - 1) / ZT_ALIGN * ZT_ALIGN;
-  return aligned_alloc(ZT_ALIGN, rounded);
+  if (bytes > SIZE_MAX - CACHE_ROUND) return NULL; /* rounding up would wrap */
+  size_t rounded = round_size(bytes);
+  if (rounded >= CACHE_MIN) {
+    pthread_mutex_lock(&g_cache_mu);
+    for (int i = g_cache_n - 1; i >= 0; i--)
+      if (g_cache[i].size == rounded) {
+        void *p = g_cache[i].ptr;
+        g_cache_bytes -= rounded;
+        memmove(&g_cache[i], &g_cache[i + 1], sizeof *g_cache * (size_t)(g_cache_n - i - 1));
+        g_cache_n--;
+        pthread_mutex_unlock(&g_cache_mu);
+        return p;
+      }
+    pthread_mutex_unlock(&g_cache_mu);
+  }
+  void *p = aligned_alloc(ZT_ALIGN, rounded);
+  if (!p && rounded >= CACHE_MIN) { /* out of memory: give the cache back and retry */
+    zt_mem_empty_cache();
+    p = aligned_alloc(ZT_ALIGN, rounded);
+  }
+  return p;
 }
+
 static void default_free(void *ctx, void *ptr, size_t bytes, zt_device dev) {
-  (void)ctx, (void)bytes, (void)dev;
+  (void)ctx, (void)dev;
+  size_t rounded = round_size(bytes);
+  if (rounded >= CACHE_MIN && (int64_t)rounded <= cache_limit()) {
+    pthread_mutex_lock(&g_cache_mu);
+    while (g_cache_n && ((int64_t)(g_cache_bytes + rounded) > cache_limit() || g_cache_n == CACHE_SLOTS)) {
+      free(g_cache[0].ptr); /* evict the oldest */
+      g_cache_bytes -= g_cache[0].size;
+      memmove(&g_cache[0], &g_cache[1], sizeof *g_cache * (size_t)(g_cache_n - 1));
+      g_cache_n--;
+    }
+    g_cache[g_cache_n++] = (cache_slot){ptr, rounded};
+    g_cache_bytes += rounded;
+    pthread_mutex_unlock(&g_cache_mu);
+    return;
+  }
   free(ptr);
 }
+
+void zt_mem_empty_cache(void) {
+  pthread_mutex_lock(&g_cache_mu);
+  for (int i = 0; i < g_cache_n; i++) free(g_cache[i].ptr);
+  g_cache_n = 0;
+  g_cache_bytes = 0;
+  pthread_mutex_unlock(&g_cache_mu);
+}
+
+int64_t zt_mem_cached_bytes(void) {
+  pthread_mutex_lock(&g_cache_mu);
+  int64_t b = (int64_t)g_cache_bytes;
+  pthread_mutex_unlock(&g_cache_mu);
+  return b;
+}
+
 static const zt_allocator default_allocator = {default_alloc, default_free, NULL};
 static zt_allocator g_alloc[ZT_DEVICE_TYPE_COUNT] = {
     {default_alloc, default_free, NULL}, {default_alloc, default_free, NULL}, {default_alloc, default_free, NULL}};

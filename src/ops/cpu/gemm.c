@@ -1,0 +1,111 @@
+/* GEMM through OpenBLAS (row-major cblas_sgemm / cblas_dgemm), its broadcast batched
+ * form, and linear's bias helpers. Callers have checked that every size fits BLAS's int.
+ * BLAS calls stay outside OpenMP regions (OpenBLAS threads each call itself); only the
+ * bandwidth-bound bias helpers use OpenMP loops. */
+#include <cblas.h>
+#include <string.h>
+
+#include "gemm.h"
+#include "kernels.h"
+
+static int64_t max1(int64_t x) { return x > 1 ? x : 1; }
+
+void zt__cpu_gemm(zt_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
+                  const void *B, int64_t ldb, double beta, void *C, int64_t ldc) {
+  ZT_ASSERT(dt == ZT_DTYPE_F32 || dt == ZT_DTYPE_F64);
+  ZT_ASSERT(beta == 0.0 || beta == 1.0);
+  if (M == 0 || N == 0) return;
+  size_t es = zt_dtype_size(dt);
+  if (K == 0) {
+    /* An empty sum. BLAS would reject the zero leading dims, so do it here. */
+    if (beta == 0.0)
+      for (int64_t i = 0; i < M; i++) memset((char *)C + (size_t)(i * ldc) * es, 0, (size_t)N * es);
+    return;
+  }
+  /* Leading dims must be >= 1 even for a single row/column (BLAS argument checks). */
+  lda = max1(lda);
+  ldb = max1(ldb);
+  ldc = max1(ldc);
+  enum CBLAS_TRANSPOSE opa = ta ? CblasTrans : CblasNoTrans, opb = tb ? CblasTrans : CblasNoTrans;
+  if (dt == ZT_DTYPE_F32)
+    cblas_sgemm(CblasRowMajor, opa, opb, (int)M, (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb, (float)beta, C,
+                (int)ldc);
+  else
+    cblas_dgemm(CblasRowMajor, opa, opb, (int)M, (int)N, (int)K, 1.0, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+
+void zt__cpu_gemm_batched(zt_dtype dt, const zt__gemm_batch *bt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                          const void *A, int64_t lda, const void *B, int64_t ldb, void *C, int64_t ldc) {
+  int nbd = bt->nbd;
+  int64_t nb = 1;
+  for (int d = 0; d < nbd; d++) nb *= bt->bshape[d];
+  size_t es = zt_dtype_size(dt);
+  int64_t idx[ZT_MAX_DIMS] = {0};
+  int64_t oa = 0, ob = 0, oc = 0;
+  for (int64_t i = 0; i < nb; i++) {
+    /* First visit of this C slice: every coordinate along a dim C is broadcast on is 0
+     * (row-major order reaches that index before any other mapping to the slice). */
+    bool first = true;
+    for (int d = 0; d < nbd; d++)
+      if (bt->cs[d] == 0 && idx[d] != 0) first = false;
+    zt__cpu_gemm(dt, ta, tb, M, N, K, (const char *)A + (size_t)oa * es, lda, (const char *)B + (size_t)ob * es, ldb,
+                 first ? 0.0 : 1.0, (char *)C + (size_t)oc * es, ldc);
+    /* advance the batch index (odometer) and the three offsets with it */
+    for (int d = nbd - 1; d >= 0; d--) {
+      if (++idx[d] < bt->bshape[d]) {
+        oa += bt->as[d];
+        ob += bt->bs[d];
+        oc += bt->cs[d];
+        break;
+      }
+      oa -= bt->as[d] * (bt->bshape[d] - 1);
+      ob -= bt->bs[d] * (bt->bshape[d] - 1);
+      oc -= bt->cs[d] * (bt->bshape[d] - 1);
+      idx[d] = 0;
+    }
+  }
+}
+
+/* out (R,N) = bias (N) per row (=). */
+#define ZT_DEFINE_FILL_ROWS(T, SUF)                                                   \
+  static void fill_rows_##SUF(int64_t R, int64_t N, const T *restrict bias, T *restrict out) { \
+    _Pragma("omp parallel for schedule(static) if (R * N > ZT_PAR_MIN)")               \
+    for (int64_t r = 0; r < R; r++) memcpy(out + r * N, bias, (size_t)N * sizeof(T)); \
+  }
+ZT_DEFINE_FILL_ROWS(float, f32)
+ZT_DEFINE_FILL_ROWS(double, f64)
+
+void zt__cpu_fill_rows(zt_dtype dt, int64_t R, int64_t N, const void *bias, void *out) {
+  if (dt == ZT_DTYPE_F32)
+    fill_rows_f32(R, N, bias, out);
+  else
+    fill_rows_f64(R, N, bias, out);
+}
+
+/* out (N) = sum_r g (R,N) (=). Threads split the columns into blocks of COLS; each block
+ * walks all rows with a vectorisable inner loop over its columns, accumulating in double
+ * (f32 grads summed over thousands of rows would otherwise lose digits). */
+#define COLS 64
+#define ZT_DEFINE_COL_SUM(T, SUF)                                                      \
+  static void col_sum_##SUF(int64_t R, int64_t N, const T *restrict g, T *restrict out) { \
+    int64_t nblk = (N + COLS - 1) / COLS;                                              \
+    _Pragma("omp parallel for schedule(static) if (R * N > ZT_PAR_MIN)")                \
+    for (int64_t blk = 0; blk < nblk; blk++) {                                         \
+      int64_t j0 = blk * COLS, w = N - j0 < COLS ? N - j0 : COLS;                      \
+      double acc[COLS] = {0};                                                          \
+      for (int64_t r = 0; r < R; r++) {                                                \
+        const T *row = g + r * N + j0;                                                 \
+        _Pragma("omp simd") for (int64_t j = 0; j < w; j++) acc[j] += (double)row[j];  \
+      }                                                                                \
+      for (int64_t j = 0; j < w; j++) out[j0 + j] = (T)acc[j];                         \
+    }                                                                                  \
+  }
+ZT_DEFINE_COL_SUM(float, f32)
+ZT_DEFINE_COL_SUM(double, f64)
+
+void zt__cpu_col_sum(zt_dtype dt, int64_t R, int64_t N, const void *g, void *out) {
+  if (dt == ZT_DTYPE_F32)
+    col_sum_f32(R, N, g, out);
+  else
+    col_sum_f64(R, N, g, out);
+}
