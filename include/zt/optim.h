@@ -1,0 +1,47 @@
+/* zerotrain optim: AdamW and SGD with momentum over a list of named parameters, global
+ * grad-norm clipping, a cosine learning-rate schedule with warm-up. Optimizer state
+ * tensors carry the OPTIM tag. Updates run with grad mode off and bump versions. */
+#ifndef ZT_OPTIM_H
+#define ZT_OPTIM_H
+
+#include "zt/nn.h"
+
+typedef enum zt_optim_kind { ZT_OPTIM_ADAMW = 0, ZT_OPTIM_SGD } zt_optim_kind;
+
+typedef struct zt_optim_config {
+  zt_optim_kind kind;
+  double lr;
+  double beta1, beta2, eps; /* AdamW */
+  double weight_decay;      /* decoupled (AdamW) / L2-free for SGD: applied as w -= lr*wd*w */
+  double momentum;          /* SGD */
+} zt_optim_config;
+/* AdamW defaults: lr 6e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1. */
+zt_optim_config zt_optim_default(zt_optim_kind kind);
+
+typedef struct zt_optim zt_optim;
+
+/* params: borrowed; must outlive the optimizer. State is created lazily at first step. */
+zt_status zt_optim_new(const zt_optim_config *c, int n_params, const zt_param *params, zt_optim **out);
+void zt_optim_free(zt_optim *o);
+/* One update with learning rate lr (the schedule's value for this step). Parameters
+ * whose .grad is NULL are skipped. */
+zt_status zt_optim_step(zt_optim *o, double lr);
+/* Free every parameter's .grad (set_to_none semantics). */
+void zt_optim_zero_grad(zt_optim *o);
+int64_t zt_optim_step_count(const zt_optim *o);
+
+/* State for checkpoints: n named tensors (e.g. "exp_avg.transformer.wte.weight"),
+ * owned by the optimizer (created if missing), plus the step count. Loading copies values
+ * into them. */
+zt_status zt_optim_state(zt_optim *o, int *n, const char *const **names, zt_tensor *const **tensors);
+void zt_optim_set_step_count(zt_optim *o, int64_t step);
+
+/* Global L2 norm of all grads; if max_norm > 0 and the norm exceeds it, scale every grad
+ * by max_norm / (norm + 1e-6). Returns the norm before clipping in *norm. */
+zt_status zt_clip_grad_norm(int n_params, const zt_param *params, double max_norm, double *norm);
+
+/* Cosine schedule: linear warm-up from 0 to max_lr over warmup steps, then cosine decay
+ * to min_lr at total steps; min_lr after that. step counts from 0. */
+double zt_lr_cosine(int64_t step, int64_t warmup, int64_t total, double max_lr, double min_lr);
+
+#endif

@@ -1,0 +1,107 @@
+/* zerotrain train: token data (files, tokenizers, the built-in default dataset, batching),
+ * checkpoint files (safetensors, atomic writes, resumable training state) and the
+ * training loop behind `zt train`. */
+#ifndef ZT_TRAIN_H
+#define ZT_TRAIN_H
+
+#include "zt/optim.h"
+
+/* ------------------------------------------------ token files (src/train/data.c)
+ * Layout (little-endian): magic "ZTOK", u32 version (1), u32 token width in bytes (2 or
+ * 4), u32 vocab size (0 if unknown), u64 token count, then the tokens. Loading checks
+ * every field and the file length, and names the file and what was wrong. */
+typedef struct zt_tokens {
+  int32_t *ids; /* owned */
+  int64_t count;
+  int32_t vocab_size; /* from the header; 0 if unknown */
+} zt_tokens;
+zt_status zt_tokens_load(const char *path, zt_tokens **out);
+/* Written atomically (temp file, fsync, rename). width 0: 2 if every id < 65536, else 4. */
+zt_status zt_tokens_save(const char *path, const zt_tokens *t, int width);
+void zt_tokens_free(zt_tokens *t);
+/* Error if any id is outside [0, vocab_size), naming the first one and its position. */
+zt_status zt_tokens_check_range(const zt_tokens *t, int32_t vocab_size);
+
+/* ------------------------------------------------ tokenizers (src/train/tokenizer.c) */
+typedef struct zt_tokenizer zt_tokenizer;
+/* Byte-level: one token per byte, vocab 256. */
+zt_status zt_tokenizer_byte(zt_tokenizer **out);
+/* GPT-2 byte-pair encoding from the user's encoder.json and vocab.bpe (merges). */
+zt_status zt_tokenizer_gpt2(const char *encoder_json_path, const char *merges_path, zt_tokenizer **out);
+void zt_tokenizer_free(zt_tokenizer *t);
+int32_t zt_tokenizer_vocab_size(const zt_tokenizer *t);
+/* *ids is malloc'd (caller frees). */
+zt_status zt_tokenizer_encode(const zt_tokenizer *t, const char *text, size_t len, int32_t **ids, int64_t *n);
+/* *text is malloc'd and NUL-terminated (caller frees). */
+zt_status zt_tokenizer_decode(const zt_tokenizer *t, const int32_t *ids, int64_t n, char **text, size_t *len);
+/* Tokenize a text file into a token file. */
+zt_status zt_tokenize_file(const zt_tokenizer *t, const char *text_path, const char *out_path);
+
+/* ------------------------------------------------ default data (src/train/default_data.c) */
+/* The built-in dataset: needs no download and no file (see README for what it is),
+ * byte-level tokens, split into train and validation parts. */
+zt_status zt_default_dataset(zt_tokens **train, zt_tokens **val);
+
+/* ------------------------------------------------ batching (src/train/loader.c) */
+typedef struct zt_loader_config {
+  int64_t batch; /* rows per step on this rank */
+  int64_t seq;   /* T */
+  uint64_t seed;
+  int rank, world; /* each rank reads a disjoint part of every global batch */
+} zt_loader_config;
+/* Position in the stream of batches, for resuming. */
+typedef struct zt_loader_pos {
+  uint64_t epoch;
+  int64_t index; /* next window in this epoch's shuffled order */
+} zt_loader_pos;
+typedef struct zt_loader zt_loader;
+/* Windows of seq+1 tokens at multiples of seq, shuffled per epoch with the seed.
+ * tokens is borrowed. */
+zt_status zt_loader_new(const zt_tokens *tokens, const zt_loader_config *c, zt_loader **out);
+void zt_loader_free(zt_loader *l);
+/* Fill x and y (B, T) i32 (y = x shifted by one). */
+zt_status zt_loader_next(zt_loader *l, zt_tensor *x, zt_tensor *y);
+zt_loader_pos zt_loader_get_pos(const zt_loader *l);
+zt_status zt_loader_set_pos(zt_loader *l, zt_loader_pos pos);
+int64_t zt_loader_windows_per_epoch(const zt_loader *l);
+
+/* ------------------------------------------------ files (src/train/fileio.c) */
+/* Write bytes to path atomically: a temp file in the same folder, fsync, rename, fsync
+ * of the folder. On failure the old file (if any) is intact. */
+zt_status zt_write_file_atomic(const char *path, const void *const *chunks, const size_t *sizes, int n_chunks);
+/* Read a whole file (malloc'd, caller frees). */
+zt_status zt_read_file(const char *path, void **data, size_t *size);
+
+/* ------------------------------------------------ safetensors (src/train/safetensors.c) */
+/* Save tensors (f32/f64/bf16/f16/i32/i64) with their names, plus optional string
+ * metadata pairs, atomically. */
+zt_status zt_safetensors_save(const char *path, int n, const char *const *names, zt_tensor *const *tensors,
+                              int n_meta, const char *const *meta_keys, const char *const *meta_values);
+/* Load the named tensors into existing tensors (shapes must match; dtypes are converted).
+ * strict: every name must be present in the file and the file must hold no others.
+ * Errors name the file, the tensor and what differs. */
+zt_status zt_safetensors_load_into(const char *path, int n, const char *const *names, zt_tensor *const *tensors,
+                                   bool strict);
+/* Read one metadata value (malloc'd string, caller frees; NULL if absent). */
+zt_status zt_safetensors_metadata(const char *path, const char *key, char **value);
+
+/* ------------------------------------------------ training checkpoints (src/train/checkpoint.c) */
+/* Everything needed to resume bitwise: written to DIR as model.safetensors (HF GPT-2
+ * names, loadable by transformers), optim.safetensors and state.json. */
+typedef struct zt_train_state {
+  int64_t step;          /* steps completed */
+  zt_rng_state rng;      /* default generator */
+  zt_loader_pos data;    /* train loader position */
+  zt_gpt2_config model;  /* to refuse a checkpoint of another shape */
+} zt_train_state;
+zt_status zt_checkpoint_save(const char *dir, zt_gpt2 *m, zt_optim *o, const zt_train_state *st);
+/* Loads into an existing model/optimizer of the same config (error naming what differs). */
+zt_status zt_checkpoint_load(const char *dir, zt_gpt2 *m, zt_optim *o, zt_train_state *st);
+/* Read only the state (to build the right model before loading). */
+zt_status zt_checkpoint_read_state(const char *dir, zt_train_state *st);
+/* Load GPT-2 weights from a transformers safetensors file (model.safetensors of
+ * GPT2LMHeadModel; Conv1D weights are transposed on load, lm_head tied to wte). */
+zt_status zt_gpt2_load_hf(zt_gpt2 *m, const char *path);
+zt_status zt_gpt2_save_hf(zt_gpt2 *m, const char *path);
+
+#endif
