@@ -1,14 +1,15 @@
 /* zerotrain nn: modules with named parameters, and the GPT-2 model.
  * A module owns its parameter tensors (tag PARAM, requires_grad) and its children;
- * zt_module_free frees them all. Parameter names are dotted paths; GPT-2 uses the
- * tensor names of Hugging Face's GPT2LMHeadModel ("transformer.h.0.attn.c_attn.weight"). */
+ * Parameter names are dotted paths; GPT-2 uses the tensor names and layouts of Hugging
+ * Face's GPT2LMHeadModel ("transformer.h.0.attn.c_attn.weight", Conv1D weights stored
+ * (in, out) and applied with zt_linear_io), so checkpoints need no conversion. */
 #ifndef ZT_NN_H
 #define ZT_NN_H
 
 #include "zt/ops.h"
 
-/* A named parameter. `decay`: whether weight decay applies (matrices yes; biases,
- * layer-norm gains and ... no). */
+/* A named parameter. `decay`: whether weight decay applies (2-D weights and embeddings
+ * yes; biases and layer-norm parameters no). */
 typedef struct zt_param {
   char name[96];
   zt_tensor *tensor;

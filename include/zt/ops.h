@@ -56,6 +56,9 @@ zt_status zt_matmul(zt_tensor *a, zt_tensor *b, bool trans_a, bool trans_b, zt_t
 /* x (..., in) . W^T (out, in) + bias (out) (bias may be NULL). */
 zt_status zt_linear(zt_tensor *x, zt_tensor *weight, zt_tensor *bias, zt_tensor **out);
 
+/* x (..., in) . W (in, out) + bias (out): the Conv1D layout of GPT-2 checkpoints. */
+zt_status zt_linear_io(zt_tensor *x, zt_tensor *weight, zt_tensor *bias, zt_tensor **out);
+
 /* ------------------------------------------------ nn ops */
 /* Layer norm over the last dim; weight and bias (C) may be NULL. */
 zt_status zt_layer_norm(zt_tensor *x, zt_tensor *weight, zt_tensor *bias, double eps, zt_tensor **out);

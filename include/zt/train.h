@@ -100,7 +100,8 @@ zt_status zt_checkpoint_load(const char *dir, zt_gpt2 *m, zt_optim *o, zt_train_
 /* Read only the state (to build the right model before loading). */
 zt_status zt_checkpoint_read_state(const char *dir, zt_train_state *st);
 /* Load GPT-2 weights from a transformers safetensors file (model.safetensors of
- * GPT2LMHeadModel; Conv1D weights are transposed on load, lm_head tied to wte). */
+ * GPT2LMHeadModel: zerotrain keeps HF's layouts, so no transposes; lm_head is tied to
+ * wte). Save writes the same format plus an HF config.json beside it. */
 zt_status zt_gpt2_load_hf(zt_gpt2 *m, const char *path);
 zt_status zt_gpt2_save_hf(zt_gpt2 *m, const char *path);
 
