@@ -59,6 +59,13 @@ zt_status zt_linear(zt_tensor *x, zt_tensor *weight, zt_tensor *bias, zt_tensor 
 /* x (..., in) . W (in, out) + bias (out): the Conv1D layout of GPT-2 checkpoints. */
 zt_status zt_linear_io(zt_tensor *x, zt_tensor *weight, zt_tensor *bias, zt_tensor **out);
 
+/* Mean cross-entropy of the logits x (N, C) . weight (V, C)^T against targets (N) (i32,
+ * ignore_index skipped), without ever holding all N x V logits: rows are processed in
+ * chunks; when grads are needed they are computed chunk by chunk during forward (for the
+ * inputs that need them) and scaled by the incoming grad in backward. 0-d output. */
+zt_status zt_lm_head_cross_entropy(zt_tensor *x, zt_tensor *weight, zt_tensor *targets, int64_t ignore_index,
+                                   zt_tensor **out);
+
 /* ------------------------------------------------ nn ops */
 /* Layer norm over the last dim; weight and bias (C) may be NULL. */
 zt_status zt_layer_norm(zt_tensor *x, zt_tensor *weight, zt_tensor *bias, double eps, zt_tensor **out);
