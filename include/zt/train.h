@@ -105,4 +105,67 @@ zt_status zt_checkpoint_read_state(const char *dir, zt_train_state *st);
 zt_status zt_gpt2_load_hf(zt_gpt2 *m, const char *path);
 zt_status zt_gpt2_save_hf(zt_gpt2 *m, const char *path);
 
+/* ------------------------------------------------ the training loop (src/train/loop.c) */
+typedef struct zt_train_config {
+  char model[32];        /* preset name ("gpt2-tiny", ...) */
+  int n_layer, n_head, n_embd, vocab_size, block_size; /* > 0: override the preset */
+  double dropout;        /* < 0: the preset's */
+  char data[512];        /* token file; "" = built-in default data */
+  char val_data[512];    /* token file for validation; "" = last 10% of data (or the default split) */
+  int64_t batch, seq, steps;
+  double lr, min_lr;     /* min_lr < 0: lr / 10 */
+  int64_t warmup;        /* < 0: min(100, steps / 10) */
+  zt_optim_kind optimizer;
+  double weight_decay, beta1, beta2, momentum, grad_clip; /* grad_clip <= 0: off */
+  uint64_t seed;
+  int threads;           /* 0: all cores */
+  int64_t eval_every, eval_batches; /* eval_every 0: only at the end */
+  char metrics[512];     /* JSON lines file; "" = none */
+  char save[512];        /* checkpoint dir; "" = none */
+  int64_t save_every;    /* 0: only at the end */
+  char resume[512];      /* checkpoint dir to resume from */
+  char init_from[512];   /* transformers GPT-2 safetensors file */
+} zt_train_config;
+/* Defaults: gpt2-tiny on the default data (the values `zt train` shows in --help). */
+void zt_train_config_default(zt_train_config *c);
+/* Set one option by its flag name without dashes ("batch", "lr", ...) from a string;
+ * unknown names and bad values are errors naming them. Used for flags and config files. */
+zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *value);
+/* Read "key = value" lines (# comments) into c. Errors name the file and line. */
+zt_status zt_train_config_load(zt_train_config *c, const char *path);
+
+typedef struct zt_train_step_info {
+  int64_t step;           /* steps completed (1-based) */
+  int64_t total_steps;
+  double loss, lr, grad_norm;
+  double val_loss;        /* NaN when not evaluated at this step */
+  double step_ms, tokens_per_s, mfu; /* mfu: model FLOP/s over the sgemm ceiling measured at start */
+  zt_mem_stats mem;       /* cpu */
+  int64_t peak_rss;
+} zt_train_step_info;
+typedef void (*zt_train_step_fn)(const zt_train_step_info *info, void *user_data);
+
+typedef struct zt_train_result {
+  int64_t steps_done;
+  double first_loss, last_loss, last_val_loss;
+  double seconds, tokens_per_s, sgemm_gflops;
+  int64_t num_params;
+} zt_train_result;
+/* Train as configured, calling on_step after every step (the library prints nothing).
+ * On NaN/inf loss it stops with ZT_STATUS_STATE and leaves the last checkpoint intact.
+ * If model_out is not NULL it receives the trained model (caller frees). */
+zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void *user_data, zt_train_result *res,
+                       zt_gpt2 **model_out);
+
+/* GFLOP/s of raw OpenBLAS sgemm at n x n x n on the current threads (median of reps runs
+ * after one warm-up): the ceiling that model FLOP utilisation is measured against. */
+double zt_sgemm_gflops(int n, int reps);
+
+/* ------------------------------------------------ sampling (src/train/sample.c) */
+/* Generate n tokens after the prompt (autoregressive, eval mode, grad off), with
+ * temperature (0: greedy) and top-k (0: all), from a private Philox stream (seed): the
+ * default generator is not touched. *out is malloc'd (prompt + generated ids). */
+zt_status zt_gpt2_sample(zt_gpt2 *m, const int32_t *prompt, int64_t n_prompt, int64_t n, double temperature,
+                         int top_k, uint64_t seed, int32_t **out, int64_t *n_out);
+
 #endif

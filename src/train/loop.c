@@ -1,0 +1,304 @@
+/* The training loop behind `zt train`: builds the model, data, optimizer and schedule
+ * from a zt_train_config, resumes from a checkpoint when asked, and runs steps
+ * (forward, backward, clip, AdamW/SGD), evaluating and checkpointing on schedule.
+ * Resume is bitwise: the RNG state, data position, optimizer state and step are saved
+ * at step boundaries. A NaN/inf loss stops the run before anything is saved. */
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "zt/train.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double zt_sgemm_gflops(int n, int reps) {
+  size_t nn = (size_t)n * (size_t)n;
+  float *a = malloc(nn * sizeof *a), *b = malloc(nn * sizeof *b), *c = malloc(nn * sizeof *c);
+  if (!a || !b || !c || reps < 1) {
+    free(a), free(b), free(c);
+    return 0;
+  }
+  for (size_t i = 0; i < nn; i++) a[i] = (float)(i % 7) * 0.1f, b[i] = (float)(i % 5) * 0.1f;
+  double *t = malloc(sizeof *t * (size_t)reps);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+  for (int r = 0; r < reps; r++) {
+    double t0 = now_s();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    t[r] = now_s() - t0;
+  }
+  qsort(t, (size_t)reps, sizeof *t, cmp_double);
+  double g = 2.0 * n * (double)n * n / t[reps / 2] / 1e9;
+  free(t), free(a), free(b), free(c);
+  return g;
+}
+
+/* Model config from the preset plus explicit overrides. */
+static zt_status model_config(const zt_train_config *c, zt_gpt2_config *g) {
+  ZT_TRY(zt_gpt2_preset(c->model, g));
+  if (c->n_layer > 0) g->n_layer = c->n_layer;
+  if (c->n_head > 0) g->n_head = c->n_head;
+  if (c->n_embd > 0) g->n_embd = c->n_embd;
+  if (c->vocab_size > 0) g->vocab_size = c->vocab_size;
+  if (c->block_size > 0) g->block_size = c->block_size;
+  if (c->dropout >= 0) g->dropout = c->dropout;
+  return zt_gpt2_config_validate(g);
+}
+
+typedef struct run {
+  const zt_train_config *c;
+  zt_gpt2_config g;
+  zt_gpt2 *model;
+  zt_optim *opt;
+  zt_tokens *train, *val;
+  zt_loader *loader;
+  zt_tensor *x, *y;
+  FILE *metrics;
+} run;
+
+static void run_free(run *r) {
+  zt_tensor_free(r->x);
+  zt_tensor_free(r->y);
+  zt_loader_free(r->loader);
+  zt_tokens_free(r->train);
+  zt_tokens_free(r->val);
+  zt_optim_free(r->opt);
+  zt_gpt2_free(r->model);
+  if (r->metrics) fclose(r->metrics);
+}
+
+/* Split off the last tenth of a token stream as validation data. */
+static zt_status split_tail(zt_tokens *all, zt_tokens **val) {
+  int64_t n_val = all->count / 10;
+  zt_tokens *v = calloc(1, sizeof *v);
+  if (!v) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  v->ids = malloc(sizeof *v->ids * (size_t)(n_val ? n_val : 1));
+  if (!v->ids) {
+    free(v);
+    return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  }
+  memcpy(v->ids, all->ids + all->count - n_val, sizeof *v->ids * (size_t)n_val);
+  v->count = n_val;
+  v->vocab_size = all->vocab_size;
+  all->count -= n_val;
+  *val = v;
+  return ZT_OK;
+}
+
+static zt_status load_data(run *r) {
+  const zt_train_config *c = r->c;
+  if (!c->data[0]) {
+    ZT_TRY(zt_default_dataset(&r->train, &r->val));
+  } else {
+    ZT_TRY(zt_tokens_load(c->data, &r->train));
+    if (c->val_data[0])
+      ZT_TRY(zt_tokens_load(c->val_data, &r->val));
+    else
+      ZT_TRY(split_tail(r->train, &r->val));
+  }
+  if (c->data[0] || c->val_data[0]) {
+    if (c->val_data[0] && r->val->vocab_size && r->val->vocab_size > r->g.vocab_size)
+      return ZT_ERR(ZT_STATUS_INVALID_ARG, "validation data '%s' has vocab %d but the model has vocab %d",
+                    c->val_data, r->val->vocab_size, r->g.vocab_size);
+  }
+  zt_status s = zt_tokens_check_range(r->train, r->g.vocab_size);
+  if (s) return zt__error_prefix(s, "training data '%s'", c->data[0] ? c->data : "(default)");
+  s = zt_tokens_check_range(r->val, r->g.vocab_size);
+  if (s) return zt__error_prefix(s, "validation data");
+  return ZT_OK;
+}
+
+static zt_status eval_loss(run *r, double *out) {
+  const zt_train_config *c = r->c;
+  zt_loader_config lc = {c->batch, c->seq, c->seed ^ 0x5a17u, 0, 1};
+  zt_loader *vl = NULL;
+  zt_status s = zt_loader_new(r->val, &lc, &vl);
+  if (s) return zt__error_prefix(s, "validation data is too small for batch %lld x seq %lld", (long long)c->batch,
+                                 (long long)c->seq);
+  int64_t nb = zt_loader_windows_per_epoch(vl) / c->batch;
+  if (nb > c->eval_batches) nb = c->eval_batches;
+  if (nb < 1) nb = 1;
+  bool prev = zt_set_grad_enabled(false);
+  zt_gpt2_set_training(r->model, false);
+  double acc = 0;
+  for (int64_t b = 0; b < nb && s == ZT_OK; b++) {
+    zt_tensor *loss = NULL;
+    s = zt_loader_next(vl, r->x, r->y);
+    if (!s) s = zt_gpt2_forward(r->model, r->x, r->y, NULL, &loss);
+    if (!s) acc += zt_tensor_get(loss, 0);
+    zt_tensor_free(loss);
+  }
+  zt_gpt2_set_training(r->model, true);
+  zt_set_grad_enabled(prev);
+  zt_loader_free(vl);
+  *out = acc / (double)nb;
+  return s;
+}
+
+static void write_metrics(FILE *f, const zt_train_step_info *in) {
+  fprintf(f, "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"step_ms\":%.3f,\"tokens_per_s\":%.2f,\"mfu\":%.4f",
+          (long long)in->step, in->loss, in->lr, in->grad_norm, in->step_ms, in->tokens_per_s, in->mfu);
+  if (!isnan(in->val_loss)) fprintf(f, ",\"val_loss\":%.6f", in->val_loss);
+  fprintf(f, ",\"mem\":{");
+  for (int t = 0; t < ZT_MEM_TAG_COUNT; t++)
+    fprintf(f, "%s\"%s\":{\"current\":%lld,\"peak\":%lld}", t ? "," : "", zt_mem_tag_name((zt_mem_tag)t),
+            (long long)in->mem.current[t], (long long)in->mem.peak[t]);
+  fprintf(f, ",\"total\":{\"current\":%lld,\"peak\":%lld}},\"peak_rss\":%lld}\n", (long long)in->mem.current_total,
+          (long long)in->mem.peak_total, (long long)in->peak_rss);
+  fflush(f);
+}
+
+static zt_status save_checkpoint(run *r, int64_t step, zt_loader_pos pos) {
+  if (mkdir(r->c->save, 0755) != 0 && errno != EEXIST)
+    return ZT_ERR(ZT_STATUS_IO, "cannot create checkpoint dir '%s': %s", r->c->save, strerror(errno));
+  zt_train_state st = {step, zt_rng_get_state(), pos, r->g};
+  return zt_checkpoint_save(r->c->save, r->model, r->opt, &st);
+}
+
+zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void *user_data, zt_train_result *res,
+                       zt_gpt2 **model_out) {
+  if (!c) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_run: config is NULL");
+  run r = {0};
+  r.c = c;
+  zt_train_result result = {0};
+  zt_status s = ZT_OK;
+  zt_set_num_threads(c->threads);
+  ZT_TRY(model_config(c, &r.g));
+  if (c->seq > r.g.block_size)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "--seq %lld is longer than the model's context (%d); use --seq <= %d or --ctx",
+                  (long long)c->seq, r.g.block_size, r.g.block_size);
+  zt_train_state st = {0};
+  if (c->resume[0]) {
+    ZT_TRY(zt_checkpoint_read_state(c->resume, &st));
+    const zt_gpt2_config *k = &st.model;
+    if (k->n_layer != r.g.n_layer || k->n_head != r.g.n_head || k->n_embd != r.g.n_embd ||
+        k->vocab_size != r.g.vocab_size || k->block_size != r.g.block_size)
+      return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                    "checkpoint '%s' is of another model shape (layers %d heads %d dim %d vocab %d ctx %d) than asked "
+                    "(layers %d heads %d dim %d vocab %d ctx %d); resume with the same --model/--layers/... flags",
+                    c->resume, k->n_layer, k->n_head, k->n_embd, k->vocab_size, k->block_size, r.g.n_layer, r.g.n_head,
+                    r.g.n_embd, r.g.vocab_size, r.g.block_size);
+  }
+  zt_rng_seed(c->seed);
+  if ((s = zt_gpt2_new(&r.g, &r.model))) goto done;
+  if (c->init_from[0] && (s = zt_gpt2_load_hf(r.model, c->init_from))) goto done;
+  zt_param *params;
+  int n_params = zt_gpt2_params(r.model, &params);
+  zt_optim_config oc = zt_optim_default(c->optimizer);
+  oc.lr = c->lr;
+  oc.weight_decay = c->weight_decay;
+  oc.beta1 = c->beta1;
+  oc.beta2 = c->beta2;
+  oc.momentum = c->momentum;
+  if ((s = zt_optim_new(&oc, n_params, params, &r.opt))) goto done;
+  if ((s = load_data(&r))) goto done;
+  zt_loader_config lc = {c->batch, c->seq, c->seed, 0, 1};
+  if ((s = zt_loader_new(r.train, &lc, &r.loader))) {
+    zt__error_prefix(s, "training data is too small for batch %lld x seq %lld", (long long)c->batch, (long long)c->seq);
+    goto done;
+  }
+  int64_t xs[] = {c->batch, c->seq};
+  if ((s = zt_tensor_empty_tagged(2, xs, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &r.x))) goto done;
+  if ((s = zt_tensor_empty_tagged(2, xs, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &r.y))) goto done;
+  int64_t start = 0;
+  if (c->resume[0]) {
+    if ((s = zt_checkpoint_load(c->resume, r.model, r.opt, &st))) goto done;
+    if ((s = zt_loader_set_pos(r.loader, st.data))) goto done;
+    zt_rng_set_state(st.rng);
+    start = st.step;
+    if (start > c->steps) {
+      s = ZT_ERR(ZT_STATUS_INVALID_ARG, "checkpoint '%s' is at step %lld, beyond --steps %lld", c->resume,
+                 (long long)start, (long long)c->steps);
+      goto done;
+    }
+  }
+  if (c->metrics[0] && !(r.metrics = fopen(c->metrics, start ? "a" : "w"))) {
+    s = ZT_ERR(ZT_STATUS_IO, "cannot open metrics file '%s': %s", c->metrics, strerror(errno));
+    goto done;
+  }
+  int64_t warmup = c->warmup >= 0 ? c->warmup : (c->steps / 10 < 100 ? c->steps / 10 : 100);
+  double min_lr = c->min_lr >= 0 ? c->min_lr : c->lr / 10;
+  result.sgemm_gflops = zt_sgemm_gflops(512, 5);
+  result.num_params = zt_gpt2_num_params(r.model);
+  double flops = zt_gpt2_flops_per_step(r.model, c->batch, c->seq);
+  double t_start = now_s();
+  result.first_loss = NAN;
+  result.last_val_loss = NAN;
+  for (int64_t step = start; step < c->steps; step++) {
+    double t0 = now_s();
+    double lr = zt_lr_cosine(step, warmup, c->steps, c->lr, min_lr);
+    zt_tensor *loss = NULL;
+    if ((s = zt_loader_next(r.loader, r.x, r.y))) break;
+    if ((s = zt_gpt2_forward(r.model, r.x, r.y, NULL, &loss))) break;
+    double lv = zt_tensor_get(loss, 0);
+    if (!isfinite(lv)) {
+      zt_tensor_free(loss);
+      s = ZT_ERR(ZT_STATUS_STATE,
+                 "loss is %g at step %lld: training stopped%s%s%s; lower --lr or check the data", lv,
+                 (long long)step + 1, c->save[0] ? ", the last good checkpoint in '" : "",
+                 c->save[0] ? c->save : "", c->save[0] ? "' is intact" : "");
+      break;
+    }
+    s = zt_backward(1, &loss, NULL, false);
+    zt_tensor_free(loss);
+    if (s) break;
+    double gnorm = 0;
+    if ((s = zt_clip_grad_norm(n_params, params, c->grad_clip, &gnorm))) break;
+    if (!isfinite(gnorm)) {
+      s = ZT_ERR(ZT_STATUS_STATE, "gradient norm is %g at step %lld: training stopped%s%s%s; lower --lr", gnorm,
+                 (long long)step + 1, c->save[0] ? ", the last good checkpoint in '" : "", c->save[0] ? c->save : "",
+                 c->save[0] ? "' is intact" : "");
+      break;
+    }
+    if ((s = zt_optim_step(r.opt, lr))) break;
+    zt_optim_zero_grad(r.opt);
+    double dt = now_s() - t0;
+    if (isnan(result.first_loss)) result.first_loss = lv;
+    result.last_loss = lv;
+    result.steps_done = step + 1 - start;
+    zt_train_step_info info = {0};
+    info.step = step + 1;
+    info.total_steps = c->steps;
+    info.loss = lv;
+    info.lr = lr;
+    info.grad_norm = gnorm;
+    info.val_loss = NAN;
+    info.step_ms = dt * 1e3;
+    info.tokens_per_s = (double)(c->batch * c->seq) / dt;
+    info.mfu = flops / dt / 1e9 / result.sgemm_gflops;
+    bool last = step + 1 == c->steps;
+    if ((c->eval_every && (step + 1) % c->eval_every == 0) || last) {
+      if ((s = eval_loss(&r, &info.val_loss))) break;
+      result.last_val_loss = info.val_loss;
+    }
+    zt_mem_stats_get(ZT_CPU, &info.mem);
+    info.peak_rss = zt_mem_peak_rss();
+    if (r.metrics) write_metrics(r.metrics, &info);
+    if (on_step) on_step(&info, user_data);
+    if (c->save[0] && ((c->save_every && (step + 1) % c->save_every == 0) || last))
+      if ((s = save_checkpoint(&r, step + 1, zt_loader_get_pos(r.loader)))) break;
+  }
+  result.seconds = now_s() - t_start;
+  if (result.seconds > 0) result.tokens_per_s = (double)(result.steps_done * c->batch * c->seq) / result.seconds;
+done:
+  if (res) *res = result;
+  if (s == ZT_OK && model_out) {
+    *model_out = r.model;
+    r.model = NULL;
+  }
+  run_free(&r);
+  return s;
+}
