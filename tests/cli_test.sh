@@ -1,21 +1,77 @@
 #!/usr/bin/env bash
-# End-to-end checks of the zt command: the placeholder training run learns, and bad
-# input gets a clear error and exit code 2.
+# End-to-end checks of the zt command: training learns and writes metrics, checkpoints
+# resume bitwise, NaN stops a run leaving the last checkpoint intact, plot/sample/tokenize
+# work, and bad input gets a clear error and a non-zero exit code.
 set -u
 zt="$1"
+w=$(mktemp -d)
+trap 'rm -rf "$w"' EXIT
 fail=0; pass=0
-check() { if eval "$2"; then pass=$((pass+1)); echo "PASS $1"; else fail=$((fail+1)); echo "FAIL $1"; fi; }
+check() { if eval "$2"; then pass=$((pass+1)); echo "PASS $1"; else fail=$((fail+1)); echo "FAIL $1"; echo "$out" | tail -5; fi; }
+small="--batch 4 --seq 32 --eval-batches 2 --log-every 10 --sample-len 20"
 
-out=$("$zt" train --steps 60 --log-every 20 2>&1); rc=$?
-check "train learns (loss goes down, exit 0)" '[ $rc -eq 0 ] && grep -q "zt train: loss" <<<"$out"'
-check "train prints memory per tag" 'grep -q "PARAM" <<<"$out" && grep -q "ACTIVATION" <<<"$out"'
-out=$("$zt" train --bogus 2>&1); rc=$?
-check "unknown flag is exit 2 with a message" '[ $rc -eq 2 ] && grep -q "unknown option .--bogus." <<<"$out"'
+out=$("$zt" train $small --steps 40 --eval-every 20 --metrics "$w/m.jsonl" --save "$w/full" 2>&1); rc=$?
+check "train runs and exits 0" '[ $rc -eq 0 ]'
+check "progress lines show loss, lr, tok/s, mfu, memory" 'grep -q "loss .* lr .* tok/s .* mfu .* mem param" <<<"$out"'
+check "metrics: one JSON line per step with mem and val_loss" '[ $(wc -l < "$w/m.jsonl") -eq 40 ] && grep -q "\"mem\":{\"PARAM\"" "$w/m.jsonl" && grep -q "val_loss" "$w/m.jsonl"'
+first=$(head -1 "$w/m.jsonl" | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/'); last=$(tail -1 "$w/m.jsonl" | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
+check "loss goes down" 'awk -v a="$first" -v b="$last" "BEGIN{exit !(b < a - 0.3)}"'
+check "checkpoint files written" '[ -f "$w/full/model.safetensors" ] && [ -f "$w/full/optim.safetensors" ] && [ -f "$w/full/state.json" ] && [ -f "$w/full/config.json" ]'
+
+out=$("$zt" train $small --steps 40 --eval-every 20 --stop-at 25 --save "$w/part" 2>&1); rc=$?
+check "stop-at stops with a checkpoint" '[ $rc -eq 0 ] && grep -q "\"step\": *25" "$w/part/state.json"'
+out=$("$zt" train $small --steps 40 --eval-every 20 --resume "$w/part" --save "$w/part" --metrics "$w/r.jsonl" 2>&1); rc=$?
+check "resume runs to the end" '[ $rc -eq 0 ] && [ $(wc -l < "$w/r.jsonl") -eq 15 ]'
+check "resumed losses are bitwise those of the uninterrupted run" 'diff <(sed -n "26,40p" "$w/m.jsonl" | grep -o "\"loss\":[^,]*") <(grep -o "\"loss\":[^,]*" "$w/r.jsonl")'
+check "resumed parameters are bitwise those of the uninterrupted run" 'cmp -s "$w/full/model.safetensors" "$w/part/model.safetensors"'
+
+cp -r "$w/full" "$w/keep"
+out=$("$zt" train $small --steps 40 --inject-nan-at 5 --save "$w/full" 2>&1); rc=$?
+check "NaN loss stops the run with a clear message" '[ $rc -ne 0 ] && grep -q "loss is nan at step 5" <<<"$out" && grep -q "is intact" <<<"$out"'
+check "NaN run left the last good checkpoint intact" 'cmp -s "$w/full/model.safetensors" "$w/keep/model.safetensors" && cmp -s "$w/full/state.json" "$w/keep/state.json"'
+
+out=$("$zt" train $small --steps 5 --model gpt2-124m --resume "$w/full" 2>&1); rc=$?
+check "resuming a checkpoint of another shape is an error" '[ $rc -ne 0 ] && grep -q "another model shape" <<<"$out"'
+
+out=$("$zt" plot "$w/m.jsonl" --out "$w/p.svg" 2>&1); rc=$?
+check "plot writes an SVG" '[ $rc -eq 0 ] && grep -q "<svg" "$w/p.svg" && grep -q "polyline" "$w/p.svg"'
+out=$("$zt" sample --checkpoint "$w/keep" --len 30 --seed 3 2>&1); rc=$?
+check "sample generates text from a checkpoint" '[ $rc -eq 0 ] && [ ${#out} -ge 20 ]'
+
+printf 'hello world, this is a small text for tokenizing.\n%.0s' $(seq 200) > "$w/t.txt"
+out=$("$zt" tokenize "$w/t.txt" "$w/t.tok" 2>&1); rc=$?
+check "tokenize writes a token file" '[ $rc -eq 0 ] && [ -s "$w/t.tok" ]'
+out=$("$zt" train --data "$w/t.tok" --batch 2 --seq 16 --steps 3 --sample-len 0 2>&1); rc=$?
+check "train on a token file" '[ $rc -eq 0 ]'
+head -c 30 "$w/t.tok" > "$w/trunc.tok"
+out=$("$zt" train --data "$w/trunc.tok" --steps 3 2>&1); rc=$?
+check "truncated token file is a clear error" '[ $rc -ne 0 ] && grep -qi "trunc" <<<"$out"'
+out=$("$zt" train --data "$w/missing.tok" --steps 3 2>&1); rc=$?
+check "missing token file is a clear error" '[ $rc -ne 0 ] && grep -q "missing.tok" <<<"$out"'
+
+printf '# a config file\nsteps = 3\nbatch = 2\n' > "$w/cfg"
+out=$("$zt" train --config "$w/cfg" --seq 16 --sample-len 0 2>&1); rc=$?
+check "config file sets options, flags override" '[ $rc -eq 0 ] && grep -q "batch 2 x seq 16, 3 steps" <<<"$out"'
+printf 'steps = many\n' > "$w/badcfg"
+out=$("$zt" train --config "$w/badcfg" 2>&1); rc=$?
+check "bad config value names file and line" '[ $rc -eq 2 ] && grep -q "badcfg:1" <<<"$out"'
+
+out=$("$zt" bench step --model gpt2-tiny --batch 2 --seq 32 --steps 2 2>&1); rc=$?
+check "bench step prints one JSON object" '[ $rc -eq 0 ] && grep -q "\"ms_per_step\"" <<<"$out" && grep -q "\"ratio_to_sgemm\"" <<<"$out"'
+
+out=$("$zt" train --bogus 1 2>&1); rc=$?
+check "unknown flag is exit 2 with a message" '[ $rc -eq 2 ] && grep -q "unknown option .bogus." <<<"$out"'
 out=$("$zt" train --steps -3 2>&1); rc=$?
 check "bad value is exit 2 with a message" '[ $rc -eq 2 ] && grep -q "needs an integer" <<<"$out"'
+out=$("$zt" train --model gpt2-huge 2>&1); rc=$?
+check "unknown preset lists the presets" '[ $rc -eq 2 ] && grep -q "gpt2-124m" <<<"$out"'
+out=$("$zt" train --heads 3 --dim 128 2>&1); rc=$?
+check "impossible shape is a clear error" '[ $rc -ne 0 ] && grep -qi "divisible" <<<"$out"'
+out=$("$zt" train --seq 100000 2>&1); rc=$?
+check "seq longer than the context is a clear error" '[ $rc -ne 0 ] && grep -q "longer than the model" <<<"$out"'
 out=$("$zt" frobnicate 2>&1); rc=$?
 check "unknown command is exit 2" '[ $rc -eq 2 ] && grep -q "unknown command" <<<"$out"'
 out=$("$zt" train --help 2>&1); rc=$?
-check "help lists every flag" '[ $rc -eq 0 ] && for f in steps batch ctx embd hidden lr seed threads log-every; do grep -q -- "--$f" <<<"$out" || exit 1; done'
+check "help lists every flag" '[ $rc -eq 0 ] && for f in config model layers heads dim vocab ctx dropout init-from data val-data batch seq steps lr min-lr warmup optimizer weight-decay beta1 beta2 momentum grad-clip seed threads log-every eval-every eval-batches metrics save save-every resume stop-at sample-len; do grep -q -- "--$f" <<<"$out" || exit 1; done'
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

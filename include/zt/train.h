@@ -125,12 +125,16 @@ typedef struct zt_train_config {
   int64_t save_every;    /* 0: only at the end */
   char resume[512];      /* checkpoint dir to resume from */
   char init_from[512];   /* transformers GPT-2 safetensors file */
+  int64_t stop_at;       /* > 0: stop (and checkpoint) after this step; the schedule still uses steps */
+  int64_t inject_nan_at; /* > 0: testing aid: make the loss NaN at this step */
 } zt_train_config;
 /* Defaults: gpt2-tiny on the default data (the values `zt train` shows in --help). */
 void zt_train_config_default(zt_train_config *c);
 /* Set one option by its flag name without dashes ("batch", "lr", ...) from a string;
  * unknown names and bad values are errors naming them. Used for flags and config files. */
 zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *value);
+/* The model config a training config asks for: the preset plus explicit overrides. */
+zt_status zt_train_model_config(const zt_train_config *c, zt_gpt2_config *out);
 /* Read "key = value" lines (# comments) into c. Errors name the file and line. */
 zt_status zt_train_config_load(zt_train_config *c, const char *path);
 

@@ -111,6 +111,8 @@ zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v
   if (!strcmp(key, "save-every")) return parse_i64(key, v, 0, &c->save_every);
   if (!strcmp(key, "resume")) return parse_str(key, v, c->resume, sizeof c->resume);
   if (!strcmp(key, "init-from")) return parse_str(key, v, c->init_from, sizeof c->init_from);
+  if (!strcmp(key, "stop-at")) return parse_i64(key, v, 0, &c->stop_at);
+  if (!strcmp(key, "inject-nan-at")) return parse_i64(key, v, 0, &c->inject_nan_at);
   return ZT_ERR(ZT_STATUS_INVALID_ARG, "unknown option '%s' (see zt train --help)", key);
 }
 

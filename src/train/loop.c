@@ -47,7 +47,7 @@ double zt_sgemm_gflops(int n, int reps) {
 }
 
 /* Model config from the preset plus explicit overrides. */
-static zt_status model_config(const zt_train_config *c, zt_gpt2_config *g) {
+zt_status zt_train_model_config(const zt_train_config *c, zt_gpt2_config *g) {
   ZT_TRY(zt_gpt2_preset(c->model, g));
   if (c->n_layer > 0) g->n_layer = c->n_layer;
   if (c->n_head > 0) g->n_head = c->n_head;
@@ -149,7 +149,7 @@ static zt_status eval_loss(run *r, double *out) {
 }
 
 static void write_metrics(FILE *f, const zt_train_step_info *in) {
-  fprintf(f, "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"step_ms\":%.3f,\"tokens_per_s\":%.2f,\"mfu\":%.4f",
+  fprintf(f, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.6g,\"grad_norm\":%.6g,\"step_ms\":%.3f,\"tokens_per_s\":%.2f,\"mfu\":%.4f",
           (long long)in->step, in->loss, in->lr, in->grad_norm, in->step_ms, in->tokens_per_s, in->mfu);
   if (!isnan(in->val_loss)) fprintf(f, ",\"val_loss\":%.6f", in->val_loss);
   fprintf(f, ",\"mem\":{");
@@ -176,7 +176,7 @@ zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void 
   zt_train_result result = {0};
   zt_status s = ZT_OK;
   zt_set_num_threads(c->threads);
-  ZT_TRY(model_config(c, &r.g));
+  ZT_TRY(zt_train_model_config(c, &r.g));
   if (c->seq > r.g.block_size)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "--seq %lld is longer than the model's context (%d); use --seq <= %d or --ctx",
                   (long long)c->seq, r.g.block_size, r.g.block_size);
@@ -244,6 +244,7 @@ zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void 
     if ((s = zt_loader_next(r.loader, r.x, r.y))) break;
     if ((s = zt_gpt2_forward(r.model, r.x, r.y, NULL, &loss))) break;
     double lv = zt_tensor_get(loss, 0);
+    if (c->inject_nan_at == step + 1) lv = NAN;
     if (!isfinite(lv)) {
       zt_tensor_free(loss);
       s = ZT_ERR(ZT_STATUS_STATE,
@@ -279,7 +280,7 @@ zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void 
     info.step_ms = dt * 1e3;
     info.tokens_per_s = (double)(c->batch * c->seq) / dt;
     info.mfu = flops / dt / 1e9 / result.sgemm_gflops;
-    bool last = step + 1 == c->steps;
+    bool last = step + 1 == c->steps || step + 1 == c->stop_at;
     if ((c->eval_every && (step + 1) % c->eval_every == 0) || last) {
       if ((s = eval_loss(&r, &info.val_loss))) break;
       result.last_val_loss = info.val_loss;
@@ -290,6 +291,7 @@ zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void 
     if (on_step) on_step(&info, user_data);
     if (c->save[0] && ((c->save_every && (step + 1) % c->save_every == 0) || last))
       if ((s = save_checkpoint(&r, step + 1, zt_loader_get_pos(r.loader)))) break;
+    if (step + 1 == c->stop_at) break;
   }
   result.seconds = now_s() - t_start;
   if (result.seconds > 0) result.tokens_per_s = (double)(result.steps_done * c->batch * c->seq) / result.seconds;

@@ -1,0 +1,122 @@
+/* zt bench step: training steps (forward, backward, AdamW) of a GPT model on random
+ * tokens after warm-up; prints one JSON object with the median step time, model FLOP/s
+ * and its ratio to raw OpenBLAS sgemm 2048^3 measured in the same run, and memory. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static int bench_step(int argc, char **argv) {
+  zt_train_config c;
+  zt_train_config_default(&c);
+  int64_t steps = 5, warm = 1;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      printf("usage: zt bench step --model NAME --batch B --seq T [--steps N (5)] [--warmup-steps N (1)]\n"
+             "                     [any zt train option]\n");
+      return 0;
+    }
+    if (strncmp(a, "--", 2) || !v) {
+      fprintf(stderr, "zt bench step: bad argument '%s' (options take a value; see --help)\n", a);
+      return 2;
+    }
+    i++;
+    if (!strcmp(a, "--steps") || !strcmp(a, "--warmup-steps")) {
+      char *end;
+      long long x = strtoll(v, &end, 10);
+      if (*end || x < (strcmp(a, "--steps") ? 0 : 1)) {
+        fprintf(stderr, "zt bench step: bad value '%s' for %s\n", v, a);
+        return 2;
+      }
+      *(strcmp(a, "--steps") ? &warm : &steps) = x;
+    } else if (zt_train_config_set(&c, a + 2, v)) {
+      fprintf(stderr, "zt bench step: %s\n", zt_last_error());
+      return 2;
+    }
+  }
+  zt_set_num_threads(c.threads);
+  zt_gpt2_config g;
+  if (zt_train_model_config(&c, &g)) return zt_cli_fail("bench step");
+  if (c.seq > g.block_size) {
+    fprintf(stderr, "zt bench step: --seq %lld is longer than the model's context %d\n", (long long)c.seq, g.block_size);
+    return 2;
+  }
+  zt_rng_seed(c.seed);
+  zt_gpt2 *m = NULL;
+  zt_optim *o = NULL;
+  zt_tensor *x = NULL, *y = NULL;
+  double *t = calloc((size_t)steps, sizeof *t);
+  int rc = 1;
+  if (zt_gpt2_new(&g, &m)) goto fail;
+  zt_param *params;
+  int np = zt_gpt2_params(m, &params);
+  zt_optim_config oc = zt_optim_default(c.optimizer);
+  oc.lr = c.lr;
+  if (zt_optim_new(&oc, np, params, &o)) goto fail;
+  int64_t xs[] = {c.batch, c.seq};
+  if (zt_tensor_empty_tagged(2, xs, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &x) ||
+      zt_tensor_empty_tagged(2, xs, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &y))
+    goto fail;
+  zt_rng_state rs = {c.seed, 1u << 20};
+  for (int64_t i = 0; i < c.batch * c.seq; i++) {
+    ((int32_t *)x->storage->data)[i] = (int32_t)(zt_rng_uniform_at(rs, (uint64_t)i) * (float)g.vocab_size);
+    ((int32_t *)y->storage->data)[i] = (int32_t)(zt_rng_uniform_at(rs, (uint64_t)(i + c.batch * c.seq)) * (float)g.vocab_size);
+  }
+  for (int64_t s = 0; s < warm + steps; s++) {
+    if (s == warm) zt_mem_reset_peaks();
+    double t0 = now_s();
+    zt_tensor *loss = NULL;
+    if (zt_gpt2_forward(m, x, y, NULL, &loss)) goto fail;
+    zt_status st = zt_backward(1, &loss, NULL, false);
+    zt_tensor_free(loss);
+    if (st || zt_optim_step(o, c.lr)) goto fail;
+    zt_optim_zero_grad(o);
+    if (s >= warm) t[s - warm] = now_s() - t0;
+  }
+  qsort(t, (size_t)steps, sizeof *t, cmp_d);
+  double med = t[steps / 2];
+  double flops = zt_gpt2_flops_per_step(m, c.batch, c.seq);
+  double sg = zt_sgemm_gflops(2048, 3);
+  zt_mem_stats ms;
+  zt_mem_stats_get(ZT_CPU, &ms);
+  printf("{\"bench\":\"step\",\"model\":\"%s\",\"params\":%lld,\"batch\":%lld,\"seq\":%lld,\"threads\":%d,"
+         "\"steps\":%lld,\"ms_per_step\":%.1f,\"tokens_per_s\":%.1f,\"model_gflops\":%.1f,\"sgemm_gflops\":%.1f,"
+         "\"ratio_to_sgemm\":%.3f,\"peak_rss_bytes\":%lld,\"peak_bytes\":{",
+         c.model, (long long)zt_gpt2_num_params(m), (long long)c.batch, (long long)c.seq, zt_get_num_threads(),
+         (long long)steps, med * 1e3, (double)(c.batch * c.seq) / med, flops / med / 1e9, sg, flops / med / 1e9 / sg,
+         (long long)zt_mem_peak_rss());
+  for (int k = 0; k < ZT_MEM_TAG_COUNT; k++)
+    printf("%s\"%s\":%lld", k ? "," : "", zt_mem_tag_name((zt_mem_tag)k), (long long)ms.peak[k]);
+  printf(",\"total\":%lld}}\n", (long long)ms.peak_total);
+  rc = 0;
+  goto done;
+fail:
+  rc = zt_cli_fail("bench step");
+done:
+  free(t);
+  zt_tensor_free(x), zt_tensor_free(y);
+  zt_optim_free(o);
+  zt_gpt2_free(m);
+  return rc;
+}
+
+int zt_cmd_bench(int argc, char **argv) {
+  if (argc >= 1 && !strcmp(argv[0], "step")) return bench_step(argc - 1, argv + 1);
+  fprintf(stderr, "zt bench: usage: zt bench step --model NAME --batch B --seq T [--steps N] [zt train options]\n");
+  return 2;
+}

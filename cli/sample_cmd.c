@@ -1,0 +1,127 @@
+/* zt sample (text from a checkpoint) and zt tokenize (text file -> token file). Both use
+ * the byte-level tokenizer unless GPT-2 encoder/merges files are given. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static int load_tokenizer(const char *cmd, const char *enc, const char *merges, zt_tokenizer **t) {
+  if ((enc != NULL) != (merges != NULL)) {
+    fprintf(stderr, "zt %s: give both --encoder and --merges for GPT-2 BPE, or neither for bytes\n", cmd);
+    return 2;
+  }
+  if (enc ? zt_tokenizer_gpt2(enc, merges, t) : zt_tokenizer_byte(t)) return zt_cli_fail(cmd);
+  return 0;
+}
+
+int zt_cmd_sample(int argc, char **argv) {
+  const char *dir = NULL, *prompt = "\n", *enc = NULL, *merges = NULL;
+  long long len = 200, top_k = 0, seed = 1;
+  double temp = 0.8;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      printf("usage: zt sample --checkpoint DIR [--prompt TEXT] [--len N (200)] [--temperature T (0.8; 0 = greedy)]\n"
+             "                 [--top-k K (0 = all)] [--seed S (1)] [--encoder encoder.json --merges vocab.bpe]\n");
+      return 0;
+    }
+    if (!v) {
+      fprintf(stderr, "zt sample: option '%s' needs a value\n", a);
+      return 2;
+    }
+    char *end = NULL;
+    i++;
+    if (!strcmp(a, "--checkpoint")) dir = v;
+    else if (!strcmp(a, "--prompt")) prompt = v;
+    else if (!strcmp(a, "--encoder")) enc = v;
+    else if (!strcmp(a, "--merges")) merges = v;
+    else if (!strcmp(a, "--len")) len = strtoll(v, &end, 10);
+    else if (!strcmp(a, "--top-k")) top_k = strtoll(v, &end, 10);
+    else if (!strcmp(a, "--seed")) seed = strtoll(v, &end, 10);
+    else if (!strcmp(a, "--temperature")) temp = strtod(v, &end);
+    else {
+      fprintf(stderr, "zt sample: unknown option '%s' (see zt sample --help)\n", a);
+      return 2;
+    }
+    if (end && (*end || len < 0 || top_k < 0 || seed < 0 || temp < 0)) {
+      fprintf(stderr, "zt sample: bad value '%s' for %s\n", v, a);
+      return 2;
+    }
+  }
+  if (!dir) {
+    fprintf(stderr, "zt sample: --checkpoint DIR is required (a directory written by zt train --save)\n");
+    return 2;
+  }
+  zt_tokenizer *tok = NULL;
+  int rc = load_tokenizer("sample", enc, merges, &tok);
+  if (rc) return rc;
+  zt_train_state st;
+  zt_gpt2 *m = NULL;
+  char path[1100];
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  int32_t *ids = NULL, *out = NULL;
+  int64_t n = 0, n_out = 0;
+  rc = 1;
+  if (zt_checkpoint_read_state(dir, &st) || zt_gpt2_new(&st.model, &m) || zt_gpt2_load_hf(m, path)) goto fail;
+  if (zt_tokenizer_vocab_size(tok) > st.model.vocab_size) {
+    fprintf(stderr, "zt sample: the tokenizer has %d tokens but the model only %d\n", zt_tokenizer_vocab_size(tok),
+            st.model.vocab_size);
+    goto done;
+  }
+  if (zt_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n)) goto fail;
+  if (zt_gpt2_sample(m, ids, n, len, temp, (int)top_k, (uint64_t)seed, &out, &n_out)) goto fail;
+  char *text = NULL;
+  size_t tl = 0;
+  if (zt_tokenizer_decode(tok, out, n_out, &text, &tl)) goto fail;
+  fwrite(text, 1, tl, stdout);
+  printf("\n");
+  free(text);
+  rc = 0;
+  goto done;
+fail:
+  rc = zt_cli_fail("sample");
+done:
+  free(ids), free(out);
+  zt_gpt2_free(m);
+  zt_tokenizer_free(tok);
+  return rc;
+}
+
+int zt_cmd_tokenize(int argc, char **argv) {
+  const char *in = NULL, *out = NULL, *enc = NULL, *merges = NULL;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      printf("usage: zt tokenize INPUT.txt OUTPUT.tok [--encoder encoder.json --merges vocab.bpe]\n"
+             "byte-level tokens by default; GPT-2 byte-pair encoding with the encoder and merges files\n");
+      return 0;
+    }
+    if (!strcmp(a, "--encoder") || !strcmp(a, "--merges")) {
+      if (i + 1 >= argc) {
+        fprintf(stderr, "zt tokenize: option '%s' needs a value\n", a);
+        return 2;
+      }
+      *(!strcmp(a, "--encoder") ? &enc : &merges) = argv[++i];
+    } else if (!strncmp(a, "--", 2)) {
+      fprintf(stderr, "zt tokenize: unknown option '%s'\n", a);
+      return 2;
+    } else if (!in) in = a;
+    else if (!out) out = a;
+    else {
+      fprintf(stderr, "zt tokenize: too many arguments ('%s')\n", a);
+      return 2;
+    }
+  }
+  if (!in || !out) {
+    fprintf(stderr, "zt tokenize: usage: zt tokenize INPUT.txt OUTPUT.tok [--encoder F --merges F]\n");
+    return 2;
+  }
+  zt_tokenizer *tok = NULL;
+  int rc = load_tokenizer("tokenize", enc, merges, &tok);
+  if (rc) return rc;
+  rc = zt_tokenize_file(tok, in, out) ? zt_cli_fail("tokenize") : 0;
+  if (!rc) printf("zt tokenize: wrote %s\n", out);
+  zt_tokenizer_free(tok);
+  return rc;
+}

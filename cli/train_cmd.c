@@ -1,0 +1,148 @@
+/* zt train: flags and an optional config file (same names) into a zt_train_config, a
+ * progress line every N steps, a summary, and (byte-level models) a sample of text. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void train_usage(FILE *f) {
+  zt_train_config d;
+  zt_train_config_default(&d);
+  fprintf(f,
+          "usage: zt train [--config FILE] [options]\n"
+          "Every option can also be given in a config file as 'name = value' lines (# comments);\n"
+          "flags given on the command line override the file.\n"
+          "model:\n"
+          "  --model NAME        preset: gpt2-tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m (default %s)\n"
+          "  --layers N --heads N --dim N --vocab N --ctx N   override the preset's shape\n"
+          "  --dropout P         dropout probability (default: the preset's)\n"
+          "  --init-from FILE    start from a transformers GPT-2 model.safetensors\n"
+          "data:\n"
+          "  --data FILE         token file (zt tokenize); default: the built-in dataset\n"
+          "  --val-data FILE     validation token file (default: last 10%% of --data)\n"
+          "  --batch B           sequences per step (default %lld)\n"
+          "  --seq T             tokens per sequence (default %lld)\n"
+          "optimisation:\n"
+          "  --steps N           training steps (default %lld)\n"
+          "  --lr LR             peak learning rate (default %g)\n"
+          "  --min-lr LR         final learning rate of the cosine schedule (default lr/10)\n"
+          "  --warmup N          warm-up steps (default min(100, steps/10))\n"
+          "  --optimizer NAME    adamw or sgd (default adamw)\n"
+          "  --weight-decay W    decoupled weight decay on matrices and embeddings (default %g)\n"
+          "  --beta1 B --beta2 B AdamW betas (default %g, %g)\n"
+          "  --momentum M        SGD momentum (default %g)\n"
+          "  --grad-clip C       clip the global grad norm to C, 0 = off (default %g)\n"
+          "run:\n"
+          "  --seed S            random seed (default %llu)\n"
+          "  --threads N         kernel threads, 0 = all cores (default 0)\n"
+          "  --log-every N       progress line every N steps (default 10)\n"
+          "  --eval-every N      validation loss every N steps, 0 = at the end only (default %lld)\n"
+          "  --eval-batches N    batches per validation (default %lld)\n"
+          "  --metrics FILE      one JSON object per step (step, loss, lr, tokens_per_s, mem, val_loss)\n"
+          "  --save DIR          write a checkpoint (model.safetensors, optim.safetensors, state.json)\n"
+          "  --save-every N      checkpoint every N steps, 0 = at the end only (default 0)\n"
+          "  --resume DIR        continue from a checkpoint (bitwise the same as not stopping)\n"
+          "  --stop-at N         stop (and checkpoint) after step N; the schedule still spans --steps\n"
+          "  --inject-nan-at N   testing aid: pretend the loss is NaN at step N\n"
+          "  --sample-len N      characters of sample text at the end, 0 = none (default 300)\n",
+          d.model, (long long)d.batch, (long long)d.seq, (long long)d.steps, d.lr, d.weight_decay, d.beta1, d.beta2,
+          d.momentum, d.grad_clip, (unsigned long long)d.seed, (long long)d.eval_every, (long long)d.eval_batches);
+}
+
+typedef struct progress {
+  int64_t log_every;
+} progress;
+
+static void on_step(const zt_train_step_info *in, void *ud) {
+  const progress *p = ud;
+  if (in->step % p->log_every && in->step != in->total_steps && isnan(in->val_loss)) return;
+  char b[6][32];
+  printf("step %5lld/%lld | loss %.4f", (long long)in->step, (long long)in->total_steps, in->loss);
+  if (!isnan(in->val_loss)) printf(" | val %.4f", in->val_loss);
+  printf(" | lr %.2e | %.0f tok/s | mfu %.1f%% | mem param %s grad %s optim %s act %s (peak %s) | rss %s\n", in->lr,
+         in->tokens_per_s, 100 * in->mfu, zt_cli_bytes((double)in->mem.current[ZT_MEM_TAG_PARAM], b[0]),
+         zt_cli_bytes((double)in->mem.current[ZT_MEM_TAG_GRAD], b[1]),
+         zt_cli_bytes((double)in->mem.current[ZT_MEM_TAG_OPTIM], b[2]),
+         zt_cli_bytes((double)in->mem.current[ZT_MEM_TAG_ACTIVATION], b[3]),
+         zt_cli_bytes((double)in->mem.peak[ZT_MEM_TAG_ACTIVATION], b[4]), zt_cli_bytes((double)in->peak_rss, b[5]));
+  fflush(stdout);
+}
+
+int zt_cmd_train(int argc, char **argv) {
+  zt_train_config c;
+  zt_train_config_default(&c);
+  progress p = {10};
+  int64_t sample_len = 300;
+  for (int i = 0; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      train_usage(stdout);
+      return 0;
+    }
+  for (int i = 0; i + 1 < argc; i++) /* the config file first, so flags override it */
+    if (!strcmp(argv[i], "--config") && zt_train_config_load(&c, argv[i + 1])) {
+      fprintf(stderr, "zt train: %s\n", zt_last_error());
+      return 2;
+    }
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strncmp(a, "--", 2)) {
+      fprintf(stderr, "zt train: unexpected argument '%s' (options start with --; see zt train --help)\n", a);
+      return 2;
+    }
+    if (!v) {
+      fprintf(stderr, "zt train: option '%s' needs a value (see zt train --help)\n", a);
+      return 2;
+    }
+    i++;
+    if (!strcmp(a, "--config")) continue;
+    if (!strcmp(a, "--log-every") || !strcmp(a, "--sample-len")) {
+      char *end;
+      long long x = strtoll(v, &end, 10);
+      if (*end || x < (strcmp(a, "--log-every") ? 0 : 1)) {
+        fprintf(stderr, "zt train: option '%s' needs an integer >= %d (got '%s')\n", a + 2,
+                strcmp(a, "--log-every") ? 0 : 1, v);
+        return 2;
+      }
+      *(strcmp(a, "--log-every") ? &sample_len : &p.log_every) = x;
+      continue;
+    }
+    if (zt_train_config_set(&c, a + 2, v)) {
+      fprintf(stderr, "zt train: %s\n", zt_last_error());
+      return 2;
+    }
+  }
+  zt_gpt2_config g;
+  if (zt_gpt2_preset(c.model, &g)) return zt_cli_fail("train");
+  printf("zt train: %s%s, data %s, batch %lld x seq %lld, %lld steps, lr %g, seed %llu\n", c.model,
+         c.n_layer || c.n_head || c.n_embd || c.vocab_size || c.block_size ? " (shape overridden)" : "",
+         c.data[0] ? c.data : "built-in", (long long)c.batch, (long long)c.seq, (long long)c.steps, c.lr,
+         (unsigned long long)c.seed);
+  fflush(stdout);
+  zt_train_result r;
+  zt_gpt2 *m = NULL;
+  if (zt_train_run(&c, on_step, &p, &r, &m)) return zt_cli_fail("train");
+  printf("zt train: %lld steps in %.1f s, %.0f tok/s, %lld parameters, loss %.4f -> %.4f, val loss %.4f, "
+         "sgemm ceiling %.0f GFLOP/s\n",
+         (long long)r.steps_done, r.seconds, r.tokens_per_s, (long long)r.num_params, r.first_loss, r.last_loss,
+         r.last_val_loss, r.sgemm_gflops);
+  char mem[8192];
+  zt_mem_report(mem, sizeof mem);
+  printf("memory by tag (bytes):\n%s", mem);
+  if (sample_len > 0 && zt_gpt2_get_config(m)->vocab_size == 256) {
+    const int32_t prompt[] = {'\n'};
+    int32_t *ids = NULL;
+    int64_t n = 0;
+    if (zt_gpt2_sample(m, prompt, 1, sample_len, 0.8, 0, c.seed, &ids, &n)) {
+      zt_gpt2_free(m);
+      return zt_cli_fail("train");
+    }
+    printf("sample (temperature 0.8):\n");
+    for (int64_t i = 1; i < n; i++) putchar(ids[i] >= 32 || ids[i] == '\n' ? ids[i] : '?');
+    printf("\n");
+    free(ids);
+  }
+  zt_gpt2_free(m);
+  return 0;
+}
