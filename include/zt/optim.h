@@ -24,7 +24,14 @@ typedef struct zt_optim zt_optim;
 zt_status zt_optim_new(const zt_optim_config *c, int n_params, const zt_param *params, zt_optim **out);
 void zt_optim_free(zt_optim *o);
 /* One update with learning rate lr (the schedule's value for this step). Parameters
- * whose .grad is NULL are skipped. */
+ * whose .grad is NULL are skipped. Runs with grad mode off; bumps each updated
+ * parameter's version. Every grad is checked before anything is written, so a failing
+ * step changes nothing. AdamW (as torch.optim.AdamW): w *= 1 - lr*wd (decay params only),
+ * m = b1 m + (1-b1) g, v = b2 v + (1-b2) g^2, w -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t)
+ * + eps), with t = step count + 1 for every parameter (one global count, unlike torch's
+ * per-parameter counts, which differ only for parameters that missed a step). SGD: the
+ * same decoupled decay, then buf = momentum buf + g (buf starts at 0, so buf = g at first),
+ * w -= lr buf; momentum 0 keeps no state; no dampening or Nesterov. */
 zt_status zt_optim_step(zt_optim *o, double lr);
 /* Free every parameter's .grad (set_to_none semantics). */
 void zt_optim_zero_grad(zt_optim *o);
@@ -32,16 +39,25 @@ int64_t zt_optim_step_count(const zt_optim *o);
 
 /* State for checkpoints: n named tensors (e.g. "exp_avg.transformer.wte.weight"),
  * owned by the optimizer (created if missing), plus the step count. Loading copies values
- * into them. */
+ * into them. Order: per parameter, "exp_avg.<name>", "exp_avg_sq.<name>" (AdamW) or
+ * "momentum_buffer.<name>" (SGD with momentum); f32, shaped like the parameter, tag
+ * OPTIM, zero until the first update. The arrays stay valid until zt_optim_free. */
 zt_status zt_optim_state(zt_optim *o, int *n, const char *const **names, zt_tensor *const **tensors);
 void zt_optim_set_step_count(zt_optim *o, int64_t step);
 
 /* Global L2 norm of all grads; if max_norm > 0 and the norm exceeds it, scale every grad
- * by max_norm / (norm + 1e-6). Returns the norm before clipping in *norm. */
+ * by max_norm / (norm + 1e-6). Returns the norm before clipping in *norm. Parameters
+ * without a grad are skipped. The norm is summed in double in a fixed order (the same
+ * bits for any thread count). A non-finite norm is returned with ZT_OK and the grads left
+ * as they are: the caller decides (e.g. skip the step). */
 zt_status zt_clip_grad_norm(int n_params, const zt_param *params, double max_norm, double *norm);
 
-/* Cosine schedule: linear warm-up from 0 to max_lr over warmup steps, then cosine decay
- * to min_lr at total steps; min_lr after that. step counts from 0. */
+/* Cosine schedule (nanoGPT's), step counting from 0:
+ *   step < warmup:          max_lr * (step + 1) / warmup (linear; step warmup-1 has max_lr)
+ *   warmup <= step < total: min_lr + 0.5 (1 + cos(pi (step - warmup) / (total - warmup)))
+ *                           * (max_lr - min_lr)  (max_lr at step == warmup)
+ *   step >= total:          min_lr
+ * warmup <= 0: no warm-up; a negative step counts as 0. */
 double zt_lr_cosine(int64_t step, int64_t warmup, int64_t total, double max_lr, double min_lr);
 
 #endif

@@ -84,6 +84,9 @@ zt_status zt_safetensors_load_into(const char *path, int n, const char *const *n
                                    bool strict);
 /* Read one metadata value (malloc'd string, caller frees; NULL if absent). */
 zt_status zt_safetensors_metadata(const char *path, const char *key, char **value);
+/* The tensor names in a file, in header order. *names is one malloc'd block (the array,
+ * NULL-terminated, followed by the strings): free it with free(). */
+zt_status zt_safetensors_names(const char *path, int *n, char ***names);
 
 /* ------------------------------------------------ training checkpoints (src/train/checkpoint.c) */
 /* Everything needed to resume bitwise: written to DIR as model.safetensors (HF GPT-2

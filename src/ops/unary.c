@@ -16,7 +16,7 @@ static int save_kind(zt_unop op) {
 
 static zt_status unary_shape(zt_op_call *c) {
   zt_tensor *a = c->in[0];
-  if (!a) return ZT_ERR(ZT_STATUS_INVALID_ARG, "input is NULL");
+  if (!a) return ZT_ERR(ZT_STATUS_INVALID_ARG, "the input is NULL");
   ZT_TRY(zt__check_float(c->op->name, a, "the input"));
   zt__meta_of(a, &c->out_meta[0]);
   c->n_out = 1;
@@ -53,6 +53,7 @@ ZT_UNARY_OP(tanh, "TanhBackward")
 ZT_UNARY_OP(relu, "ReluBackward")
 ZT_UNARY_OP(gelu, "GeluBackward")
 ZT_UNARY_OP(add_scalar, "AddScalarBackward")
+ZT_UNARY_OP(sub_scalar, "SubScalarBackward") /* runs as add_scalar of -s */
 ZT_UNARY_OP(mul_scalar, "MulScalarBackward")
 ZT_UNARY_OP(div_scalar, "DivScalarBackward")
 ZT_UNARY_OP(pow, "PowBackward")
@@ -72,7 +73,7 @@ zt_status zt_tanh(zt_tensor *a, zt_tensor **out) { return run_unary(&op_tanh, ZT
 zt_status zt_relu(zt_tensor *a, zt_tensor **out) { return run_unary(&op_relu, ZT_UNOP_RELU, 0, a, out); }
 zt_status zt_gelu(zt_tensor *a, zt_tensor **out) { return run_unary(&op_gelu, ZT_UNOP_GELU, 0, a, out); }
 zt_status zt_add_scalar(zt_tensor *a, double s, zt_tensor **out) { return run_unary(&op_add_scalar, ZT_UNOP_ADD_SCALAR, s, a, out); }
-zt_status zt_sub_scalar(zt_tensor *a, double s, zt_tensor **out) { return run_unary(&op_add_scalar, ZT_UNOP_ADD_SCALAR, -s, a, out); }
+zt_status zt_sub_scalar(zt_tensor *a, double s, zt_tensor **out) { return run_unary(&op_sub_scalar, ZT_UNOP_ADD_SCALAR, -s, a, out); }
 zt_status zt_mul_scalar(zt_tensor *a, double s, zt_tensor **out) { return run_unary(&op_mul_scalar, ZT_UNOP_MUL_SCALAR, s, a, out); }
 zt_status zt_div_scalar(zt_tensor *a, double s, zt_tensor **out) { return run_unary(&op_div_scalar, ZT_UNOP_DIV_SCALAR, s, a, out); }
 zt_status zt_pow(zt_tensor *a, double exponent, zt_tensor **out) { return run_unary(&op_pow, ZT_UNOP_POW, exponent, a, out); }

@@ -1,0 +1,629 @@
+/* Training checkpoints and Hugging Face GPT-2 weight files.
+ * A checkpoint folder holds model.safetensors (HF GPT2LMHeadModel names, metadata
+ * format=pt) + config.json (an HF GPT2Config) so transformers loads it as is, and
+ * optim.safetensors + state.json for resuming. state.json is the commit record: written
+ * last, it names a save id that the two tensor files carry too, so a folder whose save was
+ * cut short is refused instead of resumed from mixed files. A save into a folder that holds
+ * only checkpoint files is also atomic as a whole: it is written to a sibling folder that
+ * then swaps places with the old one (renameat2 RENAME_EXCHANGE), so a crash at any point
+ * leaves either the complete old checkpoint or the complete new one. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "train/fileio.h"
+
+#define CK_MODEL "model.safetensors"
+#define CK_OPTIM "optim.safetensors"
+#define CK_CONFIG "config.json"
+#define CK_STATE "state.json"
+#define CK_FORMAT "zerotrain-checkpoint"
+#define CK_VERSION 1
+#define CK_PATH_CAP 4096
+
+static const char *const ck_files[] = {CK_MODEL, CK_CONFIG, CK_OPTIM, CK_STATE};
+#define CK_N_FILES 4
+
+static zt_status join(char *buf, const char *dir, const char *name) {
+  int n = snprintf(buf, CK_PATH_CAP, "%s/%s", dir, name);
+  if (n < 0 || n >= CK_PATH_CAP) return ZT_ERR(ZT_STATUS_INVALID_ARG, "path '%s/%s' is too long", dir, name);
+  return ZT_OK;
+}
+
+static zt_status write_text(const char *path, const zt__buf *b) {
+  if (b->oom) return ZT_ERR(ZT_STATUS_OOM, "out of memory writing '%s'", path);
+  const void *chunk = b->data;
+  size_t size = b->len;
+  return zt_write_file_atomic(path, &chunk, &size, 1);
+}
+
+/* ------------------------------------------------------------------ HF GPT-2 files */
+
+static const char *torch_dtype(zt_dtype dt) {
+  switch (dt) {
+  case ZT_DTYPE_F64: return "float64";
+  case ZT_DTYPE_BF16: return "bfloat16";
+  case ZT_DTYPE_F16: return "float16";
+  default: return "float32";
+  }
+}
+
+/* Shortest "%.Ng" that reads back as the same double (0.1 rather than 0.10000000000000001). */
+static const char *fmt_double(char buf[32], double v) {
+  for (int prec = 6; prec <= 17; prec++) {
+    snprintf(buf, 32, "%.*g", prec, v);
+    if (strtod(buf, NULL) == v) break;
+  }
+  return buf;
+}
+
+/* An HF GPT2Config: GELU with the tanh approximation is "gelu_new"; positions and context
+ * are the block size; the output layer is tied to wte. */
+static void hf_config_json(zt__buf *b, const zt_gpt2_config *c, zt_dtype dt) {
+  char p[32];
+  fmt_double(p, c->dropout);
+  zt__buf_printf(b,
+                 "{\n"
+                 "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
+                 "  \"model_type\": \"gpt2\",\n"
+                 "  \"vocab_size\": %d,\n"
+                 "  \"n_positions\": %d,\n"
+                 "  \"n_ctx\": %d,\n"
+                 "  \"n_embd\": %d,\n"
+                 "  \"n_layer\": %d,\n"
+                 "  \"n_head\": %d,\n"
+                 "  \"n_inner\": null,\n"
+                 "  \"activation_function\": \"gelu_new\",\n"
+                 "  \"resid_pdrop\": %s,\n"
+                 "  \"embd_pdrop\": %s,\n"
+                 "  \"attn_pdrop\": %s,\n"
+                 "  \"layer_norm_epsilon\": 1e-05,\n"
+                 "  \"initializer_range\": 0.02,\n"
+                 "  \"scale_attn_weights\": true,\n"
+                 "  \"use_cache\": true,\n"
+                 "  \"tie_word_embeddings\": true,\n",
+                 c->vocab_size, c->block_size, c->block_size, c->n_embd, c->n_layer, c->n_head, p, p, p);
+  /* GPT-2's <|endoftext|> id where the vocabulary has it; null otherwise (GPT2Config's
+   * default 50256 would lie outside a small vocabulary). */
+  if (c->vocab_size > 50256)
+    zt__buf_printf(b, "  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256,\n");
+  else
+    zt__buf_printf(b, "  \"bos_token_id\": null,\n  \"eos_token_id\": null,\n");
+  zt__buf_printf(b, "  \"torch_dtype\": \"%s\"\n}\n", torch_dtype(dt));
+}
+
+static zt_status save_model(zt_gpt2 *m, const char *path, const char *save_id) {
+  zt_param *params;
+  int n = zt_gpt2_params(m, &params);
+  if (n <= 0) return ZT_ERR(ZT_STATUS_STATE, "saving '%s': the model has no parameters", path);
+  const char **names = malloc(sizeof *names * (size_t)n);
+  zt_tensor **tensors = malloc(sizeof *tensors * (size_t)n);
+  zt_status s = ZT_OK;
+  if (!names || !tensors) {
+    s = ZT_ERR(ZT_STATUS_OOM, "saving '%s': out of memory", path);
+  } else {
+    for (int i = 0; i < n; i++) {
+      names[i] = params[i].name;
+      tensors[i] = params[i].tensor;
+    }
+    /* transformers refuses a safetensors file without format=pt in its metadata. */
+    const char *keys[] = {"format", "zt_save_id"}, *vals[] = {"pt", save_id};
+    s = zt_safetensors_save(path, n, names, tensors, save_id ? 2 : 1, keys, vals);
+  }
+  free(names);
+  free(tensors);
+  return s;
+}
+
+static zt_status write_hf_config(const char *path, zt_gpt2 *m) {
+  zt_param *params;
+  int n = zt_gpt2_params(m, &params);
+  zt__buf b = {0};
+  hf_config_json(&b, zt_gpt2_get_config(m), n > 0 ? params[0].tensor->dtype : ZT_DTYPE_F32);
+  zt_status s = write_text(path, &b);
+  zt__buf_free(&b);
+  return s;
+}
+
+zt_status zt_gpt2_save_hf(zt_gpt2 *m, const char *path) {
+  if (!m || !path || !*path) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_save_hf: NULL model or empty path");
+  char dir[CK_PATH_CAP], cfg[CK_PATH_CAP];
+  const char *slash = strrchr(path, '/');
+  snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash == path ? 1 : slash - path) : 1, slash ? path : ".");
+  ZT_TRY(join(cfg, dir, CK_CONFIG));
+  ZT_TRY(save_model(m, path, NULL));
+  return write_hf_config(cfg, m);
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+  size_t a = strlen(s), b = strlen(suffix);
+  return a >= b && !strcmp(s + a - b, suffix);
+}
+
+/* Largest block index + 1 among names "h.N." (with or without "transformer."). */
+static int count_layers(int n, char *const *names) {
+  int layers = 0;
+  for (int i = 0; i < n; i++) {
+    const char *s = names[i];
+    if (!strncmp(s, "transformer.", 12)) s += 12;
+    int k;
+    if (sscanf(s, "h.%d.", &k) == 1 && k + 1 > layers) layers = k + 1;
+  }
+  return layers;
+}
+
+zt_status zt_gpt2_load_hf(zt_gpt2 *m, const char *path) {
+  if (!m || !path) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_load_hf: NULL model or path");
+  int nf = 0;
+  char **fnames = NULL;
+  ZT_TRY(zt_safetensors_names(path, &nf, &fnames));
+  zt_param *params;
+  int np = zt_gpt2_params(m, &params);
+  const zt_gpt2_config *cfg = zt_gpt2_get_config(m);
+  const char **map = calloc((size_t)np + 1, sizeof *map);
+  bool *used = calloc((size_t)nf + 1, sizeof *used);
+  zt_tensor *lm = NULL;
+  zt_status s = ZT_OK;
+  if (!map || !used) {
+    s = ZT_ERR(ZT_STATUS_OOM, "loading '%s': out of memory", path);
+    goto out;
+  }
+  /* transformers writes "transformer.h.0..." for GPT2LMHeadModel and "h.0..." for a bare
+   * GPT2Model export: accept either spelling of each name. */
+  int lm_idx = -1;
+  for (int i = 0; i < np && !s; i++) {
+    const char *full = params[i].name;
+    const char *bare = strncmp(full, "transformer.", 12) ? NULL : full + 12;
+    for (int k = 0; k < nf && !map[i]; k++)
+      if (!strcmp(fnames[k], full) || (bare && !strcmp(fnames[k], bare))) {
+        map[i] = fnames[k];
+        used[k] = true;
+      }
+    if (!map[i]) {
+      int fl = count_layers(nf, fnames);
+      char hint[160] = "";
+      if (fl != cfg->n_layer)
+        snprintf(hint, sizeof hint, " (the file has %d layers, the model %d)", fl, cfg->n_layer);
+      s = ZT_ERR(ZT_STATUS_INVALID_ARG, "'%s' has no tensor '%s'%s%s%s: it is not a GPT-2 model of this shape%s", path,
+                 full, bare ? " (nor '" : "", bare ? bare : "", bare ? "')" : "", hint);
+    }
+  }
+  for (int k = 0; k < nf && !s; k++) {
+    if (used[k]) continue;
+    const char *f = fnames[k];
+    if (!strcmp(f, "lm_head.weight")) {
+      lm_idx = k;
+    } else if (!ends_with(f, ".attn.bias") && !ends_with(f, ".attn.masked_bias")) {
+      /* attn.bias / masked_bias are the causal-mask buffers of older exports. */
+      s = ZT_ERR(ZT_STATUS_INVALID_ARG, "'%s' holds tensor '%s', which is not a parameter of a GPT-2 model", path, f);
+    }
+  }
+  if (s) goto out;
+  zt_tensor **ts = malloc(sizeof *ts * (size_t)np);
+  if (!ts) {
+    s = ZT_ERR(ZT_STATUS_OOM, "loading '%s': out of memory", path);
+    goto out;
+  }
+  for (int i = 0; i < np; i++) ts[i] = params[i].tensor;
+  s = zt_safetensors_load_into(path, np, map, ts, false);
+  free(ts);
+  if (s || lm_idx < 0) goto out;
+  /* The output layer is tied to wte here; a file whose lm_head differs is another model. */
+  zt_tensor *wte = NULL;
+  for (int i = 0; i < np; i++)
+    if (!strcmp(params[i].name, "transformer.wte.weight")) wte = params[i].tensor;
+  if (!wte) goto out;
+  if ((s = zt_tensor_empty_tagged(wte->ndim, wte->shape, wte->dtype, ZT_CPU, ZT_MEM_TAG_TEMP, &lm))) goto out;
+  const char *lm_name = "lm_head.weight";
+  if ((s = zt_safetensors_load_into(path, 1, &lm_name, &lm, false))) goto out;
+  int64_t ne = zt_tensor_numel(wte);
+  if (zt_tensor_is_contiguous(wte) && !memcmp(zt__tensor_ptr(wte), zt__tensor_ptr(lm), zt_tensor_nbytes(wte)))
+    goto out;
+  for (int64_t i = 0; i < ne; i++) {
+    double a = zt_tensor_get(wte, i), b = zt_tensor_get(lm, i);
+    if (a != b && !(a != a && b != b)) {
+      s = ZT_ERR(ZT_STATUS_INVALID_ARG,
+                 "'%s': lm_head.weight differs from the embedding wte (element %lld: %g vs %g); zerotrain's GPT-2 ties "
+                 "them, so this untied model cannot be loaded",
+                 path, (long long)i, b, a);
+      break;
+    }
+  }
+out:
+  free(map);
+  free(used);
+  free(fnames);
+  zt_tensor_free(lm);
+  return s;
+}
+
+/* ------------------------------------------------------------------ state.json */
+
+typedef struct ck_state {
+  zt_train_state st;
+  char save_id[64];
+  bool has_optim;
+} ck_state;
+
+static void state_json(zt__buf *b, const ck_state *k) {
+  const zt_train_state *st = &k->st;
+  const zt_gpt2_config *c = &st->model;
+  char dbuf[32];
+  zt__buf_printf(b,
+                 "{\n"
+                 "  \"format\": \"" CK_FORMAT "\",\n"
+                 "  \"version\": %d,\n"
+                 "  \"save_id\": \"%s\",\n"
+                 "  \"step\": %lld,\n"
+                 "  \"rng\": {\"seed\": %llu, \"offset\": %llu},\n"
+                 "  \"data\": {\"epoch\": %llu, \"index\": %lld},\n"
+                 "  \"model\": {\"n_layer\": %d, \"n_head\": %d, \"n_embd\": %d, \"vocab_size\": %d, "
+                 "\"block_size\": %d, \"dropout\": %s},\n"
+                 "  \"optimizer\": %s\n"
+                 "}\n",
+                 CK_VERSION, k->save_id, (long long)st->step, (unsigned long long)st->rng.seed,
+                 (unsigned long long)st->rng.offset, (unsigned long long)st->data.epoch, (long long)st->data.index,
+                 c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->block_size, fmt_double(dbuf, c->dropout),
+                 k->has_optim ? "true" : "false");
+}
+
+/* Field access for state.json: each failure names the file and the field. */
+static zt_status field(const char *path, const zt__json *obj, const char *key, const char *sub, const zt__json **out) {
+  const zt__json *v = zt__json_get(obj, key);
+  if (v && sub) v = zt__json_get(v, sub);
+  if (!v)
+    return ZT_ERR(ZT_STATUS_IO, "'%s': field '%s%s%s' is missing (the file is damaged or not a zerotrain state.json)",
+                  path, key, sub ? "." : "", sub ? sub : "");
+  *out = v;
+  return ZT_OK;
+}
+
+static zt_status field_i64(const char *path, const zt__json *obj, const char *key, const char *sub, int64_t lo,
+                           int64_t hi, int64_t *out) {
+  const zt__json *v = NULL;
+  ZT_TRY(field(path, obj, key, sub, &v));
+  if (!zt__json_i64(v, out) || *out < lo || *out > hi)
+    return ZT_ERR(ZT_STATUS_IO, "'%s': field '%s%s%s' must be an integer in [%lld, %lld]", path, key, sub ? "." : "",
+                  sub ? sub : "", (long long)lo, (long long)hi);
+  return ZT_OK;
+}
+
+static zt_status field_u64(const char *path, const zt__json *obj, const char *key, const char *sub, uint64_t *out) {
+  const zt__json *v = NULL;
+  ZT_TRY(field(path, obj, key, sub, &v));
+  if (!zt__json_u64(v, out))
+    return ZT_ERR(ZT_STATUS_IO, "'%s': field '%s%s%s' must be an unsigned 64-bit integer", path, key,
+                  sub ? "." : "", sub ? sub : "");
+  return ZT_OK;
+}
+
+static zt_status field_int(const char *path, const zt__json *obj, const char *sub, int *out) {
+  int64_t v;
+  ZT_TRY(field_i64(path, obj, "model", sub, 1, INT32_MAX, &v));
+  *out = (int)v;
+  return ZT_OK;
+}
+
+static zt_status read_state(const char *dir, ck_state *k) {
+  if (!dir || !*dir) return ZT_ERR(ZT_STATUS_INVALID_ARG, "checkpoint folder name is empty");
+  memset(k, 0, sizeof *k);
+  struct stat sb;
+  if (stat(dir, &sb) != 0)
+    return ZT_ERR(ZT_STATUS_IO, "cannot open checkpoint '%s': %s", dir, strerror(errno));
+  if (!S_ISDIR(sb.st_mode))
+    return ZT_ERR(ZT_STATUS_IO, "checkpoint '%s' is not a folder (a checkpoint is a folder with %s, %s and %s)", dir,
+                  CK_MODEL, CK_OPTIM, CK_STATE);
+  char path[CK_PATH_CAP];
+  ZT_TRY(join(path, dir, CK_STATE));
+  if (access(path, F_OK) != 0 && errno == ENOENT)
+    return ZT_ERR(ZT_STATUS_IO,
+                  "checkpoint '%s' has no %s: it is not a zerotrain checkpoint, or the save that wrote it did not "
+                  "finish (%s is written last); use an earlier checkpoint",
+                  dir, CK_STATE, CK_STATE);
+  void *text;
+  size_t len;
+  ZT_TRY(zt_read_file(path, &text, &len));
+  zt__json *j = NULL;
+  char what[CK_PATH_CAP + 8];
+  snprintf(what, sizeof what, "'%s'", path);
+  zt_status s = zt__json_parse(text, len, what, &j);
+  free(text);
+  if (s) return s;
+  const zt__json *v;
+  int64_t x;
+  zt_train_state *st = &k->st;
+  if (j->kind != ZT__JSON_OBJECT || !(v = zt__json_get(j, "format")) || v->kind != ZT__JSON_STRING ||
+      strcmp(v->str, CK_FORMAT)) {
+    s = ZT_ERR(ZT_STATUS_IO, "'%s' is not a zerotrain state.json (no \"format\": \"" CK_FORMAT "\")", path);
+    goto out;
+  }
+  if ((s = field_i64(path, j, "version", NULL, 0, INT32_MAX, &x))) goto out;
+  if (x != CK_VERSION) {
+    s = ZT_ERR(ZT_STATUS_UNSUPPORTED, "'%s' is checkpoint format version %lld; this zerotrain reads version %d", path,
+               (long long)x, CK_VERSION);
+    goto out;
+  }
+  if ((s = field(path, j, "save_id", NULL, &v))) goto out;
+  if (v->kind != ZT__JSON_STRING || strlen(v->str) >= sizeof k->save_id) {
+    s = ZT_ERR(ZT_STATUS_IO, "'%s': field 'save_id' must be a short string", path);
+    goto out;
+  }
+  snprintf(k->save_id, sizeof k->save_id, "%s", v->str);
+  if ((s = field_i64(path, j, "step", NULL, 0, INT64_MAX, &st->step))) goto out;
+  if ((s = field_u64(path, j, "rng", "seed", &st->rng.seed))) goto out;
+  if ((s = field_u64(path, j, "rng", "offset", &st->rng.offset))) goto out;
+  if ((s = field_u64(path, j, "data", "epoch", &st->data.epoch))) goto out;
+  if ((s = field_i64(path, j, "data", "index", 0, INT64_MAX, &st->data.index))) goto out;
+  zt_gpt2_config *c = &st->model;
+  if ((s = field_int(path, j, "n_layer", &c->n_layer)) || (s = field_int(path, j, "n_head", &c->n_head)) ||
+      (s = field_int(path, j, "n_embd", &c->n_embd)) || (s = field_int(path, j, "vocab_size", &c->vocab_size)) ||
+      (s = field_int(path, j, "block_size", &c->block_size)))
+    goto out;
+  if ((s = field(path, j, "model", "dropout", &v))) goto out;
+  if (!zt__json_f64(v, &c->dropout) || !(c->dropout >= 0 && c->dropout < 1)) {
+    s = ZT_ERR(ZT_STATUS_IO, "'%s': field 'model.dropout' must be a number in [0, 1)", path);
+    goto out;
+  }
+  if ((s = field(path, j, "optimizer", NULL, &v))) goto out;
+  if (v->kind != ZT__JSON_BOOL) {
+    s = ZT_ERR(ZT_STATUS_IO, "'%s': field 'optimizer' must be true or false", path);
+    goto out;
+  }
+  k->has_optim = v->boolean;
+out:
+  zt__json_free(j);
+  return s;
+}
+
+zt_status zt_checkpoint_read_state(const char *dir, zt_train_state *st) {
+  if (!st) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_read_state: st is NULL");
+  ck_state k;
+  ZT_TRY(read_state(dir, &k));
+  *st = k.st;
+  return ZT_OK;
+}
+
+/* ------------------------------------------------------------------ save */
+
+/* Writes the four files into `into`; state.json last (the commit record). */
+static zt_status write_files(const char *into, zt_gpt2 *m, int n_opt, const char *const *opt_names,
+                             zt_tensor *const *opt_tensors, int64_t opt_step, const ck_state *k) {
+  char path[CK_PATH_CAP];
+  ZT_TRY(join(path, into, CK_MODEL));
+  ZT_TRY(save_model(m, path, k->save_id));
+  ZT_TRY(join(path, into, CK_CONFIG));
+  ZT_TRY(write_hf_config(path, m));
+  if (k->has_optim) {
+    char step[32];
+    snprintf(step, sizeof step, "%lld", (long long)opt_step);
+    const char *keys[] = {"zt_save_id", "step"}, *vals[] = {k->save_id, step};
+    ZT_TRY(join(path, into, CK_OPTIM));
+    ZT_TRY(zt_safetensors_save(path, n_opt, opt_names, opt_tensors, 2, keys, vals));
+  }
+  zt__buf b = {0};
+  state_json(&b, k);
+  zt_status s = join(path, into, CK_STATE);
+  if (!s) s = write_text(path, &b);
+  zt__buf_free(&b);
+  return s;
+}
+
+static bool is_ck_file(const char *name) {
+  for (int i = 0; i < CK_N_FILES; i++)
+    if (!strcmp(name, ck_files[i])) return true;
+  /* temp files of an interrupted zt_write_file_atomic: ".<name>.tmp.<pid>" */
+  return name[0] == '.' && strstr(name, ".tmp.") != NULL;
+}
+
+/* -1: cannot read; 0: empty; 1: only checkpoint files; 2: other files too. */
+static int dir_kind(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  int kind = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    if (!is_ck_file(e->d_name)) {
+      kind = 2;
+      break;
+    }
+    kind = 1;
+  }
+  closedir(d);
+  return kind;
+}
+
+/* Remove a staging folder made by an earlier save (only checkpoint files inside). */
+static bool remove_stage(const char *stage) {
+  DIR *d = opendir(stage);
+  if (!d) return errno == ENOENT;
+  struct dirent *e;
+  char path[CK_PATH_CAP];
+  while ((e = readdir(d)))
+    if (is_ck_file(e->d_name) && !join(path, stage, e->d_name)) unlink(path);
+  closedir(d);
+  return rmdir(stage) == 0;
+}
+
+typedef enum ck_mode { CK_MODE_NEW, CK_MODE_SWAP, CK_MODE_IN_PLACE } ck_mode;
+
+zt_status zt_checkpoint_save(const char *dir_in, zt_gpt2 *m, zt_optim *o, const zt_train_state *st) {
+  if (!dir_in || !*dir_in || !m || !st)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_save: empty folder name, or NULL model or state");
+  char dir[CK_PATH_CAP], parent[CK_PATH_CAP], stage[CK_PATH_CAP];
+  if (strlen(dir_in) >= CK_PATH_CAP - 32) return ZT_ERR(ZT_STATUS_INVALID_ARG, "path '%s' is too long", dir_in);
+  snprintf(dir, sizeof dir, "%s", dir_in);
+  for (size_t l = strlen(dir); l > 1 && dir[l - 1] == '/'; l--) dir[l - 1] = '\0';
+  const char *slash = strrchr(dir, '/');
+  const char *base = slash ? slash + 1 : dir;
+  snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash == dir ? 1 : slash - dir) : 1, slash ? dir : ".");
+  int sl = snprintf(stage, sizeof stage, "%s/.%s.saving", parent, base);
+  if (sl < 0 || sl >= (int)sizeof stage) return ZT_ERR(ZT_STATUS_INVALID_ARG, "path '%s' is too long", dir_in);
+
+  ck_state k;
+  memset(&k, 0, sizeof k);
+  k.st = *st;
+  k.st.model = *zt_gpt2_get_config(m); /* the model's own shape, whatever st says */
+  k.has_optim = o != NULL;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  snprintf(k.save_id, sizeof k.save_id, "%llx-%llx-%lx", (unsigned long long)st->step,
+           (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec, (long)getpid());
+  int n_opt = 0;
+  const char *const *opt_names = NULL;
+  zt_tensor *const *opt_tensors = NULL;
+  int64_t opt_step = 0;
+  if (o) {
+    ZT_TRY(zt_optim_state(o, &n_opt, &opt_names, &opt_tensors));
+    opt_step = zt_optim_step_count(o);
+  }
+
+  /* A folder holding only checkpoint files (or none, or nothing yet) is replaced as a
+   * whole; a folder that holds other files too is updated file by file. */
+  struct stat sb;
+  ck_mode mode;
+  if (lstat(dir, &sb) != 0) {
+    if (errno != ENOENT) return ZT_ERR(ZT_STATUS_IO, "cannot save checkpoint '%s': %s", dir, strerror(errno));
+    mode = CK_MODE_NEW;
+  } else if (S_ISLNK(sb.st_mode) || !*base || !strcmp(base, ".") || !strcmp(base, "..")) {
+    mode = CK_MODE_IN_PLACE; /* a link, "/", "." or "..": not a folder that can be swapped */
+  } else if (!S_ISDIR(sb.st_mode)) {
+    return ZT_ERR(ZT_STATUS_IO, "cannot save checkpoint '%s': it exists and is not a folder", dir);
+  } else {
+    int kind = dir_kind(dir);
+    if (kind < 0) return ZT_ERR(ZT_STATUS_IO, "cannot save checkpoint '%s': %s", dir, strerror(errno));
+    mode = kind == 0 ? CK_MODE_NEW : kind == 1 ? CK_MODE_SWAP : CK_MODE_IN_PLACE;
+  }
+  if (mode != CK_MODE_IN_PLACE && (!remove_stage(stage) || mkdir(stage, 0755) != 0)) {
+    if (lstat(dir, &sb) != 0) { /* no staging possible (e.g. parent not writable): make the folder */
+      if (mkdir(dir, 0755) != 0)
+        return ZT_ERR(ZT_STATUS_IO, "cannot create checkpoint folder '%s': %s", dir, strerror(errno));
+    }
+    mode = CK_MODE_IN_PLACE;
+  }
+  if (mode == CK_MODE_IN_PLACE) {
+    ZT_TRY(write_files(dir, m, n_opt, opt_names, opt_tensors, opt_step, &k));
+    char path[CK_PATH_CAP];
+    if (!o && !join(path, dir, CK_OPTIM)) unlink(path); /* stale optimizer state of an older save */
+    return ZT_OK;
+  }
+  zt_status s = write_files(stage, m, n_opt, opt_names, opt_tensors, opt_step, &k);
+  if (s) {
+    remove_stage(stage);
+    return s;
+  }
+  if (mode == CK_MODE_NEW) {
+    /* rename() onto a missing or empty folder replaces it atomically. */
+    if (rename(stage, dir) != 0) {
+      s = ZT_ERR(ZT_STATUS_IO, "cannot save checkpoint '%s': renaming '%s' to it failed: %s", dir, stage,
+                 strerror(errno));
+      remove_stage(stage);
+      return s;
+    }
+  } else if (renameat2(AT_FDCWD, stage, AT_FDCWD, dir, RENAME_EXCHANGE) != 0) {
+    int e = errno;
+    if (e != EINVAL && e != ENOSYS && e != ENOTSUP) {
+      remove_stage(stage);
+      return ZT_ERR(ZT_STATUS_IO, "cannot save checkpoint '%s': swapping in '%s' failed: %s", dir, stage,
+                    strerror(e));
+    }
+    /* The filesystem cannot swap folders: move the files over one by one, state.json
+     * last (an interruption is then detected through the save ids). */
+    for (int i = 0; i < CK_N_FILES && !s; i++) {
+      char from[CK_PATH_CAP], to[CK_PATH_CAP];
+      if (!o && !strcmp(ck_files[i], CK_OPTIM)) continue;
+      if (!(s = join(from, stage, ck_files[i])) && !(s = join(to, dir, ck_files[i])) && rename(from, to) != 0)
+        s = ZT_ERR(ZT_STATUS_IO, "cannot save checkpoint '%s': moving '%s' into it failed: %s", dir, from,
+                   strerror(errno));
+    }
+    if (!s) zt__fsync_dir(dir);
+  }
+  int e = zt__fsync_dir(parent);
+  if (!s && e)
+    s = ZT_ERR(ZT_STATUS_IO, "saved checkpoint '%s' but the fsync of '%s' failed: %s", dir, parent, strerror(e));
+  remove_stage(stage); /* after a swap it holds the previous checkpoint */
+  return s;
+}
+
+/* ------------------------------------------------------------------ load */
+
+static zt_status check_save_id(const char *dir, const char *file, const char *want) {
+  char path[CK_PATH_CAP], *id = NULL;
+  ZT_TRY(join(path, dir, file));
+  ZT_TRY(zt_safetensors_metadata(path, "zt_save_id", &id));
+  zt_status s = ZT_OK;
+  if (!id || strcmp(id, want))
+    s = ZT_ERR(ZT_STATUS_IO,
+               "checkpoint '%s': %s is not from the same save as %s (save id %s, expected %s): a save into this "
+               "folder was interrupted or the files were mixed; use another checkpoint",
+               dir, file, CK_STATE, id ? id : "(none)", want);
+  free(id);
+  return s;
+}
+
+zt_status zt_checkpoint_load(const char *dir, zt_gpt2 *m, zt_optim *o, zt_train_state *st) {
+  if (!m) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_load: model is NULL");
+  ck_state k;
+  ZT_TRY(read_state(dir, &k));
+  const zt_gpt2_config *have = &k.st.model, *want = zt_gpt2_get_config(m);
+  const struct {
+    const char *name;
+    int ck, model;
+  } fields[] = {{"n_layer", have->n_layer, want->n_layer},
+                {"n_head", have->n_head, want->n_head},
+                {"n_embd", have->n_embd, want->n_embd},
+                {"vocab_size", have->vocab_size, want->vocab_size},
+                {"block_size", have->block_size, want->block_size}};
+  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
+    if (fields[i].ck != fields[i].model)
+      return ZT_ERR(ZT_STATUS_SHAPE, "checkpoint '%s' has %s %d, model has %d: it was saved from another model shape",
+                    dir, fields[i].name, fields[i].ck, fields[i].model);
+  if (o && !k.has_optim)
+    return ZT_ERR(ZT_STATUS_STATE,
+                  "checkpoint '%s' holds no optimizer state (it was saved without one), so training cannot resume "
+                  "from it; load the weights only (--init-from %s/%s)",
+                  dir, dir, CK_MODEL);
+  /* Everything checkable is checked before the first tensor is overwritten. */
+  ZT_TRY(check_save_id(dir, CK_MODEL, k.save_id));
+  if (o) ZT_TRY(check_save_id(dir, CK_OPTIM, k.save_id));
+  char path[CK_PATH_CAP];
+  zt_param *params;
+  int np = zt_gpt2_params(m, &params);
+  const char **names = malloc(sizeof *names * (size_t)(np > 0 ? np : 1));
+  zt_tensor **ts = malloc(sizeof *ts * (size_t)(np > 0 ? np : 1));
+  zt_status s = ZT_OK;
+  if (!names || !ts) s = ZT_ERR(ZT_STATUS_OOM, "loading checkpoint '%s': out of memory", dir);
+  for (int i = 0; i < np && !s; i++) {
+    names[i] = params[i].name;
+    ts[i] = params[i].tensor;
+  }
+  if (!s) s = join(path, dir, CK_MODEL);
+  if (!s) s = zt_safetensors_load_into(path, np, names, ts, true);
+  free(names);
+  free(ts);
+  if (s) return s;
+  if (o) {
+    int n_opt;
+    const char *const *opt_names;
+    zt_tensor *const *opt_tensors;
+    char *step = NULL;
+    ZT_TRY(zt_optim_state(o, &n_opt, &opt_names, &opt_tensors));
+    ZT_TRY(join(path, dir, CK_OPTIM));
+    ZT_TRY(zt_safetensors_load_into(path, n_opt, opt_names, opt_tensors, true));
+    ZT_TRY(zt_safetensors_metadata(path, "step", &step));
+    char *end = NULL;
+    long long v = step ? strtoll(step, &end, 10) : -1;
+    bool ok = step && *step && !*end && v >= 0;
+    free(step);
+    if (!ok) return ZT_ERR(ZT_STATUS_IO, "'%s': metadata 'step' is missing or not an integer >= 0", path);
+    zt_optim_set_step_count(o, v);
+  }
+  if (st) *st = k.st;
+  return ZT_OK;
+}

@@ -1,0 +1,466 @@
+/* Checkpoints: bitwise save/load of parameters, optimizer state and training state (and
+ * an identical next step after loading), config mismatch errors, missing or damaged
+ * state.json, an interrupted save next to a good checkpoint, overwriting a checkpoint
+ * folder, HF GPT-2 files (prefix-less names, attention-mask buffers, tied lm_head, bf16). */
+#include <ftw.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "train/fileio.h"
+#include "zt/autograd.h"
+#include "zt_test.h"
+
+static char g_dir[64];
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  return remove(p);
+}
+static void make_dir(void) {
+  snprintf(g_dir, sizeof g_dir, "/tmp/zt_test_ck_XXXXXX");
+  ZT_CHECK(mkdtemp(g_dir) != NULL);
+}
+static void remove_dir(void) { nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+static const char *in_dir(char *buf, const char *name) {
+  snprintf(buf, 256, "%s/%s", g_dir, name);
+  return buf;
+}
+static bool exists(const char *dir, const char *name) {
+  char p[300];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  return access(p, F_OK) == 0;
+}
+
+static const zt_gpt2_config k_cfg = {2, 2, 16, 37, 8, 0.0};
+
+static zt_gpt2 *new_model(const zt_gpt2_config *c, uint64_t seed) {
+  zt_rng_seed(seed);
+  zt_gpt2 *m = NULL;
+  ZT_CHECK_OK(zt_gpt2_new(c, &m));
+  return m;
+}
+
+static zt_optim *new_optim(zt_gpt2 *m) {
+  zt_param *p;
+  int n = zt_gpt2_params(m, &p);
+  zt_optim_config oc = zt_optim_default(ZT_OPTIM_ADAMW);
+  zt_optim *o = NULL;
+  ZT_CHECK_OK(zt_optim_new(&oc, n, p, &o));
+  return o;
+}
+
+/* One AdamW step on a fixed batch made from `seed`. */
+static void train_step(zt_gpt2 *m, zt_optim *o, int seed) {
+  int64_t s[] = {2, 8};
+  int32_t ids[16], tg[16];
+  for (int i = 0; i < 16; i++) {
+    ids[i] = (i * 7 + seed * 3) % k_cfg.vocab_size;
+    tg[i] = (i * 5 + seed) % k_cfg.vocab_size;
+  }
+  zt_tensor *x = NULL, *y = NULL, *loss = NULL;
+  ZT_CHECK_OK(zt_tensor_from_data(2, s, ZT_DTYPE_I32, ids, &x));
+  ZT_CHECK_OK(zt_tensor_from_data(2, s, ZT_DTYPE_I32, tg, &y));
+  ZT_CHECK_OK(zt_gpt2_forward(m, x, y, NULL, &loss));
+  if (loss) ZT_CHECK_OK(zt_backward(1, &loss, NULL, false));
+  ZT_CHECK_OK(zt_optim_step(o, 1e-2));
+  zt_optim_zero_grad(o);
+  zt_tensor_free(loss);
+  zt_tensor_free(x);
+  zt_tensor_free(y);
+}
+
+static bool params_equal(zt_gpt2 *a, zt_gpt2 *b) {
+  zt_param *pa, *pb;
+  int na = zt_gpt2_params(a, &pa), nb = zt_gpt2_params(b, &pb);
+  if (na != nb || na == 0) return false;
+  for (int i = 0; i < na; i++)
+    if (strcmp(pa[i].name, pb[i].name) || !zt_test_bitwise_equal(pa[i].tensor, pb[i].tensor)) return false;
+  return true;
+}
+
+static bool optim_equal(zt_optim *a, zt_optim *b) {
+  int na, nb;
+  const char *const *names_a, *const *names_b;
+  zt_tensor *const *ta, *const *tb;
+  if (zt_optim_state(a, &na, &names_a, &ta) || zt_optim_state(b, &nb, &names_b, &tb) || na != nb || na == 0)
+    return false;
+  for (int i = 0; i < na; i++)
+    if (strcmp(names_a[i], names_b[i]) || !zt_test_bitwise_equal(ta[i], tb[i])) return false;
+  return zt_optim_step_count(a) == zt_optim_step_count(b);
+}
+
+static zt_train_state state_at(int64_t step) {
+  zt_train_state st = {0};
+  st.step = step;
+  st.rng.seed = 0xFFFFFFFFFFFFFFF1ull; /* beyond 2^53: must survive JSON exactly */
+  st.rng.offset = 123456789012345ull;
+  st.data.epoch = 3;
+  st.data.index = 17;
+  st.model = k_cfg;
+  return st;
+}
+
+static void test_roundtrip_bitwise(void) {
+  make_dir();
+  char ck[256];
+  in_dir(ck, "ck");
+  zt_gpt2 *a = new_model(&k_cfg, 1);
+  zt_optim *oa = new_optim(a);
+  train_step(a, oa, 1);
+  train_step(a, oa, 2);
+  zt_train_state st = state_at(2);
+  ZT_CHECK_OK(zt_checkpoint_save(ck, a, oa, &st));
+  const char *files[] = {"model.safetensors", "config.json", "optim.safetensors", "state.json"};
+  for (int i = 0; i < 4; i++) ZT_CHECK(exists(ck, files[i]));
+  ZT_CHECK(!exists(g_dir, ".ck.saving"));
+
+  zt_gpt2 *b = new_model(&k_cfg, 2);
+  zt_optim *ob = new_optim(b);
+  ZT_CHECK(!params_equal(a, b));
+  zt_train_state got;
+  memset(&got, 0xAB, sizeof got);
+  ZT_CHECK_OK(zt_checkpoint_load(ck, b, ob, &got));
+  ZT_CHECK(params_equal(a, b));
+  ZT_CHECK(optim_equal(oa, ob));
+  ZT_CHECK(zt_optim_step_count(ob) == 2);
+  ZT_CHECK(got.step == 2 && got.rng.seed == st.rng.seed && got.rng.offset == st.rng.offset);
+  ZT_CHECK(got.data.epoch == 3 && got.data.index == 17);
+  ZT_CHECK(got.model.n_layer == 2 && got.model.n_head == 2 && got.model.n_embd == 16 && got.model.vocab_size == 37 &&
+           got.model.block_size == 8 && got.model.dropout == 0.0);
+  zt_train_state rs;
+  ZT_CHECK_OK(zt_checkpoint_read_state(ck, &rs));
+  ZT_CHECK(rs.step == 2 && rs.rng.seed == st.rng.seed && rs.model.n_embd == 16 && rs.model.block_size == 8);
+  /* the next step after loading is the same, bitwise */
+  train_step(a, oa, 3);
+  train_step(b, ob, 3);
+  ZT_CHECK(params_equal(a, b));
+  ZT_CHECK(optim_equal(oa, ob));
+
+  /* the files transformers reads: format=pt metadata and an HF GPT2Config */
+  char path[300], *fmt = NULL;
+  snprintf(path, sizeof path, "%s/model.safetensors", ck);
+  ZT_CHECK_OK(zt_safetensors_metadata(path, "format", &fmt));
+  ZT_CHECK(fmt && !strcmp(fmt, "pt"));
+  free(fmt);
+  snprintf(path, sizeof path, "%s/config.json", ck);
+  void *text = NULL;
+  size_t len = 0;
+  ZT_CHECK_OK(zt_read_file(path, &text, &len));
+  zt__json *j = NULL;
+  ZT_CHECK_OK(zt__json_parse(text, len, "config.json", &j));
+  free(text);
+  int64_t v = 0;
+  ZT_CHECK(!strcmp(zt__json_get(j, "model_type")->str, "gpt2"));
+  ZT_CHECK(!strcmp(zt__json_get(j, "architectures")->items[0].str, "GPT2LMHeadModel"));
+  ZT_CHECK(!strcmp(zt__json_get(j, "activation_function")->str, "gelu_new"));
+  ZT_CHECK(zt__json_i64(zt__json_get(j, "n_layer"), &v) && v == 2);
+  ZT_CHECK(zt__json_i64(zt__json_get(j, "n_head"), &v) && v == 2);
+  ZT_CHECK(zt__json_i64(zt__json_get(j, "n_embd"), &v) && v == 16);
+  ZT_CHECK(zt__json_i64(zt__json_get(j, "vocab_size"), &v) && v == 37);
+  ZT_CHECK(zt__json_i64(zt__json_get(j, "n_positions"), &v) && v == 8);
+  ZT_CHECK(zt__json_i64(zt__json_get(j, "n_ctx"), &v) && v == 8);
+  ZT_CHECK(zt__json_get(j, "tie_word_embeddings")->boolean);
+  zt__json_free(j);
+
+  zt_optim_free(oa);
+  zt_optim_free(ob);
+  zt_gpt2_free(a);
+  zt_gpt2_free(b);
+  remove_dir();
+}
+
+static void test_config_mismatch(void) {
+  make_dir();
+  char ck[256];
+  in_dir(ck, "ck");
+  zt_gpt2 *a = new_model(&k_cfg, 1);
+  zt_train_state st = state_at(0);
+  ZT_CHECK_OK(zt_checkpoint_save(ck, a, NULL, &st));
+  zt_gpt2_config c3 = k_cfg;
+  c3.n_layer = 3;
+  zt_gpt2 *b = new_model(&c3, 1);
+  ZT_CHECK_ERR(zt_checkpoint_load(ck, b, NULL, NULL), ZT_STATUS_SHAPE, "has n_layer 2, model has 3");
+  ZT_CHECK(strstr(zt_last_error(), ck) != NULL);
+  zt_gpt2_free(b);
+  zt_gpt2_config cv = k_cfg;
+  cv.vocab_size = 40;
+  b = new_model(&cv, 1);
+  ZT_CHECK_ERR(zt_checkpoint_load(ck, b, NULL, NULL), ZT_STATUS_SHAPE, "has vocab_size 37, model has 40");
+  zt_gpt2_free(b);
+  zt_gpt2_config cb = k_cfg;
+  cb.block_size = 16;
+  b = new_model(&cb, 1);
+  ZT_CHECK_ERR(zt_checkpoint_load(ck, b, NULL, NULL), ZT_STATUS_SHAPE, "has block_size 8, model has 16");
+  zt_gpt2_free(b);
+  /* weights alone load into a model of the same shape; a resume needs optimizer state */
+  b = new_model(&k_cfg, 5);
+  ZT_CHECK_OK(zt_checkpoint_load(ck, b, NULL, NULL));
+  ZT_CHECK(params_equal(a, b));
+  zt_optim *ob = new_optim(b);
+  ZT_CHECK_ERR(zt_checkpoint_load(ck, b, ob, NULL), ZT_STATUS_STATE, "holds no optimizer state");
+  zt_optim_free(ob);
+  zt_gpt2_free(b);
+  zt_gpt2_free(a);
+  remove_dir();
+}
+
+static void test_missing_or_damaged_state(void) {
+  make_dir();
+  char ck[256], path[300];
+  in_dir(ck, "ck");
+  zt_train_state st;
+  ZT_CHECK_ERR(zt_checkpoint_read_state(ck, &st), ZT_STATUS_IO, "No such file or directory");
+  ZT_CHECK(strstr(zt_last_error(), ck) != NULL);
+  zt_gpt2 *a = new_model(&k_cfg, 1);
+  zt_optim *oa = new_optim(a);
+  st = state_at(4);
+  ZT_CHECK_OK(zt_checkpoint_save(ck, a, oa, &st));
+  snprintf(path, sizeof path, "%s/state.json", ck);
+  ZT_CHECK(unlink(path) == 0);
+  ZT_CHECK_ERR(zt_checkpoint_load(ck, a, oa, &st), ZT_STATUS_IO, "has no state.json");
+  ZT_CHECK(strstr(zt_last_error(), "did not finish") != NULL);
+  ZT_CHECK_ERR(zt_checkpoint_read_state(ck, &st), ZT_STATUS_IO, "has no state.json");
+  /* damaged: not JSON, a missing field, a bad value */
+  const char *bad[][2] = {
+      {"{\"format\": \"zerotrain-checkpoint\", \"version\": 1,", "invalid JSON in '"},
+      {"{\"format\": \"zerotrain-checkpoint\", \"version\": 1, \"save_id\": \"x\", \"step\": 1}",
+       "field 'rng.seed' is missing"},
+      {"{\"format\": \"zerotrain-checkpoint\", \"version\": 1, \"save_id\": \"x\", \"step\": -1}",
+       "field 'step' must be an integer"},
+      {"{\"format\": \"other\"}", "is not a zerotrain state.json"},
+      {"{\"format\": \"zerotrain-checkpoint\", \"version\": 9}", "format version 9"},
+  };
+  for (int i = 0; i < 5; i++) {
+    const void *c = bad[i][0];
+    size_t n = strlen(bad[i][0]);
+    ZT_CHECK_OK(zt_write_file_atomic(path, &c, &n, 1));
+    zt_status want = i == 4 ? ZT_STATUS_UNSUPPORTED : ZT_STATUS_IO;
+    ZT_CHECK_ERR(zt_checkpoint_read_state(ck, &st), want, bad[i][1]);
+  }
+  /* not a folder */
+  ZT_CHECK_ERR(zt_checkpoint_read_state(path, &st), ZT_STATUS_IO, "is not a folder");
+  zt_optim_free(oa);
+  zt_gpt2_free(a);
+  remove_dir();
+}
+
+/* A save into a new folder that dies before state.json leaves that folder refused and the
+ * previous checkpoint folder loadable. */
+static void test_interrupted_save(void) {
+  make_dir();
+  char ck1[256], ck2[256], path[300];
+  in_dir(ck1, "ck1");
+  in_dir(ck2, "ck2");
+  zt_gpt2 *a = new_model(&k_cfg, 1), *snap = new_model(&k_cfg, 9);
+  zt_optim *oa = new_optim(a);
+  train_step(a, oa, 1);
+  zt_train_state st1 = state_at(1);
+  ZT_CHECK_OK(zt_checkpoint_save(ck1, a, oa, &st1));
+  ZT_CHECK_OK(zt_checkpoint_load(ck1, snap, NULL, NULL)); /* the weights of save 1 */
+  train_step(a, oa, 2);
+  zt_train_state st2 = state_at(2);
+  ZT_CHECK_OK(zt_checkpoint_save(ck2, a, oa, &st2));
+  snprintf(path, sizeof path, "%s/state.json", ck2);
+  ZT_CHECK(unlink(path) == 0); /* the crash before the commit record */
+  zt_gpt2 *b = new_model(&k_cfg, 3);
+  zt_optim *ob = new_optim(b);
+  ZT_CHECK_ERR(zt_checkpoint_load(ck2, b, ob, NULL), ZT_STATUS_IO, "has no state.json");
+  zt_train_state got;
+  ZT_CHECK_OK(zt_checkpoint_load(ck1, b, ob, &got));
+  ZT_CHECK(got.step == 1 && zt_optim_step_count(ob) == 1);
+  ZT_CHECK(params_equal(b, snap));
+  /* a half-written state.json (torn write without the atomic rename) is refused too */
+  const void *c = "{\"format\": \"zerotrain-checkpoint\", \"vers";
+  size_t n = strlen(c);
+  ZT_CHECK_OK(zt_write_file_atomic(path, &c, &n, 1));
+  ZT_CHECK_ERR(zt_checkpoint_load(ck2, b, ob, NULL), ZT_STATUS_IO, "invalid JSON");
+  ZT_CHECK_OK(zt_checkpoint_load(ck1, b, ob, NULL));
+  zt_optim_free(oa);
+  zt_optim_free(ob);
+  zt_gpt2_free(a);
+  zt_gpt2_free(b);
+  zt_gpt2_free(snap);
+  remove_dir();
+}
+
+static void copy_file(const char *from, const char *to) {
+  void *d = NULL;
+  size_t n = 0;
+  ZT_CHECK_OK(zt_read_file(from, &d, &n));
+  const void *c = d;
+  ZT_CHECK_OK(zt_write_file_atomic(to, &c, &n, 1));
+  free(d);
+}
+
+/* Saving again into the same folder replaces the checkpoint as a whole; leftovers of a
+ * crashed save are cleaned; files of two different saves are never mixed silently. */
+static void test_overwrite_same_folder(void) {
+  make_dir();
+  char ck[256], other[256], stage[256], path[300], from[300];
+  in_dir(ck, "ck");
+  in_dir(other, "other");
+  in_dir(stage, ".ck.saving");
+  zt_gpt2 *a = new_model(&k_cfg, 1), *b = new_model(&k_cfg, 2);
+  zt_optim *oa = new_optim(a), *ob = new_optim(b);
+  zt_train_state st = state_at(1);
+  ZT_CHECK_OK(zt_checkpoint_save(ck, a, oa, &st));
+  /* a crashed save left a staging folder with a partial model file */
+  ZT_CHECK(mkdir(stage, 0755) == 0);
+  snprintf(path, sizeof path, "%s/model.safetensors", stage);
+  copy_file(in_dir(from, "ck/model.safetensors"), path);
+  ZT_CHECK_OK(zt_checkpoint_load(ck, b, ob, NULL));
+  train_step(a, oa, 1);
+  st = state_at(2);
+  ZT_CHECK_OK(zt_checkpoint_save(ck, a, oa, &st)); /* over the old one */
+  ZT_CHECK(!exists(g_dir, ".ck.saving"));
+  zt_train_state got;
+  ZT_CHECK_OK(zt_checkpoint_load(ck, b, ob, &got));
+  ZT_CHECK(got.step == 2 && params_equal(a, b) && optim_equal(oa, ob));
+  /* a folder with other files in it is updated file by file, and the other files stay */
+  snprintf(path, sizeof path, "%s/notes.txt", ck);
+  const void *c = "mine";
+  size_t n = 4;
+  ZT_CHECK_OK(zt_write_file_atomic(path, &c, &n, 1));
+  st = state_at(3);
+  ZT_CHECK_OK(zt_checkpoint_save(ck, a, NULL, &st));
+  ZT_CHECK(exists(ck, "notes.txt") && !exists(ck, "optim.safetensors"));
+  ZT_CHECK_OK(zt_checkpoint_read_state(ck, &got));
+  ZT_CHECK(got.step == 3);
+  /* model.safetensors of another save (an in-place save cut short) is refused */
+  ZT_CHECK_OK(zt_checkpoint_save(other, b, ob, &st));
+  snprintf(path, sizeof path, "%s/model.safetensors", ck);
+  copy_file(in_dir(from, "other/model.safetensors"), path);
+  ZT_CHECK_ERR(zt_checkpoint_load(ck, b, NULL, NULL), ZT_STATUS_IO, "model.safetensors is not from the same save");
+  /* a path that is a file */
+  ZT_CHECK_ERR(zt_checkpoint_save(path, a, NULL, &st), ZT_STATUS_IO, "is not a folder");
+  /* a trailing slash names the same folder */
+  char slash[300];
+  snprintf(slash, sizeof slash, "%s/", other);
+  ZT_CHECK_OK(zt_checkpoint_save(slash, a, oa, &st));
+  ZT_CHECK_OK(zt_checkpoint_load(other, b, ob, NULL));
+  ZT_CHECK(params_equal(a, b));
+  /* through a symbolic link to the folder: written in place, the link stays a link */
+  char link[256];
+  in_dir(link, "link");
+  ZT_CHECK(symlink(other, link) == 0);
+  train_step(a, oa, 4);
+  ZT_CHECK_OK(zt_checkpoint_save(link, a, oa, &st));
+  struct stat sb;
+  ZT_CHECK(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
+  ZT_CHECK_OK(zt_checkpoint_load(other, b, ob, NULL));
+  ZT_CHECK(params_equal(a, b) && optim_equal(oa, ob));
+  zt_optim_free(oa);
+  zt_optim_free(ob);
+  zt_gpt2_free(a);
+  zt_gpt2_free(b);
+  remove_dir();
+}
+
+/* ------------------------------------------------ HF files */
+
+static void test_hf_roundtrip_and_variants(void) {
+  make_dir();
+  char path[256], cfg[256];
+  in_dir(path, "model.safetensors");
+  zt_gpt2 *a = new_model(&k_cfg, 1), *b = new_model(&k_cfg, 2);
+  ZT_CHECK_OK(zt_gpt2_save_hf(a, path));
+  ZT_CHECK(access(in_dir(cfg, "config.json"), F_OK) == 0);
+  ZT_CHECK_OK(zt_gpt2_load_hf(b, path));
+  ZT_CHECK(params_equal(a, b));
+
+  /* an export without the "transformer." prefix, with mask buffers and a tied lm_head */
+  zt_param *p;
+  int np = zt_gpt2_params(a, &p);
+  const char **names = calloc((size_t)np + 4, sizeof *names);
+  zt_tensor **ts = calloc((size_t)np + 4, sizeof *ts);
+  zt_tensor *wte = NULL;
+  for (int i = 0; i < np; i++) {
+    names[i] = strncmp(p[i].name, "transformer.", 12) ? p[i].name : p[i].name + 12;
+    ts[i] = p[i].tensor;
+    if (!strcmp(p[i].name, "transformer.wte.weight")) wte = p[i].tensor;
+  }
+  ZT_CHECK(wte != NULL);
+  int64_t ms[] = {1, 1, 8, 8};
+  zt_tensor *mask = NULL, *lm = NULL, *junk = NULL;
+  ZT_CHECK_OK(zt_tensor_zeros(4, ms, ZT_DTYPE_F32, ZT_CPU, &mask));
+  ZT_CHECK_OK(zt_tensor_clone_data(wte, ZT_MEM_TAG_TEMP, &lm));
+  names[np] = "h.0.attn.bias";
+  ts[np] = mask;
+  names[np + 1] = "h.1.attn.masked_bias";
+  ts[np + 1] = mask;
+  names[np + 2] = "lm_head.weight";
+  ts[np + 2] = lm;
+  zt_gpt2_free(b);
+  b = new_model(&k_cfg, 2);
+  ZT_CHECK_OK(zt_safetensors_save(path, np + 3, names, ts, 0, NULL, NULL));
+  ZT_CHECK_OK(zt_gpt2_load_hf(b, path));
+  ZT_CHECK(params_equal(a, b));
+  /* an untied lm_head is another model */
+  zt_tensor_set(lm, 5, 123.0);
+  ZT_CHECK_OK(zt_safetensors_save(path, np + 3, names, ts, 0, NULL, NULL));
+  ZT_CHECK_ERR(zt_gpt2_load_hf(b, path), ZT_STATUS_INVALID_ARG, "lm_head.weight differs from the embedding wte");
+  /* a tensor that is no GPT-2 parameter */
+  int64_t s1[] = {1};
+  ZT_CHECK_OK(zt_tensor_zeros(1, s1, ZT_DTYPE_F32, ZT_CPU, &junk));
+  names[np + 2] = "transformer.extra.weight";
+  ts[np + 2] = junk;
+  ZT_CHECK_OK(zt_safetensors_save(path, np + 3, names, ts, 0, NULL, NULL));
+  ZT_CHECK_ERR(zt_gpt2_load_hf(b, path), ZT_STATUS_INVALID_ARG, "holds tensor 'transformer.extra.weight'");
+  /* a file of a smaller model */
+  zt_gpt2_config c1 = k_cfg;
+  c1.n_layer = 1;
+  zt_gpt2 *small = new_model(&c1, 1);
+  ZT_CHECK_OK(zt_gpt2_save_hf(small, path));
+  ZT_CHECK_ERR(zt_gpt2_load_hf(b, path), ZT_STATUS_INVALID_ARG, "the file has 1 layers, the model 2");
+  ZT_CHECK(strstr(zt_last_error(), "has no tensor 'transformer.h.1.") != NULL);
+  /* a file of another width: shape error naming the tensor */
+  zt_gpt2_config cw = k_cfg;
+  cw.n_embd = 32;
+  zt_gpt2 *wide = new_model(&cw, 1);
+  ZT_CHECK_OK(zt_gpt2_save_hf(wide, path));
+  ZT_CHECK_ERR(zt_gpt2_load_hf(b, path), ZT_STATUS_SHAPE, "has shape (37, 32) in the file but (37, 16)");
+  ZT_CHECK_ERR(zt_gpt2_load_hf(b, "/nonexistent/model.safetensors"), ZT_STATUS_IO, "No such file");
+
+  /* bf16 weights load into the f32 model (rounded values) */
+  zt_tensor **bf = calloc((size_t)np, sizeof *bf);
+  for (int i = 0; i < np; i++) {
+    names[i] = p[i].name;
+    ZT_CHECK_OK(zt_cast(p[i].tensor, ZT_DTYPE_BF16, &bf[i]));
+  }
+  ZT_CHECK_OK(zt_safetensors_save(path, np, names, bf, 0, NULL, NULL));
+  ZT_CHECK_OK(zt_gpt2_load_hf(b, path));
+  zt_param *pb;
+  zt_gpt2_params(b, &pb);
+  bool ok = true;
+  for (int i = 0; i < np; i++) {
+    int64_t ne = zt_tensor_numel(pb[i].tensor);
+    for (int64_t k = 0; k < ne; k++)
+      ok = ok && zt_tensor_get(pb[i].tensor, k) == zt_bf16_to_f32(zt_f32_to_bf16((float)zt_tensor_get(p[i].tensor, k)));
+  }
+  ZT_CHECK(ok);
+  for (int i = 0; i < np; i++) zt_tensor_free(bf[i]);
+  free(bf);
+  free(names);
+  free(ts);
+  zt_tensor_free(mask);
+  zt_tensor_free(lm);
+  zt_tensor_free(junk);
+  zt_gpt2_free(a);
+  zt_gpt2_free(b);
+  zt_gpt2_free(small);
+  zt_gpt2_free(wide);
+  remove_dir();
+}
+
+int main(void) {
+  ZT_RUN(test_roundtrip_bitwise);
+  ZT_RUN(test_config_mismatch);
+  ZT_RUN(test_missing_or_damaged_state);
+  ZT_RUN(test_interrupted_save);
+  ZT_RUN(test_overwrite_same_folder);
+  ZT_RUN(test_hf_roundtrip_and_variants);
+  return zt_test_finish();
+}
