@@ -7,6 +7,8 @@ zt="$1"
 w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
 fail=0; pass=0
+# the tensor bytes of a safetensors file (after its header, which holds a per-save id)
+tensors() { local hl; hl=$(od -An -t u8 -N8 "$1" | tr -d ' '); tail -c +$((9 + hl)) "$1"; }
 check() { if eval "$2"; then pass=$((pass+1)); echo "PASS $1"; else fail=$((fail+1)); echo "FAIL $1"; echo "$out" | tail -5; fi; }
 small="--batch 4 --seq 32 --eval-batches 2 --log-every 10 --sample-len 20"
 
@@ -23,7 +25,8 @@ check "stop-at stops with a checkpoint" '[ $rc -eq 0 ] && grep -q "\"step\": *25
 out=$("$zt" train $small --steps 40 --eval-every 20 --resume "$w/part" --save "$w/part" --metrics "$w/r.jsonl" 2>&1); rc=$?
 check "resume runs to the end" '[ $rc -eq 0 ] && [ $(wc -l < "$w/r.jsonl") -eq 15 ]'
 check "resumed losses are bitwise those of the uninterrupted run" 'diff <(sed -n "26,40p" "$w/m.jsonl" | grep -o "\"loss\":[^,]*") <(grep -o "\"loss\":[^,]*" "$w/r.jsonl")'
-check "resumed parameters are bitwise those of the uninterrupted run" 'cmp -s "$w/full/model.safetensors" "$w/part/model.safetensors"'
+check "resumed parameters are bitwise those of the uninterrupted run" 'cmp -s <(tensors "$w/full/model.safetensors") <(tensors "$w/part/model.safetensors")'
+check "resumed optimizer state is bitwise that of the uninterrupted run" 'cmp -s <(tensors "$w/full/optim.safetensors") <(tensors "$w/part/optim.safetensors")'
 
 cp -r "$w/full" "$w/keep"
 out=$("$zt" train $small --steps 40 --inject-nan-at 5 --save "$w/full" 2>&1); rc=$?
