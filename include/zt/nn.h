@@ -16,6 +16,121 @@ typedef struct zt_param {
   bool decay;
 } zt_param;
 
+/* ------------------------------------------------ modules */
+/* A module: a name (its segment of the dotted path: "attn", "0"), named parameters
+ * (owned: tag PARAM, requires_grad), child modules (owned), and a train/eval flag. Layers
+ * embed a zt_module as their first member, so a layer pointer is a module pointer;
+ * zt_module_free frees the whole tree (parameters, children, the layer struct itself).
+ * Parameter order is own parameters first, then each child's in turn (PyTorch's
+ * named_parameters order). */
+typedef struct zt_module zt_module;
+struct zt_module {
+  char name[48];
+  const char *kind; /* "Linear", "LayerNorm", ..., "Module" for plain containers */
+  zt_param *params; /* local names ("weight") */
+  int n_params, cap_params;
+  zt_module **children;
+  int n_children, cap_children;
+  bool training;                   /* true after init */
+  void (*destroy)(zt_module *self); /* optional: frees what a layer holds besides params/children */
+};
+
+/* A new empty container module (heap, free with zt_module_free). */
+zt_status zt_module_new(const char *kind, const char *name, zt_module **out);
+/* Initialise an embedded module (layers call this on their first member). */
+zt_status zt_module_init(zt_module *m, const char *kind, const char *name);
+/* A new parameter owned by m: zero-filled, tag PARAM, requires_grad. *out (may be NULL)
+ * gets a borrowed pointer. Names must be unique within m. */
+zt_status zt_module_new_param(zt_module *m, const char *name, int ndim, const int64_t *shape, zt_dtype dt,
+                              bool decay, zt_tensor **out);
+/* Adopt child (m frees it from now on, also when this call fails). */
+zt_status zt_module_add_child(zt_module *m, zt_module *child);
+/* The direct child with this name, or NULL. */
+zt_module *zt_module_child(const zt_module *m, const char *name);
+/* All parameters of the tree with full dotted names ("h.0.attn.c_attn.weight", after
+ * prefix + "." when prefix is not empty). *out is a new array (free() it); the tensors
+ * are borrowed from the modules. */
+zt_status zt_module_named_params(const zt_module *m, const char *prefix, int *n, zt_param **out);
+int64_t zt_module_num_params(const zt_module *m); /* elements, whole tree */
+void zt_module_set_training(zt_module *m, bool training); /* whole tree */
+void zt_module_free(zt_module *m); /* NULL is a no-op */
+
+/* ------------------------------------------------ layers */
+/* Every forward takes its input borrowed and gives a new tensor (caller frees), except
+ * dropout, which replaces *x in place of the caller's reference. Weights are initialised
+ * N(0, init_std) from the default Philox generator (grad mode off), biases 0. */
+
+/* Linear in Hugging Face's Conv1D layout: weight (in, out), bias (out) or none;
+ * y = x (..., in) . W + b via zt_linear_io. */
+typedef struct zt_nn_linear {
+  zt_module base;
+  zt_tensor *weight, *bias;
+} zt_nn_linear;
+zt_status zt_nn_linear_new(const char *name, int64_t in, int64_t out, bool bias, zt_dtype dt, double init_std,
+                           zt_nn_linear **out_layer);
+zt_status zt_nn_linear_forward(zt_nn_linear *l, zt_tensor *x, zt_tensor **out);
+
+/* Layer norm over the last dim (C): weight 1, bias 0 at init (no decay). */
+typedef struct zt_nn_layer_norm {
+  zt_module base;
+  zt_tensor *weight, *bias;
+  double eps;
+} zt_nn_layer_norm;
+zt_status zt_nn_layer_norm_new(const char *name, int64_t C, double eps, zt_dtype dt, zt_nn_layer_norm **out_layer);
+zt_status zt_nn_layer_norm_forward(zt_nn_layer_norm *l, zt_tensor *x, zt_tensor **out);
+
+/* Embedding table weight (V, C) (decay). */
+typedef struct zt_nn_embedding {
+  zt_module base;
+  zt_tensor *weight;
+} zt_nn_embedding;
+zt_status zt_nn_embedding_new(const char *name, int64_t V, int64_t C, zt_dtype dt, double init_std,
+                              zt_nn_embedding **out_layer);
+zt_status zt_nn_embedding_forward(zt_nn_embedding *e, zt_tensor *ids, zt_tensor **out);
+
+/* Dropout with probability p, active only in training mode with p > 0. When active, *x
+ * is replaced by the result and the old tensor freed; otherwise *x is left as it is (no
+ * copy, no op recorded). */
+typedef struct zt_nn_dropout {
+  zt_module base;
+  double p;
+} zt_nn_dropout;
+zt_status zt_nn_dropout_new(const char *name, double p, zt_nn_dropout **out_layer);
+zt_status zt_nn_dropout_forward(zt_nn_dropout *d, zt_tensor **x);
+
+/* GPT-2 MLP: c_fc (C, 4C), GELU (tanh), c_proj (4C, C), dropout. */
+typedef struct zt_nn_mlp {
+  zt_module base;
+  zt_nn_linear *c_fc, *c_proj;
+  zt_nn_dropout *dropout;
+} zt_nn_mlp;
+zt_status zt_nn_mlp_new(const char *name, int64_t C, double dropout, zt_dtype dt, double init_std,
+                        double proj_std, zt_nn_mlp **out_layer);
+zt_status zt_nn_mlp_forward(zt_nn_mlp *m, zt_tensor *x, zt_tensor **out);
+
+/* Causal self-attention: c_attn (C, 3C) makes q, k, v side by side, the fused
+ * zt_causal_attention, then c_proj (C, C) and the residual dropout. */
+typedef struct zt_nn_attention {
+  zt_module base;
+  zt_nn_linear *c_attn, *c_proj;
+  zt_nn_dropout *resid_dropout;
+  int n_head;
+} zt_nn_attention;
+zt_status zt_nn_attention_new(const char *name, int64_t C, int n_head, double dropout, zt_dtype dt,
+                              double init_std, double proj_std, zt_nn_attention **out_layer);
+zt_status zt_nn_attention_forward(zt_nn_attention *a, zt_tensor *x, zt_tensor **out);
+
+/* Pre-LN transformer block: x + attn(ln_1(x)), then + mlp(ln_2(.)). x (B, T, C). */
+typedef struct zt_nn_block {
+  zt_module base;
+  zt_nn_layer_norm *ln_1, *ln_2;
+  zt_nn_attention *attn;
+  zt_nn_mlp *mlp;
+} zt_nn_block;
+zt_status zt_nn_block_new(const char *name, int64_t C, int n_head, double dropout, zt_dtype dt, double init_std,
+                          double proj_std, zt_nn_block **out_layer);
+zt_status zt_nn_block_forward(zt_nn_block *b, zt_tensor *x, zt_tensor **out);
+
 /* ------------------------------------------------ GPT-2 */
 typedef struct zt_gpt2_config {
   int n_layer;
@@ -29,6 +144,8 @@ typedef struct zt_gpt2_config {
 /* Presets: "gpt2-tiny", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1558m". Unknown
  * names are ZT_STATUS_INVALID_ARG listing the presets. */
 zt_status zt_gpt2_preset(const char *name, zt_gpt2_config *out);
+/* Parameters a model of this config has (tied embedding once), without building it. */
+int64_t zt_gpt2_config_num_params(const zt_gpt2_config *c);
 /* Check a config (positive sizes, n_embd divisible by n_head, ...). */
 zt_status zt_gpt2_config_validate(const zt_gpt2_config *c);
 
@@ -37,7 +154,11 @@ typedef struct zt_gpt2 zt_gpt2;
 /* Build a model with GPT-2 initialisation (N(0, 0.02); residual projections scaled by
  * 1/sqrt(2 n_layer); biases 0; layer norms 1/0) from the default Philox generator. */
 zt_status zt_gpt2_new(const zt_gpt2_config *c, zt_gpt2 **out);
+/* Same, with parameters of dtype dt (f32 or f64; f64 for finite-difference tests). */
+zt_status zt_gpt2_new_dtype(const zt_gpt2_config *c, zt_dtype dt, zt_gpt2 **out);
 void zt_gpt2_free(zt_gpt2 *m);
+/* The root module (name "", child "transformer"): for generic module code. Owned by m. */
+zt_module *zt_gpt2_module(zt_gpt2 *m);
 const zt_gpt2_config *zt_gpt2_get_config(const zt_gpt2 *m);
 /* The parameters in a fixed order with HF names; the tied wte/lm_head is listed once
  * ("transformer.wte.weight"). The array is owned by the model. */

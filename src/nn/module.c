@@ -1,0 +1,175 @@
+/* Modules: a tree of named parameters and children with a train/eval flag. A module owns
+ * its parameter tensors and its children; freeing the root frees the tree. Full names are
+ * built only when asked for (zt_module_named_params), in PyTorch's named_parameters order:
+ * own parameters, then each child's, depth first. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zt/nn.h"
+
+static zt_status check_name(const char *what, const char *name, size_t cap) {
+  if (!name) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s name is NULL", what);
+  if (strlen(name) >= cap)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s name \"%s\" is too long (at most %zu characters)", what, name, cap - 1);
+  if (strchr(name, '.'))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s name \"%s\" contains a '.'; dots separate the path segments", what,
+                  name);
+  return ZT_OK;
+}
+
+zt_status zt_module_init(zt_module *m, const char *kind, const char *name) {
+  if (!m) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_module_init: module is NULL");
+  memset(m, 0, sizeof *m);
+  ZT_TRY(check_name("module", name ? name : "", sizeof m->name));
+  snprintf(m->name, sizeof m->name, "%s", name ? name : "");
+  m->kind = kind ? kind : "Module";
+  m->training = true;
+  return ZT_OK;
+}
+
+zt_status zt_module_new(const char *kind, const char *name, zt_module **out) {
+  if (!out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_module_new: out is NULL");
+  zt_module *m = malloc(sizeof *m);
+  if (!m) return ZT_ERR(ZT_STATUS_OOM, "zt_module_new: out of host memory");
+  zt_status s = zt_module_init(m, kind, name);
+  if (s) {
+    free(m);
+    return s;
+  }
+  *out = m;
+  return ZT_OK;
+}
+
+zt_status zt_module_new_param(zt_module *m, const char *name, int ndim, const int64_t *shape, zt_dtype dt,
+                              bool decay, zt_tensor **out) {
+  if (!m) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_module_new_param: module is NULL");
+  ZT_TRY(check_name("parameter", name, sizeof m->params[0].name));
+  if (!zt_dtype_is_float(dt))
+    return ZT_ERR(ZT_STATUS_DTYPE, "parameter \"%s\" has dtype %s; parameters must be floating point", name,
+                  zt_dtype_name(dt));
+  for (int i = 0; i < m->n_params; i++)
+    if (!strcmp(m->params[i].name, name))
+      return ZT_ERR(ZT_STATUS_INVALID_ARG, "module \"%s\" already has a parameter named \"%s\"", m->name, name);
+  if (m->n_params == m->cap_params) {
+    int cap = m->cap_params ? 2 * m->cap_params : 4;
+    zt_param *p = realloc(m->params, sizeof *p * (size_t)cap);
+    if (!p) return ZT_ERR(ZT_STATUS_OOM, "zt_module_new_param: out of host memory");
+    m->params = p;
+    m->cap_params = cap;
+  }
+  zt_tensor *t = NULL;
+  ZT_TRY(zt_tensor_empty_tagged(ndim, shape, dt, ZT_CPU, ZT_MEM_TAG_PARAM, &t));
+  zt_status s = zt_tensor_fill_(t, 0.0);
+  if (!s) s = zt_tensor_set_requires_grad(t, true);
+  if (s) {
+    zt_tensor_free(t);
+    return s;
+  }
+  zt_param *p = &m->params[m->n_params++];
+  memset(p, 0, sizeof *p);
+  snprintf(p->name, sizeof p->name, "%s", name);
+  p->tensor = t;
+  p->decay = decay;
+  if (out) *out = t;
+  return ZT_OK;
+}
+
+zt_status zt_module_add_child(zt_module *m, zt_module *child) {
+  if (!m || !child) {
+    zt_module_free(child);
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_module_add_child: %s is NULL", m ? "child" : "module");
+  }
+  if (zt_module_child(m, child->name)) {
+    zt_status s = ZT_ERR(ZT_STATUS_INVALID_ARG, "module \"%s\" already has a child named \"%s\"", m->name,
+                         child->name);
+    zt_module_free(child);
+    return s;
+  }
+  if (m->n_children == m->cap_children) {
+    int cap = m->cap_children ? 2 * m->cap_children : 4;
+    zt_module **c = realloc(m->children, sizeof *c * (size_t)cap);
+    if (!c) {
+      zt_module_free(child);
+      return ZT_ERR(ZT_STATUS_OOM, "zt_module_add_child: out of host memory");
+    }
+    m->children = c;
+    m->cap_children = cap;
+  }
+  m->children[m->n_children++] = child;
+  return ZT_OK;
+}
+
+zt_module *zt_module_child(const zt_module *m, const char *name) {
+  if (!m || !name) return NULL;
+  for (int i = 0; i < m->n_children; i++)
+    if (!strcmp(m->children[i]->name, name)) return m->children[i];
+  return NULL;
+}
+
+static int count_params(const zt_module *m) {
+  int n = m->n_params;
+  for (int i = 0; i < m->n_children; i++) n += count_params(m->children[i]);
+  return n;
+}
+
+/* Appends m's parameters under path prefix ("" at the root) at out[*k]. */
+static zt_status collect(const zt_module *m, const char *prefix, zt_param *out, int *k) {
+  char path[sizeof out[0].name];
+  for (int i = 0; i < m->n_params; i++) {
+    zt_param *p = &out[(*k)++];
+    *p = m->params[i];
+    int len = snprintf(p->name, sizeof p->name, "%s%s%s", prefix, *prefix ? "." : "", m->params[i].name);
+    if (len >= (int)sizeof p->name)
+      return ZT_ERR(ZT_STATUS_INVALID_ARG, "parameter path \"%s.%s\" is longer than %zu characters", prefix,
+                    m->params[i].name, sizeof p->name - 1);
+  }
+  for (int c = 0; c < m->n_children; c++) {
+    const zt_module *ch = m->children[c];
+    int len = snprintf(path, sizeof path, "%s%s%s", prefix, *prefix && *ch->name ? "." : "", ch->name);
+    if (len >= (int)sizeof path)
+      return ZT_ERR(ZT_STATUS_INVALID_ARG, "module path \"%s.%s\" is too long", prefix, ch->name);
+    ZT_TRY(collect(ch, path, out, k));
+  }
+  return ZT_OK;
+}
+
+zt_status zt_module_named_params(const zt_module *m, const char *prefix, int *n, zt_param **out) {
+  if (!m || !n || !out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_module_named_params: NULL argument");
+  int total = count_params(m);
+  zt_param *ps = calloc((size_t)(total ? total : 1), sizeof *ps);
+  if (!ps) return ZT_ERR(ZT_STATUS_OOM, "zt_module_named_params: out of host memory");
+  int k = 0;
+  zt_status s = collect(m, prefix ? prefix : "", ps, &k);
+  if (s) {
+    free(ps);
+    return s;
+  }
+  *n = total;
+  *out = ps;
+  return ZT_OK;
+}
+
+int64_t zt_module_num_params(const zt_module *m) {
+  if (!m) return 0;
+  int64_t n = 0;
+  for (int i = 0; i < m->n_params; i++) n += zt_tensor_numel(m->params[i].tensor);
+  for (int i = 0; i < m->n_children; i++) n += zt_module_num_params(m->children[i]);
+  return n;
+}
+
+void zt_module_set_training(zt_module *m, bool training) {
+  if (!m) return;
+  m->training = training;
+  for (int i = 0; i < m->n_children; i++) zt_module_set_training(m->children[i], training);
+}
+
+void zt_module_free(zt_module *m) {
+  if (!m) return;
+  for (int i = 0; i < m->n_children; i++) zt_module_free(m->children[i]);
+  for (int i = 0; i < m->n_params; i++) zt_tensor_free(m->params[i].tensor);
+  free(m->children);
+  free(m->params);
+  if (m->destroy) m->destroy(m);
+  free(m); /* the layer struct that embeds m as its first member */
+}
