@@ -139,7 +139,7 @@ int zt_cmd_train(int argc, char **argv) {
       return zt_cli_fail("train");
     }
     printf("sample (temperature 0.8):\n");
-    for (int64_t i = 1; i < n; i++) putchar(ids[i] >= 32 || ids[i] == '\n' ? ids[i] : '?');
+    for (int64_t i = 1; i < n; i++) putchar((ids[i] >= 32 && ids[i] < 127) || ids[i] == '\n' ? ids[i] : '?');
     printf("\n");
     free(ids);
   }

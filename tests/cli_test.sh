@@ -36,6 +36,13 @@ check "NaN run left the last good checkpoint intact" 'cmp -s "$w/full/model.safe
 out=$("$zt" train $small --steps 5 --model gpt2-124m --resume "$w/full" 2>&1); rc=$?
 check "resuming a checkpoint of another shape is an error" '[ $rc -ne 0 ] && grep -q "another model shape" <<<"$out"'
 
+out=$("$zt" train $small --steps 2 --init-from "$w/keep/model.safetensors" 2>&1); rc=$?
+check "init-from a GPT-2 safetensors file" '[ $rc -eq 0 ]'
+out=$("$zt" train $small --steps 2 --dim 64 --init-from "$w/keep/model.safetensors" 2>&1); rc=$?
+check "init-from a file of another shape is a clear error" '[ $rc -ne 0 ] && grep -q "model.safetensors" <<<"$out"'
+out=$("$zt" train $small --steps 2 --vocab 50 2>&1); rc=$?
+check "token ids out of the model's vocab are a clear error" '[ $rc -ne 0 ] && grep -qi "range\|vocab" <<<"$out"'
+
 out=$("$zt" plot "$w/m.jsonl" --out "$w/p.svg" 2>&1); rc=$?
 check "plot writes an SVG" '[ $rc -eq 0 ] && grep -q "<svg" "$w/p.svg" && grep -q "polyline" "$w/p.svg"'
 out=$("$zt" sample --checkpoint "$w/keep" --len 30 --seed 3 2>&1); rc=$?

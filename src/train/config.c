@@ -13,8 +13,8 @@ void zt_train_config_default(zt_train_config *c) {
   memset(c, 0, sizeof *c);
   snprintf(c->model, sizeof c->model, "gpt2-tiny");
   c->dropout = -1;
-  c->batch = 16;
-  c->seq = 128;
+  c->batch = 8;
+  c->seq = 256;
   c->steps = 600;
   c->lr = 1e-3;
   c->min_lr = -1;
