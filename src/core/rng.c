@@ -73,7 +73,7 @@ zt_status zt_tensor_uniform_(zt_tensor *t, double lo, double hi) {
   return ZT_OK;
 }
 
-/* One block per pair of normals (Box-Muller on words 0,1 and 2,3). */
+/* Normals, four per Philox block (Box-Muller, both outputs). */
 zt_status zt_tensor_normal_(zt_tensor *t, double mean, double std) {
   if (!t || !zt_dtype_is_float(t->dtype))
     return ZT_ERR(ZT_STATUS_DTYPE, "zt_tensor_normal_: needs a floating-point tensor");
@@ -82,16 +82,26 @@ zt_status zt_tensor_normal_(zt_tensor *t, double mean, double std) {
   void *p;
   ZT_TRY(zt_tensor_data(t, &p));
   int64_t n = zt_tensor_numel(t);
-  zt_rng_state s = zt_rng_reserve((uint64_t)(n + 1) / 2);
+  /* One block gives four normals: Box-Muller on words (0,1) and (2,3), both outputs used. */
+  zt_rng_state s = zt_rng_reserve((uint64_t)(n + 3) / 4);
+  bool f32 = t->dtype == ZT_DTYPE_F32;
 #pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t b = 0; b < (n + 1) / 2; b++) {
+  for (int64_t b = 0; b < (n + 3) / 4; b++) {
     uint32_t w[4];
     zt_philox4x32(s.seed, s.offset + (uint64_t)b, 0, w);
-    for (int j = 0; j < 2 && b * 2 + j < n; j++) {
+    double z[4];
+    for (int j = 0; j < 2; j++) {
       double u1 = ((double)w[2 * j] + 1.0) / 4294967296.0; /* (0, 1] */
       double u2 = (double)w[2 * j + 1] / 4294967296.0;
-      double z = sqrt(-2.0 * log(u1)) * cos(2.0 * 3.14159265358979323846 * u2);
-      zt__store(t->dtype, p, b * 2 + j, mean + std * z);
+      double r = sqrt(-2.0 * log(u1)), a = 2.0 * 3.14159265358979323846 * u2;
+      z[2 * j] = r * cos(a);
+      z[2 * j + 1] = r * sin(a);
+    }
+    for (int j = 0; j < 4 && b * 4 + j < n; j++) {
+      if (f32)
+        ((float *)p)[b * 4 + j] = (float)(mean + std * z[j]);
+      else
+        zt__store(t->dtype, p, b * 4 + j, mean + std * z[j]);
     }
   }
   zt_tensor_bump_version(t);
