@@ -10,39 +10,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/resource.h>
-#include <time.h>
 
+#include "bench_util.h"
 #include "zt/ops.h"
 
 #define MIN_WARMUP 3
 #define MAX_WARMUP 30
 #define MIN_RUNS 11
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static long minor_faults(void) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   return ru.ru_minflt;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static void die(const char *what) {
-  fprintf(stderr, "bench_gemm: %s: %s\n", what, zt_last_error());
-  exit(1);
 }
 
 /* Run count: at least MIN_RUNS, more for small sizes so each side gets ~1 s at
@@ -57,13 +36,13 @@ static void bench(int64_t m, int64_t n, int64_t k) {
   if (zt_tensor_empty(2, (int64_t[]){m, k}, ZT_DTYPE_F32, ZT_CPU, &a) ||
       zt_tensor_empty(2, (int64_t[]){k, n}, ZT_DTYPE_F32, ZT_CPU, &b) ||
       zt_tensor_empty(2, (int64_t[]){m, n}, ZT_DTYPE_F32, ZT_CPU, &c))
-    die("alloc");
-  if (zt_tensor_uniform_(a, -1, 1) || zt_tensor_uniform_(b, -1, 1)) die("init");
+    bench_die("alloc");
+  if (zt_tensor_uniform_(a, -1, 1) || zt_tensor_uniform_(b, -1, 1)) bench_die("init");
   float *pa = zt__tensor_ptr(a), *pb = zt__tensor_ptr(b), *pc = zt__tensor_ptr(c);
   double flops = 2.0 * (double)m * (double)n * (double)k;
   int runs = runs_for(flops);
   double *t_zt = malloc(sizeof(double) * (size_t)runs), *t_blas = malloc(sizeof(double) * (size_t)runs);
-  if (!t_zt || !t_blas) die("malloc");
+  if (!t_zt || !t_blas) bench_die("malloc");
 
   bool prev = zt_set_grad_enabled(false);
   /* Interleave the two, alternating which goes first, so drift in machine load and
@@ -76,17 +55,17 @@ static void bench(int64_t m, int64_t n, int64_t k) {
     for (int side = 0; side < 2; side++) {
       bool zt_side = (side == 0) == ((r + warm) % 2 == 0);
       long f0 = minor_faults();
-      double t0 = now_s();
+      double t0 = bench_now_s();
       if (zt_side) {
         zt_tensor *y = NULL;
-        if (zt_matmul(a, b, false, false, &y)) die("zt_matmul");
+        if (zt_matmul(a, b, false, false, &y)) bench_die("zt_matmul");
         zt_tensor_free(y); /* timed too: allocating and freeing the output is part of the op */
-        t_z = now_s() - t0;
+        t_z = bench_now_s() - t0;
         f_z = minor_faults() - f0;
       } else {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m, (int)n, (int)k, 1.0f, pa, (int)k, pb, (int)n,
                     0.0f, pc, (int)n);
-        t_b = now_s() - t0;
+        t_b = bench_now_s() - t0;
       }
     }
     if (r < 0) {
@@ -100,8 +79,8 @@ static void bench(int64_t m, int64_t n, int64_t k) {
     if (++r == runs) break;
   }
   zt_set_grad_enabled(prev);
-  double zt_gf = flops / median(t_zt, runs) / 1e9, blas_gf = flops / median(t_blas, runs) / 1e9;
-  /* median() sorted both: [0] is the best run, a cross-check less sensitive to load */
+  double zt_gf = flops / bench_median(t_zt, runs) / 1e9, blas_gf = flops / bench_median(t_blas, runs) / 1e9;
+  /* bench_median() sorted both: [0] is the best run, a cross-check less sensitive to load */
   double ratio_best = t_blas[0] / t_zt[0];
   printf("{\"bench\":\"gemm\",\"m\":%lld,\"n\":%lld,\"k\":%lld,\"zt_gflops\":%.2f,\"sgemm_gflops\":%.2f,"
          "\"ratio\":%.4f,\"ratio_best\":%.4f,\"runs\":%d,\"warmup\":%d,\"zt_minflt\":%.1f,\"threads\":%d}\n",

@@ -5,39 +5,18 @@
  * {"bench":"attention","B":4,"T":256,"C":768,"heads":12,"fwd_ms":..,"bwd_ms":..,"gflops":..}. */
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
+#include "bench_util.h"
 #include "zt/ops.h"
 
 #define WARMUP 2
 #define RUNS 9
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static void die(const char *what) {
-  fprintf(stderr, "bench_nn: %s: %s\n", what, zt_last_error());
-  exit(1);
-}
-
 static zt_tensor *rand_tensor(int ndim, const int64_t *shape, double lo, double hi, bool leaf) {
   zt_tensor *t = NULL;
-  if (zt_tensor_empty(ndim, shape, ZT_DTYPE_F32, ZT_CPU, &t)) die("alloc");
-  if (zt_tensor_uniform_(t, lo, hi)) die("init");
-  if (leaf && zt_tensor_set_requires_grad(t, true)) die("requires_grad");
+  if (zt_tensor_empty(ndim, shape, ZT_DTYPE_F32, ZT_CPU, &t)) bench_die("alloc");
+  if (zt_tensor_uniform_(t, lo, hi)) bench_die("init");
+  if (leaf && zt_tensor_set_requires_grad(t, true)) bench_die("requires_grad");
   return t;
 }
 
@@ -56,11 +35,11 @@ static void bench_attention(int64_t B, int64_t T, int64_t C, int nh) {
   double tf[RUNS], tb[RUNS];
   for (int r = -WARMUP; r < RUNS; r++) {
     zt_tensor *y = NULL;
-    double t0 = now_s();
-    if (zt_causal_attention(qkv, nh, &y)) die("zt_causal_attention");
-    double t1 = now_s();
-    if (zt_backward(1, &y, &gy, false)) die("zt_backward (attention)");
-    double t2 = now_s();
+    double t0 = bench_now_s();
+    if (zt_causal_attention(qkv, nh, &y)) bench_die("zt_causal_attention");
+    double t1 = bench_now_s();
+    if (zt_backward(1, &y, &gy, false)) bench_die("zt_backward (attention)");
+    double t2 = bench_now_s();
     zt_tensor_free(y);
     drop_grad(qkv);
     if (r >= 0) {
@@ -68,7 +47,7 @@ static void bench_attention(int64_t B, int64_t T, int64_t C, int nh) {
       tb[r] = t2 - t1;
     }
   }
-  double f = median(tf, RUNS), b = median(tb, RUNS);
+  double f = bench_median(tf, RUNS), b = bench_median(tb, RUNS);
   double pairs = (double)B * nh * (double)T * (double)(T + 1) / 2, hs = (double)(C / nh);
   double ff = 4 * hs * pairs, fb = 10 * hs * pairs;
   printf("{\"bench\":\"attention\",\"B\":%lld,\"T\":%lld,\"C\":%lld,\"heads\":%d,\"dtype\":\"f32\",\"threads\":%d,"
@@ -90,11 +69,11 @@ static void bench_layer_norm(int64_t B, int64_t T, int64_t C) {
   double tf[RUNS], tb[RUNS];
   for (int r = -WARMUP; r < RUNS; r++) {
     zt_tensor *y = NULL;
-    double t0 = now_s();
-    if (zt_layer_norm(x, w, bias, 1e-5, &y)) die("zt_layer_norm");
-    double t1 = now_s();
-    if (zt_backward(1, &y, &gy, false)) die("zt_backward (layer_norm)");
-    double t2 = now_s();
+    double t0 = bench_now_s();
+    if (zt_layer_norm(x, w, bias, 1e-5, &y)) bench_die("zt_layer_norm");
+    double t1 = bench_now_s();
+    if (zt_backward(1, &y, &gy, false)) bench_die("zt_backward (layer_norm)");
+    double t2 = bench_now_s();
     zt_tensor_free(y);
     drop_grad(x);
     drop_grad(w);
@@ -104,7 +83,7 @@ static void bench_layer_norm(int64_t B, int64_t T, int64_t C) {
       tb[r] = t2 - t1;
     }
   }
-  double f = median(tf, RUNS), b = median(tb, RUNS), n = (double)(B * T * C) * sizeof(float);
+  double f = bench_median(tf, RUNS), b = bench_median(tb, RUNS), n = (double)(B * T * C) * sizeof(float);
   printf("{\"bench\":\"layer_norm\",\"B\":%lld,\"T\":%lld,\"C\":%lld,\"dtype\":\"f32\",\"threads\":%d,"
          "\"fwd_ms\":%.3f,\"bwd_ms\":%.3f,\"fwd_gbps\":%.1f,\"bwd_gbps\":%.1f}\n",
          (long long)B, (long long)T, (long long)C, zt_get_num_threads(), 1e3 * f, 1e3 * b, 2 * n / f * 1e-9,

@@ -5,15 +5,6 @@
 
 #include "zt_test.h"
 
-static zt_tensor *ones_like(const zt_tensor *t) {
-  zt_tensor *o = NULL;
-  ZT_CHECK_OK(zt_tensor_full(t->ndim, t->shape, t->dtype, ZT_CPU, 1, &o));
-  return o;
-}
-static void free_all(zt_tensor **ts, int n) {
-  for (int i = 0; i < n; i++) zt_tensor_free(ts[i]);
-}
-
 typedef struct log {
   int n;
   int ids[32];
@@ -63,7 +54,7 @@ static void test_run_once_after_backward(void) {
   ZT_CHECK_OK(zt_tanh(h, &y));
   log_t l = {.leaf = x};
   ZT_CHECK_OK(zt_tensor_register_hook(h, queue_hook, &l, NULL)); /* fires before x's grad exists */
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_OK(zt_backward(1, &y, &g, true));
   ZT_CHECK(l.n == 2 && l.ids[0] == 1 && l.ids[1] == 2);
   ZT_CHECK(l.leaf_had_grad[0] && l.leaf_had_grad[1]); /* after the whole backward */
@@ -73,7 +64,7 @@ static void test_run_once_after_backward(void) {
   ZT_CHECK(l.n == 4 && l.ids[2] == 1 && l.ids[3] == 2 && l.task[2] != l.task[0]);
   ZT_CHECK(zt_autograd_graph_task_id() == -1);
   zt_tensor *all[] = {x, h, y, g};
-  free_all(all, 4);
+  zt_test_free_all(all, 4);
 }
 
 static void test_callbacks_queue_callbacks(void) {
@@ -83,13 +74,13 @@ static void test_callbacks_queue_callbacks(void) {
   ZT_CHECK_OK(zt_exp(x, &y));
   log_t l = {.requeue = 20}; /* 1 -> 11 -> 21; 2 -> 12 -> 22 */
   ZT_CHECK_OK(zt_tensor_register_hook(x, queue_hook, &l, NULL));
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_OK(zt_backward(1, &y, &g, false));
   int want[] = {1, 2, 11, 12, 21, 22};
   ZT_CHECK(l.n == 6);
   for (int i = 0; i < 6 && i < l.n; i++) ZT_CHECK(l.ids[i] == want[i]);
   zt_tensor *all[] = {x, y, g};
-  free_all(all, 3);
+  zt_test_free_all(all, 3);
 }
 
 static void test_outside_backward(void) {
@@ -144,12 +135,12 @@ static void test_nested_backward_queues(void) {
   ZT_CHECK_OK(zt_tensor_register_hook(x2, inner_hook, &l, NULL));
   ZT_CHECK_OK(zt_exp(x, &y));
   ZT_CHECK_OK(zt_tensor_register_hook(y, outer_hook, &c, NULL));
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_OK(zt_backward(1, &y, &g, false));
   ZT_CHECK(l.n == 3 && l.ids[0] == 100 && l.ids[1] == 1 && l.ids[2] == 2);
   ZT_CHECK(l.task[0] != l.task[1] && l.task[1] == l.task[2]);
   zt_tensor *all[] = {x, y, x2, g};
-  free_all(all, 4);
+  zt_test_free_all(all, 4);
 }
 
 static zt_status failing_callback(void *ud) {
@@ -169,13 +160,13 @@ static void test_callback_error(void) {
   ZT_CHECK_OK(zt_exp(x, &y));
   log_t l = {0};
   ZT_CHECK_OK(zt_tensor_register_hook(y, queue_failing_hook, &l, NULL));
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_ERR(zt_backward(1, &y, &g, false), ZT_STATUS_COMM, "wait for reductions failed");
   ZT_CHECK(l.n == 0); /* later callbacks do not run after a failure */
   ZT_CHECK(x->grad != NULL && zt_autograd_graph_task_id() == -1);
   ZT_CHECK_ERR(zt_autograd_queue_callback(callback, arg(&l, 1)), ZT_STATUS_STATE, "no backward is running");
   zt_tensor *all[] = {x, y, g};
-  free_all(all, 3);
+  zt_test_free_all(all, 3);
 }
 
 /* Callbacks may free the outputs (and so the graph) of the backward that ran them. */
@@ -195,7 +186,7 @@ static void test_callback_frees_graph(void) {
   zt_tensor *x = zt_test_rand_leaf(1, shape, ZT_DTYPE_F32, -1, 1, 6), *y = NULL;
   ZT_CHECK_OK(zt_tanh(x, &y));
   ZT_CHECK_OK(zt_tensor_register_hook(x, queue_free_hook, &y, NULL));
-  zt_tensor *g = ones_like(x);
+  zt_tensor *g = zt_test_ones_like(x);
   ZT_CHECK_OK(zt_backward(1, &y, &g, true));
   ZT_CHECK(y == NULL && x->grad != NULL);
   zt_tensor_free(g);

@@ -2,7 +2,6 @@
  * an identical next step after loading), config mismatch errors, missing or damaged
  * state.json, an interrupted save next to a good checkpoint, overwriting a checkpoint
  * folder, HF GPT-2 files (prefix-less names, attention-mask buffers, tied lm_head, bf16). */
-#include <ftw.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,23 +10,6 @@
 #include "zt/autograd.h"
 #include "zt_test.h"
 
-static char g_dir[64];
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb;
-  (void)flag;
-  (void)ftw;
-  return remove(p);
-}
-static void make_dir(void) {
-  snprintf(g_dir, sizeof g_dir, "/tmp/zt_test_ck_XXXXXX");
-  ZT_CHECK(mkdtemp(g_dir) != NULL);
-}
-static void remove_dir(void) { nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
-static const char *in_dir(char *buf, const char *name) {
-  snprintf(buf, 256, "%s/%s", g_dir, name);
-  return buf;
-}
 static bool exists(const char *dir, const char *name) {
   char p[300];
   snprintf(p, sizeof p, "%s/%s", dir, name);
@@ -104,9 +86,9 @@ static zt_train_state state_at(int64_t step) {
 }
 
 static void test_roundtrip_bitwise(void) {
-  make_dir();
+  zt_test_tmpdir_make("ck");
   char ck[256];
-  in_dir(ck, "ck");
+  zt_test_tmp_path_to(ck, sizeof ck, "ck");
   zt_gpt2 *a = new_model(&k_cfg, 1);
   zt_optim *oa = new_optim(a);
   train_step(a, oa, 1);
@@ -115,7 +97,7 @@ static void test_roundtrip_bitwise(void) {
   ZT_CHECK_OK(zt_checkpoint_save(ck, a, oa, &st));
   const char *files[] = {"model.safetensors", "config.json", "optim.safetensors", "state.json"};
   for (int i = 0; i < 4; i++) ZT_CHECK(exists(ck, files[i]));
-  ZT_CHECK(!exists(g_dir, ".ck.saving"));
+  ZT_CHECK(!exists(zt_test_tmpdir(), ".ck.saving"));
 
   zt_gpt2 *b = new_model(&k_cfg, 2);
   zt_optim *ob = new_optim(b);
@@ -169,13 +151,13 @@ static void test_roundtrip_bitwise(void) {
   zt_optim_free(ob);
   zt_gpt2_free(a);
   zt_gpt2_free(b);
-  remove_dir();
+  zt_test_tmpdir_remove();
 }
 
 static void test_config_mismatch(void) {
-  make_dir();
+  zt_test_tmpdir_make("ck");
   char ck[256];
-  in_dir(ck, "ck");
+  zt_test_tmp_path_to(ck, sizeof ck, "ck");
   zt_gpt2 *a = new_model(&k_cfg, 1);
   zt_train_state st = state_at(0);
   ZT_CHECK_OK(zt_checkpoint_save(ck, a, NULL, &st));
@@ -204,13 +186,13 @@ static void test_config_mismatch(void) {
   zt_optim_free(ob);
   zt_gpt2_free(b);
   zt_gpt2_free(a);
-  remove_dir();
+  zt_test_tmpdir_remove();
 }
 
 static void test_missing_or_damaged_state(void) {
-  make_dir();
+  zt_test_tmpdir_make("ck");
   char ck[256], path[300];
-  in_dir(ck, "ck");
+  zt_test_tmp_path_to(ck, sizeof ck, "ck");
   zt_train_state st;
   ZT_CHECK_ERR(zt_checkpoint_read_state(ck, &st), ZT_STATUS_IO, "No such file or directory");
   ZT_CHECK(strstr(zt_last_error(), ck) != NULL);
@@ -244,16 +226,16 @@ static void test_missing_or_damaged_state(void) {
   ZT_CHECK_ERR(zt_checkpoint_read_state(path, &st), ZT_STATUS_IO, "is not a folder");
   zt_optim_free(oa);
   zt_gpt2_free(a);
-  remove_dir();
+  zt_test_tmpdir_remove();
 }
 
 /* A save into a new folder that dies before state.json leaves that folder refused and the
  * previous checkpoint folder loadable. */
 static void test_interrupted_save(void) {
-  make_dir();
+  zt_test_tmpdir_make("ck");
   char ck1[256], ck2[256], path[300];
-  in_dir(ck1, "ck1");
-  in_dir(ck2, "ck2");
+  zt_test_tmp_path_to(ck1, sizeof ck1, "ck1");
+  zt_test_tmp_path_to(ck2, sizeof ck2, "ck2");
   zt_gpt2 *a = new_model(&k_cfg, 1), *snap = new_model(&k_cfg, 9);
   zt_optim *oa = new_optim(a);
   train_step(a, oa, 1);
@@ -283,7 +265,7 @@ static void test_interrupted_save(void) {
   zt_gpt2_free(a);
   zt_gpt2_free(b);
   zt_gpt2_free(snap);
-  remove_dir();
+  zt_test_tmpdir_remove();
 }
 
 static void copy_file(const char *from, const char *to) {
@@ -298,11 +280,11 @@ static void copy_file(const char *from, const char *to) {
 /* Saving again into the same folder replaces the checkpoint as a whole; leftovers of a
  * crashed save are cleaned; files of two different saves are never mixed silently. */
 static void test_overwrite_same_folder(void) {
-  make_dir();
-  char ck[256], other[256], stage[256], path[300], from[300];
-  in_dir(ck, "ck");
-  in_dir(other, "other");
-  in_dir(stage, ".ck.saving");
+  zt_test_tmpdir_make("ck");
+  char ck[256], other[256], stage[256], path[300];
+  zt_test_tmp_path_to(ck, sizeof ck, "ck");
+  zt_test_tmp_path_to(other, sizeof other, "other");
+  zt_test_tmp_path_to(stage, sizeof stage, ".ck.saving");
   zt_gpt2 *a = new_model(&k_cfg, 1), *b = new_model(&k_cfg, 2);
   zt_optim *oa = new_optim(a), *ob = new_optim(b);
   zt_train_state st = state_at(1);
@@ -310,12 +292,12 @@ static void test_overwrite_same_folder(void) {
   /* a crashed save left a staging folder with a partial model file */
   ZT_CHECK(mkdir(stage, 0755) == 0);
   snprintf(path, sizeof path, "%s/model.safetensors", stage);
-  copy_file(in_dir(from, "ck/model.safetensors"), path);
+  copy_file(zt_test_tmp_path("ck/model.safetensors"), path);
   ZT_CHECK_OK(zt_checkpoint_load(ck, b, ob, NULL));
   train_step(a, oa, 1);
   st = state_at(2);
   ZT_CHECK_OK(zt_checkpoint_save(ck, a, oa, &st)); /* over the old one */
-  ZT_CHECK(!exists(g_dir, ".ck.saving"));
+  ZT_CHECK(!exists(zt_test_tmpdir(), ".ck.saving"));
   zt_train_state got;
   ZT_CHECK_OK(zt_checkpoint_load(ck, b, ob, &got));
   ZT_CHECK(got.step == 2 && params_equal(a, b) && optim_equal(oa, ob));
@@ -332,7 +314,7 @@ static void test_overwrite_same_folder(void) {
   /* model.safetensors of another save (an in-place save cut short) is refused */
   ZT_CHECK_OK(zt_checkpoint_save(other, b, ob, &st));
   snprintf(path, sizeof path, "%s/model.safetensors", ck);
-  copy_file(in_dir(from, "other/model.safetensors"), path);
+  copy_file(zt_test_tmp_path("other/model.safetensors"), path);
   ZT_CHECK_ERR(zt_checkpoint_load(ck, b, NULL, NULL), ZT_STATUS_IO, "model.safetensors is not from the same save");
   /* a path that is a file */
   ZT_CHECK_ERR(zt_checkpoint_save(path, a, NULL, &st), ZT_STATUS_IO, "is not a folder");
@@ -344,7 +326,7 @@ static void test_overwrite_same_folder(void) {
   ZT_CHECK(params_equal(a, b));
   /* through a symbolic link to the folder: written in place, the link stays a link */
   char link[256];
-  in_dir(link, "link");
+  zt_test_tmp_path_to(link, sizeof link, "link");
   ZT_CHECK(symlink(other, link) == 0);
   train_step(a, oa, 4);
   ZT_CHECK_OK(zt_checkpoint_save(link, a, oa, &st));
@@ -356,18 +338,18 @@ static void test_overwrite_same_folder(void) {
   zt_optim_free(ob);
   zt_gpt2_free(a);
   zt_gpt2_free(b);
-  remove_dir();
+  zt_test_tmpdir_remove();
 }
 
 /* ------------------------------------------------ HF files */
 
 static void test_hf_roundtrip_and_variants(void) {
-  make_dir();
-  char path[256], cfg[256];
-  in_dir(path, "model.safetensors");
+  zt_test_tmpdir_make("ck");
+  char path[256];
+  zt_test_tmp_path_to(path, sizeof path, "model.safetensors");
   zt_gpt2 *a = new_model(&k_cfg, 1), *b = new_model(&k_cfg, 2);
   ZT_CHECK_OK(zt_gpt2_save_hf(a, path));
-  ZT_CHECK(access(in_dir(cfg, "config.json"), F_OK) == 0);
+  ZT_CHECK(access(zt_test_tmp_path("config.json"), F_OK) == 0);
   ZT_CHECK_OK(zt_gpt2_load_hf(b, path));
   ZT_CHECK(params_equal(a, b));
 
@@ -452,7 +434,7 @@ static void test_hf_roundtrip_and_variants(void) {
   zt_gpt2_free(b);
   zt_gpt2_free(small);
   zt_gpt2_free(wide);
-  remove_dir();
+  zt_test_tmpdir_remove();
 }
 
 int main(void) {

@@ -5,15 +5,6 @@
 
 #include "zt_test.h"
 
-static zt_tensor *ones_like(const zt_tensor *t) {
-  zt_tensor *o = NULL;
-  ZT_CHECK_OK(zt_tensor_full(t->ndim, t->shape, t->dtype, ZT_CPU, 1, &o));
-  return o;
-}
-static void free_all(zt_tensor **ts, int n) {
-  for (int i = 0; i < n; i++) zt_tensor_free(ts[i]);
-}
-
 /* ------------------------------------------------ y = scale * x * w (+ x if in[2] given),
  * scale passed as user_data and kept on the ctx as non-tensor data */
 static int g_scale_frees = 0;
@@ -81,7 +72,7 @@ static void test_forward_backward_gradcheck(void) {
   ZT_CHECK(zt_node_n_saved(y->grad_fn) == 2);
   ZT_CHECK(y->requires_grad && !zt_tensor_is_leaf(y) && y->output_nr == 0);
   zt_tensor_free(y);
-  free_all((zt_tensor *[]){x, w, b}, 3);
+  zt_test_free_all((zt_tensor *[]){x, w, b}, 3);
 }
 
 static void test_ctx_data_lifetime(void) {
@@ -91,7 +82,7 @@ static void test_ctx_data_lifetime(void) {
   g_scale_frees = 0;
   zt_tensor *y = NULL;
   ZT_CHECK_OK(zt_function_apply(&smul_fn, 2, (zt_tensor *[]){x, w}, 1, &y, &scale));
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_OK(zt_backward(1, &y, &g, false));
   ZT_CHECK(g_scale_frees == 0); /* data lives with the node, not with backward */
   ZT_CHECK_NEAR(zt_tensor_get(x->grad, 1), 3 * zt_tensor_get(w, 1), 1e-6);
@@ -105,7 +96,7 @@ static void test_ctx_data_lifetime(void) {
   zt_set_grad_enabled(prev);
   ZT_CHECK(g_scale_frees == 2 && !y->grad_fn && !y->requires_grad);
   zt_tensor_free(y);
-  free_all((zt_tensor *[]){x, w, g}, 3);
+  zt_test_free_all((zt_tensor *[]){x, w, g}, 3);
 }
 
 /* set_data twice frees the first value */
@@ -217,7 +208,7 @@ static void test_null_inputs_and_multiple_outputs(void) {
   ZT_CHECK(o[0]->grad_fn == o[1]->grad_fn && o[1]->output_nr == 1);
   ZT_CHECK(zt_node_next(o[0]->grad_fn, 1, NULL) == NULL);
   /* out1 unused: backward gets zeros shaped like it */
-  zt_tensor *g = ones_like(o[0]);
+  zt_tensor *g = zt_test_ones_like(o[0]);
   ZT_CHECK_OK(zt_backward(1, &o[0], &g, true));
   ZT_CHECK(r.backwards == 1 && r.gout1_sum == 0 && r.gout1_ndim == 2 && r.gout1_shape0 == 2);
   ZT_CHECK(r.needs_bwd[0] && !r.needs_bwd[1] && r.needs_bwd[2]);
@@ -235,7 +226,7 @@ static void test_null_inputs_and_multiple_outputs(void) {
   /* finite differences: one output used, then both */
   ZT_GRADCHECK(f_multi_out0, 2, ((zt_tensor *[]){x, w}), &r, NULL);
   ZT_GRADCHECK(f_multi_both, 2, ((zt_tensor *[]){x, w}), &r, NULL);
-  free_all((zt_tensor *[]){x, w, o[0], o[1], g}, 5);
+  zt_test_free_all((zt_tensor *[]){x, w, o[0], o[1], g}, 5);
 }
 
 /* Integer outputs are returned but not differentiable. */
@@ -259,10 +250,10 @@ static void test_integer_output(void) {
   ZT_CHECK_OK(zt_function_apply(&int_out_fn, 1, &x, 2, o, NULL));
   ZT_CHECK(o[0]->requires_grad && !o[1]->requires_grad && !o[1]->grad_fn);
   ZT_CHECK(!strcmp(zt_node_name(o[0]->grad_fn), "CustomFunction")); /* no name given */
-  zt_tensor *g = ones_like(o[0]);
+  zt_tensor *g = zt_test_ones_like(o[0]);
   ZT_CHECK_OK(zt_backward(1, &o[0], &g, false));
   ZT_CHECK(zt_tensor_get(x->grad, 2) == 1);
-  free_all((zt_tensor *[]){x, o[0], o[1], g}, 4);
+  zt_test_free_all((zt_tensor *[]){x, o[0], o[1], g}, 4);
 }
 
 /* ------------------------------------------------ bad forwards and backwards */
@@ -347,14 +338,14 @@ static void test_errors(void) {
   /* a backward returning a wrong-shaped grad */
   zt_tensor *y = NULL;
   ZT_CHECK_OK(zt_function_apply(&wrong_grad_fn, 1, &x, 1, &y, NULL));
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_ERR(zt_backward(1, &y, &g, true), ZT_STATUS_AUTOGRAD,
                "WrongGrad returned a gradient of shape (3,) (f64) for input 0, which has shape (2, 3) (f64)");
   zt_tensor_free(y);
   ZT_CHECK_OK(zt_function_apply(&wrong_dtype_fn, 1, &x, 1, &y, NULL));
   ZT_CHECK_ERR(zt_backward(1, &y, &g, true), ZT_STATUS_AUTOGRAD, "returned a gradient of shape (2, 3) (f32)");
   ZT_CHECK(x->grad == NULL);
-  free_all((zt_tensor *[]){x, y, g}, 3);
+  zt_test_free_all((zt_tensor *[]){x, y, g}, 3);
 }
 
 /* ------------------------------------------------ reentrant backward (checkpointing):
@@ -429,7 +420,7 @@ static void test_nested_backward(void) {
   x->grad = w->grad = NULL;
   ZT_CHECK_OK(zt_backward(1, &yp, &r, false));
   ZT_CHECK(zt_test_bitwise_equal(gxc, x->grad) && zt_test_bitwise_equal(gwc, w->grad));
-  free_all((zt_tensor *[]){x, w, yc, yp, r, gxc, gwc}, 7);
+  zt_test_free_all((zt_tensor *[]){x, w, yc, yp, r, gxc, gwc}, 7);
 }
 
 int main(void) {

@@ -7,21 +7,6 @@
 #include "zt/train.h"
 #include "zt_test.h"
 
-static char tmpdir[64];
-static const char *tmp_path(const char *name) {
-  static char buf[4][256];
-  static int k;
-  k = (k + 1) % 4;
-  snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-  return buf[k];
-}
-static void write_bytes(const char *path, const void *p, size_t n) {
-  FILE *f = fopen(path, "wb");
-  ZT_CHECK(f != NULL);
-  if (!f) return;
-  fwrite(p, 1, n, f);
-  fclose(f);
-}
 static long file_size(const char *path) {
   FILE *f = fopen(path, "rb");
   if (!f) return -1;
@@ -36,7 +21,7 @@ static void roundtrip(int width, int32_t max_id, int expect_width) {
   for (int i = 0; i < 1000; i++) ids[i] = (int32_t)((i * 7919LL) % ((int64_t)max_id + 1));
   ids[999] = max_id;
   zt_tokens t = {ids, 1000, max_id + 1};
-  const char *p = tmp_path("rt.tok");
+  const char *p = zt_test_tmp_path("rt.tok");
   ZT_CHECK_OK(zt_tokens_save(p, &t, width));
   ZT_CHECK(file_size(p) == 24 + 1000L * expect_width);
   zt_tokens *back = NULL;
@@ -52,9 +37,9 @@ static void test_tokens_roundtrip(void) {
   roundtrip(0, 100000, 4);  /* else 4 */
   roundtrip(4, 2000000000, 4);
   zt_tokens empty = {NULL, 0, 0};
-  ZT_CHECK_OK(zt_tokens_save(tmp_path("empty.tok"), &empty, 0));
+  ZT_CHECK_OK(zt_tokens_save(zt_test_tmp_path("empty.tok"), &empty, 0));
   zt_tokens *back = NULL;
-  ZT_CHECK_OK(zt_tokens_load(tmp_path("empty.tok"), &back));
+  ZT_CHECK_OK(zt_tokens_load(zt_test_tmp_path("empty.tok"), &back));
   ZT_CHECK(back && back->count == 0 && back->vocab_size == 0);
   zt_tokens_free(back);
 }
@@ -62,16 +47,16 @@ static void test_tokens_roundtrip(void) {
 static void test_tokens_save_errors(void) {
   int32_t ids[] = {1, 70000, 3};
   zt_tokens t = {ids, 3, 0};
-  ZT_CHECK_ERR(zt_tokens_save(tmp_path("e.tok"), &t, 2), ZT_STATUS_INVALID_ARG, "does not fit in 2 bytes");
-  ZT_CHECK_ERR(zt_tokens_save(tmp_path("e.tok"), &t, 3), ZT_STATUS_INVALID_ARG, "token width 3");
+  ZT_CHECK_ERR(zt_tokens_save(zt_test_tmp_path("e.tok"), &t, 2), ZT_STATUS_INVALID_ARG, "does not fit in 2 bytes");
+  ZT_CHECK_ERR(zt_tokens_save(zt_test_tmp_path("e.tok"), &t, 3), ZT_STATUS_INVALID_ARG, "token width 3");
   ids[1] = -5;
-  ZT_CHECK_ERR(zt_tokens_save(tmp_path("e.tok"), &t, 0), ZT_STATUS_INVALID_ARG, "token -5 at position 1");
+  ZT_CHECK_ERR(zt_tokens_save(zt_test_tmp_path("e.tok"), &t, 0), ZT_STATUS_INVALID_ARG, "token -5 at position 1");
   ids[1] = 9;
   t.vocab_size = 5;
-  ZT_CHECK_ERR(zt_tokens_save(tmp_path("e.tok"), &t, 0), ZT_STATUS_INVALID_ARG, "token 9 at position 1");
+  ZT_CHECK_ERR(zt_tokens_save(zt_test_tmp_path("e.tok"), &t, 0), ZT_STATUS_INVALID_ARG, "token 9 at position 1");
   t.vocab_size = 0;
-  ZT_CHECK_ERR(zt_tokens_save(tmpdir, &t, 0), ZT_STATUS_IO, "writing token file");
-  ZT_CHECK(access(tmp_path("e.tok"), F_OK) != 0); /* nothing written */
+  ZT_CHECK_ERR(zt_tokens_save(zt_test_tmpdir(), &t, 0), ZT_STATUS_IO, "writing token file");
+  ZT_CHECK(access(zt_test_tmp_path("e.tok"), F_OK) != 0); /* nothing written */
 }
 
 /* A valid header + tokens that each case then breaks. */
@@ -89,8 +74,8 @@ static size_t good_file(uint8_t *b, uint32_t version, uint32_t width, uint32_t v
 }
 
 static void expect_bad(const uint8_t *b, size_t n, const char *msg) {
-  const char *p = tmp_path("bad.tok");
-  write_bytes(p, b, n);
+  const char *p = zt_test_tmp_path("bad.tok");
+  zt_test_write_file(p, b, n);
   zt_tokens *t = (zt_tokens *)1;
   ZT_CHECK_ERR(zt_tokens_load(p, &t), ZT_STATUS_IO, msg);
   ZT_CHECK(strstr(zt_last_error(), p) != NULL);             /* names the file */
@@ -101,9 +86,9 @@ static void expect_bad(const uint8_t *b, size_t n, const char *msg) {
 static void test_tokens_bad_files(void) {
   uint8_t b[256];
   zt_tokens *t = NULL;
-  ZT_CHECK_ERR(zt_tokens_load(tmp_path("absent.tok"), &t), ZT_STATUS_IO, "cannot open token file");
+  ZT_CHECK_ERR(zt_tokens_load(zt_test_tmp_path("absent.tok"), &t), ZT_STATUS_IO, "cannot open token file");
   ZT_CHECK(strstr(zt_last_error(), "absent.tok") && strstr(zt_last_error(), "No such file"));
-  ZT_CHECK_ERR(zt_tokens_load(tmpdir, &t), ZT_STATUS_IO, "not a regular file");
+  ZT_CHECK_ERR(zt_tokens_load(zt_test_tmpdir(), &t), ZT_STATUS_IO, "not a regular file");
   expect_bad(b, 0, "is not a zerotrain token file");
   size_t n = good_file(b, 1, 2, 256, 10, 10);
   b[0] = 'X';
@@ -129,8 +114,8 @@ static void test_tokens_bad_files(void) {
   b[24 + 4 * 3 + 3] = 0x80; /* 0x80000003 does not fit an int32 id */
   expect_bad(b, n, "token 2147483651 at position 3");
   n = good_file(b, 1, 4, 0, 10, 10);
-  write_bytes(tmp_path("ok.tok"), b, n);
-  ZT_CHECK_OK(zt_tokens_load(tmp_path("ok.tok"), &t));
+  zt_test_write_file(zt_test_tmp_path("ok.tok"), b, n);
+  ZT_CHECK_OK(zt_tokens_load(zt_test_tmp_path("ok.tok"), &t));
   ZT_CHECK(t && t->count == 10 && t->ids[9] == 9 && t->vocab_size == 0);
   zt_tokens_free(t);
 }
@@ -381,8 +366,7 @@ static void test_loader_errors(void) {
 }
 
 int main(void) {
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/zt_test_data_XXXXXX");
-  if (!mkdtemp(tmpdir)) return 1;
+  if (!zt_test_tmpdir_make("data")) return 1;
   ZT_RUN(test_tokens_roundtrip);
   ZT_RUN(test_tokens_save_errors);
   ZT_RUN(test_tokens_bad_files);
@@ -393,8 +377,6 @@ int main(void) {
   ZT_RUN(test_loader_ranks);
   ZT_RUN(test_loader_resume);
   ZT_RUN(test_loader_errors);
-  const char *files[] = {"rt.tok", "empty.tok", "bad.tok", "ok.tok"};
-  for (size_t k = 0; k < sizeof files / sizeof *files; k++) unlink(tmp_path(files[k]));
-  rmdir(tmpdir);
+  zt_test_tmpdir_remove();
   return zt_test_finish();
 }

@@ -5,16 +5,6 @@
 
 #include "zt_test.h"
 
-static zt_tensor *ones_like(const zt_tensor *t) {
-  zt_tensor *o = NULL;
-  ZT_CHECK_OK(zt_tensor_full(t->ndim, t->shape, t->dtype, ZT_CPU, 1, &o));
-  return o;
-}
-
-static void free_all(zt_tensor **ts, int n) {
-  for (int i = 0; i < n; i++) zt_tensor_free(ts[i]);
-}
-
 /* ------------------------------------------------ a probe function: y = x (copy),
  * backward passes the grad through and records what it was asked */
 typedef struct probe {
@@ -115,7 +105,7 @@ static void test_diamond(void) {
   ZT_CHECK_OK(zt_add(b, c, &d));
   visit_log log = {0};
   hook_all(d->grad_fn, &log);
-  zt_tensor *g = ones_like(d);
+  zt_tensor *g = zt_test_ones_like(d);
   ZT_CHECK_OK(zt_backward(1, &d, &g, false));
   /* each node ran exactly once: ExpBackward waited for both branches */
   ZT_CHECK(log.n == 5);
@@ -126,7 +116,7 @@ static void test_diamond(void) {
     ZT_CHECK_NEAR(zt_tensor_get(x->grad, i), av * (1 - tb * tb + 3), 1e-12);
   }
   zt_tensor *all[] = {x, a, b, c, d, g};
-  free_all(all, 6);
+  zt_test_free_all(all, 6);
 }
 
 static void test_tensor_used_twice(void) {
@@ -136,13 +126,13 @@ static void test_tensor_used_twice(void) {
   ZT_CHECK_OK(zt_mul(x, x, &y));   /* dy/dx = 2x */
   ZT_CHECK_OK(zt_add(x, x, &z));   /* dz/dx = 2 */
   ZT_CHECK_OK(zt_add(y, z, &s));
-  zt_tensor *g = ones_like(s);
+  zt_tensor *g = zt_test_ones_like(s);
   ZT_CHECK_OK(zt_backward(1, &s, &g, false));
   for (int64_t i = 0; i < 4; i++) ZT_CHECK_NEAR(zt_tensor_get(x->grad, i), 2 * zt_tensor_get(x, i) + 2, 1e-12);
   /* the same node twice as edges of one node */
   ZT_CHECK(zt_node_next(y->grad_fn, 0, NULL) == zt_node_next(y->grad_fn, 1, NULL));
   zt_tensor *all[] = {x, y, z, s, g};
-  free_all(all, 5);
+  zt_test_free_all(all, 5);
 }
 
 static void test_multiple_roots(void) {
@@ -153,7 +143,7 @@ static void test_multiple_roots(void) {
   ZT_CHECK_OK(zt_mul(x, w, &h));
   ZT_CHECK_OK(zt_exp(h, &y1));       /* root 1 */
   ZT_CHECK_OK(zt_mul_scalar(h, 5, &y2)); /* root 2 */
-  zt_tensor *g1 = ones_like(y1), *g2 = NULL;
+  zt_tensor *g1 = zt_test_ones_like(y1), *g2 = NULL;
   ZT_CHECK_OK(zt_tensor_full(1, shape, ZT_DTYPE_F64, ZT_CPU, 2, &g2));
   ZT_CHECK_OK(zt_backward(2, (zt_tensor *[]){y1, y2}, (zt_tensor *[]){g1, g2}, false));
   for (int64_t i = 0; i < 3; i++) {
@@ -180,7 +170,7 @@ static void test_multiple_roots(void) {
   ZT_CHECK_OK(zt_backward(2, (zt_tensor *[]){y3, y3}, (zt_tensor *[]){g1, g2}, false));
   ZT_CHECK(zt_tensor_get(x->grad, 0) == 3);
   zt_tensor *all[] = {x, w, h, y1, y2, g1, g2, h2, e2, y3};
-  free_all(all, 10);
+  zt_test_free_all(all, 10);
 }
 
 static void test_implicit_root_grad(void) {
@@ -215,7 +205,7 @@ static void test_implicit_root_grad(void) {
   ZT_CHECK_ERR(zt_backward(0, &y, NULL, false), ZT_STATUS_INVALID_ARG, "no output tensors given");
   ZT_CHECK_ERR(zt_backward(1, (zt_tensor *[]){NULL}, NULL, false), ZT_STATUS_INVALID_ARG, "output 0 is NULL");
   zt_tensor *all[] = {x, y, bad, s, t, g64};
-  free_all(all, 6);
+  zt_test_free_all(all, 6);
 }
 
 static void test_retain_graph_and_second_backward(void) {
@@ -224,7 +214,7 @@ static void test_retain_graph_and_second_backward(void) {
   zt_tensor *y = NULL, *z = NULL;
   ZT_CHECK_OK(zt_exp(x, &y));   /* saves its output */
   ZT_CHECK_OK(zt_mul(y, y, &z)); /* saves both inputs */
-  zt_tensor *g = ones_like(z);
+  zt_tensor *g = zt_test_ones_like(z);
   ZT_CHECK_OK(zt_backward(1, &z, &g, true));
   ZT_CHECK_OK(zt_backward(1, &z, &g, true)); /* grads accumulate */
   for (int64_t i = 0; i < 3; i++) ZT_CHECK_NEAR(zt_tensor_get(x->grad, i), 2 * 2 * exp(2 * zt_tensor_get(x, i)), 1e-9);
@@ -235,14 +225,14 @@ static void test_retain_graph_and_second_backward(void) {
   /* zt_grad frees them too */
   zt_tensor *w = NULL, *gx = NULL;
   ZT_CHECK_OK(zt_exp(x, &w));
-  zt_tensor *gw = ones_like(w);
+  zt_tensor *gw = zt_test_ones_like(w);
   ZT_CHECK_OK(zt_grad(1, &w, &gw, 1, &x, false, &gx));
   zt_tensor_free(gx);
   gx = (zt_tensor *)0x1;
   ZT_CHECK_ERR(zt_grad(1, &w, &gw, 1, &x, false, &gx), ZT_STATUS_AUTOGRAD, "a second time");
   ZT_CHECK(gx == NULL); /* cleared on failure */
   zt_tensor *all[] = {x, y, z, g, w, gw};
-  free_all(all, 6);
+  zt_test_free_all(all, 6);
 }
 
 static void test_zt_grad_partial(void) {
@@ -254,7 +244,7 @@ static void test_zt_grad_partial(void) {
   zt_tensor *h = NULL, *y = NULL;
   ZT_CHECK_OK(zt_mul(xp, wp, &h));
   ZT_CHECK_OK(zt_tanh(h, &y));
-  zt_tensor *g = ones_like(y), *gx = NULL;
+  zt_tensor *g = zt_test_ones_like(y), *gx = NULL;
   ZT_CHECK_OK(zt_grad(1, &y, &g, 1, &x, true, &gx));
   ZT_CHECK(gx != NULL && gx->requires_grad == false && gx->grad_fn == NULL);
   ZT_CHECK(x->grad == NULL && w->grad == NULL); /* nothing accumulated */
@@ -286,7 +276,7 @@ static void test_zt_grad_partial(void) {
   ZT_CHECK_ERR(zt_grad(1, &c, &g, 1, &x, true, &dummy), ZT_STATUS_AUTOGRAD, "output 0 does not require grad");
   ZT_CHECK(dummy == NULL);
   zt_tensor *all[] = {x, w, wp, xp, h, y, g, gx, gs[0], gs[1], gs[2], c, y2};
-  free_all(all, 13);
+  zt_test_free_all(all, 13);
 }
 
 static void test_zt_grad_nonleaf_and_unreachable(void) {
@@ -297,7 +287,7 @@ static void test_zt_grad_nonleaf_and_unreachable(void) {
   ZT_CHECK_OK(zt_exp(x, &y));
   ZT_CHECK_OK(zt_mul(y, y, &z));
   ZT_CHECK_OK(zt_exp(u, &v)); /* another graph */
-  zt_tensor *g = ones_like(z), *out[4] = {0};
+  zt_tensor *g = zt_test_ones_like(z), *out[4] = {0};
   ZT_CHECK_OK(zt_grad(1, &z, &g, 4, (zt_tensor *[]){y, u, x, v}, true, out));
   ZT_CHECK(out[1] == NULL && out[3] == NULL);
   for (int64_t i = 0; i < 3; i++) {
@@ -311,7 +301,7 @@ static void test_zt_grad_nonleaf_and_unreachable(void) {
   ZT_CHECK(gz && zt_test_max_abs_diff(gz, g) == 0);
   ZT_CHECK(x->grad == NULL && u->grad == NULL);
   zt_tensor *all[] = {x, u, y, z, v, g, out[0], out[2], gz};
-  free_all(all, 9);
+  zt_test_free_all(all, 9);
 }
 
 static void test_grad_mode_and_propagation(void) {
@@ -347,7 +337,7 @@ static void test_grad_mode_and_propagation(void) {
   ZT_CHECK(zt_grad_enabled());
   ZT_CHECK_ERR(zt_backward(1, &d, NULL, false), ZT_STATUS_AUTOGRAD, "output 0 does not require grad");
   zt_tensor *all[] = {w, c, a, b, d, e};
-  free_all(all, 6);
+  zt_test_free_all(all, 6);
 }
 
 /* The graph lives exactly as long as its outputs; saved tensors and node data go with it. */
@@ -396,7 +386,7 @@ static void test_graph_freed_with_outputs(void) {
   /* the accumulator outlives a freed leaf without harm */
   ZT_CHECK_OK(zt_exp(x, &y));
   zt_tensor_free(x);
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_OK(zt_backward(1, &y, &g, false)); /* no leaf to accumulate into: a no-op */
   zt_tensor_free(g);
   zt_tensor_free(y);
@@ -413,7 +403,7 @@ static void test_deep_chain(void) {
     if (cur != x) zt_tensor_free(cur);
     cur = y;
   }
-  zt_tensor *g = ones_like(cur);
+  zt_tensor *g = zt_test_ones_like(cur);
   ZT_CHECK_OK(zt_backward(1, &cur, &g, false));
   ZT_CHECK(x->grad && zt_tensor_get(x->grad, 1) == 1);
   zt_tensor *gx = NULL;
@@ -443,7 +433,7 @@ static void test_needs_input_grad_mask(void) {
   zt_tensor *y = NULL;
   ZT_CHECK_OK(zt_function_apply(&probe_fn, 4, (zt_tensor *[]){a, b, NULL, c}, 1, &y, &p));
   ZT_CHECK(p.needs_fwd[0] && !p.needs_fwd[1] && !p.needs_fwd[2] && p.needs_fwd[3]);
-  zt_tensor *g = ones_like(y), *gc = NULL;
+  zt_tensor *g = zt_test_ones_like(y), *gc = NULL;
   ZT_CHECK_OK(zt_grad(1, &y, &g, 1, &c, true, &gc));
   ZT_CHECK(p.backwards == 1 && !p.needs_bwd[0] && !p.needs_bwd[1] && !p.needs_bwd[2] && p.needs_bwd[3]);
   ZT_CHECK_OK(zt_backward(1, &y, &g, false));
@@ -455,7 +445,7 @@ static void test_needs_input_grad_mask(void) {
   ZT_CHECK_OK(zt_function_apply(&probe_fn, 1, &b, 1, &y2, &q));
   ZT_CHECK(q.forwards == 1 && !q.needs_fwd[0] && !y2->requires_grad && !y2->grad_fn);
   zt_tensor *all[] = {a, b, c, y, g, gc, y2};
-  free_all(all, 7);
+  zt_test_free_all(all, 7);
 }
 
 static int64_t g_seen_task = -100;
@@ -496,7 +486,7 @@ static void test_graph_task_id(void) {
   zt_tensor *x = zt_test_rand_leaf(1, shape, ZT_DTYPE_F64, -1, 1, 19), *y = NULL;
   ZT_CHECK_OK(zt_exp(x, &y));
   ZT_CHECK_OK(zt_tensor_register_hook(y, task_hook, NULL, NULL));
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_OK(zt_backward(1, &y, &g, true));
   int64_t first = g_seen_task;
   ZT_CHECK(first >= 0 && zt_autograd_graph_task_id() == -1);
@@ -514,7 +504,7 @@ static void test_graph_task_id(void) {
   ZT_CHECK(inner_task >= 0 && inner_task != g_seen_nested);
   ZT_CHECK(zt_autograd_graph_task_id() == -1);
   zt_tensor *all[] = {x, y, g, x2, y2};
-  free_all(all, 5);
+  zt_test_free_all(all, 5);
 }
 
 static void test_execution_order(void) {
@@ -532,7 +522,7 @@ static void test_execution_order(void) {
   ZT_CHECK_OK(zt_gelu(t[6], &t[7]));
   visit_log log = {0};
   hook_all(t[7]->grad_fn, &log);
-  zt_tensor *g = ones_like(t[7]);
+  zt_tensor *g = zt_test_ones_like(t[7]);
   ZT_CHECK_OK(zt_backward(1, &t[7], &g, false));
   ZT_CHECK(log.n == 10); /* 8 ops + 2 accumulators */
   int64_t last = INT64_MAX;
@@ -548,7 +538,7 @@ static void test_execution_order(void) {
   /* and seq numbers increase in creation order */
   for (int i = 1; i < 8; i++) ZT_CHECK(zt_node_seq_nr(t[i]->grad_fn) > zt_node_seq_nr(t[i - 1]->grad_fn));
   zt_tensor_free(g);
-  free_all(t, 8);
+  zt_test_free_all(t, 8);
   zt_tensor_free(x);
   zt_tensor_free(w);
 }
@@ -560,7 +550,7 @@ static void test_inplace_after_save(void) {
   zt_tensor *y = NULL;
   ZT_CHECK_OK(zt_mul(w, a, &y));
   ZT_CHECK_OK(zt_tensor_fill_(a, 2)); /* a needs no grad: allowed, but it was saved */
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_ERR(zt_backward(1, &y, &g, true), ZT_STATUS_AUTOGRAD,
                "one of the tensors needed for gradient computation has been modified by an in-place operation");
   ZT_CHECK_ERR(zt_backward(1, &y, &g, true), ZT_STATUS_AUTOGRAD, "saved tensor 0 of MulBackward, shape (3,)");
@@ -582,7 +572,7 @@ static void test_inplace_after_save(void) {
   ZT_CHECK_OK(zt_backward(1, &y, &g, false));
   ZT_CHECK(zt_tensor_get(w->grad, 0) == 1);
   zt_tensor *all[] = {w, a, y, g};
-  free_all(all, 4);
+  zt_test_free_all(all, 4);
 }
 
 static void test_inplace_on_leaf_requiring_grad(void) {
@@ -677,7 +667,7 @@ static void test_accumulate_into_strided_grad(void) {
   ZT_CHECK_ERR(zt_backward(1, &y, &g, false), ZT_STATUS_SHAPE,
                "cannot accumulate a gradient of shape (2, 3) into a leaf's .grad of shape (6,)");
   zt_tensor *all[] = {w, y, flat, scale, g};
-  free_all(all, 5);
+  zt_test_free_all(all, 5);
 }
 
 /* Hooks and callbacks may free the outputs that own the graph while it runs. */
@@ -697,7 +687,7 @@ static void test_outputs_freed_during_backward(void) {
   /* fires inside ExpBackward's turn, before it runs: freeing y frees Mul and Exp */
   ZT_CHECK_OK(zt_tensor_register_hook(h, free_root_hook, &y, NULL));
   zt_tensor_free(h); /* y's graph is now owned by y alone */
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_OK(zt_backward(1, &y, &g, false));
   ZT_CHECK(y == NULL && x->grad);
   for (int64_t i = 0; i < 4; i++) ZT_CHECK_NEAR(zt_tensor_get(x->grad, i), 2 * exp(2 * zt_tensor_get(x, i)), 1e-9);
@@ -739,7 +729,7 @@ static void test_noncontiguous_grads(void) {
   for (int64_t i = 0; i < 6; i++)
     ZT_CHECK_NEAR(zt_tensor_get(x->grad, i), 20 * zt_tensor_get(r, i) * exp(zt_tensor_get(x, i)), 1e-12);
   zt_tensor *all[] = {x, e, v, v2, s, r};
-  free_all(all, 6);
+  zt_test_free_all(all, 6);
 }
 
 /* A failing backward reports its error, stops, and leaves no state or memory behind. */
@@ -756,14 +746,14 @@ static void test_backward_error_cleanup(void) {
   ZT_CHECK_OK(zt_exp(x, &e));
   ZT_CHECK_OK(zt_function_apply(&fail_fn, 1, &e, 1, &f, NULL));
   ZT_CHECK_OK(zt_tanh(f, &y));
-  zt_tensor *g = ones_like(y), *gx = (zt_tensor *)0x1;
+  zt_tensor *g = zt_test_ones_like(y), *gx = (zt_tensor *)0x1;
   ZT_CHECK_ERR(zt_backward(1, &y, &g, true), ZT_STATUS_STATE, "probe backward refuses");
   ZT_CHECK(x->grad == NULL && zt_autograd_graph_task_id() == -1 && zt_grad_enabled());
   ZT_CHECK(zt_mem_tag_current() == ZT_MEM_TAG_ACTIVATION);
   ZT_CHECK_ERR(zt_grad(1, &y, &g, 1, &x, true, &gx), ZT_STATUS_STATE, "refuses");
   ZT_CHECK(gx == NULL);
   zt_tensor *all[] = {x, e, f, y, g};
-  free_all(all, 5);
+  zt_test_free_all(all, 5);
 }
 
 int main(void) {

@@ -6,12 +6,6 @@
 
 #include "zt_test.h"
 
-static zt_tensor *ones_like(const zt_tensor *t) {
-  zt_tensor *o = NULL;
-  ZT_CHECK_OK(zt_tensor_full(t->ndim, t->shape, t->dtype, ZT_CPU, 1, &o));
-  return o;
-}
-
 static void test_shape_mismatch(void) {
   zt_tensor *a = zt_test_rand(2, (int64_t[]){2, 3}, ZT_DTYPE_F32, 0, 1, 1);
   zt_tensor *b = zt_test_rand(2, (int64_t[]){4, 3}, ZT_DTYPE_F32, 0, 1, 2);
@@ -41,7 +35,7 @@ static void test_dtype_mismatch(void) {
 static void test_backward_twice(void) {
   zt_tensor *x = zt_test_rand_leaf(1, (int64_t[]){3}, ZT_DTYPE_F32, 0, 1, 3), *y = NULL;
   ZT_CHECK_OK(zt_tanh(x, &y));
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_OK(zt_backward(1, &y, &g, false));
   ZT_CHECK_ERR(zt_backward(1, &y, &g, false), ZT_STATUS_AUTOGRAD,
                "trying to backward through the graph a second time");
@@ -57,7 +51,7 @@ static void test_inplace_after_save(void) {
   ZT_CHECK(a->storage->version == 3); /* one bump per zt_tensor_set in zt_test_rand */
   ZT_CHECK_OK(zt_mul(w, a, &y));
   ZT_CHECK_OK(zt_tensor_fill_(a, 1));
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_ERR(zt_backward(1, &y, &g, false), ZT_STATUS_AUTOGRAD, "has been modified by an in-place operation");
   ZT_CHECK(strstr(zt_last_error(), "in backward of op 'mul'") == zt_last_error()); /* prefixed with the op */
   ZT_CHECK(strstr(zt_last_error(), "is at version 4 but was saved at version 3"));
@@ -156,7 +150,7 @@ static void test_hook_shape_message(void) {
   zt_tensor *x = zt_test_rand_leaf(2, (int64_t[]){2, 2}, ZT_DTYPE_F32, 0, 1, 8), *y = NULL;
   ZT_CHECK_OK(zt_exp(x, &y));
   ZT_CHECK_OK(zt_tensor_register_hook(y, bad_hook, NULL, NULL));
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_ERR(zt_backward(1, &y, &g, false), ZT_STATUS_SHAPE,
                "a tensor grad hook replaced a grad of shape (2, 2) (f32) with one of shape (2,) (f32)");
   zt_tensor_free(g);

@@ -1,7 +1,6 @@
 /* Atomic file writes (old content intact and no temp file left when a write fails),
  * whole-file reads, and the JSON reader used for checkpoint files. */
 #include <dirent.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -11,21 +10,7 @@
 #include "train/fileio.h"
 #include "zt_test.h"
 
-static char g_dir[64];
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb;
-  (void)flag;
-  (void)ftw;
-  return remove(p);
-}
-static void make_dir(void) {
-  snprintf(g_dir, sizeof g_dir, "/tmp/zt_test_fileio_XXXXXX");
-  ZT_CHECK(mkdtemp(g_dir) != NULL);
-}
-static void remove_dir(void) { nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
-/* Number of entries in g_dir whose name contains ".tmp." (left-over temp files). */
+/* Number of entries in dir whose name contains ".tmp." (left-over temp files). */
 static int count_temp_files(const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return -1;
@@ -53,9 +38,9 @@ static bool file_is(const char *path, const char *want) {
 }
 
 static void test_write_read_chunks(void) {
-  make_dir();
+  zt_test_tmpdir_make("fileio");
   char path[128];
-  snprintf(path, sizeof path, "%s/a.bin", g_dir);
+  zt_test_tmp_path_to(path, sizeof path, "a.bin");
   const char *a = "hello ", *b = "world";
   const void *chunks[] = {a, NULL, b, ""};
   size_t sizes[] = {6, 0, 5, 0};
@@ -65,23 +50,23 @@ static void test_write_read_chunks(void) {
   ZT_CHECK(file_is(path, "replaced"));
   ZT_CHECK_OK(zt_write_file_atomic(path, NULL, NULL, 0)); /* an empty file */
   ZT_CHECK(file_is(path, ""));
-  ZT_CHECK(count_temp_files(g_dir) == 0);
+  ZT_CHECK(count_temp_files(zt_test_tmpdir()) == 0);
   /* a relative path (temp file in the current folder) */
   char cwd[512];
   ZT_CHECK(getcwd(cwd, sizeof cwd) != NULL);
-  ZT_CHECK(chdir(g_dir) == 0);
+  ZT_CHECK(chdir(zt_test_tmpdir()) == 0);
   write_str("rel.txt", "relative");
   ZT_CHECK(file_is("rel.txt", "relative"));
   ZT_CHECK(chdir(cwd) == 0);
-  remove_dir();
+  zt_test_tmpdir_remove();
 }
 
 /* A write that fails half way (file size limit: EFBIG) leaves the old file as it was and
  * removes its temp file. */
 static void test_write_failure_keeps_old_file(void) {
-  make_dir();
+  zt_test_tmpdir_make("fileio");
   char path[128];
-  snprintf(path, sizeof path, "%s/keep.txt", g_dir);
+  zt_test_tmp_path_to(path, sizeof path, "keep.txt");
   write_str(path, "the old content");
   struct rlimit old;
   ZT_CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
@@ -102,37 +87,37 @@ static void test_write_failure_keeps_old_file(void) {
   ZT_CHECK(strstr(zt_last_error(), "File too large") != NULL);
   ZT_CHECK(strstr(zt_last_error(), "the old file is intact") != NULL);
   ZT_CHECK(file_is(path, "the old content"));
-  ZT_CHECK(count_temp_files(g_dir) == 0);
-  remove_dir();
+  ZT_CHECK(count_temp_files(zt_test_tmpdir()) == 0);
+  zt_test_tmpdir_remove();
 }
 
 static void test_write_errors(void) {
-  make_dir();
+  zt_test_tmpdir_make("fileio");
   char path[160];
-  snprintf(path, sizeof path, "%s/missing/x.bin", g_dir);
+  zt_test_tmp_path_to(path, sizeof path, "missing/x.bin");
   const void *c = "x";
   size_t n = 1;
   ZT_CHECK_ERR(zt_write_file_atomic(path, &c, &n, 1), ZT_STATUS_IO, "No such file or directory");
   ZT_CHECK(strstr(zt_last_error(), path) != NULL);
-  snprintf(path, sizeof path, "%s/", g_dir);
+  zt_test_tmp_path_to(path, sizeof path, "");
   ZT_CHECK_ERR(zt_write_file_atomic(path, &c, &n, 1), ZT_STATUS_INVALID_ARG, "names a folder");
   ZT_CHECK_ERR(zt_write_file_atomic("", &c, &n, 1), ZT_STATUS_INVALID_ARG, "path is empty");
   const void *nul = NULL;
-  snprintf(path, sizeof path, "%s/y.bin", g_dir);
+  zt_test_tmp_path_to(path, sizeof path, "y.bin");
   ZT_CHECK_ERR(zt_write_file_atomic(path, &nul, &n, 1), ZT_STATUS_INVALID_ARG, "chunk 0 is NULL");
   /* renaming over a folder fails after the temp file was written: it is removed */
-  snprintf(path, sizeof path, "%s/sub", g_dir);
+  zt_test_tmp_path_to(path, sizeof path, "sub");
   ZT_CHECK(mkdir(path, 0755) == 0);
   char inner[200];
-  snprintf(inner, sizeof inner, "%s/sub/f", g_dir);
+  zt_test_tmp_path_to(inner, sizeof inner, "sub/f");
   write_str(inner, "inside");
   ZT_CHECK_ERR(zt_write_file_atomic(path, &c, &n, 1), ZT_STATUS_IO, "renaming");
-  ZT_CHECK(count_temp_files(g_dir) == 0);
+  ZT_CHECK(count_temp_files(zt_test_tmpdir()) == 0);
   ZT_CHECK(file_is(inner, "inside"));
   /* a folder that is not writable (root may write anyway: then only check it worked) */
   char ro[160], ro_file[200];
-  snprintf(ro, sizeof ro, "%s/ro", g_dir);
-  snprintf(ro_file, sizeof ro_file, "%s/ro/f.txt", g_dir);
+  zt_test_tmp_path_to(ro, sizeof ro, "ro");
+  zt_test_tmp_path_to(ro_file, sizeof ro_file, "ro/f.txt");
   ZT_CHECK(mkdir(ro, 0755) == 0);
   write_str(ro_file, "old");
   ZT_CHECK(chmod(ro, 0555) == 0);
@@ -141,20 +126,20 @@ static void test_write_errors(void) {
     ZT_CHECK(file_is(ro_file, "old"));
   }
   ZT_CHECK(chmod(ro, 0755) == 0);
-  remove_dir();
+  zt_test_tmpdir_remove();
 }
 
 static void test_read_errors(void) {
-  make_dir();
+  zt_test_tmpdir_make("fileio");
   char path[128];
   void *d = NULL;
   size_t n = 0;
-  snprintf(path, sizeof path, "%s/none", g_dir);
+  zt_test_tmp_path_to(path, sizeof path, "none");
   ZT_CHECK_ERR(zt_read_file(path, &d, &n), ZT_STATUS_IO, "No such file or directory");
   ZT_CHECK(strstr(zt_last_error(), path) != NULL);
-  ZT_CHECK_ERR(zt_read_file(g_dir, &d, &n), ZT_STATUS_IO, "Is a directory");
+  ZT_CHECK_ERR(zt_read_file(zt_test_tmpdir(), &d, &n), ZT_STATUS_IO, "Is a directory");
   ZT_CHECK(d == NULL);
-  remove_dir();
+  zt_test_tmpdir_remove();
 }
 
 /* ------------------------------------------------ JSON */

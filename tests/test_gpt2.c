@@ -135,17 +135,6 @@ static void test_tiny_names_shapes_decay(void) {
   zt_gpt2_free(m);
 }
 
-static double std_of(const zt_tensor *t) {
-  double s = 0, s2 = 0;
-  int64_t n = zt_tensor_numel(t);
-  for (int64_t i = 0; i < n; i++) {
-    double v = zt_tensor_get(t, i);
-    s += v;
-    s2 += v * v;
-  }
-  return sqrt(s2 / (double)n - (s / (double)n) * (s / (double)n));
-}
-
 /* N(0, 0.02) everywhere, residual projections 0.02 / sqrt(2 L), biases 0, LN 1 / 0;
  * the same seed gives the same weights. */
 static void test_init(void) {
@@ -163,8 +152,7 @@ static void test_init(void) {
     zt_tensor *t = ps[i].tensor;
     ZT_CHECK(zt_test_bitwise_equal(t, ps2[i].tensor));
     const char *nm = ps[i].name;
-    double sd = std_of(t), mean = 0;
-    for (int64_t k = 0; k < zt_tensor_numel(t); k++) mean += zt_tensor_get(t, k) / (double)zt_tensor_numel(t);
+    double sd = zt_test_std(t), mean = zt_test_mean(t);
     if (strstr(nm, "ln_") && strstr(nm, ".weight"))
       ZT_CHECK(sd == 0 && mean == 1);
     else if (strstr(nm, ".bias"))

@@ -5,15 +5,6 @@
 
 #include "zt_test.h"
 
-static zt_tensor *ones_like(const zt_tensor *t) {
-  zt_tensor *o = NULL;
-  ZT_CHECK_OK(zt_tensor_full(t->ndim, t->shape, t->dtype, ZT_CPU, 1, &o));
-  return o;
-}
-static void free_all(zt_tensor **ts, int n) {
-  for (int i = 0; i < n; i++) zt_tensor_free(ts[i]);
-}
-
 typedef struct pre_rec {
   int calls;
   int n_grads;
@@ -75,7 +66,7 @@ static void test_pre_hook_sees_and_replaces(void) {
   ZT_CHECK_OK(zt_mul_scalar(y, 3, &z));
   pre_rec r = {0};
   ZT_CHECK_OK(zt_node_register_pre_hook(y->grad_fn, pre_hook, &r, NULL));
-  zt_tensor *g = ones_like(z);
+  zt_tensor *g = zt_test_ones_like(z);
   ZT_CHECK_OK(zt_backward(1, &z, &g, true));
   ZT_CHECK(r.calls == 1 && r.n_grads == 1 && r.first[0] == 3);
   for (int64_t i = 0; i < 3; i++) ZT_CHECK_NEAR(zt_tensor_get(x->grad, i), 3 * exp(zt_tensor_get(x, i)), 1e-12);
@@ -87,7 +78,7 @@ static void test_pre_hook_sees_and_replaces(void) {
   ZT_CHECK(r.calls == 2 && r.first[0] == 3);
   for (int64_t i = 0; i < 3; i++) ZT_CHECK_NEAR(zt_tensor_get(x->grad, i), 0.5 * exp(zt_tensor_get(x, i)), 1e-12);
   zt_tensor *all[] = {x, y, z, g};
-  free_all(all, 4);
+  zt_test_free_all(all, 4);
 }
 
 static void test_pre_hook_on_accumulator(void) {
@@ -98,11 +89,11 @@ static void test_pre_hook_on_accumulator(void) {
   ZT_CHECK_OK(zt_tensor_grad_accumulator(x, &acc));
   pre_rec r = {.replace_with = 2};
   ZT_CHECK_OK(zt_node_register_pre_hook(acc, pre_hook, &r, NULL));
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_OK(zt_backward(1, &y, &g, false));
   ZT_CHECK(r.calls == 1 && r.first[0] == 7 && zt_tensor_get(x->grad, 1) == 2);
   zt_tensor *all[] = {x, y, g};
-  free_all(all, 3);
+  zt_test_free_all(all, 3);
 }
 
 /* A function with two outputs and three inputs (the middle one needs no grad). */
@@ -136,7 +127,7 @@ static void test_post_hook_sees_grads(void) {
   pre_rec pr = {0};
   ZT_CHECK_OK(zt_node_register_post_hook(o[0]->grad_fn, post_hook, &r, NULL));
   ZT_CHECK_OK(zt_node_register_pre_hook(o[0]->grad_fn, pre_hook, &pr, NULL));
-  zt_tensor *g = ones_like(u);
+  zt_tensor *g = zt_test_ones_like(u);
   ZT_CHECK_OK(zt_backward(1, &u, &g, true));
   ZT_CHECK(pr.calls == 1 && pr.n_grads == 2 && pr.first[0] == 2 && pr.first[1] == 5);
   ZT_CHECK(r.calls == 1 && r.n_in == 3 && r.n_out == 2);
@@ -149,7 +140,7 @@ static void test_post_hook_sees_grads(void) {
   ZT_CHECK_OK(zt_backward(1, &u, &g, false));
   ZT_CHECK(zt_tensor_get(a->grad, 0) == 77 && zt_tensor_get(c->grad, 1) == -33);
   zt_tensor *all[] = {a, b, c, o[0], o[1], s, t, u, g};
-  free_all(all, 9);
+  zt_test_free_all(all, 9);
 }
 
 /* An unused output still gets a (zero) grad in the pre-hook: entries are never NULL. */
@@ -162,12 +153,12 @@ static void test_pre_hook_zero_grads_for_unused_output(void) {
   ZT_CHECK_OK(zt_mul_scalar(o[1], 4, &s));
   pre_rec pr = {0};
   ZT_CHECK_OK(zt_node_register_pre_hook(o[1]->grad_fn, pre_hook, &pr, NULL));
-  zt_tensor *g = ones_like(s);
+  zt_tensor *g = zt_test_ones_like(s);
   ZT_CHECK_OK(zt_backward(1, &s, &g, false));
   ZT_CHECK(pr.calls == 1 && pr.first[0] == 0 && pr.first[1] == 4);
   ZT_CHECK(zt_tensor_get(a->grad, 0) == 4 && zt_tensor_get(c->grad, 0) == -4);
   zt_tensor *all[] = {a, c, o[0], o[1], s, g};
-  free_all(all, 6);
+  zt_test_free_all(all, 6);
 }
 
 static zt_status order_tensor_hook(const zt_tensor *grad, zt_tensor **rep, void *ud) {
@@ -190,7 +181,7 @@ static void test_order_and_removal(void) {
   ZT_CHECK_OK(zt_node_register_pre_hook(y->grad_fn, pre_hook, &p2, &h2));
   ZT_CHECK_OK(zt_node_register_post_hook(y->grad_fn, post_hook, &q, &hq));
   ZT_CHECK_OK(zt_tensor_register_hook(y, order_tensor_hook, &th, NULL)); /* registered last, runs first */
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_OK(zt_backward(1, &y, &g, true));
   ZT_CHECK(n == 3 && order[0] == 0 && order[1] == 1 && order[2] == 2);
   ZT_CHECK(q.calls == 1);
@@ -237,7 +228,7 @@ static void test_hook_errors(void) {
   int64_t shape[] = {2};
   zt_tensor *x = zt_test_rand_leaf(1, shape, ZT_DTYPE_F64, -1, 1, 9), *y = NULL;
   ZT_CHECK_OK(zt_exp(x, &y));
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   zt_hook_handle *h = NULL;
   struct {
     zt_node_pre_hook_fn pre;
@@ -264,7 +255,7 @@ static void test_hook_errors(void) {
   ZT_CHECK_ERR(zt_node_register_post_hook(NULL, post_hook, NULL, NULL), ZT_STATUS_INVALID_ARG, "node is NULL");
   ZT_CHECK_ERR(zt_node_register_pre_hook(y->grad_fn, NULL, NULL, NULL), ZT_STATUS_INVALID_ARG, "hook function is NULL");
   zt_tensor *all[] = {x, y, g};
-  free_all(all, 3);
+  zt_test_free_all(all, 3);
 }
 
 /* Pre-hooks do not run on nodes that zt_grad does not need. */
@@ -277,13 +268,13 @@ static void test_hooks_only_on_nodes_that_run(void) {
   ZT_CHECK_OK(zt_mul(x, ew, &y));
   pre_rec r = {0};
   ZT_CHECK_OK(zt_node_register_pre_hook(ew->grad_fn, pre_hook, &r, NULL));
-  zt_tensor *g = ones_like(y), *gx = NULL;
+  zt_tensor *g = zt_test_ones_like(y), *gx = NULL;
   ZT_CHECK_OK(zt_grad(1, &y, &g, 1, &x, true, &gx));
   ZT_CHECK(r.calls == 0);
   ZT_CHECK_OK(zt_backward(1, &y, &g, false));
   ZT_CHECK(r.calls == 1);
   zt_tensor *all[] = {x, w, ew, y, g, gx};
-  free_all(all, 6);
+  zt_test_free_all(all, 6);
 }
 
 int main(void) {

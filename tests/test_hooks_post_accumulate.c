@@ -5,15 +5,6 @@
 
 #include "zt_test.h"
 
-static zt_tensor *ones_like(const zt_tensor *t) {
-  zt_tensor *o = NULL;
-  ZT_CHECK_OK(zt_tensor_full(t->ndim, t->shape, t->dtype, ZT_CPU, 1, &o));
-  return o;
-}
-static void free_all(zt_tensor **ts, int n) {
-  for (int i = 0; i < n; i++) zt_tensor_free(ts[i]);
-}
-
 typedef struct acc_rec {
   int calls;
   double grad_first; /* leaf->grad[0] when called */
@@ -45,13 +36,13 @@ static void test_fires_after_grad_update(void) {
   acc_rec r = {0};
   ZT_CHECK_OK(zt_tensor_register_post_accumulate_grad_hook(x, acc_hook, &r, NULL));
   ZT_CHECK_OK(zt_mul_scalar(x, 3, &y));
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_OK(zt_backward(1, &y, &g, true));
   ZT_CHECK(r.calls == 1 && r.had_grad && r.grad_first == 3 && r.seen_leaf == x && r.task_ok == 1);
   ZT_CHECK_OK(zt_backward(1, &y, &g, false));
   ZT_CHECK(r.calls == 2 && r.grad_first == 6); /* sees the accumulated value */
   zt_tensor *all[] = {x, y, g};
-  free_all(all, 3);
+  zt_test_free_all(all, 3);
 }
 
 static void test_once_per_accumulation(void) {
@@ -65,7 +56,7 @@ static void test_once_per_accumulation(void) {
   ZT_CHECK_OK(zt_add(a, b, &s));
   zt_tensor *s2 = NULL;
   ZT_CHECK_OK(zt_add(s, c, &s2));
-  zt_tensor *g = ones_like(s2);
+  zt_tensor *g = zt_test_ones_like(s2);
   ZT_CHECK_OK(zt_backward(1, &s2, &g, false));
   ZT_CHECK(r.calls == 1); /* four uses, one accumulation */
   ZT_CHECK_NEAR(r.grad_first, 5 + 2 * zt_tensor_get(x, 0), 1e-12);
@@ -76,7 +67,7 @@ static void test_once_per_accumulation(void) {
   ZT_CHECK_OK(zt_backward(2, (zt_tensor *[]){p, q}, (zt_tensor *[]){g, g}, false));
   ZT_CHECK(r.calls == 2);
   zt_tensor *all[] = {x, a, b, c, s, s2, g, p, q};
-  free_all(all, 9);
+  zt_test_free_all(all, 9);
 }
 
 static void test_not_for_zt_grad_and_order(void) {
@@ -88,7 +79,7 @@ static void test_not_for_zt_grad_and_order(void) {
   ZT_CHECK_OK(zt_tensor_register_post_accumulate_grad_hook(x, acc_hook, &r1, &h1));
   ZT_CHECK_OK(zt_tensor_register_post_accumulate_grad_hook(x, acc_hook, &r2, NULL));
   ZT_CHECK_OK(zt_exp(x, &y));
-  zt_tensor *g = ones_like(y), *gx = NULL;
+  zt_tensor *g = zt_test_ones_like(y), *gx = NULL;
   ZT_CHECK_OK(zt_grad(1, &y, &g, 1, &x, true, &gx));
   ZT_CHECK(r1.calls == 0 && r2.calls == 0 && x->grad == NULL);
   ZT_CHECK_OK(zt_backward(1, &y, &g, true));
@@ -97,7 +88,7 @@ static void test_not_for_zt_grad_and_order(void) {
   ZT_CHECK_OK(zt_backward(1, &y, &g, false));
   ZT_CHECK(r1.calls == 1 && r2.calls == 2 && n == 3 && order[2] == 2);
   zt_tensor *all[] = {x, y, g, gx};
-  free_all(all, 4);
+  zt_test_free_all(all, 4);
 }
 
 /* The hook takes the grad away (e.g. after reducing it elsewhere); the next backward
@@ -108,7 +99,7 @@ static void test_hook_takes_grad(void) {
   acc_rec r = {.take_grad = true};
   ZT_CHECK_OK(zt_tensor_register_post_accumulate_grad_hook(x, acc_hook, &r, NULL));
   ZT_CHECK_OK(zt_mul_scalar(x, 2, &y));
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   int64_t live = zt_test_live_bytes();
   ZT_CHECK_OK(zt_backward(1, &y, &g, true));
   ZT_CHECK(r.calls == 1 && r.grad_first == 2 && x->grad == NULL);
@@ -116,7 +107,7 @@ static void test_hook_takes_grad(void) {
   ZT_CHECK_OK(zt_backward(1, &y, &g, false));
   ZT_CHECK(r.calls == 2 && r.grad_first == 2 && x->grad == NULL);
   zt_tensor *all[] = {x, y, g};
-  free_all(all, 3);
+  zt_test_free_all(all, 3);
 }
 
 static zt_status failing_acc_hook(zt_tensor *leaf, void *ud) {
@@ -139,13 +130,13 @@ static void test_errors(void) {
                "hook function is NULL");
   zt_hook_handle *h = NULL;
   ZT_CHECK_OK(zt_tensor_register_post_accumulate_grad_hook(x, failing_acc_hook, NULL, &h));
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_ERR(zt_backward(1, &y, &g, true), ZT_STATUS_COMM, "reduce-scatter failed");
   ZT_CHECK(x->grad != NULL); /* it ran after the update */
   zt_hook_remove(h);
   ZT_CHECK_OK(zt_backward(1, &y, &g, false));
   zt_tensor *all[] = {x, y, c, g};
-  free_all(all, 4);
+  zt_test_free_all(all, 4);
 }
 
 int main(void) {

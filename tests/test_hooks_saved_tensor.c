@@ -7,15 +7,6 @@
 
 #include "zt_test.h"
 
-static zt_tensor *ones_like(const zt_tensor *t) {
-  zt_tensor *o = NULL;
-  ZT_CHECK_OK(zt_tensor_full(t->ndim, t->shape, t->dtype, ZT_CPU, 1, &o));
-  return o;
-}
-static void free_all(zt_tensor **ts, int n) {
-  for (int i = 0; i < n; i++) zt_tensor_free(ts[i]);
-}
-
 /* A "store": pack copies the tensor into slot i (as an offload would) and returns i. */
 #define STORE_CAP 64
 typedef struct store {
@@ -74,7 +65,7 @@ static void test_pack_unpack_release(void) {
   ZT_CHECK(s.packs == 4 && s.unpacks == 0 && s.releases == 0);
   for (int i = 0; i < 4; i++) ZT_CHECK(s.packed_numel[i] == 4);
   /* the originals can change: the store holds copies, no version error */
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_OK(zt_backward(1, &y, &g, true));
   ZT_CHECK(s.unpacks == 4 && s.releases == 0);
   ZT_CHECK_OK(zt_backward(1, &y, &g, false)); /* each use unpacks again */
@@ -87,7 +78,7 @@ static void test_pack_unpack_release(void) {
   ZT_CHECK_ERR(zt_backward(1, &y, &g, false), ZT_STATUS_AUTOGRAD, "a second time");
   ZT_CHECK(s.releases == 4);
   zt_tensor *all[] = {x, w, c, a, e, l, y, g};
-  free_all(all, 8);
+  zt_test_free_all(all, 8);
 }
 
 static void test_release_when_graph_freed(void) {
@@ -112,7 +103,7 @@ static void test_release_when_graph_freed(void) {
   ZT_CHECK_OK(zt_saved_tensor_hooks_pop());
   ZT_CHECK(s.packs == 3);
   zt_tensor *all[] = {x, c, d};
-  free_all(all, 3);
+  zt_test_free_all(all, 3);
 }
 
 /* The top of the stack is used; popping restores the one below. */
@@ -130,13 +121,13 @@ static void test_stack_nesting(void) {
   ZT_CHECK_OK(zt_exp(b, &c));
   ZT_CHECK_OK(zt_saved_tensor_hooks_pop());
   ZT_CHECK(outer.packs == 2 && inner.packs == 1);
-  zt_tensor *g = ones_like(c);
+  zt_tensor *g = zt_test_ones_like(c);
   ZT_CHECK_OK(zt_backward(1, &c, &g, false));
   ZT_CHECK(outer.unpacks == 2 && inner.unpacks == 1 && outer.releases == 2 && inner.releases == 1);
   double e1 = exp(zt_tensor_get(x, 0)), e2 = exp(e1), e3 = exp(e2);
   ZT_CHECK_NEAR(zt_tensor_get(x->grad, 0), e3 * e2 * e1, 1e-9 * e3 * e2 * e1);
   zt_tensor *all[] = {x, a, b, c, g};
-  free_all(all, 5);
+  zt_test_free_all(all, 5);
 }
 
 static void test_stash_unstash(void) {
@@ -174,11 +165,11 @@ static void test_stash_unstash(void) {
   for (int i = 0; i < 20; i++) ZT_CHECK_OK(zt_saved_tensor_hooks_push(i % 2 ? &h1 : &h2));
   ZT_CHECK(zt_saved_tensor_hooks_depth() == 21);
   for (int i = 0; i < 21; i++) ZT_CHECK_OK(zt_saved_tensor_hooks_pop());
-  zt_tensor *g = ones_like(c);
+  zt_tensor *g = zt_test_ones_like(c);
   ZT_CHECK_OK(zt_backward(1, &c, &g, false));
   ZT_CHECK(s2.unpacks == 1 && s3.unpacks == 1 && s2.releases == 1 && s3.releases == 1);
   zt_tensor *all[] = {x, a, b, c, g};
-  free_all(all, 5);
+  zt_test_free_all(all, 5);
 }
 
 static zt_status wrong_unpack(void *packed, zt_tensor **out, void *ud) {
@@ -217,7 +208,7 @@ static void test_errors(void) {
   ZT_CHECK_OK(zt_saved_tensor_hooks_push(&hw));
   ZT_CHECK_OK(zt_exp(x, &y));
   ZT_CHECK_OK(zt_saved_tensor_hooks_pop());
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_ERR(zt_backward(1, &y, &g, true), ZT_STATUS_AUTOGRAD,
                "the unpack hook returned a tensor of shape (9,) (f64) for saved tensor 0, which was saved with "
                "shape (2,) (f64)");
@@ -229,7 +220,7 @@ static void test_errors(void) {
   ZT_CHECK_ERR(zt_backward(1, &y, &g, true), ZT_STATUS_AUTOGRAD, "the unpack hook returned no tensor");
   ZT_CHECK(x->grad == NULL);
   zt_tensor *all[] = {x, y, g};
-  free_all(all, 3);
+  zt_test_free_all(all, 3);
 }
 
 /* ------------------------------------------------ threads */
@@ -313,12 +304,12 @@ static void test_custom_function_saves(void) {
   ZT_CHECK_OK(zt_function_apply(&save2_fn, 2, (zt_tensor *[]){a, b}, 1, &y, NULL));
   ZT_CHECK_OK(zt_saved_tensor_hooks_pop());
   ZT_CHECK(s.packs == 2); /* the inner zt_mul ran without grad: it saved nothing */
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_OK(zt_backward(1, &y, &g, false));
   ZT_CHECK(s.unpacks == 2 && s.releases == 2);
   ZT_CHECK(zt_test_max_abs_diff(a->grad, b) == 0 && zt_test_max_abs_diff(b->grad, a) == 0);
   zt_tensor *all[] = {a, b, y, g};
-  free_all(all, 4);
+  zt_test_free_all(all, 4);
 }
 
 int main(void) {

@@ -5,12 +5,6 @@
 
 #include "zt_test.h"
 
-static zt_tensor *ones_like(const zt_tensor *t) {
-  zt_tensor *o = NULL;
-  ZT_CHECK_OK(zt_tensor_full(t->ndim, t->shape, t->dtype, ZT_CPU, 1, &o));
-  return o;
-}
-
 typedef struct rec {
   int calls;
   double first;    /* element 0 of the grad seen */
@@ -39,7 +33,7 @@ static void test_leaf_hook(void) {
   rec r = {0};
   ZT_CHECK_OK(zt_tensor_register_hook(x, rec_hook, &r, NULL));
   ZT_CHECK_OK(zt_mul_scalar(x, 3, &y));
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_OK(zt_backward(1, &y, &g, true));
   ZT_CHECK(r.calls == 1 && r.first == 3);
   ZT_CHECK(zt_tensor_get(x->grad, 2) == 3);
@@ -60,7 +54,7 @@ static void test_nonleaf_hook(void) {
   ZT_CHECK_OK(zt_mul_scalar(h, 2, &y));
   rec r = {.scale = 0.5};
   ZT_CHECK_OK(zt_tensor_register_hook(h, rec_hook, &r, NULL));
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_OK(zt_backward(1, &y, &g, false));
   ZT_CHECK(r.calls == 1 && r.first == 2); /* grad of h = 2 */
   /* the replacement (grad * 0.5) flows on: x.grad = exp(x) */
@@ -81,7 +75,7 @@ static void test_hook_on_tensor_used_twice(void) {
   rec rh = {0}, rx = {0};
   ZT_CHECK_OK(zt_tensor_register_hook(h, rec_hook, &rh, NULL));
   ZT_CHECK_OK(zt_tensor_register_hook(x, rec_hook, &rx, NULL));
-  zt_tensor *g = ones_like(s);
+  zt_tensor *g = zt_test_ones_like(s);
   ZT_CHECK_OK(zt_backward(1, &s, &g, false));
   ZT_CHECK(rh.calls == 1 && rh.first == 7); /* once, with the summed grad */
   ZT_CHECK(rx.calls == 1 && rx.first == 7);
@@ -98,7 +92,7 @@ static void test_removal(void) {
   ZT_CHECK_OK(zt_tensor_register_hook(x, rec_hook, &r2, &h2));
   ZT_CHECK(h1 && h2 && h1 != h2);
   ZT_CHECK_OK(zt_exp(x, &y));
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_OK(zt_backward(1, &y, &g, true));
   ZT_CHECK(r1.calls == 1 && r2.calls == 1);
   zt_hook_remove(h1);
@@ -140,7 +134,7 @@ static void test_self_removal(void) {
   self_remove s = {0};
   ZT_CHECK_OK(zt_tensor_register_hook(x, self_removing_hook, &s, &s.h));
   ZT_CHECK_OK(zt_exp(x, &y));
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_OK(zt_backward(1, &y, &g, true));
   ZT_CHECK_OK(zt_backward(1, &y, &g, false));
   ZT_CHECK(s.calls == 1);
@@ -160,7 +154,7 @@ static void test_order_and_chaining(void) {
   ZT_CHECK_OK(zt_tensor_register_hook(y, rec_hook, &a, NULL));
   ZT_CHECK_OK(zt_tensor_register_hook(y, rec_hook, &b, NULL));
   ZT_CHECK_OK(zt_tensor_register_hook(y, rec_hook, &c, NULL));
-  zt_tensor *g = ones_like(y);
+  zt_tensor *g = zt_test_ones_like(y);
   ZT_CHECK_OK(zt_backward(1, &y, &g, false));
   ZT_CHECK(n == 3 && order[0] == 1 && order[1] == 2 && order[2] == 3);
   ZT_CHECK(a.first == 1 && b.first == 2 && c.first == 6); /* each sees the previous replacement */
@@ -179,7 +173,7 @@ static void test_hooks_seen_by_zt_grad(void) {
   rec rx = {.scale = 10}, rh = {.scale = 0.5};
   ZT_CHECK_OK(zt_tensor_register_hook(x, rec_hook, &rx, NULL));
   ZT_CHECK_OK(zt_tensor_register_hook(h, rec_hook, &rh, NULL));
-  zt_tensor *g = ones_like(y), *out[2] = {0};
+  zt_tensor *g = zt_test_ones_like(y), *out[2] = {0};
   ZT_CHECK_OK(zt_grad(1, &y, &g, 2, (zt_tensor *[]){h, x}, false, out));
   ZT_CHECK(rx.calls == 1 && rh.calls == 1);
   for (int64_t i = 0; i < 3; i++) {
@@ -246,7 +240,7 @@ static void test_hook_errors(void) {
                "cannot register a hook on a tensor that does not require grad");
   ZT_CHECK_ERR(zt_tensor_register_hook(x, NULL, NULL, NULL), ZT_STATUS_INVALID_ARG, "hook function is NULL");
   ZT_CHECK_ERR(zt_tensor_register_hook(NULL, rec_hook, NULL, NULL), ZT_STATUS_INVALID_ARG, "NULL");
-  zt_tensor *g = ones_like(x);
+  zt_tensor *g = zt_test_ones_like(x);
   zt_hook_handle *h = NULL;
   ZT_CHECK_OK(zt_exp(x, &y));
   ZT_CHECK_OK(zt_tensor_register_hook(y, wrong_shape_hook, NULL, &h));

@@ -7,20 +7,6 @@
 #include "zt/nn.h"
 #include "zt_test.h"
 
-static double mean_of(const zt_tensor *t) {
-  double s = 0;
-  int64_t n = zt_tensor_numel(t);
-  for (int64_t i = 0; i < n; i++) s += zt_tensor_get(t, i);
-  return s / (double)n;
-}
-
-static double std_of(const zt_tensor *t) {
-  double m = mean_of(t), s = 0;
-  int64_t n = zt_tensor_numel(t);
-  for (int64_t i = 0; i < n; i++) s += (zt_tensor_get(t, i) - m) * (zt_tensor_get(t, i) - m);
-  return sqrt(s / (double)n);
-}
-
 static void check_names(zt_module *m, const char *prefix, int n_expected, const char *const *expected) {
   int n = 0;
   zt_param *ps = NULL;
@@ -77,8 +63,8 @@ static void test_linear_layer(void) {
   ZT_CHECK(l->weight->shape[0] == 64 && l->weight->shape[1] == 96 && l->bias->shape[0] == 96);
   ZT_CHECK(l->base.n_params == 2 && l->base.params[0].decay && !l->base.params[1].decay);
   ZT_CHECK(!strcmp(l->base.kind, "Linear") && !strcmp(l->base.params[0].name, "weight"));
-  ZT_CHECK(fabs(std_of(l->weight) - 0.02) < 0.001 && fabs(mean_of(l->weight)) < 0.001);
-  ZT_CHECK(std_of(l->bias) == 0.0 && mean_of(l->bias) == 0.0);
+  ZT_CHECK(fabs(zt_test_std(l->weight) - 0.02) < 0.001 && fabs(zt_test_mean(l->weight)) < 0.001);
+  ZT_CHECK(zt_test_std(l->bias) == 0.0 && zt_test_mean(l->bias) == 0.0);
   ZT_CHECK(nb->base.n_params == 1 && !nb->bias);
   zt_tensor *x = zt_test_rand(3, (int64_t[]){2, 5, 64}, ZT_DTYPE_F32, -1, 1, 3), *y = NULL, *ref = NULL;
   ZT_CHECK_OK(zt_nn_linear_forward(l, x, &y));
@@ -101,7 +87,7 @@ static void test_layer_norm_and_embedding(void) {
   ZT_CHECK_OK(zt_nn_layer_norm_new("ln", 8, 1e-5, ZT_DTYPE_F32, &ln));
   ZT_CHECK_OK(zt_nn_embedding_new("wte", 100, 8, ZT_DTYPE_F32, 0.02, &e));
   if (!ln || !e) return;
-  ZT_CHECK(mean_of(ln->weight) == 1.0 && std_of(ln->weight) == 0.0 && mean_of(ln->bias) == 0.0);
+  ZT_CHECK(zt_test_mean(ln->weight) == 1.0 && zt_test_std(ln->weight) == 0.0 && zt_test_mean(ln->bias) == 0.0);
   ZT_CHECK(!ln->base.params[0].decay && !ln->base.params[1].decay);
   ZT_CHECK(e->weight->shape[0] == 100 && e->weight->shape[1] == 8 && e->base.params[0].decay);
   zt_tensor *x = zt_test_rand(2, (int64_t[]){3, 8}, ZT_DTYPE_F32, -1, 1, 4), *y = NULL, *ref = NULL;
@@ -173,8 +159,8 @@ static void test_mlp_attention_block_names(void) {
   }
   /* residual projections get their own std */
   if (ps && n == 12) {
-    ZT_CHECK(fabs(std_of(ps[10].tensor) - 0.005) < 0.0003);
-    ZT_CHECK(fabs(std_of(ps[2].tensor) - 0.02) < 0.001);
+    ZT_CHECK(fabs(zt_test_std(ps[10].tensor) - 0.005) < 0.0003);
+    ZT_CHECK(fabs(zt_test_std(ps[2].tensor) - 0.02) < 0.001);
   }
   free(ps);
   zt_nn_attention *a = NULL;

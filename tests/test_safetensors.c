@@ -1,31 +1,10 @@
 /* safetensors: round trip of every dtype (0-d and empty tensors too), metadata, strided
  * tensors, hand-written files (any key order, whitespace), every kind of corrupt file with
  * its message, strict loads, shape checks before any write, dtype conversion on load. */
-#include <ftw.h>
 #include <stdlib.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "zt_test.h"
 #include "zt/train.h"
-
-static char g_dir[64];
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb;
-  (void)flag;
-  (void)ftw;
-  return remove(p);
-}
-static void make_dir(void) {
-  snprintf(g_dir, sizeof g_dir, "/tmp/zt_test_st_XXXXXX");
-  ZT_CHECK(mkdtemp(g_dir) != NULL);
-}
-static void remove_dir(void) { nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
-static const char *in_dir(char *buf, const char *name) {
-  snprintf(buf, 128, "%s/%s", g_dir, name);
-  return buf;
-}
 
 static zt_tensor *tensor_of(int ndim, const int64_t *shape, zt_dtype dt, const void *data) {
   zt_tensor *t = NULL;
@@ -55,9 +34,9 @@ static void write_hdr(const char *path, const char *header, const void *data, si
 }
 
 static void test_roundtrip_all_dtypes(void) {
-  make_dir();
+  zt_test_tmpdir_make("st");
   char path[128];
-  in_dir(path, "all.safetensors");
+  zt_test_tmp_path_to(path, sizeof path, "all.safetensors");
   float f32[6] = {1.5f, -2.25f, 3e-38f, -0.0f, 1e30f, 7.0f};
   double f64[4] = {1.0 / 3.0, -1e-300, 1e300, 0.1};
   uint16_t bf[6], h[6];
@@ -127,14 +106,14 @@ static void test_roundtrip_all_dtypes(void) {
     zt_tensor_free(src[i]);
     zt_tensor_free(dst[i]);
   }
-  remove_dir();
+  zt_test_tmpdir_remove();
 }
 
 /* A strided source is saved in logical order; a strided destination is filled in place. */
 static void test_strided_tensors(void) {
-  make_dir();
+  zt_test_tmpdir_make("st");
   char path[128];
-  in_dir(path, "strided.safetensors");
+  zt_test_tmp_path_to(path, sizeof path, "strided.safetensors");
   float d[6] = {0, 1, 2, 3, 4, 5};
   int64_t s23[] = {2, 3}, s32[] = {3, 2};
   zt_tensor *a = tensor_of(2, s23, ZT_DTYPE_F32, d), *at = NULL;
@@ -155,14 +134,14 @@ static void test_strided_tensors(void) {
   zt_tensor_free(b);
   zt_tensor_free(c);
   zt_tensor_free(ct);
-  remove_dir();
+  zt_test_tmpdir_remove();
 }
 
 /* Written by hand: keys in any order, whitespace everywhere, no padding, metadata last. */
 static void test_hand_written_file(void) {
-  make_dir();
+  zt_test_tmpdir_make("st");
   char path[128];
-  in_dir(path, "hand.safetensors");
+  zt_test_tmp_path_to(path, sizeof path, "hand.safetensors");
   struct {
     int32_t a[2];
     float b[2];
@@ -184,14 +163,14 @@ static void test_hand_written_file(void) {
   free(v);
   zt_tensor_free(a);
   zt_tensor_free(b);
-  remove_dir();
+  zt_test_tmpdir_remove();
 }
 
 static void test_corrupt_files(void) {
-  make_dir();
+  zt_test_tmpdir_make("st");
   char path[128], good[128];
-  in_dir(path, "bad.safetensors");
-  in_dir(good, "good.safetensors");
+  zt_test_tmp_path_to(path, sizeof path, "bad.safetensors");
+  zt_test_tmp_path_to(good, sizeof good, "good.safetensors");
   int64_t s2[] = {2};
   zt_tensor *t = zeros(1, s2, ZT_DTYPE_F32);
   const char *name = "t";
@@ -260,20 +239,20 @@ static void test_corrupt_files(void) {
   LOAD_ERR(ZT_STATUS_DTYPE, "tensor 't' has dtype U8, which zerotrain cannot load");
   const char *fname = "f";
   ZT_CHECK_OK(zt_safetensors_load_into(path, 1, &fname, &t, false));
-  in_dir(path, "none.safetensors");
+  zt_test_tmp_path_to(path, sizeof path, "none.safetensors");
   LOAD_ERR(ZT_STATUS_IO, "No such file or directory");
   LOAD_ERR(ZT_STATUS_IO, "none.safetensors");
   char *v = NULL;
   ZT_CHECK_ERR(zt_safetensors_metadata(path, "k", &v), ZT_STATUS_IO, "No such file");
 #undef LOAD_ERR
   zt_tensor_free(t);
-  remove_dir();
+  zt_test_tmpdir_remove();
 }
 
 static void test_strict_and_shapes(void) {
-  make_dir();
+  zt_test_tmpdir_make("st");
   char path[128];
-  in_dir(path, "s.safetensors");
+  zt_test_tmp_path_to(path, sizeof path, "s.safetensors");
   int64_t s2[] = {2}, s3[] = {3}, s22[] = {2, 2};
   float da[2] = {1, 2}, db[3] = {3, 4, 5};
   zt_tensor *a = tensor_of(1, s2, ZT_DTYPE_F32, da), *b = tensor_of(1, s3, ZT_DTYPE_F32, db);
@@ -311,19 +290,19 @@ static void test_strict_and_shapes(void) {
   const char *k2[] = {"k", "k"}, *v2[] = {"1", "2"};
   ZT_CHECK_ERR(zt_safetensors_save(path, 1, names, &a, 2, k2, v2), ZT_STATUS_INVALID_ARG, "metadata key 'k'");
   char missing[160];
-  snprintf(missing, sizeof missing, "%s/no/such/dir/x.safetensors", g_dir);
+  zt_test_tmp_path_to(missing, sizeof missing, "no/such/dir/x.safetensors");
   ZT_CHECK_ERR(zt_safetensors_save(missing, 1, names, &a, 0, NULL, NULL), ZT_STATUS_IO, "No such file or directory");
   /* the failed saves left the file as it was */
   ZT_CHECK_OK(zt_safetensors_load_into(path, 2, names, (zt_tensor *[]){x, y}, true));
   zt_tensor *ts[] = {a, b, x, y, z, x2, bad};
   for (int i = 0; i < 7; i++) zt_tensor_free(ts[i]);
-  remove_dir();
+  zt_test_tmpdir_remove();
 }
 
 static void test_dtype_conversion(void) {
-  make_dir();
+  zt_test_tmpdir_make("st");
   char path[128];
-  in_dir(path, "c.safetensors");
+  zt_test_tmp_path_to(path, sizeof path, "c.safetensors");
   /* 600000 elements: the converting reader works in chunks */
   int64_t n = 600000, sn[] = {n}, s3[] = {3};
   zt_tensor *bf = zeros(1, sn, ZT_DTYPE_BF16), *h = zeros(1, sn, ZT_DTYPE_F16);
@@ -373,7 +352,7 @@ static void test_dtype_conversion(void) {
   zt_tensor *ts[] = {bf, h, f64, f32, i64, i32, bf_as_f32, h_as_f32, f64_as_f32, f32_as_f64, i64_as_i32, i32_as_i64,
                      f32_as_bf, ib};
   for (int i = 0; i < 14; i++) zt_tensor_free(ts[i]);
-  remove_dir();
+  zt_test_tmpdir_remove();
 }
 
 int main(void) {

@@ -23,21 +23,6 @@ static const char *fixture(const char *name) {
   return buf;
 }
 
-static char tmpdir[64];
-static const char *tmp_path(const char *name) {
-  static char bufs[4][256];
-  static int k;
-  k = (k + 1) % 4;
-  snprintf(bufs[k], sizeof bufs[k], "%s/%s", tmpdir, name);
-  return bufs[k];
-}
-static void write_text(const char *path, const char *text, size_t n) {
-  FILE *f = fopen(path, "wb");
-  ZT_CHECK(f != NULL);
-  if (!f) return;
-  fwrite(text, 1, n, f);
-  fclose(f);
-}
 
 static int32_t *read_ids(const char *path, int64_t *n) {
   void *data = NULL;
@@ -211,7 +196,7 @@ static void write_encoder(const char *path, const char *extra, int skip_byte) {
     at += (size_t)sprintf(j + at, " : %d", b);
   }
   at += (size_t)sprintf(j + at, "%s%s}\n", *extra ? ", " : "", extra);
-  write_text(path, j, at);
+  zt_test_write_file(path, j, at);
   free(j);
 }
 
@@ -219,11 +204,12 @@ static void test_encoder_json_escapes(void) {
   /* 256: an emoji as a surrogate pair (outside the byte map: kept as its UTF-8);
    * 257: "\u00c3\u00a9" = bytes C3 A9 = UTF-8 "é", made by the one merge;
    * 258: "\n\t" escapes (control characters are outside the byte map too). */
-  write_encoder(tmp_path("enc.json"), "\"\\ud83d\\ude00\": 256, \"\\u00c3\\u00a9\": 257, \"\\n\\t\": 258\n", -1);
+  write_encoder(zt_test_tmp_path("enc.json"),
+                "\"\\ud83d\\ude00\": 256, \"\\u00c3\\u00a9\": 257, \"\\n\\t\": 258\n", -1);
   const char *merges = "#version: 0.2\n\xc3\x83 \xc2\xa9\n"; /* "Ã ©" */
-  write_text(tmp_path("merges.bpe"), merges, strlen(merges));
+  zt_test_write_file(zt_test_tmp_path("merges.bpe"), merges, strlen(merges));
   zt_tokenizer *t = NULL;
-  ZT_CHECK_OK(zt_tokenizer_gpt2(tmp_path("enc.json"), tmp_path("merges.bpe"), &t));
+  ZT_CHECK_OK(zt_tokenizer_gpt2(zt_test_tmp_path("enc.json"), zt_test_tmp_path("merges.bpe"), &t));
   if (!t) return;
   ZT_CHECK(zt_tokenizer_vocab_size(t) == 259);
   int32_t *ids = NULL;
@@ -243,10 +229,11 @@ static void test_encoder_json_escapes(void) {
 
 static void test_bad_vocab_files(void) {
   zt_tokenizer *t = NULL;
-  const char *enc = tmp_path("bad.json"), *mer = tmp_path("bad.bpe");
-  write_text(mer, "#version: 0.2\n", 14);
-  ZT_CHECK_ERR(zt_tokenizer_gpt2(tmp_path("missing.json"), mer, &t), ZT_STATUS_IO, "missing.json");
-  ZT_CHECK_ERR(zt_tokenizer_gpt2(fixture("encoder.json"), tmp_path("missing.bpe"), &t), ZT_STATUS_IO, "missing.bpe");
+  const char *enc = zt_test_tmp_path("bad.json"), *mer = zt_test_tmp_path("bad.bpe");
+  zt_test_write_file(mer, "#version: 0.2\n", 14);
+  ZT_CHECK_ERR(zt_tokenizer_gpt2(zt_test_tmp_path("missing.json"), mer, &t), ZT_STATUS_IO, "missing.json");
+  ZT_CHECK_ERR(zt_tokenizer_gpt2(fixture("encoder.json"), zt_test_tmp_path("missing.bpe"), &t), ZT_STATUS_IO,
+               "missing.bpe");
   struct {
     const char *json, *msg;
   } cases[] = {
@@ -262,7 +249,7 @@ static void test_bad_vocab_files(void) {
       {"{\"a\": 1} x", "text after the object"},
   };
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
-    write_text(enc, cases[k].json, strlen(cases[k].json));
+    zt_test_write_file(enc, cases[k].json, strlen(cases[k].json));
     ZT_CHECK_ERR(zt_tokenizer_gpt2(enc, mer, &t), ZT_STATUS_IO, cases[k].msg);
     ZT_CHECK(strstr(zt_last_error(), "bad.json") != NULL);
   }
@@ -271,12 +258,12 @@ static void test_bad_vocab_files(void) {
   write_encoder(enc, "\"zz\": 7", -1);
   ZT_CHECK_ERR(zt_tokenizer_gpt2(enc, mer, &t), ZT_STATUS_IO, "gives id 7 to two tokens");
   write_encoder(enc, "\"ab\": 256", -1);
-  write_text(mer, "#version: 0.2\na b\nab c\n", 23);
+  zt_test_write_file(mer, "#version: 0.2\na b\nab c\n", 23);
   ZT_CHECK_ERR(zt_tokenizer_gpt2(enc, mer, &t), ZT_STATUS_IO, "line 3: merge 'ab c' makes a token that is not in");
-  write_text(mer, "#version: 0.2\na b\nabc\n", 22);
+  zt_test_write_file(mer, "#version: 0.2\na b\nabc\n", 22);
   ZT_CHECK_ERR(zt_tokenizer_gpt2(enc, mer, &t), ZT_STATUS_IO, "line 3: expected two tokens separated by one space");
   ZT_CHECK(strstr(zt_last_error(), "bad.bpe") != NULL);
-  write_text(mer, "#version: 0.2\na b\n", 18);
+  zt_test_write_file(mer, "#version: 0.2\na b\n", 18);
   ZT_CHECK_OK(zt_tokenizer_gpt2(enc, mer, &t));
   zt_tokenizer_free(t);
 }
@@ -287,29 +274,28 @@ static void test_tokenize_file(void) {
   ZT_CHECK_OK(zt_tokenizer_gpt2(fixture("encoder.json"), fixture("vocab.bpe"), &gt));
   if (!bt || !gt) return;
   const char *text = "the model learns the text; the text teaches the model.\n";
-  write_text(tmp_path("in.txt"), text, strlen(text));
+  zt_test_write_file(zt_test_tmp_path("in.txt"), text, strlen(text));
   zt_tokens *tok = NULL;
-  ZT_CHECK_OK(zt_tokenize_file(bt, tmp_path("in.txt"), tmp_path("byte.tok")));
-  ZT_CHECK_OK(zt_tokens_load(tmp_path("byte.tok"), &tok));
+  ZT_CHECK_OK(zt_tokenize_file(bt, zt_test_tmp_path("in.txt"), zt_test_tmp_path("byte.tok")));
+  ZT_CHECK_OK(zt_tokens_load(zt_test_tmp_path("byte.tok"), &tok));
   ZT_CHECK(tok && tok->count == (int64_t)strlen(text) && tok->vocab_size == 256 && tok->ids[1] == 'h');
   zt_tokens_free(tok);
   tok = NULL;
-  ZT_CHECK_OK(zt_tokenize_file(gt, tmp_path("in.txt"), tmp_path("bpe.tok")));
-  ZT_CHECK_OK(zt_tokens_load(tmp_path("bpe.tok"), &tok));
+  ZT_CHECK_OK(zt_tokenize_file(gt, zt_test_tmp_path("in.txt"), zt_test_tmp_path("bpe.tok")));
+  ZT_CHECK_OK(zt_tokens_load(zt_test_tmp_path("bpe.tok"), &tok));
   int32_t *ids = NULL;
   int64_t n = 0;
   ZT_CHECK_OK(zt_tokenizer_encode(gt, text, strlen(text), &ids, &n));
   ZT_CHECK(tok && tok->count == n && tok->vocab_size == 556 && memcmp(tok->ids, ids, (size_t)n * 4) == 0);
   free(ids);
   zt_tokens_free(tok);
-  ZT_CHECK_ERR(zt_tokenize_file(bt, tmp_path("nope.txt"), tmp_path("x.tok")), ZT_STATUS_IO, "nope.txt");
+  ZT_CHECK_ERR(zt_tokenize_file(bt, zt_test_tmp_path("nope.txt"), zt_test_tmp_path("x.tok")), ZT_STATUS_IO, "nope.txt");
   zt_tokenizer_free(bt);
   zt_tokenizer_free(gt);
 }
 
 int main(void) {
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/zt_test_tokenizer_XXXXXX");
-  if (!mkdtemp(tmpdir)) return 1;
+  if (!zt_test_tmpdir_make("tokenizer")) return 1;
   ZT_RUN(test_byte_roundtrip);
   ZT_RUN(test_bpe_fixture);
   ZT_RUN(test_bpe_roundtrip);
@@ -317,8 +303,6 @@ int main(void) {
   ZT_RUN(test_encoder_json_escapes);
   ZT_RUN(test_bad_vocab_files);
   ZT_RUN(test_tokenize_file);
-  const char *files[] = {"enc.json", "merges.bpe", "bad.json", "bad.bpe", "in.txt", "byte.tok", "bpe.tok"};
-  for (size_t k = 0; k < sizeof files / sizeof *files; k++) unlink(tmp_path(files[k]));
-  rmdir(tmpdir);
+  zt_test_tmpdir_remove();
   return zt_test_finish();
 }

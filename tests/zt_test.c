@@ -1,4 +1,5 @@
 /* The test harness runner and helpers (see zt_test.h). */
+#include <ftw.h>
 #include <stdarg.h>
 #include <stdlib.h>
 
@@ -87,4 +88,77 @@ bool zt_test_bitwise_equal(const zt_tensor *a, const zt_tensor *b) {
     if (memcmp(&x, &y, sizeof x) != 0) return false;
   }
   return true;
+}
+
+double zt_test_mean(const zt_tensor *t) {
+  double s = 0;
+  int64_t n = zt_tensor_numel(t);
+  for (int64_t i = 0; i < n; i++) s += zt_tensor_get(t, i);
+  return s / (double)n;
+}
+
+double zt_test_std(const zt_tensor *t) {
+  double m = zt_test_mean(t), s = 0;
+  int64_t n = zt_tensor_numel(t);
+  for (int64_t i = 0; i < n; i++) s += (zt_tensor_get(t, i) - m) * (zt_tensor_get(t, i) - m);
+  return sqrt(s / (double)n);
+}
+
+zt_tensor *zt_test_ones_like(const zt_tensor *t) {
+  zt_tensor *o = NULL;
+  ZT_CHECK_OK(zt_tensor_full(t->ndim, t->shape, t->dtype, ZT_CPU, 1, &o));
+  return o;
+}
+
+void zt_test_free_all(zt_tensor **ts, int n) {
+  for (int i = 0; i < n; i++) zt_tensor_free(ts[i]);
+}
+
+/* ------------------------------------------------ temporary directory and files */
+
+static char g_tmpdir[128];
+
+const char *zt_test_tmpdir_make(const char *tag) {
+  snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/zt_test_%s_XXXXXX", tag);
+  if (!mkdtemp(g_tmpdir)) {
+    zt_test_fail(__FILE__, __LINE__, "mkdtemp(%s) failed", g_tmpdir);
+    g_tmpdir[0] = '\0';
+    return NULL;
+  }
+  return g_tmpdir;
+}
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  return remove(p);
+}
+
+void zt_test_tmpdir_remove(void) {
+  /* depth first (contents before their folder), never following links out of the tree */
+  if (g_tmpdir[0]) nftw(g_tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  g_tmpdir[0] = '\0';
+}
+
+const char *zt_test_tmpdir(void) { return g_tmpdir; }
+
+char *zt_test_tmp_path_to(char *buf, size_t size, const char *name) {
+  snprintf(buf, size, "%s/%s", g_tmpdir, name);
+  return buf;
+}
+
+const char *zt_test_tmp_path(const char *name) {
+  static char bufs[8][512];
+  static int k;
+  k = (k + 1) % 8;
+  return zt_test_tmp_path_to(bufs[k], sizeof bufs[k], name);
+}
+
+void zt_test_write_file(const char *path, const void *data, size_t n) {
+  FILE *f = fopen(path, "wb");
+  if (!f) {
+    zt_test_fail(__FILE__, __LINE__, "cannot open %s for writing", path);
+    return;
+  }
+  if (n && fwrite(data, 1, n, f) != n) zt_test_fail(__FILE__, __LINE__, "short write to %s", path);
+  fclose(f);
 }

@@ -1,5 +1,6 @@
 /* A small test harness: checks that report file:line and zt_last_error(), a runner
- * that prints ctest-friendly results, and a check that every accounted byte was freed. */
+ * that prints ctest-friendly results, a check that every accounted byte was freed, and
+ * the helpers several test files share (tensors, a temporary directory, files). */
 #ifndef ZT_TEST_H
 #define ZT_TEST_H
 
@@ -61,6 +62,29 @@ zt_tensor *zt_test_rand_leaf(int ndim, const int64_t *shape, zt_dtype dt, double
 double zt_test_max_abs_diff(const zt_tensor *a, const zt_tensor *b);
 /* Bitwise equality of values (same shape and dtype). */
 bool zt_test_bitwise_equal(const zt_tensor *a, const zt_tensor *b);
+/* Mean and population standard deviation (two-pass) of t's values; t must not be empty. */
+double zt_test_mean(const zt_tensor *t);
+double zt_test_std(const zt_tensor *t);
+/* New tensor of ones shaped like t (same dtype, cpu, no grad): a root grad for backward. */
+zt_tensor *zt_test_ones_like(const zt_tensor *t);
+/* zt_tensor_free on ts[0..n) (NULL entries are fine). */
+void zt_test_free_all(zt_tensor **ts, int n);
+
+/* ------------------------------------------------ temporary directory and files */
+/* Makes a fresh directory /tmp/zt_test_<tag>_XXXXXX (one at a time per process) and
+ * returns its path, or NULL after reporting a failed check. */
+const char *zt_test_tmpdir_make(const char *tag);
+/* Removes that directory and everything under it (links are removed, not followed). */
+void zt_test_tmpdir_remove(void);
+/* Path of the current temporary directory ("" when none). */
+const char *zt_test_tmpdir(void);
+/* "<tmpdir>/<name>" in one of 8 rotating static buffers: valid for the next 7 calls, so a
+ * few can be passed to one function; copy it (zt_test_tmp_path_to) to keep it longer. */
+const char *zt_test_tmp_path(const char *name);
+/* "<tmpdir>/<name>" written into buf (size bytes, truncated to fit); returns buf. */
+char *zt_test_tmp_path_to(char *buf, size_t size, const char *name);
+/* Writes n bytes of data to path, replacing the file (a failure is a failed check). */
+void zt_test_write_file(const char *path, const void *data, size_t n);
 
 /* ------------------------------------------------ gradient check (tests/gradcheck.c) */
 /* fn computes one output from inputs (it may use ud for attrs). */

@@ -1,15 +1,17 @@
-/* Registry entries for matmul (broadcast-batched, optional transposes) and linear.
- * Both run on OpenBLAS GEMMs with beta=0 writes; backward runs one GEMM per input that
- * needs a grad, and each op saves only what those GEMMs read (a for dB, b for dA), so
- * frozen weights cost neither a saved activation nor a weight-grad GEMM. */
+/* Registry entries for matmul (broadcast-batched, optional transposes), linear and
+ * linear_io (linear on the (in, out) weight layout). All run on OpenBLAS GEMMs with
+ * beta=0 writes; backward runs one GEMM per input that needs a grad, and each op saves
+ * only what those GEMMs read (a for dB, b for dA), so frozen weights cost neither a
+ * saved activation nor a weight-grad GEMM. */
 #include <limits.h>
 
 #include "op.h"
 #include "cpu/gemm.h"
 
-/* attrs.i slots. Save slots hold the saved-tensor index, or -1 when nothing was saved. */
+/* attrs.i slots. Save slots hold the saved-tensor index, or -1 when nothing was saved;
+ * LIN_LAYOUT holds the weight's lin_layout. */
 enum { MM_TA, MM_TB, MM_SAVE_A, MM_SAVE_B };
-enum { LIN_SAVE_X, LIN_SAVE_W };
+enum { LIN_SAVE_X, LIN_SAVE_W, LIN_LAYOUT };
 
 /* Which of (first, second) must be saved, decided before the node exists (the dispatcher
  * copies attrs into the node right after the shape rule): the grad of one input reads
@@ -233,7 +235,13 @@ zt_status zt_matmul(zt_tensor *a, zt_tensor *b, bool trans_a, bool trans_b, zt_t
   return zt__op_run(&op_matmul, 2, (zt_tensor *[]){a, b}, &at, out);
 }
 
-/* ------------------------------------------------------------------ linear */
+/* ------------------------------------------------------------------ linear, linear_io */
+
+/* linear and linear_io are one op over two weight layouts: W (out, in), applied
+ * transposed (torch.nn.Linear), or W (in, out), applied as stored (GPT-2's Conv1D, so HF
+ * weights need no conversion). All rows of x form one GEMM in forward and in each
+ * backward GEMM; the layout only picks each GEMM's transposes and leading dims. */
+typedef enum lin_layout { LIN_LAYOUT_OUT_IN, LIN_LAYOUT_IN_OUT } lin_layout;
 
 /* Rows of x (..., in) seen as a matrix (R, in). */
 static int64_t lin_rows(int ndim, const int64_t *shape) {
@@ -242,18 +250,27 @@ static int64_t lin_rows(int ndim, const int64_t *shape) {
   return r;
 }
 
+/* in and out of a 2-D weight of the given layout. */
+static void lin_dims(lin_layout lay, const int64_t *wshape, int64_t *nin, int64_t *nout) {
+  bool oi = lay == LIN_LAYOUT_OUT_IN;
+  *nin = wshape[oi ? 1 : 0];
+  *nout = wshape[oi ? 0 : 1];
+}
+
 static zt_status linear_shape(zt_op_call *c) {
   zt_tensor *x = c->in[0], *w = c->in[1], *bias = c->in[2];
+  lin_layout lay = (lin_layout)c->attrs.i[LIN_LAYOUT];
   if (!x || !w) return ZT_ERR(ZT_STATUS_INVALID_ARG, "input %s is NULL (only bias may be NULL)", x ? "weight" : "x");
   ZT_TRY(zt__check_float(c->op->name, x, "input x"));
   ZT_TRY(zt__check_same_dtype(c->op->name, x, w));
   if (bias) ZT_TRY(zt__check_same_dtype(c->op->name, x, bias));
   char s1[128], s2[128];
-  if (x->ndim < 1 || w->ndim != 2 || w->shape[1] != x->shape[x->ndim - 1])
-    return ZT_ERR(ZT_STATUS_SHAPE,
-                  "x %s and weight %s do not fit: x must be (..., in) and weight (out, in) with the same in",
-                  zt_shape_str(x->ndim, x->shape, s1), zt_shape_str(w->ndim, w->shape, s2));
-  int64_t nout = w->shape[0], nin = w->shape[1];
+  int64_t nin = 0, nout = 0;
+  if (w->ndim == 2) lin_dims(lay, w->shape, &nin, &nout);
+  if (x->ndim < 1 || w->ndim != 2 || nin != x->shape[x->ndim - 1])
+    return ZT_ERR(ZT_STATUS_SHAPE, "x %s and weight %s do not fit: x must be (..., in) and weight %s with the same in",
+                  zt_shape_str(x->ndim, x->shape, s1), zt_shape_str(w->ndim, w->shape, s2),
+                  lay == LIN_LAYOUT_OUT_IN ? "(out, in)" : "(in, out)");
   if (bias && (bias->ndim != 1 || bias->shape[0] != nout))
     return ZT_ERR(ZT_STATUS_SHAPE, "bias %s does not fit weight %s: bias must be (%lld,) (one per output)",
                   zt_shape_str(bias->ndim, bias->shape, s1), zt_shape_str(w->ndim, w->shape, s2), (long long)nout);
@@ -270,11 +287,14 @@ static zt_status linear_shape(zt_op_call *c) {
 
 static zt_status linear_forward(zt_op_call *c) {
   zt_tensor *x = c->in[0], *w = c->in[1], *bias = c->in[2], *y = c->out[0];
-  int64_t R = lin_rows(x->ndim, x->shape), nin = w->shape[1], nout = w->shape[0];
+  bool oi = c->attrs.i[LIN_LAYOUT] == LIN_LAYOUT_OUT_IN;
+  int64_t R = lin_rows(x->ndim, x->shape), nin, nout;
+  lin_dims((lin_layout)c->attrs.i[LIN_LAYOUT], w->shape, &nin, &nout);
   void *py = zt__tensor_ptr(y);
-  // y (R, out) = bias (out) per row (=), then y += x (R, in) . W^T (in, out)
+  // y (R, out) = bias (out) per row (=), then y += x (R, in) . W^T (in, out) [W (out, in)]
+  //                                      or  y += x (R, in) . W (in, out)   [W (in, out)]
   if (bias) zt__cpu_fill_rows(y->dtype, R, nout, zt__tensor_ptr(bias), py);
-  zt__cpu_gemm(y->dtype, false, true, R, nout, nin, zt__tensor_ptr(x), nin, zt__tensor_ptr(w), nin,
+  zt__cpu_gemm(y->dtype, false, oi, R, nout, nin, zt__tensor_ptr(x), nin, zt__tensor_ptr(w), w->shape[1],
                bias ? 1.0 : 0.0, py, nout);
   if (c->attrs.i[LIN_SAVE_X] >= 0) ZT_TRY(zt__op_save(c, x));
   if (c->attrs.i[LIN_SAVE_W] >= 0) ZT_TRY(zt__op_save(c, w));
@@ -283,7 +303,9 @@ static zt_status linear_forward(zt_op_call *c) {
 
 static zt_status linear_backward(zt_op_bwd *bw) {
   const zt__tensor_meta *mx = &bw->in_meta[0], *mw = &bw->in_meta[1];
-  int64_t R = lin_rows(mx->ndim, mx->shape), nin = mw->shape[1], nout = mw->shape[0];
+  bool oi = bw->attrs->i[LIN_LAYOUT] == LIN_LAYOUT_OUT_IN;
+  int64_t R = lin_rows(mx->ndim, mx->shape), nin, nout;
+  lin_dims((lin_layout)bw->attrs->i[LIN_LAYOUT], mw->shape, &nin, &nout);
   const zt_tensor *gy = bw->grad_out[0];
   zt_dtype dt = gy->dtype;
   const void *pg = zt__tensor_ptr(gy);
@@ -291,19 +313,24 @@ static zt_status linear_backward(zt_op_bwd *bw) {
     zt_tensor *w;
     ZT_TRY(saved(bw, bw->attrs->i[LIN_SAVE_W], &w));
     ZT_TRY(zt__op_grad_like_input(bw, 0, false, &bw->grad_in[0]));
-    // dx (R, in) = g (R, out) . W (out, in)
-    zt__cpu_gemm(dt, false, false, R, nin, nout, pg, nout, zt__tensor_ptr(w), nin, 0.0,
+    // dx (R, in) = g (R, out) . W (out, in)   [W (out, in)]
+    //           or g (R, out) . W^T (out, in) [W (in, out)]
+    zt__cpu_gemm(dt, false, !oi, R, nin, nout, pg, nout, zt__tensor_ptr(w), mw->shape[1], 0.0,
                  zt__tensor_ptr(bw->grad_in[0]), nin);
   }
   if (bw->needs_input_grad[1]) {
     zt_tensor *x;
     ZT_TRY(saved(bw, bw->attrs->i[LIN_SAVE_X], &x));
     ZT_TRY(zt__op_grad_like_input(bw, 1, false, &bw->grad_in[1]));
-    // dW (out, in) = g^T (out, R) . x (R, in): one GEMM over every row of the batch
-    zt__cpu_gemm(dt, true, false, nout, nin, R, pg, nout, zt__tensor_ptr(x), nin, 0.0,
-                 zt__tensor_ptr(bw->grad_in[1]), nin);
+    const void *px = zt__tensor_ptr(x);
+    void *pdw = zt__tensor_ptr(bw->grad_in[1]);
+    // one GEMM over every row of the batch
+    if (oi) // dW (out, in) = g^T (out, R) . x (R, in)
+      zt__cpu_gemm(dt, true, false, nout, nin, R, pg, nout, px, nin, 0.0, pdw, nin);
+    else // dW (in, out) = x^T (in, R) . g (R, out)
+      zt__cpu_gemm(dt, true, false, nin, nout, R, px, nin, pg, nout, 0.0, pdw, nout);
   }
-  if (bw->n_in > 2 && bw->needs_input_grad[2]) {
+  if (bw->needs_input_grad[2]) {
     ZT_TRY(zt__op_grad_like_input(bw, 2, false, &bw->grad_in[2]));
     // db (out) = column sums of g (R, out)
     zt__cpu_col_sum(dt, R, nout, pg, zt__tensor_ptr(bw->grad_in[2]));
@@ -312,7 +339,20 @@ static zt_status linear_backward(zt_op_bwd *bw) {
 }
 
 static const zt_op op_linear = {"linear", "LinearBackward", 3, 0, 0, linear_shape, linear_forward, linear_backward};
+static const zt_op op_linear_io = {"linear_io", "LinearIoBackward", 3, 0, 0, linear_shape, linear_forward,
+                                   linear_backward};
+
+static zt_status linear_run(const zt_op *op, lin_layout lay, zt_tensor *x, zt_tensor *weight, zt_tensor *bias,
+                            zt_tensor **out) {
+  zt_op_attrs at = {0};
+  at.i[LIN_LAYOUT] = lay;
+  return zt__op_run(op, 3, (zt_tensor *[]){x, weight, bias}, &at, out);
+}
 
 zt_status zt_linear(zt_tensor *x, zt_tensor *weight, zt_tensor *bias, zt_tensor **out) {
-  return zt__op_run(&op_linear, 3, (zt_tensor *[]){x, weight, bias}, NULL, out);
+  return linear_run(&op_linear, LIN_LAYOUT_OUT_IN, x, weight, bias, out);
+}
+
+zt_status zt_linear_io(zt_tensor *x, zt_tensor *weight, zt_tensor *bias, zt_tensor **out) {
+  return linear_run(&op_linear_io, LIN_LAYOUT_IN_OUT, x, weight, bias, out);
 }

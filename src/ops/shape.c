@@ -314,18 +314,22 @@ static zt_status cat_shape(zt_op_call *c) {
   return ZT_OK;
 }
 
-static zt_status cat_forward(zt_op_call *c) {
-  const zt__tensor_meta *m = &c->out_meta[0];
-  int d = (int)c->attrs.i[0];
+/* out (shape m) = the n parts concatenated along dim d (=). Used by cat's forward and by
+ * split's backward (which concatenates its parts' grads). */
+static void concat_into(const zt__tensor_meta *m, int d, zt_tensor *out, int n, zt_tensor *const *parts) {
   int64_t es = (int64_t)zt_dtype_size(m->dtype), inner = prod(d + 1, m->ndim, m->shape) * es;
   int64_t rows = prod(0, d, m->shape), pitch = m->shape[d] * inner, off = 0;
-  if (zt_tensor_numel(c->out[0]) == 0) return ZT_OK; /* no data pointer to offset */
-  char *o = zt__tensor_ptr(c->out[0]);
-  for (int i = 0; i < c->n_in; i++) {
-    int64_t w = c->in[i]->shape[d] * inner;
-    if (w) zt__cpu_copy_rows(o + off, pitch, zt__tensor_ptr(c->in[i]), w, rows, w);
+  if (zt_tensor_numel(out) == 0) return; /* no data pointer to offset */
+  char *o = zt__tensor_ptr(out);
+  for (int i = 0; i < n; i++) {
+    int64_t w = parts[i]->shape[d] * inner;
+    if (w) zt__cpu_copy_rows(o + off, pitch, zt__tensor_ptr(parts[i]), w, rows, w);
     off += w;
   }
+}
+
+static zt_status cat_forward(zt_op_call *c) {
+  concat_into(&c->out_meta[0], (int)c->attrs.i[0], c->out[0], c->n_in, c->in);
   return ZT_OK;
 }
 
@@ -401,18 +405,8 @@ static zt_status split_forward(zt_op_call *c) {
  * got no grad). */
 static zt_status split_backward(zt_op_bwd *b) {
   if (!b->needs_input_grad[0]) return ZT_OK;
-  const zt__tensor_meta *m = &b->in_meta[0];
-  int d = (int)b->attrs->i[0];
-  int64_t es = (int64_t)zt_dtype_size(m->dtype), inner = prod(d + 1, m->ndim, m->shape) * es;
-  int64_t rows = prod(0, d, m->shape), pitch = m->shape[d] * inner, off = 0;
   ZT_TRY(zt__op_grad_like_input(b, 0, false, &b->grad_in[0]));
-  if (zt_tensor_numel(b->grad_in[0]) == 0) return ZT_OK;
-  char *o = zt__tensor_ptr(b->grad_in[0]);
-  for (int k = 0; k < b->n_out; k++) {
-    int64_t w = b->grad_out[k]->shape[d] * inner;
-    if (w) zt__cpu_copy_rows(o + off, pitch, zt__tensor_ptr(b->grad_out[k]), w, rows, w);
-    off += w;
-  }
+  concat_into(&b->in_meta[0], (int)b->attrs->i[0], b->grad_in[0], b->n_out, b->grad_out);
   return ZT_OK;
 }
 

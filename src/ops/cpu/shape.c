@@ -248,6 +248,14 @@ static void store_from_i64(zt_dtype dt, void *p, int64_t i, int64_t v) {
 }
 
 #define PAIR(a, b) ((int)(a) * (int)ZT_DTYPE_COUNT + (int)(b))
+/* dst (n) of type DT = CONV(src (n) of type ST) in one parallel loop (zt__cpu_cast's fast paths). */
+#define CAST_LOOP(ST, DT, CONV)                                      \
+  do {                                                               \
+    const ST *restrict s = src;                                      \
+    DT *restrict d = dst;                                            \
+    _Pragma("omp parallel for schedule(static) if (n > ZT_PAR_MIN)") \
+    for (int64_t i = 0; i < n; i++) d[i] = CONV(s[i]);               \
+  } while (0)
 
 void zt__cpu_cast(const void *src, zt_dtype sdt, void *dst, zt_dtype ddt, int64_t n) {
   if (n <= 0) return;
@@ -257,48 +265,12 @@ void zt__cpu_cast(const void *src, zt_dtype sdt, void *dst, zt_dtype ddt, int64_
   }
   /* Fast paths for the mixed-precision pairs; the rest go element by element. */
   switch (PAIR(sdt, ddt)) {
-  case PAIR(ZT_DTYPE_F32, ZT_DTYPE_BF16): {
-    const float *restrict s = src;
-    uint16_t *restrict d = dst;
-#pragma omp parallel for schedule(static) if (n > ZT_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) d[i] = f32_to_bf16(s[i]);
-    return;
-  }
-  case PAIR(ZT_DTYPE_BF16, ZT_DTYPE_F32): {
-    const uint16_t *restrict s = src;
-    float *restrict d = dst;
-#pragma omp parallel for schedule(static) if (n > ZT_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) d[i] = bf16_to_f32(s[i]);
-    return;
-  }
-  case PAIR(ZT_DTYPE_F32, ZT_DTYPE_F16): {
-    const float *restrict s = src;
-    uint16_t *restrict d = dst;
-#pragma omp parallel for schedule(static) if (n > ZT_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) d[i] = zt_f32_to_f16(s[i]);
-    return;
-  }
-  case PAIR(ZT_DTYPE_F16, ZT_DTYPE_F32): {
-    const uint16_t *restrict s = src;
-    float *restrict d = dst;
-#pragma omp parallel for schedule(static) if (n > ZT_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) d[i] = zt_f16_to_f32(s[i]);
-    return;
-  }
-  case PAIR(ZT_DTYPE_F32, ZT_DTYPE_F64): {
-    const float *restrict s = src;
-    double *restrict d = dst;
-#pragma omp parallel for schedule(static) if (n > ZT_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) d[i] = s[i];
-    return;
-  }
-  case PAIR(ZT_DTYPE_F64, ZT_DTYPE_F32): {
-    const double *restrict s = src;
-    float *restrict d = dst;
-#pragma omp parallel for schedule(static) if (n > ZT_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) d[i] = (float)s[i];
-    return;
-  }
+  case PAIR(ZT_DTYPE_F32, ZT_DTYPE_BF16): CAST_LOOP(float, uint16_t, f32_to_bf16); return;
+  case PAIR(ZT_DTYPE_BF16, ZT_DTYPE_F32): CAST_LOOP(uint16_t, float, bf16_to_f32); return;
+  case PAIR(ZT_DTYPE_F32, ZT_DTYPE_F16): CAST_LOOP(float, uint16_t, zt_f32_to_f16); return;
+  case PAIR(ZT_DTYPE_F16, ZT_DTYPE_F32): CAST_LOOP(uint16_t, float, zt_f16_to_f32); return;
+  case PAIR(ZT_DTYPE_F32, ZT_DTYPE_F64): CAST_LOOP(float, double, (double)); return;
+  case PAIR(ZT_DTYPE_F64, ZT_DTYPE_F32): CAST_LOOP(double, float, (float)); return;
   default: break;
   }
   if (sdt == ZT_DTYPE_I64) {

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "fast_math.h"
 #include "kernels.h"
 #include "softmax.h"
 
@@ -12,29 +13,6 @@
 #define CHUNK 512
 /* Columns handled together when the softmax dim is not the last one. */
 #define COLS 64
-
-/* exp for f32 that GCC vectorises (Cephes polynomial after range reduction by ln 2,
- * about 1 ulp). exp(x) underflows to 0 below -87; NaN passes through. */
-static inline float fast_expf(float x) {
-  float xc = x > -87.0f ? x : -87.0f; /* also maps NaN to a finite value: no UB below */
-  xc = xc < 88.0f ? xc : 88.0f;
-  float nf = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x / ln 2) */
-  float r = xc - nf * 0.693359375f;
-  r = r - nf * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  float y = p * r * r + r + 1.0f;
-  int32_t bits = ((int32_t)nf + 127) * (1 << 23); /* 2^n as a float's bits; n in [-126, 127] */
-  float scale;
-  memcpy(&scale, &bits, sizeof scale);
-  y *= scale;
-  y = x < -87.0f ? 0.0f : y;
-  return x == x ? y : x;
-}
 
 static inline int64_t load_target(const void *t, bool i32, int64_t r) {
   return i32 ? (int64_t)((const int32_t *)t)[r] : ((const int64_t *)t)[r];
@@ -199,7 +177,7 @@ static inline int64_t load_target(const void *t, bool i32, int64_t r) {
     }                                                                                                                \
   }
 
-ZT_DEFINE_SOFTMAX(float, f32, fast_expf)
+ZT_DEFINE_SOFTMAX(float, f32, zt__expf)
 ZT_DEFINE_SOFTMAX(double, f64, exp)
 
 void zt__cpu_softmax(const zt_tensor *x, int64_t outer, int64_t n, int64_t inner, bool log, zt_tensor *y) {

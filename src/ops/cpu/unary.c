@@ -1,40 +1,17 @@
 /* Unary elementwise kernels and their backward: flat loops over contiguous data, one
  * loop per op so each vectorises. GELU is the tanh approximation used by GPT-2, computed
  * as x * sigmoid(2u) (== 0.5 x (1 + tanh(u))), which needs one exp and no cancellation.
- * f32 tanh and GELU use the inline, vectorisable exp below instead of libm (the hot
- * GPT-2 activation); f64 uses libm throughout (gradchecks and references). Every element
+ * f32 tanh and GELU use the inline, vectorisable exp of fast_math.h instead of libm (the
+ * hot GPT-2 activation); f64 uses libm throughout (gradchecks and references). Every element
  * is computed by the same code whatever the thread count or its position. */
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 
+#include "fast_math.h"
 #include "kernels.h"
 
 #define GELU_K 0.7978845608028654 /* sqrt(2/pi) */
 #define GELU_C 0.044715
-
-/* e^x for x in [-87, 88] (clamped there; NaN gives a finite value, callers that can see
- * NaN restore it): Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, then the Cephes
- * degree-6 polynomial; relative error ~1e-7. Branch-free so loops calling it vectorise. */
-static inline float exp_f32(float x) {
-  x = x > -87.0f ? x : -87.0f;
-  x = x < 88.0f ? x : 88.0f;
-  /* round x / ln2 to nearest with the 1.5 * 2^23 trick (no floorf call) */
-  float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * (r * r) + r + 1.0f;
-  int32_t e = ((int32_t)n + 127) * (1 << 23); /* 2^n as float bits; n in [-126, 127] */
-  float s;
-  memcpy(&s, &e, sizeof s);
-  return p * s;
-}
 
 /* tanh for f32: odd minimax polynomial (Cephes tanhf) for |x| < 0.625, else
  * sign(x) (1 - 2 / (e^{2|x|} + 1)); past |x| = 9.01 tanh rounds to +-1 in f32, so |x| is
@@ -47,7 +24,7 @@ static inline float tanh_f32(float x) {
   ps = ps * z + 1.33314422036e-1f;
   ps = ps * z - 3.33332819422e-1f;
   ps = ps * z * x + x;
-  float e = exp_f32(2.0f * (ax < 10.0f ? ax : 10.0f));
+  float e = zt__expf_clamped(2.0f * (ax < 10.0f ? ax : 10.0f));
   float pl = 1.0f - 2.0f / (e + 1.0f);
   pl = x < 0 ? -pl : pl;
   return ax >= 0.625f ? pl : ps; /* NaN: the comparison is false and ps is NaN */
@@ -57,7 +34,7 @@ static inline float tanh_f32(float x) {
  * x * sigmoid is below the smallest normal float: give 0 (as f64's exp overflow does). */
 static inline float gelu_sig_f32(float x) {
   float u = (float)GELU_K * (x + (float)GELU_C * x * x * x), t = -2.0f * u;
-  float sg = 1.0f / (1.0f + exp_f32(t));
+  float sg = 1.0f / (1.0f + zt__expf_clamped(t));
   return t > 88.0f ? 0.0f : sg;
 }
 static inline double gelu_sig_f64(double x) {
