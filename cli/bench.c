@@ -1,6 +1,7 @@
 /* zt bench step: training steps (forward, backward, AdamW) of a GPT model on random
- * tokens after warm-up; prints one JSON object with the median step time, model FLOP/s
- * and its ratio to raw OpenBLAS sgemm 2048^3 measured in the same run, and memory. */
+ * tokens after warm-up (any zt train option, --recompute included); prints one JSON
+ * object with the median step time, model FLOP/s and its ratio to raw OpenBLAS sgemm
+ * 2048^3 measured in the same run, and memory. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,7 +63,7 @@ static int bench_step(int argc, char **argv) {
   zt_tensor *x = NULL, *y = NULL;
   double *t = calloc((size_t)steps, sizeof *t);
   int rc = 1;
-  if (zt_gpt2_new(&g, &m)) goto fail;
+  if (zt_gpt2_new(&g, &m) || zt_gpt2_set_recompute(m, c.recompute, c.checkpoint_every)) goto fail;
   zt_param *params;
   int np = zt_gpt2_params(m, &params);
   zt_optim_config oc = zt_optim_default(c.optimizer);
@@ -95,10 +96,12 @@ static int bench_step(int argc, char **argv) {
   zt_mem_stats ms;
   zt_mem_stats_get(ZT_CPU, &ms);
   printf("{\"bench\":\"step\",\"model\":\"%s\",\"params\":%lld,\"batch\":%lld,\"seq\":%lld,\"threads\":%d,"
-         "\"steps\":%lld,\"ms_per_step\":%.1f,\"tokens_per_s\":%.1f,\"model_gflops\":%.1f,\"sgemm_gflops\":%.1f,"
+         "\"recompute\":\"%s\",\"checkpoint_every\":%d,\"steps\":%lld,\"ms_per_step\":%.1f,\"tokens_per_s\":%.1f,"
+         "\"model_gflops\":%.1f,\"sgemm_gflops\":%.1f,"
          "\"ratio_to_sgemm\":%.3f,\"peak_rss_bytes\":%lld,\"peak_bytes\":{",
          c.model, (long long)zt_gpt2_num_params(m), (long long)c.batch, (long long)c.seq, zt_get_num_threads(),
-         (long long)steps, med * 1e3, (double)(c.batch * c.seq) / med, flops / med / 1e9, sg, flops / med / 1e9 / sg,
+         zt_recompute_name(c.recompute), c.checkpoint_every, (long long)steps, med * 1e3,
+         (double)(c.batch * c.seq) / med, flops / med / 1e9, sg, flops / med / 1e9 / sg,
          (long long)zt_mem_peak_rss());
   for (int k = 0; k < ZT_MEM_TAG_COUNT; k++)
     printf("%s\"%s\":%lld", k ? "," : "", zt_mem_tag_name((zt_mem_tag)k), (long long)ms.peak[k]);

@@ -24,6 +24,10 @@ static void train_usage(FILE *f) {
           "  --val-data FILE     validation token file (default: last 10%% of --data)\n"
           "  --batch B           sequences per step (default %lld)\n"
           "  --seq T             tokens per sequence (default %lld)\n"
+          "memory:\n"
+          "  --recompute MODE    none, or full: recompute the blocks' activations in backward\n"
+          "                      (bitwise the same results, less activation memory; default none)\n"
+          "  --checkpoint-every K  with --recompute full: K blocks per recomputed region (default %d)\n"
           "optimisation:\n"
           "  --steps N           training steps (default %lld)\n"
           "  --lr LR             peak learning rate (default %g)\n"
@@ -47,7 +51,7 @@ static void train_usage(FILE *f) {
           "  --stop-at N         stop (and checkpoint) after step N; the schedule still spans --steps\n"
           "  --inject-nan-at N   testing aid: pretend the loss is NaN at step N\n"
           "  --sample-len N      characters of sample text at the end, 0 = none (default 300)\n",
-          d.model, (long long)d.batch, (long long)d.seq, (long long)d.steps, d.lr, d.weight_decay, d.beta1, d.beta2,
+          d.model, (long long)d.batch, (long long)d.seq, d.checkpoint_every, (long long)d.steps, d.lr, d.weight_decay, d.beta1, d.beta2,
           d.momentum, d.grad_clip, (unsigned long long)d.seed, (long long)d.eval_every, (long long)d.eval_batches);
 }
 
@@ -115,10 +119,10 @@ int zt_cmd_train(int argc, char **argv) {
   }
   zt_gpt2_config g;
   if (zt_gpt2_preset(c.model, &g)) return zt_cli_fail("train");
-  printf("zt train: %s%s, data %s, batch %lld x seq %lld, %lld steps, lr %g, seed %llu\n", c.model,
+  printf("zt train: %s%s, data %s, batch %lld x seq %lld, %lld steps, lr %g, seed %llu, recompute %s\n", c.model,
          c.n_layer || c.n_head || c.n_embd || c.vocab_size || c.block_size ? " (shape overridden)" : "",
          c.data[0] ? c.data : "built-in", (long long)c.batch, (long long)c.seq, (long long)c.steps, c.lr,
-         (unsigned long long)c.seed);
+         (unsigned long long)c.seed, zt_recompute_name(c.recompute));
   fflush(stdout);
   zt_train_result r;
   zt_gpt2 *m = NULL;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end checks of the zt command: training learns and writes metrics, checkpoints
-# resume bitwise, NaN stops a run leaving the last checkpoint intact, plot/sample/tokenize
-# work, and bad input gets a clear error and a non-zero exit code.
+# resume bitwise, activation recomputation changes no loss, NaN stops a run leaving the
+# last checkpoint intact, plot/sample/tokenize work, and bad input gets a clear error and
+# a non-zero exit code.
 set -u
 zt="$1"
 w=$(mktemp -d)
@@ -69,6 +70,14 @@ check "bad config value names file and line" '[ $rc -eq 2 ] && grep -q "badcfg:1
 out=$("$zt" bench step --model gpt2-tiny --batch 2 --seq 32 --steps 2 2>&1); rc=$?
 check "bench step prints one JSON object" '[ $rc -eq 0 ] && grep -q "\"ms_per_step\"" <<<"$out" && grep -q "\"ratio_to_sgemm\"" <<<"$out"'
 
+out=$("$zt" train $small --steps 6 --dropout 0.1 --metrics "$w/nr.jsonl" 2>&1); rc=$?
+out=$("$zt" train $small --steps 6 --dropout 0.1 --recompute full --metrics "$w/fr.jsonl" 2>&1); rc2=$?
+check "--recompute full: losses bitwise those without" '[ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ $(wc -l < "$w/fr.jsonl") -eq 6 ] && diff <(grep -o "\"loss\":[^,]*" "$w/nr.jsonl") <(grep -o "\"loss\":[^,]*" "$w/fr.jsonl")'
+out=$("$zt" train $small --steps 6 --dropout 0.1 --recompute full --checkpoint-every 3 --metrics "$w/fr3.jsonl" 2>&1); rc=$?
+check "--checkpoint-every 3: losses bitwise those without" '[ $rc -eq 0 ] && diff <(grep -o "\"loss\":[^,]*" "$w/nr.jsonl") <(grep -o "\"loss\":[^,]*" "$w/fr3.jsonl")'
+out=$("$zt" train --recompute some 2>&1); rc=$?
+check "bad --recompute is exit 2 naming the choices" '[ $rc -eq 2 ] && grep -q "none or full" <<<"$out"'
+
 out=$("$zt" train --bogus 1 2>&1); rc=$?
 check "unknown flag is exit 2 with a message" '[ $rc -eq 2 ] && grep -q "unknown option .bogus." <<<"$out"'
 out=$("$zt" train --steps -3 2>&1); rc=$?
@@ -82,6 +91,6 @@ check "seq longer than the context is a clear error" '[ $rc -ne 0 ] && grep -q "
 out=$("$zt" frobnicate 2>&1); rc=$?
 check "unknown command is exit 2" '[ $rc -eq 2 ] && grep -q "unknown command" <<<"$out"'
 out=$("$zt" train --help 2>&1); rc=$?
-check "help lists every flag" '[ $rc -eq 0 ] && for f in config model layers heads dim vocab ctx dropout init-from data val-data batch seq steps lr min-lr warmup optimizer weight-decay beta1 beta2 momentum grad-clip seed threads log-every eval-every eval-batches metrics save save-every resume stop-at sample-len; do grep -q -- "--$f" <<<"$out" || exit 1; done'
+check "help lists every flag" '[ $rc -eq 0 ] && for f in config model layers heads dim vocab ctx dropout init-from data val-data batch seq steps lr min-lr warmup optimizer weight-decay beta1 beta2 momentum grad-clip seed threads log-every eval-every eval-batches metrics save save-every resume stop-at sample-len recompute checkpoint-every; do grep -q -- "--$f" <<<"$out" || exit 1; done'
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

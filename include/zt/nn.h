@@ -172,6 +172,23 @@ void zt_gpt2_set_training(zt_gpt2 *m, bool training); /* dropout on/off */
  * targets, *logits receives (B, T, V) (for sampling; pass loss NULL). */
 zt_status zt_gpt2_forward(zt_gpt2 *m, zt_tensor *ids, zt_tensor *targets, zt_tensor **logits, zt_tensor **loss);
 
+/* Activation recomputation (checkpointing) of the transformer blocks in training:
+ * NONE keeps every activation for backward; FULL runs each group of `every` consecutive
+ * blocks (the last group takes the rest) inside one non-reentrant zt_checkpoint region,
+ * so only the group inputs stay alive between forward and backward and each group is
+ * recomputed (dropout masks included, RNG restored) when backward reaches it. Losses and
+ * grads are bitwise those of NONE. Default NONE, every 1. */
+typedef enum zt_recompute {
+  ZT_RECOMPUTE_NONE = 0,
+  ZT_RECOMPUTE_FULL
+} zt_recompute;
+/* every >= 1 (values above n_layer make one region of all blocks). Set it between steps,
+ * never between a forward and its backward (recomputation reads the current grouping). */
+zt_status zt_gpt2_set_recompute(zt_gpt2 *m, zt_recompute mode, int every);
+zt_recompute zt_gpt2_get_recompute(const zt_gpt2 *m, int *every); /* every may be NULL */
+/* "none", "full" */
+const char *zt_recompute_name(zt_recompute mode);
+
 /* Training FLOPs per step by the formula 6 N B T + 12 L T d B T. */
 double zt_gpt2_flops_per_step(const zt_gpt2 *m, int64_t B, int64_t T);
 

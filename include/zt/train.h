@@ -130,6 +130,8 @@ typedef struct zt_train_config {
   char init_from[512];   /* transformers GPT-2 safetensors file */
   int64_t stop_at;       /* > 0: stop (and checkpoint) after this step; the schedule still uses steps */
   int64_t inject_nan_at; /* > 0: testing aid: make the loss NaN at this step */
+  zt_recompute recompute; /* activation recomputation of the blocks (default none) */
+  int checkpoint_every;   /* blocks per checkpoint region with recompute full (default 1) */
 } zt_train_config;
 /* Defaults: gpt2-tiny on the default data (the values `zt train` shows in --help). */
 void zt_train_config_default(zt_train_config *c);

@@ -1,14 +1,29 @@
 /* GPT-2 (pre-LN, GELU tanh, learned positions, tied input/output embedding) built from
  * the nn modules, with Hugging Face GPT2LMHeadModel's parameter names, order and Conv1D
  * layouts. The loss path never holds B*T*V logits: the output layer and cross-entropy
- * run fused and chunked (zt_lm_head_cross_entropy) against the tied wte. */
+ * run fused and chunked (zt_lm_head_cross_entropy) against the tied wte. With recompute
+ * FULL, groups of blocks run inside zt_checkpoint regions (see zt_gpt2_set_recompute). */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "zt/checkpoint.h"
 #include "zt/nn.h"
+
+/* Layering: the model calls zt_checkpoint (src/strategies) directly rather than through a
+ * runner hook set by the training layer. checkpoint.c depends only on the autograd layer
+ * (its header includes zt/autograd.h alone, it knows nothing of nn or models), so this
+ * adds no cycle and no upward call; a hook would only move the same call into train/
+ * and make every other user of the model (bench, tests) re-install it. */
+
+/* One checkpoint region: blocks [first, first + count). Its address is the region's
+ * user_data, so it must outlive backward: the model owns one per group. */
+typedef struct block_group {
+  zt_gpt2 *m;
+  int first, count;
+} block_group;
 
 struct zt_gpt2 {
   zt_module *root; /* "" -> "transformer" -> wte, wpe, drop, h (0..L-1), ln_f */
@@ -20,6 +35,9 @@ struct zt_gpt2 {
   zt_nn_layer_norm *ln_f;
   zt_param *params; /* full HF names, state_dict order */
   int n_params;
+  zt_recompute recompute;
+  int checkpoint_every;
+  block_group *groups; /* n_layer entries (at most that many groups), filled by set_recompute */
 };
 
 /* ------------------------------------------------------------------ configs */
@@ -92,6 +110,7 @@ void zt_gpt2_free(zt_gpt2 *m) {
   if (!m) return;
   zt_module_free(m->root);
   free(m->blocks);
+  free(m->groups);
   free(m->params);
   free(m);
 }
@@ -117,7 +136,8 @@ static zt_status build(zt_gpt2 *m) {
   ZT_TRY(zt_module_new("ModuleList", "h", &h));
   ZT_TRY(add(tr, h));
   m->blocks = calloc((size_t)c->n_layer, sizeof *m->blocks);
-  if (!m->blocks) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  m->groups = calloc((size_t)c->n_layer, sizeof *m->groups);
+  if (!m->blocks || !m->groups) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
   for (int i = 0; i < c->n_layer; i++) {
     char name[16];
     snprintf(name, sizeof name, "%d", i);
@@ -140,6 +160,7 @@ zt_status zt_gpt2_new_dtype(const zt_gpt2_config *c, zt_dtype dt, zt_gpt2 **out)
   m->cfg = *c;
   m->dtype = dt;
   zt_status s = build(m);
+  if (!s) s = zt_gpt2_set_recompute(m, ZT_RECOMPUTE_NONE, 1);
   if (s) {
     zt_gpt2_free(m);
     return zt__error_prefix(s, "zt_gpt2_new");
@@ -163,6 +184,37 @@ int64_t zt_gpt2_num_params(const zt_gpt2 *m) { return m ? zt_module_num_params(m
 
 void zt_gpt2_set_training(zt_gpt2 *m, bool training) {
   if (m) zt_module_set_training(m->root, training);
+}
+
+const char *zt_recompute_name(zt_recompute mode) {
+  switch (mode) {
+  case ZT_RECOMPUTE_NONE: return "none";
+  case ZT_RECOMPUTE_FULL: return "full";
+  }
+  return "?";
+}
+
+zt_status zt_gpt2_set_recompute(zt_gpt2 *m, zt_recompute mode, int every) {
+  if (!m) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_set_recompute: model is NULL");
+  if (mode != ZT_RECOMPUTE_NONE && mode != ZT_RECOMPUTE_FULL)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_set_recompute: mode %d is not a zt_recompute (none or full)",
+                  (int)mode);
+  if (every < 1)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_set_recompute: checkpoint every %d blocks; it must be >= 1", every);
+  int L = m->cfg.n_layer;
+  if (every > L) every = L;
+  m->recompute = mode;
+  m->checkpoint_every = every;
+  for (int g = 0; g * every < L; g++) {
+    int first = g * every;
+    m->groups[g] = (block_group){m, first, first + every <= L ? every : L - first};
+  }
+  return ZT_OK;
+}
+
+zt_recompute zt_gpt2_get_recompute(const zt_gpt2 *m, int *every) {
+  if (every) *every = m ? m->checkpoint_every : 1;
+  return m ? m->recompute : ZT_RECOMPUTE_NONE;
 }
 
 double zt_gpt2_flops_per_step(const zt_gpt2 *m, int64_t B, int64_t T) {
@@ -219,13 +271,44 @@ static zt_status embed(zt_gpt2 *m, zt_tensor *ids, zt_tensor **out) {
   return s;
 }
 
+/* Blocks [first, first + count) on x (borrowed); *out is new. */
+static zt_status run_blocks(zt_gpt2 *m, int first, int count, zt_tensor *x, zt_tensor **out) {
+  zt_tensor *cur = x;
+  for (int i = first; i < first + count; i++) {
+    zt_tensor *y = NULL;
+    zt_status s = zt_nn_block_forward(m->blocks[i], cur, &y);
+    if (cur != x) zt_tensor_free(cur);
+    if (s) return s;
+    cur = y;
+  }
+  *out = cur;
+  return ZT_OK;
+}
+
+/* The checkpoint region of one group: a pure function of its input, the parameters and
+ * the RNG (dropout), as zt_checkpoint requires. */
+static zt_status group_region(zt_tensor *const *in, int n_in, zt_tensor **out, int n_out, void *ud) {
+  (void)n_in, (void)n_out;
+  const block_group *g = ud;
+  return run_blocks(g->m, g->first, g->count, in[0], out);
+}
+
 static zt_status forward(zt_gpt2 *m, zt_tensor *ids, zt_tensor *targets, zt_tensor **logits, zt_tensor **loss) {
   ZT_TRY(check_inputs(m, ids, targets, logits, loss));
   zt_tensor *x = NULL, *h = NULL, *h2 = NULL, *t2 = NULL, *lg = NULL, *ls = NULL;
   zt_status s = embed(m, ids, &x);
-  for (int i = 0; s == ZT_OK && i < m->cfg.n_layer; i++) {
+  int L = m->cfg.n_layer;
+  if (!s && m->recompute == ZT_RECOMPUTE_FULL) {
+    // with grad mode off (eval, sampling) zt_checkpoint just runs the region
+    for (int g = 0; s == ZT_OK && g * m->checkpoint_every < L; g++) {
+      zt_tensor *y = NULL;
+      s = zt_checkpoint(group_region, &m->groups[g], 1, &x, 1, &y, NULL);
+      zt_tensor_free(x);
+      x = y;
+    }
+  } else if (!s) {
     zt_tensor *y = NULL;
-    s = zt_nn_block_forward(m->blocks[i], x, &y);
+    s = run_blocks(m, 0, L, x, &y);
     zt_tensor_free(x);
     x = y;
   }

@@ -28,6 +28,8 @@ void zt_train_config_default(zt_train_config *c) {
   c->seed = 1337;
   c->eval_every = 100;
   c->eval_batches = 8;
+  c->recompute = ZT_RECOMPUTE_NONE;
+  c->checkpoint_every = 1;
 }
 
 static zt_status parse_i64(const char *key, const char *v, int64_t lo, int64_t *out) {
@@ -113,6 +115,13 @@ zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v
   if (!strcmp(key, "init-from")) return parse_str(key, v, c->init_from, sizeof c->init_from);
   if (!strcmp(key, "stop-at")) return parse_i64(key, v, 0, &c->stop_at);
   if (!strcmp(key, "inject-nan-at")) return parse_i64(key, v, 0, &c->inject_nan_at);
+  if (!strcmp(key, "recompute")) {
+    if (v && !strcmp(v, "none")) c->recompute = ZT_RECOMPUTE_NONE;
+    else if (v && !strcmp(v, "full")) c->recompute = ZT_RECOMPUTE_FULL;
+    else return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'recompute' is none or full (got '%s')", v ? v : "");
+    return ZT_OK;
+  }
+  if (!strcmp(key, "checkpoint-every")) return parse_int(key, v, 1, &c->checkpoint_every);
   return ZT_ERR(ZT_STATUS_INVALID_ARG, "unknown option '%s' (see zt train --help)", key);
 }
 

@@ -194,6 +194,7 @@ zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void 
   }
   zt_rng_seed(c->seed);
   if ((s = zt_gpt2_new(&r.g, &r.model))) goto done;
+  if ((s = zt_gpt2_set_recompute(r.model, c->recompute, c->checkpoint_every))) goto done;
   if (c->init_from[0] && (s = zt_gpt2_load_hf(r.model, c->init_from))) goto done;
   zt_param *params;
   int n_params = zt_gpt2_params(r.model, &params);
