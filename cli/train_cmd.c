@@ -117,8 +117,6 @@ int zt_cmd_train(int argc, char **argv) {
       return 2;
     }
   }
-  zt_gpt2_config g;
-  if (zt_gpt2_preset(c.model, &g)) return zt_cli_fail("train");
   printf("zt train: %s%s, data %s, batch %lld x seq %lld, %lld steps, lr %g, seed %llu, recompute %s\n", c.model,
          c.n_layer || c.n_head || c.n_embd || c.vocab_size || c.block_size ? " (shape overridden)" : "",
          c.data[0] ? c.data : "built-in", (long long)c.batch, (long long)c.seq, (long long)c.steps, c.lr,

@@ -54,6 +54,10 @@ out=$("$zt" tokenize "$w/t.txt" "$w/t.tok" 2>&1); rc=$?
 check "tokenize writes a token file" '[ $rc -eq 0 ] && [ -s "$w/t.tok" ]'
 out=$("$zt" train --data "$w/t.tok" --batch 2 --seq 16 --steps 3 --sample-len 0 2>&1); rc=$?
 check "train on a token file" '[ $rc -eq 0 ]'
+out=$("$zt" train --val-data "$w/t.tok" --batch 2 --seq 16 --steps 2 --sample-len 0 2>&1); rc=$?
+check "validation file with the built-in training data" '[ $rc -eq 0 ]'
+out=$("$zt" train --val-data "$w/missing-val.tok" --steps 2 2>&1); rc=$?
+check "a missing validation file is an error, not ignored" '[ $rc -ne 0 ] && grep -q "missing-val.tok" <<<"$out"'
 head -c 30 "$w/t.tok" > "$w/trunc.tok"
 out=$("$zt" train --data "$w/trunc.tok" --steps 3 2>&1); rc=$?
 check "truncated token file is a clear error" '[ $rc -ne 0 ] && grep -qi "trunc" <<<"$out"'

@@ -98,26 +98,25 @@ static zt_status split_tail(zt_tokens *all, zt_tokens **val) {
   return ZT_OK;
 }
 
+/* Training data: the token file, or the built-in set; validation data: --val-data if
+ * given, else the built-in split, else the last tenth of the token file. */
 static zt_status load_data(run *r) {
   const zt_train_config *c = r->c;
-  if (!c->data[0]) {
+  if (!c->data[0])
     ZT_TRY(zt_default_dataset(&r->train, &r->val));
-  } else {
+  else
     ZT_TRY(zt_tokens_load(c->data, &r->train));
-    if (c->val_data[0])
-      ZT_TRY(zt_tokens_load(c->val_data, &r->val));
-    else
-      ZT_TRY(split_tail(r->train, &r->val));
-  }
-  if (c->data[0] || c->val_data[0]) {
-    if (c->val_data[0] && r->val->vocab_size && r->val->vocab_size > r->g.vocab_size)
-      return ZT_ERR(ZT_STATUS_INVALID_ARG, "validation data '%s' has vocab %d but the model has vocab %d",
-                    c->val_data, r->val->vocab_size, r->g.vocab_size);
+  if (c->val_data[0]) {
+    zt_tokens_free(r->val);
+    r->val = NULL;
+    ZT_TRY(zt_tokens_load(c->val_data, &r->val));
+  } else if (c->data[0]) {
+    ZT_TRY(split_tail(r->train, &r->val));
   }
   zt_status s = zt_tokens_check_range(r->train, r->g.vocab_size);
   if (s) return zt__error_prefix(s, "training data '%s'", c->data[0] ? c->data : "(default)");
   s = zt_tokens_check_range(r->val, r->g.vocab_size);
-  if (s) return zt__error_prefix(s, "validation data");
+  if (s) return zt__error_prefix(s, "validation data '%s'", c->val_data[0] ? c->val_data : "(split)");
   return ZT_OK;
 }
 
@@ -132,6 +131,7 @@ static zt_status eval_loss(run *r, double *out) {
   if (nb > c->eval_batches) nb = c->eval_batches;
   if (nb < 1) nb = 1;
   bool prev = zt_set_grad_enabled(false);
+  bool was_training = zt_gpt2_module(r->model)->training;
   zt_gpt2_set_training(r->model, false);
   double acc = 0;
   for (int64_t b = 0; b < nb && s == ZT_OK; b++) {
@@ -141,7 +141,7 @@ static zt_status eval_loss(run *r, double *out) {
     if (!s) acc += zt_tensor_get(loss, 0);
     zt_tensor_free(loss);
   }
-  zt_gpt2_set_training(r->model, true);
+  zt_gpt2_set_training(r->model, was_training);
   zt_set_grad_enabled(prev);
   zt_loader_free(vl);
   *out = acc / (double)nb;

@@ -33,7 +33,7 @@ zt_status zt_gpt2_sample(zt_gpt2 *m, const int32_t *prompt, int64_t n_prompt, in
   }
   memcpy(ids, prompt, sizeof *ids * (size_t)n_prompt);
   int64_t len = n_prompt;
-  bool prev = zt_set_grad_enabled(false);
+  bool prev = zt_set_grad_enabled(false), was_training = zt_gpt2_module(m)->training;
   zt_gpt2_set_training(m, false);
   zt_status s = ZT_OK;
   zt_rng_state rs = {seed, 0};
@@ -74,7 +74,7 @@ zt_status zt_gpt2_sample(zt_gpt2 *m, const int32_t *prompt, int64_t n_prompt, in
     zt_tensor_free(x);
     zt_tensor_free(logits);
   }
-  zt_gpt2_set_training(m, true);
+  zt_gpt2_set_training(m, was_training);
   zt_set_grad_enabled(prev);
   free(row), free(sorted);
   if (s) {
