@@ -3,6 +3,7 @@
  * (every 1, 2 and a grouping that does not divide n_layer) as with NONE; eval mode is
  * unchanged; bad settings are clear errors; and the peak ACTIVATION bytes of FULL stay
  * within one block's activations plus the block inputs plus the non-block part. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,15 +44,42 @@ static void result_free(result *r) {
   zt_test_free_all(r->param, r->n);
 }
 
+/* How a run recomputes: a mode for all blocks (or a per-block plan), the selective
+ * policy, early stop off, and an outer checkpoint around the whole forward (nesting). */
+typedef struct run_cfg {
+  zt_recompute mode;
+  int every;
+  zt_checkpoint_policy_fn policy;
+  const zt_recompute *plan; /* n_layer entries, overrides mode */
+  bool early_stop_off, nested;
+} run_cfg;
+
+typedef struct outer_ctx {
+  zt_gpt2 *m;
+  zt_tensor *ids, *tg;
+} outer_ctx;
+
+/* The whole forward as one checkpoint region: the model's own regions nest inside it. */
+static zt_status outer_region(zt_tensor *const *in, int n_in, zt_tensor **out, int n_out, void *ud) {
+  (void)in, (void)n_in, (void)n_out;
+  outer_ctx *o = ud;
+  return zt_gpt2_forward(o->m, o->ids, o->tg, NULL, out);
+}
+
 /* STEPS AdamW steps of a 6-layer model with dropout 0.1 on fixed data. */
-static void train(zt_recompute mode, int every, result *r) {
+static void train_with(const run_cfg *rc, result *r) {
   *r = (result){0};
   zt_gpt2_config c = cfg_of(6);
   zt_rng_seed(77);
   zt_gpt2 *m = NULL;
   ZT_CHECK_OK(zt_gpt2_new(&c, &m));
   if (!m) return;
-  ZT_CHECK_OK(zt_gpt2_set_recompute(m, mode, every));
+  if (rc->plan)
+    ZT_CHECK_OK(zt_gpt2_set_recompute_blocks(m, rc->plan, rc->every));
+  else
+    ZT_CHECK_OK(zt_gpt2_set_recompute(m, rc->mode, rc->every));
+  if (rc->policy) ZT_CHECK_OK(zt_gpt2_set_selective_policy(m, (zt_checkpoint_policy){rc->policy, NULL}));
+  bool es_was = zt_checkpoint_set_early_stop(!rc->early_stop_off);
   zt_param *ps;
   int np = zt_gpt2_params(m, &ps);
   ZT_CHECK(np <= MAXP);
@@ -61,7 +89,13 @@ static void train(zt_recompute mode, int every, result *r) {
   zt_tensor *ids = rand_ids(c.vocab_size, 5), *tg = rand_ids(c.vocab_size, 6);
   for (int s = 0; s < STEPS; s++) {
     zt_tensor *loss = NULL;
-    ZT_CHECK_OK(zt_gpt2_forward(m, ids, tg, NULL, &loss));
+    if (rc->nested) {
+      outer_ctx oc2 = {m, ids, tg};
+      zt_tensor *dummy = NULL; /* the region needs no tensor input: parameters are reached inside */
+      ZT_CHECK_OK(zt_checkpoint(outer_region, &oc2, 1, &dummy, 1, &loss, NULL));
+    } else {
+      ZT_CHECK_OK(zt_gpt2_forward(m, ids, tg, NULL, &loss));
+    }
     if (!loss) break;
     ZT_CHECK_OK(zt_backward(1, &loss, NULL, false));
     r->loss[s] = loss;
@@ -73,10 +107,29 @@ static void train(zt_recompute mode, int every, result *r) {
   for (int i = 0; i < np; i++) r->param[i] = clone(ps[i].tensor);
   r->n = np;
   r->rng = zt_rng_get_state();
+  zt_checkpoint_set_early_stop(es_was);
   zt_tensor_free(ids);
   zt_tensor_free(tg);
   zt_optim_free(o);
   zt_gpt2_free(m);
+}
+
+static void train(zt_recompute mode, int every, result *r) { train_with(&(run_cfg){mode, every, NULL, NULL, false, false}, r); }
+
+/* Losses, last grads, final params and RNG state of got are bitwise those of want. */
+static void check_same(const result *want, const result *got, const char *what) {
+  ZT_CHECK(got->n == want->n);
+  for (int s = 0; s < STEPS; s++)
+    if (!(got->loss[s] && want->loss[s] && zt_test_bitwise_equal(got->loss[s], want->loss[s])))
+      zt_test_fail(__FILE__, __LINE__, "%s: loss of step %d differs", what, s + 1);
+  for (int i = 0; i < got->n && i < want->n; i++) {
+    if (!(got->grad[i] && want->grad[i] && zt_test_bitwise_equal(got->grad[i], want->grad[i])))
+      zt_test_fail(__FILE__, __LINE__, "%s: grad of parameter %d differs", what, i);
+    if (!(got->param[i] && want->param[i] && zt_test_bitwise_equal(got->param[i], want->param[i])))
+      zt_test_fail(__FILE__, __LINE__, "%s: parameter %d differs after %d steps", what, i, STEPS);
+  }
+  if (!(got->rng.seed == want->rng.seed && got->rng.offset == want->rng.offset))
+    zt_test_fail(__FILE__, __LINE__, "%s: the RNG state after training differs", what);
 }
 
 static void test_bitwise_equal_to_none(void) {
@@ -87,19 +140,43 @@ static void test_bitwise_equal_to_none(void) {
   int everies[] = {1, 2, 4};     /* 4: groups of 4 and 2 */
   for (int e = 0; e < 3; e++) {
     result full;
+    char what[64];
+    snprintf(what, sizeof what, "full, every %d", everies[e]);
     train(ZT_RECOMPUTE_FULL, everies[e], &full);
-    ZT_CHECK(full.n == none.n);
-    for (int s = 0; s < STEPS; s++)
-      if (!(full.loss[s] && none.loss[s] && zt_test_bitwise_equal(full.loss[s], none.loss[s])))
-        zt_test_fail(__FILE__, __LINE__, "every %d: loss of step %d differs", everies[e], s + 1);
-    for (int i = 0; i < full.n && i < none.n; i++) {
-      if (!(full.grad[i] && none.grad[i] && zt_test_bitwise_equal(full.grad[i], none.grad[i])))
-        zt_test_fail(__FILE__, __LINE__, "every %d: grad of parameter %d differs", everies[e], i);
-      if (!(full.param[i] && none.param[i] && zt_test_bitwise_equal(full.param[i], none.param[i])))
-        zt_test_fail(__FILE__, __LINE__, "every %d: parameter %d differs after %d steps", everies[e], i, STEPS);
-    }
-    ZT_CHECK(full.rng.seed == none.rng.seed && full.rng.offset == none.rng.offset);
+    check_same(&none, &full, what);
     result_free(&full);
+  }
+  result_free(&none);
+}
+
+/* Selective regions under each built-in policy, a mixed per-block plan, nesting (an outer
+ * checkpoint around the whole forward, the model's regions inside it), early stop off:
+ * all bitwise equal to no recomputation. */
+static void test_selective_nested_early_stop_bitwise(void) {
+  result none;
+  train(ZT_RECOMPUTE_NONE, 1, &none);
+  static const zt_recompute plan[6] = {ZT_RECOMPUTE_FULL, ZT_RECOMPUTE_SELECTIVE, ZT_RECOMPUTE_SELECTIVE,
+                                       ZT_RECOMPUTE_NONE, ZT_RECOMPUTE_FULL, ZT_RECOMPUTE_FULL};
+  const struct {
+    const char *what;
+    run_cfg rc;
+  } cases[] = {
+      {"selective (wide GEMMs)", {ZT_RECOMPUTE_SELECTIVE, 1, NULL, NULL, false, false}},
+      {"selective (all GEMMs), every 2", {ZT_RECOMPUTE_SELECTIVE, 2, zt_checkpoint_policy_save_gemm, NULL, false, false}},
+      {"selective (attention only)", {ZT_RECOMPUTE_SELECTIVE, 1, zt_checkpoint_policy_recompute_attention, NULL, false, false}},
+      {"selective (save nothing)", {ZT_RECOMPUTE_SELECTIVE, 3, zt_checkpoint_policy_save_nothing, NULL, false, false}},
+      {"selective, early stop off", {ZT_RECOMPUTE_SELECTIVE, 1, NULL, NULL, true, false}},
+      {"full, early stop off", {ZT_RECOMPUTE_FULL, 1, NULL, NULL, true, false}},
+      {"per-block plan, every 2", {ZT_RECOMPUTE_NONE, 2, NULL, plan, false, false}},
+      {"nested: whole forward around full regions", {ZT_RECOMPUTE_FULL, 2, NULL, NULL, false, true}},
+      {"nested: whole forward around selective regions", {ZT_RECOMPUTE_SELECTIVE, 1, NULL, NULL, false, true}},
+      {"nested, early stop off", {ZT_RECOMPUTE_SELECTIVE, 1, NULL, NULL, true, true}},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    result got;
+    train_with(&cases[k].rc, &got);
+    check_same(&none, &got, cases[k].what);
+    result_free(&got);
   }
   result_free(&none);
 }
@@ -131,13 +208,31 @@ static void test_settings_and_errors(void) {
   int every = 0;
   ZT_CHECK(zt_gpt2_get_recompute(m, &every) == ZT_RECOMPUTE_NONE && every == 1);
   ZT_CHECK_ERR(zt_gpt2_set_recompute(m, ZT_RECOMPUTE_FULL, 0), ZT_STATUS_INVALID_ARG, "it must be >= 1");
-  ZT_CHECK_ERR(zt_gpt2_set_recompute(m, (zt_recompute)7, 1), ZT_STATUS_INVALID_ARG, "mode 7 is not a zt_recompute");
+  ZT_CHECK_ERR(zt_gpt2_set_recompute(m, (zt_recompute)7, 1), ZT_STATUS_INVALID_ARG, "mode 7 is not none, full or selective");
+  ZT_CHECK_ERR(zt_gpt2_set_recompute(m, ZT_RECOMPUTE_PLAN, 1), ZT_STATUS_INVALID_ARG, "zt_gpt2_set_recompute_blocks");
+  ZT_CHECK_ERR(zt_gpt2_set_recompute_blocks(m, (zt_recompute[]){ZT_RECOMPUTE_NONE, ZT_RECOMPUTE_PLAN, ZT_RECOMPUTE_FULL}, 1),
+               ZT_STATUS_INVALID_ARG, "block 1 has mode 3");
   ZT_CHECK_ERR(zt_gpt2_set_recompute(NULL, ZT_RECOMPUTE_FULL, 1), ZT_STATUS_INVALID_ARG, "model is NULL");
   ZT_CHECK(zt_gpt2_get_recompute(m, &every) == ZT_RECOMPUTE_NONE && every == 1); /* failed calls changed nothing */
   ZT_CHECK_OK(zt_gpt2_set_recompute(m, ZT_RECOMPUTE_FULL, 10));                  /* one region of all 3 blocks */
   ZT_CHECK(zt_gpt2_get_recompute(m, &every) == ZT_RECOMPUTE_FULL && every == 3);
   ZT_CHECK(!strcmp(zt_recompute_name(ZT_RECOMPUTE_FULL), "full"));
   ZT_CHECK(!strcmp(zt_recompute_name(ZT_RECOMPUTE_NONE), "none"));
+  ZT_CHECK(!strcmp(zt_recompute_name(ZT_RECOMPUTE_SELECTIVE), "selective"));
+  zt_recompute mixed[3] = {ZT_RECOMPUTE_SELECTIVE, ZT_RECOMPUTE_NONE, ZT_RECOMPUTE_FULL}, back[3];
+  ZT_CHECK_OK(zt_gpt2_set_recompute_blocks(m, mixed, 1));
+  ZT_CHECK(zt_gpt2_get_recompute(m, NULL) == ZT_RECOMPUTE_PLAN);
+  zt_gpt2_get_recompute_blocks(m, back);
+  ZT_CHECK(!memcmp(mixed, back, sizeof mixed));
+  ZT_CHECK(zt_gpt2_get_selective_policy(m).fn == zt_checkpoint_policy_save_wide_gemm); /* the default */
+  ZT_CHECK_OK(zt_gpt2_set_selective_policy(m, (zt_checkpoint_policy){zt_checkpoint_policy_save_gemm, NULL}));
+  ZT_CHECK(zt_gpt2_get_selective_policy(m).fn == zt_checkpoint_policy_save_gemm);
+  zt_recompute pm[3];
+  int64_t pred = 0;
+  ZT_CHECK_ERR(zt_gpt2_plan_recompute(m, 4, T, 1000, pm, &pred), ZT_STATUS_OOM, "what recomputing every block needs");
+  ZT_CHECK_ERR(zt_gpt2_plan_recompute(m, 0, T, 1 << 30, pm, &pred), ZT_STATUS_INVALID_ARG, "must be positive");
+  ZT_CHECK_OK(zt_gpt2_plan_recompute(m, 4, T, (int64_t)1 << 40, pm, &pred)); /* ample: nothing recomputed */
+  for (int i = 0; i < 3; i++) ZT_CHECK(pm[i] == ZT_RECOMPUTE_NONE);
   zt_gpt2_free(m);
 }
 
@@ -182,10 +277,95 @@ static void test_memory_peak_activation(void) {
   ZT_CHECK(full1 <= full2);
 }
 
+/* Peak ACTIVATION bytes of one forward + backward under a per-block plan and policy, with
+ * the model's prediction of it. */
+static int64_t peak_plan(int L, const zt_recompute *plan, int every, zt_checkpoint_policy_fn policy, int64_t *predicted) {
+  zt_gpt2_config c = cfg_of(L);
+  zt_rng_seed(11);
+  zt_gpt2 *m = NULL;
+  ZT_CHECK_OK(zt_gpt2_new(&c, &m));
+  if (!m) return 0;
+  ZT_CHECK_OK(zt_gpt2_set_recompute_blocks(m, plan, every));
+  if (policy) ZT_CHECK_OK(zt_gpt2_set_selective_policy(m, (zt_checkpoint_policy){policy, NULL}));
+  *predicted = zt_gpt2_predict_activation_peak(m, B, T, NULL, 0);
+  zt_tensor *ids = rand_ids(c.vocab_size, 1), *tg = rand_ids(c.vocab_size, 2), *loss = NULL;
+  zt_mem_stats st;
+  zt_mem_stats_get(ZT_CPU, &st);
+  int64_t base = st.current[ZT_MEM_TAG_ACTIVATION];
+  zt_mem_reset_peaks();
+  ZT_CHECK_OK(zt_gpt2_forward(m, ids, tg, NULL, &loss));
+  if (loss) ZT_CHECK_OK(zt_backward(1, &loss, NULL, false));
+  zt_mem_stats_get(ZT_CPU, &st);
+  zt_test_free_all((zt_tensor *[]){loss, ids, tg}, 3);
+  zt_gpt2_free(m);
+  return st.peak[ZT_MEM_TAG_ACTIVATION] - base;
+}
+
+static void fill(zt_recompute *p, int L, zt_recompute mode) {
+  for (int i = 0; i < L; i++) p[i] = mode;
+}
+
+/* The activation model predicts the measured peak within 2% for every mode and policy;
+ * selective keeps a bit over half of none; budget plans stay within their budget and use
+ * most of it. */
+static void test_memory_model_and_budget(void) {
+  enum { L = 8 };
+  zt_recompute plan[L];
+  int64_t pred = 0, none, got;
+  fill(plan, L, ZT_RECOMPUTE_NONE);
+  none = peak_plan(L, plan, 1, NULL, &pred);
+  ZT_CHECK(llabs(none - pred) * 50 <= none);
+  const struct {
+    zt_recompute mode;
+    int every;
+    zt_checkpoint_policy_fn policy;
+  } cases[] = {{ZT_RECOMPUTE_FULL, 1, NULL},
+               {ZT_RECOMPUTE_FULL, 3, NULL},
+               {ZT_RECOMPUTE_SELECTIVE, 1, NULL},
+               {ZT_RECOMPUTE_SELECTIVE, 2, NULL},
+               {ZT_RECOMPUTE_SELECTIVE, 1, zt_checkpoint_policy_save_gemm},
+               {ZT_RECOMPUTE_SELECTIVE, 1, zt_checkpoint_policy_recompute_attention}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    fill(plan, L, cases[k].mode);
+    got = peak_plan(L, plan, cases[k].every, cases[k].policy, &pred);
+    printf("  %s every %d policy %zu: measured %lld predicted %lld (none %lld)\n", zt_recompute_name(cases[k].mode),
+           cases[k].every, k, (long long)got, (long long)pred, (long long)none);
+    if (llabs(got - pred) * 50 > got)
+      zt_test_fail(__FILE__, __LINE__, "case %zu: predicted peak %lld is not within 2%% of the measured %lld", k,
+                   (long long)pred, (long long)got);
+    if (k == 2) ZT_CHECK(got * 10 < none * 6); /* selective (wide GEMMs): 8C of 16C per block kept */
+  }
+  /* budgets between full recomputation and none */
+  zt_gpt2_config c = cfg_of(L);
+  zt_gpt2 *m = NULL;
+  ZT_CHECK_OK(zt_gpt2_new(&c, &m));
+  if (!m) return;
+  double fracs[] = {0.3, 0.5, 0.75};
+  for (int k = 0; k < 3; k++) {
+    int64_t budget = (int64_t)(fracs[k] * (double)none), p2 = 0;
+    ZT_CHECK_OK(zt_gpt2_plan_recompute(m, B, T, budget, plan, &p2));
+    got = peak_plan(L, plan, 1, NULL, &pred);
+    char modes[L + 1];
+    for (int i = 0; i < L; i++) modes[i] = "nfsp"[plan[i]];
+    modes[L] = 0;
+    printf("  budget %.2f x none = %lld: plan %s, predicted %lld, measured %lld\n", fracs[k], (long long)budget, modes,
+           (long long)p2, (long long)got);
+    ZT_CHECK(p2 == pred && p2 <= budget);
+    if (got > budget + budget / 100)
+      zt_test_fail(__FILE__, __LINE__, "budget %lld: measured peak %lld is over it", (long long)budget, (long long)got);
+    if (got * 10 < budget * 7)
+      zt_test_fail(__FILE__, __LINE__, "budget %lld: measured peak %lld uses under 70%% of it", (long long)budget,
+                   (long long)got);
+  }
+  zt_gpt2_free(m);
+}
+
 int main(void) {
   ZT_RUN(test_settings_and_errors);
   ZT_RUN(test_eval_mode);
   ZT_RUN(test_bitwise_equal_to_none);
   ZT_RUN(test_memory_peak_activation);
+  ZT_RUN(test_selective_nested_early_stop_bitwise);
+  ZT_RUN(test_memory_model_and_budget);
   return zt_test_finish();
 }

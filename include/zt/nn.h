@@ -7,6 +7,7 @@
 #define ZT_NN_H
 
 #include "zt/ops.h"
+#include "zt/checkpoint.h"
 
 /* A named parameter. `decay`: whether weight decay applies (2-D weights and embeddings
  * yes; biases and layer-norm parameters no). */
@@ -172,22 +173,53 @@ void zt_gpt2_set_training(zt_gpt2 *m, bool training); /* dropout on/off */
  * targets, *logits receives (B, T, V) (for sampling; pass loss NULL). */
 zt_status zt_gpt2_forward(zt_gpt2 *m, zt_tensor *ids, zt_tensor *targets, zt_tensor **logits, zt_tensor **loss);
 
-/* Activation recomputation (checkpointing) of the transformer blocks in training:
- * NONE keeps every activation for backward; FULL runs each group of `every` consecutive
- * blocks (the last group takes the rest) inside one non-reentrant zt_checkpoint region,
- * so only the group inputs stay alive between forward and backward and each group is
- * recomputed (dropout masks included, RNG restored) when backward reaches it. Losses and
- * grads are bitwise those of NONE. Default NONE, every 1. */
+/* Activation recomputation (checkpointing) of the transformer blocks in training. Per
+ * block: NONE keeps every activation for backward; FULL runs the block inside a
+ * non-reentrant zt_checkpoint region, so only the region's input stays alive between
+ * forward and backward and the region is recomputed (dropout masks included, RNG
+ * restored) when backward reaches it; SELECTIVE does the same under a selective policy
+ * (zt_gpt2_set_selective_policy; default zt_checkpoint_policy_save_wide_gemm: the QKV and
+ * MLP up-projection outputs are kept, the rest is recomputed). Consecutive blocks of one
+ * mode form regions of up to `every` blocks. Losses and grads are bitwise those of NONE.
+ * Default NONE, every 1. PLAN is what zt_gpt2_get_recompute says of mixed modes. */
 typedef enum zt_recompute {
   ZT_RECOMPUTE_NONE = 0,
-  ZT_RECOMPUTE_FULL
+  ZT_RECOMPUTE_FULL,
+  ZT_RECOMPUTE_SELECTIVE,
+  ZT_RECOMPUTE_PLAN
 } zt_recompute;
-/* every >= 1 (values above n_layer make one region of all blocks). Set it between steps,
- * never between a forward and its backward (recomputation reads the current grouping). */
+/* One mode for every block. every >= 1 (values above n_layer make one region of all
+ * blocks). Set it between steps, never between a forward and its backward
+ * (recomputation reads the current grouping). */
 zt_status zt_gpt2_set_recompute(zt_gpt2 *m, zt_recompute mode, int every);
-zt_recompute zt_gpt2_get_recompute(const zt_gpt2 *m, int *every); /* every may be NULL */
-/* "none", "full" */
+/* A mode per block (modes has n_layer entries, each NONE, FULL or SELECTIVE). */
+zt_status zt_gpt2_set_recompute_blocks(zt_gpt2 *m, const zt_recompute *modes, int every);
+/* The common mode of all blocks, or PLAN when they differ; every may be NULL. */
+zt_recompute zt_gpt2_get_recompute(const zt_gpt2 *m, int *every);
+void zt_gpt2_get_recompute_blocks(const zt_gpt2 *m, zt_recompute *modes); /* n_layer entries */
+/* "none", "full", "selective", "plan" */
 const char *zt_recompute_name(zt_recompute mode);
+/* The policy of SELECTIVE blocks (fn NULL restores the default, save_wide_gemm). */
+zt_status zt_gpt2_set_selective_policy(zt_gpt2 *m, zt_checkpoint_policy policy);
+zt_checkpoint_policy zt_gpt2_get_selective_policy(const zt_gpt2 *m);
+
+/* Memory-budget planning (src/models/gpt2_plan.c). The activation model counts, per
+ * token, what each block keeps from forward to backward (NONE: 16C + 4 + n_head values;
+ * SELECTIVE with save_wide_gemm: 8C, with save_gemm: 10C, with recompute_attention:
+ * 15C + 4; FULL: C per region), the non-block part (the output layer's input grad, the
+ * final layer norm's input and statistics, the embedding's output) and, in backward, the
+ * recomputed activations of one region at a time; the peak is the larger of the end of
+ * forward and the worst region's backward. Other policies are counted as save_wide_gemm.
+ * modes: n_layer entries, NULL for the model's current setting. */
+int64_t zt_gpt2_predict_activation_peak(const zt_gpt2 *m, int64_t B, int64_t T, const zt_recompute *modes, int every);
+/* Choose a mode per block (NONE, SELECTIVE or FULL; every 1) so that the predicted peak is
+ * within budget bytes at the least recomputation: greedily, the change that frees the
+ * most bytes per unit of recomputed work first (SELECTIVE costs about an eighth of a
+ * block's forward, FULL all of it). Writes modes (n_layer entries) and the predicted peak.
+ * A budget below what full recomputation of every block needs is ZT_STATUS_OOM, naming
+ * that minimum. */
+zt_status zt_gpt2_plan_recompute(const zt_gpt2 *m, int64_t B, int64_t T, int64_t budget, zt_recompute *modes,
+                                 int64_t *predicted);
 
 /* Training FLOPs per step by the formula 6 N B T + 12 L T d B T. */
 double zt_gpt2_flops_per_step(const zt_gpt2 *m, int64_t B, int64_t T);

@@ -79,6 +79,9 @@ zt_status zt_mem_set_allocator(zt_device_type type, const zt_allocator *a);
 /* Allocate / free accounted bytes. bytes == 0 gives a valid unique pointer-free NULL. */
 zt_status zt_mem_alloc(size_t bytes, zt_device dev, zt_mem_tag tag, void **out);
 void zt_mem_free(void *ptr, size_t bytes, zt_device dev, zt_mem_tag tag);
+/* Count bytes that live outside the allocator (files on the disk device): delta > 0 adds,
+ * < 0 removes; peaks update as for allocations. */
+void zt_mem_account(zt_device dev, zt_mem_tag tag, int64_t delta);
 /* Move accounted bytes from one tag to another (no copy). */
 void zt_mem_retag(size_t bytes, zt_device dev, zt_mem_tag from, zt_mem_tag to);
 
@@ -122,6 +125,7 @@ typedef struct zt_storage {
   bool released;
   uint64_t version;
   bool external;   /* data not owned (wraps user memory); never freed */
+  uint64_t id;     /* unique in the process, never reused (identifies a storage after it is freed) */
 } zt_storage;
 
 zt_status zt_storage_new(size_t nbytes, zt_device dev, zt_mem_tag tag, zt_storage **out);

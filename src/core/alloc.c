@@ -188,6 +188,11 @@ void zt_mem_free(void *ptr, size_t bytes, zt_device dev, zt_mem_tag tag) {
   account(dev, tag, -(int64_t)bytes);
 }
 
+void zt_mem_account(zt_device dev, zt_mem_tag tag, int64_t delta) {
+  ZT_ASSERT(dev_ok(dev) && (int)tag >= 0 && tag < ZT_MEM_TAG_COUNT);
+  account(dev, tag, delta);
+}
+
 void zt_mem_retag(size_t bytes, zt_device dev, zt_mem_tag from, zt_mem_tag to) {
   if (from == to || bytes == 0) return;
   ZT_ASSERT(dev_ok(dev) && (int)from >= 0 && from < ZT_MEM_TAG_COUNT && (int)to >= 0 && to < ZT_MEM_TAG_COUNT);

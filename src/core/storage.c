@@ -4,6 +4,11 @@
 
 #include "zt/tensor.h"
 
+static uint64_t next_id(void) {
+  static uint64_t counter = 0;
+  return __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+}
+
 zt_status zt_storage_new(size_t nbytes, zt_device dev, zt_mem_tag tag, zt_storage **out) {
   zt_storage *s = calloc(1, sizeof *s);
   if (!s) return ZT_ERR(ZT_STATUS_OOM, "out of host memory for a storage object");
@@ -11,6 +16,7 @@ zt_status zt_storage_new(size_t nbytes, zt_device dev, zt_mem_tag tag, zt_storag
   s->device = dev;
   s->tag = tag;
   s->refcount = 1;
+  s->id = next_id();
   zt_status st = zt_mem_alloc(nbytes, dev, tag, &s->data);
   if (st) {
     free(s);
@@ -28,6 +34,7 @@ zt_status zt_storage_wrap(void *data, size_t nbytes, zt_device dev, zt_storage *
   s->device = dev;
   s->tag = ZT_MEM_TAG_TEMP;
   s->refcount = 1;
+  s->id = next_id();
   s->external = true;
   *out = s;
   return ZT_OK;

@@ -2,7 +2,7 @@
  * the nn modules, with Hugging Face GPT2LMHeadModel's parameter names, order and Conv1D
  * layouts. The loss path never holds B*T*V logits: the output layer and cross-entropy
  * run fused and chunked (zt_lm_head_cross_entropy) against the tied wte. With recompute
- * FULL, groups of blocks run inside zt_checkpoint regions (see zt_gpt2_set_recompute). */
+ * FULL or SELECTIVE, groups of blocks run inside zt_checkpoint regions (zt_gpt2_set_recompute). */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -23,6 +23,7 @@
 typedef struct block_group {
   zt_gpt2 *m;
   int first, count;
+  zt_recompute mode; /* NONE, FULL or SELECTIVE */
 } block_group;
 
 struct zt_gpt2 {
@@ -35,9 +36,11 @@ struct zt_gpt2 {
   zt_nn_layer_norm *ln_f;
   zt_param *params; /* full HF names, state_dict order */
   int n_params;
-  zt_recompute recompute;
+  zt_recompute *block_mode; /* per block: NONE, FULL or SELECTIVE */
   int checkpoint_every;
+  zt_checkpoint_policy policy; /* of SELECTIVE regions */
   block_group *groups; /* n_layer entries (at most that many groups), filled by set_recompute */
+  int n_groups;
 };
 
 /* ------------------------------------------------------------------ configs */
@@ -111,6 +114,7 @@ void zt_gpt2_free(zt_gpt2 *m) {
   zt_module_free(m->root);
   free(m->blocks);
   free(m->groups);
+  free(m->block_mode);
   free(m->params);
   free(m);
 }
@@ -137,7 +141,9 @@ static zt_status build(zt_gpt2 *m) {
   ZT_TRY(add(tr, h));
   m->blocks = calloc((size_t)c->n_layer, sizeof *m->blocks);
   m->groups = calloc((size_t)c->n_layer, sizeof *m->groups);
-  if (!m->blocks || !m->groups) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  m->block_mode = calloc((size_t)c->n_layer, sizeof *m->block_mode);
+  m->policy = (zt_checkpoint_policy){zt_checkpoint_policy_save_wide_gemm, NULL};
+  if (!m->blocks || !m->groups || !m->block_mode) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
   for (int i = 0; i < c->n_layer; i++) {
     char name[16];
     snprintf(name, sizeof name, "%d", i);
@@ -190,31 +196,72 @@ const char *zt_recompute_name(zt_recompute mode) {
   switch (mode) {
   case ZT_RECOMPUTE_NONE: return "none";
   case ZT_RECOMPUTE_FULL: return "full";
+  case ZT_RECOMPUTE_SELECTIVE: return "selective";
+  case ZT_RECOMPUTE_PLAN: return "plan";
   }
   return "?";
 }
 
-zt_status zt_gpt2_set_recompute(zt_gpt2 *m, zt_recompute mode, int every) {
-  if (!m) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_set_recompute: model is NULL");
-  if (mode != ZT_RECOMPUTE_NONE && mode != ZT_RECOMPUTE_FULL)
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_set_recompute: mode %d is not a zt_recompute (none or full)",
-                  (int)mode);
+zt_status zt_gpt2_set_recompute_blocks(zt_gpt2 *m, const zt_recompute *modes, int every) {
+  if (!m || !modes) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_set_recompute_blocks: model or modes is NULL");
+  int L = m->cfg.n_layer;
+  for (int i = 0; i < L; i++)
+    if (modes[i] != ZT_RECOMPUTE_NONE && modes[i] != ZT_RECOMPUTE_FULL && modes[i] != ZT_RECOMPUTE_SELECTIVE)
+      return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                    "zt_gpt2_set_recompute: block %d has mode %d; a block's mode is none, full or selective", i,
+                    (int)modes[i]);
   if (every < 1)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_set_recompute: checkpoint every %d blocks; it must be >= 1", every);
-  int L = m->cfg.n_layer;
   if (every > L) every = L;
-  m->recompute = mode;
+  memmove(m->block_mode, modes, sizeof *modes * (size_t)L);
   m->checkpoint_every = every;
-  for (int g = 0; g * every < L; g++) {
-    int first = g * every;
-    m->groups[g] = (block_group){m, first, first + every <= L ? every : L - first};
+  /* groups: runs of blocks with one mode, cut every `every` blocks */
+  m->n_groups = 0;
+  for (int i = 0; i < L;) {
+    int n = 1;
+    while (i + n < L && n < every && modes[i + n] == modes[i]) n++;
+    m->groups[m->n_groups++] = (block_group){m, i, n, modes[i]};
+    i += n;
   }
   return ZT_OK;
 }
 
+zt_status zt_gpt2_set_recompute(zt_gpt2 *m, zt_recompute mode, int every) {
+  if (!m) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_set_recompute: model is NULL");
+  if (mode != ZT_RECOMPUTE_NONE && mode != ZT_RECOMPUTE_FULL && mode != ZT_RECOMPUTE_SELECTIVE)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "zt_gpt2_set_recompute: mode %d is not none, full or selective (per-block plans: "
+                  "zt_gpt2_set_recompute_blocks)",
+                  (int)mode);
+  int L = m->cfg.n_layer;
+  zt_recompute *modes = malloc(sizeof *modes * (size_t)L);
+  if (!modes) return ZT_ERR(ZT_STATUS_OOM, "zt_gpt2_set_recompute: out of host memory");
+  for (int i = 0; i < L; i++) modes[i] = mode;
+  zt_status s = zt_gpt2_set_recompute_blocks(m, modes, every);
+  free(modes);
+  return s;
+}
+
 zt_recompute zt_gpt2_get_recompute(const zt_gpt2 *m, int *every) {
   if (every) *every = m ? m->checkpoint_every : 1;
-  return m ? m->recompute : ZT_RECOMPUTE_NONE;
+  if (!m) return ZT_RECOMPUTE_NONE;
+  for (int i = 1; i < m->cfg.n_layer; i++)
+    if (m->block_mode[i] != m->block_mode[0]) return ZT_RECOMPUTE_PLAN;
+  return m->block_mode[0];
+}
+
+void zt_gpt2_get_recompute_blocks(const zt_gpt2 *m, zt_recompute *modes) {
+  if (m && modes) memcpy(modes, m->block_mode, sizeof *modes * (size_t)m->cfg.n_layer);
+}
+
+zt_status zt_gpt2_set_selective_policy(zt_gpt2 *m, zt_checkpoint_policy policy) {
+  if (!m) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_set_selective_policy: model is NULL");
+  m->policy = policy.fn ? policy : (zt_checkpoint_policy){zt_checkpoint_policy_save_wide_gemm, NULL};
+  return ZT_OK;
+}
+
+zt_checkpoint_policy zt_gpt2_get_selective_policy(const zt_gpt2 *m) {
+  return m ? m->policy : (zt_checkpoint_policy){zt_checkpoint_policy_save_wide_gemm, NULL};
 }
 
 double zt_gpt2_flops_per_step(const zt_gpt2 *m, int64_t B, int64_t T) {
@@ -297,18 +344,17 @@ static zt_status forward(zt_gpt2 *m, zt_tensor *ids, zt_tensor *targets, zt_tens
   ZT_TRY(check_inputs(m, ids, targets, logits, loss));
   zt_tensor *x = NULL, *h = NULL, *h2 = NULL, *t2 = NULL, *lg = NULL, *ls = NULL;
   zt_status s = embed(m, ids, &x);
-  int L = m->cfg.n_layer;
-  if (!s && m->recompute == ZT_RECOMPUTE_FULL) {
-    // with grad mode off (eval, sampling) zt_checkpoint just runs the region
-    for (int g = 0; s == ZT_OK && g * m->checkpoint_every < L; g++) {
-      zt_tensor *y = NULL;
-      s = zt_checkpoint(group_region, &m->groups[g], 1, &x, 1, &y, NULL);
-      zt_tensor_free(x);
-      x = y;
-    }
-  } else if (!s) {
+  // with grad mode off (eval, sampling) zt_checkpoint just runs the region
+  for (int g = 0; s == ZT_OK && g < m->n_groups; g++) {
+    block_group *grp = &m->groups[g];
     zt_tensor *y = NULL;
-    s = run_blocks(m, 0, L, x, &y);
+    if (grp->mode == ZT_RECOMPUTE_NONE) {
+      s = run_blocks(m, grp->first, grp->count, x, &y);
+    } else {
+      zt_checkpoint_options o = zt_checkpoint_options_default();
+      if (grp->mode == ZT_RECOMPUTE_SELECTIVE) o.policy = m->policy;
+      s = zt_checkpoint(group_region, grp, 1, &x, 1, &y, &o);
+    }
     zt_tensor_free(x);
     x = y;
   }

@@ -26,6 +26,7 @@ typedef struct zt_op_call {
   zt_tensor **out;      /* allocated by the dispatcher unless the op is a view op */
   zt_op_attrs attrs;
   zt_node *node;        /* NULL when no grad will be needed: nothing to save */
+  struct zt__sac_entry *sac_capture; /* selective checkpointing records this op's saves */
 } zt_op_call;
 
 typedef struct zt_op_bwd {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "op.h"
+#include "sac.h"
 #include "../core/tensor_internal.h"
 
 typedef struct op_payload {
@@ -38,6 +39,7 @@ zt_status zt__op_grad_like_input(zt_op_bwd *b, int i, bool zero, zt_tensor **out
 
 zt_status zt__op_save(zt_op_call *c, const zt_tensor *t) {
   if (!c->node) return ZT_OK;
+  if (c->sac_capture) ZT_TRY(zt__sac_capture_save(c, c->sac_capture, t));
   return zt_node_save(c->node, t, NULL);
 }
 
@@ -189,17 +191,30 @@ zt_status zt__op_run(const zt_op *op, int n_in, zt_tensor *const *in, const zt_o
                                                       : zt__node_set_edge_from(c.node, i, in[i]);
     if (s) goto cleanup;
   }
-  if (!(op->flags & ZT_OP_FLAG_VIEW))
+  /* selective checkpointing: the policy keeps this op's outputs (capture), or they were
+   * kept in the forward of the region being recomputed (replay: the op does not run) */
+  zt__sac_entry *sac = NULL;
+  bool replay = false;
+  if (c.node && !(op->flags & ZT_OP_FLAG_VIEW)) {
+    s = zt__sac_before(&c, &sac, &replay);
+    if (s) goto cleanup;
+  }
+  if (!(op->flags & ZT_OP_FLAG_VIEW) && !replay)
     for (int k = 0; k < c.n_out && s == ZT_OK; k++) {
       c.out_meta[k].device = dev;
       s = zt__tensor_from_meta(&c.out_meta[k], false, &c.out[k]);
     }
   if (s) goto cleanup;
 
-  {
+  if (replay) {
+    s = zt__sac_replay(&c, sac);
+  } else {
+    c.sac_capture = sac;
     bool prev = zt_set_grad_enabled(false);
     s = op->forward(&c);
     zt_set_grad_enabled(prev);
+    c.sac_capture = NULL;
+    if (s == ZT_OK && sac) s = zt__sac_capture_done(&c, sac);
   }
   if (s) {
     zt__error_prefix(s, "op '%s'", op->name);

@@ -9,11 +9,12 @@
 
 #include "zt/checkpoint.h"
 #include "../autograd/node.h"
+#include "../ops/sac.h"
 
 static _Thread_local bool tl_early_stop_off = false; /* zero-initialised: early stop on */
 
 zt_checkpoint_options zt_checkpoint_options_default(void) {
-  return (zt_checkpoint_options){ZT_CHECKPOINT_EARLY_STOP_DEFAULT, true, true};
+  return (zt_checkpoint_options){ZT_CHECKPOINT_EARLY_STOP_DEFAULT, true, true, {NULL, NULL}};
 }
 
 bool zt_checkpoint_set_early_stop(bool enable) {
@@ -60,9 +61,12 @@ typedef struct recompute_env {
   zt_mem_tag tag_was;
   zt_rng_state rng_was;
   bool rng_set;
+  zt__sac_scope sac_was;
 } recompute_env;
 
-static void env_enter(recompute_env *e, bool preserve_rng, zt_rng_state rng) {
+/* sac: the region's selective cache, replayed (NULL: every op runs, no outer policy applies) */
+static void env_enter(recompute_env *e, bool preserve_rng, zt_rng_state rng, zt__sac *sac) {
+  zt__sac_enter(sac, ZT__SAC_REPLAY, &e->sac_was);
   e->rng_set = preserve_rng;
   if (preserve_rng) {
     e->rng_was = zt_rng_get_state();
@@ -76,6 +80,7 @@ static void env_leave(recompute_env *e) {
   zt_mem_tag_pop(e->tag_was);
   zt_set_grad_enabled(e->grad_was);
   if (e->rng_set) zt_rng_set_state(e->rng_was);
+  zt__sac_leave(&e->sac_was);
 }
 
 /* ================================================================ non-reentrant */
@@ -110,6 +115,7 @@ typedef struct frame {
   saved_meta *saved;
   int n_saved, cap_saved;
   recomputed *recs;
+  zt__sac *sac; /* selective checkpointing: the ops' outputs the policy kept (NULL: no policy) */
 } frame;
 
 typedef struct holder {
@@ -142,6 +148,7 @@ static void frame_release(frame *f) {
   free(f->input_slot);
   free(f->input_requires_grad);
   free(f->saved);
+  zt__sac_free(f->sac);
   if (f->user_data_free) f->user_data_free(f->user_data);
   free(f);
 }
@@ -256,7 +263,7 @@ static zt_status recompute(frame *f, int64_t gid, recomputed **out) {
     zt_saved_tensor_hooks h = {recompute_pack, recompute_unpack, recompute_release, &c};
     recompute_env env;
     zt_saved_hooks_stash stash;
-    env_enter(&env, f->preserve_rng, f->rng);
+    env_enter(&env, f->preserve_rng, f->rng, f->sac);
     zt_saved_tensor_hooks_stash(&stash); /* Rule 3: as if no checkpoint were active */
     s = zt_saved_tensor_hooks_push(&h);
     if (s == ZT_OK) {
@@ -379,6 +386,7 @@ static zt_status checkpoint_impl(zt_checkpoint_fn fn, void *user_data, void (*us
   f->determinism_check = o.determinism_check;
   f->preserve_rng = o.preserve_rng_state;
   if (f->preserve_rng) f->rng = zt_rng_get_state();
+  if (o.policy.fn) f->sac = zt__sac_new(o.policy);
   f->input_slot = calloc((size_t)(n_in ? n_in : 1), sizeof *f->input_slot);
   f->input_requires_grad = calloc((size_t)(n_in ? n_in : 1), sizeof *f->input_requires_grad);
   zt_tensor **saver_in = calloc((size_t)n_in + 1, sizeof *saver_in);
@@ -397,9 +405,12 @@ static zt_status checkpoint_impl(zt_checkpoint_fn fn, void *user_data, void (*us
     zt_saved_tensor_hooks h = {ckpt_pack, ckpt_unpack, ckpt_release, f};
     s = zt_saved_tensor_hooks_push(&h);
     if (s == ZT_OK) {
+      zt__sac_scope outer; /* this region's policy, not an enclosing region's, applies to its ops */
+      zt__sac_enter(f->sac, ZT__SAC_RECORD, &outer);
       f->in_forward = true;
       s = fn(inputs, n_in, outputs, n_out, user_data);
       f->in_forward = false;
+      zt__sac_leave(&outer);
       zt_saved_tensor_hooks_pop();
     }
   }
@@ -530,7 +541,7 @@ static zt_status reentrant_backward(zt_node *ctx, int n_outputs, zt_tensor *cons
   }
   if (s == ZT_OK) {
     recompute_env env;
-    env_enter(&env, rc->preserve_rng, rc->rng);
+    env_enter(&env, rc->preserve_rng, rc->rng, NULL);
     s = rc->fn(args, rc->n_in, outs, n_outputs, rc->user_data);
     env_leave(&env);
   }
@@ -564,6 +575,10 @@ zt_status zt_checkpoint_reentrant(zt_checkpoint_fn fn, void *user_data, int n_in
                                   int n_out, zt_tensor **outputs, const zt_checkpoint_options *opts) {
   ZT_TRY(check_args("zt_checkpoint_reentrant", fn, n_in, inputs, n_out, outputs));
   zt_checkpoint_options o = opts ? *opts : zt_checkpoint_options_default();
+  if (o.policy.fn)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "zt_checkpoint_reentrant: selective policies work with zt_checkpoint (non-reentrant) only; "
+                  "drop options.policy or use zt_checkpoint");
   if (!zt_grad_enabled()) return fn(inputs, n_in, outputs, n_out, user_data);
   bool any = false;
   for (int i = 0; i < n_in; i++) any |= inputs[i] && inputs[i]->requires_grad;

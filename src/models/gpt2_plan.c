@@ -1,0 +1,135 @@
+/* GPT-2 activation memory model and the memory-budget planner of recomputation. The model
+ * counts the bytes each op saves for backward (see zt_gpt2_predict_activation_peak in
+ * nn.h); it uses only the public model API, so it stays true to what forward does only as
+ * long as the counts below follow src/nn/layers.c and src/models/gpt2.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "zt/nn.h"
+
+/* Values per token, for one block: what its region keeps as input (once per region),
+ * what else it keeps between forward and backward, and what its recomputation
+ * materialises in backward. */
+typedef struct block_cost {
+  double input, kept, recomp;
+} block_cost;
+
+static block_cost cost_of(const zt_gpt2 *m, zt_recompute mode) {
+  const zt_gpt2_config *c = zt_gpt2_get_config(m);
+  double C = c->n_embd, H = c->n_head;
+  /* NONE: ln_1 input x, its mean/rstd, c_attn input, qkv, attention output and its
+   * logsumexp (n_head per token), ln_2 input and stats, c_fc input, the GELU's input and
+   * output (4C each) */
+  double none = 16 * C + 4 + H;
+  if (mode == ZT_RECOMPUTE_NONE) return (block_cost){0, none, 0};
+  /* recomputing the attention projection also makes its output (C) live beside the
+   * saved tensors while the residual add runs: recomputation peaks at `none` (the input,
+   * kept by the region, counted again) */
+  if (mode == ZT_RECOMPUTE_FULL) return (block_cost){C, 0, none};
+  zt_checkpoint_policy p = zt_gpt2_get_selective_policy(m);
+  if (p.fn == zt_checkpoint_policy_save_gemm) /* qkv, both projections, c_fc */
+    return (block_cost){C, 9 * C, none - 8 * C};
+  if (p.fn == zt_checkpoint_policy_recompute_attention) {
+    /* every output but the attention core's: also the projections' outputs (and dropout's) */
+    double drop = c->dropout > 0 ? 2 * C : 0;
+    return (block_cost){C, 16 * C + 4 + drop, C + H};
+  }
+  /* save_wide_gemm (and policies the model does not know): qkv (3C), c_fc (4C); the
+   * attention projection is recomputed (+C live, as for FULL) */
+  return (block_cost){C, 7 * C, none - 7 * C};
+}
+
+int64_t zt_gpt2_predict_activation_peak(const zt_gpt2 *m, int64_t B, int64_t T, const zt_recompute *modes, int every) {
+  if (!m || B < 1 || T < 1) return 0;
+  const zt_gpt2_config *c = zt_gpt2_get_config(m);
+  int L = c->n_layer;
+  zt_recompute *own = NULL;
+  if (!modes) {
+    own = malloc(sizeof *own * (size_t)L);
+    if (!own) return 0;
+    zt_gpt2_get_recompute_blocks(m, own);
+    zt_gpt2_get_recompute(m, &every);
+    modes = own;
+  }
+  if (every < 1) every = 1;
+  double C = c->n_embd, tokens = (double)B * (double)T, es = 4; /* f32 */
+  double kept = 0, worst = 0;
+  for (int i = 0; i < L;) { /* regions as zt_gpt2_set_recompute_blocks makes them */
+    int n = 1;
+    while (i + n < L && n < every && modes[i + n] == modes[i]) n++;
+    block_cost one = cost_of(m, modes[i]);
+    double region_kept = one.input + n * one.kept, region_recomp = n * one.recomp;
+    /* backward of this region: the regions before it still hold theirs */
+    double bwd = kept + region_kept + region_recomp;
+    if (bwd > worst) worst = bwd;
+    kept += region_kept;
+    i += n;
+  }
+  /* end of forward: ln_f's input and stats, its output and the output layer's input grad */
+  double fwd = kept + 3 * C + 2;
+  double peak = (fwd > worst ? fwd : worst) * tokens * es;
+  free(own);
+  return (int64_t)(peak + tokens * 4 + (double)T * 4); /* + the token and position ids (i32) */
+}
+
+/* Work a block's recomputation adds, in block forwards. SELECTIVE redoes the layer norms,
+ * attention, the attention projection, GELU and the residual adds; early stop skips the
+ * MLP down-projection. */
+static double work_of(zt_recompute mode) {
+  return mode == ZT_RECOMPUTE_FULL ? 1.0 : mode == ZT_RECOMPUTE_SELECTIVE ? 0.125 : 0.0;
+}
+
+zt_status zt_gpt2_plan_recompute(const zt_gpt2 *m, int64_t B, int64_t T, int64_t budget, zt_recompute *modes,
+                                 int64_t *predicted) {
+  if (!m || !modes) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_plan_recompute: model or modes is NULL");
+  if (B < 1 || T < 1 || budget < 1)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_plan_recompute: batch %lld, length %lld and budget %lld must be positive",
+                  (long long)B, (long long)T, (long long)budget);
+  int L = zt_gpt2_get_config(m)->n_layer;
+  for (int i = 0; i < L; i++) modes[i] = ZT_RECOMPUTE_FULL;
+  int64_t floor_bytes = zt_gpt2_predict_activation_peak(m, B, T, modes, 1);
+  if (floor_bytes > budget)
+    return ZT_ERR(ZT_STATUS_OOM,
+                  "activation budget %.1f MiB is below %.1f MiB, what recomputing every block needs at batch %lld x "
+                  "length %lld; raise the budget, or lower the batch or sequence length",
+                  (double)budget / 1048576.0, (double)floor_bytes / 1048576.0, (long long)B, (long long)T);
+  for (int i = 0; i < L; i++) modes[i] = ZT_RECOMPUTE_NONE;
+  int64_t peak = zt_gpt2_predict_activation_peak(m, B, T, modes, 1);
+  /* greedy: the one-level change (NONE -> SELECTIVE -> FULL, or NONE -> FULL) that frees
+   * the most predicted peak bytes per unit of added work; ties go to later blocks, whose
+   * recomputation in backward overlaps fewer kept regions */
+  while (peak > budget) {
+    int best = -1;
+    zt_recompute best_mode = ZT_RECOMPUTE_NONE;
+    double best_score = 0;
+    int64_t best_peak = peak;
+    for (int i = 0; i < L; i++) {
+      zt_recompute was = modes[i];
+      zt_recompute next[2] = {ZT_RECOMPUTE_SELECTIVE, ZT_RECOMPUTE_FULL};
+      for (int k = 0; k < 2; k++) {
+        if (work_of(next[k]) <= work_of(was)) continue;
+        modes[i] = next[k];
+        int64_t p = zt_gpt2_predict_activation_peak(m, B, T, modes, 1);
+        double score = (double)(peak - p) / (work_of(next[k]) - work_of(was));
+        /* a change that reaches the budget by itself beats one that frees more per unit */
+        if (p <= budget) score += 1e30 / (work_of(next[k]) - work_of(was));
+        if (p < peak && score >= best_score) {
+          best = i;
+          best_mode = next[k];
+          best_score = score;
+          best_peak = p;
+        }
+      }
+      modes[i] = was;
+    }
+    if (best < 0) break; /* nothing helps any more (cannot happen above the floor) */
+    modes[best] = best_mode;
+    peak = best_peak;
+  }
+  if (peak > budget) { /* the greedy path stalled: fall back to the floor */
+    for (int i = 0; i < L; i++) modes[i] = ZT_RECOMPUTE_FULL;
+    peak = floor_bytes;
+  }
+  if (predicted) *predicted = peak;
+  return ZT_OK;
+}
