@@ -63,7 +63,8 @@ static int bench_step(int argc, char **argv) {
   zt_tensor *x = NULL, *y = NULL;
   double *t = calloc((size_t)steps, sizeof *t);
   int rc = 1;
-  if (zt_gpt2_new(&g, &m) || zt_gpt2_set_recompute(m, c.recompute, c.checkpoint_every)) goto fail;
+  zt_train_result plan = {0};
+  if (zt_gpt2_new(&g, &m) || zt_train_setup_memory(m, &c, &plan)) goto fail;
   zt_param *params;
   int np = zt_gpt2_params(m, &params);
   zt_optim_config oc = zt_optim_default(c.optimizer);
@@ -96,11 +97,13 @@ static int bench_step(int argc, char **argv) {
   zt_mem_stats ms;
   zt_mem_stats_get(ZT_CPU, &ms);
   printf("{\"bench\":\"step\",\"model\":\"%s\",\"params\":%lld,\"batch\":%lld,\"seq\":%lld,\"threads\":%d,"
-         "\"recompute\":\"%s\",\"checkpoint_every\":%d,\"steps\":%lld,\"ms_per_step\":%.1f,\"tokens_per_s\":%.1f,"
+         "\"recompute\":\"%s\",\"recompute_budget\":%lld,\"plan\":\"%s\",\"checkpoint_every\":%d,"
+         "\"offload\":%d,\"act_peak_predicted\":%lld,\"steps\":%lld,\"ms_per_step\":%.1f,\"tokens_per_s\":%.1f,"
          "\"model_gflops\":%.1f,\"sgemm_gflops\":%.1f,"
          "\"ratio_to_sgemm\":%.3f,\"peak_rss_bytes\":%lld,\"peak_bytes\":{",
          c.model, (long long)zt_gpt2_num_params(m), (long long)c.batch, (long long)c.seq, zt_get_num_threads(),
-         zt_recompute_name(c.recompute), c.checkpoint_every, (long long)steps, med * 1e3,
+         c.recompute_budget ? "budget" : zt_recompute_name(c.recompute), (long long)c.recompute_budget, plan.recompute_plan,
+         c.checkpoint_every, c.offload_activations, (long long)plan.act_peak_predicted, (long long)steps, med * 1e3,
          (double)(c.batch * c.seq) / med, flops / med / 1e9, sg, flops / med / 1e9 / sg,
          (long long)zt_mem_peak_rss());
   for (int k = 0; k < ZT_MEM_TAG_COUNT; k++)

@@ -25,9 +25,16 @@ static void train_usage(FILE *f) {
           "  --batch B           sequences per step (default %lld)\n"
           "  --seq T             tokens per sequence (default %lld)\n"
           "memory:\n"
-          "  --recompute MODE    none, or full: recompute the blocks' activations in backward\n"
-          "                      (bitwise the same results, less activation memory; default none)\n"
-          "  --checkpoint-every K  with --recompute full: K blocks per recomputed region (default %d)\n"
+          "  --recompute MODE    recompute the blocks' activations in backward instead of keeping them\n"
+          "                      (bitwise the same results, less activation memory; default none):\n"
+          "                      none | full | selective (keep QKV and MLP up-projection outputs,\n"
+          "                      recompute the rest; also selective:gemm, selective:attention) |\n"
+          "                      budget=SIZE (per-block plan that fits SIZE bytes of activations, e.g. 300M)\n"
+          "  --checkpoint-every K  blocks per recomputed region (default %d)\n"
+          "  --offload-activations TIER  none | bf16 (compressed in memory, lossy) | disk (a spill file,\n"
+          "                      lossless) | host: saved activations of the blocks go there in forward and\n"
+          "                      come back, prefetched, in backward (default none)\n"
+          "  --offload-dir DIR   where the disk tier's spill file goes (default $TMPDIR or /tmp)\n"
           "optimisation:\n"
           "  --steps N           training steps (default %lld)\n"
           "  --lr LR             peak learning rate (default %g)\n"
@@ -117,10 +124,16 @@ int zt_cmd_train(int argc, char **argv) {
       return 2;
     }
   }
-  printf("zt train: %s%s, data %s, batch %lld x seq %lld, %lld steps, lr %g, seed %llu, recompute %s\n", c.model,
-         c.n_layer || c.n_head || c.n_embd || c.vocab_size || c.block_size ? " (shape overridden)" : "",
+  char rc[64];
+  if (c.recompute_budget > 0)
+    snprintf(rc, sizeof rc, "budget %s", zt_cli_bytes((double)c.recompute_budget, (char[32]){0}));
+  else
+    snprintf(rc, sizeof rc, "%s", zt_recompute_name(c.recompute));
+  static const char *const tiers[] = {"none", "bf16", "disk", "host"};
+  printf("zt train: %s%s, data %s, batch %lld x seq %lld, %lld steps, lr %g, seed %llu, recompute %s, offload %s\n",
+         c.model, c.n_layer || c.n_head || c.n_embd || c.vocab_size || c.block_size ? " (shape overridden)" : "",
          c.data[0] ? c.data : "built-in", (long long)c.batch, (long long)c.seq, (long long)c.steps, c.lr,
-         (unsigned long long)c.seed, zt_recompute_name(c.recompute));
+         (unsigned long long)c.seed, rc, tiers[c.offload_activations]);
   fflush(stdout);
   zt_train_result r;
   zt_gpt2 *m = NULL;
@@ -129,6 +142,10 @@ int zt_cmd_train(int argc, char **argv) {
          "sgemm ceiling %.0f GFLOP/s\n",
          (long long)r.steps_done, r.seconds, r.tokens_per_s, (long long)r.num_params, r.first_loss, r.last_loss,
          r.last_val_loss, r.sgemm_gflops);
+  char b1[32], b2[32];
+  printf("activations: blocks %s (n none, s selective, f full); peak %s measured, %s predicted\n", r.recompute_plan,
+         zt_cli_bytes((double)r.act_peak, b1), zt_cli_bytes((double)r.act_peak_predicted, b2));
+  if (r.offload_peak_bytes) printf("activation offload: peak %s in the tier\n", zt_cli_bytes((double)r.offload_peak_bytes, b1));
   char mem[8192];
   zt_mem_report(mem, sizeof mem);
   printf("memory by tag (bytes):\n%s", mem);

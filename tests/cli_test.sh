@@ -79,8 +79,27 @@ out=$("$zt" train $small --steps 6 --dropout 0.1 --recompute full --metrics "$w/
 check "--recompute full: losses bitwise those without" '[ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ $(wc -l < "$w/fr.jsonl") -eq 6 ] && diff <(grep -o "\"loss\":[^,]*" "$w/nr.jsonl") <(grep -o "\"loss\":[^,]*" "$w/fr.jsonl")'
 out=$("$zt" train $small --steps 6 --dropout 0.1 --recompute full --checkpoint-every 3 --metrics "$w/fr3.jsonl" 2>&1); rc=$?
 check "--checkpoint-every 3: losses bitwise those without" '[ $rc -eq 0 ] && diff <(grep -o "\"loss\":[^,]*" "$w/nr.jsonl") <(grep -o "\"loss\":[^,]*" "$w/fr3.jsonl")'
+for mode in selective selective:gemm budget=3M; do
+  out=$("$zt" train $small --steps 6 --dropout 0.1 --recompute $mode --metrics "$w/sr.jsonl" 2>&1); rc=$?
+  check "--recompute $mode: losses bitwise those without; predicted and measured peak printed" '[ $rc -eq 0 ] && diff <(grep -o "\"loss\":[^,]*" "$w/nr.jsonl") <(grep -o "\"loss\":[^,]*" "$w/sr.jsonl") && grep -q "peak .* measured, .* predicted" <<<"$out" && grep -q "act_peak_predicted" "$w/sr.jsonl"'
+done
+check "--recompute budget=3M: a mixed plan within the budget" 'grep -q "blocks [nsf]*[sf][nsf]* " <<<"$out" && awk "/ACTIVATION/ && \$1==\"cpu\" {exit !(\$4 <= 3*1048576)}" <<<"$out"'
+for tier in disk host; do
+  out=$("$zt" train $small --steps 6 --dropout 0.1 --recompute selective --offload-activations $tier --offload-dir "$w" --metrics "$w/of.jsonl" 2>&1); rc=$?
+  check "--offload-activations $tier: losses bitwise those without" '[ $rc -eq 0 ] && diff <(grep -o "\"loss\":[^,]*" "$w/nr.jsonl") <(grep -o "\"loss\":[^,]*" "$w/of.jsonl") && grep -q "activation offload: peak" <<<"$out"'
+done
+out=$("$zt" train $small --steps 3 --offload-activations bf16 2>&1); rc=$?
+check "--offload-activations bf16 trains" '[ $rc -eq 0 ]'
 out=$("$zt" train --recompute some 2>&1); rc=$?
-check "bad --recompute is exit 2 naming the choices" '[ $rc -eq 2 ] && grep -q "none or full" <<<"$out"'
+check "bad --recompute is exit 2 naming the choices" '[ $rc -eq 2 ] && grep -q "none, full, selective" <<<"$out"'
+out=$("$zt" train --recompute budget=lots 2>&1); rc=$?
+check "bad budget size is exit 2 with an example" '[ $rc -eq 2 ] && grep -q "e.g. 300M" <<<"$out"'
+out=$("$zt" train $small --recompute budget=10K 2>&1); rc=$?
+check "too small a budget names the minimum" '[ $rc -ne 0 ] && grep -q "what recomputing every block needs" <<<"$out"'
+out=$("$zt" train --offload-activations tape 2>&1); rc=$?
+check "bad offload tier is exit 2 naming the tiers" '[ $rc -eq 2 ] && grep -q "none, bf16, disk or host" <<<"$out"'
+out=$("$zt" train $small --steps 2 --offload-activations disk --offload-dir /nonexistent/dir 2>&1); rc=$?
+check "unusable offload dir is a clear error naming it" '[ $rc -ne 0 ] && grep -q "/nonexistent/dir" <<<"$out"'
 
 out=$("$zt" train --bogus 1 2>&1); rc=$?
 check "unknown flag is exit 2 with a message" '[ $rc -eq 2 ] && grep -q "unknown option .bogus." <<<"$out"'
@@ -95,6 +114,6 @@ check "seq longer than the context is a clear error" '[ $rc -ne 0 ] && grep -q "
 out=$("$zt" frobnicate 2>&1); rc=$?
 check "unknown command is exit 2" '[ $rc -eq 2 ] && grep -q "unknown command" <<<"$out"'
 out=$("$zt" train --help 2>&1); rc=$?
-check "help lists every flag" '[ $rc -eq 0 ] && for f in config model layers heads dim vocab ctx dropout init-from data val-data batch seq steps lr min-lr warmup optimizer weight-decay beta1 beta2 momentum grad-clip seed threads log-every eval-every eval-batches metrics save save-every resume stop-at sample-len recompute checkpoint-every; do grep -q -- "--$f" <<<"$out" || exit 1; done'
+check "help lists every flag" '[ $rc -eq 0 ] && for f in config model layers heads dim vocab ctx dropout init-from data val-data batch seq steps lr min-lr warmup optimizer weight-decay beta1 beta2 momentum grad-clip seed threads log-every eval-every eval-batches metrics save save-every resume stop-at sample-len recompute checkpoint-every offload-activations offload-dir; do grep -q -- "--$f" <<<"$out" || exit 1; done'
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

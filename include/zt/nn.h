@@ -8,6 +8,7 @@
 
 #include "zt/ops.h"
 #include "zt/checkpoint.h"
+#include "zt/offload.h"
 
 /* A named parameter. `decay`: whether weight decay applies (2-D weights and embeddings
  * yes; biases and layer-norm parameters no). */
@@ -202,6 +203,13 @@ const char *zt_recompute_name(zt_recompute mode);
 /* The policy of SELECTIVE blocks (fn NULL restores the default, save_wide_gemm). */
 zt_status zt_gpt2_set_selective_policy(zt_gpt2 *m, zt_checkpoint_policy policy);
 zt_checkpoint_policy zt_gpt2_get_selective_policy(const zt_gpt2 *m);
+/* Activation offload of the blocks (include/zt/offload.h): in training forwards, what the
+ * blocks save for backward goes to the tier (inside checkpoint regions, only the region
+ * inputs), and comes back, prefetched, in backward. The model makes and owns the store;
+ * NULL options turn it off. Combines with every recompute mode; losses and grads are
+ * bitwise those without offload for the lossless tiers (DISK, HOST). */
+zt_status zt_gpt2_set_activation_offload(zt_gpt2 *m, const zt_offload_options *o);
+zt_offload *zt_gpt2_activation_offload(const zt_gpt2 *m); /* NULL when off; for its stats */
 
 /* Memory-budget planning (src/models/gpt2_plan.c). The activation model counts, per
  * token, what each block keeps from forward to backward (NONE: 16C + 4 + n_head values;

@@ -130,8 +130,12 @@ typedef struct zt_train_config {
   char init_from[512];   /* transformers GPT-2 safetensors file */
   int64_t stop_at;       /* > 0: stop (and checkpoint) after this step; the schedule still uses steps */
   int64_t inject_nan_at; /* > 0: testing aid: make the loss NaN at this step */
-  zt_recompute recompute; /* activation recomputation of the blocks (default none) */
-  int checkpoint_every;   /* blocks per checkpoint region with recompute full (default 1) */
+  zt_recompute recompute; /* activation recomputation of the blocks: NONE, FULL or SELECTIVE (default none) */
+  int checkpoint_every;   /* blocks per checkpoint region (default 1) */
+  zt_checkpoint_policy_fn selective_policy; /* of SELECTIVE (NULL: save_wide_gemm) */
+  int64_t recompute_budget; /* > 0: plan per-block modes for this many ACTIVATION bytes (overrides recompute) */
+  int offload_activations;  /* 0: off, else a zt_offload_tier for the blocks' saved tensors */
+  char offload_dir[512];    /* DISK tier: where the spill file goes ("" = $TMPDIR or /tmp) */
 } zt_train_config;
 /* Defaults: gpt2-tiny on the default data (the values `zt train` shows in --help). */
 void zt_train_config_default(zt_train_config *c);
@@ -151,6 +155,7 @@ typedef struct zt_train_step_info {
   double step_ms, tokens_per_s, mfu; /* mfu: model FLOP/s over the sgemm ceiling measured at start */
   zt_mem_stats mem;       /* cpu */
   int64_t peak_rss;
+  int64_t act_peak_predicted; /* the model's prediction of peak ACTIVATION bytes (offload not counted) */
 } zt_train_step_info;
 typedef void (*zt_train_step_fn)(const zt_train_step_info *info, void *user_data);
 
@@ -159,12 +164,20 @@ typedef struct zt_train_result {
   double first_loss, last_loss, last_val_loss;
   double seconds, tokens_per_s, sgemm_gflops;
   int64_t num_params;
+  int64_t act_peak_predicted, act_peak; /* peak ACTIVATION bytes on cpu: predicted, measured over the run */
+  char recompute_plan[128]; /* a letter per block: n none, s selective, f full ("..." when longer) */
+  int64_t offload_peak_bytes; /* peak bytes in the activation offload tier (0: no offload) */
 } zt_train_result;
 /* Train as configured, calling on_step after every step (the library prints nothing).
  * On NaN/inf loss it stops with ZT_STATUS_STATE and leaves the last checkpoint intact.
  * If model_out is not NULL it receives the trained model (caller frees). */
 zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void *user_data, zt_train_result *res,
                        zt_gpt2 **model_out);
+
+/* Apply c's memory options to m: recomputation (the per-block plan of --recompute
+ * budget=SIZE at c's batch and seq, else one mode for all blocks), the selective policy and
+ * activation offload; fills res's recompute_plan and act_peak_predicted. */
+zt_status zt_train_setup_memory(zt_gpt2 *m, const zt_train_config *c, zt_train_result *res);
 
 /* GFLOP/s of raw OpenBLAS sgemm at n x n x n on the current threads (median of reps runs
  * after one warm-up): the ceiling that model FLOP utilisation is measured against. */

@@ -11,6 +11,7 @@
 
 #include "zt/checkpoint.h"
 #include "zt/nn.h"
+#include "zt/offload.h"
 
 /* Layering: the model calls zt_checkpoint (src/strategies) directly rather than through a
  * runner hook set by the training layer. checkpoint.c depends only on the autograd layer
@@ -41,6 +42,7 @@ struct zt_gpt2 {
   zt_checkpoint_policy policy; /* of SELECTIVE regions */
   block_group *groups; /* n_layer entries (at most that many groups), filled by set_recompute */
   int n_groups;
+  zt_offload *offload; /* activation offload of the blocks (NULL: none), owned */
 };
 
 /* ------------------------------------------------------------------ configs */
@@ -115,6 +117,7 @@ void zt_gpt2_free(zt_gpt2 *m) {
   free(m->blocks);
   free(m->groups);
   free(m->block_mode);
+  zt_offload_free(m->offload);
   free(m->params);
   free(m);
 }
@@ -260,6 +263,17 @@ zt_status zt_gpt2_set_selective_policy(zt_gpt2 *m, zt_checkpoint_policy policy) 
   return ZT_OK;
 }
 
+zt_status zt_gpt2_set_activation_offload(zt_gpt2 *m, const zt_offload_options *o) {
+  if (!m) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_set_activation_offload: model is NULL");
+  zt_offload *next = NULL;
+  if (o) ZT_TRY(zt_offload_new(o, &next));
+  zt_offload_free(m->offload); /* graphs still holding its records keep it alive */
+  m->offload = next;
+  return ZT_OK;
+}
+
+zt_offload *zt_gpt2_activation_offload(const zt_gpt2 *m) { return m ? m->offload : NULL; }
+
 zt_checkpoint_policy zt_gpt2_get_selective_policy(const zt_gpt2 *m) {
   return m ? m->policy : (zt_checkpoint_policy){zt_checkpoint_policy_save_wide_gemm, NULL};
 }
@@ -344,6 +358,10 @@ static zt_status forward(zt_gpt2 *m, zt_tensor *ids, zt_tensor *targets, zt_tens
   ZT_TRY(check_inputs(m, ids, targets, logits, loss));
   zt_tensor *x = NULL, *h = NULL, *h2 = NULL, *t2 = NULL, *lg = NULL, *ls = NULL;
   zt_status s = embed(m, ids, &x);
+  // the blocks' saved tensors go to the offload tier (a checkpoint region's own hooks sit
+  // above it: only region inputs reach the tier); with grad mode off nothing is saved
+  bool offloading = !s && m->offload && zt_grad_enabled();
+  if (offloading) s = zt_offload_push(m->offload);
   // with grad mode off (eval, sampling) zt_checkpoint just runs the region
   for (int g = 0; s == ZT_OK && g < m->n_groups; g++) {
     block_group *grp = &m->groups[g];
@@ -357,6 +375,10 @@ static zt_status forward(zt_gpt2 *m, zt_tensor *ids, zt_tensor *targets, zt_tens
     }
     zt_tensor_free(x);
     x = y;
+  }
+  if (offloading) {
+    zt_status p = zt_offload_pop(m->offload);
+    if (!s) s = p;
   }
   if (!s) s = zt_nn_layer_norm_forward(m->ln_f, x, &h);
   zt_tensor_free(x);

@@ -67,6 +67,57 @@ static zt_status parse_str(const char *key, const char *v, char *dst, size_t cap
   return ZT_OK;
 }
 
+/* A byte count: digits with an optional K, M or G suffix (powers of 1024; "KiB", "MB"...). */
+static zt_status parse_bytes(const char *key, const char *v, int64_t *out) {
+  char *end;
+  errno = 0;
+  double x = v ? strtod(v, &end) : 0;
+  if (!v || end == v || errno || !(x > 0)) goto bad;
+  double mult = 1;
+  switch (*end) {
+  case 'k': case 'K': mult = 1024.0; end++; break;
+  case 'm': case 'M': mult = 1048576.0; end++; break;
+  case 'g': case 'G': mult = 1073741824.0; end++; break;
+  default: break;
+  }
+  if (mult > 1 && *end == 'i') end++;
+  if (mult > 1 && (*end == 'B' || *end == 'b')) end++;
+  if (*end || x * mult >= 9.2e18) goto bad;
+  *out = (int64_t)(x * mult);
+  return ZT_OK;
+bad:
+  return ZT_ERR(ZT_STATUS_INVALID_ARG, "option '%s' needs a positive size in bytes, e.g. 300M or 1.5G (got '%s')", key,
+                v ? v : "");
+}
+
+static zt_status parse_recompute(zt_train_config *c, const char *v) {
+  static const struct {
+    const char *name;
+    zt_recompute mode;
+    zt_checkpoint_policy_fn policy;
+  } modes[] = {{"none", ZT_RECOMPUTE_NONE, NULL},
+               {"full", ZT_RECOMPUTE_FULL, NULL},
+               {"selective", ZT_RECOMPUTE_SELECTIVE, NULL},
+               {"selective:wide", ZT_RECOMPUTE_SELECTIVE, zt_checkpoint_policy_save_wide_gemm},
+               {"selective:gemm", ZT_RECOMPUTE_SELECTIVE, zt_checkpoint_policy_save_gemm},
+               {"selective:attention", ZT_RECOMPUTE_SELECTIVE, zt_checkpoint_policy_recompute_attention}};
+  for (size_t i = 0; v && i < sizeof modes / sizeof modes[0]; i++)
+    if (!strcmp(v, modes[i].name)) {
+      c->recompute = modes[i].mode;
+      c->selective_policy = modes[i].policy;
+      c->recompute_budget = 0;
+      return ZT_OK;
+    }
+  if (v && !strncmp(v, "budget=", 7)) {
+    ZT_TRY(parse_bytes("recompute budget", v + 7, &c->recompute_budget));
+    c->recompute = ZT_RECOMPUTE_NONE;
+    return ZT_OK;
+  }
+  return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                "option 'recompute' is none, full, selective[:wide|:gemm|:attention] or budget=SIZE (got '%s')",
+                v ? v : "");
+}
+
 zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v) {
   if (!key) return ZT_ERR(ZT_STATUS_INVALID_ARG, "option name is NULL");
   if (!strcmp(key, "model")) {
@@ -115,12 +166,18 @@ zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v
   if (!strcmp(key, "init-from")) return parse_str(key, v, c->init_from, sizeof c->init_from);
   if (!strcmp(key, "stop-at")) return parse_i64(key, v, 0, &c->stop_at);
   if (!strcmp(key, "inject-nan-at")) return parse_i64(key, v, 0, &c->inject_nan_at);
-  if (!strcmp(key, "recompute")) {
-    if (v && !strcmp(v, "none")) c->recompute = ZT_RECOMPUTE_NONE;
-    else if (v && !strcmp(v, "full")) c->recompute = ZT_RECOMPUTE_FULL;
-    else return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'recompute' is none or full (got '%s')", v ? v : "");
-    return ZT_OK;
+  if (!strcmp(key, "recompute")) return parse_recompute(c, v);
+  if (!strcmp(key, "offload-activations")) {
+    static const char *const names[] = {"none", "bf16", "disk", "host"};
+    for (int i = 0; i < 4; i++)
+      if (v && !strcmp(v, names[i])) {
+        c->offload_activations = i; /* 0 none, then ZT_OFFLOAD_BF16, _DISK, _HOST */
+        return ZT_OK;
+      }
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'offload-activations' is none, bf16, disk or host (got '%s')",
+                  v ? v : "");
   }
+  if (!strcmp(key, "offload-dir")) return parse_str(key, v, c->offload_dir, sizeof c->offload_dir);
   if (!strcmp(key, "checkpoint-every")) return parse_int(key, v, 1, &c->checkpoint_every);
   return ZT_ERR(ZT_STATUS_INVALID_ARG, "unknown option '%s' (see zt train --help)", key);
 }

@@ -156,8 +156,9 @@ static void write_metrics(FILE *f, const zt_train_step_info *in) {
   for (int t = 0; t < ZT_MEM_TAG_COUNT; t++)
     fprintf(f, "%s\"%s\":{\"current\":%lld,\"peak\":%lld}", t ? "," : "", zt_mem_tag_name((zt_mem_tag)t),
             (long long)in->mem.current[t], (long long)in->mem.peak[t]);
-  fprintf(f, ",\"total\":{\"current\":%lld,\"peak\":%lld}},\"peak_rss\":%lld}\n", (long long)in->mem.current_total,
-          (long long)in->mem.peak_total, (long long)in->peak_rss);
+  fprintf(f, ",\"total\":{\"current\":%lld,\"peak\":%lld}},\"act_peak_predicted\":%lld,\"peak_rss\":%lld}\n",
+          (long long)in->mem.current_total, (long long)in->mem.peak_total, (long long)in->act_peak_predicted,
+          (long long)in->peak_rss);
   fflush(f);
 }
 
@@ -166,6 +167,41 @@ static zt_status save_checkpoint(run *r, int64_t step, zt_loader_pos pos) {
     return ZT_ERR(ZT_STATUS_IO, "cannot create checkpoint dir '%s': %s", r->c->save, strerror(errno));
   zt_train_state st = {step, zt_rng_get_state(), pos, r->g};
   return zt_checkpoint_save(r->c->save, r->model, r->opt, &st);
+}
+
+zt_status zt_train_setup_memory(zt_gpt2 *m, const zt_train_config *c, zt_train_result *res) {
+  int L = zt_gpt2_get_config(m)->n_layer;
+  zt_recompute *modes = calloc((size_t)L, sizeof *modes);
+  if (!modes) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  zt_status s = zt_gpt2_set_selective_policy(m, (zt_checkpoint_policy){c->selective_policy, NULL});
+  if (!s && c->recompute_budget > 0) {
+    s = zt_gpt2_plan_recompute(m, c->batch, c->seq, c->recompute_budget, modes, NULL);
+    if (s) zt__error_prefix(s, "--recompute budget=%lld", (long long)c->recompute_budget);
+    if (!s) s = zt_gpt2_set_recompute_blocks(m, modes, 1);
+  } else if (!s) {
+    s = zt_gpt2_set_recompute(m, c->recompute, c->checkpoint_every);
+  }
+  if (!s && c->offload_activations) {
+    zt_offload_options o = zt_offload_options_default((zt_offload_tier)c->offload_activations);
+    if (c->offload_dir[0]) o.dir = c->offload_dir;
+    s = zt_gpt2_set_activation_offload(m, &o);
+  }
+  if (!s) {
+    zt_gpt2_get_recompute_blocks(m, modes);
+    size_t cap = sizeof res->recompute_plan, n = 0;
+    for (int i = 0; i < L; i++) {
+      if (n + 4 >= cap) {
+        strcpy(res->recompute_plan + n, "...");
+        n += 3;
+        break;
+      }
+      res->recompute_plan[n++] = modes[i] == ZT_RECOMPUTE_FULL ? 'f' : modes[i] == ZT_RECOMPUTE_SELECTIVE ? 's' : 'n';
+    }
+    res->recompute_plan[n] = 0;
+    res->act_peak_predicted = zt_gpt2_predict_activation_peak(m, c->batch, c->seq, NULL, 0);
+  }
+  free(modes);
+  return s;
 }
 
 zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void *user_data, zt_train_result *res,
@@ -194,7 +230,7 @@ zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void 
   }
   zt_rng_seed(c->seed);
   if ((s = zt_gpt2_new(&r.g, &r.model))) goto done;
-  if ((s = zt_gpt2_set_recompute(r.model, c->recompute, c->checkpoint_every))) goto done;
+  if ((s = zt_train_setup_memory(r.model, c, &result))) goto done;
   if (c->init_from[0] && (s = zt_gpt2_load_hf(r.model, c->init_from))) goto done;
   zt_param *params;
   int n_params = zt_gpt2_params(r.model, &params);
@@ -288,6 +324,14 @@ zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void 
     }
     zt_mem_stats_get(ZT_CPU, &info.mem);
     info.peak_rss = zt_mem_peak_rss();
+    info.act_peak_predicted = result.act_peak_predicted;
+    result.act_peak = info.mem.peak[ZT_MEM_TAG_ACTIVATION];
+    zt_offload *off = zt_gpt2_activation_offload(r.model);
+    if (off) {
+      zt_offload_stats os;
+      zt_offload_stats_get(off, &os);
+      result.offload_peak_bytes = os.peak_bytes_in_tier;
+    }
     if (r.metrics) write_metrics(r.metrics, &info);
     if (on_step) on_step(&info, user_data);
     if (c->save[0] && ((c->save_every && (step + 1) % c->save_every == 0) || last))
