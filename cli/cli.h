@@ -8,6 +8,8 @@ int zt_cmd_train(int argc, char **argv);
 int zt_cmd_sample(int argc, char **argv);
 int zt_cmd_tokenize(int argc, char **argv);
 int zt_cmd_plot(int argc, char **argv);
+/* zt plot --recompute BENCH.jsonl --out PLOT.svg (cli/plot_recompute.c) */
+int zt_cli_plot_recompute(const char *in, const char *out);
 int zt_cmd_bench(int argc, char **argv);
 
 /* "1.5 GiB" style; buf of 32 bytes. */

@@ -61,12 +61,16 @@ static void panel(FILE *f, int ox, int oy, int w, int h, const char *title, seri
 
 int zt_cmd_plot(int argc, char **argv) {
   const char *in = NULL, *out = NULL;
+  bool recompute = false;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: zt plot METRICS.jsonl --out PLOT.svg\n");
+      printf("usage: zt plot METRICS.jsonl --out PLOT.svg\n"
+             "       zt plot --recompute BENCH.jsonl --out PLOT.svg   (bench/recompute.sh results: ratios to none\n"
+             "                                                        as JSON lines, memory vs time overhead)\n");
       return 0;
     }
-    if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+    if (!strcmp(argv[i], "--recompute")) recompute = true;
+    else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
     else if (!in && strncmp(argv[i], "--", 2)) in = argv[i];
     else {
       fprintf(stderr, "zt plot: unexpected argument '%s' (usage: zt plot METRICS.jsonl --out PLOT.svg)\n", argv[i]);
@@ -77,6 +81,7 @@ int zt_cmd_plot(int argc, char **argv) {
     fprintf(stderr, "zt plot: usage: zt plot METRICS.jsonl --out PLOT.svg\n");
     return 2;
   }
+  if (recompute) return zt_cli_plot_recompute(in, out);
   FILE *f = fopen(in, "r");
   if (!f) {
     fprintf(stderr, "zt plot: cannot open '%s'\n", in);

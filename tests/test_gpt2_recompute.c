@@ -307,7 +307,7 @@ static void fill(zt_recompute *p, int L, zt_recompute mode) {
 
 /* The activation model predicts the measured peak within 2% for every mode and policy;
  * selective keeps a bit over half of none; budget plans stay within their budget and use
- * most of it. */
+ * at least 90% of it. */
 static void test_memory_model_and_budget(void) {
   enum { L = 8 };
   zt_recompute plan[L];
@@ -353,8 +353,8 @@ static void test_memory_model_and_budget(void) {
     ZT_CHECK(p2 == pred && p2 <= budget);
     if (got > budget + budget / 100)
       zt_test_fail(__FILE__, __LINE__, "budget %lld: measured peak %lld is over it", (long long)budget, (long long)got);
-    if (got * 10 < budget * 7)
-      zt_test_fail(__FILE__, __LINE__, "budget %lld: measured peak %lld uses under 70%% of it", (long long)budget,
+    if (got * 10 < budget * 9)
+      zt_test_fail(__FILE__, __LINE__, "budget %lld: measured peak %lld uses under 90%% of it", (long long)budget,
                    (long long)got);
   }
   zt_gpt2_free(m);

@@ -223,7 +223,8 @@ int64_t zt_gpt2_predict_activation_peak(const zt_gpt2 *m, int64_t B, int64_t T, 
 /* Choose a mode per block (NONE, SELECTIVE or FULL; every 1) so that the predicted peak is
  * within budget bytes at the least recomputation: greedily, the change that frees the
  * most bytes per unit of recomputed work first (SELECTIVE costs about an eighth of a
- * block's forward, FULL all of it). Writes modes (n_layer entries) and the predicted peak.
+ * block's forward, FULL all of it), then undoing the most work that still fits. Writes
+ * modes (n_layer entries) and the predicted peak.
  * A budget below what full recomputation of every block needs is ZT_STATUS_OOM, naming
  * that minimum. */
 zt_status zt_gpt2_plan_recompute(const zt_gpt2 *m, int64_t B, int64_t T, int64_t budget, zt_recompute *modes,

@@ -130,6 +130,34 @@ zt_status zt_gpt2_plan_recompute(const zt_gpt2 *m, int64_t B, int64_t T, int64_t
     for (int i = 0; i < L; i++) modes[i] = ZT_RECOMPUTE_FULL;
     peak = floor_bytes;
   }
+  /* relax: the greedy steps overshoot (one FULL block frees a lot); undo the most work
+   * that still fits, one block at a time, so the plan uses the budget it was given */
+  for (;;) {
+    int best = -1;
+    zt_recompute best_mode = ZT_RECOMPUTE_NONE;
+    double best_gain = 0;
+    int64_t best_peak = peak;
+    for (int i = 0; i < L; i++) {
+      zt_recompute was = modes[i];
+      zt_recompute cheaper[2] = {ZT_RECOMPUTE_NONE, ZT_RECOMPUTE_SELECTIVE};
+      for (int k = 0; k < 2; k++) {
+        double gain = work_of(was) - work_of(cheaper[k]);
+        if (gain <= 0) continue;
+        modes[i] = cheaper[k];
+        int64_t p = zt_gpt2_predict_activation_peak(m, B, T, modes, 1);
+        if (p <= budget && (gain > best_gain || (gain == best_gain && p < best_peak))) {
+          best = i;
+          best_mode = cheaper[k];
+          best_gain = gain;
+          best_peak = p;
+        }
+      }
+      modes[i] = was;
+    }
+    if (best < 0) break;
+    modes[best] = best_mode;
+    peak = best_peak;
+  }
   if (predicted) *predicted = peak;
   return ZT_OK;
 }
