@@ -147,6 +147,9 @@ static zt_status matmul_forward(zt_op_call *c) {
   ZT_TRY(mm_geom_of(a->ndim, a->shape, b->ndim, b->shape, ta, tb, &g));
   const void *pa = zt__tensor_ptr(a), *pb = zt__tensor_ptr(b);
   void *py = zt__tensor_ptr(y);
+  // saved before the GEMM: a recomputation that stops early at this save skips it
+  if (c->attrs.i[MM_SAVE_A] >= 0) ZT_TRY(zt__op_save(c, a));
+  if (c->attrs.i[MM_SAVE_B] >= 0) ZT_TRY(zt__op_save(c, b));
   if (mm_folds(&g, ta)) {
     // y (nb*M, N) = a (nb*M, K) . op(b) (K, N)
     zt__cpu_gemm(y->dtype, false, tb, g.nb * g.M, g.N, g.K, pa, g.lda, pb, g.ldb, 0.0, py, g.N);
@@ -155,8 +158,6 @@ static zt_status matmul_forward(zt_op_call *c) {
     zt__gemm_batch bt = mm_batch(&g, g.as, g.bs, g.cs);
     zt__cpu_gemm_batched(y->dtype, &bt, ta, tb, g.M, g.N, g.K, pa, g.lda, pb, g.ldb, py, g.N);
   }
-  if (c->attrs.i[MM_SAVE_A] >= 0) ZT_TRY(zt__op_save(c, a));
-  if (c->attrs.i[MM_SAVE_B] >= 0) ZT_TRY(zt__op_save(c, b));
   return ZT_OK;
 }
 
@@ -293,11 +294,12 @@ static zt_status linear_forward(zt_op_call *c) {
   void *py = zt__tensor_ptr(y);
   // y (R, out) = bias (out) per row (=), then y += x (R, in) . W^T (in, out) [W (out, in)]
   //                                      or  y += x (R, in) . W (in, out)   [W (in, out)]
+  // saved before the GEMM: a recomputation that stops early at this save skips it
+  if (c->attrs.i[LIN_SAVE_X] >= 0) ZT_TRY(zt__op_save(c, x));
+  if (c->attrs.i[LIN_SAVE_W] >= 0) ZT_TRY(zt__op_save(c, w));
   if (bias) zt__cpu_fill_rows(y->dtype, R, nout, zt__tensor_ptr(bias), py);
   zt__cpu_gemm(y->dtype, false, oi, R, nout, nin, zt__tensor_ptr(x), nin, zt__tensor_ptr(w), w->shape[1],
                bias ? 1.0 : 0.0, py, nout);
-  if (c->attrs.i[LIN_SAVE_X] >= 0) ZT_TRY(zt__op_save(c, x));
-  if (c->attrs.i[LIN_SAVE_W] >= 0) ZT_TRY(zt__op_save(c, w));
   return ZT_OK;
 }
 
