@@ -1,0 +1,98 @@
+/* zerotrain activation offload: saved-tensor hooks that move what ops save for backward
+ * to a slower tier (bf16 copy in host memory, a spill file on disk, or a lossless host
+ * copy) and bring it back before backward uses it, with a helper thread that prefetches
+ * the next tensors backward will need. Parameters, small and non-float tensors stay put. */
+#ifndef ZT_OFFLOAD_H
+#define ZT_OFFLOAD_H
+
+#include "zt/autograd.h"
+
+/* What the hooks do:
+ * - pack keeps a saved tensor as it is (an alias) when it is empty, not float, a leaf that
+ *   requires grad or a view of PARAM-tagged storage (parameters never move), or smaller
+ *   than min_bytes. Otherwise it copies the span of storage elements the view touches
+ *   ([min, max] offset over its shape and strides) to the tier at once, and keeps no
+ *   reference to the storage: its memory goes when forward drops its own references.
+ * - Saves of one storage (same zt_storage id and version, same dtype) whose span lies inside
+ *   a live entry's span share that entry (refcounted); each record keeps its own view
+ *   geometry. A save that needs more of the storage than an existing entry holds makes a
+ *   new entry. A storage changed in place between two saves gives two entries.
+ * - unpack rebuilds the view over a fresh storage (cpu, the saved storage's tag) holding the
+ *   span: original shape, strides and dtype; bf16 values come back rounded. The engine
+ *   owns it; the tier copy stays until the record is released (retain_graph works).
+ * - In-place changes after the save: an offloaded tensor was copied at save time, so
+ *   backward uses the values the op saw (no error, as PyTorch with saved-tensor hooks: the
+ *   storage may be gone by then, so its version cannot be read). A kept tensor is the live
+ *   storage, so unpack checks its version and fails like the engine does.
+ * - Prefetch: entries are kept in pack order. At each unpack the window becomes that entry
+ *   (its load stays for the other saves of its storage, usually read by the next node) and
+ *   the `prefetch` entries packed before it, which the helper thread loads in that order;
+ *   entries leaving the window drop their loads, so at most prefetch + 1 loads wait unused.
+ *   A load error on the helper is reported, with its message, by the unpack that needs it.
+ * - DISK writes synchronously in pack (pwrite at an offset of the spill file; freed extents
+ *   are reused first fit, and the file is truncated when no entry is live). Its bytes are
+ *   accounted on the disk device, tag ACTIVATION; BF16 and HOST bytes are cpu ACTIVATION. */
+
+typedef enum zt_offload_tier {
+  ZT_OFFLOAD_BF16 = 1, /* keep a bf16 copy in host memory: half the bytes of f32 (a quarter of f64); lossy
+                          (round to nearest even); bf16/f16 tensors are copied as they are */
+  ZT_OFFLOAD_DISK,     /* write to a spill file on disk: lossless; bytes accounted on device disk (ZT_DEVICE_DISK) */
+  ZT_OFFLOAD_HOST      /* lossless copy in host memory: the GPU -> host tier; on cpu it only exercises the machinery */
+} zt_offload_tier;
+
+typedef struct zt_offload_options {
+  zt_offload_tier tier;
+  const char *dir;   /* DISK: directory for the spill file (NULL: $TMPDIR, else /tmp); the file is unlinked
+                        right after open, so nothing is left behind even after a crash; copied by zt_offload_new */
+  int64_t min_bytes; /* saved tensors of fewer bytes stay as they are (default 64 KiB; 0: every non-empty one
+                        goes) */
+  int prefetch;      /* how many saved tensors a helper thread brings back ahead of use (default 2; 0: no
+                        thread, every load is synchronous in unpack); at most 64 */
+} zt_offload_options;
+
+/* min_bytes 64 KiB, prefetch 2, dir NULL. */
+zt_offload_options zt_offload_options_default(zt_offload_tier tier);
+
+typedef struct zt_offload zt_offload;
+
+/* Make an offload store. For DISK the spill file is opened (and unlinked) here, so an
+ * unwritable directory fails now: ZT_STATUS_IO naming the directory. A bad tier, a
+ * negative min_bytes or a prefetch outside [0, 64] is ZT_STATUS_INVALID_ARG. The caller
+ * owns *out and frees it with zt_offload_free. */
+zt_status zt_offload_new(const zt_offload_options *o, zt_offload **out);
+
+/* Push its saved-tensor hooks on this thread's stack: what ops save from now on goes to
+ * the tier (inside a zt_checkpoint region the checkpoint's hooks are on top, so only the
+ * region's inputs reach the store). Pair with zt_offload_pop before zt_backward: backward
+ * itself saves nothing. */
+zt_status zt_offload_push(zt_offload *o);
+/* Pop its hooks; ZT_STATUS_STATE if the top of this thread's stack is not this store's. */
+zt_status zt_offload_pop(zt_offload *o);
+
+/* Drop the caller's handle. Graphs still holding records keep the store (tier bytes, spill
+ * file, helper thread) alive until they are freed; the last one frees it. Freeing while
+ * its hooks are still pushed is a broken invariant (ZT_ASSERT). NULL is a no-op.
+ * A store is used from one thread (the one that runs forward and backward); only its
+ * helper thread runs beside it. */
+void zt_offload_free(zt_offload *o);
+
+typedef struct zt_offload_stats {
+  int64_t tensors_offloaded, bytes_offloaded; /* cumulative: saves sent to the tier (sharing an entry included) /
+                                                 bytes of the original tensors copied there (once per entry) */
+  int64_t entries;                            /* cumulative: tier copies made (saves of one storage share one) */
+  int64_t bytes_in_tier, peak_bytes_in_tier;  /* bytes held by the tier now / at peak (bf16: compressed bytes) */
+  int64_t tensors_kept;                       /* saved tensors left alone (small, parameters, not float) */
+  int64_t unpacks;                            /* unpacks of offloaded tensors (kept ones are not counted) */
+  int64_t prefetch_hits;                      /* unpacks that found the helper's load ready */
+  int64_t reuses;                             /* unpacks served by the load of an earlier unpack of the same entry */
+  int64_t waits;                              /* unpacks that had to wait for or do the load themselves */
+  int64_t prefetched;                         /* loads done by the helper thread (used or not) */
+  int64_t threads_started;                    /* helper threads started (0 with prefetch 0) */
+  double wait_ms;                             /* time backward spent waiting for loads */
+} zt_offload_stats;
+/* A snapshot (NULL o: zeros). Call on the thread that uses the store. */
+void zt_offload_stats_get(const zt_offload *o, zt_offload_stats *out);
+/* Counters to zero; peak to current (bytes_in_tier is a state, not a counter: kept). */
+void zt_offload_reset_stats(zt_offload *o);
+
+#endif
