@@ -77,11 +77,14 @@ int zt_cli_plot_recompute(const char *in, const char *out) {
     return 1;
   }
   enum { W = 760, H = 480, OX = 90, OY = 40, PW = 520, PH = 380 };
-  double xmax = 1.5; /* time ratio axis 1 .. xmax */
+  double xmin = 1.0, xmax = 1.5; /* time ratio axis: noise can put a run a little under none */
   for (int i = 0; i < n; i++)
     for (int j = 0; j < n; j++)
-      if (!strcmp(rs[j].mode, "none") && same_group(&rs[i], &rs[j]) && rs[i].ms / rs[j].ms > xmax)
-        xmax = ceil(rs[i].ms / rs[j].ms * 10) / 10;
+      if (!strcmp(rs[j].mode, "none") && same_group(&rs[i], &rs[j])) {
+        double r = rs[i].ms / rs[j].ms;
+        if (r > xmax) xmax = ceil(r * 10) / 10;
+        if (r < xmin) xmin = floor(r * 20) / 20;
+      }
   fprintf(o, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' font-family='sans-serif'>\n"
              "<rect width='100%%' height='100%%' fill='white'/>\n"
              "<text x='%d' y='24' font-size='15'>activation recomputation: peak ACTIVATION vs step time (ratios to none)</text>\n"
@@ -94,7 +97,7 @@ int zt_cli_plot_recompute(const char *in, const char *out) {
             OX, y, OX + PW, y, OX - 4, y + 4, k / 5.0);
     fprintf(o, "<line x1='%.1f' y1='%d' x2='%.1f' y2='%d' stroke='#eee'/><text x='%.1f' y='%d' font-size='11' "
                "text-anchor='middle'>%.2fx</text>\n",
-            x, OY, x, OY + PH, x, OY + PH + 14, 1 + k / 5.0 * (xmax - 1));
+            x, OY, x, OY + PH, x, OY + PH + 14, xmin + k / 5.0 * (xmax - xmin));
   }
   fprintf(o, "<text x='%d' y='%d' font-size='12' text-anchor='middle'>step time / none</text>\n", OX + PW / 2, OY + PH + 32);
   fprintf(o, "<text x='20' y='%d' font-size='12' transform='rotate(-90 20 %d)' text-anchor='middle'>peak ACTIVATION / none</text>\n",
@@ -117,7 +120,7 @@ int zt_cli_plot_recompute(const char *in, const char *out) {
              r->mode, tr, mr, rr);
       if (r->budget > 0) printf(",\"budget\":%.0f,\"act_over_budget\":%.3f", r->budget, r->act / r->budget);
       printf("}\n");
-      double x = OX + (tr - 1) / (xmax - 1) * PW, y = OY + PH - mr * PH;
+      double x = OX + (tr - xmin) / (xmax - xmin) * PW, y = OY + PH - mr * PH;
       fprintf(o, "<circle cx='%.1f' cy='%.1f' r='4' fill='%s'/><text x='%.1f' y='%.1f' font-size='10' fill='%s'>%s</text>\n",
               x, y, color, x + 6, y - 4, color, r->mode);
     }

@@ -2,7 +2,8 @@
  * once, in forward; SAVE ops are replayed from their kept outputs (not run again) and
  * everything else recomputed, bitwise equal to no checkpoint, RNG included; a changed op
  * sequence, a bad decision, a policy on the reentrant variant and an in-place change of a
- * kept output are clear errors; nested regions follow their own policy. */
+ * kept output are clear errors; nested regions follow their own policy. Also: the
+ * autocast (mixed-precision) state of the forward is restored for recomputation. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@ typedef struct net {
   bool end_with_linear; /* the region's output is the last linear's output itself */
   bool grad_inside;     /* zt_grad of the first linear's output w.r.t. x inside the region */
   bool nested;          /* the GELU and second dropout run in a plain checkpoint inside */
+  zt_autocast_state seen[4]; /* the autocast state of each call */
 } net;
 
 static zt_status inner_fn(zt_tensor *const *in, int n_in, zt_tensor **out, int n_out, void *ud) {
@@ -34,6 +36,7 @@ static zt_status inner_fn(zt_tensor *const *in, int n_in, zt_tensor **out, int n
 static zt_status net_fn(zt_tensor *const *in, int n_in, zt_tensor **out, int n_out, void *ud) {
   (void)n_in, (void)n_out;
   net *n = ud;
+  if (n->calls < 4) n->seen[n->calls] = zt_autocast_get();
   n->calls++;
   zt_tensor *a = NULL, *d = NULL, *h = NULL, *g = NULL, *e = NULL, *y = NULL;
   zt_status s = zt_layer_norm(in[0], n->lnw, n->lnb, 1e-5, &a);
@@ -302,11 +305,43 @@ static void test_memory(void) {
   net_free(&n);
 }
 
+/* Mixed-precision state: recomputation runs under the autocast state of the forward, for
+ * both variants, and the caller's state is untouched afterwards. */
+static void test_autocast_state_restored(void) {
+  for (int reentrant = 0; reentrant < 2; reentrant++) {
+    net n;
+    net_init(&n);
+    zt_tensor *x = zt_test_rand_leaf(2, (int64_t[]){R, H}, ZT_DTYPE_F32, -1, 1, 9), *y = NULL, *loss = NULL;
+    zt_autocast_state was = zt_autocast_set((zt_autocast_state){true, ZT_DTYPE_F16});
+    ZT_CHECK_OK(reentrant ? zt_checkpoint_reentrant(net_fn, &n, 1, &x, 1, &y, NULL)
+                          : zt_checkpoint(net_fn, &n, 1, &x, 1, &y, NULL));
+    zt_autocast_set((zt_autocast_state){false, ZT_DTYPE_BF16}); /* backward runs under another state */
+    ZT_CHECK_OK(zt_sum(y, 0, NULL, false, &loss));
+    ZT_CHECK_OK(zt_backward(1, &loss, NULL, false));
+    ZT_CHECK(n.calls == 2);
+    ZT_CHECK(n.seen[0].enabled && n.seen[0].dtype == ZT_DTYPE_F16);
+    if (!(n.seen[1].enabled && n.seen[1].dtype == ZT_DTYPE_F16))
+      zt_test_fail(__FILE__, __LINE__, "%s recomputation ran under autocast %d/%s, not the forward's",
+                   reentrant ? "reentrant" : "non-reentrant", (int)n.seen[1].enabled, zt_dtype_name(n.seen[1].dtype));
+    zt_autocast_state now = zt_autocast_get();
+    ZT_CHECK(!now.enabled && now.dtype == ZT_DTYPE_BF16); /* the caller's state is back */
+    zt_autocast_set(was);
+    zt_test_free_all((zt_tensor *[]){x, y, loss}, 3);
+    for (int i = 0; i < 5; i++) {
+      zt_tensor **q = net_params(&n, i);
+      zt_tensor_free((*q)->grad);
+      (*q)->grad = NULL;
+    }
+    net_free(&n);
+  }
+}
+
 int main(void) {
   ZT_RUN(test_policies_bitwise_and_seen_once);
   ZT_RUN(test_backward_inside_and_nested);
   ZT_RUN(test_errors);
   ZT_RUN(test_bad_decision);
   ZT_RUN(test_memory);
+  ZT_RUN(test_autocast_state_restored);
   return zt_test_finish();
 }

@@ -16,6 +16,17 @@ typedef struct zt_node zt_node;
  *   bool prev = zt_set_grad_enabled(false); ... zt_set_grad_enabled(prev); */
 bool zt_set_grad_enabled(bool enabled);
 bool zt_grad_enabled(void);
+/* Autocast: the per-thread mixed-precision setting (enabled, and the lower-precision
+ * compute dtype, bf16 by default). It is state for code that picks a compute dtype (model
+ * code now; the CUDA backend's reduced-precision GEMMs later); the CPU kernels compute in
+ * the dtype of their inputs and do not read it. Checkpoint recomputation runs under the
+ * state its forward saw, as it does for grad mode and the RNG. Set returns the previous. */
+typedef struct zt_autocast_state {
+  bool enabled;
+  zt_dtype dtype;
+} zt_autocast_state;
+zt_autocast_state zt_autocast_get(void);
+zt_autocast_state zt_autocast_set(zt_autocast_state s);
 
 /* ---------------------------------------------------------------- engine */
 /* Backward from roots, accumulating into the .grad of every leaf that requires grad.

@@ -88,7 +88,7 @@ bool zt_checkpoint_set_early_stop(bool enable);
  * fn. Otherwise fn runs with a pack hook that keeps only an index per saved tensor; the
  * inputs are kept (as tensors saved by a no-op node, so an enclosing checkpoint manages
  * them too). The first unpack in a backward (graph task) recomputes fn once, with grad
- * on, the forward's RNG state (the caller's state is put back afterwards) and the
+ * on, the forward's RNG and autocast states (the caller's are put back afterwards) and the
  * saved-tensor hooks stack emptied (checkpoints met during recomputation still apply);
  * each recomputed tensor is freed as soon as it is unpacked, even with retain_graph, so
  * a second backward recomputes again. Early stop: recomputation is cut short once every
@@ -106,9 +106,9 @@ zt_status zt_checkpoint(zt_checkpoint_fn fn, void *user_data, int n_in, zt_tenso
                         zt_tensor **outputs, const zt_checkpoint_options *opts);
 
 /* Reentrant checkpoint: a custom function whose forward runs fn with grad off and keeps
- * the inputs; its backward recomputes fn with grad on (RNG restored) and runs a nested
- * zt_backward through the recomputed outputs, which accumulates into the .grad of every
- * leaf used inside fn. Hence its limits, each a ZT_STATUS_AUTOGRAD error:
+ * the inputs; its backward recomputes fn with grad on (RNG and autocast states restored)
+ * and runs a nested zt_backward through the recomputed outputs, which accumulates into
+ * the .grad of every leaf used inside fn. Hence its limits, each a ZT_STATUS_AUTOGRAD error:
  *  - it cannot run under zt_grad (nor any backward that computes only some grads):
  *    found in backward;
  *  - with grad mode on, some input must require grad (else no grad could reach fn's

@@ -1,4 +1,5 @@
-/* Grad mode: a per-thread switch; off means ops record nothing. */
+/* Grad mode: a per-thread switch; off means ops record nothing. Autocast: the per-thread
+ * mixed-precision setting that strategies capture and restore. */
 #include "zt/autograd.h"
 #include "../core/tensor_internal.h"
 
@@ -10,5 +11,14 @@ bool zt_set_grad_enabled(bool enabled) {
   return prev;
 }
 bool zt_grad_enabled(void) { return tl_grad_enabled; }
+
+static _Thread_local zt_autocast_state tl_autocast = {false, ZT_DTYPE_BF16};
+
+zt_autocast_state zt_autocast_get(void) { return tl_autocast; }
+zt_autocast_state zt_autocast_set(zt_autocast_state s) {
+  zt_autocast_state prev = tl_autocast;
+  tl_autocast = s;
+  return prev;
+}
 
 __attribute__((constructor)) static void install_grad_mode_query(void) { zt__grad_mode_query = zt_grad_enabled; }

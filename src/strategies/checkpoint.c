@@ -58,15 +58,18 @@ static void free_tensors(zt_tensor **ts, int n) {
  * put back by env_leave), activations tagged as such (backward runs under TEMP). */
 typedef struct recompute_env {
   bool grad_was;
+  zt_autocast_state autocast_was;
   zt_mem_tag tag_was;
   zt_rng_state rng_was;
   bool rng_set;
   zt__sac_scope sac_was;
 } recompute_env;
 
-/* sac: the region's selective cache, replayed (NULL: every op runs, no outer policy applies) */
-static void env_enter(recompute_env *e, bool preserve_rng, zt_rng_state rng, zt__sac *sac) {
+/* sac: the region's selective cache, replayed (NULL: every op runs, no outer policy
+ * applies); autocast: the mixed-precision state the forward ran under */
+static void env_enter(recompute_env *e, bool preserve_rng, zt_rng_state rng, zt__sac *sac, zt_autocast_state autocast) {
   zt__sac_enter(sac, ZT__SAC_REPLAY, &e->sac_was);
+  e->autocast_was = zt_autocast_set(autocast);
   e->rng_set = preserve_rng;
   if (preserve_rng) {
     e->rng_was = zt_rng_get_state();
@@ -80,6 +83,7 @@ static void env_leave(recompute_env *e) {
   zt_mem_tag_pop(e->tag_was);
   zt_set_grad_enabled(e->grad_was);
   if (e->rng_set) zt_rng_set_state(e->rng_was);
+  zt_autocast_set(e->autocast_was);
   zt__sac_leave(&e->sac_was);
 }
 
@@ -116,6 +120,7 @@ typedef struct frame {
   int n_saved, cap_saved;
   recomputed *recs;
   zt__sac *sac; /* selective checkpointing: the ops' outputs the policy kept (NULL: no policy) */
+  zt_autocast_state autocast; /* at forward */
 } frame;
 
 typedef struct holder {
@@ -263,7 +268,7 @@ static zt_status recompute(frame *f, int64_t gid, recomputed **out) {
     zt_saved_tensor_hooks h = {recompute_pack, recompute_unpack, recompute_release, &c};
     recompute_env env;
     zt_saved_hooks_stash stash;
-    env_enter(&env, f->preserve_rng, f->rng, f->sac);
+    env_enter(&env, f->preserve_rng, f->rng, f->sac, f->autocast);
     zt_saved_tensor_hooks_stash(&stash); /* Rule 3: as if no checkpoint were active */
     s = zt_saved_tensor_hooks_push(&h);
     if (s == ZT_OK) {
@@ -387,6 +392,7 @@ static zt_status checkpoint_impl(zt_checkpoint_fn fn, void *user_data, void (*us
   f->preserve_rng = o.preserve_rng_state;
   if (f->preserve_rng) f->rng = zt_rng_get_state();
   if (o.policy.fn) f->sac = zt__sac_new(o.policy);
+  f->autocast = zt_autocast_get();
   f->input_slot = calloc((size_t)(n_in ? n_in : 1), sizeof *f->input_slot);
   f->input_requires_grad = calloc((size_t)(n_in ? n_in : 1), sizeof *f->input_requires_grad);
   zt_tensor **saver_in = calloc((size_t)n_in + 1, sizeof *saver_in);
@@ -492,6 +498,7 @@ typedef struct reentrant_ctx {
   int *slot;              /* per input: saved index, -1 for NULL */
   bool *requires_grad;    /* per input */
   zt_tensor *probe;       /* extra input: needs a grad only in a full zt_backward */
+  zt_autocast_state autocast; /* at forward */
   bool *owned;            /* set once the node owns this (the caller frees it otherwise) */
 } reentrant_ctx;
 
@@ -541,7 +548,7 @@ static zt_status reentrant_backward(zt_node *ctx, int n_outputs, zt_tensor *cons
   }
   if (s == ZT_OK) {
     recompute_env env;
-    env_enter(&env, rc->preserve_rng, rc->rng, NULL);
+    env_enter(&env, rc->preserve_rng, rc->rng, NULL, rc->autocast);
     s = rc->fn(args, rc->n_in, outs, n_outputs, rc->user_data);
     env_leave(&env);
   }
@@ -595,6 +602,7 @@ zt_status zt_checkpoint_reentrant(zt_checkpoint_fn fn, void *user_data, int n_in
   rc->n_in = n_in;
   rc->preserve_rng = o.preserve_rng_state;
   if (rc->preserve_rng) rc->rng = zt_rng_get_state();
+  rc->autocast = zt_autocast_get();
   rc->slot = calloc((size_t)(n_in ? n_in : 1), sizeof *rc->slot);
   rc->requires_grad = calloc((size_t)(n_in ? n_in : 1), sizeof *rc->requires_grad);
   zt_tensor **in = calloc((size_t)n_in + 1, sizeof *in);
