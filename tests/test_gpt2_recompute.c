@@ -87,12 +87,12 @@ static void train_with(const run_cfg *rc, result *r) {
   zt_optim *o = NULL;
   ZT_CHECK_OK(zt_optim_new(&oc, np, ps, &o));
   zt_tensor *ids = rand_ids(c.vocab_size, 5), *tg = rand_ids(c.vocab_size, 6);
+  outer_ctx outer = {m, ids, tg}; /* the outer region's user_data: lives until its backward */
   for (int s = 0; s < STEPS; s++) {
     zt_tensor *loss = NULL;
     if (rc->nested) {
-      outer_ctx oc2 = {m, ids, tg};
       zt_tensor *dummy = NULL; /* the region needs no tensor input: parameters are reached inside */
-      ZT_CHECK_OK(zt_checkpoint(outer_region, &oc2, 1, &dummy, 1, &loss, NULL));
+      ZT_CHECK_OK(zt_checkpoint(outer_region, &outer, 1, &dummy, 1, &loss, NULL));
     } else {
       ZT_CHECK_OK(zt_gpt2_forward(m, ids, tg, NULL, &loss));
     }
