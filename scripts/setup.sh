@@ -2,7 +2,7 @@
 # Installs (or names) the Debian packages zerotrain needs to build and test.
 # Run as root: installs with apt-get. Otherwise: prints the exact command and stops.
 set -euo pipefail
-pkgs=(build-essential cmake libopenblas-openmp-dev)
+pkgs=(build-essential cmake libopenblas-openmp-dev libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
