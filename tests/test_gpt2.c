@@ -10,16 +10,6 @@
 
 static const zt_gpt2_config tiny_cfg = {2, 2, 16, 32, 8, 0.0};
 
-static zt_tensor *rand_ids(int64_t B, int64_t T, int V, uint64_t seed) {
-  int32_t *v = malloc(sizeof *v * (size_t)(B * T));
-  zt_rng_state st = {seed, 0};
-  for (int64_t i = 0; i < B * T; i++) v[i] = (int32_t)(zt_rng_uniform_at(st, (uint64_t)i) * V);
-  zt_tensor *t = NULL;
-  zt_tensor_from_data(2, (int64_t[]){B, T}, ZT_DTYPE_I32, v, &t);
-  free(v);
-  return t;
-}
-
 static double loss_of(zt_gpt2 *m, zt_tensor *ids, zt_tensor *tg) {
   zt_tensor *loss = NULL;
   zt_status s = zt_gpt2_forward(m, ids, tg, NULL, &loss);
@@ -170,8 +160,8 @@ static void test_forward_errors(void) {
   zt_gpt2 *m = NULL;
   ZT_CHECK_OK(zt_gpt2_new(&tiny_cfg, &m));
   if (!m) return;
-  zt_tensor *ids = rand_ids(2, 8, 32, 1), *tg = rand_ids(2, 8, 32, 2), *lg = NULL, *loss = NULL;
-  zt_tensor *long_ids = rand_ids(1, 9, 32, 3), *short_tg = rand_ids(2, 7, 32, 4);
+  zt_tensor *ids = zt_test_rand_ids(2, 8, 32, 1), *tg = zt_test_rand_ids(2, 8, 32, 2), *lg = NULL, *loss = NULL;
+  zt_tensor *long_ids = zt_test_rand_ids(1, 9, 32, 3), *short_tg = zt_test_rand_ids(2, 7, 32, 4);
   zt_tensor *fids = zt_test_rand(2, (int64_t[]){2, 8}, ZT_DTYPE_F32, 0, 5, 5), *ids1 = NULL;
   ZT_CHECK_ERR(zt_gpt2_forward(m, fids, NULL, &lg, NULL), ZT_STATUS_DTYPE, "token ids must be i32");
   ZT_CHECK_ERR(zt_gpt2_forward(m, long_ids, NULL, &lg, NULL), ZT_STATUS_SHAPE,
@@ -198,7 +188,7 @@ static void test_forward_backward(void) {
   zt_rng_seed(11);
   ZT_CHECK_OK(zt_gpt2_new(&tiny_cfg, &m));
   if (!m) return;
-  zt_tensor *ids = rand_ids(3, 8, 32, 1), *tg = rand_ids(3, 8, 32, 2), *loss = NULL;
+  zt_tensor *ids = zt_test_rand_ids(3, 8, 32, 1), *tg = zt_test_rand_ids(3, 8, 32, 2), *loss = NULL;
   zt_tensor_set(tg, 4, -1);
   ZT_CHECK_OK(zt_gpt2_forward(m, ids, tg, NULL, &loss));
   if (loss) {
@@ -237,7 +227,7 @@ static void test_finite_differences_f64(void) {
   bool prev = zt_set_grad_enabled(false);
   for (int i = 0; i < n; i++) zt_tensor_normal_(ps[i].tensor, 0.1, 0.3);
   zt_set_grad_enabled(prev);
-  zt_tensor *ids = rand_ids(2, 8, 32, 3), *tg = rand_ids(2, 8, 32, 4), *loss = NULL;
+  zt_tensor *ids = zt_test_rand_ids(2, 8, 32, 3), *tg = zt_test_rand_ids(2, 8, 32, 4), *loss = NULL;
   ZT_CHECK_OK(zt_gpt2_forward(m, ids, tg, NULL, &loss));
   if (loss) ZT_CHECK_OK(zt_backward(1, &loss, NULL, false));
   zt_tensor_free(loss);
@@ -274,7 +264,7 @@ static void test_sgd_lowers_loss(void) {
   zt_rng_seed(13);
   ZT_CHECK_OK(zt_gpt2_new(&tiny_cfg, &m));
   if (!m) return;
-  zt_tensor *ids = rand_ids(4, 8, 32, 5), *tg = rand_ids(4, 8, 32, 6);
+  zt_tensor *ids = zt_test_rand_ids(4, 8, 32, 5), *tg = zt_test_rand_ids(4, 8, 32, 6);
   zt_param *ps;
   int n = zt_gpt2_params(m, &ps);
   double first = 0, last = 0;
@@ -316,7 +306,7 @@ static void test_dropout_train_eval(void) {
   zt_rng_seed(14);
   ZT_CHECK_OK(zt_gpt2_new(&c0, &m0));
   if (!m || !m0) return;
-  zt_tensor *ids = rand_ids(2, 8, 32, 7), *tg = rand_ids(2, 8, 32, 8);
+  zt_tensor *ids = zt_test_rand_ids(2, 8, 32, 7), *tg = zt_test_rand_ids(2, 8, 32, 8);
   double a = loss_of(m, ids, tg), b = loss_of(m, ids, tg);
   ZT_CHECK(a != b);
   zt_gpt2_set_training(m, false);
@@ -341,7 +331,7 @@ static void test_logits_match_loss(void) {
   int n = zt_gpt2_params(m, &ps);
   for (int i = 0; i < n; i++) zt_tensor_normal_(ps[i].tensor, 0.2, 0.5); /* a non-uniform output */
   zt_set_grad_enabled(prev);
-  zt_tensor *ids = rand_ids(2, 6, 32, 9), *tg = rand_ids(2, 6, 32, 10), *lg = NULL, *ce = NULL, *loss = NULL;
+  zt_tensor *ids = zt_test_rand_ids(2, 6, 32, 9), *tg = zt_test_rand_ids(2, 6, 32, 10), *lg = NULL, *ce = NULL, *loss = NULL;
   ZT_CHECK_OK(zt_gpt2_forward(m, ids, NULL, &lg, NULL));
   ZT_CHECK_OK(zt_gpt2_forward(m, ids, tg, NULL, &loss));
   if (lg && loss) {
@@ -365,7 +355,7 @@ static void test_loss_path_memory(void) {
   ZT_CHECK_OK(zt_gpt2_new(&c, &m));
   if (!m) return;
   int64_t B = 64, T = 64, btv = B * T * 8192 * 4;
-  zt_tensor *ids = rand_ids(B, T, 8192, 11), *tg = rand_ids(B, T, 8192, 12), *loss = NULL;
+  zt_tensor *ids = zt_test_rand_ids(B, T, 8192, 11), *tg = zt_test_rand_ids(B, T, 8192, 12), *loss = NULL;
   zt_mem_stats before, after;
   zt_mem_stats_get(ZT_CPU, &before);
   zt_mem_reset_peaks();

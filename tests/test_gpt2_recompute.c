@@ -15,16 +15,6 @@ enum { B = 4, T = 32, STEPS = 3, MAXP = 256 };
 
 static zt_gpt2_config cfg_of(int L) { return (zt_gpt2_config){L, 4, 64, 64, T, 0.1}; }
 
-static zt_tensor *rand_ids(int V, uint64_t seed) {
-  int32_t *v = malloc(sizeof *v * (size_t)(B * T));
-  zt_rng_state st = {seed, 0};
-  for (int64_t i = 0; i < B * T; i++) v[i] = (int32_t)(zt_rng_uniform_at(st, (uint64_t)i) * V);
-  zt_tensor *t = NULL;
-  ZT_CHECK_OK(zt_tensor_from_data(2, (int64_t[]){B, T}, ZT_DTYPE_I32, v, &t));
-  free(v);
-  return t;
-}
-
 static zt_tensor *clone(const zt_tensor *t) {
   zt_tensor *c = NULL;
   if (t) ZT_CHECK_OK(zt_tensor_clone_data(t, ZT_MEM_TAG_TEMP, &c));
@@ -86,7 +76,7 @@ static void train_with(const run_cfg *rc, result *r) {
   zt_optim_config oc = zt_optim_default(ZT_OPTIM_ADAMW);
   zt_optim *o = NULL;
   ZT_CHECK_OK(zt_optim_new(&oc, np, ps, &o));
-  zt_tensor *ids = rand_ids(c.vocab_size, 5), *tg = rand_ids(c.vocab_size, 6);
+  zt_tensor *ids = zt_test_rand_ids(B, T, c.vocab_size, 5), *tg = zt_test_rand_ids(B, T, c.vocab_size, 6);
   outer_ctx outer = {m, ids, tg}; /* the outer region's user_data: lives until its backward */
   for (int s = 0; s < STEPS; s++) {
     zt_tensor *loss = NULL;
@@ -189,7 +179,7 @@ static void test_eval_mode(void) {
   ZT_CHECK_OK(zt_gpt2_new(&c, &m));
   if (!m) return;
   zt_gpt2_set_training(m, false);
-  zt_tensor *ids = rand_ids(c.vocab_size, 1), *tg = rand_ids(c.vocab_size, 2), *a = NULL, *b = NULL;
+  zt_tensor *ids = zt_test_rand_ids(B, T, c.vocab_size, 1), *tg = zt_test_rand_ids(B, T, c.vocab_size, 2), *a = NULL, *b = NULL;
   bool prev = zt_set_grad_enabled(false);
   ZT_CHECK_OK(zt_gpt2_forward(m, ids, tg, NULL, &a));
   ZT_CHECK_OK(zt_gpt2_set_recompute(m, ZT_RECOMPUTE_FULL, 2));
@@ -237,15 +227,18 @@ static void test_settings_and_errors(void) {
 }
 
 /* Peak ACTIVATION bytes over one forward + backward (peaks reset before forward, read
- * after backward), relative to the ACTIVATION bytes live before. */
-static int64_t peak_activation(int L, zt_recompute mode, int every) {
+ * after backward, relative to the ACTIVATION bytes live before) under a per-block plan and
+ * policy, with the model's prediction of it. */
+static int64_t peak_plan(int L, const zt_recompute *plan, int every, zt_checkpoint_policy_fn policy, int64_t *predicted) {
   zt_gpt2_config c = cfg_of(L);
   zt_rng_seed(11);
   zt_gpt2 *m = NULL;
   ZT_CHECK_OK(zt_gpt2_new(&c, &m));
   if (!m) return 0;
-  ZT_CHECK_OK(zt_gpt2_set_recompute(m, mode, every));
-  zt_tensor *ids = rand_ids(c.vocab_size, 1), *tg = rand_ids(c.vocab_size, 2), *loss = NULL;
+  ZT_CHECK_OK(zt_gpt2_set_recompute_blocks(m, plan, every));
+  if (policy) ZT_CHECK_OK(zt_gpt2_set_selective_policy(m, (zt_checkpoint_policy){policy, NULL}));
+  *predicted = zt_gpt2_predict_activation_peak(m, B, T, NULL, 0);
+  zt_tensor *ids = zt_test_rand_ids(B, T, c.vocab_size, 1), *tg = zt_test_rand_ids(B, T, c.vocab_size, 2), *loss = NULL;
   zt_mem_stats st;
   zt_mem_stats_get(ZT_CPU, &st);
   int64_t base = st.current[ZT_MEM_TAG_ACTIVATION];
@@ -256,6 +249,18 @@ static int64_t peak_activation(int L, zt_recompute mode, int every) {
   zt_test_free_all((zt_tensor *[]){loss, ids, tg}, 3);
   zt_gpt2_free(m);
   return st.peak[ZT_MEM_TAG_ACTIVATION] - base;
+}
+
+static void fill(zt_recompute *p, int L, zt_recompute mode) {
+  for (int i = 0; i < L; i++) p[i] = mode;
+}
+
+static int64_t peak_activation(int L, zt_recompute mode, int every) {
+  zt_recompute plan[16];
+  int64_t predicted;
+  ZT_CHECK(L <= 16);
+  fill(plan, L, mode);
+  return peak_plan(L, plan, every, NULL, &predicted);
 }
 
 static void test_memory_peak_activation(void) {
@@ -277,33 +282,6 @@ static void test_memory_peak_activation(void) {
   ZT_CHECK(full1 <= full2);
 }
 
-/* Peak ACTIVATION bytes of one forward + backward under a per-block plan and policy, with
- * the model's prediction of it. */
-static int64_t peak_plan(int L, const zt_recompute *plan, int every, zt_checkpoint_policy_fn policy, int64_t *predicted) {
-  zt_gpt2_config c = cfg_of(L);
-  zt_rng_seed(11);
-  zt_gpt2 *m = NULL;
-  ZT_CHECK_OK(zt_gpt2_new(&c, &m));
-  if (!m) return 0;
-  ZT_CHECK_OK(zt_gpt2_set_recompute_blocks(m, plan, every));
-  if (policy) ZT_CHECK_OK(zt_gpt2_set_selective_policy(m, (zt_checkpoint_policy){policy, NULL}));
-  *predicted = zt_gpt2_predict_activation_peak(m, B, T, NULL, 0);
-  zt_tensor *ids = rand_ids(c.vocab_size, 1), *tg = rand_ids(c.vocab_size, 2), *loss = NULL;
-  zt_mem_stats st;
-  zt_mem_stats_get(ZT_CPU, &st);
-  int64_t base = st.current[ZT_MEM_TAG_ACTIVATION];
-  zt_mem_reset_peaks();
-  ZT_CHECK_OK(zt_gpt2_forward(m, ids, tg, NULL, &loss));
-  if (loss) ZT_CHECK_OK(zt_backward(1, &loss, NULL, false));
-  zt_mem_stats_get(ZT_CPU, &st);
-  zt_test_free_all((zt_tensor *[]){loss, ids, tg}, 3);
-  zt_gpt2_free(m);
-  return st.peak[ZT_MEM_TAG_ACTIVATION] - base;
-}
-
-static void fill(zt_recompute *p, int L, zt_recompute mode) {
-  for (int i = 0; i < L; i++) p[i] = mode;
-}
 
 /* The activation model predicts the measured peak within 2% for every mode and policy;
  * selective keeps a bit over half of none; budget plans stay within their budget and use

@@ -539,15 +539,6 @@ static void test_failing_load(void) {
 /* ------------------------------------------------ GPT-2 */
 enum { B = 4, T = 32, STEPS = 3, MAXP = 256, LAYERS = 4 };
 
-static zt_tensor *rand_ids(int V, uint64_t seed) {
-  int32_t v[B * T];
-  zt_rng_state st = {seed, 0};
-  for (int64_t i = 0; i < B * T; i++) v[i] = (int32_t)(zt_rng_uniform_at(st, (uint64_t)i) * V);
-  zt_tensor *t = NULL;
-  ZT_CHECK_OK(zt_tensor_from_data(2, (int64_t[]){B, T}, ZT_DTYPE_I32, v, &t));
-  return t;
-}
-
 typedef struct result {
   zt_tensor *loss[STEPS];
   zt_tensor *grad[MAXP], *param[MAXP]; /* grads of the last step (before its update), final params */
@@ -577,7 +568,7 @@ static void train(zt_offload_tier tier, zt_recompute mode, result *r) {
   zt_optim_config oc = zt_optim_default(ZT_OPTIM_ADAMW);
   zt_optim *opt = NULL;
   ZT_CHECK_OK(zt_optim_new(&oc, np, ps, &opt));
-  zt_tensor *ids = rand_ids(c.vocab_size, 5), *tg = rand_ids(c.vocab_size, 6);
+  zt_tensor *ids = zt_test_rand_ids(B, T, c.vocab_size, 5), *tg = zt_test_rand_ids(B, T, c.vocab_size, 6);
   for (int s = 0; s < STEPS; s++) {
     zt_tensor *loss = NULL;
     if (o) ZT_CHECK_OK(zt_offload_push(o));

@@ -110,6 +110,17 @@ zt_tensor *zt_test_ones_like(const zt_tensor *t) {
   return o;
 }
 
+zt_tensor *zt_test_rand_ids(int64_t B, int64_t T, int V, uint64_t seed) {
+  int32_t *v = malloc(sizeof *v * (size_t)(B * T));
+  ZT_ASSERT(v);
+  zt_rng_state st = {seed, 0};
+  for (int64_t i = 0; i < B * T; i++) v[i] = (int32_t)(zt_rng_uniform_at(st, (uint64_t)i) * V);
+  zt_tensor *t = NULL;
+  ZT_CHECK_OK(zt_tensor_from_data(2, (int64_t[]){B, T}, ZT_DTYPE_I32, v, &t));
+  free(v);
+  return t;
+}
+
 void zt_test_free_all(zt_tensor **ts, int n) {
   for (int i = 0; i < n; i++) zt_tensor_free(ts[i]);
 }

@@ -69,6 +69,8 @@ double zt_test_std(const zt_tensor *t);
 zt_tensor *zt_test_ones_like(const zt_tensor *t);
 /* zt_tensor_free on ts[0..n) (NULL entries are fine). */
 void zt_test_free_all(zt_tensor **ts, int n);
+/* (B, T) i32 token ids uniform in [0, V), from Philox stream (seed, 0); a new tensor. */
+zt_tensor *zt_test_rand_ids(int64_t B, int64_t T, int V, uint64_t seed);
 
 /* ------------------------------------------------ temporary directory and files */
 /* Makes a fresh directory /tmp/zt_test_<tag>_XXXXXX (one at a time per process) and
