@@ -80,6 +80,44 @@ static double work_of(zt_recompute mode) {
   return mode == ZT_RECOMPUTE_FULL ? 0.7 : mode == ZT_RECOMPUTE_SELECTIVE ? 0.15 : 0.0;
 }
 
+/* The best change of one block's mode, by predicted peak: with more_work, a change that
+ * adds recomputation and lowers the peak, scored by bytes freed per unit of added work (a
+ * change that reaches the budget by itself first; ties to later blocks, whose backward
+ * overlaps fewer kept regions); otherwise a change that removes recomputation and still
+ * fits the budget, the most work removed first (ties to the lower peak). Returns the
+ * block, or -1 when no change qualifies. */
+static int best_change(const zt_gpt2 *m, int64_t B, int64_t T, zt_recompute *modes, int64_t peak, int64_t budget,
+                       bool more_work, zt_recompute *mode_out, int64_t *peak_out) {
+  static const zt_recompute all[3] = {ZT_RECOMPUTE_NONE, ZT_RECOMPUTE_SELECTIVE, ZT_RECOMPUTE_FULL};
+  int L = zt_gpt2_get_config(m)->n_layer, best = -1;
+  double best_score = -1e300;
+  for (int i = 0; i < L; i++) {
+    zt_recompute was = modes[i];
+    for (int k = 0; k < 3; k++) {
+      double dw = work_of(all[k]) - work_of(was);
+      if (more_work ? dw <= 0 : dw >= 0) continue;
+      modes[i] = all[k];
+      int64_t p = zt_gpt2_predict_activation_peak(m, B, T, modes, 1);
+      double score;
+      if (more_work) {
+        if (p >= peak) continue;
+        score = (double)(peak - p) / dw + (p <= budget ? 1e30 / dw : 0);
+      } else {
+        if (p > budget) continue;
+        score = -dw - (double)p * 1e-20;
+      }
+      if (more_work ? score >= best_score : score > best_score) {
+        best = i;
+        best_score = score;
+        *mode_out = all[k];
+        *peak_out = p;
+      }
+    }
+    modes[i] = was;
+  }
+  return best;
+}
+
 zt_status zt_gpt2_plan_recompute(const zt_gpt2 *m, int64_t B, int64_t T, int64_t budget, zt_recompute *modes,
                                  int64_t *predicted) {
   if (!m || !modes) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_plan_recompute: model or modes is NULL");
@@ -96,36 +134,14 @@ zt_status zt_gpt2_plan_recompute(const zt_gpt2 *m, int64_t B, int64_t T, int64_t
                   (double)budget / 1048576.0, (double)floor_bytes / 1048576.0, (long long)B, (long long)T);
   for (int i = 0; i < L; i++) modes[i] = ZT_RECOMPUTE_NONE;
   int64_t peak = zt_gpt2_predict_activation_peak(m, B, T, modes, 1);
-  /* greedy: the one-level change (NONE -> SELECTIVE -> FULL, or NONE -> FULL) that frees
-   * the most predicted peak bytes per unit of added work; ties go to later blocks, whose
-   * recomputation in backward overlaps fewer kept regions */
+  /* greedy: add the recomputation that frees the most per unit of work until it fits */
   while (peak > budget) {
-    int best = -1;
-    zt_recompute best_mode = ZT_RECOMPUTE_NONE;
-    double best_score = 0;
-    int64_t best_peak = peak;
-    for (int i = 0; i < L; i++) {
-      zt_recompute was = modes[i];
-      zt_recompute next[2] = {ZT_RECOMPUTE_SELECTIVE, ZT_RECOMPUTE_FULL};
-      for (int k = 0; k < 2; k++) {
-        if (work_of(next[k]) <= work_of(was)) continue;
-        modes[i] = next[k];
-        int64_t p = zt_gpt2_predict_activation_peak(m, B, T, modes, 1);
-        double score = (double)(peak - p) / (work_of(next[k]) - work_of(was));
-        /* a change that reaches the budget by itself beats one that frees more per unit */
-        if (p <= budget) score += 1e30 / (work_of(next[k]) - work_of(was));
-        if (p < peak && score >= best_score) {
-          best = i;
-          best_mode = next[k];
-          best_score = score;
-          best_peak = p;
-        }
-      }
-      modes[i] = was;
-    }
-    if (best < 0) break; /* nothing helps any more (cannot happen above the floor) */
-    modes[best] = best_mode;
-    peak = best_peak;
+    zt_recompute mode;
+    int64_t p;
+    int i = best_change(m, B, T, modes, peak, budget, true, &mode, &p);
+    if (i < 0) break; /* nothing helps any more (cannot happen above the floor) */
+    modes[i] = mode;
+    peak = p;
   }
   if (peak > budget) { /* the greedy path stalled: fall back to the floor */
     for (int i = 0; i < L; i++) modes[i] = ZT_RECOMPUTE_FULL;
@@ -134,30 +150,12 @@ zt_status zt_gpt2_plan_recompute(const zt_gpt2 *m, int64_t B, int64_t T, int64_t
   /* relax: the greedy steps overshoot (one FULL block frees a lot); undo the most work
    * that still fits, one block at a time, so the plan uses the budget it was given */
   for (;;) {
-    int best = -1;
-    zt_recompute best_mode = ZT_RECOMPUTE_NONE;
-    double best_gain = 0;
-    int64_t best_peak = peak;
-    for (int i = 0; i < L; i++) {
-      zt_recompute was = modes[i];
-      zt_recompute cheaper[2] = {ZT_RECOMPUTE_NONE, ZT_RECOMPUTE_SELECTIVE};
-      for (int k = 0; k < 2; k++) {
-        double gain = work_of(was) - work_of(cheaper[k]);
-        if (gain <= 0) continue;
-        modes[i] = cheaper[k];
-        int64_t p = zt_gpt2_predict_activation_peak(m, B, T, modes, 1);
-        if (p <= budget && (gain > best_gain || (gain == best_gain && p < best_peak))) {
-          best = i;
-          best_mode = cheaper[k];
-          best_gain = gain;
-          best_peak = p;
-        }
-      }
-      modes[i] = was;
-    }
-    if (best < 0) break;
-    modes[best] = best_mode;
-    peak = best_peak;
+    zt_recompute mode;
+    int64_t p;
+    int i = best_change(m, B, T, modes, peak, budget, false, &mode, &p);
+    if (i < 0) break;
+    modes[i] = mode;
+    peak = p;
   }
   if (predicted) *predicted = peak;
   return ZT_OK;
