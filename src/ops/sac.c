@@ -181,6 +181,8 @@ zt_status zt__sac_replay(zt_op_call *c, zt__sac_entry *e) {
     ZT_TRY(zt_node_save(c->node, t, NULL));
   }
   c->attrs = e->attrs;
+  /* dropout reserves its Philox range in its shape rule, which replay runs too; this
+   * covers ops that draw inside forward (none today), which replay skips */
   zt_rng_set_state(e->rng_after);
   return ZT_OK;
 }
