@@ -173,3 +173,21 @@ void zt_test_write_file(const char *path, const void *data, size_t n) {
   if (n && fwrite(data, 1, n, f) != n) zt_test_fail(__FILE__, __LINE__, "short write to %s", path);
   fclose(f);
 }
+
+zt_tensor *zt_test_rows(const zt_tensor *t, int rank, int world) {
+  if (!t || t->ndim < 1 || world < 1 || t->shape[0] % world || !zt_tensor_is_contiguous(t)) {
+    zt_test_fail(__FILE__, __LINE__, "zt_test_rows: need a contiguous tensor whose first dim divides by %d", world);
+    return NULL;
+  }
+  int64_t shape[ZT_MAX_DIMS];
+  memcpy(shape, t->shape, sizeof shape);
+  shape[0] /= world;
+  zt_tensor *out = NULL;
+  if (zt_tensor_empty(t->ndim, shape, t->dtype, ZT_CPU, &out)) {
+    zt_test_fail(__FILE__, __LINE__, "zt_test_rows: %s", zt_last_error());
+    return NULL;
+  }
+  size_t bytes = zt_tensor_nbytes(out);
+  memcpy(zt__tensor_ptr(out), (const char *)zt__tensor_ptr(t) + (size_t)rank * bytes, bytes);
+  return out;
+}

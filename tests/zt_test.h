@@ -72,6 +72,10 @@ void zt_test_free_all(zt_tensor **ts, int n);
 /* (B, T) i32 token ids uniform in [0, V), from Philox stream (seed, 0); a new tensor. */
 zt_tensor *zt_test_rand_ids(int64_t B, int64_t T, int V, uint64_t seed);
 
+/* Rows [rank*B/world, (rank+1)*B/world) of t (B, ...), contiguous, as a new tensor (B must
+ * be divisible by world): this rank's part of a global batch. */
+zt_tensor *zt_test_rows(const zt_tensor *t, int rank, int world);
+
 /* ------------------------------------------------ temporary directory and files */
 /* Makes a fresh directory /tmp/zt_test_<tag>_XXXXXX (one at a time per process) and
  * returns its path, or NULL after reporting a failed check. */

@@ -26,6 +26,16 @@ typedef struct zt_param {
  * Parameter order is own parameters first, then each child's in turn (PyTorch's
  * named_parameters order). */
 typedef struct zt_module zt_module;
+/* Forward hooks of a module: pre runs before its forward computes anything, post after it,
+ * with the forward's outputs (borrowed; post may register grad hooks on them). A failing
+ * hook fails the forward. One set per module (data-parallel wrappers own them). Only
+ * forwards that call zt_module_pre_forward/zt_module_post_forward run them: the GPT-2
+ * root (zt_gpt2_forward) and zt_nn_block_forward. */
+typedef struct zt_module_hooks {
+  zt_status (*pre)(zt_module *m, void *user_data);
+  zt_status (*post)(zt_module *m, int n_outputs, zt_tensor *const *outputs, void *user_data);
+  void *user_data;
+} zt_module_hooks;
 struct zt_module {
   char name[48];
   const char *kind; /* "Linear", "LayerNorm", ..., "Module" for plain containers */
@@ -35,6 +45,7 @@ struct zt_module {
   int n_children, cap_children;
   bool training;                   /* true after init */
   void (*destroy)(zt_module *self); /* optional: frees what a layer holds besides params/children */
+  zt_module_hooks hooks;            /* forward hooks (zero: none); set with zt_module_set_hooks */
 };
 
 /* A new empty container module (heap, free with zt_module_free). */
@@ -56,6 +67,12 @@ zt_status zt_module_named_params(const zt_module *m, const char *prefix, int *n,
 int64_t zt_module_num_params(const zt_module *m); /* elements, whole tree */
 void zt_module_set_training(zt_module *m, bool training); /* whole tree */
 void zt_module_free(zt_module *m); /* NULL is a no-op */
+/* Install forward hooks (h NULL removes them). A module that has hooks already is
+ * ZT_STATUS_STATE: remove them first. */
+zt_status zt_module_set_hooks(zt_module *m, const zt_module_hooks *h);
+/* Run the pre / post hook if there is one (called by forwards that support hooks). */
+zt_status zt_module_pre_forward(zt_module *m);
+zt_status zt_module_post_forward(zt_module *m, int n_outputs, zt_tensor *const *outputs);
 
 /* ------------------------------------------------ layers */
 /* Every forward takes its input borrowed and gives a new tensor (caller frees), except

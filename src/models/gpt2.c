@@ -406,6 +406,19 @@ static zt_status forward(zt_gpt2 *m, zt_tensor *ids, zt_tensor *targets, zt_tens
 
 zt_status zt_gpt2_forward(zt_gpt2 *m, zt_tensor *ids, zt_tensor *targets, zt_tensor **logits, zt_tensor **loss) {
   if (!m) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_forward: model is NULL");
-  zt_status s = forward(m, ids, targets, logits, loss);
+  zt_status s = zt_module_pre_forward(m->root);
+  if (!s) s = forward(m, ids, targets, logits, loss);
+  if (!s) {
+    // the root's outputs: the loss and/or the logits
+    zt_tensor *o[2];
+    int n = 0;
+    if (loss) o[n++] = *loss;
+    if (logits) o[n++] = *logits;
+    s = zt_module_post_forward(m->root, n, o);
+    if (s) {
+      if (loss) zt_tensor_free(*loss), *loss = NULL;
+      if (logits) zt_tensor_free(*logits), *logits = NULL;
+    }
+  }
   return s ? zt__error_prefix(s, "zt_gpt2_forward") : ZT_OK;
 }

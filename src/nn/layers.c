@@ -271,8 +271,15 @@ static zt_status mlp_fn(void *m, zt_tensor *x, zt_tensor **out) { return zt_nn_m
 zt_status zt_nn_block_forward(zt_nn_block *b, zt_tensor *x, zt_tensor **out) {
   if (!b || !out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_nn_block_forward: NULL argument");
   zt_tensor *x1 = NULL;
-  zt_status s = residual(x, b->ln_1, b->attn, attn_fn, &x1);
+  *out = NULL;
+  zt_status s = zt_module_pre_forward(&b->base);
+  if (!s) s = residual(x, b->ln_1, b->attn, attn_fn, &x1);
   if (!s) s = residual(x1, b->ln_2, b->mlp, mlp_fn, out);
   zt_tensor_free(x1);
+  if (!s) s = zt_module_post_forward(&b->base, 1, out);
+  if (s) {
+    zt_tensor_free(*out);
+    *out = NULL;
+  }
   return s ? zt__error_prefix(s, "in Block \"%s\"", b->base.name) : ZT_OK;
 }

@@ -173,3 +173,20 @@ void zt_module_free(zt_module *m) {
   if (m->destroy) m->destroy(m);
   free(m); /* the layer struct that embeds m as its first member */
 }
+
+zt_status zt_module_set_hooks(zt_module *m, const zt_module_hooks *h) {
+  if (!m) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_module_set_hooks: module is NULL");
+  if (h && (m->hooks.pre || m->hooks.post))
+    return ZT_ERR(ZT_STATUS_STATE, "module \"%s\" (%s) has forward hooks already (is it wrapped twice?); remove them "
+                                   "first", m->name, m->kind);
+  m->hooks = h ? *h : (zt_module_hooks){0};
+  return ZT_OK;
+}
+
+zt_status zt_module_pre_forward(zt_module *m) {
+  return m && m->hooks.pre ? m->hooks.pre(m, m->hooks.user_data) : ZT_OK;
+}
+
+zt_status zt_module_post_forward(zt_module *m, int n_outputs, zt_tensor *const *outputs) {
+  return m && m->hooks.post ? m->hooks.post(m, n_outputs, outputs, m->hooks.user_data) : ZT_OK;
+}
