@@ -123,6 +123,8 @@ done:
 
 int zt_cmd_bench(int argc, char **argv) {
   if (argc >= 1 && !strcmp(argv[0], "step")) return bench_step(argc - 1, argv + 1);
-  fprintf(stderr, "zt bench: usage: zt bench step --model NAME --batch B --seq T [--steps N] [zt train options]\n");
+  if (argc >= 1 && !strcmp(argv[0], "dp")) return zt_cli_bench_dp(argc - 1, argv + 1);
+  fprintf(stderr, "zt bench: usage: zt bench step --model NAME --batch B --seq T [--steps N] [zt train options]\n"
+                  "       mpirun -np N zt bench dp --model NAME --batch B --seq T --shard MODE [--steps N]\n");
   return 2;
 }

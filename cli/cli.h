@@ -11,6 +11,10 @@ int zt_cmd_plot(int argc, char **argv);
 /* zt plot --recompute BENCH.jsonl --out PLOT.svg (cli/plot_recompute.c) */
 int zt_cli_plot_recompute(const char *in, const char *out);
 int zt_cmd_bench(int argc, char **argv);
+/* zt bench dp (cli/bench_dp.c): data-parallel steps under mpirun, one JSON object */
+int zt_cli_bench_dp(int argc, char **argv);
+/* zt consolidate SHARDED_DIR OUT_DIR (cli/consolidate_cmd.c) */
+int zt_cmd_consolidate(int argc, char **argv);
 
 /* "1.5 GiB" style; buf of 32 bytes. */
 const char *zt_cli_bytes(double b, char *buf);

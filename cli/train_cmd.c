@@ -35,6 +35,16 @@ static void train_usage(FILE *f) {
           "                      lossless) | host: saved activations of the blocks go there in forward and\n"
           "                      come back, prefetched, in backward (default none)\n"
           "  --offload-dir DIR   where the disk tier's spill file goes (default $TMPDIR or /tmp)\n"
+          "data parallel (run under mpirun -np N; --batch is the global batch, B/N rows per rank):\n"
+          "  --shard MODE        none: DDP (replicated, bucketed gradient all-reduce; the default) |\n"
+          "                      full: FSDP ZeRO-3 (parameters, grads, optimizer state sharded) |\n"
+          "                      grad_op: ZeRO-2 (full parameters kept through backward) |\n"
+          "                      opt: ZeRO-1 (optimizer state sharded) | hybrid:G (full shard in groups\n"
+          "                      of G ranks, replicated across groups); one transformer block per unit\n"
+          "  --prefetch on|off   FSDP: gather the next unit while this one computes (default on)\n"
+          "  --save-format F     FSDP checkpoints: sharded (a file per rank + index.json; loads at any\n"
+          "                      rank count; zt consolidate makes a single one) or full (default sharded)\n"
+          "  --mixed-precision P none (bf16 and fp16 are not implemented yet)\n"
           "optimisation:\n"
           "  --steps N           training steps (default %lld)\n"
           "  --lr LR             peak learning rate (default %g)\n"
@@ -68,6 +78,7 @@ typedef struct progress {
 
 static void on_step(const zt_train_step_info *in, void *ud) {
   const progress *p = ud;
+  if (in->rank != 0) return; // rank 0 speaks for all (per-rank figures are in --metrics)
   if (in->step % p->log_every && in->step != in->total_steps && isnan(in->val_loss)) return;
   char b[6][32];
   printf("step %5lld/%lld | loss %.4f", (long long)in->step, (long long)in->total_steps, in->loss);
@@ -80,6 +91,8 @@ static void on_step(const zt_train_step_info *in, void *ud) {
          zt_cli_bytes((double)in->mem.peak[ZT_MEM_TAG_ACTIVATION], b[4]), zt_cli_bytes((double)in->peak_rss, b[5]));
   fflush(stdout);
 }
+
+static int run_train(const zt_train_config *cfg, zt_comm *world, int rank, int ranks, progress *p, int64_t sample_len);
 
 int zt_cmd_train(int argc, char **argv) {
   zt_train_config c;
@@ -124,20 +137,42 @@ int zt_cmd_train(int argc, char **argv) {
       return 2;
     }
   }
+  zt_comm *world = NULL;
+  if (zt_comm_world(&world)) return zt_cli_fail("train");
+  int rank = zt_comm_rank(world), ranks = zt_comm_size(world);
+  int code = run_train(&c, world, rank, ranks, &p, sample_len);
+  zt_comm_free(world);
+  return code;
+}
+
+static int run_train(const zt_train_config *cfg, zt_comm *world, int rank, int ranks, progress *p, int64_t sample_len) {
+  zt_train_config c = *cfg;
   char rc[64];
   if (c.recompute_budget > 0)
     snprintf(rc, sizeof rc, "budget %s", zt_cli_bytes((double)c.recompute_budget, (char[32]){0}));
   else
     snprintf(rc, sizeof rc, "%s", zt_recompute_name(c.recompute));
   static const char *const tiers[] = {"none", "bf16", "disk", "host"};
-  printf("zt train: %s%s, data %s, batch %lld x seq %lld, %lld steps, lr %g, seed %llu, recompute %s, offload %s\n",
-         c.model, c.n_layer || c.n_head || c.n_embd || c.vocab_size || c.block_size ? " (shape overridden)" : "",
-         c.data[0] ? c.data : "built-in", (long long)c.batch, (long long)c.seq, (long long)c.steps, c.lr,
-         (unsigned long long)c.seed, rc, tiers[c.offload_activations]);
-  fflush(stdout);
+  if (rank == 0) {
+    printf("zt train: %s%s, data %s, batch %lld x seq %lld, %lld steps, lr %g, seed %llu, recompute %s, offload %s",
+           c.model, c.n_layer || c.n_head || c.n_embd || c.vocab_size || c.block_size ? " (shape overridden)" : "",
+           c.data[0] ? c.data : "built-in", (long long)c.batch, (long long)c.seq, (long long)c.steps, c.lr,
+           (unsigned long long)c.seed, rc, tiers[c.offload_activations]);
+    if (ranks > 1 || c.shard != ZT_SHARD_NONE)
+      printf(", %d ranks, %s", ranks, c.shard == ZT_SHARD_NONE ? "ddp" : zt_shard_strategy_name(c.shard));
+    printf("\n");
+    fflush(stdout);
+  }
   zt_train_result r;
   zt_gpt2 *m = NULL;
-  if (zt_train_run(&c, on_step, &p, &r, &m)) return zt_cli_fail("train");
+  if (zt_train_run_on(&c, world, on_step, p, &r, &m)) {
+    if (ranks > 1) fprintf(stderr, "zt train (rank %d): %s\n", rank, zt_last_error());
+    return ranks > 1 ? 1 : zt_cli_fail("train");
+  }
+  if (rank != 0) {
+    zt_gpt2_free(m);
+    return 0;
+  }
   printf("zt train: %lld steps in %.1f s, %.0f tok/s, %lld parameters, loss %.4f -> %.4f, val loss %.4f, "
          "sgemm ceiling %.0f GFLOP/s\n",
          (long long)r.steps_done, r.seconds, r.tokens_per_s, (long long)r.num_params, r.first_loss, r.last_loss,

@@ -101,6 +101,39 @@ check "bad offload tier is exit 2 naming the tiers" '[ $rc -eq 2 ] && grep -q "n
 out=$("$zt" train $small --steps 2 --offload-activations disk --offload-dir /nonexistent/dir 2>&1); rc=$?
 check "unusable offload dir is a clear error naming it" '[ $rc -ne 0 ] && grep -q "/nonexistent/dir" <<<"$out"'
 
+# Data parallel under mpirun (when OpenMPI is installed): --batch is global, so 2 ranks
+# compute what 1 computes (up to reduction-order rounding, 1e-4 on the loss here).
+if command -v mpirun >/dev/null 2>&1; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+  mpi() { local np=$1; shift; OMP_NUM_THREADS=1 mpirun -np "$np" --oversubscribe "$zt" "$@"; }
+  losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
+  close() { paste <(losses "$1") <(losses "$2") | awk '{d=$1-$2; if (d<0) d=-d; if (d > 1e-4 * ($2<0?-$2:$2) + 1e-6) bad=1; n++} END{exit bad || n < 1}'; }
+  dp="$small --steps 6 --eval-every 3 --threads 1"
+  out=$("$zt" train $dp --metrics "$w/d1.jsonl" 2>&1); rc=$?
+  check "1-rank reference run" '[ $rc -eq 0 ]'
+  nlines=$(grep -c "^step " <<<"$out")
+  for mode in none full grad_op opt hybrid:1; do
+    out=$(mpi 2 train $dp --shard $mode --metrics "$w/d2_$mode.jsonl" --save "$w/ck_$mode" 2>&1); rc=$?
+    check "2 ranks, --shard $mode: runs, rank 0 alone prints" '[ $rc -eq 0 ] && [ $(grep -c "^step " <<<"$out") -eq $nlines ]'
+    check "2 ranks, --shard $mode: losses are the 1-rank run's" 'close "$w/d2_$mode.jsonl" "$w/d1.jsonl"'
+  done
+  check "metrics carry per-rank memory and communication" 'grep -q "\"world\":2,\"shard\":\"full\",\"ranks\":\[{\"rank\":0,\"mem_peak\":{\"PARAM\"" "$w/d2_full.jsonl" && grep -q "{\"rank\":1," "$w/d2_full.jsonl" && grep -q "\"comm_bytes\":[1-9]" "$w/d2_full.jsonl"'
+  check "sharded checkpoint: a file per rank and an index" '[ -f "$w/ck_full/index.json" ] && ls "$w/ck_full" | grep -q "shard-1-of-2"'
+  out=$("$zt" train $dp --steps 8 --shard full --resume "$w/ck_full" --metrics "$w/r1.jsonl" 2>&1); rc=$?
+  out2=$(mpi 2 train $dp --steps 8 --shard full --resume "$w/ck_full" --metrics "$w/r2.jsonl" 2>&1); rc2=$?
+  check "a 2-rank sharded checkpoint resumes at 1 rank like at 2" '[ $rc -eq 0 ] && [ $rc2 -eq 0 ] && close "$w/r1.jsonl" "$w/r2.jsonl"'
+  out=$("$zt" consolidate "$w/ck_full" "$w/cons" 2>&1); rc=$?
+  check "zt consolidate makes a single-process checkpoint" '[ $rc -eq 0 ] && [ -f "$w/cons/model.safetensors" ] && [ -f "$w/cons/optim.safetensors" ]'
+  out=$("$zt" train $dp --steps 8 --resume "$w/cons" --metrics "$w/r3.jsonl" 2>&1); rc=$?
+  check "the consolidated checkpoint resumes in plain training like the sharded one" '[ $rc -eq 0 ] && close "$w/r3.jsonl" "$w/r1.jsonl"'
+  out=$(mpi 2 train $small --batch 3 --steps 2 2>&1); rc=$?
+  check "a global batch that does not divide over the ranks is a clear error" '[ $rc -ne 0 ] && grep -q "divide evenly over the 2 ranks" <<<"$out"'
+fi
+out=$("$zt" train --shard quarter 2>&1); rc=$?
+check "bad --shard is exit 2 naming the modes" '[ $rc -eq 2 ] && grep -q "hybrid" <<<"$out"'
+out=$("$zt" train --mixed-precision bf16 2>&1); rc=$?
+check "--mixed-precision bf16 says it is not implemented" '[ $rc -eq 2 ] && grep -q "not implemented" <<<"$out"'
+
 out=$("$zt" train --bogus 1 2>&1); rc=$?
 check "unknown flag is exit 2 with a message" '[ $rc -eq 2 ] && grep -q "unknown option .bogus." <<<"$out"'
 out=$("$zt" train --steps -3 2>&1); rc=$?
@@ -114,6 +147,6 @@ check "seq longer than the context is a clear error" '[ $rc -ne 0 ] && grep -q "
 out=$("$zt" frobnicate 2>&1); rc=$?
 check "unknown command is exit 2" '[ $rc -eq 2 ] && grep -q "unknown command" <<<"$out"'
 out=$("$zt" train --help 2>&1); rc=$?
-check "help lists every flag" '[ $rc -eq 0 ] && for f in config model layers heads dim vocab ctx dropout init-from data val-data batch seq steps lr min-lr warmup optimizer weight-decay beta1 beta2 momentum grad-clip seed threads log-every eval-every eval-batches metrics save save-every resume stop-at sample-len recompute checkpoint-every offload-activations offload-dir; do grep -q -- "--$f" <<<"$out" || exit 1; done'
+check "help lists every flag" '[ $rc -eq 0 ] && for f in config model layers heads dim vocab ctx dropout init-from data val-data batch seq steps lr min-lr warmup optimizer weight-decay beta1 beta2 momentum grad-clip seed threads log-every eval-every eval-batches metrics save save-every resume stop-at sample-len recompute checkpoint-every offload-activations offload-dir shard prefetch save-format mixed-precision; do grep -q -- "--$f" <<<"$out" || exit 1; done'
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

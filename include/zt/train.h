@@ -4,6 +4,7 @@
 #ifndef ZT_TRAIN_H
 #define ZT_TRAIN_H
 
+#include "zt/fsdp.h"
 #include "zt/optim.h"
 
 /* ------------------------------------------------ token files (src/train/data.c)
@@ -108,6 +109,32 @@ zt_status zt_checkpoint_read_state(const char *dir, zt_train_state *st);
 zt_status zt_gpt2_load_hf(zt_gpt2 *m, const char *path);
 zt_status zt_gpt2_save_hf(zt_gpt2 *m, const char *path);
 
+/* ------------------------------------------------ FSDP checkpoints (src/train/checkpoint_sharded.c) */
+/* A sharded checkpoint folder: shard-<r>-of-<N>.safetensors for each rank r of the shard group
+ * (this rank's pieces of the parameters, named "param.<name>", and of the optimizer state,
+ * "exp_avg.<name>", "exp_avg_sq.<name>", "momentum_buffer.<name>"), index.json (per shard file
+ * and tensor: the parameter, its full shape and the element range [start, start + count) of
+ * the flattened parameter it holds) and state.json (as zt_checkpoint_save's, plus the world
+ * size and strategy it was saved at). Collective over f's ranks; under HYBRID the first shard
+ * group writes. Atomic as a whole like zt_checkpoint_save: a crash leaves the complete old
+ * folder or the complete new one. */
+zt_status zt_checkpoint_save_sharded(const char *dir, zt_fsdp *f, zt_optim *o, const zt_train_state *st);
+/* Load into f's shards and o's state (o may be NULL) at any world size and strategy: each
+ * rank reads, for each of its pieces, the overlapping ranges of whichever shard files hold
+ * them (N -> M resharding). Errors name the file and what is missing or differs. */
+zt_status zt_checkpoint_load_sharded(const char *dir, zt_fsdp *f, zt_optim *o, zt_train_state *st);
+/* Whether dir holds a sharded checkpoint (an index.json). */
+bool zt_checkpoint_is_sharded(const char *dir);
+/* Offline: turn a sharded checkpoint into a single-process one (model.safetensors,
+ * config.json, optim.safetensors, state.json), which zt_checkpoint_load and transformers read. */
+zt_status zt_checkpoint_consolidate(const char *sharded_dir, const char *out_dir);
+/* A full checkpoint of an FSDP model: parameters and optimizer state gathered to rank 0,
+ * which writes exactly what zt_checkpoint_save writes. Collective. */
+zt_status zt_checkpoint_save_full(const char *dir, zt_gpt2 *m, zt_fsdp *f, zt_optim *o, const zt_train_state *st);
+/* Load a single-process checkpoint into an FSDP model at any world size: every rank reads the
+ * files and keeps its slices. */
+zt_status zt_checkpoint_load_full(const char *dir, zt_gpt2 *m, zt_fsdp *f, zt_optim *o, zt_train_state *st);
+
 /* ------------------------------------------------ the training loop (src/train/loop.c) */
 typedef struct zt_train_config {
   char model[32];        /* preset name ("gpt2-tiny", ...) */
@@ -136,6 +163,12 @@ typedef struct zt_train_config {
   int64_t recompute_budget; /* > 0: plan per-block modes for this many ACTIVATION bytes (overrides recompute) */
   int offload_activations;  /* 0: off, else a zt_offload_tier for the blocks' saved tensors */
   char offload_dir[512];    /* DISK tier: where the spill file goes ("" = $TMPDIR or /tmp) */
+  /* Data parallel over the ranks of mpirun (one rank: plain training unless a shard
+   * strategy is asked for). --batch is the global batch: each of N ranks runs B/N rows. */
+  zt_shard_strategy shard;  /* NONE (default): DDP on N > 1 ranks; else FSDP with this strategy */
+  int hybrid_group;         /* HYBRID: ranks per shard group */
+  bool prefetch;            /* FSDP backward and forward prefetch (default on) */
+  bool save_full;           /* FSDP: --save-format full (gathered to rank 0) instead of sharded */
 } zt_train_config;
 /* Defaults: gpt2-tiny on the default data (the values `zt train` shows in --help). */
 void zt_train_config_default(zt_train_config *c);
@@ -156,6 +189,8 @@ typedef struct zt_train_step_info {
   zt_mem_stats mem;       /* cpu */
   int64_t peak_rss;
   int64_t act_peak_predicted; /* the model's prediction of peak ACTIVATION bytes (offload not counted) */
+  int rank, world;        /* this process in the data-parallel group (0, 1 without one) */
+  zt_dp_stats comm;       /* this rank's communication in this step */
 } zt_train_step_info;
 typedef void (*zt_train_step_fn)(const zt_train_step_info *info, void *user_data);
 
@@ -173,6 +208,11 @@ typedef struct zt_train_result {
  * If model_out is not NULL it receives the trained model (caller frees). */
 zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void *user_data, zt_train_result *res,
                        zt_gpt2 **model_out);
+/* The same over a given process group (borrowed; NULL: zt_comm_world for the run, freed
+ * at its end, which finalizes MPI when the run started it). With a model_out under FSDP
+ * the returned model holds the full parameters (gathered on every rank). */
+zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step_fn on_step, void *user_data,
+                          zt_train_result *res, zt_gpt2 **model_out);
 
 /* Apply c's memory options to m: recomputation (the per-block plan of --recompute
  * budget=SIZE at c's batch and seq, else one mode for all blocks), the selective policy and

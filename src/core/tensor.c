@@ -66,6 +66,16 @@ zt_status zt__tensor_new_view(zt_storage *st, int64_t offset, int ndim, const in
   return ZT_OK;
 }
 
+void zt__tensor_rebind(zt_tensor *t, zt_storage *st, int64_t offset) {
+  ZT_ASSERT(t && st && offset >= 0);
+  ZT_ASSERT((size_t)(offset + zt_tensor_numel(t)) * zt_dtype_size(t->dtype) <= st->nbytes);
+  zt_storage_retain(st);
+  zt_storage_release_ref(t->storage);
+  t->storage = st;
+  t->offset = offset;
+  zt__set_contiguous_strides(t);
+}
+
 zt_status zt_tensor_empty_tagged(int ndim, const int64_t *shape, zt_dtype dt, zt_device dev, zt_mem_tag tag,
                                  zt_tensor **out) {
   if (!out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_empty: out is NULL");

@@ -12,6 +12,10 @@ extern bool (*zt__grad_mode_query)(void);
 zt_status zt__tensor_new_view(zt_storage *st, int64_t offset, int ndim, const int64_t *shape, const int64_t *stride,
                               zt_dtype dt, zt_tensor **out);
 void zt__set_contiguous_strides(zt_tensor *t);
+/* Make t a contiguous view of st at offset (elements), keeping its shape, dtype and autograd
+ * state (FSDP's flat parameters: the model keeps its tensor objects). st must hold the
+ * elements; t's old storage reference is dropped and st retained. */
+void zt__tensor_rebind(zt_tensor *t, zt_storage *st, int64_t offset);
 void zt__strided_copy(zt_tensor *dst, const zt_tensor *src);
 void zt__fill_contiguous(zt_tensor *t, double v);
 /* In-place writes to a tensor that requires grad are refused while grad mode is on

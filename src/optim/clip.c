@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "ops/cpu/kernels.h" /* ZT_PAR_MIN */
-#include "zt/optim.h"
+#include "optim/optim_internal.h"
 
 #define BLOCK 8192 /* elements per partial sum */
 #define GROUP 64   /* blocks per parallel region (partials live on the stack) */
@@ -52,6 +52,9 @@
 
 DEFINE_SUMSQ(float, f32)
 DEFINE_SUMSQ(double, f64)
+
+double zt__grad_sumsq_f32(const float *g, int64_t n) { return tensor_sumsq_f32(g, n); }
+void zt__grad_scale_f32(float *g, int64_t n, float s) { scale_f32(g, n, s); }
 
 zt_status zt_clip_grad_norm(int n_params, const zt_param *params, double max_norm, double *norm) {
   const char *fn = "zt_clip_grad_norm";

@@ -251,7 +251,8 @@ typedef struct ck_state {
   bool has_optim;
 } ck_state;
 
-static void state_json(zt__buf *b, const ck_state *k) {
+/* extra: more members (each line "  \"key\": value,\n") placed before "optimizer"; may be NULL. */
+static void state_json(zt__buf *b, const ck_state *k, const char *extra) {
   const zt_train_state *st = &k->st;
   const zt_gpt2_config *c = &st->model;
   char dbuf[32];
@@ -264,13 +265,21 @@ static void state_json(zt__buf *b, const ck_state *k) {
                  "  \"rng\": {\"seed\": %llu, \"offset\": %llu},\n"
                  "  \"data\": {\"epoch\": %llu, \"index\": %lld},\n"
                  "  \"model\": {\"n_layer\": %d, \"n_head\": %d, \"n_embd\": %d, \"vocab_size\": %d, "
-                 "\"block_size\": %d, \"dropout\": %s},\n"
-                 "  \"optimizer\": %s\n"
-                 "}\n",
+                 "\"block_size\": %d, \"dropout\": %s},\n",
                  CK_VERSION, k->save_id, (long long)st->step, (unsigned long long)st->rng.seed,
                  (unsigned long long)st->rng.offset, (unsigned long long)st->data.epoch, (long long)st->data.index,
-                 c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->block_size, fmt_double(dbuf, c->dropout),
-                 k->has_optim ? "true" : "false");
+                 c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->block_size, fmt_double(dbuf, c->dropout));
+  if (extra) zt__buf_printf(b, "%s", extra);
+  zt__buf_printf(b, "  \"optimizer\": %s\n}\n", k->has_optim ? "true" : "false");
+}
+
+void zt__ck_state_json(zt__buf *b, const zt_train_state *st, const char *save_id, bool has_optim, const char *extra) {
+  ck_state k;
+  memset(&k, 0, sizeof k);
+  k.st = *st;
+  snprintf(k.save_id, sizeof k.save_id, "%s", save_id);
+  k.has_optim = has_optim;
+  state_json(b, &k, extra);
 }
 
 /* Field access for state.json: each failure names the file and the field. */
@@ -381,6 +390,15 @@ out:
   return s;
 }
 
+zt_status zt__ck_read_state(const char *dir, zt_train_state *st, char save_id[64], bool *has_optim) {
+  ck_state k;
+  ZT_TRY(read_state(dir, &k));
+  if (st) *st = k.st;
+  if (save_id) memcpy(save_id, k.save_id, sizeof k.save_id);
+  if (has_optim) *has_optim = k.has_optim;
+  return ZT_OK;
+}
+
 zt_status zt_checkpoint_read_state(const char *dir, zt_train_state *st) {
   if (!st) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_read_state: st is NULL");
   ck_state k;
@@ -407,7 +425,7 @@ static zt_status write_files(const char *into, zt_gpt2 *m, int n_opt, const char
     ZT_TRY(zt_safetensors_save(path, n_opt, opt_names, opt_tensors, 2, keys, vals));
   }
   zt__buf b = {0};
-  state_json(&b, k);
+  state_json(&b, k, NULL);
   zt_status s = join(path, into, CK_STATE);
   if (!s) s = write_text(path, &b);
   zt__buf_free(&b);
@@ -417,6 +435,11 @@ static zt_status write_files(const char *into, zt_gpt2 *m, int n_opt, const char
 static bool is_ck_file(const char *name) {
   for (int i = 0; i < CK_N_FILES; i++)
     if (!strcmp(name, ck_files[i])) return true;
+  /* the files of a sharded checkpoint (src/train/checkpoint_sharded.c) */
+  int r, n, end = 0;
+  if (!strcmp(name, "index.json") ||
+      (sscanf(name, "shard-%d-of-%d.safetensors%n", &r, &n, &end) == 2 && end > 0 && !name[end]))
+    return true;
   /* temp files of an interrupted zt_write_file_atomic: ".<name>.tmp.<pid>" */
   return name[0] == '.' && strstr(name, ".tmp.") != NULL;
 }
@@ -451,74 +474,94 @@ static bool remove_stage(const char *stage) {
   return rmdir(stage) == 0;
 }
 
-typedef enum ck_mode { CK_MODE_NEW, CK_MODE_SWAP, CK_MODE_IN_PLACE } ck_mode;
-
-zt_status zt_checkpoint_save(const char *dir_in, zt_gpt2 *m, zt_optim *o, const zt_train_state *st) {
-  if (!dir_in || !*dir_in || !m || !st)
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_save: empty folder name, or NULL model or state");
-  char dir[CK_PATH_CAP], parent[CK_PATH_CAP], stage[CK_PATH_CAP];
-  if (strlen(dir_in) >= CK_PATH_CAP - 32) return ZT_ERR(ZT_STATUS_INVALID_ARG, "path '%s' is too long", dir_in);
-  snprintf(dir, sizeof dir, "%s", dir_in);
-  for (size_t l = strlen(dir); l > 1 && dir[l - 1] == '/'; l--) dir[l - 1] = '\0';
-  const char *slash = strrchr(dir, '/');
-  const char *base = slash ? slash + 1 : dir;
-  snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash == dir ? 1 : slash - dir) : 1, slash ? dir : ".");
-  int sl = snprintf(stage, sizeof stage, "%s/.%s.saving", parent, base);
-  if (sl < 0 || sl >= (int)sizeof stage) return ZT_ERR(ZT_STATUS_INVALID_ARG, "path '%s' is too long", dir_in);
-
-  ck_state k;
-  memset(&k, 0, sizeof k);
-  k.st = *st;
-  k.st.model = *zt_gpt2_get_config(m); /* the model's own shape, whatever st says */
-  k.has_optim = o != NULL;
+void zt__ck_new_save_id(char id[64], int64_t step) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
-  snprintf(k.save_id, sizeof k.save_id, "%llx-%llx-%lx", (unsigned long long)st->step,
+  snprintf(id, 64, "%llx-%llx-%lx", (unsigned long long)step,
            (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec, (long)getpid());
-  int n_opt = 0;
-  const char *const *opt_names = NULL;
-  zt_tensor *const *opt_tensors = NULL;
-  int64_t opt_step = 0;
-  if (o) {
-    ZT_TRY(zt_optim_state(o, &n_opt, &opt_names, &opt_tensors));
-    opt_step = zt_optim_step_count(o);
-  }
+}
 
+zt_status zt__ck_stage_paths(const char *dir_in, zt__ck_stage *k) {
+  memset(k, 0, sizeof *k);
+  if (!dir_in || !*dir_in) return ZT_ERR(ZT_STATUS_INVALID_ARG, "checkpoint folder name is empty");
+  if (strlen(dir_in) >= CK_PATH_CAP - 32) return ZT_ERR(ZT_STATUS_INVALID_ARG, "path '%s' is too long", dir_in);
+  snprintf(k->dir, sizeof k->dir, "%s", dir_in);
+  for (size_t l = strlen(k->dir); l > 1 && k->dir[l - 1] == '/'; l--) k->dir[l - 1] = '\0';
+  const char *slash = strrchr(k->dir, '/');
+  k->base = slash ? slash + 1 : k->dir;
+  snprintf(k->parent, sizeof k->parent, "%.*s", slash ? (int)(slash == k->dir ? 1 : slash - k->dir) : 1,
+           slash ? k->dir : ".");
+  int sl = snprintf(k->stage, sizeof k->stage, "%s/.%s.saving", k->parent, k->base);
+  if (sl < 0 || sl >= (int)sizeof k->stage) return ZT_ERR(ZT_STATUS_INVALID_ARG, "path '%s' is too long", dir_in);
+  return ZT_OK;
+}
+
+void zt__ck_stage_set_mode(zt__ck_stage *k, zt__ck_mode mode) {
+  k->mode = mode;
+  k->into = mode == ZT__CK_MODE_IN_PLACE ? k->dir : k->stage;
+}
+
+zt_status zt__ck_stage_begin(const char *dir_in, zt__ck_stage *k) {
+  ZT_TRY(zt__ck_stage_paths(dir_in, k));
+  const char *dir = k->dir, *base = k->base;
   /* A folder holding only checkpoint files (or none, or nothing yet) is replaced as a
    * whole; a folder that holds other files too is updated file by file. */
   struct stat sb;
-  ck_mode mode;
+  zt__ck_mode mode;
   if (lstat(dir, &sb) != 0) {
     if (errno != ENOENT) return ZT_ERR(ZT_STATUS_IO, "cannot save checkpoint '%s': %s", dir, strerror(errno));
-    mode = CK_MODE_NEW;
+    mode = ZT__CK_MODE_NEW;
   } else if (S_ISLNK(sb.st_mode) || !*base || !strcmp(base, ".") || !strcmp(base, "..")) {
-    mode = CK_MODE_IN_PLACE; /* a link, "/", "." or "..": not a folder that can be swapped */
+    mode = ZT__CK_MODE_IN_PLACE; /* a link, "/", "." or "..": not a folder that can be swapped */
   } else if (!S_ISDIR(sb.st_mode)) {
     return ZT_ERR(ZT_STATUS_IO, "cannot save checkpoint '%s': it exists and is not a folder", dir);
   } else {
     int kind = dir_kind(dir);
     if (kind < 0) return ZT_ERR(ZT_STATUS_IO, "cannot save checkpoint '%s': %s", dir, strerror(errno));
-    mode = kind == 0 ? CK_MODE_NEW : kind == 1 ? CK_MODE_SWAP : CK_MODE_IN_PLACE;
+    mode = kind == 0 ? ZT__CK_MODE_NEW : kind == 1 ? ZT__CK_MODE_SWAP : ZT__CK_MODE_IN_PLACE;
   }
-  if (mode != CK_MODE_IN_PLACE && (!remove_stage(stage) || mkdir(stage, 0755) != 0)) {
+  if (mode != ZT__CK_MODE_IN_PLACE && (!remove_stage(k->stage) || mkdir(k->stage, 0755) != 0)) {
     if (lstat(dir, &sb) != 0) { /* no staging possible (e.g. parent not writable): make the folder */
       if (mkdir(dir, 0755) != 0)
         return ZT_ERR(ZT_STATUS_IO, "cannot create checkpoint folder '%s': %s", dir, strerror(errno));
     }
-    mode = CK_MODE_IN_PLACE;
+    mode = ZT__CK_MODE_IN_PLACE;
   }
-  if (mode == CK_MODE_IN_PLACE) {
-    ZT_TRY(write_files(dir, m, n_opt, opt_names, opt_tensors, opt_step, &k));
-    char path[CK_PATH_CAP];
-    if (!o && !join(path, dir, CK_OPTIM)) unlink(path); /* stale optimizer state of an older save */
-    return ZT_OK;
+  zt__ck_stage_set_mode(k, mode);
+  return ZT_OK;
+}
+
+void zt__ck_stage_abort(zt__ck_stage *k) {
+  if (k->mode != ZT__CK_MODE_IN_PLACE) remove_stage(k->stage);
+}
+
+/* Move every file of the stage into the folder, state.json last (an interruption is then
+ * detected through the save ids). */
+static zt_status move_files(const char *stage, const char *dir) {
+  zt_status s = ZT_OK;
+  for (int pass = 0; pass < 2 && !s; pass++) {
+    DIR *d = opendir(stage);
+    if (!d) return ZT_ERR(ZT_STATUS_IO, "cannot save checkpoint '%s': cannot read '%s': %s", dir, stage,
+                          strerror(errno));
+    struct dirent *e;
+    while (!s && (e = readdir(d))) {
+      if (e->d_name[0] == '.' || (strcmp(e->d_name, CK_STATE) == 0) != (pass == 1)) continue;
+      char from[CK_PATH_CAP], to[CK_PATH_CAP];
+      if (!(s = join(from, stage, e->d_name)) && !(s = join(to, dir, e->d_name)) && rename(from, to) != 0)
+        s = ZT_ERR(ZT_STATUS_IO, "cannot save checkpoint '%s': moving '%s' into it failed: %s", dir, from,
+                   strerror(errno));
+    }
+    closedir(d);
   }
-  zt_status s = write_files(stage, m, n_opt, opt_names, opt_tensors, opt_step, &k);
-  if (s) {
-    remove_stage(stage);
-    return s;
-  }
-  if (mode == CK_MODE_NEW) {
+  if (!s) zt__fsync_dir(dir);
+  return s;
+}
+
+zt_status zt__ck_stage_commit(zt__ck_stage *k) {
+  if (k->mode == ZT__CK_MODE_IN_PLACE) return ZT_OK;
+  const char *dir = k->dir, *stage = k->stage;
+  zt_status s = ZT_OK;
+  if (k->mode == ZT__CK_MODE_NEW) {
     /* rename() onto a missing or empty folder replaces it atomically. */
     if (rename(stage, dir) != 0) {
       s = ZT_ERR(ZT_STATUS_IO, "cannot save checkpoint '%s': renaming '%s' to it failed: %s", dir, stage,
@@ -533,22 +576,53 @@ zt_status zt_checkpoint_save(const char *dir_in, zt_gpt2 *m, zt_optim *o, const 
       return ZT_ERR(ZT_STATUS_IO, "cannot save checkpoint '%s': swapping in '%s' failed: %s", dir, stage,
                     strerror(e));
     }
-    /* The filesystem cannot swap folders: move the files over one by one, state.json
-     * last (an interruption is then detected through the save ids). */
-    for (int i = 0; i < CK_N_FILES && !s; i++) {
-      char from[CK_PATH_CAP], to[CK_PATH_CAP];
-      if (!o && !strcmp(ck_files[i], CK_OPTIM)) continue;
-      if (!(s = join(from, stage, ck_files[i])) && !(s = join(to, dir, ck_files[i])) && rename(from, to) != 0)
-        s = ZT_ERR(ZT_STATUS_IO, "cannot save checkpoint '%s': moving '%s' into it failed: %s", dir, from,
-                   strerror(errno));
-    }
-    if (!s) zt__fsync_dir(dir);
+    s = move_files(stage, dir); /* the filesystem cannot swap folders */
   }
-  int e = zt__fsync_dir(parent);
+  int e = zt__fsync_dir(k->parent);
   if (!s && e)
-    s = ZT_ERR(ZT_STATUS_IO, "saved checkpoint '%s' but the fsync of '%s' failed: %s", dir, parent, strerror(e));
+    s = ZT_ERR(ZT_STATUS_IO, "saved checkpoint '%s' but the fsync of '%s' failed: %s", dir, k->parent, strerror(e));
   remove_stage(stage); /* after a swap it holds the previous checkpoint */
   return s;
+}
+
+zt_status zt__checkpoint_save_arrays(const char *dir, zt_gpt2 *m, bool has_optim, int n_opt,
+                                     const char *const *opt_names, zt_tensor *const *opt_tensors, int64_t opt_step,
+                                     const zt_train_state *st) {
+  if (!dir || !*dir || !m || !st)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_save: empty folder name, or NULL model or state");
+  ck_state k;
+  memset(&k, 0, sizeof k);
+  k.st = *st;
+  k.st.model = *zt_gpt2_get_config(m); /* the model's own shape, whatever st says */
+  k.has_optim = has_optim;
+  zt__ck_new_save_id(k.save_id, st->step);
+  zt__ck_stage stage;
+  ZT_TRY(zt__ck_stage_begin(dir, &stage));
+  zt_status s = write_files(stage.into, m, n_opt, opt_names, opt_tensors, opt_step, &k);
+  if (s) {
+    zt__ck_stage_abort(&stage);
+    return s;
+  }
+  if (stage.mode == ZT__CK_MODE_IN_PLACE) {
+    char path[CK_PATH_CAP];
+    if (!has_optim && !join(path, stage.dir, CK_OPTIM)) unlink(path); /* stale optimizer state of an older save */
+    return ZT_OK;
+  }
+  return zt__ck_stage_commit(&stage);
+}
+
+zt_status zt_checkpoint_save(const char *dir, zt_gpt2 *m, zt_optim *o, const zt_train_state *st) {
+  if (!dir || !*dir || !m || !st)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_save: empty folder name, or NULL model or state");
+  int n_opt = 0;
+  const char *const *opt_names = NULL;
+  zt_tensor *const *opt_tensors = NULL;
+  int64_t opt_step = 0;
+  if (o) {
+    ZT_TRY(zt_optim_state(o, &n_opt, &opt_names, &opt_tensors));
+    opt_step = zt_optim_step_count(o);
+  }
+  return zt__checkpoint_save_arrays(dir, m, o != NULL, n_opt, opt_names, opt_tensors, opt_step, st);
 }
 
 /* ------------------------------------------------------------------ load */

@@ -30,6 +30,15 @@ void zt_train_config_default(zt_train_config *c) {
   c->eval_batches = 8;
   c->recompute = ZT_RECOMPUTE_NONE;
   c->checkpoint_every = 1;
+  c->shard = ZT_SHARD_NONE;
+  c->prefetch = true;
+}
+
+static zt_status parse_bool(const char *key, const char *v, bool *out) {
+  if (v && (!strcmp(v, "on") || !strcmp(v, "true") || !strcmp(v, "1"))) *out = true;
+  else if (v && (!strcmp(v, "off") || !strcmp(v, "false") || !strcmp(v, "0"))) *out = false;
+  else return ZT_ERR(ZT_STATUS_INVALID_ARG, "option '%s' is on or off (got '%s')", key, v ? v : "");
+  return ZT_OK;
 }
 
 static zt_status parse_i64(const char *key, const char *v, int64_t lo, int64_t *out) {
@@ -179,6 +188,25 @@ zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v
   }
   if (!strcmp(key, "offload-dir")) return parse_str(key, v, c->offload_dir, sizeof c->offload_dir);
   if (!strcmp(key, "checkpoint-every")) return parse_int(key, v, 1, &c->checkpoint_every);
+  if (!strcmp(key, "shard")) {
+    zt_status s = zt_shard_strategy_parse(v ? v : "", &c->shard, &c->hybrid_group);
+    return s ? zt__error_prefix(s, "option 'shard'") : ZT_OK;
+  }
+  if (!strcmp(key, "prefetch")) return parse_bool(key, v, &c->prefetch);
+  if (!strcmp(key, "save-format")) {
+    if (v && (!strcmp(v, "sharded") || !strcmp(v, "full"))) {
+      c->save_full = !strcmp(v, "full");
+      return ZT_OK;
+    }
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'save-format' is sharded or full (got '%s')", v ? v : "");
+  }
+  if (!strcmp(key, "mixed-precision")) {
+    if (v && !strcmp(v, "none")) return ZT_OK;
+    if (v && (!strcmp(v, "bf16") || !strcmp(v, "fp16")))
+      return ZT_ERR(ZT_STATUS_UNSUPPORTED, "--mixed-precision %s is not implemented yet (the CPU kernels compute in "
+                                           "f32); use none", v);
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'mixed-precision' is bf16, fp16 or none (got '%s')", v ? v : "");
+  }
   return ZT_ERR(ZT_STATUS_INVALID_ARG, "unknown option '%s' (see zt train --help)", key);
 }
 

@@ -57,4 +57,34 @@ bool zt__json_u64(const zt__json *j, uint64_t *out);
 /* Any NUMBER as a double. */
 bool zt__json_f64(const zt__json *j, double *out);
 
+/* ------------------------------------------------ checkpoint folders (src/train/checkpoint.c)
+ * Shared by the single-process and the sharded checkpoints (src/train/checkpoint_sharded.c). */
+/* state.json text for st (extra: more members, each "  \"key\": value,\n", or NULL). */
+void zt__ck_state_json(zt__buf *b, const zt_train_state *st, const char *save_id, bool has_optim, const char *extra);
+/* Read dir/state.json (errors name the file and field); outputs may be NULL. */
+zt_status zt__ck_read_state(const char *dir, zt_train_state *st, char save_id[64], bool *has_optim);
+/* A fresh save id for a save at this step (unique per save). */
+void zt__ck_new_save_id(char id[64], int64_t step);
+/* The whole-folder atomic save: begin picks where files go (a sibling staging folder that
+ * commit swaps with dir, or dir itself when dir holds other files), commit makes it visible
+ * (state.json last), abort removes the staging folder. */
+typedef enum zt__ck_mode { ZT__CK_MODE_NEW = 0, ZT__CK_MODE_SWAP, ZT__CK_MODE_IN_PLACE } zt__ck_mode;
+typedef struct zt__ck_stage {
+  char dir[4096], parent[4096], stage[4096];
+  const char *base;  /* last component of dir (points into dir) */
+  zt__ck_mode mode;
+  const char *into;  /* the folder to write the files into: dir or stage */
+} zt__ck_stage;
+/* Paths only (no file system access): for ranks that learn the mode from the rank that began. */
+zt_status zt__ck_stage_paths(const char *dir, zt__ck_stage *k);
+void zt__ck_stage_set_mode(zt__ck_stage *k, zt__ck_mode mode);
+zt_status zt__ck_stage_begin(const char *dir, zt__ck_stage *k);
+zt_status zt__ck_stage_commit(zt__ck_stage *k);
+void zt__ck_stage_abort(zt__ck_stage *k);
+/* zt_checkpoint_save with the optimizer state given as arrays (full-shaped, named
+ * "exp_avg.<param>", ...): the full checkpoint of an FSDP model writes through this. */
+zt_status zt__checkpoint_save_arrays(const char *dir, zt_gpt2 *m, bool has_optim, int n_opt,
+                                     const char *const *opt_names, zt_tensor *const *opt_tensors, int64_t opt_step,
+                                     const zt_train_state *st);
+
 #endif

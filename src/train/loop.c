@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "zt/train.h"
+#include "train/parallel.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -67,6 +67,7 @@ typedef struct run {
   zt_loader *loader;
   zt_tensor *x, *y;
   FILE *metrics;
+  zt__train_dp dp;
 } run;
 
 static void run_free(run *r) {
@@ -76,6 +77,7 @@ static void run_free(run *r) {
   zt_tokens_free(r->train);
   zt_tokens_free(r->val);
   zt_optim_free(r->opt);
+  zt__train_dp_free(&r->dp); // before the model: FSDP's hooks sit on its modules
   zt_gpt2_free(r->model);
   if (r->metrics) fclose(r->metrics);
 }
@@ -122,12 +124,12 @@ static zt_status load_data(run *r) {
 
 static zt_status eval_loss(run *r, double *out) {
   const zt_train_config *c = r->c;
-  zt_loader_config lc = {c->batch, c->seq, c->seed ^ 0x5a17u, 0, 1};
+  zt_loader_config lc = {c->batch / r->dp.world, c->seq, c->seed ^ 0x5a17u, r->dp.rank, r->dp.world};
   zt_loader *vl = NULL;
   zt_status s = zt_loader_new(r->val, &lc, &vl);
   if (s) return zt__error_prefix(s, "validation data is too small for batch %lld x seq %lld", (long long)c->batch,
                                  (long long)c->seq);
-  int64_t nb = zt_loader_windows_per_epoch(vl) / c->batch;
+  int64_t nb = zt_loader_windows_per_epoch(vl) / c->batch; // global batches: the same count on every rank
   if (nb > c->eval_batches) nb = c->eval_batches;
   if (nb < 1) nb = 1;
   bool prev = zt_set_grad_enabled(false);
@@ -145,10 +147,23 @@ static zt_status eval_loss(run *r, double *out) {
   zt_set_grad_enabled(prev);
   zt_loader_free(vl);
   *out = acc / (double)nb;
-  return s;
+  return s ? s : zt__train_dp_mean(&r->dp, out);
 }
 
-static void write_metrics(FILE *f, const zt_train_step_info *in) {
+/* Per-rank figures in a metrics line: peak bytes per tag, peak total, peak RSS, and this
+ * step's communication. */
+enum { RANK_FIG_BYTES = ZT_MEM_TAG_COUNT, RANK_FIG_RSS, RANK_FIG_SENT, RANK_FIG_CALLS, RANK_FIG_WAIT, RANK_FIG_N };
+
+static void rank_figures(const zt_train_step_info *in, double *v) {
+  for (int t = 0; t < ZT_MEM_TAG_COUNT; t++) v[t] = (double)in->mem.peak[t];
+  v[RANK_FIG_BYTES] = (double)in->mem.peak_total;
+  v[RANK_FIG_RSS] = (double)in->peak_rss;
+  v[RANK_FIG_SENT] = (double)in->comm.bytes_sent;
+  v[RANK_FIG_CALLS] = (double)in->comm.comm_calls;
+  v[RANK_FIG_WAIT] = in->comm.wait_s * 1e3;
+}
+
+static void write_metrics(FILE *f, const zt_train_step_info *in, const char *shard, const double *ranks) {
   fprintf(f, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.6g,\"grad_norm\":%.6g,\"step_ms\":%.3f,\"tokens_per_s\":%.2f,\"mfu\":%.4f",
           (long long)in->step, in->loss, in->lr, in->grad_norm, in->step_ms, in->tokens_per_s, in->mfu);
   if (!isnan(in->val_loss)) fprintf(f, ",\"val_loss\":%.6f", in->val_loss);
@@ -156,17 +171,25 @@ static void write_metrics(FILE *f, const zt_train_step_info *in) {
   for (int t = 0; t < ZT_MEM_TAG_COUNT; t++)
     fprintf(f, "%s\"%s\":{\"current\":%lld,\"peak\":%lld}", t ? "," : "", zt_mem_tag_name((zt_mem_tag)t),
             (long long)in->mem.current[t], (long long)in->mem.peak[t]);
-  fprintf(f, ",\"total\":{\"current\":%lld,\"peak\":%lld}},\"act_peak_predicted\":%lld,\"peak_rss\":%lld}\n",
+  fprintf(f, ",\"total\":{\"current\":%lld,\"peak\":%lld}},\"act_peak_predicted\":%lld,\"peak_rss\":%lld",
           (long long)in->mem.current_total, (long long)in->mem.peak_total, (long long)in->act_peak_predicted,
           (long long)in->peak_rss);
+  fprintf(f, ",\"world\":%d,\"shard\":\"%s\",\"ranks\":[", in->world, shard);
+  for (int r = 0; r < in->world; r++) {
+    const double *v = ranks + (size_t)r * RANK_FIG_N;
+    fprintf(f, "%s{\"rank\":%d,\"mem_peak\":{", r ? "," : "", r);
+    for (int t = 0; t < ZT_MEM_TAG_COUNT; t++)
+      fprintf(f, "%s\"%s\":%.0f", t ? "," : "", zt_mem_tag_name((zt_mem_tag)t), v[t]);
+    fprintf(f, ",\"total\":%.0f},\"peak_rss\":%.0f,\"comm_bytes\":%.0f,\"comm_calls\":%.0f,\"comm_wait_ms\":%.3f}",
+            v[RANK_FIG_BYTES], v[RANK_FIG_RSS], v[RANK_FIG_SENT], v[RANK_FIG_CALLS], v[RANK_FIG_WAIT]);
+  }
+  fprintf(f, "]}\n");
   fflush(f);
 }
 
 static zt_status save_checkpoint(run *r, int64_t step, zt_loader_pos pos) {
-  if (mkdir(r->c->save, 0755) != 0 && errno != EEXIST)
-    return ZT_ERR(ZT_STATUS_IO, "cannot create checkpoint dir '%s': %s", r->c->save, strerror(errno));
   zt_train_state st = {step, zt_rng_get_state(), pos, r->g};
-  return zt_checkpoint_save(r->c->save, r->model, r->opt, &st);
+  return zt__train_dp_save(&r->dp, r->c, r->c->save, r->model, r->opt, &st);
 }
 
 zt_status zt_train_setup_memory(zt_gpt2 *m, const zt_train_config *c, zt_train_result *res) {
@@ -206,6 +229,11 @@ zt_status zt_train_setup_memory(zt_gpt2 *m, const zt_train_config *c, zt_train_r
 
 zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void *user_data, zt_train_result *res,
                        zt_gpt2 **model_out) {
+  return zt_train_run_on(c, NULL, on_step, user_data, res, model_out);
+}
+
+zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step_fn on_step, void *user_data,
+                          zt_train_result *res, zt_gpt2 **model_out) {
   if (!c) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_run: config is NULL");
   run r = {0};
   r.c = c;
@@ -228,12 +256,17 @@ zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void 
                     c->resume, k->n_layer, k->n_head, k->n_embd, k->vocab_size, k->block_size, r.g.n_layer, r.g.n_head,
                     r.g.n_embd, r.g.vocab_size, r.g.block_size);
   }
+  if ((s = zt__train_dp_open(&r.dp, c, comm))) goto done;
+  // every rank builds the same model from the seed (and the strategies broadcast rank 0's anyway)
   zt_rng_seed(c->seed);
   if ((s = zt_gpt2_new(&r.g, &r.model))) goto done;
   if ((s = zt_train_setup_memory(r.model, c, &result))) goto done;
   if (c->init_from[0] && (s = zt_gpt2_load_hf(r.model, c->init_from))) goto done;
-  zt_param *params;
-  int n_params = zt_gpt2_params(r.model, &params);
+  if ((s = zt__train_dp_wrap(&r.dp, c, r.model))) goto done;
+  // the dropout masks of rank r must not repeat rank 0's: each rank its own stream
+  if (r.dp.world > 1) zt_rng_seed(c->seed + (uint64_t)r.dp.rank);
+  zt_param *params = r.dp.params;
+  int n_params = r.dp.n_params;
   zt_optim_config oc = zt_optim_default(c->optimizer);
   oc.lr = c->lr;
   oc.weight_decay = c->weight_decay;
@@ -242,17 +275,18 @@ zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void 
   oc.momentum = c->momentum;
   if ((s = zt_optim_new(&oc, n_params, params, &r.opt))) goto done;
   if ((s = load_data(&r))) goto done;
-  zt_loader_config lc = {c->batch, c->seq, c->seed, 0, 1};
+  int64_t rows = c->batch / r.dp.world; // --batch is global: this rank's rows of it
+  zt_loader_config lc = {rows, c->seq, c->seed, r.dp.rank, r.dp.world};
   if ((s = zt_loader_new(r.train, &lc, &r.loader))) {
     zt__error_prefix(s, "training data is too small for batch %lld x seq %lld", (long long)c->batch, (long long)c->seq);
     goto done;
   }
-  int64_t xs[] = {c->batch, c->seq};
+  int64_t xs[] = {rows, c->seq};
   if ((s = zt_tensor_empty_tagged(2, xs, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &r.x))) goto done;
   if ((s = zt_tensor_empty_tagged(2, xs, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &r.y))) goto done;
   int64_t start = 0;
   if (c->resume[0]) {
-    if ((s = zt_checkpoint_load(c->resume, r.model, r.opt, &st))) goto done;
+    if ((s = zt__train_dp_load(&r.dp, c->resume, r.model, r.opt, &st))) goto done;
     if ((s = zt_loader_set_pos(r.loader, st.data))) goto done;
     zt_rng_set_state(st.rng);
     start = st.step;
@@ -262,7 +296,7 @@ zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void 
       goto done;
     }
   }
-  if (c->metrics[0] && !(r.metrics = fopen(c->metrics, start ? "a" : "w"))) {
+  if (c->metrics[0] && r.dp.rank == 0 && !(r.metrics = fopen(c->metrics, start ? "a" : "w"))) {
     s = ZT_ERR(ZT_STATUS_IO, "cannot open metrics file '%s': %s", c->metrics, strerror(errno));
     goto done;
   }
@@ -282,6 +316,11 @@ zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void 
     if ((s = zt_gpt2_forward(r.model, r.x, r.y, NULL, &loss))) break;
     double lv = zt_tensor_get(loss, 0);
     if (c->inject_nan_at == step + 1) lv = NAN;
+    // the global batch's loss (a mean of equal-sized row means); every rank decides on it
+    if ((s = zt__train_dp_mean(&r.dp, &lv))) {
+      zt_tensor_free(loss);
+      break;
+    }
     if (!isfinite(lv)) {
       zt_tensor_free(loss);
       s = ZT_ERR(ZT_STATUS_STATE,
@@ -294,7 +333,7 @@ zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void 
     zt_tensor_free(loss);
     if (s) break;
     double gnorm = 0;
-    if ((s = zt_clip_grad_norm(n_params, params, c->grad_clip, &gnorm))) break;
+    if ((s = zt__train_dp_clip(&r.dp, c->grad_clip, &gnorm))) break;
     if (!isfinite(gnorm)) {
       s = ZT_ERR(ZT_STATUS_STATE, "gradient norm is %g at step %lld: training stopped%s%s%s; lower --lr", gnorm,
                  (long long)step + 1, c->save[0] ? ", the last good checkpoint in '" : "", c->save[0] ? c->save : "",
@@ -302,7 +341,7 @@ zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void 
       break;
     }
     if ((s = zt_optim_step(r.opt, lr))) break;
-    zt_optim_zero_grad(r.opt);
+    if ((s = zt__train_dp_after_step(&r.dp, r.opt))) break;
     double dt = now_s() - t0;
     if (isnan(result.first_loss)) result.first_loss = lv;
     result.last_loss = lv;
@@ -316,7 +355,7 @@ zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void 
     info.val_loss = NAN;
     info.step_ms = dt * 1e3;
     info.tokens_per_s = (double)(c->batch * c->seq) / dt;
-    info.mfu = flops / dt / 1e9 / result.sgemm_gflops;
+    info.mfu = flops / dt / 1e9 / (result.sgemm_gflops * r.dp.world); // every rank has its own ceiling
     bool last = step + 1 == c->steps || step + 1 == c->stop_at;
     if ((c->eval_every && (step + 1) % c->eval_every == 0) || last) {
       if ((s = eval_loss(&r, &info.val_loss))) break;
@@ -325,6 +364,18 @@ zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void 
     zt_mem_stats_get(ZT_CPU, &info.mem);
     info.peak_rss = zt_mem_peak_rss();
     info.act_peak_predicted = result.act_peak_predicted;
+    info.rank = r.dp.rank;
+    info.world = r.dp.world;
+    zt__train_dp_step_stats(&r.dp, &info.comm);
+    double mine[RANK_FIG_N], *all = NULL;
+    rank_figures(&info, mine);
+    if (r.dp.world > 1) {
+      if (!(all = malloc(sizeof *all * RANK_FIG_N * (size_t)r.dp.world))) {
+        s = ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+        break;
+      }
+      s = zt__train_dp_gather(&r.dp, mine, RANK_FIG_N, all);
+    }
     result.act_peak = info.mem.peak[ZT_MEM_TAG_ACTIVATION];
     zt_offload *off = zt_gpt2_activation_offload(r.model);
     if (off) {
@@ -332,7 +383,11 @@ zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void 
       zt_offload_stats_get(off, &os);
       result.offload_peak_bytes = os.peak_bytes_in_tier;
     }
-    if (r.metrics) write_metrics(r.metrics, &info);
+    if (!s && r.metrics)
+      write_metrics(r.metrics, &info, !r.dp.ddp && !r.dp.fsdp ? "single" : r.dp.ddp ? "ddp" : zt_shard_strategy_name(c->shard),
+                    all ? all : mine);
+    free(all);
+    if (s) break;
     if (on_step) on_step(&info, user_data);
     if (c->save[0] && ((c->save_every && (step + 1) % c->save_every == 0) || last))
       if ((s = save_checkpoint(&r, step + 1, zt_loader_get_pos(r.loader)))) break;
@@ -342,6 +397,7 @@ zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void 
   if (result.seconds > 0) result.tokens_per_s = (double)(result.steps_done * c->batch * c->seq) / result.seconds;
 done:
   if (res) *res = result;
+  if (s == ZT_OK && model_out) s = zt__train_dp_gather_full(&r.dp); // the caller gets usable full parameters
   if (s == ZT_OK && model_out) {
     *model_out = r.model;
     r.model = NULL;

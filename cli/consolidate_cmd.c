@@ -1,0 +1,43 @@
+/* zt consolidate SHARDED_DIR OUT_DIR: turn a sharded (FSDP) checkpoint into a single-process
+ * one (model.safetensors + config.json for transformers, optim.safetensors + state.json for
+ * zt train --resume). Runs in one process: no mpirun needed. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: zt consolidate SHARDED_DIR OUT_DIR\n"
+          "  SHARDED_DIR  a checkpoint saved by zt train with FSDP (index.json + shard-R-of-N.safetensors)\n"
+          "  OUT_DIR      where the single-process checkpoint goes (model.safetensors, config.json,\n"
+          "               optim.safetensors, state.json); an existing checkpoint there is replaced\n");
+}
+
+int zt_cmd_consolidate(int argc, char **argv) {
+  const char *pos[2] = {NULL, NULL};
+  int n = 0;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return 0;
+    }
+    if (a[0] == '-' && a[1]) {
+      fprintf(stderr, "zt consolidate: unknown option '%s' (see zt consolidate --help)\n", a);
+      return 2;
+    }
+    if (n == 2) {
+      fprintf(stderr, "zt consolidate: too many arguments ('%s'); give SHARDED_DIR and OUT_DIR\n", a);
+      return 2;
+    }
+    pos[n++] = a;
+  }
+  if (n < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (zt_checkpoint_consolidate(pos[0], pos[1])) return zt_cli_fail("consolidate");
+  printf("consolidated '%s' into '%s'\n", pos[0], pos[1]);
+  return 0;
+}

@@ -1,0 +1,485 @@
+/* FSDP at run time (PyTorch/fairscale FSDP semantics on zerotrain's hook points):
+ * - pre-forward (module hook): gather the unit's full parameters, forward-prefetch the next;
+ * - post-forward: reshard (FULL/HYBRID, not the root), register pre-backward grad hooks on
+ *   the outputs;
+ * - pre-backward (grad hook of an output, or a forward recomputed in backward): queue the
+ *   end-of-backward callback once per backward, gather again, backward-prefetch the next;
+ * - post-backward (post-accumulate-grad hooks: every trainable parameter has its grad):
+ *   fold the grads into the unit's flat gradient, reduce-scatter it (async), reshard;
+ * - end of backward: reduce what never got there (unused parameters), wait for every
+ *   reduction, reshard, hand the optimizer its gradient pieces, all units back to IDLE.
+ * Invariant: refilling a unit's storage with unchanged values keeps its version, so tensors
+ * saved for backward stay valid across reshard and re-gather. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/tensor_internal.h"
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/shape.h"
+#include "strategies/fsdp_internal.h"
+
+double zt__fsdp_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Add what group c counted since `before` to f's stats. */
+static void count_since(zt_fsdp *f, const zt_comm *c, const zt_comm_stats *before) {
+  zt_comm_stats now;
+  zt_comm_stats_get(c, &now);
+  f->stats.comm_calls += now.calls - before->calls;
+  f->stats.bytes_sent += now.bytes_sent - before->bytes_sent;
+}
+
+static zt_status timed_wait(zt_fsdp *f, zt_comm_work *w) {
+  double t0 = zt__fsdp_now();
+  zt_status s = zt_comm_wait(w);
+  f->stats.wait_s += zt__fsdp_now() - t0;
+  return s;
+}
+
+zt_status zt__fsdp_all_reduce(zt_fsdp *f, zt_comm *c, zt_tensor *t, int64_t *kind) {
+  zt_comm_stats a;
+  zt_comm_stats_get(c, &a);
+  double t0 = zt__fsdp_now();
+  zt_status s = zt_all_reduce(c, t, ZT_REDUCE_SUM);
+  f->stats.wait_s += zt__fsdp_now() - t0;
+  count_since(f, c, &a);
+  if (kind) (*kind)++;
+  return s;
+}
+
+static const char *unit_label(const zt__fsdp_unit *u) { return u->is_root ? "(root)" : u->name; }
+
+static zt_status state_error(const zt__fsdp_unit *u, const char *event, const char *hint) {
+  return ZT_ERR(ZT_STATUS_STATE,
+                "FSDP unit '%s': %s in state %s is not a legal transition (IDLE -> FORWARD -> IDLE -> BACKWARD_PRE "
+                "-> BACKWARD_POST -> IDLE); %s",
+                unit_label(u), event, zt_fsdp_state_name(u->state), hint);
+}
+
+static bool reshards_after_forward(const zt__fsdp_unit *u) {
+  zt_shard_strategy s = u->f->o.strategy;
+  return !u->is_root && (s == ZT_SHARD_FULL || s == ZT_SHARD_HYBRID);
+}
+
+static bool reshards_after_backward(const zt__fsdp_unit *u) {
+  zt_shard_strategy s = u->f->o.strategy;
+  return s == ZT_SHARD_FULL || s == ZT_SHARD_HYBRID || s == ZT_SHARD_GRAD_OP;
+}
+
+/* ------------------------------------------------------------------ gather and reshard */
+
+bool zt__fsdp_fresh(const zt__fsdp_unit *u) {
+  if (!u->full || u->aliased) return true;
+  return u->gathered && !u->gather_work && !u->full->released && u->gathered_from == u->shard->storage->version;
+}
+
+zt_status zt__fsdp_start_gather(zt__fsdp_unit *u) {
+  zt_fsdp *f = u->f;
+  if (u->gather_work || zt__fsdp_fresh(u)) return ZT_OK;
+  ZT_TRY(zt_storage_rematerialize(u->full));
+  u->gathered = false;
+  u->full_version = u->full->version;
+  u->gather_version = u->shard->storage->version;
+  zt_dtype dt = f->o.param_dtype;
+  zt_comm_stats a;
+  zt_comm_stats_get(f->shard_comm, &a);
+  zt_status s;
+  if (dt == ZT_DTYPE_F32) {
+    s = zt_all_gather_async(f->shard_comm, u->shard, u->full_t, &u->gather_work);
+  } else {
+    /* the low-precision values travel; full gets their exact f32 widening when it lands */
+    s = zt_tensor_empty_tagged(1, &u->S, dt, ZT_CPU, ZT_MEM_TAG_COMM, &u->gather_send);
+    if (!s) s = zt_tensor_empty_tagged(1, &u->P, dt, ZT_CPU, ZT_MEM_TAG_COMM, &u->gather_recv);
+    if (!s) {
+      zt__cpu_cast(zt__tensor_ptr(u->shard), ZT_DTYPE_F32, zt__tensor_ptr(u->gather_send), dt, u->S);
+      s = zt_all_gather_async(f->shard_comm, u->gather_send, u->gather_recv, &u->gather_work);
+    }
+  }
+  count_since(f, f->shard_comm, &a);
+  if (s) {
+    zt_tensor_free(u->gather_send);
+    zt_tensor_free(u->gather_recv);
+    u->gather_send = u->gather_recv = NULL;
+    return zt__error_prefix(s, "FSDP: gathering unit '%s': ", unit_label(u));
+  }
+  f->stats.all_gathers++;
+  return ZT_OK;
+}
+
+zt_status zt__fsdp_finish_gather(zt__fsdp_unit *u) {
+  if (!u->gather_work) return ZT_OK;
+  zt_status s = timed_wait(u->f, u->gather_work);
+  u->gather_work = NULL;
+  if (!s && u->gather_recv)
+    zt__cpu_cast(zt__tensor_ptr(u->gather_recv), u->gather_recv->dtype, u->full->data, ZT_DTYPE_F32, u->P);
+  zt_tensor_free(u->gather_send);
+  zt_tensor_free(u->gather_recv);
+  u->gather_send = u->gather_recv = NULL;
+  if (s) return zt__error_prefix(s, "FSDP: gathering unit '%s': ", unit_label(u));
+  /* unchanged values keep the version (saved tensors stay valid); new values bump it once */
+  u->full->version = u->full_version + (u->gather_version != u->gathered_from);
+  u->gathered_from = u->gather_version;
+  u->gathered = true;
+  return ZT_OK;
+}
+
+zt_status zt__fsdp_gather(zt__fsdp_unit *u) {
+  ZT_TRY(zt__fsdp_start_gather(u));
+  return zt__fsdp_finish_gather(u);
+}
+
+zt_status zt__fsdp_reshard(zt__fsdp_unit *u) {
+  if (!u->full || u->aliased) return ZT_OK;
+  ZT_TRY(zt__fsdp_finish_gather(u));
+  u->gathered = false;
+  return zt_storage_release(u->full);
+}
+
+/* Units (not the root) whose full parameters are present or on their way. */
+static int n_gathered(const zt_fsdp *f) {
+  int n = 0;
+  for (int i = 0; i < f->n_units; i++) {
+    const zt__fsdp_unit *u = f->units[i];
+    n += !u->is_root && u->full && !u->aliased && (u->gather_work || !u->full->released);
+  }
+  return n;
+}
+
+/* Start gathering u ahead of its use, unless that would pass limit_all_gathers. */
+static zt_status prefetch(zt__fsdp_unit *u) {
+  if (!u || u->gather_work || zt__fsdp_fresh(u)) return ZT_OK;
+  int limit = u->f->o.limit_all_gathers;
+  if (limit && n_gathered(u->f) >= limit) return ZT_OK;
+  return zt__fsdp_start_gather(u);
+}
+
+/* ------------------------------------------------------------------ reductions */
+
+/* n zero f32 elements with tag GRAD. */
+static zt_status grad_zeros(int64_t n, zt_tensor **out) {
+  ZT_TRY(zt_tensor_empty_tagged(1, &n, ZT_DTYPE_F32, ZT_CPU, ZT_MEM_TAG_GRAD, out));
+  if (n) memset(zt__tensor_ptr(*out), 0, sizeof(float) * (size_t)n);
+  return ZT_OK;
+}
+
+/* Add the leaf's .grad into the unit's flat gradient and free it. */
+static zt_status fold_grad(zt__fsdp_param *p) {
+  zt__fsdp_unit *u = p->u;
+  zt_tensor *g = p->t->grad;
+  if (!u->grad_full) ZT_TRY(grad_zeros(u->P, &u->grad_full));
+  if (g->dtype != ZT_DTYPE_F32 || zt_tensor_numel(g) != p->numel)
+    return ZT_ERR(ZT_STATUS_DTYPE, "FSDP: the .grad of '%s' is %s with %lld elements; expected f32 with %lld", p->name,
+                  zt_dtype_name(g->dtype), (long long)zt_tensor_numel(g), (long long)p->numel);
+  zt_tensor *tmp = NULL;
+  if (!zt_tensor_is_contiguous(g)) ZT_TRY(zt_tensor_clone_data(g, ZT_MEM_TAG_TEMP, &tmp));
+  const float *src = zt__tensor_ptr(tmp ? tmp : g);
+  float *dst = (float *)zt__tensor_ptr(u->grad_full) + p->off;
+  int64_t n = p->numel;
+  if (!p->pending) {
+    memcpy(dst, src, sizeof(float) * (size_t)n);
+  } else {
+#pragma omp parallel for schedule(static) if (n > ZT_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) dst[i] += src[i];
+  }
+  zt_tensor_free(tmp);
+  p->pending = true;
+  p->t->grad = NULL;
+  zt_tensor_free(g);
+  return ZT_OK;
+}
+
+/* Wait for reduction k and add its result into the unit's gradient shard. */
+static zt_status finish_reduce(zt_fsdp *f, zt__fsdp_reduction *r) {
+  zt__fsdp_unit *u = r->u;
+  zt_status s = r->work ? timed_wait(f, r->work) : ZT_OK;
+  r->work = NULL;
+  if (!s && f->rep_comm) s = zt__fsdp_all_reduce(f, f->rep_comm, r->out, &f->stats.all_reduces);
+  if (!s && !u->grad_shard) s = grad_zeros(u->S, &u->grad_shard);
+  if (!s) {
+    float *gs = zt__tensor_ptr(u->grad_shard);
+    const void *o = zt__tensor_ptr(r->out);
+    double post = f->post_div;
+    int64_t n = u->S;
+    zt_dtype dt = r->out->dtype;
+#pragma omp parallel for schedule(static) if (n > ZT_PAR_MIN)
+    for (int64_t i = 0; i < n; i++) {
+      float v = dt == ZT_DTYPE_F32   ? ((const float *)o)[i]
+                : dt == ZT_DTYPE_BF16 ? zt_bf16_to_f32(((const uint16_t *)o)[i])
+                                      : zt_f16_to_f32(((const uint16_t *)o)[i]);
+      gs[i] += (float)(v / post);
+    }
+    zt_tensor_bump_version(u->grad_shard);
+  }
+  if (r->out != r->in) zt_tensor_free(r->out);
+  zt_tensor_free(r->in);
+  *r = (zt__fsdp_reduction){0};
+  return s ? zt__error_prefix(s, "FSDP: reducing the gradient of unit '%s': ", unit_label(u)) : ZT_OK;
+}
+
+static zt_status finish_oldest(zt_fsdp *f) {
+  zt_status s = finish_reduce(f, &f->pend[0]);
+  memmove(&f->pend[0], &f->pend[1], sizeof f->pend[0] * (size_t)(f->n_pend - 1));
+  f->n_pend--;
+  return s;
+}
+
+static zt_status finish_all(zt_fsdp *f) {
+  zt_status first = ZT_OK;
+  while (f->n_pend) {
+    zt_status s = finish_oldest(f);
+    if (s && !first) first = s;
+  }
+  return first;
+}
+
+/* Start the reduction of u's flat gradient (zeros where no grad arrived): divide by the
+ * pre-divide factor, cast to the reduce dtype, reduce-scatter over the shard group. */
+static zt_status start_reduce(zt__fsdp_unit *u) {
+  zt_fsdp *f = u->f;
+  u->reduced = true;
+  if (!u->n_trainable) return ZT_OK;
+  if (!u->grad_full) ZT_TRY(grad_zeros(u->P, &u->grad_full));
+  zt_tensor *in = u->grad_full, *out = NULL;
+  u->grad_full = NULL;
+  if (f->pre_div != 1.0) {
+    float *g = zt__tensor_ptr(in);
+    float inv = (float)(1.0 / f->pre_div); /* a power of two: exact */
+    for (int64_t i = 0; i < u->P; i++) g[i] *= inv;
+  }
+  zt_status s = ZT_OK;
+  zt_dtype rd = f->o.reduce_dtype;
+  if (rd != ZT_DTYPE_F32) {
+    zt_tensor *lp = NULL;
+    s = zt_tensor_empty_tagged(1, &u->P, rd, ZT_CPU, ZT_MEM_TAG_COMM, &lp);
+    if (!s) zt__cpu_cast(zt__tensor_ptr(in), ZT_DTYPE_F32, zt__tensor_ptr(lp), rd, u->P);
+    zt_tensor_free(in);
+    in = lp;
+  }
+  zt_comm_work *w = NULL;
+  if (!s && f->G > 1) {
+    zt_comm_stats a;
+    zt_comm_stats_get(f->shard_comm, &a);
+    s = zt_tensor_empty_tagged(1, &u->S, rd, ZT_CPU, ZT_MEM_TAG_COMM, &out);
+    if (!s) s = zt_reduce_scatter_async(f->shard_comm, in, out, ZT_REDUCE_SUM, &w);
+    count_since(f, f->shard_comm, &a);
+    if (!s) f->stats.reduce_scatters++;
+  } else {
+    out = in; /* a group of one: the flat gradient is the shard */
+  }
+  if (s) {
+    if (out != in) zt_tensor_free(out);
+    zt_tensor_free(in);
+    return zt__error_prefix(s, "FSDP: reducing the gradient of unit '%s': ", unit_label(u));
+  }
+  f->pend[f->n_pend++] = (zt__fsdp_reduction){u, in, out, w};
+  return f->n_pend > ZT__FSDP_MAX_PENDING ? finish_oldest(f) : ZT_OK;
+}
+
+/* ------------------------------------------------------------------ end of backward */
+
+static void reset_states(zt_fsdp *f) {
+  for (int k = 0; k < f->n_units; k++) {
+    zt__fsdp_unit *u = f->units[k];
+    u->state = ZT_FSDP_STATE_IDLE;
+    u->n_ready = 0;
+    u->reduced = false;
+    for (int i = 0; i < u->n_ps; i++) u->ps[i].ready = false;
+  }
+  f->cb_task = -1;
+  f->fwd_depth = 0;
+}
+
+/* Which trainable parameters got a grad on any rank in this round (the same answer on
+ * every rank): the units to reduce now, and the pieces that get a .grad. */
+static zt_status exchange_mask(zt_fsdp *f, zt_tensor **out) {
+  zt_tensor *m = NULL;
+  zt_mem_tag prev = zt_mem_tag_push(ZT_MEM_TAG_COMM);
+  zt_status s = zt_tensor_zeros(1, (int64_t[]){f->n_mask}, ZT_DTYPE_I32, ZT_CPU, &m);
+  zt_mem_tag_pop(prev);
+  if (s) return s;
+  int32_t *v = zt__tensor_ptr(m);
+  for (int k = 0; k < f->n_units; k++)
+    for (int i = 0; i < f->units[k]->n_ps; i++) {
+      const zt__fsdp_param *p = &f->units[k]->ps[i];
+      if (p->mask >= 0) v[p->mask] = p->pending;
+    }
+  if (f->world > 1) s = zt__fsdp_all_reduce(f, f->comm, m, NULL);
+  if (s) {
+    zt_tensor_free(m);
+    return s;
+  }
+  *out = m;
+  return ZT_OK;
+}
+
+static zt_status end_of_backward(void *user_data) {
+  zt_fsdp *f = user_data;
+  zt_status s = ZT_OK;
+  if (f->sync && f->n_mask) {
+    zt_tensor *mask = NULL;
+    s = exchange_mask(f, &mask);
+    const int32_t *g = mask ? zt__tensor_ptr(mask) : NULL;
+    /* units whose post-backward never fired (unused parameters): reduce what they have */
+    for (int k = 0; k < f->n_units && !s; k++) {
+      zt__fsdp_unit *u = f->units[k];
+      bool any = false;
+      for (int i = 0; i < u->n_ps && !any; i++) any = u->ps[i].mask >= 0 && g[u->ps[i].mask];
+      if (!u->reduced && any) s = start_reduce(u);
+    }
+    zt_status w = finish_all(f);
+    if (!s) s = w;
+    for (int k = 0; k < f->n_units; k++)
+      for (int i = 0; i < f->units[k]->n_ps; i++) {
+        zt__fsdp_param *p = &f->units[k]->ps[i];
+        if (!s && p->mask >= 0 && g[p->mask]) p->has_grad = true;
+        p->pending = false;
+      }
+    zt_tensor_free(mask);
+    /* the optimizer's view: each piece whose parameter has a grad sees its slice */
+    for (int j = 0; j < f->n_pieces && !s; j++) {
+      zt__fsdp_param *p = f->piece_of[j];
+      zt_tensor *pt = f->piece_params[j].tensor;
+      if (!p->has_grad || pt->grad || !p->u->grad_shard) continue;
+      zt_tensor *sh = p->u->grad_shard;
+      int64_t lo = (int64_t)zt_comm_rank(f->shard_comm) * p->u->S;
+      s = zt__tensor_new_view(sh->storage, sh->offset + p->off + f->pieces[j].start - lo, 1, &f->pieces[j].count, NULL,
+                              ZT_DTYPE_F32, &pt->grad);
+    }
+  }
+  for (int k = 0; k < f->n_units; k++) {
+    zt__fsdp_unit *u = f->units[k];
+    if (!u->summoned && reshards_after_backward(u)) {
+      zt_status r = zt__fsdp_reshard(u);
+      if (!s) s = r;
+    }
+  }
+  reset_states(f);
+  f->order_done = true;
+  return s;
+}
+
+/* Queue end_of_backward once per backward (graph task), from whichever hook runs first. */
+static zt_status ensure_callback(zt_fsdp *f) {
+  int64_t task = zt_autograd_graph_task_id();
+  if (task < 0 || f->cb_task == task) return ZT_OK;
+  if (f->cb_task >= 0) zt__fsdp_recover(f); /* a backward that failed before its end */
+  ZT_TRY(zt_autograd_queue_callback(end_of_backward, f));
+  f->cb_task = task;
+  return ZT_OK;
+}
+
+void zt__fsdp_recover(zt_fsdp *f) {
+  (void)finish_all(f);
+  for (int k = 0; k < f->n_units; k++) {
+    zt__fsdp_unit *u = f->units[k];
+    (void)zt__fsdp_finish_gather(u);
+    zt_tensor_free(u->grad_full);
+    u->grad_full = NULL;
+    for (int i = 0; i < u->n_ps; i++) u->ps[i].pending = false;
+  }
+  reset_states(f);
+}
+
+/* ------------------------------------------------------------------ the hooks */
+
+static zt_status post_backward(zt__fsdp_unit *u) {
+  zt_fsdp *f = u->f;
+  if (u->state != ZT_FSDP_STATE_BACKWARD_PRE)
+    return state_error(u, "post-backward (every trainable parameter has its grad)",
+                       "were its parameters used outside its forward, or its outputs detached?");
+  u->state = ZT_FSDP_STATE_BACKWARD_POST;
+  if (f->sync) ZT_TRY(start_reduce(u));
+  if (reshards_after_backward(u) && !u->keep_until_end && !u->summoned) ZT_TRY(zt__fsdp_reshard(u));
+  return ZT_OK;
+}
+
+zt_status zt__fsdp_grad_ready(zt_tensor *leaf, void *user_data) {
+  zt__fsdp_param *p = user_data;
+  zt__fsdp_unit *u = p->u;
+  ZT_TRY(ensure_callback(u->f));
+  if (!leaf->grad) return ZT_OK;
+  ZT_TRY(fold_grad(p));
+  if (p->ready) return ZT_OK;
+  p->ready = true;
+  return ++u->n_ready == u->n_trainable ? post_backward(u) : ZT_OK;
+}
+
+static zt_status pre_backward(const zt_tensor *grad, zt_tensor **replacement, void *user_data) {
+  (void)grad, (void)replacement;
+  zt__fsdp_unit *u = user_data;
+  zt_fsdp *f = u->f;
+  ZT_TRY(ensure_callback(f));
+  if (u->state == ZT_FSDP_STATE_IDLE)
+    u->state = ZT_FSDP_STATE_BACKWARD_PRE;
+  else if (u->state != ZT_FSDP_STATE_BACKWARD_PRE)
+    return state_error(u, "pre-backward (the grad of an output arrived)",
+                       "an output's grad arrived after the unit's backward was done: return only tensors computed "
+                       "from the unit's parameters, detach the others");
+  ZT_TRY(zt__fsdp_gather(u));
+  if (f->o.backward_prefetch && u->post_order > 0) ZT_TRY(prefetch(f->post_seq[u->post_order - 1]));
+  return ZT_OK;
+}
+
+zt_status zt__fsdp_pre_forward(zt_module *m, void *user_data) {
+  (void)m;
+  zt__fsdp_unit *u = user_data;
+  zt_fsdp *f = u->f;
+  if (zt_autograd_graph_task_id() >= 0) {
+    /* recomputation in backward (a checkpointed unit): gather again, stay BACKWARD_PRE */
+    ZT_TRY(ensure_callback(f));
+    if (u->state != ZT_FSDP_STATE_IDLE && u->state != ZT_FSDP_STATE_BACKWARD_PRE)
+      return state_error(u, "forward recomputed in backward",
+                         "its backward was already done: recompute a region before the backward of its units");
+    u->state = ZT_FSDP_STATE_BACKWARD_PRE;
+    return zt__fsdp_gather(u);
+  }
+  if (f->cb_task >= 0) zt__fsdp_recover(f); /* a backward failed: start clean */
+  if (u->state != ZT_FSDP_STATE_IDLE)
+    return state_error(u, "pre-forward",
+                       u->state == ZT_FSDP_STATE_FORWARD ? "its forward was entered again before it returned"
+                                                         : "its backward is still under way");
+  if (!f->order_done && u->pre_order < 0) {
+    u->pre_order = f->n_pre;
+    f->pre_seq[f->n_pre++] = u;
+  }
+  ZT_TRY(zt__fsdp_gather(u));
+  u->state = ZT_FSDP_STATE_FORWARD;
+  f->fwd_depth++;
+  if (f->o.forward_prefetch && f->order_done && u->pre_order >= 0 && u->pre_order + 1 < f->n_pre)
+    ZT_TRY(prefetch(f->pre_seq[u->pre_order + 1]));
+  return ZT_OK;
+}
+
+zt_status zt__fsdp_post_forward(zt_module *m, int n_outputs, zt_tensor *const *outputs, void *user_data) {
+  (void)m;
+  zt__fsdp_unit *u = user_data;
+  zt_fsdp *f = u->f;
+  if (zt_autograd_graph_task_id() >= 0) {
+    if (u->state != ZT_FSDP_STATE_BACKWARD_PRE)
+      return state_error(u, "post-forward of a recomputation", "the recomputation did not start through pre-forward");
+    return ZT_OK; /* kept gathered for the backward that asked for the recomputation */
+  }
+  if (u->state != ZT_FSDP_STATE_FORWARD)
+    return state_error(u, "post-forward", "post-forward runs only after the unit's pre-forward");
+  f->fwd_depth--;
+  if (!f->order_done && u->post_order < 0) {
+    u->post_order = f->n_post;
+    f->post_seq[f->n_post++] = u;
+  }
+  if (u->is_root) f->order_done = true;
+  bool grad = zt_grad_enabled();
+  if (!u->summoned && (grad ? reshards_after_forward(u) : reshards_after_backward(u))) ZT_TRY(zt__fsdp_reshard(u));
+  for (int i = 0; grad && i < n_outputs; i++) {
+    zt_tensor *t = outputs[i];
+    bool dup = false;
+    for (int j = 0; j < i && !dup; j++) dup = outputs[j] == t;
+    if (t && t->requires_grad && !dup) ZT_TRY(zt_tensor_register_hook(t, pre_backward, u, NULL));
+  }
+  u->state = ZT_FSDP_STATE_IDLE;
+  return ZT_OK;
+}

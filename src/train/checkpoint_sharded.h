@@ -1,0 +1,75 @@
+/* Internal format layer of sharded checkpoints (src/train/checkpoint_sharded.c), on plain
+ * pieces (a parameter's element range plus a tensor) so it is testable without FSDP.
+ * A piece of (parameter, kind) is elements [start, start + count) of the flattened parameter. */
+#ifndef ZT_TRAIN_CHECKPOINT_SHARDED_H
+#define ZT_TRAIN_CHECKPOINT_SHARDED_H
+
+#include "zt/train.h"
+
+typedef enum zt__shard_kind {
+  ZT__SHARD_PARAM = 0,
+  ZT__SHARD_EXP_AVG,
+  ZT__SHARD_EXP_AVG_SQ,
+  ZT__SHARD_MOMENTUM,
+  ZT__SHARD_KIND_COUNT
+} zt__shard_kind;
+/* "param", "exp_avg", "exp_avg_sq", "momentum_buffer" (the optimizer's state prefixes). */
+const char *zt__shard_kind_name(zt__shard_kind k);
+/* Split an optimizer state name "exp_avg.<param>" into kind and parameter name (points into
+ * name); false if it has no known prefix. */
+bool zt__shard_split_state_name(const char *name, zt__shard_kind *kind, const char **param);
+
+typedef struct zt__shard_piece {
+  const char *param; /* the parameter's full name */
+  zt__shard_kind kind;
+  int ndim;
+  const int64_t *shape; /* the parameter's full shape */
+  int64_t start, count;
+  zt_tensor *t; /* count elements, contiguous f32 */
+} zt__shard_piece;
+
+/* "shard-<rank>-of-<n>.safetensors" into buf (64 bytes). */
+const char *zt__shard_file_name(char *buf, int rank, int n);
+/* One rank's shard file in folder `into`: tensors "<kind>.<param>", metadata with the save id
+ * and the pieces (the index is built from it). At most one piece per (param, kind). */
+zt_status zt__shard_write(const char *into, int rank, int n_ranks, int n, const zt__shard_piece *p,
+                          const char *save_id);
+/* The commit of a sharded save, after every shard file is in `into`: index.json (from the
+ * shard files) then state.json (last). strategy: a name for the record. */
+zt_status zt__shard_write_index(const char *into, int n_ranks, const char *strategy, const zt_train_state *st,
+                                bool has_optim, int64_t optim_step, const char *save_id);
+
+typedef struct zt__shard_entry {
+  int file;
+  char *tensor, *param;
+  zt__shard_kind kind;
+  int ndim;
+  int64_t shape[ZT_MAX_DIMS];
+  int64_t start, count;
+} zt__shard_entry;
+typedef struct zt__shard_index {
+  char dir[4096];
+  char save_id[64];
+  char strategy[32];
+  int world;
+  bool has_optim;
+  int64_t optim_step;
+  zt_train_state st;
+  int n_files;
+  char **files;
+  bool *checked; /* per file: opened, save id and tensors verified */
+  int n;
+  zt__shard_entry *e;
+} zt__shard_index;
+/* Read index.json and state.json of a sharded checkpoint (checks they are of one save). */
+zt_status zt__shard_index_read(const char *dir, zt__shard_index **out);
+void zt__shard_index_free(zt__shard_index *ix);
+/* Whether the index holds any entry of (param, kind). */
+bool zt__shard_index_has(const zt__shard_index *ix, const char *param, zt__shard_kind kind);
+/* Read elements [start, start + count) of (param, kind), whose full shape must be
+ * (ndim, shape), into dst (count elements, contiguous f32) from whichever shard files hold
+ * them. Errors name the checkpoint, the parameter and what is missing or differs. */
+zt_status zt__shard_read(zt__shard_index *ix, const char *param, zt__shard_kind kind, int ndim,
+                         const int64_t *shape, int64_t start, int64_t count, zt_tensor *dst);
+
+#endif

@@ -1,0 +1,140 @@
+/* The training loop's data-parallel part: on one rank without --shard, plain training; on
+ * N ranks, DDP (--shard none) or FSDP (any other --shard), with --batch the global batch
+ * (B/N rows per rank, so N ranks compute what one computes). Every per-step decision that
+ * could differ between ranks (a NaN loss, the grad norm) is made on values all ranks share,
+ * so they stop or go on together. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "train/parallel.h"
+
+zt_status zt__train_dp_open(zt__train_dp *dp, const zt_train_config *c, zt_comm *comm) {
+  memset(dp, 0, sizeof *dp);
+  if (!comm) {
+    ZT_TRY(zt_comm_world(&comm));
+    dp->own_comm = true;
+  }
+  dp->comm = comm;
+  dp->rank = zt_comm_rank(comm);
+  dp->world = zt_comm_size(comm);
+  if (c->batch % dp->world)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "--batch %lld is the global batch and must divide evenly over the %d ranks; use a multiple of %d",
+                  (long long)c->batch, dp->world, dp->world);
+  if (c->shard == ZT_SHARD_HYBRID && (c->hybrid_group < 1 || dp->world % c->hybrid_group))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "--shard hybrid:%d needs a group size that divides the %d ranks",
+                  c->hybrid_group, dp->world);
+  return ZT_OK;
+}
+
+zt_status zt__train_dp_wrap(zt__train_dp *dp, const zt_train_config *c, zt_gpt2 *m) {
+  dp->n_params = zt_gpt2_params(m, &dp->params);
+  if (c->shard == ZT_SHARD_NONE) {
+    if (dp->world == 1) return ZT_OK;
+    zt_ddp_options o = zt_ddp_options_default();
+    return zt_ddp_new(dp->comm, dp->n_params, dp->params, &o, &dp->ddp);
+  }
+  zt_fsdp_options o = zt_fsdp_options_default();
+  o.strategy = c->shard;
+  o.hybrid_group = c->hybrid_group;
+  o.backward_prefetch = o.forward_prefetch = c->prefetch;
+  ZT_TRY(zt_fsdp_new(dp->comm, zt_gpt2_module(m), &o, &dp->fsdp));
+  ZT_TRY(zt_fsdp_auto_wrap(dp->fsdp, NULL, NULL));
+  ZT_TRY(zt_fsdp_init(dp->fsdp));
+  dp->n_params = zt_fsdp_params(dp->fsdp, &dp->params, NULL);
+  return ZT_OK;
+}
+
+void zt__train_dp_free(zt__train_dp *dp) {
+  zt_ddp_free(dp->ddp);
+  zt_fsdp_free(dp->fsdp);
+  if (dp->own_comm) zt_comm_free(dp->comm);
+  memset(dp, 0, sizeof *dp);
+}
+
+zt_status zt__train_dp_mean(zt__train_dp *dp, double *v) {
+  if (dp->world == 1) return ZT_OK;
+  zt_tensor *t = NULL;
+  ZT_TRY(zt_tensor_from_data(1, (int64_t[]){1}, ZT_DTYPE_F64, v, &t));
+  zt_status s = zt_all_reduce(dp->comm, t, ZT_REDUCE_AVG);
+  if (!s) *v = zt_tensor_get(t, 0);
+  zt_tensor_free(t);
+  return s;
+}
+
+zt_status zt__train_dp_clip(zt__train_dp *dp, double max_norm, double *norm) {
+  // DDP's grads are already the same on every rank after the all-reduce
+  if (dp->fsdp) return zt_fsdp_clip_grad_norm(dp->fsdp, max_norm, norm);
+  return zt_clip_grad_norm(dp->n_params, dp->params, max_norm, norm);
+}
+
+zt_status zt__train_dp_after_step(zt__train_dp *dp, zt_optim *o) {
+  if (!dp->fsdp) {
+    zt_optim_zero_grad(o);
+    return ZT_OK;
+  }
+  ZT_TRY(zt_fsdp_after_step(dp->fsdp));
+  zt_fsdp_zero_grad(dp->fsdp);
+  return ZT_OK;
+}
+
+void zt__train_dp_step_stats(zt__train_dp *dp, zt_dp_stats *out) {
+  zt_dp_stats now = {0};
+  if (dp->ddp) zt_ddp_stats_get(dp->ddp, &now);
+  if (dp->fsdp) zt_fsdp_stats_get(dp->fsdp, &now);
+  out->comm_calls = now.comm_calls - dp->last.comm_calls;
+  out->bytes_sent = now.bytes_sent - dp->last.bytes_sent;
+  out->wait_s = now.wait_s - dp->last.wait_s;
+  out->all_gathers = now.all_gathers - dp->last.all_gathers;
+  out->reduce_scatters = now.reduce_scatters - dp->last.reduce_scatters;
+  out->all_reduces = now.all_reduces - dp->last.all_reduces;
+  dp->last = now;
+}
+
+zt_status zt__train_dp_gather(zt__train_dp *dp, const double *mine, int n, double *all) {
+  zt_tensor *in = NULL, *out = NULL;
+  ZT_TRY(zt_tensor_from_data(1, (int64_t[]){n}, ZT_DTYPE_F64, mine, &in));
+  zt_status s = zt_tensor_empty_tagged(1, (int64_t[]){(int64_t)n * dp->world}, ZT_DTYPE_F64, ZT_CPU, ZT_MEM_TAG_TEMP,
+                                       &out);
+  if (!s) s = zt_all_gather(dp->comm, in, out);
+  if (!s && all) memcpy(all, zt__tensor_ptr(out), sizeof *all * (size_t)n * (size_t)dp->world);
+  zt_tensor_free(in);
+  zt_tensor_free(out);
+  return s;
+}
+
+zt_status zt__train_dp_save(zt__train_dp *dp, const zt_train_config *c, const char *dir, zt_gpt2 *m, zt_optim *o,
+                            const zt_train_state *st) {
+  if (dp->fsdp)
+    return c->save_full ? zt_checkpoint_save_full(dir, m, dp->fsdp, o, st)
+                        : zt_checkpoint_save_sharded(dir, dp->fsdp, o, st);
+  // plain and DDP: every rank holds the same values; rank 0 writes, the others wait for it
+  zt_status s = ZT_OK;
+  if (dp->rank == 0) {
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+      s = ZT_ERR(ZT_STATUS_IO, "cannot create checkpoint dir '%s': %s", dir, strerror(errno));
+    if (!s) s = zt_checkpoint_save(dir, m, o, st);
+  }
+  if (dp->world == 1) return s;
+  double ok = s ? 0 : 1;
+  zt_status g = zt__train_dp_mean(dp, &ok);
+  if (s || g) return s ? s : g;
+  if (ok < 1) return ZT_ERR(ZT_STATUS_IO, "rank 0 could not write checkpoint '%s' (see its error)", dir);
+  return ZT_OK;
+}
+
+zt_status zt__train_dp_load(zt__train_dp *dp, const char *dir, zt_gpt2 *m, zt_optim *o, zt_train_state *st) {
+  if (!dp->fsdp) return zt_checkpoint_load(dir, m, o, st);
+  if (zt_checkpoint_is_sharded(dir)) return zt_checkpoint_load_sharded(dir, dp->fsdp, o, st);
+  return zt_checkpoint_load_full(dir, m, dp->fsdp, o, st);
+}
+
+zt_status zt__train_dp_gather_full(zt__train_dp *dp) {
+  return dp->fsdp ? zt_fsdp_gather_full_params(dp->fsdp) : ZT_OK;
+}
+
+zt_status zt__train_dp_release_full(zt__train_dp *dp) {
+  return dp->fsdp ? zt_fsdp_release_full_params(dp->fsdp) : ZT_OK;
+}

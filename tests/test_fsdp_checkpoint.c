@@ -1,0 +1,601 @@
+/* FSDP checkpoints. Format layer (every rank on its own, in its own folder): a GPT-2's
+ * parameters and optimizer state cut into FSDP-like uneven pieces of 4 "ranks" (two units, each
+ * flat and padded), written as shard files, read back bitwise at 3, 2 and 1 ranks and
+ * consolidated into a single-process checkpoint; errors for another shape, a missing shard file
+ * and an interrupted save. With FSDP (1 rank plainly, mpirun -np 2 / 4): sharded save, N -> M
+ * reload on sub-groups, consolidation and full checkpoints continue training like the original. */
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "train/checkpoint_sharded.h"
+#include "train/fileio.h"
+#include "zt/autograd.h"
+#include "zt/train.h"
+#include "zt_test.h"
+
+static zt_comm *g_world;
+static int R, N; /* rank, size */
+
+static const zt_gpt2_config k_cfg = {2, 2, 32, 64, 16, 0.0};
+
+static zt_gpt2 *new_model(uint64_t seed) {
+  zt_rng_seed(seed);
+  zt_gpt2 *m = NULL;
+  ZT_CHECK_OK(zt_gpt2_new(&k_cfg, &m));
+  return m;
+}
+
+static zt_train_state state_at(int64_t step) {
+  zt_train_state st;
+  memset(&st, 0, sizeof st);
+  st.step = step;
+  st.rng = zt_rng_get_state();
+  st.data.epoch = 1;
+  st.data.index = 7;
+  st.model = k_cfg;
+  return st;
+}
+
+/* ------------------------------------------------------------------ format layer */
+
+/* FSDP's layout over M ranks: params [0, split) are unit 0, the rest unit 1; each unit is one
+ * flat buffer padded to a multiple of M, rank r holding [r S, (r+1) S) of it. */
+typedef struct layout {
+  int np;
+  int64_t off[64], unit[64], numel[64];
+  int64_t unit_numel[2];
+} layout;
+
+static void make_layout(zt_param *p, int np, int split, layout *L) {
+  memset(L, 0, sizeof *L);
+  L->np = np;
+  for (int i = 0; i < np; i++) {
+    int u = i < split ? 0 : 1;
+    L->unit[i] = u;
+    L->numel[i] = zt_tensor_numel(p[i].tensor);
+    L->off[i] = L->unit_numel[u];
+    L->unit_numel[u] += L->numel[i];
+  }
+}
+
+/* The piece of param i at rank r of M (count 0: none). */
+static void piece_of(const layout *L, int i, int r, int M, int64_t *start, int64_t *count) {
+  int64_t padded = (L->unit_numel[L->unit[i]] + M - 1) / M * M, S = padded / M;
+  int64_t lo = r * S, hi = lo + S, a = L->off[i], b = a + L->numel[i];
+  int64_t x = a > lo ? a : lo, y = b < hi ? b : hi;
+  *start = x - a;
+  *count = y > x ? y - x : 0;
+}
+
+static zt_tensor *slice_copy(zt_tensor *full, int64_t start, int64_t count) {
+  zt_tensor *t = NULL;
+  ZT_CHECK_OK(zt_tensor_empty_tagged(1, &count, ZT_DTYPE_F32, ZT_CPU, ZT_MEM_TAG_TEMP, &t));
+  if (t && count) memcpy(zt__tensor_ptr(t), (float *)zt__tensor_ptr(full) + start, sizeof(float) * (size_t)count);
+  return t;
+}
+
+/* Write a sharded checkpoint of (m, o) as M ranks would, through the staged folder swap. */
+static void write_synthetic(const char *dir, zt_gpt2 *m, zt_optim *o, const layout *L, int M,
+                            const zt_train_state *st) {
+  zt_param *p;
+  int np = zt_gpt2_params(m, &p);
+  int n_opt = 0;
+  const char *const *onames = NULL;
+  zt_tensor *const *ots = NULL;
+  ZT_CHECK_OK(zt_optim_state(o, &n_opt, &onames, &ots));
+  char id[64];
+  zt__ck_new_save_id(id, st->step);
+  zt__ck_stage stage;
+  ZT_CHECK_OK(zt__ck_stage_begin(dir, &stage));
+  for (int r = 0; r < M; r++) {
+    zt__shard_piece pc[256];
+    zt_tensor *own[256];
+    int n = 0;
+    for (int i = 0; i < np; i++) {
+      int64_t start, count;
+      piece_of(L, i, r, M, &start, &count);
+      if (!count) continue;
+      zt_tensor *t = p[i].tensor;
+      own[n] = slice_copy(t, start, count);
+      pc[n] = (zt__shard_piece){p[i].name, ZT__SHARD_PARAM, t->ndim, t->shape, start, count, own[n]};
+      n++;
+      for (int k = 0; k < n_opt; k++) {
+        zt__shard_kind kind;
+        const char *pn;
+        ZT_CHECK(zt__shard_split_state_name(onames[k], &kind, &pn));
+        if (strcmp(pn, p[i].name)) continue;
+        own[n] = slice_copy(ots[k], start, count);
+        pc[n] = (zt__shard_piece){p[i].name, kind, t->ndim, t->shape, start, count, own[n]};
+        n++;
+      }
+    }
+    ZT_CHECK_OK(zt__shard_write(stage.into, r, M, n, pc, id));
+    zt_test_free_all(own, n);
+  }
+  ZT_CHECK_OK(zt__shard_write_index(stage.into, M, "full", st, true, zt_optim_step_count(o), id));
+  ZT_CHECK_OK(zt__ck_stage_commit(&stage));
+}
+
+/* Every piece of every rank of an M-rank layout reads back bitwise. */
+static void check_reads(const char *dir, zt_gpt2 *m, zt_optim *o, int M, int split) {
+  zt__shard_index *ix = NULL;
+  ZT_CHECK_OK(zt__shard_index_read(dir, &ix));
+  if (!ix) return;
+  zt_param *p;
+  int np = zt_gpt2_params(m, &p);
+  int n_opt = 0;
+  const char *const *onames = NULL;
+  zt_tensor *const *ots = NULL;
+  ZT_CHECK_OK(zt_optim_state(o, &n_opt, &onames, &ots));
+  layout L;
+  make_layout(p, np, split, &L);
+  int bad = 0;
+  for (int r = 0; r < M; r++)
+    for (int i = 0; i < np; i++) {
+      int64_t start, count;
+      piece_of(&L, i, r, M, &start, &count);
+      zt_tensor *t = p[i].tensor, *got = NULL, *want = slice_copy(t, start, count);
+      ZT_CHECK_OK(zt_tensor_zeros(1, &count, ZT_DTYPE_F32, ZT_CPU, &got));
+      ZT_CHECK_OK(zt__shard_read(ix, p[i].name, ZT__SHARD_PARAM, t->ndim, t->shape, start, count, got));
+      bad += !zt_test_bitwise_equal(got, want);
+      zt_tensor_free(want);
+      for (int k = 0; k < n_opt; k++) {
+        zt__shard_kind kind;
+        const char *pn;
+        if (!zt__shard_split_state_name(onames[k], &kind, &pn) || strcmp(pn, p[i].name)) continue;
+        want = slice_copy(ots[k], start, count);
+        ZT_CHECK_OK(zt__shard_read(ix, p[i].name, kind, t->ndim, t->shape, start, count, got));
+        bad += !zt_test_bitwise_equal(got, want);
+        zt_tensor_free(want);
+      }
+      zt_tensor_free(got);
+    }
+  ZT_CHECK(bad == 0);
+  zt__shard_index_free(ix);
+}
+
+static void fill_state(zt_optim *o, uint64_t seed) {
+  int n = 0;
+  const char *const *names = NULL;
+  zt_tensor *const *ts = NULL;
+  ZT_CHECK_OK(zt_optim_state(o, &n, &names, &ts));
+  for (int k = 0; k < n; k++) {
+    zt_tensor *r = zt_test_rand(ts[k]->ndim, ts[k]->shape, ZT_DTYPE_F32, 0, 1, seed + (uint64_t)k);
+    ZT_CHECK_OK(zt_tensor_copy_(ts[k], r));
+    zt_tensor_free(r);
+  }
+  zt_optim_set_step_count(o, 5);
+}
+
+static bool params_equal(zt_gpt2 *a, zt_gpt2 *b) {
+  zt_param *pa, *pb;
+  int n = zt_gpt2_params(a, &pa);
+  if (n != zt_gpt2_params(b, &pb)) return false;
+  for (int i = 0; i < n; i++)
+    if (!zt_test_bitwise_equal(pa[i].tensor, pb[i].tensor)) return false;
+  return true;
+}
+
+static bool optim_equal(zt_optim *a, zt_optim *b) {
+  int na, nb;
+  const char *const *xa, *const *xb;
+  zt_tensor *const *ta, *const *tb;
+  if (zt_optim_state(a, &na, &xa, &ta) || zt_optim_state(b, &nb, &xb, &tb) || na != nb) return false;
+  for (int i = 0; i < na; i++)
+    if (strcmp(xa[i], xb[i]) || !zt_test_bitwise_equal(ta[i], tb[i])) return false;
+  return zt_optim_step_count(a) == zt_optim_step_count(b);
+}
+
+static zt_optim *new_optim(zt_gpt2 *m) {
+  zt_param *p;
+  int n = zt_gpt2_params(m, &p);
+  zt_optim_config oc = zt_optim_default(ZT_OPTIM_ADAMW);
+  zt_optim *o = NULL;
+  ZT_CHECK_OK(zt_optim_new(&oc, n, p, &o));
+  return o;
+}
+
+static void test_format_reshard_and_consolidate(void) {
+  const char *tmp = zt_test_tmpdir_make("shardfmt");
+  if (!tmp) return;
+  char dir[512], out[512];
+  zt_test_tmp_path_to(dir, sizeof dir, "ck");
+  zt_test_tmp_path_to(out, sizeof out, "single");
+  zt_gpt2 *m = new_model(11);
+  zt_optim *o = new_optim(m);
+  fill_state(o, 100);
+  zt_param *p;
+  int np = zt_gpt2_params(m, &p);
+  layout L;
+  int split = np / 3; /* an uneven cut: the units' boundaries fall inside parameters */
+  make_layout(p, np, split, &L);
+  zt_train_state st = state_at(5);
+  write_synthetic(dir, m, o, &L, 4, &st);
+  ZT_CHECK(zt_checkpoint_is_sharded(dir));
+  /* N -> M: every piece of another layout reads back bitwise */
+  check_reads(dir, m, o, 4, split);
+  check_reads(dir, m, o, 3, split);
+  check_reads(dir, m, o, 2, np - 2);
+  check_reads(dir, m, o, 1, split);
+  /* an overwrite of the folder is a swap: a second save at 3 ranks replaces the first */
+  write_synthetic(dir, m, o, &L, 3, &st);
+  check_reads(dir, m, o, 4, split);
+  char path[600];
+  snprintf(path, sizeof path, "%s/shard-3-of-4.safetensors", dir);
+  ZT_CHECK(access(path, F_OK) != 0);
+  /* consolidation gives a single-process checkpoint that loads bitwise */
+  ZT_CHECK_OK(zt_checkpoint_consolidate(dir, out));
+  ZT_CHECK(!zt_checkpoint_is_sharded(out));
+  zt_gpt2 *m2 = new_model(99);
+  zt_optim *o2 = new_optim(m2);
+  zt_train_state st2;
+  ZT_CHECK_OK(zt_checkpoint_load(out, m2, o2, &st2));
+  ZT_CHECK(params_equal(m, m2));
+  ZT_CHECK(optim_equal(o, o2));
+  ZT_CHECK(st2.step == 5 && st2.data.index == 7 && st2.rng.seed == st.rng.seed);
+  zt_optim_free(o2);
+  zt_gpt2_free(m2);
+  zt_optim_free(o);
+  zt_gpt2_free(m);
+  zt_test_tmpdir_remove();
+}
+
+static void test_format_errors(void) {
+  const char *tmp = zt_test_tmpdir_make("shardfmt_err");
+  if (!tmp) return;
+  char dir[512], out[512], path[600], moved[600];
+  zt_test_tmp_path_to(dir, sizeof dir, "ck");
+  zt_test_tmp_path_to(out, sizeof out, "single");
+  zt_gpt2 *m = new_model(12);
+  zt_optim *o = new_optim(m);
+  fill_state(o, 200);
+  zt_param *p;
+  int np = zt_gpt2_params(m, &p);
+  layout L;
+  make_layout(p, np, 4, &L);
+  zt_train_state st = state_at(5);
+  write_synthetic(dir, m, o, &L, 4, &st);
+  zt__shard_index *ix = NULL;
+  ZT_CHECK_OK(zt__shard_index_read(dir, &ix));
+  if (ix) {
+    zt_tensor *t = NULL;
+    int64_t n = 10, shape[2] = {65, 32};
+    ZT_CHECK_OK(zt_tensor_zeros(1, &n, ZT_DTYPE_F32, ZT_CPU, &t));
+    /* another model shape: the message names the parameter and both shapes */
+    ZT_CHECK_ERR(zt__shard_read(ix, "transformer.wte.weight", ZT__SHARD_PARAM, 2, shape, 0, 10, t), ZT_STATUS_SHAPE,
+                 "'transformer.wte.weight' has shape (64, 32) in the checkpoint but (65, 32)");
+    ZT_CHECK_ERR(zt__shard_read(ix, "transformer.h.7.ln_1.weight", ZT__SHARD_PARAM, 1, &n, 0, 10, t),
+                 ZT_STATUS_SHAPE, "has no parameter 'transformer.h.7.ln_1.weight'");
+    zt_tensor_free(t);
+    zt__shard_index_free(ix);
+  }
+  /* a missing shard file is named */
+  snprintf(path, sizeof path, "%s/shard-2-of-4.safetensors", dir);
+  snprintf(moved, sizeof moved, "%s/away", zt_test_tmpdir());
+  ZT_CHECK(rename(path, moved) == 0);
+  ZT_CHECK_ERR(zt_checkpoint_consolidate(dir, out), ZT_STATUS_IO, "shard file '");
+  ZT_CHECK_ERR(zt_checkpoint_consolidate(dir, out), ZT_STATUS_IO, "shard-2-of-4.safetensors' is missing");
+  ZT_CHECK(rename(moved, path) == 0);
+  /* a shard file of another save (an interrupted save mixed files) */
+  zt_train_state st6 = state_at(6);
+  char dir2[512];
+  zt_test_tmp_path_to(dir2, sizeof dir2, "ck2");
+  write_synthetic(dir2, m, o, &L, 4, &st6);
+  snprintf(moved, sizeof moved, "%s/shard-1-of-4.safetensors", dir2);
+  snprintf(path, sizeof path, "%s/shard-1-of-4.safetensors", dir);
+  ZT_CHECK(rename(moved, path) == 0);
+  ZT_CHECK_ERR(zt_checkpoint_consolidate(dir, out), ZT_STATUS_IO, "is not from the same save");
+  /* no state.json: the commit record is missing */
+  snprintf(path, sizeof path, "%s/state.json", dir2);
+  ZT_CHECK(unlink(path) == 0);
+  ZT_CHECK_ERR(zt_checkpoint_consolidate(dir2, out), ZT_STATUS_IO, "has no state.json");
+  /* a single-process checkpoint is not a sharded one */
+  ZT_CHECK_OK(zt_checkpoint_save(out, m, o, &st));
+  ZT_CHECK(!zt_checkpoint_is_sharded(out));
+  ZT_CHECK_ERR(zt_checkpoint_consolidate(out, dir2), ZT_STATUS_IO, "has no index.json");
+  zt_optim_free(o);
+  zt_gpt2_free(m);
+  zt_test_tmpdir_remove();
+}
+
+/* ------------------------------------------------------------------ with FSDP */
+
+#define B_GLOBAL 8
+#define T_SEQ 16
+#define LR 1e-3
+/* Ranks of another count sum their gradients in another order: losses and parameters after
+ * two more AdamW steps agree to float32 reduction-order rounding, amplified a little by Adam's
+ * normalisation (m / sqrt(v)); lr 1e-3 bounds a parameter's change per step by ~1e-3. */
+#ifndef TOL_LOSS
+#define TOL_LOSS 1e-5
+#endif
+#ifndef TOL_PARAM
+#define TOL_PARAM 2e-5
+#endif
+
+typedef struct run {
+  zt_comm *comm;
+  zt_gpt2 *m;
+  zt_fsdp *f; /* NULL: a plain single-process run */
+  zt_optim *o;
+} run;
+
+static void run_new_as(run *r, zt_comm *comm, bool fsdp, zt_shard_strategy strategy, uint64_t seed) {
+  memset(r, 0, sizeof *r);
+  r->comm = comm;
+  r->m = new_model(seed);
+  zt_param *p;
+  int n = zt_gpt2_params(r->m, &p);
+  if (fsdp) {
+    zt_fsdp_options fo = zt_fsdp_options_default();
+    fo.strategy = strategy;
+    if (strategy == ZT_SHARD_HYBRID) fo.hybrid_group = zt_comm_size(comm) > 1 ? zt_comm_size(comm) / 2 : 1;
+    ZT_CHECK_OK(zt_fsdp_new(comm, zt_gpt2_module(r->m), &fo, &r->f));
+    ZT_CHECK_OK(zt_fsdp_auto_wrap(r->f, NULL, NULL));
+    ZT_CHECK_OK(zt_fsdp_init(r->f));
+    n = zt_fsdp_params(r->f, &p, NULL);
+  }
+  zt_optim_config oc = zt_optim_default(ZT_OPTIM_ADAMW);
+  oc.lr = LR;
+  ZT_CHECK_OK(zt_optim_new(&oc, n, p, &r->o));
+}
+
+static void run_new(run *r, zt_comm *comm, bool fsdp, uint64_t seed) {
+  run_new_as(r, comm, fsdp, ZT_SHARD_FULL, seed);
+}
+
+static void run_free(run *r) {
+  zt_optim_free(r->o);
+  zt_fsdp_free(r->f);
+  zt_gpt2_free(r->m);
+  memset(r, 0, sizeof *r);
+}
+
+/* One step on global batch k (this rank's rows of it); returns the global mean loss. */
+static double run_step(run *r, int k) {
+  int world = r->f ? zt_comm_size(r->comm) : 1, rank = r->f ? zt_comm_rank(r->comm) : 0;
+  zt_tensor *ids = zt_test_rand_ids(B_GLOBAL, T_SEQ, k_cfg.vocab_size, 500 + (uint64_t)k);
+  zt_tensor *tg = zt_test_rand_ids(B_GLOBAL, T_SEQ, k_cfg.vocab_size, 900 + (uint64_t)k);
+  zt_tensor *x = zt_test_rows(ids, rank, world), *y = zt_test_rows(tg, rank, world), *loss = NULL;
+  ZT_CHECK_OK(zt_gpt2_forward(r->m, x, y, NULL, &loss));
+  double l = loss ? zt_tensor_get(loss, 0) : NAN;
+  if (loss) ZT_CHECK_OK(zt_backward(1, &loss, NULL, false));
+  double norm = 0;
+  if (r->f) {
+    ZT_CHECK_OK(zt_fsdp_clip_grad_norm(r->f, 1.0, &norm));
+    ZT_CHECK_OK(zt_optim_step(r->o, LR));
+    ZT_CHECK_OK(zt_fsdp_after_step(r->f));
+    zt_fsdp_zero_grad(r->f);
+    zt_tensor *lt = NULL;
+    ZT_CHECK_OK(zt_tensor_from_data(1, (int64_t[]){1}, ZT_DTYPE_F64, &l, &lt));
+    ZT_CHECK_OK(zt_all_reduce(r->comm, lt, ZT_REDUCE_AVG));
+    l = zt_tensor_get(lt, 0);
+    zt_tensor_free(lt);
+  } else {
+    zt_param *p;
+    int n = zt_gpt2_params(r->m, &p);
+    ZT_CHECK_OK(zt_clip_grad_norm(n, p, 1.0, &norm));
+    ZT_CHECK_OK(zt_optim_step(r->o, LR));
+    zt_optim_zero_grad(r->o);
+  }
+  zt_test_free_all((zt_tensor *[]){ids, tg, x, y, loss}, 5);
+  return l;
+}
+
+/* The full parameter values (gathered under FSDP) as new tensors. */
+static int snapshot(run *r, zt_tensor **out) {
+  if (r->f) ZT_CHECK_OK(zt_fsdp_gather_full_params(r->f));
+  zt_param *p;
+  int n = zt_gpt2_params(r->m, &p);
+  for (int i = 0; i < n; i++) ZT_CHECK_OK(zt_tensor_clone_data(p[i].tensor, ZT_MEM_TAG_TEMP, &out[i]));
+  if (r->f) ZT_CHECK_OK(zt_fsdp_release_full_params(r->f));
+  return n;
+}
+
+static double snapshot_diff(zt_tensor **a, zt_tensor **b, int n) {
+  double d = 0;
+  for (int i = 0; i < n; i++) d = fmax(d, zt_test_max_abs_diff(a[i], b[i]));
+  return d;
+}
+
+static bool snapshot_bitwise(zt_tensor **a, zt_tensor **b, int n) {
+  for (int i = 0; i < n; i++)
+    if (!zt_test_bitwise_equal(a[i], b[i])) return false;
+  return true;
+}
+
+/* A folder every rank sees: rank 0 makes it and broadcasts its name. */
+static void shared_tmpdir(char *dir, size_t cap) {
+  int64_t buf[256] = {0};
+  if (R == 0) {
+    const char *t = zt_test_tmpdir_make("fsdpck");
+    for (size_t i = 0; t && t[i] && i < 255; i++) buf[i] = t[i];
+  }
+  zt_tensor *t = NULL;
+  ZT_CHECK_OK(zt_tensor_from_data(1, (int64_t[]){256}, ZT_DTYPE_I64, buf, &t));
+  ZT_CHECK_OK(zt_broadcast(g_world, t, 0));
+  size_t i = 0;
+  for (; i + 1 < cap && i < 255 && zt_tensor_get(t, (int64_t)i) != 0; i++) dir[i] = (char)zt_tensor_get(t, (int64_t)i);
+  dir[i] = '\0';
+  zt_tensor_free(t);
+}
+
+/* Continue two steps (batches 2, 3) and compare with the reference losses and parameters. */
+static void continue_and_compare(run *r, const double *ref_loss, zt_tensor **ref, const char *what) {
+  double l[2];
+  for (int k = 0; k < 2; k++) l[k] = run_step(r, 2 + k);
+  zt_tensor *snap[64] = {0};
+  int n = snapshot(r, snap);
+  double d = snapshot_diff(snap, ref, n);
+  if (fabs(l[0] - ref_loss[0]) > TOL_LOSS || fabs(l[1] - ref_loss[1]) > TOL_LOSS || !(d <= TOL_PARAM))
+    zt_test_fail(__FILE__, __LINE__, "rank %d, %s: losses %.9g %.9g vs %.9g %.9g, params differ by %g", R, what, l[0],
+                 l[1], ref_loss[0], ref_loss[1], d);
+  zt_test_free_all(snap, n);
+}
+
+static void test_fsdp_save_reshard_consolidate(void) {
+  char dir[256], sh[320], full[320], cons[320];
+  shared_tmpdir(dir, sizeof dir);
+  snprintf(sh, sizeof sh, "%s/sharded", dir);
+  snprintf(full, sizeof full, "%s/full", dir);
+  snprintf(cons, sizeof cons, "%s/consolidated", dir);
+  /* N ranks: 2 steps, both checkpoints, then 2 more steps: the reference */
+  run a;
+  run_new(&a, g_world, true, 1);
+  for (int k = 0; k < 2; k++) run_step(&a, k);
+  zt_train_state st = state_at(2);
+  ZT_CHECK_OK(zt_checkpoint_save_sharded(sh, a.f, a.o, &st));
+  ZT_CHECK_OK(zt_checkpoint_save_full(full, a.m, a.f, a.o, &st));
+  ZT_CHECK(zt_checkpoint_is_sharded(sh) && !zt_checkpoint_is_sharded(full));
+  zt_tensor *at2[64] = {0}, *ref[64] = {0};
+  int np = snapshot(&a, at2);
+  double ref_loss[2];
+  for (int k = 0; k < 2; k++) ref_loss[k] = run_step(&a, 2 + k);
+  snapshot(&a, ref);
+  run_free(&a);
+
+  /* sub-groups of other sizes load the sharded checkpoint and continue alike */
+  int color = N == 4 ? (R < 2 ? 0 : R) : R;
+  zt_comm *g = NULL;
+  ZT_CHECK_OK(zt_comm_split(g_world, color, R, &g));
+  run b;
+  run_new(&b, g, true, 77);
+  zt_train_state got;
+  memset(&got, 0, sizeof got);
+  ZT_CHECK_OK(zt_checkpoint_load_sharded(sh, b.f, b.o, &got));
+  ZT_CHECK(got.step == 2 && got.data.index == 7 && zt_optim_step_count(b.o) == 2);
+  zt_tensor *snap[64] = {0};
+  snapshot(&b, snap);
+  ZT_CHECK(snapshot_bitwise(snap, at2, np)); /* values are copied, never recomputed */
+  zt_test_free_all(snap, np);
+  char what[64];
+  snprintf(what, sizeof what, "sharded %d -> %d ranks", N, zt_comm_size(g));
+  continue_and_compare(&b, ref_loss, ref, what);
+  run_free(&b);
+  /* the full checkpoint loads at that size too */
+  run_new(&b, g, true, 78);
+  ZT_CHECK_OK(zt_checkpoint_load_full(full, b.m, b.f, b.o, &got));
+  ZT_CHECK(got.step == 2 && zt_optim_step_count(b.o) == 2);
+  snapshot(&b, snap);
+  ZT_CHECK(snapshot_bitwise(snap, at2, np));
+  zt_test_free_all(snap, np);
+  snprintf(what, sizeof what, "full %d -> %d ranks", N, zt_comm_size(g));
+  continue_and_compare(&b, ref_loss, ref, what);
+  run_free(&b);
+  zt_comm_free(g);
+
+  /* one process: the consolidated checkpoint, and the full one (bitwise the gathered values) */
+  if (R == 0) {
+    ZT_CHECK_OK(zt_checkpoint_consolidate(sh, cons));
+    const char *dirs[2] = {cons, full};
+    for (int d = 0; d < 2; d++) {
+      run c;
+      run_new(&c, NULL, false, 79);
+      ZT_CHECK_OK(zt_checkpoint_load(dirs[d], c.m, c.o, &got));
+      ZT_CHECK(got.step == 2 && zt_optim_step_count(c.o) == 2);
+      snapshot(&c, snap);
+      ZT_CHECK(snapshot_bitwise(snap, at2, np));
+      zt_test_free_all(snap, np);
+      continue_and_compare(&c, ref_loss, ref, d ? "full -> 1 process" : "consolidated -> 1 process");
+      run_free(&c);
+    }
+  }
+
+  /* the other strategies write the same format and load it: saved under S, loaded under FULL;
+   * saved under FULL (above), loaded under S (NONE: see the report on zt_fsdp_comm) */
+  const zt_shard_strategy others[] = {ZT_SHARD_GRAD_OP, ZT_SHARD_OPT, ZT_SHARD_HYBRID};
+  for (int i = 0; i < 3; i++) {
+    char sdir[400];
+    snprintf(sdir, sizeof sdir, "%s/%s", dir, zt_shard_strategy_name(others[i]));
+    run x;
+    run_new_as(&x, g_world, true, others[i], 1);
+    for (int k = 0; k < 2; k++) run_step(&x, k);
+    ZT_CHECK_OK(zt_checkpoint_save_sharded(sdir, x.f, x.o, &st));
+    zt__shard_index *ix = NULL; /* one file per rank of a shard group (HYBRID: of the first group) */
+    ZT_CHECK_OK(zt__shard_index_read(sdir, &ix));
+    ZT_CHECK(ix && ix->world == zt_comm_size(zt_fsdp_shard_comm(x.f)) && ix->n_files == ix->world);
+    zt__shard_index_free(ix);
+    run_free(&x);
+    run_new(&x, g_world, true, 80);
+    ZT_CHECK_OK(zt_checkpoint_load_sharded(sdir, x.f, x.o, &got));
+    snprintf(what, sizeof what, "saved under %s, loaded under full", zt_shard_strategy_name(others[i]));
+    continue_and_compare(&x, ref_loss, ref, what);
+    run_free(&x);
+    run_new_as(&x, g_world, true, others[i], 81);
+    ZT_CHECK_OK(zt_checkpoint_load_sharded(sh, x.f, x.o, &got));
+    snprintf(what, sizeof what, "saved under full, loaded under %s", zt_shard_strategy_name(others[i]));
+    continue_and_compare(&x, ref_loss, ref, what);
+    run_free(&x);
+  }
+  zt_test_free_all(at2, np);
+  zt_test_free_all(ref, np);
+  ZT_CHECK_OK(zt_barrier(g_world));
+  if (R == 0) zt_test_tmpdir_remove();
+}
+
+static void test_fsdp_errors(void) {
+  char dir[256], sh[320], path[400], moved[400];
+  shared_tmpdir(dir, sizeof dir);
+  snprintf(sh, sizeof sh, "%s/sharded", dir);
+  run a;
+  run_new(&a, g_world, true, 1);
+  run_step(&a, 0);
+  zt_train_state st = state_at(1);
+  ZT_CHECK_OK(zt_checkpoint_save_sharded(sh, a.f, a.o, &st));
+  /* another model shape: a layer more */
+  zt_gpt2_config big = k_cfg;
+  big.n_layer = 3;
+  zt_rng_seed(3);
+  zt_gpt2 *m = NULL;
+  zt_fsdp *f = NULL;
+  zt_fsdp_options fo = zt_fsdp_options_default();
+  ZT_CHECK_OK(zt_gpt2_new(&big, &m));
+  ZT_CHECK_OK(zt_fsdp_new(g_world, zt_gpt2_module(m), &fo, &f));
+  ZT_CHECK_OK(zt_fsdp_auto_wrap(f, NULL, NULL));
+  ZT_CHECK_OK(zt_fsdp_init(f));
+  zt_clear_error();
+  zt_status s = zt_checkpoint_load_sharded(sh, f, NULL, NULL);
+  ZT_CHECK(s != ZT_OK);
+  /* the rank that holds a piece of block 2 names it; the others say another rank failed */
+  ZT_CHECK(strstr(zt_last_error(), "has no parameter 'transformer.h.2.") || strstr(zt_last_error(), "another rank"));
+  zt_fsdp_free(f);
+  zt_gpt2_free(m);
+  /* a layer less: the checkpoint holds parameters no rank of the model has (every rank knows) */
+  big.n_layer = 1;
+  ZT_CHECK_OK(zt_gpt2_new(&big, &m));
+  ZT_CHECK_OK(zt_fsdp_new(g_world, zt_gpt2_module(m), &fo, &f));
+  ZT_CHECK_OK(zt_fsdp_auto_wrap(f, NULL, NULL));
+  ZT_CHECK_OK(zt_fsdp_init(f));
+  ZT_CHECK_ERR(zt_checkpoint_load_sharded(sh, f, NULL, NULL), ZT_STATUS_SHAPE,
+               "holds parameter 'transformer.h.1.ln_1.weight', which the model does not have");
+  zt_fsdp_free(f);
+  zt_gpt2_free(m);
+  /* a missing shard file is named (by the rank that reads it: the same layout, its own file) */
+  ZT_CHECK_OK(zt_barrier(g_world));
+  snprintf(path, sizeof path, "%s/shard-%d-of-%d.safetensors", sh, N - 1, N);
+  snprintf(moved, sizeof moved, "%s/away", dir);
+  if (R == 0) ZT_CHECK(rename(path, moved) == 0);
+  ZT_CHECK_OK(zt_barrier(g_world));
+  zt_clear_error();
+  s = zt_checkpoint_load_sharded(sh, a.f, a.o, NULL);
+  ZT_CHECK(s == ZT_STATUS_IO);
+  if (R == N - 1) ZT_CHECK(strstr(zt_last_error(), "is missing") && strstr(zt_last_error(), path));
+  ZT_CHECK_OK(zt_barrier(g_world));
+  run_free(&a);
+  if (R == 0) zt_test_tmpdir_remove();
+}
+
+int main(void) {
+  ZT_CHECK_OK(zt_comm_world(&g_world));
+  if (!g_world) return 1;
+  R = zt_comm_rank(g_world);
+  N = zt_comm_size(g_world);
+  ZT_RUN(test_format_reshard_and_consolidate);
+  ZT_RUN(test_format_errors);
+  ZT_RUN(test_fsdp_save_reshard_consolidate);
+  ZT_RUN(test_fsdp_errors);
+  int rc = zt_test_finish();
+  zt_comm_free(g_world);
+  return rc;
+}
