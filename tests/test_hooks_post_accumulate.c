@@ -91,6 +91,36 @@ static void test_not_for_zt_grad_and_order(void) {
   zt_test_free_all(all, 4);
 }
 
+/* A leaf's accumulator runs as soon as its grad is complete, before op nodes that are
+ * ready too (PyTorch's AccumulateGrad priority): FSDP reduces and reshards a unit while the
+ * rest of backward computes. w's accumulator is made before the forward (lowest sequence
+ * number), so ordering by sequence number alone would run it last. */
+static int g_events[8], g_n_events;
+static zt_status node_pre(zt_node *node, int n, zt_tensor **grads, void *ud) {
+  (void)node, (void)n, (void)grads;
+  g_events[g_n_events++] = (int)(intptr_t)ud;
+  return ZT_OK;
+}
+
+static void test_accumulator_runs_when_ready(void) {
+  int64_t shape[] = {3};
+  zt_tensor *x = zt_test_rand(1, shape, ZT_DTYPE_F32, -1, 1, 11);
+  zt_tensor *v = zt_test_rand_leaf(1, shape, ZT_DTYPE_F32, -1, 1, 12);
+  zt_tensor *w = zt_test_rand_leaf(1, shape, ZT_DTYPE_F32, -1, 1, 13);
+  acc_rec rw = {.id = 1, .order = g_events, .n_order = &g_n_events};
+  g_n_events = 0;
+  ZT_CHECK_OK(zt_tensor_register_post_accumulate_grad_hook(w, acc_hook, &rw, NULL));
+  zt_tensor *h1 = NULL, *h2 = NULL, *loss = NULL;
+  ZT_CHECK_OK(zt_mul(x, v, &h1));  /* first in forward: last in backward */
+  ZT_CHECK_OK(zt_mul(h1, w, &h2)); /* its backward makes w's grad complete */
+  ZT_CHECK_OK(zt_sum(h2, 0, NULL, false, &loss));
+  ZT_CHECK_OK(zt_node_register_pre_hook(zt_tensor_grad_fn(h1), node_pre, (void *)(intptr_t)2, NULL));
+  ZT_CHECK_OK(zt_backward(1, &loss, NULL, false));
+  ZT_CHECK(g_n_events == 2 && g_events[0] == 1 && g_events[1] == 2);
+  zt_tensor *all[] = {x, v, w, h1, h2, loss};
+  zt_test_free_all(all, 6);
+}
+
 /* The hook takes the grad away (e.g. after reducing it elsewhere); the next backward
  * starts a new .grad. */
 static void test_hook_takes_grad(void) {
@@ -143,6 +173,7 @@ int main(void) {
   ZT_RUN(test_fires_after_grad_update);
   ZT_RUN(test_once_per_accumulation);
   ZT_RUN(test_not_for_zt_grad_and_order);
+  ZT_RUN(test_accumulator_runs_when_ready);
   ZT_RUN(test_hook_takes_grad);
   ZT_RUN(test_errors);
   return zt_test_finish();

@@ -171,13 +171,24 @@ static void mark_needed_for_capture(task_graph *g) {
   free(order);
 }
 
-/* ------------------------------------------------ ready queue: max-heap on seq_nr */
+/* ------------------------------------------------ ready queue: max-heap on priority
+ * Leaf accumulators first (as PyTorch's AccumulateGrad: a leaf's .grad, and its
+ * post-accumulate-grad hooks, come as soon as its last contribution is in, which is when
+ * FSDP and DDP start reducing it), then the highest sequence number (the reverse of
+ * forward order). Accumulators were made whenever their leaf first needed one, so their
+ * sequence numbers only order them among themselves. The order never changes values: each
+ * node runs once, on its fully summed input buffer. */
 typedef struct heap {
   int *items;
   int n, cap;
 } heap;
 
-static int64_t seq_of(const task_graph *g, int idx) { return g->infos[idx].node->seq_nr; }
+static bool before(const task_graph *g, int a, int b) {
+  const zt_node *x = g->infos[a].node, *y = g->infos[b].node;
+  bool ax = x->vt == &zt__accumulate_grad_vt, ay = y->vt == &zt__accumulate_grad_vt;
+  if (ax != ay) return ax;
+  return x->seq_nr > y->seq_nr;
+}
 
 static void heap_push(heap *h, const task_graph *g, int idx) {
   if (h->n == h->cap) {
@@ -189,7 +200,7 @@ static void heap_push(heap *h, const task_graph *g, int idx) {
   h->items[i] = idx;
   while (i > 0) {
     int p = (i - 1) / 2;
-    if (seq_of(g, h->items[p]) >= seq_of(g, h->items[i])) break;
+    if (!before(g, h->items[i], h->items[p])) break;
     int t = h->items[p];
     h->items[p] = h->items[i];
     h->items[i] = t;
@@ -203,8 +214,8 @@ static int heap_pop(heap *h, const task_graph *g) {
   int i = 0;
   for (;;) {
     int l = 2 * i + 1, r = l + 1, m = i;
-    if (l < h->n && seq_of(g, h->items[l]) > seq_of(g, h->items[m])) m = l;
-    if (r < h->n && seq_of(g, h->items[r]) > seq_of(g, h->items[m])) m = r;
+    if (l < h->n && before(g, h->items[l], h->items[m])) m = l;
+    if (r < h->n && before(g, h->items[r], h->items[m])) m = r;
     if (m == i) break;
     int t = h->items[m];
     h->items[m] = h->items[i];

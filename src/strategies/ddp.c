@@ -4,8 +4,8 @@
  * Invariants: buckets start strictly in bucket order on every rank (next_launch only grows
  * within a round); every started all-reduce is waited on before the round ends, also when
  * it ends in an error; a round belongs to one graph task and a new task starts a new one.
- * Overlap with compute depends on when the engine runs accumulator nodes (now: after the
- * op nodes, by sequence number), not on this file. Reentrant checkpointing (a nested
+ * The engine runs a leaf's accumulator as soon as its grad is complete, so buckets start
+ * while the rest of backward computes. Reentrant checkpointing (a nested
  * backward inside a round) is not supported: its task would start a new round. */
 #include <stdlib.h>
 #include <string.h>
