@@ -54,8 +54,10 @@ typedef struct zt_comm_stats {
 void zt_comm_stats_get(const zt_comm *c, zt_comm_stats *out);
 void zt_comm_stats_reset(zt_comm *c);
 
-/* Collectives. Tensors: cpu, contiguous, dtype f32/f64/i32/i64/bf16 (bf16 is reduced in
- * f32 and rounded once), same dtype and sizes on every rank. The call site (file:line)
+/* Collectives. Tensors: cpu, contiguous, dtype f32/f64/bf16/f16/i32/i64 (bf16 and f16 are
+ * reduced in f32 and rounded once; with the mpi backend their reductions also travel in
+ * f32, since MPI has no 16-bit float sum: bytes_sent counts the 16-bit size), same dtype
+ * and sizes on every rank. The call site (file:line)
  * is passed by the macros for debug mode's messages. */
 /* t = reduce(t over ranks), in place. */
 zt_status zt_all_reduce_at(zt_comm *c, zt_tensor *t, zt_reduce_op op, const char *file, int line);

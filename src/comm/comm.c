@@ -1,5 +1,5 @@
 /* Process groups: argument checks, debug mode's pre-collective check, ring-formula
- * accounting, AVG and bf16 handling, and async handles, over a backend table.
+ * accounting, AVG and bf16/f16 handling, and async handles, over a backend table.
  * Invariant: a backend only sees validated contiguous cpu buffers; every temporary
  * buffer here comes from zt_mem_alloc with ZT_MEM_TAG_COMM and is freed by wait. */
 #include <stdio.h>
@@ -20,7 +20,7 @@ struct zt_comm_work {
   zt_comm *c;
   void *req;          /* backend request, NULL when already complete */
   zt_tensor *result;  /* the user's output tensor (version bumped at the end) */
-  void *tmp;          /* f32 buffer (bf16 reductions), or NULL */
+  void *tmp;          /* f32 buffer (bf16/f16 reductions), or NULL */
   size_t tmp_bytes;
   float *tmp_result;  /* where the f32 result lies inside tmp */
   int64_t n;          /* result elements */
@@ -166,11 +166,9 @@ static zt_status check_tensor(const zt_tensor *t, const char *fn, const char *na
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
                   "%s: %s is not contiguous; collectives take contiguous tensors (use zt_tensor_clone_data)", fn,
                   name);
-  bool ok = t->dtype == ZT_DTYPE_F32 || t->dtype == ZT_DTYPE_F64 || t->dtype == ZT_DTYPE_I32 ||
-            t->dtype == ZT_DTYPE_I64 || t->dtype == ZT_DTYPE_BF16;
-  if (!ok)
-    return ZT_ERR(ZT_STATUS_DTYPE, "%s: %s has dtype %s; collectives take f32, f64, i32, i64 or bf16 (cast first)",
-                  fn, name, zt_dtype_name(t->dtype));
+  if (!zt_dtype_valid(t->dtype))
+    return ZT_ERR(ZT_STATUS_DTYPE, "%s: %s has dtype %d; collectives take f32, f64, bf16, f16, i32 or i64", fn, name,
+                  (int)t->dtype);
   if (reduce) {
     if ((int)op < 0 || op >= ZT_REDUCE_OP_COUNT)
       return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: unknown reduce op %d; use ZT_REDUCE_SUM or ZT_REDUCE_AVG", fn,
@@ -210,12 +208,18 @@ static void work_free(zt_comm_work *w) {
   free(w);
 }
 
-/* f32 copy of n bf16 values, in a COMM buffer owned by w. */
-static zt_status work_tmp_from_bf16(zt_comm_work *w, const uint16_t *src, int64_t n, int64_t cap) {
+static bool half(zt_dtype dt) { return dt == ZT_DTYPE_BF16 || dt == ZT_DTYPE_F16; }
+
+/* f32 copy of n bf16/f16 values, in a COMM buffer owned by w (MPI has no 16-bit float sum:
+ * half-precision reductions travel and add in f32 and are rounded once at the end). */
+static zt_status work_tmp_from_half(zt_comm_work *w, const uint16_t *src, zt_dtype dt, int64_t n, int64_t cap) {
   w->tmp_bytes = (size_t)cap * sizeof(float);
   ZT_TRY(zt_mem_alloc(w->tmp_bytes, ZT_CPU, ZT_MEM_TAG_COMM, &w->tmp));
   float *f = w->tmp;
-  for (int64_t i = 0; i < n; i++) f[i] = zt_bf16_to_f32(src[i]);
+  if (dt == ZT_DTYPE_BF16)
+    for (int64_t i = 0; i < n; i++) f[i] = zt_bf16_to_f32(src[i]);
+  else
+    for (int64_t i = 0; i < n; i++) f[i] = zt_f16_to_f32(src[i]);
   return ZT_OK;
 }
 
@@ -229,7 +233,10 @@ zt_status zt_comm_wait(zt_comm_work *w) {
     double scale = w->avg ? 1.0 / (double)c->size : 1.0;
     if (w->tmp_result) {
       uint16_t *h = dst;
-      for (int64_t i = 0; i < w->n; i++) h[i] = zt_f32_to_bf16((float)(w->tmp_result[i] * scale));
+      if (w->result->dtype == ZT_DTYPE_BF16)
+        for (int64_t i = 0; i < w->n; i++) h[i] = zt_f32_to_bf16((float)(w->tmp_result[i] * scale));
+      else
+        for (int64_t i = 0; i < w->n; i++) h[i] = zt_f32_to_f16((float)(w->tmp_result[i] * scale));
     } else if (w->avg && w->result->dtype == ZT_DTYPE_F32) {
       float *f = dst;
       for (int64_t i = 0; i < w->n; i++) f[i] = (float)(f[i] * scale);
@@ -257,8 +264,8 @@ static zt_status all_reduce_start(zt_comm *c, zt_tensor *t, zt_reduce_op op, zt_
   zt_status s = ZT_OK;
   void *buf = data;
   zt_dtype dt = t->dtype;
-  if (n > 0 && dt == ZT_DTYPE_BF16) {
-    s = work_tmp_from_bf16(w, data, n, n);
+  if (n > 0 && half(dt)) {
+    s = work_tmp_from_half(w, data, dt, n, n);
     buf = w->tmp_result = w->tmp;
     dt = ZT_DTYPE_F32;
   }
@@ -320,9 +327,9 @@ static zt_status reduce_scatter_start(zt_comm *c, const zt_tensor *in, zt_tensor
   const void *src = din;
   void *dst = dout;
   zt_dtype dt = in->dtype;
-  if (n > 0 && dt == ZT_DTYPE_BF16) {
+  if (n > 0 && half(dt)) {
     /* tmp = [f32 input (size*n) | f32 result (n)] */
-    s = work_tmp_from_bf16(w, din, n * c->size, n * (c->size + 1));
+    s = work_tmp_from_half(w, din, dt, n * c->size, n * (c->size + 1));
     if (s == ZT_OK) {
       src = w->tmp;
       dst = w->tmp_result = (float *)w->tmp + n * c->size;

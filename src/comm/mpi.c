@@ -42,7 +42,8 @@ static MPI_Datatype mpi_type(zt_dtype dt) {
   case ZT_DTYPE_F64: return MPI_DOUBLE;
   case ZT_DTYPE_I32: return MPI_INT32_T;
   case ZT_DTYPE_I64: return MPI_INT64_T;
-  case ZT_DTYPE_BF16: return MPI_UINT16_T; /* data movement only: comm.c reduces bf16 in f32 */
+  case ZT_DTYPE_BF16: /* data movement only: comm.c reduces bf16 and f16 in f32 */
+  case ZT_DTYPE_F16: return MPI_UINT16_T;
   default: ZT_ASSERT(!"dtype checked by comm.c"); return MPI_BYTE;
   }
 }

@@ -86,6 +86,7 @@ struct zt_fsdp {
   bool sync;
   int64_t cb_task;           /* graph task whose end-of-backward callback is queued; -1 none */
   int fwd_depth;             /* units inside their forward (not counting recomputation) */
+  zt_autocast_state autocast_prev; /* low-precision params: the state before the outermost forward */
   bool order_done;           /* the first forward's order is recorded */
   int n_pre, n_post;
   zt__fsdp_unit **pre_seq, **post_seq;

@@ -282,7 +282,10 @@ static zt_status start_reduce(zt__fsdp_unit *u) {
 
 /* ------------------------------------------------------------------ end of backward */
 
+static bool low_precision_params(const zt_fsdp *f) { return f->o.param_dtype != ZT_DTYPE_F32; }
+
 static void reset_states(zt_fsdp *f) {
+  if (f->fwd_depth > 0 && low_precision_params(f)) zt_autocast_set(f->autocast_prev); /* a forward that failed */
   for (int k = 0; k < f->n_units; k++) {
     zt__fsdp_unit *u = f->units[k];
     u->state = ZT_FSDP_STATE_IDLE;
@@ -449,7 +452,9 @@ zt_status zt__fsdp_pre_forward(zt_module *m, void *user_data) {
   }
   ZT_TRY(zt__fsdp_gather(u));
   u->state = ZT_FSDP_STATE_FORWARD;
-  f->fwd_depth++;
+  /* the outermost forward computes under autocast in the param dtype */
+  if (f->fwd_depth++ == 0 && low_precision_params(f))
+    f->autocast_prev = zt_autocast_set((zt_autocast_state){true, f->o.param_dtype});
   if (f->o.forward_prefetch && f->order_done && u->pre_order >= 0 && u->pre_order + 1 < f->n_pre)
     ZT_TRY(prefetch(f->pre_seq[u->pre_order + 1]));
   return ZT_OK;
@@ -466,7 +471,7 @@ zt_status zt__fsdp_post_forward(zt_module *m, int n_outputs, zt_tensor *const *o
   }
   if (u->state != ZT_FSDP_STATE_FORWARD)
     return state_error(u, "post-forward", "post-forward runs only after the unit's pre-forward");
-  f->fwd_depth--;
+  if (--f->fwd_depth == 0 && low_precision_params(f)) zt_autocast_set(f->autocast_prev);
   if (!f->order_done && u->post_order < 0) {
     u->post_order = f->n_post;
     f->post_seq[f->n_post++] = u;
