@@ -311,7 +311,7 @@ static zt_status exchange_mask(zt_fsdp *f, zt_tensor **out) {
       const zt__fsdp_param *p = &f->units[k]->ps[i];
       if (p->mask >= 0) v[p->mask] = p->pending;
     }
-  if (f->world > 1) s = zt__fsdp_all_reduce(f, f->comm, m, NULL);
+  if (f->world > 1) s = zt__fsdp_all_reduce(f, f->comm, m, &f->stats.all_reduces);
   if (s) {
     zt_tensor_free(m);
     return s;
