@@ -107,7 +107,7 @@ if command -v mpirun >/dev/null 2>&1; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
   mpi() { local np=$1; shift; OMP_NUM_THREADS=1 mpirun -np "$np" --oversubscribe "$zt" "$@"; }
   losses() { grep -o '"loss":[^,]*' "$1" | cut -d: -f2; }
-  close() { paste <(losses "$1") <(losses "$2") | awk '{d=$1-$2; if (d<0) d=-d; if (d > 1e-4 * ($2<0?-$2:$2) + 1e-6) bad=1; n++} END{exit bad || n < 1}'; }
+  close() { paste <(losses "$1") <(losses "$2") | awk -v t="${3:-1e-4}" '{d=$1-$2; if (d<0) d=-d; if (d > t * ($2<0?-$2:$2) + 1e-6) bad=1; n++} END{exit bad || n < 1}'; }
   dp="$small --steps 6 --eval-every 3 --threads 1"
   out=$("$zt" train $dp --metrics "$w/d1.jsonl" 2>&1); rc=$?
   check "1-rank reference run" '[ $rc -eq 0 ]'
@@ -126,13 +126,23 @@ if command -v mpirun >/dev/null 2>&1; then
   check "zt consolidate makes a single-process checkpoint" '[ $rc -eq 0 ] && [ -f "$w/cons/model.safetensors" ] && [ -f "$w/cons/optim.safetensors" ]'
   out=$("$zt" train $dp --steps 8 --resume "$w/cons" --metrics "$w/r3.jsonl" 2>&1); rc=$?
   check "the consolidated checkpoint resumes in plain training like the sharded one" '[ $rc -eq 0 ] && close "$w/r3.jsonl" "$w/r1.jsonl"'
+  # mixed precision: 2 ranks against 1 rank in the same precision (bf16 gradient rounding: 1e-3)
+  for mp in bf16 fp16; do
+    out=$("$zt" train $dp --shard full --mixed-precision $mp --metrics "$w/m1_$mp.jsonl" 2>&1); rc=$?
+    out2=$(mpi 2 train $dp --shard full --mixed-precision $mp --metrics "$w/m2_$mp.jsonl" 2>&1); rc2=$?
+    check "--mixed-precision $mp: 2 ranks match 1 rank in $mp" '[ $rc -eq 0 ] && [ $rc2 -eq 0 ] && close "$w/m2_$mp.jsonl" "$w/m1_$mp.jsonl" 1e-3'
+    check "--mixed-precision $mp: the loss is not the f32 one" '! close "$w/m1_$mp.jsonl" "$w/d1.jsonl" 1e-7'
+  done
+  check "fp16 logs its loss scale" 'grep -q "\"loss_scale\":65536,\"skipped\":false" "$w/m2_fp16.jsonl"'
   out=$(mpi 2 train $small --batch 3 --steps 2 2>&1); rc=$?
   check "a global batch that does not divide over the ranks is a clear error" '[ $rc -ne 0 ] && grep -q "divide evenly over the 2 ranks" <<<"$out"'
 fi
 out=$("$zt" train --shard quarter 2>&1); rc=$?
 check "bad --shard is exit 2 naming the modes" '[ $rc -eq 2 ] && grep -q "hybrid" <<<"$out"'
-out=$("$zt" train --mixed-precision bf16 2>&1); rc=$?
-check "--mixed-precision bf16 says it is not implemented" '[ $rc -eq 2 ] && grep -q "not implemented" <<<"$out"'
+out=$("$zt" train --mixed-precision bf16 --steps 1 2>&1); rc=$?
+check "--mixed-precision without an FSDP strategy says what to add" '[ $rc -ne 0 ] && grep -q "needs an FSDP strategy" <<<"$out"'
+out=$("$zt" train --mixed-precision fp8 2>&1); rc=$?
+check "bad --mixed-precision is exit 2 naming the choices" '[ $rc -eq 2 ] && grep -q "bf16, fp16 or none" <<<"$out"'
 
 out=$("$zt" train --bogus 1 2>&1); rc=$?
 check "unknown flag is exit 2 with a message" '[ $rc -eq 2 ] && grep -q "unknown option .bogus." <<<"$out"'

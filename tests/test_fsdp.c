@@ -445,6 +445,47 @@ out:
   side_close(&b);
 }
 
+/* f16 with dynamic loss scaling. Iteration 0: rank 0 alone overflows (its loss scaled by
+ * 1e30: inf in f16). Iteration 1: the last rank alone puts an inf into one element of its
+ * own gradient shard. The clipping norm is global, so every rank sees the inf and skips
+ * the step both times; the scaler backs off twice, then grows after growth_interval
+ * finite steps. */
+static void test_loss_scaling(void) {
+  fcase c = base(ZT_SHARD_FULL);
+  c.param_dtype = c.reduce_dtype = ZT_DTYPE_F16;
+  side s;
+  side_open(&s, &c, W, true, false);
+  zt_loss_scaler sc = zt_loss_scaler_default();
+  sc.growth_interval = 2;
+  zt_tensor *ids = zt_test_rand_ids(GB, GT, CFG.vocab_size, 3), *tg = zt_test_rand_ids(GB, GT, CFG.vocab_size, 4);
+  zt_tensor *ri = zt_test_rows(ids, R, N), *rt = zt_test_rows(tg, R, N);
+  for (int it = 0; s.f && it < 4; it++) {
+    zt_tensor *loss = NULL, *scaled = NULL;
+    double scale = it == 0 && R == 0 ? 1e30 : sc.scale;
+    ZT_CHECK_OK(zt_gpt2_forward(s.m, ri, rt, NULL, &loss));
+    ZT_CHECK_OK(zt_mul_scalar(loss, scale, &scaled));
+    ZT_CHECK_OK(zt_backward(1, &scaled, NULL, false));
+    ZT_CHECK_OK(zt_fsdp_scale_grads(s.f, 1.0 / scale));
+    if (it == 1 && R == N - 1) {
+      zt_param *p;
+      zt_fsdp_params(s.f, &p, NULL);
+      ZT_CHECK_OK(zt_tensor_set(p[0].tensor->grad, 0, INFINITY));
+    }
+    double norm = 0;
+    ZT_CHECK_OK(zt_fsdp_clip_grad_norm(s.f, 1.0, &norm));
+    ZT_CHECK(isfinite(norm) == (it >= 2));
+    bool step = zt_loss_scaler_update(&sc, isfinite(norm));
+    ZT_CHECK(step == (it >= 2));
+    if (step) ZT_CHECK_OK(zt_optim_step(s.o, LR));
+    ZT_CHECK_OK(zt_fsdp_after_step(s.f));
+    zt_fsdp_zero_grad(s.f);
+    zt_test_free_all((zt_tensor *[]){loss, scaled}, 2);
+  }
+  ZT_CHECK(sc.skipped == 2 && sc.scale == 32768.0 && sc.good_steps == 0);
+  zt_test_free_all((zt_tensor *[]){ids, tg, ri, rt}, 4);
+  side_close(&s);
+}
+
 /* ------------------------------------------------------------------ hand-made units */
 /* root (no parameters of its own but "c") with units "a" (w: 5 elements) and "b" (w: 3):
  * sizes that do not divide by the rank count, so shards carry padding. */
@@ -807,6 +848,7 @@ int main(void) {
   ZT_RUN(test_no_sync);
   ZT_RUN(test_mixed_precision);
   ZT_RUN(test_mixed_precision_values);
+  ZT_RUN(test_loss_scaling);
   int rc = zt_test_finish();
   zt_comm_free(W);
   return rc;

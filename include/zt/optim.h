@@ -52,6 +52,23 @@ void zt_optim_set_step_count(zt_optim *o, int64_t step);
  * as they are: the caller decides (e.g. skip the step). */
 zt_status zt_clip_grad_norm(int n_params, const zt_param *params, double max_norm, double *norm);
 
+/* Dynamic loss scaling for f16 gradients (torch.cuda.amp.GradScaler's rule): the loss is
+ * multiplied by `scale` before backward, the grads divided by it after; a step whose grads
+ * hold an inf or NaN (on any rank) is skipped and the scale multiplied by backoff_factor;
+ * after growth_interval finite steps in a row it is multiplied by growth_factor. */
+typedef struct zt_loss_scaler {
+  double scale;            /* default 65536 */
+  double growth_factor;    /* default 2 */
+  double backoff_factor;   /* default 0.5 */
+  int64_t growth_interval; /* default 2000 */
+  int64_t good_steps;      /* finite steps since the scale last changed */
+  int64_t skipped;         /* steps skipped so far */
+} zt_loss_scaler;
+zt_loss_scaler zt_loss_scaler_default(void);
+/* Record one step's outcome (finite: no inf/NaN in any grad after unscaling) and adjust
+ * the scale; returns whether to take the optimizer step. */
+bool zt_loss_scaler_update(zt_loss_scaler *s, bool finite);
+
 /* Cosine schedule (nanoGPT's), step counting from 0:
  *   step < warmup:          max_lr * (step + 1) / warmup (linear; step warmup-1 has max_lr)
  *   warmup <= step < total: min_lr + 0.5 (1 + cos(pi (step - warmup) / (total - warmup)))

@@ -97,6 +97,8 @@ typedef struct zt_train_state {
   zt_rng_state rng;      /* default generator */
   zt_loader_pos data;    /* train loader position */
   zt_gpt2_config model;  /* to refuse a checkpoint of another shape */
+  double loss_scale;     /* f16 mixed precision: the loss scaler's scale (0: no scaler) */
+  int64_t loss_scale_good; /* and its finite steps since the last change */
 } zt_train_state;
 zt_status zt_checkpoint_save(const char *dir, zt_gpt2 *m, zt_optim *o, const zt_train_state *st);
 /* Loads into an existing model/optimizer of the same config (error naming what differs). */
@@ -169,6 +171,8 @@ typedef struct zt_train_config {
   int hybrid_group;         /* HYBRID: ranks per shard group */
   bool prefetch;            /* FSDP backward and forward prefetch (default on) */
   bool save_full;           /* FSDP: --save-format full (gathered to rank 0) instead of sharded */
+  zt_dtype mixed_precision; /* FSDP parameter and gradient-reduction dtype: f32 (none), bf16 or f16 (with
+                             * dynamic loss scaling) */
 } zt_train_config;
 /* Defaults: gpt2-tiny on the default data (the values `zt train` shows in --help). */
 void zt_train_config_default(zt_train_config *c);
@@ -191,6 +195,8 @@ typedef struct zt_train_step_info {
   int64_t act_peak_predicted; /* the model's prediction of peak ACTIVATION bytes (offload not counted) */
   int rank, world;        /* this process in the data-parallel group (0, 1 without one) */
   zt_dp_stats comm;       /* this rank's communication in this step */
+  double loss_scale;      /* f16: the loss scale this step used (0 without scaling) */
+  bool skipped;           /* f16: an inf/NaN grad skipped this step's update (the scale backs off) */
 } zt_train_step_info;
 typedef void (*zt_train_step_fn)(const zt_train_step_info *info, void *user_data);
 

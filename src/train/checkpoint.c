@@ -269,6 +269,9 @@ static void state_json(zt__buf *b, const ck_state *k, const char *extra) {
                  CK_VERSION, k->save_id, (long long)st->step, (unsigned long long)st->rng.seed,
                  (unsigned long long)st->rng.offset, (unsigned long long)st->data.epoch, (long long)st->data.index,
                  c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->block_size, fmt_double(dbuf, c->dropout));
+  if (st->loss_scale > 0)
+    zt__buf_printf(b, "  \"loss_scale\": {\"scale\": %s, \"good_steps\": %lld},\n", fmt_double(dbuf, st->loss_scale),
+                   (long long)st->loss_scale_good);
   if (extra) zt__buf_printf(b, "%s", extra);
   zt__buf_printf(b, "  \"optimizer\": %s\n}\n", k->has_optim ? "true" : "false");
 }
@@ -374,6 +377,14 @@ static zt_status read_state(const char *dir, ck_state *k) {
       (s = field_int(path, j, "n_embd", &c->n_embd)) || (s = field_int(path, j, "vocab_size", &c->vocab_size)) ||
       (s = field_int(path, j, "block_size", &c->block_size)))
     goto out;
+  if (zt__json_get(j, "loss_scale")) { /* f16 runs only */
+    if ((s = field(path, j, "loss_scale", "scale", &v))) goto out;
+    if (!zt__json_f64(v, &st->loss_scale) || !(st->loss_scale > 0)) {
+      s = ZT_ERR(ZT_STATUS_IO, "'%s': field 'loss_scale.scale' must be a positive number", path);
+      goto out;
+    }
+    if ((s = field_i64(path, j, "loss_scale", "good_steps", 0, INT64_MAX, &st->loss_scale_good))) goto out;
+  }
   if ((s = field(path, j, "model", "dropout", &v))) goto out;
   if (!zt__json_f64(v, &c->dropout) || !(c->dropout >= 0 && c->dropout < 1)) {
     s = ZT_ERR(ZT_STATUS_IO, "'%s': field 'model.dropout' must be a number in [0, 1)", path);

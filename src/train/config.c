@@ -32,6 +32,7 @@ void zt_train_config_default(zt_train_config *c) {
   c->checkpoint_every = 1;
   c->shard = ZT_SHARD_NONE;
   c->prefetch = true;
+  c->mixed_precision = ZT_DTYPE_F32;
 }
 
 static zt_status parse_bool(const char *key, const char *v, bool *out) {
@@ -201,10 +202,15 @@ zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'save-format' is sharded or full (got '%s')", v ? v : "");
   }
   if (!strcmp(key, "mixed-precision")) {
-    if (v && !strcmp(v, "none")) return ZT_OK;
-    if (v && (!strcmp(v, "bf16") || !strcmp(v, "fp16")))
-      return ZT_ERR(ZT_STATUS_UNSUPPORTED, "--mixed-precision %s is not implemented yet (the CPU kernels compute in "
-                                           "f32); use none", v);
+    static const struct {
+      const char *name;
+      zt_dtype dt;
+    } mp[] = {{"none", ZT_DTYPE_F32}, {"bf16", ZT_DTYPE_BF16}, {"fp16", ZT_DTYPE_F16}, {"f16", ZT_DTYPE_F16}};
+    for (size_t i = 0; v && i < sizeof mp / sizeof mp[0]; i++)
+      if (!strcmp(v, mp[i].name)) {
+        c->mixed_precision = mp[i].dt;
+        return ZT_OK;
+      }
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'mixed-precision' is bf16, fp16 or none (got '%s')", v ? v : "");
   }
   return ZT_ERR(ZT_STATUS_INVALID_ARG, "unknown option '%s' (see zt train --help)", key);

@@ -68,6 +68,8 @@ typedef struct run {
   zt_tensor *x, *y;
   FILE *metrics;
   zt__train_dp dp;
+  bool scaling;          /* f16: dynamic loss scaling */
+  zt_loss_scaler scaler;
 } run;
 
 static void run_free(run *r) {
@@ -174,6 +176,7 @@ static void write_metrics(FILE *f, const zt_train_step_info *in, const char *sha
   fprintf(f, ",\"total\":{\"current\":%lld,\"peak\":%lld}},\"act_peak_predicted\":%lld,\"peak_rss\":%lld",
           (long long)in->mem.current_total, (long long)in->mem.peak_total, (long long)in->act_peak_predicted,
           (long long)in->peak_rss);
+  if (in->loss_scale > 0) fprintf(f, ",\"loss_scale\":%g,\"skipped\":%s", in->loss_scale, in->skipped ? "true" : "false");
   fprintf(f, ",\"world\":%d,\"shard\":\"%s\",\"ranks\":[", in->world, shard);
   for (int r = 0; r < in->world; r++) {
     const double *v = ranks + (size_t)r * RANK_FIG_N;
@@ -188,7 +191,8 @@ static void write_metrics(FILE *f, const zt_train_step_info *in, const char *sha
 }
 
 static zt_status save_checkpoint(run *r, int64_t step, zt_loader_pos pos) {
-  zt_train_state st = {step, zt_rng_get_state(), pos, r->g};
+  zt_train_state st = {step, zt_rng_get_state(), pos, r->g, 0, 0};
+  if (r->scaling) st.loss_scale = r->scaler.scale, st.loss_scale_good = r->scaler.good_steps;
   return zt__train_dp_save(&r->dp, r->c, r->c->save, r->model, r->opt, &st);
 }
 
@@ -275,6 +279,8 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   oc.momentum = c->momentum;
   if ((s = zt_optim_new(&oc, n_params, params, &r.opt))) goto done;
   if ((s = load_data(&r))) goto done;
+  r.scaling = c->mixed_precision == ZT_DTYPE_F16; // f16 gradients need a loss scale; bf16's range does not
+  r.scaler = zt_loss_scaler_default();
   int64_t rows = c->batch / r.dp.world; // --batch is global: this rank's rows of it
   zt_loader_config lc = {rows, c->seq, c->seed, r.dp.rank, r.dp.world};
   if ((s = zt_loader_new(r.train, &lc, &r.loader))) {
@@ -289,6 +295,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     if ((s = zt__train_dp_load(&r.dp, c->resume, r.model, r.opt, &st))) goto done;
     if ((s = zt_loader_set_pos(r.loader, st.data))) goto done;
     zt_rng_set_state(st.rng);
+    if (st.loss_scale > 0) r.scaler.scale = st.loss_scale, r.scaler.good_steps = st.loss_scale_good;
     start = st.step;
     if (start > c->steps) {
       s = ZT_ERR(ZT_STATUS_INVALID_ARG, "checkpoint '%s' is at step %lld, beyond --steps %lld", c->resume,
@@ -329,18 +336,28 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
                  c->save[0] ? c->save : "", c->save[0] ? "' is intact" : "");
       break;
     }
-    s = zt_backward(1, &loss, NULL, false);
+    double scale = r.scaling ? r.scaler.scale : 0;
+    zt_tensor *scaled = NULL;
+    if (r.scaling && (s = zt_mul_scalar(loss, scale, &scaled))) {
+      zt_tensor_free(loss);
+      break;
+    }
+    s = zt_backward(1, scaled ? &scaled : &loss, NULL, false);
     zt_tensor_free(loss);
+    zt_tensor_free(scaled);
     if (s) break;
+    if (r.scaling && (s = zt__train_dp_scale_grads(&r.dp, 1.0 / scale))) break;
     double gnorm = 0;
     if ((s = zt__train_dp_clip(&r.dp, c->grad_clip, &gnorm))) break;
-    if (!isfinite(gnorm)) {
+    // f16: an inf/NaN grad on any rank (the norm is global) skips the update and backs off
+    bool skipped = r.scaling && !zt_loss_scaler_update(&r.scaler, isfinite(gnorm));
+    if (!isfinite(gnorm) && !skipped) {
       s = ZT_ERR(ZT_STATUS_STATE, "gradient norm is %g at step %lld: training stopped%s%s%s; lower --lr", gnorm,
                  (long long)step + 1, c->save[0] ? ", the last good checkpoint in '" : "", c->save[0] ? c->save : "",
                  c->save[0] ? "' is intact" : "");
       break;
     }
-    if ((s = zt_optim_step(r.opt, lr))) break;
+    if (!skipped && (s = zt_optim_step(r.opt, lr))) break;
     if ((s = zt__train_dp_after_step(&r.dp, r.opt))) break;
     double dt = now_s() - t0;
     if (isnan(result.first_loss)) result.first_loss = lv;
@@ -364,6 +381,8 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     zt_mem_stats_get(ZT_CPU, &info.mem);
     info.peak_rss = zt_mem_peak_rss();
     info.act_peak_predicted = result.act_peak_predicted;
+    info.loss_scale = scale;
+    info.skipped = skipped;
     info.rank = r.dp.rank;
     info.world = r.dp.world;
     zt__train_dp_step_stats(&r.dp, &info.comm);

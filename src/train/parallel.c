@@ -23,6 +23,11 @@ zt_status zt__train_dp_open(zt__train_dp *dp, const zt_train_config *c, zt_comm 
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
                   "--batch %lld is the global batch and must divide evenly over the %d ranks; use a multiple of %d",
                   (long long)c->batch, dp->world, dp->world);
+  if (c->mixed_precision != ZT_DTYPE_F32 && c->shard == ZT_SHARD_NONE)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "--mixed-precision %s needs an FSDP strategy (it sets the dtype FSDP gathers parameters and reduces "
+                  "gradients in): add --shard full, grad_op, opt or hybrid:G (one rank works too)",
+                  c->mixed_precision == ZT_DTYPE_BF16 ? "bf16" : "fp16");
   if (c->shard == ZT_SHARD_HYBRID && (c->hybrid_group < 1 || dp->world % c->hybrid_group))
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "--shard hybrid:%d needs a group size that divides the %d ranks",
                   c->hybrid_group, dp->world);
@@ -40,6 +45,7 @@ zt_status zt__train_dp_wrap(zt__train_dp *dp, const zt_train_config *c, zt_gpt2 
   o.strategy = c->shard;
   o.hybrid_group = c->hybrid_group;
   o.backward_prefetch = o.forward_prefetch = c->prefetch;
+  o.param_dtype = o.reduce_dtype = c->mixed_precision;
   ZT_TRY(zt_fsdp_new(dp->comm, zt_gpt2_module(m), &o, &dp->fsdp));
   ZT_TRY(zt_fsdp_auto_wrap(dp->fsdp, NULL, NULL));
   ZT_TRY(zt_fsdp_init(dp->fsdp));
@@ -68,6 +74,10 @@ zt_status zt__train_dp_clip(zt__train_dp *dp, double max_norm, double *norm) {
   // DDP's grads are already the same on every rank after the all-reduce
   if (dp->fsdp) return zt_fsdp_clip_grad_norm(dp->fsdp, max_norm, norm);
   return zt_clip_grad_norm(dp->n_params, dp->params, max_norm, norm);
+}
+
+zt_status zt__train_dp_scale_grads(zt__train_dp *dp, double factor) {
+  return dp->fsdp ? zt_fsdp_scale_grads(dp->fsdp, factor) : ZT_OK; /* loss scaling is FSDP-only */
 }
 
 zt_status zt__train_dp_after_step(zt__train_dp *dp, zt_optim *o) {

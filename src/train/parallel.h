@@ -26,6 +26,8 @@ void zt__train_dp_free(zt__train_dp *dp);
 zt_status zt__train_dp_mean(zt__train_dp *dp, double *v);
 /* Global grad-norm clipping over what the optimizer sees. */
 zt_status zt__train_dp_clip(zt__train_dp *dp, double max_norm, double *norm);
+/* Multiply the grads by factor (undoing loss scaling). */
+zt_status zt__train_dp_scale_grads(zt__train_dp *dp, double factor);
 /* After the optimizer step: FSDP's after-step, then zero the grads. */
 zt_status zt__train_dp_after_step(zt__train_dp *dp, zt_optim *o);
 /* This step's communication (counter delta since the last call). */
