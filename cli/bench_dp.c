@@ -1,13 +1,16 @@
 /* zt bench dp: data-parallel training steps under mpirun (DDP or an FSDP strategy) on the
- * built-in data, and one JSON object (rank 0) with, per rank, the peak PARAM+GRAD+OPTIM
- * bytes against the ZeRO formula, the bytes communicated per step against the formula,
- * and the fraction of communication time hidden behind compute. Formulas (Ψ parameters,
- * N ranks, f32, ring collectives sending (N-1)/N of the buffer):
- *   memory  DDP/none 16Ψ; opt (ZeRO-1) 8Ψ + 8Ψ/N; grad_op 4Ψ + 12Ψ/N (+ the largest unit's
- *           full grads); full 16Ψ/N + the largest unit's full parameters and grads;
- *   traffic DDP 2Ψ (all-reduce); full 3Ψ (gather in forward, again in backward, reduce-
- *           scatter) less the root unit's backward gather (the root stays gathered from its
- *           forward to its backward); grad_op/opt 2Ψ; each times 4 (N-1)/N bytes.
+ * built-in data, and one JSON object (rank 0) with, per rank, the peak of the model states
+ * (PARAM + GRAD + OPTIM, the peak of the sum, from the accounting, after the warm-up step)
+ * against a formula, the bytes communicated per step against formulas, and the fraction of
+ * communication time hidden behind compute. Ψ parameters, N ranks, G ranks per shard group,
+ * f32; U_max: the largest unit (for GPT-2 the root: wte, wpe, ln_f); ring collectives send
+ * (N-1)/N of the buffer.
+ *   memory  ddp 16Ψ; full/hybrid 16Ψ/G + 8 U_max (the issue's formula: the largest unit's full
+ *           parameters and grads); grad_op and opt 4Ψ (full parameters) + 16Ψ/N (master
+ *           shards, grad shards, optimizer state) + 4 U_max (one unit's full grads).
+ *   traffic the issue's formula: ddp, grad_op, opt 2Ψ; full 3Ψ; times 4 (N-1)/N bytes. And
+ *           the exact model of zerotrain's schedule (padded units; full does not gather the
+ *           root again for backward, as PyTorch FSDP; the grad-mask and norm all-reduces).
  * Overlap: 1 - (time blocked on communication in the step) / (the same collectives timed
  * alone, without compute). */
 #include <math.h>
@@ -29,6 +32,9 @@ static void on_step(const zt_train_step_info *in, void *ud) {
   bench_acc *a = ud;
   a->mem = in->mem;
   a->rss = in->peak_rss;
+  /* peaks from here on: steady-state steps, not the set-up (every rank builds the whole
+   * model once before sharding it) */
+  if (in->step == a->warmup) zt_mem_reset_peaks();
   if (in->step <= a->warmup || a->n >= 256) return;
   a->ms[a->n] = in->step_ms;
   a->sent[a->n] = (double)in->comm.bytes_sent;
@@ -80,6 +86,39 @@ static zt_status comm_alone(zt_comm *w, zt_shard_strategy s, bool ddp, int64_t p
   return st;
 }
 
+/* The formulas of the header comment for this run. */
+static void formulas(const zt_train_config *c, const zt_gpt2_config *g, int n, double *mem, double *traffic,
+                     double *model) {
+  double C = g->n_embd, L = g->n_layer, N = n;
+  double psi = (double)zt_gpt2_config_num_params(g);
+  double u_root = (double)g->vocab_size * C + (double)g->block_size * C + 2 * C, u_blk = 12 * C * C + 13 * C;
+  double u_max = fmax(u_root, u_blk);
+  int G = c->shard == ZT_SHARD_HYBRID ? c->hybrid_group : n;
+  double fg = G > 1 ? (G - 1.0) / G : 0, fn = n > 1 ? (N - 1) / N : 0;
+  double p_root = ceil(u_root / G) * G, p_blk = ceil(u_blk / G) * G; /* padded units */
+  double ring = 4 * fg;                                                /* bytes per element, gather or RS */
+  double small = 2 * fn * 4 * (4 + 12 * L) + (G > 1 ? 2 * fg * 8 : 0); /* grad mask + norm all-reduces */
+  switch (c->shard) {
+  case ZT_SHARD_NONE: /* DDP */
+    *mem = 16 * psi;
+    *traffic = *model = 2 * psi * 4 * fn;
+    return;
+  case ZT_SHARD_FULL:
+  case ZT_SHARD_HYBRID: {
+    *mem = 16 * psi / G + 8 * u_max;
+    *traffic = 3 * psi * 4 * fn;
+    double R = N / G, rep = R > 1 ? 2 * (R - 1) / R * 4 : 0; /* HYBRID: shards all-reduced across groups */
+    *model = L * p_blk * 3 * ring + p_root * 2 * ring + (L * p_blk + p_root) / G * rep + small;
+    return;
+  }
+  default: /* GRAD_OP (one gather in forward), OPT (one after the step): gather + RS per unit */
+    *mem = 4 * psi + 16 * psi / N + 4 * u_max;
+    *traffic = 2 * psi * 4 * fn;
+    *model = (L * p_blk + p_root) * 2 * ring + small;
+    return;
+  }
+}
+
 int zt_cli_bench_dp(int argc, char **argv) {
   zt_train_config c;
   zt_train_config_default(&c);
@@ -125,10 +164,9 @@ int zt_cli_bench_dp(int argc, char **argv) {
   if (zt_train_model_config(&c, &g) || zt_train_run_on(&c, w, on_step, &acc, &res, NULL)) goto fail;
   int64_t psi = zt_gpt2_config_num_params(&g);
   if (comm_alone(w, c.shard, ddp, psi, &alone)) goto fail;
-  // per rank: PARAM+GRAD+OPTIM peak, peak total, rss, median bytes sent and wait per step
-  double mine[5] = {(double)(acc.mem.peak[ZT_MEM_TAG_PARAM] + acc.mem.peak[ZT_MEM_TAG_GRAD] +
-                             acc.mem.peak[ZT_MEM_TAG_OPTIM]),
-                    (double)acc.mem.peak_total, (double)acc.rss, median(acc.sent, acc.n), median(acc.wait, acc.n)};
+  // per rank: model-state peak, peak total, rss, median bytes sent and wait per step
+  double mine[5] = {(double)acc.mem.peak_state, (double)acc.mem.peak_total, (double)acc.rss, median(acc.sent, acc.n),
+                    median(acc.wait, acc.n)};
   double med_ms = median(acc.ms, acc.n);
   zt_tensor *in = NULL, *all = NULL;
   if (zt_tensor_from_data(1, (int64_t[]){5}, ZT_DTYPE_F64, mine, &in) ||
@@ -137,23 +175,17 @@ int zt_cli_bench_dp(int argc, char **argv) {
     goto fail;
   }
   if (rank == 0) {
-    double P = (double)psi, N = n, f = 4.0 * (N - 1) / N;
-    double mem_formula = 16 * P, traffic = 2 * P * f;
+    double mem_formula, traffic, model;
+    formulas(&c, &g, n, &mem_formula, &traffic, &model);
     const char *name = ddp ? (n > 1 ? "ddp" : "single") : zt_shard_strategy_name(c.shard);
-    if (!ddp) switch (c.shard) {
-      case ZT_SHARD_FULL: mem_formula = 16 * P / N; traffic = 3 * P * f; break;
-      case ZT_SHARD_GRAD_OP: mem_formula = 4 * P + 12 * P / N; break;
-      case ZT_SHARD_OPT: mem_formula = 8 * P + 8 * P / N; break;
-      default: break;
-      }
     printf("{\"bench\":\"dp\",\"model\":\"%s\",\"params\":%lld,\"ranks\":%d,\"shard\":\"%s\",\"batch\":%lld,\"seq\":%lld,"
-           "\"steps\":%lld,\"ms_per_step\":%.1f,\"mem_formula_bytes\":%.0f,\"traffic_formula_bytes\":%.0f,"
-           "\"comm_alone_ms\":%.1f,\"per_rank\":[",
-           c.model, (long long)psi, n, name, (long long)c.batch, (long long)c.seq, (long long)acc.n, med_ms,
-           mem_formula, traffic, alone * 1e3);
+           "\"prefetch\":%s,\"steps\":%lld,\"ms_per_step\":%.1f,\"mem_formula_bytes\":%.0f,"
+           "\"traffic_formula_bytes\":%.0f,\"traffic_model_bytes\":%.0f,\"comm_alone_ms\":%.1f,\"per_rank\":[",
+           c.model, (long long)psi, n, name, (long long)c.batch, (long long)c.seq, c.prefetch ? "true" : "false",
+           (long long)acc.n, med_ms, mem_formula, traffic, model, alone * 1e3);
     const double *v = zt__tensor_ptr(all);
     for (int r = 0; r < n; r++, v += 5)
-      printf("%s{\"rank\":%d,\"param_grad_optim_peak\":%.0f,\"peak_total\":%.0f,\"peak_rss\":%.0f,"
+      printf("%s{\"rank\":%d,\"model_state_peak\":%.0f,\"peak_total\":%.0f,\"peak_rss\":%.0f,"
              "\"bytes_sent_per_step\":%.0f,\"comm_wait_ms\":%.1f,\"overlap\":%.3f}",
              r ? "," : "", r, v[0], v[1], v[2], v[3], v[4] * 1e3, alone > 0 ? fmax(0, 1 - v[4] / alone) : 0.0);
     printf("]}\n");

@@ -41,6 +41,28 @@ static void test_current_and_peak_per_tag(void) {
   zt_mem_reset_peaks();
   zt_mem_stats_get(DEV5, &s);
   ZT_CHECK(s.peak_total == 0);
+  /* model states (PARAM + GRAD + OPTIM): the peak of their sum, activations apart; retagging
+   * into or out of a state tag moves bytes in or out of the sum */
+  void *a = NULL, *q = NULL;
+  ZT_CHECK_OK(zt_mem_alloc(100, DEV5, ZT_MEM_TAG_PARAM, &p));
+  ZT_CHECK_OK(zt_mem_alloc(1000, DEV5, ZT_MEM_TAG_ACTIVATION, &a));
+  ZT_CHECK_OK(zt_mem_alloc(40, DEV5, ZT_MEM_TAG_OPTIM, &o));
+  zt_mem_free(o, 40, DEV5, ZT_MEM_TAG_OPTIM);
+  ZT_CHECK_OK(zt_mem_alloc(30, DEV5, ZT_MEM_TAG_GRAD, &q));
+  zt_mem_stats_get(DEV5, &s);
+  ZT_CHECK(s.current_state == 130 && s.peak_state == 140 && s.peak_total == 1140);
+  zt_mem_retag(1000, DEV5, ZT_MEM_TAG_ACTIVATION, ZT_MEM_TAG_GRAD);
+  zt_mem_stats_get(DEV5, &s);
+  ZT_CHECK(s.current_state == 1130 && s.peak_state == 1130);
+  zt_mem_retag(1000, DEV5, ZT_MEM_TAG_GRAD, ZT_MEM_TAG_TEMP);
+  zt_mem_free(a, 1000, DEV5, ZT_MEM_TAG_TEMP);
+  zt_mem_free(p, 100, DEV5, ZT_MEM_TAG_PARAM);
+  zt_mem_free(q, 30, DEV5, ZT_MEM_TAG_GRAD);
+  zt_mem_stats_get(DEV5, &s);
+  ZT_CHECK(s.current_state == 0 && s.peak_state == 1130 && s.current_total == 0);
+  zt_mem_reset_peaks();
+  zt_mem_stats_get(DEV5, &s);
+  ZT_CHECK(s.peak_state == 0);
   /* zero bytes: NULL, nothing accounted; freeing NULL is a no-op */
   void *z = (void *)0x1;
   ZT_CHECK_OK(zt_mem_alloc(0, DEV5, ZT_MEM_TAG_TEMP, &z));

@@ -25,14 +25,6 @@ static zt_gpt2 *new_model(const zt_gpt2_config *c, uint64_t seed) {
   return m;
 }
 
-static zt_optim *new_optim(zt_gpt2 *m) {
-  zt_param *p;
-  int n = zt_gpt2_params(m, &p);
-  zt_optim_config oc = zt_optim_default(ZT_OPTIM_ADAMW);
-  zt_optim *o = NULL;
-  ZT_CHECK_OK(zt_optim_new(&oc, n, p, &o));
-  return o;
-}
 
 /* One AdamW step on a fixed batch made from `seed`. */
 static void train_step(zt_gpt2 *m, zt_optim *o, int seed) {
@@ -90,7 +82,7 @@ static void test_roundtrip_bitwise(void) {
   char ck[256];
   zt_test_tmp_path_to(ck, sizeof ck, "ck");
   zt_gpt2 *a = new_model(&k_cfg, 1);
-  zt_optim *oa = new_optim(a);
+  zt_optim *oa = zt_test_gpt2_adamw(a);
   train_step(a, oa, 1);
   train_step(a, oa, 2);
   zt_train_state st = state_at(2);
@@ -100,7 +92,7 @@ static void test_roundtrip_bitwise(void) {
   ZT_CHECK(!exists(zt_test_tmpdir(), ".ck.saving"));
 
   zt_gpt2 *b = new_model(&k_cfg, 2);
-  zt_optim *ob = new_optim(b);
+  zt_optim *ob = zt_test_gpt2_adamw(b);
   ZT_CHECK(!params_equal(a, b));
   zt_train_state got;
   memset(&got, 0xAB, sizeof got);
@@ -181,7 +173,7 @@ static void test_config_mismatch(void) {
   b = new_model(&k_cfg, 5);
   ZT_CHECK_OK(zt_checkpoint_load(ck, b, NULL, NULL));
   ZT_CHECK(params_equal(a, b));
-  zt_optim *ob = new_optim(b);
+  zt_optim *ob = zt_test_gpt2_adamw(b);
   ZT_CHECK_ERR(zt_checkpoint_load(ck, b, ob, NULL), ZT_STATUS_STATE, "holds no optimizer state");
   zt_optim_free(ob);
   zt_gpt2_free(b);
@@ -197,7 +189,7 @@ static void test_missing_or_damaged_state(void) {
   ZT_CHECK_ERR(zt_checkpoint_read_state(ck, &st), ZT_STATUS_IO, "No such file or directory");
   ZT_CHECK(strstr(zt_last_error(), ck) != NULL);
   zt_gpt2 *a = new_model(&k_cfg, 1);
-  zt_optim *oa = new_optim(a);
+  zt_optim *oa = zt_test_gpt2_adamw(a);
   st = state_at(4);
   ZT_CHECK_OK(zt_checkpoint_save(ck, a, oa, &st));
   snprintf(path, sizeof path, "%s/state.json", ck);
@@ -237,7 +229,7 @@ static void test_interrupted_save(void) {
   zt_test_tmp_path_to(ck1, sizeof ck1, "ck1");
   zt_test_tmp_path_to(ck2, sizeof ck2, "ck2");
   zt_gpt2 *a = new_model(&k_cfg, 1), *snap = new_model(&k_cfg, 9);
-  zt_optim *oa = new_optim(a);
+  zt_optim *oa = zt_test_gpt2_adamw(a);
   train_step(a, oa, 1);
   zt_train_state st1 = state_at(1);
   ZT_CHECK_OK(zt_checkpoint_save(ck1, a, oa, &st1));
@@ -248,7 +240,7 @@ static void test_interrupted_save(void) {
   snprintf(path, sizeof path, "%s/state.json", ck2);
   ZT_CHECK(unlink(path) == 0); /* the crash before the commit record */
   zt_gpt2 *b = new_model(&k_cfg, 3);
-  zt_optim *ob = new_optim(b);
+  zt_optim *ob = zt_test_gpt2_adamw(b);
   ZT_CHECK_ERR(zt_checkpoint_load(ck2, b, ob, NULL), ZT_STATUS_IO, "has no state.json");
   zt_train_state got;
   ZT_CHECK_OK(zt_checkpoint_load(ck1, b, ob, &got));
@@ -286,7 +278,7 @@ static void test_overwrite_same_folder(void) {
   zt_test_tmp_path_to(other, sizeof other, "other");
   zt_test_tmp_path_to(stage, sizeof stage, ".ck.saving");
   zt_gpt2 *a = new_model(&k_cfg, 1), *b = new_model(&k_cfg, 2);
-  zt_optim *oa = new_optim(a), *ob = new_optim(b);
+  zt_optim *oa = zt_test_gpt2_adamw(a), *ob = zt_test_gpt2_adamw(b);
   zt_train_state st = state_at(1);
   ZT_CHECK_OK(zt_checkpoint_save(ck, a, oa, &st));
   /* a crashed save left a staging folder with a partial model file */

@@ -31,16 +31,6 @@ typedef struct ddp_case {
   bool unused;    /* a parameter on the root module that forward never uses */
 } ddp_case;
 
-static double fwd_bwd(zt_gpt2 *m, zt_tensor *ids, zt_tensor *tg) {
-  zt_tensor *loss = NULL;
-  ZT_CHECK_OK(zt_gpt2_forward(m, ids, tg, NULL, &loss));
-  if (!loss) return NAN;
-  double v = zt_tensor_get(loss, 0);
-  ZT_CHECK_OK(zt_backward(1, &loss, NULL, false));
-  zt_tensor_free(loss);
-  return v;
-}
-
 /* The model's parameters (plus, optionally, an unused one): a new array (free()). */
 static zt_param *param_list(zt_gpt2 *m, bool unused, int *n) {
   zt_param *p = NULL;
@@ -75,15 +65,6 @@ static int expected_buckets(int n, const zt_param *ps, int64_t cap, int64_t *rin
   }
   if (nb) *ring_bytes += (int64_t)(f * (double)bytes + 0.5);
   return nb;
-}
-
-static double avg_over_ranks(double v) {
-  zt_tensor *t = NULL;
-  ZT_CHECK_OK(zt_tensor_full(1, (int64_t[]){1}, ZT_DTYPE_F64, ZT_CPU, v, &t));
-  ZT_CHECK_OK(zt_all_reduce(W, t, ZT_REDUCE_AVG));
-  double r = zt_tensor_get(t, 0);
-  zt_tensor_free(t);
-  return r;
 }
 
 /* A post-accumulate-grad hook registered after DDP's on the parameter whose grad comes last
@@ -143,9 +124,9 @@ static void run_gpt2_case(const ddp_case *c) {
       zt_tensor *ids = zt_test_rand_ids(GB, GT, CFG.vocab_size, 100 + 10 * step + k);
       zt_tensor *tg = zt_test_rand_ids(GB, GT, CFG.vocab_size, 500 + 10 * step + k);
       zt_tensor *ri = zt_test_rows(ids, R, N), *rt = zt_test_rows(tg, R, N);
-      lref += fwd_bwd(ref, ids, tg);
+      lref += zt_test_gpt2_fwd_bwd(ref, ids, tg);
       zt_ddp_set_sync(d, !c->no_sync || k == micro - 1);
-      lddp += fwd_bwd(dm, ri, rt);
+      lddp += zt_test_gpt2_fwd_bwd(dm, ri, rt);
       zt_tensor *ts[] = {ids, tg, ri, rt};
       zt_test_free_all(ts, 4);
       if (c->no_sync && k == 0) { /* nothing communicated, grads are this rank's own */
@@ -164,7 +145,7 @@ static void run_gpt2_case(const ddp_case *c) {
     ZT_CHECK(st.all_gathers == 0 && st.reduce_scatters == 0 && st.wait_s >= 0);
     /* the group's own counters saw exactly these collectives */
     ZT_CHECK(cs1.calls - cs0.calls == nb && cs1.bytes_sent - cs0.bytes_sent == ring);
-    double lavg = avg_over_ranks(lddp);
+    double lavg = zt_test_mean_over(W, lddp);
     ZT_CHECK_NEAR(lavg, lref, LOSS_RTOL * fabs(lref));
     for (int i = 0; i < nd; i++) {
       zt_tensor *gr = pr[i].tensor->grad, *gd = pd[i].tensor->grad;

@@ -138,25 +138,6 @@ static void side_close(side *s) {
   memset(s, 0, sizeof *s);
 }
 
-static double fwd_bwd(side *s, zt_tensor *ids, zt_tensor *tg) {
-  zt_tensor *loss = NULL;
-  ZT_CHECK_OK(zt_gpt2_forward(s->m, ids, tg, NULL, &loss));
-  if (!loss) return NAN;
-  double v = zt_tensor_get(loss, 0);
-  ZT_CHECK_OK(zt_backward(1, &loss, NULL, false));
-  zt_tensor_free(loss);
-  return v;
-}
-
-static double avg_over_ranks(double v) {
-  zt_tensor *t = NULL;
-  ZT_CHECK_OK(zt_tensor_full(1, (int64_t[]){1}, ZT_DTYPE_F64, ZT_CPU, v, &t));
-  ZT_CHECK_OK(zt_all_reduce(W, t, ZT_REDUCE_AVG));
-  double r = zt_tensor_get(t, 0);
-  zt_tensor_free(t);
-  return r;
-}
-
 /* The full gradient of parameter `name` on the reference side, as a new f32 tensor (the
  * plain side's .grad, or the one-rank FSDP side's pieces, which are whole parameters), or
  * NULL when it has none. */
@@ -263,7 +244,7 @@ static void run_case(const fcase *c, const char *what) {
       zt_tensor *ri = zt_test_rows(ids, R, N), *rt = zt_test_rows(tg, R, N);
       bool sync = !c->no_sync || k == micro - 1;
       if (ref.f) zt_fsdp_set_sync(ref.f, sync);
-      lref += fwd_bwd(&ref, ids, tg);
+      lref += zt_test_gpt2_fwd_bwd(ref.m, ids, tg);
       zt_fsdp_set_sync(fs.f, sync);
       zt_tensor *loss = NULL;
       ZT_CHECK_OK(zt_gpt2_forward(fs.m, ri, rt, NULL, &loss));
@@ -290,7 +271,7 @@ static void run_case(const fcase *c, const char *what) {
       ZT_CHECK(zt_fsdp_unit_state(fs.f, k) == ZT_FSDP_STATE_IDLE);
       if (frees && !aliased) ZT_CHECK(!zt_fsdp_unit_gathered(fs.f, k));
     }
-    double lavg = avg_over_ranks(lfs);
+    double lavg = zt_test_mean_over(W, lfs);
     double lt = (mp ? MP_LOSS_RTOL : LOSS_RTOL) * fabs(lref);
     worst_loss = fmax(worst_loss, fabs(lavg - lref));
     if (!(fabs(lavg - lref) <= lt))
@@ -675,7 +656,7 @@ static void test_full_shard_traffic(void) {
     zt_fsdp_stats_reset(s.f);
     zt_tensor *ids = zt_test_rand_ids(GB, GT, CFG.vocab_size, 1), *tg = zt_test_rand_ids(GB, GT, CFG.vocab_size, 2);
     zt_tensor *ri = zt_test_rows(ids, R, N), *rt = zt_test_rows(tg, R, N);
-    fwd_bwd(&s, ri, rt);
+    zt_test_gpt2_fwd_bwd(s.m, ri, rt);
     double norm;
     ZT_CHECK_OK(zt_fsdp_clip_grad_norm(s.f, 1.0, &norm));
     ZT_CHECK_OK(zt_optim_step(s.o, LR));
@@ -724,7 +705,7 @@ static void test_backward_prefetch(void) {
     zt_tensor *ri = zt_test_rows(ids, R, N), *rt = zt_test_rows(tg, R, N);
     for (int it = 0; it < 2; it++) { /* the order is learnt in the first iteration */
       g_probe_seen = !pf;
-      fwd_bwd(&s, ri, rt);
+      zt_test_gpt2_fwd_bwd(s.m, ri, rt);
       zt_fsdp_zero_grad(s.f);
     }
     ZT_CHECK(g_probe_seen == pf);

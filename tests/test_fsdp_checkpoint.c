@@ -187,14 +187,6 @@ static bool optim_equal(zt_optim *a, zt_optim *b) {
   return zt_optim_step_count(a) == zt_optim_step_count(b);
 }
 
-static zt_optim *new_optim(zt_gpt2 *m) {
-  zt_param *p;
-  int n = zt_gpt2_params(m, &p);
-  zt_optim_config oc = zt_optim_default(ZT_OPTIM_ADAMW);
-  zt_optim *o = NULL;
-  ZT_CHECK_OK(zt_optim_new(&oc, n, p, &o));
-  return o;
-}
 
 static void test_format_reshard_and_consolidate(void) {
   const char *tmp = zt_test_tmpdir_make("shardfmt");
@@ -203,7 +195,7 @@ static void test_format_reshard_and_consolidate(void) {
   zt_test_tmp_path_to(dir, sizeof dir, "ck");
   zt_test_tmp_path_to(out, sizeof out, "single");
   zt_gpt2 *m = new_model(11);
-  zt_optim *o = new_optim(m);
+  zt_optim *o = zt_test_gpt2_adamw(m);
   fill_state(o, 100);
   zt_param *p;
   int np = zt_gpt2_params(m, &p);
@@ -228,7 +220,7 @@ static void test_format_reshard_and_consolidate(void) {
   ZT_CHECK_OK(zt_checkpoint_consolidate(dir, out));
   ZT_CHECK(!zt_checkpoint_is_sharded(out));
   zt_gpt2 *m2 = new_model(99);
-  zt_optim *o2 = new_optim(m2);
+  zt_optim *o2 = zt_test_gpt2_adamw(m2);
   zt_train_state st2;
   ZT_CHECK_OK(zt_checkpoint_load(out, m2, o2, &st2));
   ZT_CHECK(params_equal(m, m2));
@@ -248,7 +240,7 @@ static void test_format_errors(void) {
   zt_test_tmp_path_to(dir, sizeof dir, "ck");
   zt_test_tmp_path_to(out, sizeof out, "single");
   zt_gpt2 *m = new_model(12);
-  zt_optim *o = new_optim(m);
+  zt_optim *o = zt_test_gpt2_adamw(m);
   fill_state(o, 200);
   zt_param *p;
   int np = zt_gpt2_params(m, &p);

@@ -121,6 +121,70 @@ static void test_accumulator_runs_when_ready(void) {
   zt_test_free_all(all, 6);
 }
 
+/* Eager accumulation: w is used first and last in forward, so its first contribution comes
+ * early in backward. Eager, that contribution goes into w.grad at once and its buffer is freed
+ * (measured from a node pre-hook in between); the result is bitwise the buffered one from a
+ * zero .grad; the post-accumulate hook fires once; a tensor hook on w turns it off (the hook
+ * must see the sum). */
+static int64_t g_mid_bytes;
+static int g_tensor_hook_calls;
+static zt_status mid_probe(zt_node *node, int n, zt_tensor **grads, void *ud) {
+  (void)node, (void)n, (void)grads, (void)ud;
+  zt_mem_stats m;
+  zt_mem_stats_get(ZT_CPU, &m);
+  g_mid_bytes += m.current_total; /* minus the bytes before backward (eager_run) */
+  return ZT_OK;
+}
+static zt_status count_tensor_hook(const zt_tensor *g, zt_tensor **rep, void *ud) {
+  (void)g, (void)rep, (void)ud;
+  g_tensor_hook_calls++;
+  return ZT_OK;
+}
+
+static zt_tensor *eager_run(bool eager, bool tensor_hook, int *acc_calls) {
+  int64_t shape[] = {4096};
+  zt_tensor *x = zt_test_rand(1, shape, ZT_DTYPE_F32, -1, 1, 21);
+  zt_tensor *w = zt_test_rand_leaf(1, shape, ZT_DTYPE_F32, -1, 1, 22);
+  ZT_CHECK_OK(zt_tensor_zeros(1, shape, ZT_DTYPE_F32, ZT_CPU, &w->grad));
+  ZT_CHECK_OK(zt_tensor_set_eager_accumulation(w, eager));
+  acc_rec r = {0};
+  ZT_CHECK_OK(zt_tensor_register_post_accumulate_grad_hook(w, acc_hook, &r, NULL));
+  if (tensor_hook) ZT_CHECK_OK(zt_tensor_register_hook(w, count_tensor_hook, NULL, NULL));
+  zt_tensor *h1 = NULL, *h2 = NULL, *h3 = NULL, *loss = NULL;
+  ZT_CHECK_OK(zt_mul(x, w, &h1));  /* last in backward: w's second contribution */
+  ZT_CHECK_OK(zt_exp(h1, &h2));    /* in between: the probe */
+  ZT_CHECK_OK(zt_mul(h2, w, &h3)); /* first in backward: w's first contribution */
+  ZT_CHECK_OK(zt_sum(h3, 0, NULL, false, &loss));
+  ZT_CHECK_OK(zt_node_register_pre_hook(zt_tensor_grad_fn(h2), mid_probe, NULL, NULL));
+  zt_mem_stats m;
+  zt_mem_stats_get(ZT_CPU, &m);
+  g_mid_bytes = -m.current_total;
+  ZT_CHECK_OK(zt_backward(1, &loss, NULL, false));
+  *acc_calls = r.calls;
+  zt_tensor *g = NULL;
+  ZT_CHECK_OK(zt_tensor_clone_data(w->grad, ZT_MEM_TAG_TEMP, &g));
+  zt_tensor *all[] = {x, w, h1, h2, h3, loss};
+  zt_test_free_all(all, 6);
+  return g;
+}
+
+static void test_eager_accumulation(void) {
+  int calls_off = 0, calls_on = 0, calls_hook = 0;
+  zt_tensor *off = eager_run(false, false, &calls_off);
+  int64_t bytes_off = g_mid_bytes;
+  zt_tensor *on = eager_run(true, false, &calls_on);
+  int64_t bytes_on = g_mid_bytes;
+  g_tensor_hook_calls = 0;
+  zt_tensor *hooked = eager_run(true, true, &calls_hook);
+  int64_t bytes_hooked = g_mid_bytes;
+  ZT_CHECK(calls_off == 1 && calls_on == 1 && calls_hook == 1);
+  ZT_CHECK(zt_test_bitwise_equal(off, on) && zt_test_bitwise_equal(off, hooked));
+  ZT_CHECK(bytes_off - bytes_on == 4096 * 4); /* the first contribution's buffer is gone */
+  ZT_CHECK(bytes_hooked == bytes_off && g_tensor_hook_calls == 1); /* the hook saw one, summed grad */
+  zt_tensor *all[] = {off, on, hooked};
+  zt_test_free_all(all, 3);
+}
+
 /* The hook takes the grad away (e.g. after reducing it elsewhere); the next backward
  * starts a new .grad. */
 static void test_hook_takes_grad(void) {
@@ -174,6 +238,7 @@ int main(void) {
   ZT_RUN(test_once_per_accumulation);
   ZT_RUN(test_not_for_zt_grad_and_order);
   ZT_RUN(test_accumulator_runs_when_ready);
+  ZT_RUN(test_eager_accumulation);
   ZT_RUN(test_hook_takes_grad);
   ZT_RUN(test_errors);
   return zt_test_finish();

@@ -191,3 +191,31 @@ zt_tensor *zt_test_rows(const zt_tensor *t, int rank, int world) {
   memcpy(zt__tensor_ptr(out), (const char *)zt__tensor_ptr(t) + (size_t)rank * bytes, bytes);
   return out;
 }
+
+double zt_test_mean_over(zt_comm *c, double v) {
+  zt_tensor *t = NULL;
+  ZT_CHECK_OK(zt_tensor_full(1, (int64_t[]){1}, ZT_DTYPE_F64, ZT_CPU, v, &t));
+  ZT_CHECK_OK(zt_all_reduce(c, t, ZT_REDUCE_AVG));
+  double r = t ? zt_tensor_get(t, 0) : NAN;
+  zt_tensor_free(t);
+  return r;
+}
+
+double zt_test_gpt2_fwd_bwd(zt_gpt2 *m, zt_tensor *ids, zt_tensor *tg) {
+  zt_tensor *loss = NULL;
+  ZT_CHECK_OK(zt_gpt2_forward(m, ids, tg, NULL, &loss));
+  if (!loss) return NAN;
+  double v = zt_tensor_get(loss, 0);
+  ZT_CHECK_OK(zt_backward(1, &loss, NULL, false));
+  zt_tensor_free(loss);
+  return v;
+}
+
+zt_optim *zt_test_gpt2_adamw(zt_gpt2 *m) {
+  zt_param *p;
+  int n = zt_gpt2_params(m, &p);
+  zt_optim_config oc = zt_optim_default(ZT_OPTIM_ADAMW);
+  zt_optim *o = NULL;
+  ZT_CHECK_OK(zt_optim_new(&oc, n, p, &o));
+  return o;
+}

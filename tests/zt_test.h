@@ -8,7 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "zt/ops.h"
+#include "zt/comm.h"
+#include "zt/optim.h"
 
 extern int zt_test_failed_checks;
 
@@ -75,6 +76,15 @@ zt_tensor *zt_test_rand_ids(int64_t B, int64_t T, int V, uint64_t seed);
 /* Rows [rank*B/world, (rank+1)*B/world) of t (B, ...), contiguous, as a new tensor (B must
  * be divisible by world): this rank's part of a global batch. */
 zt_tensor *zt_test_rows(const zt_tensor *t, int rank, int world);
+/* The mean of v over the ranks of c (every rank gets it). */
+double zt_test_mean_over(zt_comm *c, double v);
+
+/* ------------------------------------------------ GPT-2 helpers */
+/* Forward with targets, then backward from the loss; returns the loss (NaN on failure,
+ * reported as a failed check). */
+double zt_test_gpt2_fwd_bwd(zt_gpt2 *m, zt_tensor *ids, zt_tensor *tg);
+/* AdamW with default settings over the model's parameters (zt_gpt2_params). */
+zt_optim *zt_test_gpt2_adamw(zt_gpt2 *m);
 
 /* ------------------------------------------------ temporary directory and files */
 /* Makes a fresh directory /tmp/zt_test_<tag>_XXXXXX (one at a time per process) and

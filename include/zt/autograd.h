@@ -109,6 +109,15 @@ zt_node *zt_node_next(const zt_node *node, int i, int *input_nr);
 int64_t zt_node_seq_nr(const zt_node *node);
 /* The accumulator node of a leaf that requires grad (created on first use). */
 zt_status zt_tensor_grad_accumulator(zt_tensor *leaf, zt_node **out);
+/* Eager accumulation (off by default): while the leaf has a .grad, each gradient
+ * contribution is added into it as soon as it is computed, instead of being summed in a
+ * buffer that lives until the last contribution arrives (a weight used early and late in
+ * backward, like a tied embedding, otherwise holds a gradient-sized buffer through the whole
+ * backward). Skipped while the leaf has tensor hooks or its accumulator node hooks. The
+ * post-accumulate-grad hooks still run once, after the last contribution. The sum is
+ * (g + c1) + c2 rather than g + (c1 + c2): bitwise the same when .grad starts at zero
+ * (FSDP's flat-gradient views), rounding apart otherwise. */
+zt_status zt_tensor_set_eager_accumulation(zt_tensor *leaf, bool eager);
 
 /* Save a tensor for backward on a node (through the saved-tensor hooks); returns its
  * index. The node keeps no reference to t itself. */

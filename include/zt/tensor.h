@@ -90,6 +90,7 @@ typedef struct zt_mem_stats {
   int64_t peak[ZT_MEM_TAG_COUNT];
   int64_t current_total;
   int64_t peak_total; /* peak of the sum, not the sum of peaks */
+  int64_t current_state, peak_state; /* PARAM + GRAD + OPTIM (ZeRO's model states), peak of the sum */
 } zt_mem_stats;
 void zt_mem_stats_get(zt_device dev, zt_mem_stats *out);
 /* Set every peak to the current value (all devices). */

@@ -55,6 +55,7 @@ typedef struct node_info {
   bool queued;
   zt_tensor **buf;    /* n_outputs input buffers */
   int capture_first;  /* index into captures, -1 if none */
+  bool eager;         /* leaf accumulator: contributions went straight into the leaf's .grad */
 } node_info;
 
 typedef struct task_graph {
@@ -272,6 +273,45 @@ static zt_status buffer_add(zt_tensor **slot, zt_tensor *grad) {
   return ZT_OK;
 }
 
+static bool hooks_active(const zt__hook_list *l) {
+  for (int i = 0; i < l->n; i++)
+    if (!l->items[i].removed) return true;
+  return false;
+}
+
+/* A leaf accumulator that takes each contribution as it comes (zt_tensor_set_eager_accumulation),
+ * adding it into the leaf's existing .grad instead of holding an input buffer until the last
+ * one arrives (which, for a weight used early and late in backward, such as a tied
+ * embedding, keeps a gradient-sized buffer alive through the whole backward), when nothing
+ * needs the summed gradient first (no tensor, pre or post hooks on it, not captured by
+ * zt_grad). Post-accumulate-grad hooks still run once, when the last contribution is in. */
+static bool eager_accumulator(const node_info *in) {
+  const zt_node *n = in->node;
+  if (n->vt != &zt__accumulate_grad_vt || !n->eager || !in->runs || in->capture_first >= 0 || in->buf[0])
+    return false;
+  if (in->eager) return true;
+  const zt_tensor *leaf = n->leaf, *g = leaf ? leaf->grad : NULL;
+  if (!g || g->storage->released || !zt_dtype_is_float(g->dtype) ||
+      !zt_shape_equal(g->ndim, g->shape, leaf->ndim, leaf->shape))
+    return false;
+  return !hooks_active(&n->tensor_hooks[0]) && !hooks_active(&n->pre_hooks) && !hooks_active(&n->post_hooks);
+}
+
+static zt_status eager_add(node_info *in, zt_tensor *grad) {
+  ZT_TRY(normalize_grad(&grad));
+  zt_tensor *leaf = in->node->leaf;
+  zt_status s = ZT_OK;
+  if (!leaf->grad) { /* a hook dropped it since: start again from zeros */
+    s = zt_tensor_empty_tagged(leaf->ndim, leaf->shape, leaf->dtype, zt_tensor_device(leaf), ZT_MEM_TAG_GRAD,
+                               &leaf->grad);
+    if (!s) zt__fill_contiguous(leaf->grad, 0.0);
+  }
+  if (!s) zt__grad_add_into(leaf->grad, grad);
+  zt_tensor_free(grad);
+  in->eager = true;
+  return s;
+}
+
 static zt_status check_grad(const zt_node *n, int i, const zt_tensor *g) {
   const zt__tensor_meta *m = &n->in_meta[i];
   if (!zt_shape_equal(g->ndim, g->shape, m->ndim, m->shape) || g->dtype != m->dtype) {
@@ -314,8 +354,9 @@ static zt_status run_node(task_graph *g, int idx, heap *ready, capture *caps, zt
   node_info *in = &g->infos[idx];
   zt_node *n = in->node;
   zt_status s = ZT_OK;
-  /* Missing grads become zeros; then tensor hooks, then captures. */
-  for (int k = 0; k < n->n_outputs; k++) {
+  /* Missing grads become zeros; then tensor hooks, then captures. An eager accumulator has
+   * its grad in the leaf already and only runs its post-accumulate-grad hooks. */
+  for (int k = 0; k < n->n_outputs && !in->eager; k++) {
     if (!in->buf[k]) ZT_TRY(zt_tensor_zeros(n->out_meta[k].ndim, n->out_meta[k].shape, n->out_meta[k].dtype,
                                             n->out_meta[k].device, &in->buf[k]));
     ZT_TRY(zt__run_tensor_hooks(&n->tensor_hooks[k], &in->buf[k]));
@@ -379,7 +420,7 @@ static zt_status run_node(task_graph *g, int idx, heap *ready, capture *caps, zt
     }
     node_info *mi = &g->infos[graph_find(g, n->next[i].node)];
     if (s == ZT_OK && gin[i]) {
-      s = buffer_add(&mi->buf[n->next[i].input_nr], gin[i]);
+      s = eager_accumulator(mi) ? eager_add(mi, gin[i]) : buffer_add(&mi->buf[n->next[i].input_nr], gin[i]);
       gin[i] = NULL;
     }
     zt_tensor_free(gin[i]);

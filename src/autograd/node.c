@@ -90,6 +90,7 @@ static bool can_adopt(const zt_tensor *leaf, const zt_tensor *g, int refs_allowe
 
 static zt_status acc_apply(zt_node *n, zt_tensor *const *grad_outputs, const bool *needs, zt_tensor **grad_inputs) {
   (void)needs, (void)grad_inputs;
+  if (!grad_outputs[0]) return zt__accumulate_into_leaf(n, NULL, false); /* added as it came (engine) */
   bool adopt = n->leaf && !n->leaf->grad && can_adopt(n->leaf, grad_outputs[0], 1);
   zt_tensor *g = NULL;
   ZT_TRY(zt_tensor_alias(grad_outputs[0], &g));
@@ -108,6 +109,13 @@ zt_status zt_tensor_grad_accumulator(zt_tensor *leaf, zt_node **out) {
     leaf->grad_acc = acc;
   }
   *out = leaf->grad_acc;
+  return ZT_OK;
+}
+
+zt_status zt_tensor_set_eager_accumulation(zt_tensor *leaf, bool eager) {
+  zt_node *acc = NULL;
+  ZT_TRY(zt_tensor_grad_accumulator(leaf, &acc));
+  acc->eager = eager;
   return ZT_OK;
 }
 
@@ -158,7 +166,9 @@ zt_status zt__accumulate_into_leaf(zt_node *acc, zt_tensor *grad, bool adopt) {
     zt_tensor_free(grad);
     return ZT_OK;
   }
-  if (!leaf->grad) {
+  if (!grad) {
+    /* already accumulated: only the hooks */
+  } else if (!leaf->grad) {
     adopt = adopt || can_adopt(leaf, grad, 1);
     if (adopt) {
       zt_storage_retag(grad->storage, ZT_MEM_TAG_GRAD);

@@ -70,6 +70,7 @@ struct zt_node {
   void (*payload_free)(void *);
   /* leaf accumulators */
   zt_tensor *leaf;            /* AccumulateGrad only: back pointer, NULL once freed */
+  bool eager;                 /* AccumulateGrad: add contributions into .grad as they come */
   zt__hook_list post_acc_hooks;
 };
 
@@ -91,6 +92,8 @@ void zt__meta_of(const zt_tensor *t, zt__tensor_meta *m);
 
 /* Leaf accumulation (engine). Takes ownership of grad. adopt: the leaf may keep grad's
  * storage as its .grad (the caller knows no one else will write it). */
+/* grad NULL: the grad was added into .grad already (the engine's eager accumulation); only
+ * the post-accumulate-grad hooks run. */
 zt_status zt__accumulate_into_leaf(zt_node *acc, zt_tensor *grad, bool adopt);
 extern const zt__node_vtable zt__accumulate_grad_vt;
 

@@ -18,7 +18,11 @@ typedef struct acct {
   _Atomic int64_t peak[ZT_MEM_TAG_COUNT];
   _Atomic int64_t current_total;
   _Atomic int64_t peak_total;
+  _Atomic int64_t current_state, peak_state; /* PARAM + GRAD + OPTIM */
 } acct;
+
+/* ZeRO's model states: what sharding divides (the rest is activations and buffers). */
+static bool state_tag(zt_mem_tag t) { return t == ZT_MEM_TAG_PARAM || t == ZT_MEM_TAG_GRAD || t == ZT_MEM_TAG_OPTIM; }
 
 static acct g_acct[ZT_DEVICE_TYPE_COUNT][ZT_MAX_DEVICE_INDEX];
 static _Atomic int64_t g_live_allocs[ZT_DEVICE_TYPE_COUNT];
@@ -138,9 +142,11 @@ static void account(zt_device dev, zt_mem_tag tag, int64_t delta) {
   acct *a = &g_acct[dev.type][dev.index];
   int64_t cur = atomic_fetch_add(&a->current[tag], delta) + delta;
   int64_t tot = atomic_fetch_add(&a->current_total, delta) + delta;
+  int64_t st = state_tag(tag) ? atomic_fetch_add(&a->current_state, delta) + delta : 0;
   if (delta > 0) {
     update_peak(&a->peak[tag], cur);
     update_peak(&a->peak_total, tot);
+    if (state_tag(tag)) update_peak(&a->peak_state, st);
   }
 }
 
@@ -200,6 +206,11 @@ void zt_mem_retag(size_t bytes, zt_device dev, zt_mem_tag from, zt_mem_tag to) {
   atomic_fetch_sub(&a->current[from], (int64_t)bytes);
   int64_t cur = atomic_fetch_add(&a->current[to], (int64_t)bytes) + (int64_t)bytes;
   update_peak(&a->peak[to], cur);
+  if (state_tag(from) != state_tag(to)) {
+    int64_t d = state_tag(to) ? (int64_t)bytes : -(int64_t)bytes;
+    int64_t st = atomic_fetch_add(&a->current_state, d) + d;
+    if (d > 0) update_peak(&a->peak_state, st);
+  }
 }
 
 void zt_mem_stats_get(zt_device dev, zt_mem_stats *out) {
@@ -212,6 +223,8 @@ void zt_mem_stats_get(zt_device dev, zt_mem_stats *out) {
   }
   out->current_total = atomic_load(&a->current_total);
   out->peak_total = atomic_load(&a->peak_total);
+  out->current_state = atomic_load(&a->current_state);
+  out->peak_state = atomic_load(&a->peak_state);
 }
 
 void zt_mem_reset_peaks(void) {
@@ -220,6 +233,7 @@ void zt_mem_reset_peaks(void) {
       acct *a = &g_acct[d][i];
       for (int t = 0; t < ZT_MEM_TAG_COUNT; t++) atomic_store(&a->peak[t], atomic_load(&a->current[t]));
       atomic_store(&a->peak_total, atomic_load(&a->current_total));
+      atomic_store(&a->peak_state, atomic_load(&a->current_state));
     }
 }
 

@@ -392,8 +392,11 @@ zt_status zt_fsdp_init(zt_fsdp *f) {
     u->pre_order = u->post_order = -1;
     s = flatten(f, u);
     for (int j = 0; j < u->n_ps && !s; j++)
-      if (u->ps[j].trainable)
+      if (u->ps[j].trainable) {
         s = zt_tensor_register_post_accumulate_grad_hook(u->ps[j].t, zt__fsdp_grad_ready, &u->ps[j], &u->ps[j].hook);
+        /* contributions go straight into the zeroed flat-gradient view (no buffer held) */
+        if (!s) s = zt_tensor_set_eager_accumulation(u->ps[j].t, true);
+      }
     if (!s) s = zt_module_set_hooks(u->m, &(zt_module_hooks){zt__fsdp_pre_forward, zt__fsdp_post_forward, u});
   }
   size_t nu = (size_t)(unsigned)k + 1;
@@ -414,7 +417,7 @@ void zt_fsdp_free(zt_fsdp *f) {
     if (u->gather_work) (void)zt_comm_wait(u->gather_work);
     zt_tensor_free(u->gather_send);
     zt_tensor_free(u->gather_recv);
-    zt_tensor_free(u->grad_full);
+    zt__fsdp_drop_grads(u);
     zt_tensor_free(u->grad_shard);
     zt_tensor_free(u->shard);
     zt_tensor_free(u->full_t);

@@ -5,7 +5,9 @@
  * f32, padded with zeros to a multiple of the shard group size G); this rank's slice
  * [r S, (r+1) S), S = P / G, lives in `shard` (the fp32 master values; a view of `full`
  * when the unit is aliased: G == 1 in f32). Every collective is issued in an order that is
- * the same on every rank (hook order is deterministic), so ranks never mismatch. */
+ * the same on every rank (hook order is deterministic), so ranks never mismatch. In a unit's
+ * backward each trainable parameter's .grad is a view of its slot in the unit's flat
+ * gradient, so the engine accumulates straight into it (PyTorch FSDP's layout). */
 #ifndef ZT_STRATEGIES_FSDP_INTERNAL_H
 #define ZT_STRATEGIES_FSDP_INTERNAL_H
 
@@ -24,6 +26,7 @@ typedef struct zt__fsdp_param {
   bool ready;           /* its grad arrived in this backward */
   bool pending;         /* a grad is folded into u->grad_full and not reduced yet */
   bool has_grad;        /* some rank gave it a grad since the last zero_grad: its piece has .grad */
+  zt_tensor *grad_view; /* while u->grad_full lives: the .grad FSDP gave it (a view of its slot) */
   zt_hook_handle *hook; /* post-accumulate-grad */
 } zt__fsdp_param;
 
@@ -106,6 +109,8 @@ zt_status zt__fsdp_gather(zt__fsdp_unit *u);
 zt_status zt__fsdp_reshard(zt__fsdp_unit *u);
 /* Whether the unit's full values are current (gathered from the shard as it is now). */
 bool zt__fsdp_fresh(const zt__fsdp_unit *u);
+/* Free the unit's flat gradient (and the parameters' views of it) and its pending flags. */
+void zt__fsdp_drop_grads(zt__fsdp_unit *u);
 /* Finish what a backward that failed left behind (its end-of-backward never ran). */
 void zt__fsdp_recover(zt_fsdp *f);
 /* Collective on comm; counted in f's stats (kind: the counter to bump, NULL for none). */

@@ -167,7 +167,43 @@ static zt_status grad_zeros(int64_t n, zt_tensor **out) {
   return ZT_OK;
 }
 
-/* Add the leaf's .grad into the unit's flat gradient and free it. */
+/* Make each trainable parameter's .grad a view of its slot in the unit's flat gradient
+ * (made, zeroed, when missing), so the engine accumulates into it with no copy; a .grad that
+ * is something else (set by the caller) is added into the slot first. */
+static zt_status fold_grad(zt__fsdp_param *p);
+static zt_status attach_grads(zt__fsdp_unit *u) {
+  if (!u->n_trainable) return ZT_OK;
+  if (!u->grad_full) ZT_TRY(grad_zeros(u->P, &u->grad_full));
+  for (int i = 0; i < u->n_ps; i++) {
+    zt__fsdp_param *p = &u->ps[i];
+    if (!p->trainable || (p->grad_view && p->t->grad == p->grad_view)) continue;
+    if (p->t->grad) ZT_TRY(fold_grad(p));
+    ZT_TRY(zt__tensor_new_view(u->grad_full->storage, p->off, p->t->ndim, p->t->shape, NULL, ZT_DTYPE_F32,
+                               &p->grad_view));
+    p->t->grad = p->grad_view;
+  }
+  return ZT_OK;
+}
+
+/* Take the views away before the flat gradient is reduced or dropped. */
+static void detach_grads(zt__fsdp_unit *u) {
+  for (int i = 0; i < u->n_ps; i++) {
+    zt__fsdp_param *p = &u->ps[i];
+    if (!p->grad_view) continue;
+    if (p->t->grad == p->grad_view) p->t->grad = NULL;
+    zt_tensor_free(p->grad_view);
+    p->grad_view = NULL;
+  }
+}
+
+void zt__fsdp_drop_grads(zt__fsdp_unit *u) {
+  detach_grads(u);
+  zt_tensor_free(u->grad_full);
+  u->grad_full = NULL;
+  for (int i = 0; i < u->n_ps; i++) u->ps[i].pending = false;
+}
+
+/* Add a .grad that is not FSDP's view into the unit's flat gradient and free it. */
 static zt_status fold_grad(zt__fsdp_param *p) {
   zt__fsdp_unit *u = p->u;
   zt_tensor *g = p->t->grad;
@@ -180,14 +216,9 @@ static zt_status fold_grad(zt__fsdp_param *p) {
   const float *src = zt__tensor_ptr(tmp ? tmp : g);
   float *dst = (float *)zt__tensor_ptr(u->grad_full) + p->off;
   int64_t n = p->numel;
-  if (!p->pending) {
-    memcpy(dst, src, sizeof(float) * (size_t)n);
-  } else {
 #pragma omp parallel for schedule(static) if (n > ZT_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) dst[i] += src[i];
-  }
+  for (int64_t i = 0; i < n; i++) dst[i] += src[i];
   zt_tensor_free(tmp);
-  p->pending = true;
   p->t->grad = NULL;
   zt_tensor_free(g);
   return ZT_OK;
@@ -244,6 +275,7 @@ static zt_status start_reduce(zt__fsdp_unit *u) {
   u->reduced = true;
   if (!u->n_trainable) return ZT_OK;
   if (!u->grad_full) ZT_TRY(grad_zeros(u->P, &u->grad_full));
+  detach_grads(u);
   zt_tensor *in = u->grad_full, *out = NULL;
   u->grad_full = NULL;
   if (f->pre_div != 1.0) {
@@ -381,9 +413,7 @@ void zt__fsdp_recover(zt_fsdp *f) {
   for (int k = 0; k < f->n_units; k++) {
     zt__fsdp_unit *u = f->units[k];
     (void)zt__fsdp_finish_gather(u);
-    zt_tensor_free(u->grad_full);
-    u->grad_full = NULL;
-    for (int i = 0; i < u->n_ps; i++) u->ps[i].pending = false;
+    zt__fsdp_drop_grads(u);
   }
   reset_states(f);
 }
@@ -406,7 +436,9 @@ zt_status zt__fsdp_grad_ready(zt_tensor *leaf, void *user_data) {
   zt__fsdp_unit *u = p->u;
   ZT_TRY(ensure_callback(u->f));
   if (!leaf->grad) return ZT_OK;
-  ZT_TRY(fold_grad(p));
+  /* FSDP's view got the grad in place; anything else (no pre-backward ran) is folded in */
+  if (leaf->grad != p->grad_view) ZT_TRY(attach_grads(u));
+  p->pending = true;
   if (p->ready) return ZT_OK;
   p->ready = true;
   return ++u->n_ready == u->n_trainable ? post_backward(u) : ZT_OK;
@@ -424,6 +456,7 @@ static zt_status pre_backward(const zt_tensor *grad, zt_tensor **replacement, vo
                        "an output's grad arrived after the unit's backward was done: return only tensors computed "
                        "from the unit's parameters, detach the others");
   ZT_TRY(zt__fsdp_gather(u));
+  ZT_TRY(attach_grads(u));
   if (f->o.backward_prefetch && u->post_order > 0) ZT_TRY(prefetch(f->post_seq[u->post_order - 1]));
   return ZT_OK;
 }

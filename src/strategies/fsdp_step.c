@@ -30,9 +30,9 @@ void zt_fsdp_zero_grad(zt_fsdp *f) {
   for (int k = 0; k < f->n_units; k++) {
     zt__fsdp_unit *u = f->units[k];
     zt_tensor_free(u->grad_shard);
-    zt_tensor_free(u->grad_full); /* what no_sync accumulated goes too, like PyTorch's zero_grad */
-    u->grad_shard = u->grad_full = NULL;
-    for (int i = 0; i < u->n_ps; i++) u->ps[i].has_grad = u->ps[i].pending = false;
+    u->grad_shard = NULL;
+    zt__fsdp_drop_grads(u); /* what no_sync accumulated goes too, like PyTorch's zero_grad */
+    for (int i = 0; i < u->n_ps; i++) u->ps[i].has_grad = false;
   }
 }
 
