@@ -46,6 +46,7 @@ typedef struct fcase {
   bool unused;  /* a decayed parameter that forward never uses, in the root and in block 1 */
   bool frozen;  /* transformer.h.0.ln_1 frozen (its weight's values are needed in backward) */
   bool prefetch;
+  bool offload; /* the blocks' saved activations go to the disk tier (every size) */
   zt_dtype param_dtype, reduce_dtype;
 } fcase;
 
@@ -83,6 +84,11 @@ static zt_gpt2 *make_model(const fcase *c, bool perturb) {
     ZT_CHECK_OK(zt_tensor_set_requires_grad(find_param(root, "transformer.h.0.ln_1.bias"), false));
   }
   if (c->every) ZT_CHECK_OK(zt_gpt2_set_recompute(m, ZT_RECOMPUTE_FULL, c->every));
+  if (c->offload) {
+    zt_offload_options o = zt_offload_options_default(ZT_OFFLOAD_DISK);
+    o.min_bytes = 0;
+    ZT_CHECK_OK(zt_gpt2_set_activation_offload(m, &o));
+  }
   if (perturb) { /* ranks other than 0 start elsewhere: zt_fsdp_init's broadcast must fix it */
     bool prev = zt_set_grad_enabled(false);
     ZT_CHECK_OK(zt_tensor_set(find_param(root, "transformer.wpe.weight"), 3, 42.0));
@@ -363,6 +369,18 @@ static void test_no_sync(void) {
     fcase c = base(k_all[i]);
     c.no_sync = true;
     run_case(&c, "no_sync");
+  }
+}
+
+/* Composition with activation offload (disk tier), alone and inside checkpointed units. */
+static void test_with_activation_offload(void) {
+  const zt_shard_strategy ss[] = {ZT_SHARD_FULL, ZT_SHARD_GRAD_OP};
+  for (int i = 0; i < 2; i++) {
+    fcase c = base(ss[i]);
+    c.offload = true;
+    run_case(&c, "activation offload");
+    c.every = 1;
+    run_case(&c, "activation offload, recompute");
   }
 }
 
@@ -827,6 +845,7 @@ int main(void) {
   ZT_RUN(test_checkpointed_units);
   ZT_RUN(test_unused_and_frozen);
   ZT_RUN(test_no_sync);
+  ZT_RUN(test_with_activation_offload);
   ZT_RUN(test_mixed_precision);
   ZT_RUN(test_mixed_precision_values);
   ZT_RUN(test_loss_scaling);
