@@ -8,7 +8,8 @@
  *   memory  ddp 16Ψ; full/hybrid 16Ψ/G + 8 U_max (the issue's formula: the largest unit's full
  *           parameters and grads); grad_op and opt 4Ψ (full parameters) + 16Ψ/N (master
  *           shards, grad shards, optimizer state) + 4 U_max (one unit's full grads).
- *   traffic the issue's formula: ddp, grad_op, opt 2Ψ; full 3Ψ; times 4 (N-1)/N bytes. And
+ *   traffic the issue's formula: ddp, grad_op, opt 2Ψ; full 3Ψ; times 4 (N-1)/N bytes (hybrid:
+ *           3Ψ inside a group of G plus 2Ψ/G across the N/G groups). And
  *           the exact model of zerotrain's schedule (padded units; full does not gather the
  *           root again for backward, as PyTorch FSDP; the grad-mask and norm all-reduces).
  * Overlap: 1 - (time blocked on communication in the step) / (the same collectives timed
@@ -105,9 +106,9 @@ static void formulas(const zt_train_config *c, const zt_gpt2_config *g, int n, d
     return;
   case ZT_SHARD_FULL:
   case ZT_SHARD_HYBRID: {
-    *mem = 16 * psi / G + 8 * u_max;
-    *traffic = 3 * psi * 4 * fn;
     double R = N / G, rep = R > 1 ? 2 * (R - 1) / R * 4 : 0; /* HYBRID: shards all-reduced across groups */
+    *mem = 16 * psi / G + 8 * u_max;
+    *traffic = 3 * psi * ring + psi / G * rep; /* FULL inside a group, 2 x shard across the R groups */
     *model = L * p_blk * 3 * ring + p_root * 2 * ring + (L * p_blk + p_root) / G * rep + small;
     return;
   }
