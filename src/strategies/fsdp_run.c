@@ -178,6 +178,8 @@ static zt_status attach_grads(zt__fsdp_unit *u) {
     zt__fsdp_param *p = &u->ps[i];
     if (!p->trainable || (p->grad_view && p->t->grad == p->grad_view)) continue;
     if (p->t->grad) ZT_TRY(fold_grad(p));
+    zt_tensor_free(p->grad_view); /* a view the caller replaced: its values are in the slot */
+    p->grad_view = NULL;
     ZT_TRY(zt__tensor_new_view(u->grad_full->storage, p->off, p->t->ndim, p->t->shape, NULL, ZT_DTYPE_F32,
                                &p->grad_view));
     p->t->grad = p->grad_view;
