@@ -243,13 +243,7 @@ static void test_stats(void) {
 
 int main(int argc, char **argv) {
   (void)argc, (void)argv;
-  zt_status s = zt_comm_world(&g_world);
-  if (s != ZT_OK) {
-    fprintf(stderr, "zt_comm_world: %s\n", zt_last_error());
-    return 1;
-  }
-  R = zt_comm_rank(g_world);
-  N = zt_comm_size(g_world);
+  if (!(g_world = zt_test_world(&R, &N))) return 1;
   ZT_RUN(test_basics);
   ZT_RUN(test_all_reduce);
   ZT_RUN(test_all_gather);

@@ -407,12 +407,7 @@ static void test_errors(void) {
 
 int main(int argc, char **argv) {
   (void)argc, (void)argv;
-  if (zt_comm_world(&W) != ZT_OK) {
-    fprintf(stderr, "zt_comm_world: %s\n", zt_last_error());
-    return 1;
-  }
-  R = zt_comm_rank(W);
-  N = zt_comm_size(W);
+  if (!(W = zt_test_world(&R, &N))) return 1;
   ZT_RUN(test_errors);
   ZT_RUN(test_unused_on_one_rank);
   ZT_RUN(test_no_sync_exact);

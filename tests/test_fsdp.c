@@ -829,12 +829,7 @@ static void test_option_errors(void) {
 }
 
 int main(void) {
-  if (zt_comm_world(&W) != ZT_OK) {
-    fprintf(stderr, "zt_comm_world: %s\n", zt_last_error());
-    return 1;
-  }
-  R = zt_comm_rank(W);
-  N = zt_comm_size(W);
+  if (!(W = zt_test_world(&R, &N))) return 1;
   ZT_RUN(test_option_errors);
   ZT_RUN(test_exact_averages);
   ZT_RUN(test_state_errors);

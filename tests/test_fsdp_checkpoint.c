@@ -188,17 +188,41 @@ static bool optim_equal(zt_optim *a, zt_optim *b) {
 }
 
 
-static void test_format_reshard_and_consolidate(void) {
-  const char *tmp = zt_test_tmpdir_make("shardfmt");
-  if (!tmp) return;
+/* The format tests' set-up: a temporary folder with paths "ck" and "single", a model and
+ * AdamW state filled with random values. */
+typedef struct fmt_fixture {
   char dir[512], out[512];
-  zt_test_tmp_path_to(dir, sizeof dir, "ck");
-  zt_test_tmp_path_to(out, sizeof out, "single");
-  zt_gpt2 *m = new_model(11);
-  zt_optim *o = zt_test_gpt2_adamw(m);
-  fill_state(o, 100);
+  zt_gpt2 *m;
+  zt_optim *o;
   zt_param *p;
-  int np = zt_gpt2_params(m, &p);
+  int np;
+} fmt_fixture;
+
+static bool fmt_open(fmt_fixture *x, const char *tag, uint64_t model_seed, uint64_t state_seed) {
+  if (!zt_test_tmpdir_make(tag)) return false;
+  zt_test_tmp_path_to(x->dir, sizeof x->dir, "ck");
+  zt_test_tmp_path_to(x->out, sizeof x->out, "single");
+  x->m = new_model(model_seed);
+  x->o = zt_test_gpt2_adamw(x->m);
+  fill_state(x->o, state_seed);
+  x->np = zt_gpt2_params(x->m, &x->p);
+  return true;
+}
+
+static void fmt_close(fmt_fixture *x) {
+  zt_optim_free(x->o);
+  zt_gpt2_free(x->m);
+  zt_test_tmpdir_remove();
+}
+
+static void test_format_reshard_and_consolidate(void) {
+  fmt_fixture x;
+  if (!fmt_open(&x, "shardfmt", 11, 100)) return;
+  char *dir = x.dir, *out = x.out;
+  zt_gpt2 *m = x.m;
+  zt_optim *o = x.o;
+  zt_param *p = x.p;
+  int np = x.np;
   layout L;
   int split = np / 3; /* an uneven cut: the units' boundaries fall inside parameters */
   make_layout(p, np, split, &L);
@@ -228,22 +252,17 @@ static void test_format_reshard_and_consolidate(void) {
   ZT_CHECK(st2.step == 5 && st2.data.index == 7 && st2.rng.seed == st.rng.seed);
   zt_optim_free(o2);
   zt_gpt2_free(m2);
-  zt_optim_free(o);
-  zt_gpt2_free(m);
-  zt_test_tmpdir_remove();
+  fmt_close(&x);
 }
 
 static void test_format_errors(void) {
-  const char *tmp = zt_test_tmpdir_make("shardfmt_err");
-  if (!tmp) return;
-  char dir[512], out[512], path[600], moved[600];
-  zt_test_tmp_path_to(dir, sizeof dir, "ck");
-  zt_test_tmp_path_to(out, sizeof out, "single");
-  zt_gpt2 *m = new_model(12);
-  zt_optim *o = zt_test_gpt2_adamw(m);
-  fill_state(o, 200);
-  zt_param *p;
-  int np = zt_gpt2_params(m, &p);
+  fmt_fixture x;
+  if (!fmt_open(&x, "shardfmt_err", 12, 200)) return;
+  char *dir = x.dir, *out = x.out, path[600], moved[600];
+  zt_gpt2 *m = x.m;
+  zt_optim *o = x.o;
+  zt_param *p = x.p;
+  int np = x.np;
   layout L;
   make_layout(p, np, 4, &L);
   zt_train_state st = state_at(5);
@@ -286,9 +305,7 @@ static void test_format_errors(void) {
   ZT_CHECK_OK(zt_checkpoint_save(out, m, o, &st));
   ZT_CHECK(!zt_checkpoint_is_sharded(out));
   ZT_CHECK_ERR(zt_checkpoint_consolidate(out, dir2), ZT_STATUS_IO, "has no index.json");
-  zt_optim_free(o);
-  zt_gpt2_free(m);
-  zt_test_tmpdir_remove();
+  fmt_close(&x);
 }
 
 /* ------------------------------------------------------------------ with FSDP */
@@ -579,10 +596,7 @@ static void test_fsdp_errors(void) {
 }
 
 int main(void) {
-  ZT_CHECK_OK(zt_comm_world(&g_world));
-  if (!g_world) return 1;
-  R = zt_comm_rank(g_world);
-  N = zt_comm_size(g_world);
+  if (!(g_world = zt_test_world(&R, &N))) return 1;
   ZT_RUN(test_format_reshard_and_consolidate);
   ZT_RUN(test_format_errors);
   ZT_RUN(test_fsdp_save_reshard_consolidate);

@@ -192,6 +192,17 @@ zt_tensor *zt_test_rows(const zt_tensor *t, int rank, int world) {
   return out;
 }
 
+zt_comm *zt_test_world(int *rank, int *size) {
+  zt_comm *w = NULL;
+  if (zt_comm_world(&w) != ZT_OK) {
+    fprintf(stderr, "zt_comm_world: %s\n", zt_last_error());
+    return NULL;
+  }
+  *rank = zt_comm_rank(w);
+  *size = zt_comm_size(w);
+  return w;
+}
+
 double zt_test_mean_over(zt_comm *c, double v) {
   zt_tensor *t = NULL;
   ZT_CHECK_OK(zt_tensor_full(1, (int64_t[]){1}, ZT_DTYPE_F64, ZT_CPU, v, &t));

@@ -76,6 +76,9 @@ zt_tensor *zt_test_rand_ids(int64_t B, int64_t T, int V, uint64_t seed);
 /* Rows [rank*B/world, (rank+1)*B/world) of t (B, ...), contiguous, as a new tensor (B must
  * be divisible by world): this rank's part of a global batch. */
 zt_tensor *zt_test_rows(const zt_tensor *t, int rank, int world);
+/* The process group of the run (mpi under mpirun, else local) with this rank and the size
+ * in *rank and *size; NULL (and a message on stderr) when it cannot be made. */
+zt_comm *zt_test_world(int *rank, int *size);
 /* The mean of v over the ranks of c (every rank gets it). */
 double zt_test_mean_over(zt_comm *c, double v);
 
