@@ -383,7 +383,6 @@ zt_status zt_fsdp_init(zt_fsdp *f) {
   free(f->units);
   f->units = us;
   f->n_units = k + 1;
-  for (int i = 0; i < f->n_units; i++) f->units[i]->index = i;
   f->inited = true; /* from here on zt_fsdp_free undoes hooks */
   zt_status s = ZT_OK;
   for (int i = 0; i < f->n_units && !s; i++) s = unit_params(f, f->units[i]);

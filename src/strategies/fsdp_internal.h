@@ -32,7 +32,6 @@ typedef struct zt__fsdp_param {
 
 struct zt__fsdp_unit {
   zt_fsdp *f;
-  int index;
   zt_module *m;
   char name[160];       /* the module's full name; "" for the root */
   bool is_root;
