@@ -2,48 +2,45 @@
  * grouped by model size, batch and length, with a `none` run per group), prints each
  * run's ratios to its group's none (step time, peak ACTIVATION, peak RSS; budget runs
  * also measured peak / budget) as JSON lines, and draws activation memory against time
- * overhead as SVG. */
+ * overhead as SVG: a marker per run, labelled with its mode, a legend of the groups. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "svg.h"
 
 typedef struct run {
   double params, batch, seq, ms, act, rss, budget;
-  char mode[16];
+  char mode[32];
+  int lineno;
 } run;
 
-static double num(const char *line, const char *key) {
-  char pat[64];
-  snprintf(pat, sizeof pat, "\"%s\":", key);
-  const char *p = strstr(line, pat);
-  return p ? strtod(p + strlen(pat), NULL) : NAN;
-}
-
-static void str(const char *line, const char *key, char *buf, size_t cap) {
-  char pat[64];
-  snprintf(pat, sizeof pat, "\"%s\":\"", key);
-  const char *p = strstr(line, pat);
-  buf[0] = 0;
-  if (!p) return;
-  p += strlen(pat);
-  size_t n = 0;
-  while (p[n] && p[n] != '"' && n + 1 < cap) n++;
-  memcpy(buf, p, n);
-  buf[n] = 0;
-}
+static const char *const colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
 
 static bool same_group(const run *a, const run *b) {
   return a->params == b->params && a->batch == b->batch && a->seq == b->seq;
 }
 
-int zt_cli_plot_recompute(const char *in, const char *out) {
+static bool blank(const char *s) {
+  while (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n') s++;
+  return !*s;
+}
+
+/* Member key of obj as a number, NAN when absent or not one. */
+static double num(const char *obj, const char *key) {
+  double v;
+  return zt_cli_jsonl_number(obj, key, &v) == ZT_CLI_JSONL_NUMBER ? v : NAN;
+}
+
+/* The runs of `in` in *out (caller frees); their count, or -1 after printing why not. */
+static int read_runs(const char *in, run **out) {
   FILE *f = fopen(in, "r");
   if (!f) {
-    fprintf(stderr, "zt plot: cannot open '%s'\n", in);
-    return 1;
+    fprintf(stderr, "zt plot: cannot open '%s': %s\n", in, strerror(errno));
+    return -1;
   }
   run *rs = NULL;
   int n = 0, cap = 0, lineno = 0;
@@ -51,87 +48,168 @@ int zt_cli_plot_recompute(const char *in, const char *out) {
   size_t lcap = 0;
   while (getline(&line, &lcap, f) > 0) {
     lineno++;
-    run r = {num(line, "params"), num(line, "batch"), num(line, "seq"), num(line, "ms_per_step"),
-             num(line, "ACTIVATION"), num(line, "peak_rss_bytes"), num(line, "recompute_budget"), ""};
-    str(line, "recompute", r.mode, sizeof r.mode);
-    if (isnan(r.params) || isnan(r.ms) || isnan(r.act) || !r.mode[0]) {
-      fprintf(stderr, "zt plot: %s:%d is not a zt bench step line (params, ms_per_step, ACTIVATION, recompute)\n", in,
-              lineno);
-      fclose(f);
-      free(line);
-      free(rs);
-      return 1;
+    if (blank(line)) continue;
+    run r = {num(line, "params"),
+             num(line, "batch"),
+             num(line, "seq"),
+             num(line, "ms_per_step"),
+             num(zt_cli_jsonl_member(line, "peak_bytes"), "ACTIVATION"),
+             num(line, "peak_rss_bytes"),
+             num(line, "recompute_budget"),
+             "",
+             lineno};
+    zt_cli_jsonl_string(line, "recompute", r.mode, sizeof r.mode);
+    if (!zt_cli_jsonl_is_object(line) || isnan(r.params) || isnan(r.ms) || isnan(r.act) || !r.mode[0]) {
+      fprintf(stderr,
+              "zt plot: %s:%d is not a zt bench step line (a JSON object with params, ms_per_step, "
+              "peak_bytes.ACTIVATION, recompute)\n",
+              in, lineno);
+      n = -1;
+      break;
     }
     if (n == cap) {
       cap = cap ? 2 * cap : 16;
-      rs = realloc(rs, sizeof *rs * (size_t)cap);
+      run *g = realloc(rs, sizeof *rs * (size_t)cap);
+      if (!g) {
+        fprintf(stderr, "zt plot: out of memory\n");
+        n = -1;
+        break;
+      }
+      rs = g;
     }
     rs[n++] = r;
   }
   fclose(f);
   free(line);
-  FILE *o = fopen(out, "w");
-  if (!o) {
-    fprintf(stderr, "zt plot: cannot write '%s'\n", out);
+  if (n < 0) free(rs), rs = NULL;
+  *out = rs;
+  return n;
+}
+
+/* Mode labels beside their markers: the first of a few places around the marker that
+ * stays in the area and clear of the legend, the markers and the labels placed so far;
+ * a label equal to one already placed at the same spot is left out (the none runs). */
+typedef struct placed {
+  zt_cli_svg_box *boxes;
+  double *px, *py;
+  const char **text;
+  int n;
+} placed;
+
+static void label(zt_cli_svg *s, const zt_cli_svg_panel *p, placed *pl, const zt_cli_svg_box *avoid, int navoid,
+                  double px, double py, const char *text, const char *color) {
+  for (int i = 0; i < pl->n; i++)
+    if (!strcmp(pl->text[i], text) && hypot(pl->px[i] - px, pl->py[i] - py) < 3) return;
+  const double size = 10, tw = zt_cli_svg_text_width(text, size), th = 10;
+  /* box offsets from the marker: right, above right, below right, left, above left, below left, above, below */
+  const double dx[] = {7, 5, 5, -7 - tw, -5 - tw, -5 - tw, -tw / 2, -tw / 2};
+  const double dy[] = {-th / 2, -th - 5, 5, -th / 2, -th - 5, 5, -th - 7, 7};
+  zt_cli_svg_box best = {0};
+  int least = -1;
+  for (int c = 0; c < 8 && least; c++) {
+    zt_cli_svg_box b = {px + dx[c], py + dy[c], tw, th};
+    if (b.x < p->area.x + 2 || b.x + b.w > p->area.x + p->area.w - 2 || b.y < p->area.y + 2 ||
+        b.y + b.h > p->area.y + p->area.h - 2)
+      continue;
+    int hits = 0;
+    for (int i = 0; i < navoid; i++) hits += zt_cli_svg_box_overlap(b, avoid[i]);
+    for (int i = 0; i < pl->n; i++) hits += zt_cli_svg_box_overlap(b, pl->boxes[i]);
+    if (least < 0 || hits < least) least = hits, best = b;
+  }
+  if (least < 0) best = (zt_cli_svg_box){px + dx[0], py + dy[0], tw, th}; /* no place in the area: beside it */
+  zt_cli_svg_text(s, best.x, best.y + th - 2, size, ZT_CLI_SVG_ANCHOR_START, color, text);
+  pl->boxes[pl->n] = best, pl->px[pl->n] = px, pl->py[pl->n] = py, pl->text[pl->n] = text, pl->n++;
+}
+
+int zt_cli_plot_recompute(const char *in, const char *out) {
+  run *rs;
+  int n = read_runs(in, &rs);
+  if (n < 0) return 1;
+  int ngroups = 0;
+  for (int j = 0; j < n; j++) ngroups += !strcmp(rs[j].mode, "none");
+  if (!ngroups) {
+    fprintf(stderr, "zt plot: %s has no run with --recompute none to take ratios against\n", in);
     free(rs);
     return 1;
   }
-  enum { W = 760, H = 480, OX = 90, OY = 40, PW = 520, PH = 380 };
-  double xmin = 1.0, xmax = 1.5; /* time ratio axis: noise can put a run a little under none */
-  for (int i = 0; i < n; i++)
-    for (int j = 0; j < n; j++)
-      if (!strcmp(rs[j].mode, "none") && same_group(&rs[i], &rs[j])) {
-        double r = rs[i].ms / rs[j].ms;
-        if (r > xmax) xmax = ceil(r * 10) / 10;
-        if (r < xmin) xmin = floor(r * 20) / 20;
-      }
-  fprintf(o, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' font-family='sans-serif'>\n"
-             "<rect width='100%%' height='100%%' fill='white'/>\n"
-             "<text x='%d' y='24' font-size='15'>activation recomputation: peak ACTIVATION vs step time (ratios to none)</text>\n"
-             "<rect x='%d' y='%d' width='%d' height='%d' fill='none' stroke='#888'/>\n",
-          W, H, OX, OX, OY, PW, PH);
-  for (int k = 0; k <= 5; k++) { /* grid: memory 0..1, time 1..xmax */
-    double y = OY + PH - k / 5.0 * PH, x = OX + k / 5.0 * PW;
-    fprintf(o, "<line x1='%d' y1='%.1f' x2='%d' y2='%.1f' stroke='#eee'/><text x='%d' y='%.1f' font-size='11' "
-               "text-anchor='end'>%.1f</text>\n",
-            OX, y, OX + PW, y, OX - 4, y + 4, k / 5.0);
-    fprintf(o, "<line x1='%.1f' y1='%d' x2='%.1f' y2='%d' stroke='#eee'/><text x='%.1f' y='%d' font-size='11' "
-               "text-anchor='middle'>%.2fx</text>\n",
-            x, OY, x, OY + PH, x, OY + PH + 14, xmin + k / 5.0 * (xmax - xmin));
+  zt_cli_svg_series *groups = calloc((size_t)ngroups, sizeof *groups);
+  char(*names)[64] = calloc((size_t)ngroups, sizeof *names);
+  const run **base_of = calloc((size_t)n, sizeof *base_of);
+  int *group_of = calloc((size_t)n, sizeof *group_of);
+  if (!groups || !names || !base_of || !group_of) {
+    fprintf(stderr, "zt plot: out of memory\n");
+    free(groups), free(names), free(base_of), free(group_of), free(rs);
+    return 1;
   }
-  fprintf(o, "<text x='%d' y='%d' font-size='12' text-anchor='middle'>step time / none</text>\n", OX + PW / 2, OY + PH + 32);
-  fprintf(o, "<text x='20' y='%d' font-size='12' transform='rotate(-90 20 %d)' text-anchor='middle'>peak ACTIVATION / none</text>\n",
-          OY + PH / 2, OY + PH / 2);
-  static const char *const colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
-  int group = 0, status = 0;
-  for (int j = 0; j < n; j++) {
+  for (int j = 0, g = 0; j < n; j++) {
     if (strcmp(rs[j].mode, "none")) continue;
     const run *base = &rs[j];
-    const char *color = colors[group % 6];
-    char label[64];
-    snprintf(label, sizeof label, "%.0fM params, B=%.0f, T=%.0f", base->params / 1e6, base->batch, base->seq);
-    fprintf(o, "<text x='%d' y='%d' font-size='12' fill='%s'>%s</text>\n", OX + PW + 12, OY + 16 + 18 * group, color,
-            label);
+    snprintf(names[g], sizeof names[g], "%.0fM params, B=%.0f, T=%.0f", base->params / 1e6, base->batch, base->seq);
+    groups[g] = (zt_cli_svg_series){
+        .name = names[g], .color = colors[g % 6], .style = ZT_CLI_SVG_STYLE_MARKERS, .mark = (zt_cli_svg_mark)(g % 4)};
     for (int i = 0; i < n; i++) {
-      if (!same_group(&rs[i], base)) continue;
+      if (!same_group(&rs[i], base) || base_of[i]) continue;
       const run *r = &rs[i];
       double tr = r->ms / base->ms, mr = r->act / base->act, rr = r->rss / base->rss;
-      printf("{\"group\":\"%s\",\"mode\":\"%s\",\"time_ratio\":%.3f,\"act_ratio\":%.3f,\"rss_ratio\":%.3f", label,
+      printf("{\"group\":\"%s\",\"mode\":\"%s\",\"time_ratio\":%.3f,\"act_ratio\":%.3f,\"rss_ratio\":%.3f", names[g],
              r->mode, tr, mr, rr);
       if (r->budget > 0) printf(",\"budget\":%.0f,\"act_over_budget\":%.3f", r->budget, r->act / r->budget);
       printf("}\n");
-      double x = OX + (tr - xmin) / (xmax - xmin) * PW, y = OY + PH - mr * PH;
-      fprintf(o, "<circle cx='%.1f' cy='%.1f' r='4' fill='%s'/><text x='%.1f' y='%.1f' font-size='10' fill='%s'>%s</text>\n",
-              x, y, color, x + 6, y - 4, color, r->mode);
+      zt_cli_svg_series_push(&groups[g], tr, mr);
+      base_of[i] = base, group_of[i] = g;
     }
-    group++;
+    g++;
   }
-  if (!group) {
-    fprintf(stderr, "zt plot: %s has no run with --recompute none to take ratios against\n", in);
+  for (int i = 0; i < n; i++)
+    if (!base_of[i])
+      fprintf(stderr, "zt plot: %s:%d (%s) has no none run of the same params, batch and seq; left out\n", in,
+              rs[i].lineno, rs[i].mode);
+
+  double x0 = 1, x1 = 1, y0 = 0, y1 = 1; /* none is at (1, 1) */
+  zt_cli_svg_series_range(groups, ngroups, &x0, &x1, &y0, &y1);
+  zt_cli_svg_panel p = {
+      {84, 60, 690, 390},
+      NULL,
+      zt_cli_svg_axis_fit(x0, x1, 8, ZT_CLI_SVG_FIT_MARGIN, ZT_CLI_SVG_UNIT_RATIO, "step time / none"),
+      zt_cli_svg_axis_fit(y0, y1, 5, ZT_CLI_SVG_FIT_FROM_ZERO, ZT_CLI_SVG_UNIT_PLAIN, "peak ACTIVATION / none")};
+  zt_cli_svg_panel_legend_room(&p, groups, ngroups);
+  zt_cli_svg s;
+  int status = 0;
+  if (!zt_cli_svg_open(&s, out, 800, 510, "activation recomputation: peak ACTIVATION vs step time (ratios to none)")) {
+    fprintf(stderr, "zt plot: cannot write '%s': %s\n", out, strerror(errno));
     status = 1;
+  } else {
+    zt_cli_svg_panel_axes(&s, &p);
+    zt_cli_svg_panel_series(&s, &p, groups, ngroups);
+    /* labels keep clear of the legend and of every marker */
+    zt_cli_svg_box *avoid = malloc(sizeof *avoid * (size_t)(n + 1));
+    placed pl = {malloc(sizeof *pl.boxes * (size_t)n), malloc(sizeof *pl.px * (size_t)n),
+                 malloc(sizeof *pl.py * (size_t)n), malloc(sizeof *pl.text * (size_t)n), 0};
+    if (!avoid || !pl.boxes || !pl.px || !pl.py || !pl.text) {
+      fprintf(stderr, "zt plot: out of memory\n");
+      abort();
+    }
+    int navoid = 0;
+    avoid[navoid++] = zt_cli_svg_panel_legend(&s, &p, groups, ngroups);
+    for (int i = 0; i < n; i++)
+      if (base_of[i]) {
+        double px = zt_cli_svg_px(&p, rs[i].ms / base_of[i]->ms), py = zt_cli_svg_py(&p, rs[i].act / base_of[i]->act);
+        avoid[navoid++] = (zt_cli_svg_box){px - 5, py - 5, 10, 10};
+      }
+    for (int i = 0; i < n; i++)
+      if (base_of[i]) {
+        double tr = rs[i].ms / base_of[i]->ms, mr = rs[i].act / base_of[i]->act;
+        if (isfinite(tr) && isfinite(mr))
+          label(&s, &p, &pl, avoid, navoid, zt_cli_svg_px(&p, tr), zt_cli_svg_py(&p, mr), rs[i].mode,
+                base_of[i] == &rs[i] ? "#333" : colors[group_of[i] % 6]); /* none: every group's, at (1, 1) */
+      }
+    free(avoid), free(pl.boxes), free(pl.px), free(pl.py), free(pl.text);
+    if (!zt_cli_svg_close(&s)) {
+      fprintf(stderr, "zt plot: writing '%s' failed\n", out);
+      status = 1;
+    }
   }
-  fprintf(o, "</svg>\n");
-  fclose(o);
-  free(rs);
+  for (int g = 0; g < ngroups; g++) zt_cli_svg_series_free(&groups[g]);
+  free(groups), free(names), free(base_of), free(group_of), free(rs);
   return status;
 }
