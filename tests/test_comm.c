@@ -1,7 +1,9 @@
 /* Process groups at any size: run plainly (one rank, local backend) and under
  * mpirun -np 2 / -np 4 (mpi backend). Values are rank-dependent integers held in f32, so
  * every sum is exact; debug mode must turn a mismatched collective into an error on
- * every rank (never a hang). */
+ * every rank (never a hang). Timeouts' messages, the arrival board and the agreement
+ * helpers are tested here; real timeouts (which end the job) in comm_fault_test.sh. */
+#include <math.h>
 #include <stdlib.h>
 
 #include "zt_test.h"
@@ -241,6 +243,240 @@ static void test_stats(void) {
   zt_tensor_free(t);
 }
 
+/* ------------------------------------------------------------ timeouts */
+static void test_timeout_api(void) {
+  const char *env = getenv("ZT_COMM_TIMEOUT");
+  double want = env && *env ? atof(env) : 600.0;
+  ZT_CHECK(zt_comm_timeout(g_world) == want);
+  char *saved = env ? strdup(env) : NULL;
+  zt_comm *l = NULL;
+  setenv("ZT_COMM_TIMEOUT", "2.5", 1);
+  ZT_CHECK_OK(zt_comm_init_local(&l));
+  ZT_CHECK(l && zt_comm_timeout(l) == 2.5);
+  zt_comm_set_timeout(l, 0);
+  ZT_CHECK(zt_comm_timeout(l) == 0);
+  zt_comm_set_timeout(l, -1); /* ignored */
+  zt_comm_set_timeout(l, NAN);
+  ZT_CHECK(zt_comm_timeout(l) == 0);
+  zt_comm_set_timeout(l, 7);
+  ZT_CHECK(zt_comm_timeout(l) == 7);
+  zt_comm_set_timeout(l, INFINITY); /* no limit */
+  ZT_CHECK(zt_comm_timeout(l) == 0);
+  zt_comm_abort(l, 3); /* local: no other rank, returns */
+  zt_comm_abort(NULL, 3);
+  zt_comm_free(l);
+  l = NULL;
+  setenv("ZT_COMM_TIMEOUT", "soon", 1);
+  ZT_CHECK_ERR(zt_comm_init_local(&l), ZT_STATUS_INVALID_ARG, "ZT_COMM_TIMEOUT='soon'");
+  ZT_CHECK(l == NULL);
+  setenv("ZT_COMM_TIMEOUT", "-3", 1);
+  ZT_CHECK_ERR(zt_comm_init_local(&l), ZT_STATUS_INVALID_ARG, ">= 0");
+  unsetenv("ZT_COMM_TIMEOUT");
+  ZT_CHECK_OK(zt_comm_init_local(&l));
+  ZT_CHECK(l && zt_comm_timeout(l) == 600);
+  zt_comm_free(l);
+  if (saved) setenv("ZT_COMM_TIMEOUT", saved, 1);
+  free(saved);
+  /* splits inherit the parent's timeout (not the environment's) */
+  zt_comm_set_timeout(g_world, 42);
+  zt_comm *sub = NULL;
+  ZT_CHECK_OK(zt_comm_split(g_world, 0, R, &sub));
+  ZT_CHECK(sub && zt_comm_timeout(sub) == 42);
+  ZT_CHECK_OK(zt_barrier(sub)); /* a timed wait that completes */
+  zt_comm_free(sub);
+  zt_comm_set_timeout(g_world, want);
+}
+
+static void test_board_entry(void) {
+  zt__board_entry e;
+  zt__board_view v;
+  memset(&e, 0xff, sizeof e); /* like fresh shared memory: anything */
+  zt__board_reset(&e);
+  zt__board_read(&e, &v);
+  ZT_CHECK(v.known && v.started == 0 && v.blocked == ZT__BLOCKED_NONE);
+  zt__board_enter(&e, 5, ZT__COLL_BROADCAST, "/long/path/to/a_rather_long_source_name.c", 123);
+  zt__board_block(&e, ZT__BLOCKED_COLL, 5);
+  zt__board_read(&e, &v);
+  ZT_CHECK(v.started == 5 && v.last_kind == ZT__COLL_BROADCAST && v.last_line == 123);
+  ZT_CHECK(strncmp(v.last_file, "a_rather_long_source_", 21) == 0); /* base name, cut to 24 bytes */
+  ZT_CHECK(strlen(v.last_file) == ZT__BOARD_FILE);
+  ZT_CHECK(v.blocked == ZT__BLOCKED_COLL && v.blocked_arg == 5);
+  zt__board_block(&e, ZT__BLOCKED_RECV, 3);
+  zt__board_read(&e, &v);
+  ZT_CHECK(v.blocked == ZT__BLOCKED_RECV && v.blocked_arg == 3);
+  zt__board_read(NULL, &v);
+  ZT_CHECK(!v.known);
+}
+
+static zt__board_view view(uint64_t started, int kind, int line, int blocked, uint64_t arg) {
+  zt__board_view v;
+  memset(&v, 0, sizeof v);
+  v.known = true;
+  v.started = started;
+  v.last_kind = kind;
+  v.last_line = line;
+  snprintf(v.last_file, sizeof v.last_file, "loop.c");
+  v.blocked = blocked;
+  v.blocked_arg = arg;
+  return v;
+}
+
+static void test_timeout_message(void) {
+  /* rank 0 of 5 times out in all_reduce call #7: rank 1 arrived (waiting), rank 2 is one
+   * call behind and not in a comm call, rank 3 is at a broadcast, rank 4 is off-node */
+  zt__board_view v[5];
+  v[0] = view(7, ZT__COLL_ALL_REDUCE, 40, ZT__BLOCKED_COLL, 7);
+  v[1] = view(7, ZT__COLL_ALL_REDUCE, 40, ZT__BLOCKED_COLL, 7);
+  v[2] = view(6, ZT__COLL_ALL_GATHER, 31, ZT__BLOCKED_NONE, 0);
+  v[3] = view(7, ZT__COLL_BROADCAST, 55, ZT__BLOCKED_COLL, 7);
+  memset(&v[4], 0, sizeof v[4]);
+  zt__timeout_info op = {.kind = ZT__COLL_ALL_REDUCE, .file = "/src/train/loop.c", .line = 40, .rank = 0,
+                         .size = 5, .timeout_s = 2.5, .seq = 7, .peer = -1, .tag = -1};
+  ZT_CHECK_ERR(zt__comm_timeout_error(&op, v), ZT_STATUS_COMM,
+               "all_reduce at loop.c:40 timed out after 2.5 s on rank 0 of 5 (call #7 on this group)");
+  const char *m = zt_last_error();
+  ZT_CHECK(strstr(m, "rank 2 did not arrive (1 call behind: its last collective on this group was call #6, "
+                     "all_gather at loop.c:31; it is in no comm call now"));
+  ZT_CHECK(strstr(m, "rank 3 is at a different operation: broadcast at loop.c:55 (its call #7, waiting in it)"));
+  ZT_CHECK(strstr(m, "unknown for rank 4 (not on this node"));
+  ZT_CHECK(!strstr(m, "rank 1 "));
+  ZT_CHECK(strstr(m, "unusable") && strstr(m, "zt_comm_abort") && strstr(m, "ZT_COMM_TIMEOUT"));
+  /* several calls behind, blocked in an older call or a receive */
+  v[2] = view(4, ZT__COLL_ALL_GATHER, 31, ZT__BLOCKED_COLL, 3);
+  v[3] = view(5, ZT__COLL_BARRIER, 12, ZT__BLOCKED_RECV, 1);
+  v[4] = view(7, ZT__COLL_ALL_REDUCE, 40, ZT__BLOCKED_NONE, 0); /* arrived, already done */
+  op.timeout_s = 600;
+  ZT_CHECK_ERR(zt__comm_timeout_error(&op, v), ZT_STATUS_COMM, "timed out after 600 s");
+  m = zt_last_error();
+  ZT_CHECK(strstr(m, "rank 2 did not arrive (3 calls behind") && strstr(m, "waiting for its call #3"));
+  ZT_CHECK(strstr(m, "rank 3 did not arrive (2 calls behind") && strstr(m, "blocked in zt_recv from rank 1"));
+  ZT_CHECK(!strstr(m, "rank 4") && !strstr(m, "unknown"));
+  /* everyone arrived */
+  for (int r = 0; r < 5; r++) v[r] = view(7, ZT__COLL_ALL_REDUCE, 40, ZT__BLOCKED_COLL, 7);
+  ZT_CHECK_ERR(zt__comm_timeout_error(&op, v), ZT_STATUS_COMM, "every rank reached this call");
+  /* point to point */
+  zt__timeout_info p2p = {.kind = ZT__COLL_SEND, .file = "ckpt.c", .line = 9, .rank = 1, .size = 5,
+                          .timeout_s = 3, .peer = 0, .tag = 7};
+  v[0] = view(2, ZT__COLL_BARRIER, 70, ZT__BLOCKED_COLL, 2);
+  ZT_CHECK_ERR(zt__comm_timeout_error(&p2p, v), ZT_STATUS_COMM,
+               "zt_send to rank 0 (tag 7) at ckpt.c:9 timed out after 3 s on rank 1 of 5: rank 0 did not post the "
+               "matching receive (its last collective on this group was call #2, barrier at loop.c:70, and it is "
+               "waiting in that call)");
+  /* many missing ranks: the first few in full, then their numbers */
+  zt__board_view many[40];
+  for (int r = 0; r < 40; r++) many[r] = view(r == 0 ? 2 : 1, ZT__COLL_BARRIER, 5, ZT__BLOCKED_NONE, 0);
+  zt__timeout_info big = {.kind = ZT__COLL_BARRIER, .file = "x.c", .line = 5, .rank = 0, .size = 40,
+                          .timeout_s = 1, .seq = 2};
+  ZT_CHECK_ERR(zt__comm_timeout_error(&big, many), ZT_STATUS_COMM, "rank 6 did not arrive");
+  ZT_CHECK(strstr(zt_last_error(), "also not here: 7 8 9") && !strstr(zt_last_error(), "rank 7 did not"));
+  ZT_CHECK(strstr(zt_last_error(), "zt_comm_abort")); /* the advice survives a long list */
+}
+
+/* ------------------------------------------------------------ agreement */
+static void test_check_same_compare(void) {
+  /* synthetic records of 3 ranks x 2 fields (so the comparison is tested at size 1 too) */
+  zt__same_record recs[3 * 2];
+  const char *names[2] = {"model", "batch"};
+  for (int r = 0; r < 3; r++) {
+    zt__same_record_set(&recs[r * 2 + 0], names[0], "gpt2-tiny");
+    zt__same_record_set(&recs[r * 2 + 1], names[1], r == 1 ? "4" : "8");
+  }
+  ZT_CHECK_ERR(zt__comm_same_compare(recs, 3, 2), ZT_STATUS_INVALID_ARG,
+               "ranks disagree on 'batch': ranks 0, 2 have '8', rank 1 has '4'; start every rank with the same options");
+  zt__same_record_set(&recs[1 * 2 + 1], names[1], "8");
+  ZT_CHECK_OK(zt__comm_same_compare(recs, 3, 2));
+  /* long values that differ after the shown prefix: caught by length + hash, shown cut */
+  char a[200], b[200];
+  memset(a, 'x', sizeof a - 1), a[sizeof a - 1] = '\0';
+  memcpy(b, a, sizeof b);
+  b[190] = 'y';
+  zt__same_record_set(&recs[0 * 2 + 0], "data", a);
+  zt__same_record_set(&recs[1 * 2 + 0], "data", a);
+  zt__same_record_set(&recs[2 * 2 + 0], "data", b);
+  ZT_CHECK_ERR(zt__comm_same_compare(recs, 3, 2), ZT_STATUS_INVALID_ARG, "ranks disagree on 'data': ranks 0, 1 have 'xxx");
+  ZT_CHECK(strstr(zt_last_error(), "...', rank 2 has 'xxx") != NULL);
+  /* a different name at the same position, and a missing field */
+  zt__same_record_set(&recs[2 * 2 + 0], "seq", "x");
+  ZT_CHECK_ERR(zt__comm_same_compare(recs, 3, 2), ZT_STATUS_INVALID_ARG,
+               "value 1 is 'data' on rank 0 but 'seq' on rank 2");
+  zt__same_record_set(&recs[2 * 2 + 0], "data", a);
+  memset(&recs[1 * 2 + 1], 0, sizeof recs[0]);
+  ZT_CHECK_ERR(zt__comm_same_compare(recs, 3, 2), ZT_STATUS_INVALID_ARG,
+               "rank 0 passes 2 values, rank 1 passes 1 (the first missing one is 'batch')");
+}
+
+static void test_check_same(void) {
+  char rank_s[16], batch[16];
+  snprintf(rank_s, sizeof rank_s, "%d", R);
+  snprintf(batch, sizeof batch, "%d", 8);
+  const char *names[] = {"model", "batch", "rank"};
+  const char *same[] = {"gpt2-tiny", batch, "0"};
+  ZT_CHECK_OK(zt_comm_check_same(g_world, 3, names, same));
+  ZT_CHECK_OK(zt_comm_check_same(g_world, 0, NULL, NULL));
+  const char *differ[] = {"gpt2-tiny", batch, rank_s};
+  if (N > 1) {
+    ZT_CHECK_ERR(zt_comm_check_same(g_world, 3, names, differ), ZT_STATUS_INVALID_ARG,
+                 "ranks disagree on 'rank': rank 0 has '0', rank 1 has '1'");
+    ZT_CHECK(strstr(zt_last_error(), "start every rank with the same options"));
+    /* the last rank passes one field fewer: every rank fails, nobody hangs */
+    ZT_CHECK_ERR(zt_comm_check_same(g_world, R == N - 1 ? 2 : 3, names, same), ZT_STATUS_INVALID_ARG,
+                 "passes 2 (the first missing one is 'rank')");
+    /* a NULL value reads "(null)" */
+    const char *nul[] = {"gpt2-tiny", R == 0 ? NULL : batch, "0"};
+    ZT_CHECK_ERR(zt_comm_check_same(g_world, 3, names, nul), ZT_STATUS_INVALID_ARG, "rank 0 has '(null)'");
+  } else {
+    ZT_CHECK_OK(zt_comm_check_same(g_world, 3, names, differ));
+  }
+  ZT_CHECK_ERR(zt_comm_check_same(g_world, -1, names, same), ZT_STATUS_INVALID_ARG, "n = -1");
+  ZT_CHECK_OK(zt_barrier(g_world)); /* still in step */
+}
+
+static void test_agree_pick(void) {
+  zt__agree_record recs[3];
+  memset(recs, 0, sizeof recs);
+  ZT_CHECK_OK(zt__comm_agree_pick(recs, 3, 0));
+  recs[1].status = ZT_STATUS_SHAPE;
+  snprintf(recs[1].msg, sizeof recs[1].msg, "batch 7 does not divide by 2 ranks; pick a multiple [config.c:77]");
+  recs[2].status = ZT_STATUS_IO;
+  snprintf(recs[2].msg, sizeof recs[2].msg, "cannot open data.tok");
+  ZT_CHECK_ERR(zt__comm_agree_pick(recs, 3, 0), ZT_STATUS_SHAPE,
+               "rank 1: batch 7 does not divide by 2 ranks; pick a multiple [config.c:77]");
+  ZT_CHECK(strcmp(zt_last_error(), "rank 1: batch 7 does not divide by 2 ranks; pick a multiple [config.c:77]") == 0);
+  zt__error(ZT_STATUS_IO, "mine.c", 1, "my own message");
+  ZT_CHECK(zt__comm_agree_pick(recs, 3, 2) == ZT_STATUS_IO); /* a failing rank keeps its own */
+  ZT_CHECK(strcmp(zt_last_error(), "my own message [mine.c:1]") == 0);
+  recs[1].status = ZT_OK;
+  ZT_CHECK_ERR(zt__comm_agree_pick(recs, 3, 1), ZT_STATUS_IO, "rank 2: cannot open data.tok");
+}
+
+static void test_agree_status(void) {
+  ZT_CHECK_OK(zt_comm_agree_status(g_world, ZT_OK));
+  /* the last rank fails with its own message; the others learn it, prefixed */
+  zt_status mine = ZT_OK;
+  if (R == N - 1) mine = zt__error(ZT_STATUS_SHAPE, "cfg.c", 12, "batch 6 does not divide by %d ranks", N);
+  char own[256];
+  snprintf(own, sizeof own, "%s", zt_last_error());
+  zt_status s = zt_comm_agree_status(g_world, mine);
+  ZT_CHECK(s == ZT_STATUS_SHAPE);
+  if (R == N - 1) {
+    ZT_CHECK(strcmp(zt_last_error(), own) == 0);
+  } else {
+    char want[256];
+    snprintf(want, sizeof want, "rank %d: batch 6 does not divide by %d ranks [cfg.c:12]", N - 1, N);
+    ZT_CHECK(strcmp(zt_last_error(), want) == 0);
+  }
+  /* two failing ranks: the others get the lowest one's */
+  if (N > 2) {
+    mine = R == 1 ? zt__error(ZT_STATUS_IO, "a.c", 1, "one") : R == 2 ? zt__error(ZT_STATUS_OOM, "b.c", 2, "two")
+                                                                     : ZT_OK;
+    s = zt_comm_agree_status(g_world, mine);
+    if (R == 1) ZT_CHECK(s == ZT_STATUS_IO && strcmp(zt_last_error(), "one [a.c:1]") == 0);
+    if (R == 2) ZT_CHECK(s == ZT_STATUS_OOM && strcmp(zt_last_error(), "two [b.c:2]") == 0);
+    if (R != 1 && R != 2) ZT_CHECK(s == ZT_STATUS_IO && strcmp(zt_last_error(), "rank 1: one [a.c:1]") == 0);
+  }
+  ZT_CHECK_OK(zt_comm_agree_status(g_world, ZT_OK)); /* usable afterwards */
+}
+
 int main(int argc, char **argv) {
   (void)argc, (void)argv;
   if (!(g_world = zt_test_world(&R, &N))) return 1;
@@ -256,6 +492,13 @@ int main(int argc, char **argv) {
   ZT_RUN(test_debug_compare);
   ZT_RUN(test_debug_mismatch);
   ZT_RUN(test_stats);
+  ZT_RUN(test_timeout_api);
+  ZT_RUN(test_board_entry);
+  ZT_RUN(test_timeout_message);
+  ZT_RUN(test_check_same_compare);
+  ZT_RUN(test_check_same);
+  ZT_RUN(test_agree_pick);
+  ZT_RUN(test_agree_status);
   int rc = zt_test_finish();
   zt_comm_free(g_world);
   return rc;

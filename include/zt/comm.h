@@ -2,7 +2,10 @@
  * A zt_comm is one process group with a backend (local: one rank; mpi: MPI_COMM_WORLD or
  * a split of it; nccl: slot reserved). Every rank of a group must call the same
  * collectives in the same order with the same sizes; debug mode checks that before each
- * collective and fails with ZT_STATUS_COMM on every rank instead of hanging. */
+ * collective and fails with ZT_STATUS_COMM on every rank instead of hanging.
+ * No operation waits forever: each has the group's timeout (default 600 s), after which
+ * it fails naming the ranks that did not arrive; the group is then unusable and the job
+ * should end with zt_comm_abort. */
 #ifndef ZT_COMM_H
 #define ZT_COMM_H
 
@@ -26,10 +29,16 @@ zt_status zt_comm_init_mpi(int *argc, char ***argv, zt_comm **out);
  * else local. */
 zt_status zt_comm_world(zt_comm **out);
 /* Split c into sub-groups: ranks with the same color (>= 0) form one group, ordered by
- * key (ties by rank in c). Collective over c. The caller frees *out (before or after c). */
-zt_status zt_comm_split(zt_comm *c, int color, int key, zt_comm **out);
+ * key (ties by rank in c). Collective over c (timed: every rank must arrive within c's
+ * timeout). The sub-group inherits c's debug mode and timeout. The caller frees *out
+ * (before or after c). */
+zt_status zt_comm_split_at(zt_comm *c, int color, int key, zt_comm **out, const char *file, int line);
+#define zt_comm_split(c, color, key, out) zt_comm_split_at((c), (color), (key), (out), __FILE__, __LINE__)
 /* Frees the group. When zerotrain initialised MPI, freeing the last MPI group calls
- * MPI_Finalize (MPI cannot be initialised again in this process). NULL is a no-op. */
+ * MPI_Finalize (MPI cannot be initialised again in this process). NULL is a no-op.
+ * After a timeout in this process, only this process's memory is freed: MPI objects are
+ * left and MPI is not finalized (those calls synchronise with the missing rank and would
+ * hang); end the job with zt_comm_abort instead. */
 void zt_comm_free(zt_comm *c);
 
 int zt_comm_rank(const zt_comm *c);
@@ -42,6 +51,48 @@ const char *zt_comm_backend_name(const zt_comm *c); /* "local", "mpi" */
  * creation; splits inherit it. Costs one small all-gather per collective. */
 void zt_comm_set_debug(zt_comm *c, bool on);
 bool zt_comm_debug(const zt_comm *c);
+
+/* Timeouts. Every blocking operation (collectives, send, recv, barrier, broadcast, split,
+ * the agreement helpers below) and every zt_comm_wait waits at most the group's timeout,
+ * in seconds (0: no limit). Default 600 s, or ZT_COMM_TIMEOUT (seconds) read at creation
+ * (a value that is not a number >= 0 makes creation fail); splits inherit the parent's.
+ * zt_comm_set_timeout ignores a negative or NaN value (+inf: no limit). A waiting rank
+ * spins only while every rank it needs is inside a comm call (so MPI progresses); while
+ * one is elsewhere (late, computing, stopped) it sleeps in steps growing to about 1 ms, so
+ * it does not hold a core.
+ * On timeout the call returns ZT_STATUS_COMM with a message naming the operation, its call
+ * site, this rank, the group size, the timeout and the ranks that did not arrive (from
+ * the arrival board: the ranks that are calls behind, or at a different operation; for
+ * ranks on another node "unknown"). After a timeout the group is unusable: MPI cannot
+ * cancel a collective, so the operation stays posted (its tensors may still be written;
+ * keep them alive) and every later call on the group fails at once. End the job with
+ * zt_comm_abort. */
+void zt_comm_set_timeout(zt_comm *c, double seconds);
+double zt_comm_timeout(const zt_comm *c);
+
+/* Ends every process of the job now with exit code `code` (mpi: MPI_Abort on the world,
+ * which makes mpirun kill every rank, also stopped ones). Only the program (the CLI)
+ * decides to call it; the library never does. Local backend: there are no other ranks,
+ * so it does nothing and returns (the caller then exits as usual). NULL: nothing. */
+void zt_comm_abort(zt_comm *c, int code);
+
+/* Agreement helpers for start-up checks (collectives over c).
+ * check_same: every rank passes n named values as strings (the caller formats numbers);
+ * when any differs, every rank fails with ZT_STATUS_INVALID_ARG naming the first
+ * differing field and the ranks with their values (long values truncated), e.g.
+ * "ranks disagree on 'batch': rank 0 has '8', rank 1 has '4'; start every rank with the
+ * same options". Different n or names across ranks are reported too. Values are compared
+ * by length and a 64-bit hash. NULL values read as "(null)". Strings stay the caller's. */
+zt_status zt_comm_check_same_at(zt_comm *c, int n, const char *const *names, const char *const *values,
+                                const char *file, int line);
+#define zt_comm_check_same(...) zt_comm_check_same_at(__VA_ARGS__, __FILE__, __LINE__)
+/* agree_status: every rank passes its own status s (with its zt_last_error() when s !=
+ * ZT_OK). ZT_OK on every rank when every s is ZT_OK. Otherwise every rank fails: a failing
+ * rank returns its own s and keeps its message; the others return the lowest failing rank
+ * R's status with its message (first ~480 bytes) prefixed by "rank R: ". Lets ranks
+ * validate inputs locally and fail together before the first real collective. */
+zt_status zt_comm_agree_status_at(zt_comm *c, zt_status s, const char *file, int line);
+#define zt_comm_agree_status(c, s) zt_comm_agree_status_at((c), (s), __FILE__, __LINE__)
 
 /* Per-group counters for benchmarks. bytes_sent is what this rank sends by the ring
  * algorithm's formula (N ranks, B bytes): all_reduce 2(N-1)/N*B, all_gather and
@@ -75,14 +126,19 @@ zt_status zt_barrier_at(zt_comm *c, const char *file, int line);
 #define zt_broadcast(c, t, root) zt_broadcast_at((c), (t), (root), __FILE__, __LINE__)
 #define zt_barrier(c) zt_barrier_at((c), __FILE__, __LINE__)
 
-/* Point to point (blocking; dst/src != own rank; tag >= 0). Not checked by debug mode. */
-zt_status zt_send(zt_comm *c, const zt_tensor *t, int dst, int tag);
-zt_status zt_recv(zt_comm *c, zt_tensor *t, int src, int tag);
+/* Point to point (blocking, timed; dst/src != own rank; tag >= 0). Not checked by debug
+ * mode. A small send may complete before the receiver posts its receive. */
+zt_status zt_send_at(zt_comm *c, const zt_tensor *t, int dst, int tag, const char *file, int line);
+zt_status zt_recv_at(zt_comm *c, zt_tensor *t, int src, int tag, const char *file, int line);
+#define zt_send(c, t, dst, tag) zt_send_at((c), (t), (dst), (tag), __FILE__, __LINE__)
+#define zt_recv(c, t, src, tag) zt_recv_at((c), (t), (src), (tag), __FILE__, __LINE__)
 
 /* Asynchronous versions: start the collective and return a handle in *w. The tensors
  * must stay alive and untouched until zt_comm_wait(*w), which completes it, frees the
  * handle and returns the collective's status. Every handle must be waited on. Debug
- * mode's check runs (blocking) when the collective starts. */
+ * mode's check runs (blocking) when the collective starts. zt_comm_wait waits at most the
+ * group's timeout (counted from the wait); on timeout it frees the handle but not the
+ * operation's buffers (MPI may still write them) and the group is unusable. */
 typedef struct zt_comm_work zt_comm_work;
 zt_status zt_all_reduce_async_at(zt_comm *c, zt_tensor *t, zt_reduce_op op, zt_comm_work **w, const char *file,
                                  int line);

@@ -1,10 +1,14 @@
 /* Process groups: argument checks, debug mode's pre-collective check, ring-formula
- * accounting, AVG and bf16/f16 handling, and async handles, over a backend table.
- * Invariant: a backend only sees validated contiguous cpu buffers; every temporary
- * buffer here comes from zt_mem_alloc with ZT_MEM_TAG_COMM and is freed by wait. */
+ * accounting, AVG and bf16/f16 handling, async handles, and timeouts (every wait is
+ * bounded; each operation is published on the arrival board, board.c), over a backend
+ * table. Invariant: a backend only sees validated contiguous cpu buffers; every temporary
+ * buffer here comes from zt_mem_alloc with ZT_MEM_TAG_COMM and is freed by wait (except
+ * after a timeout: MPI may still write it, so it is left). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm/comm_internal.h"
 
@@ -14,10 +18,26 @@ struct zt_comm {
   int rank, size;
   bool debug;
   zt_comm_stats stats;
+  double timeout;        /* seconds, 0: no limit */
+  uint64_t seq;          /* collectives started on this group: the board's call numbers */
+  zt__board_entry *me;   /* this rank's board entry (shared memory, or own) */
+  zt__board_entry own;   /* the entry when the backend has no board for this group */
+  bool broken;           /* an operation timed out: the group is unusable */
+  char broken_what[160]; /* which one, for later calls' messages */
 };
+
+/* The operation in progress, for the board and a timeout's message. */
+typedef struct opinfo {
+  zt__coll_kind kind;
+  const char *file;
+  int line;
+  uint64_t seq;
+  int peer, tag;
+} opinfo;
 
 struct zt_comm_work {
   zt_comm *c;
+  opinfo op;
   void *req;          /* backend request, NULL when already complete */
   zt_tensor *result;  /* the user's output tensor (version bumped at the end) */
   void *tmp;          /* f32 buffer (bf16/f16 reductions), or NULL */
@@ -32,17 +52,39 @@ static bool env_debug(void) {
   return e && strcmp(e, "1") == 0;
 }
 
+#define DEFAULT_TIMEOUT_S 600.0
+
+zt_status zt__comm_env_timeout(double *out) {
+  *out = DEFAULT_TIMEOUT_S;
+  const char *e = getenv("ZT_COMM_TIMEOUT");
+  if (!e || !*e) return ZT_OK;
+  char *end = NULL;
+  double v = strtod(e, &end);
+  while (end && (*end == ' ' || *end == '\t')) end++;
+  if (end == e || *end || !(v >= 0) || isinf(v))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "ZT_COMM_TIMEOUT='%.64s' is not a number of seconds >= 0 (0: no limit); fix or unset it", e);
+  *out = v;
+  return ZT_OK;
+}
+
 zt_status zt__comm_new(const zt__comm_backend *be, void *ctx, int rank, int size, zt_comm **out) {
-  zt_comm *c = calloc(1, sizeof *c);
+  double timeout = DEFAULT_TIMEOUT_S;
+  zt_status s = zt__comm_env_timeout(&timeout);
+  zt_comm *c = s == ZT_OK ? calloc(1, sizeof *c) : NULL;
   if (!c) {
     be->free(ctx);
-    return ZT_ERR(ZT_STATUS_OOM, "out of host memory for a zt_comm");
+    return s != ZT_OK ? s : ZT_ERR(ZT_STATUS_OOM, "out of host memory for a zt_comm");
   }
   c->be = be;
   c->ctx = ctx;
   c->rank = rank;
   c->size = size;
   c->debug = env_debug();
+  c->timeout = timeout;
+  c->me = be->board_entry ? be->board_entry(ctx, rank) : NULL;
+  if (!c->me) c->me = &c->own;
+  zt__board_reset(c->me);
   *out = c;
   return ZT_OK;
 }
@@ -70,6 +112,7 @@ zt_status zt_comm_world(zt_comm **out) {
 
 void zt_comm_free(zt_comm *c) {
   if (!c) return;
+  zt__board_reset(c->me); /* the slot may serve another group next */
   c->be->free(c->ctx);
   free(c);
 }
@@ -79,13 +122,24 @@ int zt_comm_size(const zt_comm *c) { return c->size; }
 const char *zt_comm_backend_name(const zt_comm *c) { return c->be->name; }
 void zt_comm_set_debug(zt_comm *c, bool on) { c->debug = on; }
 bool zt_comm_debug(const zt_comm *c) { return c->debug; }
+void zt_comm_set_timeout(zt_comm *c, double seconds) {
+  if (!c || !(seconds >= 0)) return;
+  c->timeout = isinf(seconds) ? 0 : seconds;
+}
+double zt_comm_timeout(const zt_comm *c) { return c ? c->timeout : 0; }
+
+void zt_comm_abort(zt_comm *c, int code) {
+  if (c && c->be->abort) c->be->abort(c->ctx, code);
+}
+
 void zt_comm_stats_get(const zt_comm *c, zt_comm_stats *out) { *out = c->stats; }
 void zt_comm_stats_reset(zt_comm *c) { memset(&c->stats, 0, sizeof c->stats); }
 
 /* ------------------------------------------------------------ debug mode */
 const char *zt__coll_kind_name(int kind) {
-  static const char *const names[ZT__COLL_KIND_COUNT] = {"all_reduce", "all_gather", "reduce_scatter",
-                                                        "broadcast",  "barrier",    "split"};
+  static const char *const names[ZT__COLL_KIND_COUNT] = {
+      "all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier",
+      "split",      "check_same", "agree_status",   "send",      "recv"};
   return kind >= 0 && kind < ZT__COLL_KIND_COUNT ? names[kind] : "unknown collective";
 }
 
@@ -122,27 +176,143 @@ zt_status zt__comm_debug_compare(const zt__coll_record *recs, int n) {
   return ZT_OK;
 }
 
+/* ------------------------------------------------------------ waiting, timeouts */
+/* A new operation on the group: number it (collectives) and publish it on the board.
+ * Called once the local checks passed, right before the ranks communicate. */
+static opinfo enter(zt_comm *c, zt__coll_kind kind, const char *file, int line) {
+  opinfo op = {.kind = kind, .file = file, .line = line, .peer = -1, .tag = -1};
+  if (kind != ZT__COLL_SEND && kind != ZT__COLL_RECV) {
+    op.seq = ++c->seq;
+    zt__board_enter(c->me, op.seq, kind, file, line);
+  }
+  return op;
+}
+
+static zt_status timed_out(zt_comm *c, const opinfo *op) {
+  zt__board_view *views = calloc((size_t)c->size, sizeof *views);
+  if (!views) return ZT_ERR(ZT_STATUS_OOM, "%s timed out on rank %d (out of memory for its message)",
+                            zt__coll_kind_name(op->kind), c->rank);
+  for (int r = 0; r < c->size; r++)
+    zt__board_read(r == c->rank ? c->me : c->be->board_entry ? c->be->board_entry(c->ctx, r) : NULL, &views[r]);
+  zt__timeout_info info = {.kind = op->kind, .file = op->file, .line = op->line, .rank = c->rank, .size = c->size,
+                           .timeout_s = c->timeout, .seq = op->seq, .peer = op->peer, .tag = op->tag};
+  zt_status s = zt__comm_timeout_error(&info, views);
+  free(views);
+  const char *base = op->file ? strrchr(op->file, '/') : NULL;
+  c->broken = true;
+  snprintf(c->broken_what, sizeof c->broken_what, "%s at %s:%d", zt__coll_kind_name(op->kind),
+           base ? base + 1 : op->file ? op->file : "?", op->line);
+  return s;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void nap(double s) {
+  struct timespec ts = {0, (long)(s * 1e9)};
+  nanosleep(&ts, NULL);
+}
+
+/* The back-off. MPI moves a nonblocking operation forward only inside MPI calls (no
+ * progress thread), so a rank that sleeps while its peers are in the operation slows
+ * every round of it (shared-memory transfers go fragment by fragment, each needing both
+ * sides). So the waiting rank spins (MPI_Test) as long as the board shows every rank it
+ * needs inside a comm call (or cannot see it: another node), and naps only while one is
+ * elsewhere (computing, late, stopped). Naps grow with the time already waited (1/16 of
+ * it, NAP_MIN_S to NAP_MAX_S); after each, BURST_S of spinning. Spinning with everyone
+ * present is capped at PRESENT_SPIN_S, so a rank stopped inside the operation (its entry
+ * still says "waiting") costs its peers a few per cent of a core after that. */
+#define SPIN_S 1e-3         /* always spin this long first: most waits end here */
+#define CHECK_S 50e-6       /* how often a spinning rank looks at the board */
+#define PRESENT_SPIN_S 5.0
+#define BURST_S 20e-6
+#define NAP_MIN_S 5e-6
+#define NAP_MAX_S 1e-3
+
+/* Is every rank that op needs inside a comm call, so that the operation can progress? */
+static bool peers_in_comm(zt_comm *c, const opinfo *op) {
+  if (!c->be->board_entry) return true;
+  bool p2p = op->kind == ZT__COLL_SEND || op->kind == ZT__COLL_RECV;
+  for (int r = p2p ? op->peer : 0; r < (p2p ? op->peer + 1 : c->size); r++) {
+    if (r == c->rank) continue;
+    const zt__board_entry *e = c->be->board_entry(c->ctx, r);
+    if (!e) continue; /* another node: assume it is there */
+    zt__board_view v;
+    zt__board_read(e, &v);
+    if (!v.known) continue;
+    if (v.blocked == ZT__BLOCKED_NONE || (!p2p && v.started < op->seq)) return false;
+  }
+  return true;
+}
+
+/* Poll req until it completes (ZT_OK or its error) or the timeout passes (*late). */
+static zt_status poll_req(zt_comm *c, void *req, const opinfo *op, bool *late) {
+  bool done = false;
+  zt_status s = c->be->test(c->ctx, req, &done);
+  if (done) return s;
+  double t0 = now_s(), t = t0, next_check = t0 + SPIN_S;
+  for (;;) {
+    s = c->be->test(c->ctx, req, &done);
+    if (done) return s;
+    t = now_s();
+    if (c->timeout > 0 && t - t0 >= c->timeout) {
+      *late = true;
+      return ZT_STATUS_COMM;
+    }
+    if (t < next_check) continue;
+    double waited = t - t0;
+    if (waited < PRESENT_SPIN_S && peers_in_comm(c, op)) {
+      next_check = t + CHECK_S;
+      continue;
+    }
+    double n = waited / 16;
+    nap(n < NAP_MIN_S ? NAP_MIN_S : n > NAP_MAX_S ? NAP_MAX_S : n);
+    next_check = now_s() + BURST_S;
+  }
+}
+
+/* Complete the backend's request (NULL: already complete) within the group's timeout,
+ * showing on the board what this rank waits for. */
+static zt_status wait_req(zt_comm *c, void *req, const opinfo *op) {
+  if (!req) return ZT_OK;
+  zt__board_blocked what = op->kind == ZT__COLL_SEND   ? ZT__BLOCKED_SEND
+                           : op->kind == ZT__COLL_RECV ? ZT__BLOCKED_RECV
+                                                       : ZT__BLOCKED_COLL;
+  zt__board_block(c->me, what, what == ZT__BLOCKED_COLL ? op->seq : (uint64_t)op->peer);
+  bool late = false;
+  zt_status s = poll_req(c, req, op, &late);
+  if (late) {
+    if (c->be->abandon) c->be->abandon(c->ctx, req);
+    return timed_out(c, op); /* still posted: the board keeps saying so */
+  }
+  zt__board_block(c->me, ZT__BLOCKED_NONE, 0);
+  return s;
+}
+
 /* Exchange this rank's record with every rank (an all-gather of fixed-size records) and
  * compare, so that a mismatch fails everywhere instead of hanging. */
-static zt_status debug_check(zt_comm *c, zt__coll_kind kind, int64_t count, int dtype, int root, int op,
-                             const char *file, int line) {
+static zt_status debug_check(zt_comm *c, const opinfo *op, int64_t count, int dtype, int root, int rop) {
   if (!c->debug || c->size == 1) return ZT_OK;
   zt__coll_record me;
   memset(&me, 0, sizeof me);
-  me.kind = kind;
+  me.kind = op->kind;
   me.count = count;
   me.dtype = dtype;
   me.root = root;
-  me.op = op;
-  me.line = line;
-  const char *base = file ? strrchr(file, '/') : NULL;
-  snprintf(me.file, sizeof me.file, "%s", base ? base + 1 : file ? file : "?");
+  me.op = rop;
+  me.line = op->line;
+  const char *base = op->file ? strrchr(op->file, '/') : NULL;
+  snprintf(me.file, sizeof me.file, "%s", base ? base + 1 : op->file ? op->file : "?");
   size_t bytes = sizeof me * (size_t)c->size;
   zt__coll_record *all = NULL;
   ZT_TRY(zt_mem_alloc(bytes, ZT_CPU, ZT_MEM_TAG_COMM, (void **)&all));
   void *req = NULL;
   zt_status s = c->be->all_gather(c->ctx, &me, all, (int64_t)(sizeof me / 4), ZT_DTYPE_I32, &req);
-  if (s == ZT_OK && req) s = c->be->wait(c->ctx, req);
+  if (s == ZT_OK) s = wait_req(c, req, op);
+  if (c->broken) return s; /* MPI may still write `all`: leave it */
   if (s == ZT_OK) s = zt__comm_debug_compare(all, c->size);
   zt_mem_free(all, bytes, ZT_CPU, ZT_MEM_TAG_COMM);
   return s;
@@ -151,6 +321,11 @@ static zt_status debug_check(zt_comm *c, zt__coll_kind kind, int64_t count, int 
 /* ------------------------------------------------------------ checks */
 static zt_status check_comm(const zt_comm *c, const char *fn) {
   if (!c) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: comm is NULL; create one with zt_comm_world", fn);
+  if (c->broken)
+    return ZT_ERR(ZT_STATUS_COMM,
+                  "%s: this group is unusable: %s timed out on this rank earlier, and MPI cannot cancel it; end "
+                  "the job with zt_comm_abort",
+                  fn, c->broken_what);
   return ZT_OK;
 }
 
@@ -182,7 +357,7 @@ static zt_status check_tensor(const zt_tensor *t, const char *fn, const char *na
     return ZT_OK;
   }
   zt_status s = zt_tensor_data(t, data);
-  if (s != ZT_OK) return zt__error_prefix(s, "%s: %s: ", fn, name);
+  if (s != ZT_OK) return zt__error_prefix(s, "%s: %s", fn, name);
   return ZT_OK;
 }
 
@@ -226,8 +401,14 @@ static zt_status work_tmp_from_half(zt_comm_work *w, const uint16_t *src, zt_dty
 zt_status zt_comm_wait(zt_comm_work *w) {
   if (!w) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_comm_wait: work is NULL");
   zt_comm *c = w->c;
-  zt_status s = ZT_OK;
-  if (w->req) s = c->be->wait(c->ctx, w->req);
+  zt_status s = w->req ? check_comm(c, "zt_comm_wait") : ZT_OK;
+  if (s == ZT_OK) s = wait_req(c, w->req, &w->op);
+  if (s != ZT_OK && w->req) {
+    /* not complete (timed out, or the group was already unusable): MPI keeps the request
+     * and may still write the buffers, so the f32 buffer stays allocated */
+    free(w);
+    return s;
+  }
   if (s == ZT_OK && w->n > 0) {
     void *dst = zt__tensor_ptr(w->result);
     double scale = w->avg ? 1.0 / (double)c->size : 1.0;
@@ -258,9 +439,11 @@ static zt_status all_reduce_start(zt_comm *c, zt_tensor *t, zt_reduce_op op, zt_
   ZT_TRY(check_comm(c, fn));
   ZT_TRY(check_tensor(t, fn, "t", true, op, &data));
   int64_t n = zt_tensor_numel(t);
-  ZT_TRY(debug_check(c, ZT__COLL_ALL_REDUCE, n, t->dtype, -1, op, file, line));
+  opinfo oi = enter(c, ZT__COLL_ALL_REDUCE, file, line);
+  ZT_TRY(debug_check(c, &oi, n, t->dtype, -1, op));
   zt_comm_work *w = NULL;
   ZT_TRY(work_new(c, t, op == ZT_REDUCE_AVG, &w));
+  w->op = oi;
   zt_status s = ZT_OK;
   void *buf = data;
   zt_dtype dt = t->dtype;
@@ -272,7 +455,7 @@ static zt_status all_reduce_start(zt_comm *c, zt_tensor *t, zt_reduce_op op, zt_
   if (s == ZT_OK && n > 0) s = c->be->all_reduce(c->ctx, buf, n, dt, &w->req);
   if (s != ZT_OK) {
     work_free(w);
-    return zt__error_prefix(s, "%s: ", fn);
+    return zt__error_prefix(s, "%s", fn);
   }
   account(c, 2.0 * (c->size - 1) / c->size, zt_tensor_nbytes(t));
   *out = w;
@@ -293,13 +476,15 @@ static zt_status all_gather_start(zt_comm *c, const zt_tensor *in, zt_tensor *ou
   if (zt_tensor_numel(out) != n * c->size)
     return ZT_ERR(ZT_STATUS_SHAPE, "%s: out has %lld elements; it needs size * numel(in) = %d * %lld", fn,
                   (long long)zt_tensor_numel(out), c->size, (long long)n);
-  ZT_TRY(debug_check(c, ZT__COLL_ALL_GATHER, n, in->dtype, -1, -1, file, line));
+  opinfo oi = enter(c, ZT__COLL_ALL_GATHER, file, line);
+  ZT_TRY(debug_check(c, &oi, n, in->dtype, -1, -1));
   zt_comm_work *w = NULL;
   ZT_TRY(work_new(c, out, false, &w));
+  w->op = oi;
   zt_status s = n > 0 ? c->be->all_gather(c->ctx, din, dout, n, in->dtype, &w->req) : ZT_OK;
   if (s != ZT_OK) {
     work_free(w);
-    return zt__error_prefix(s, "%s: ", fn);
+    return zt__error_prefix(s, "%s", fn);
   }
   account(c, (double)(c->size - 1) / c->size, zt_tensor_nbytes(out));
   *wout = w;
@@ -320,9 +505,11 @@ static zt_status reduce_scatter_start(zt_comm *c, const zt_tensor *in, zt_tensor
   if (zt_tensor_numel(in) != n * c->size)
     return ZT_ERR(ZT_STATUS_SHAPE, "%s: in has %lld elements; it needs size * numel(out) = %d * %lld", fn,
                   (long long)zt_tensor_numel(in), c->size, (long long)n);
-  ZT_TRY(debug_check(c, ZT__COLL_REDUCE_SCATTER, zt_tensor_numel(in), in->dtype, -1, op, file, line));
+  opinfo oi = enter(c, ZT__COLL_REDUCE_SCATTER, file, line);
+  ZT_TRY(debug_check(c, &oi, zt_tensor_numel(in), in->dtype, -1, op));
   zt_comm_work *w = NULL;
   ZT_TRY(work_new(c, out, op == ZT_REDUCE_AVG, &w));
+  w->op = oi;
   zt_status s = ZT_OK;
   const void *src = din;
   void *dst = dout;
@@ -339,7 +526,7 @@ static zt_status reduce_scatter_start(zt_comm *c, const zt_tensor *in, zt_tensor
   if (s == ZT_OK && n > 0) s = c->be->reduce_scatter(c->ctx, src, dst, n, dt, &w->req);
   if (s != ZT_OK) {
     work_free(w);
-    return zt__error_prefix(s, "%s: ", fn);
+    return zt__error_prefix(s, "%s", fn);
   }
   account(c, (double)(c->size - 1) / c->size, zt_tensor_nbytes(in));
   *wout = w;
@@ -394,10 +581,13 @@ zt_status zt_broadcast_at(zt_comm *c, zt_tensor *t, int root, const char *file, 
   if (root < 0 || root >= c->size)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: root %d is not a rank of this group (size %d)", fn, root, c->size);
   int64_t n = zt_tensor_numel(t);
-  ZT_TRY(debug_check(c, ZT__COLL_BROADCAST, n, t->dtype, root, -1, file, line));
+  opinfo oi = enter(c, ZT__COLL_BROADCAST, file, line);
+  ZT_TRY(debug_check(c, &oi, n, t->dtype, root, -1));
   if (n > 0) {
-    zt_status s = c->be->broadcast(c->ctx, data, n, t->dtype, root);
-    if (s != ZT_OK) return zt__error_prefix(s, "%s: ", fn);
+    void *req = NULL;
+    zt_status s = c->be->broadcast(c->ctx, data, n, t->dtype, root, &req);
+    if (s == ZT_OK) s = wait_req(c, req, &oi);
+    if (s != ZT_OK) return c->broken ? s : zt__error_prefix(s, "%s", fn);
   }
   account(c, c->size > 1 ? 1.0 : 0.0, zt_tensor_nbytes(t));
   zt_tensor_bump_version(t);
@@ -406,9 +596,12 @@ zt_status zt_broadcast_at(zt_comm *c, zt_tensor *t, int root, const char *file, 
 
 zt_status zt_barrier_at(zt_comm *c, const char *file, int line) {
   ZT_TRY(check_comm(c, "zt_barrier"));
-  ZT_TRY(debug_check(c, ZT__COLL_BARRIER, -1, -1, -1, -1, file, line));
-  zt_status s = c->be->barrier(c->ctx);
-  if (s != ZT_OK) return zt__error_prefix(s, "zt_barrier: ");
+  opinfo oi = enter(c, ZT__COLL_BARRIER, file, line);
+  ZT_TRY(debug_check(c, &oi, -1, -1, -1, -1));
+  void *req = NULL;
+  zt_status s = c->be->barrier(c->ctx, &req);
+  if (s == ZT_OK) s = wait_req(c, req, &oi);
+  if (s != ZT_OK) return c->broken ? s : zt__error_prefix(s, "zt_barrier");
   c->stats.calls++;
   return ZT_OK;
 }
@@ -423,40 +616,98 @@ static zt_status check_peer(const zt_comm *c, const char *fn, const char *what, 
   return ZT_OK;
 }
 
-zt_status zt_send(zt_comm *c, const zt_tensor *t, int dst, int tag) {
+zt_status zt_send_at(zt_comm *c, const zt_tensor *t, int dst, int tag, const char *file, int line) {
   void *data = NULL;
   ZT_TRY(check_comm(c, "zt_send"));
   ZT_TRY(check_tensor(t, "zt_send", "t", false, ZT_REDUCE_SUM, &data));
   ZT_TRY(check_peer(c, "zt_send", "dst", dst, tag));
-  zt_status s = c->be->send(c->ctx, data, zt_tensor_numel(t), t->dtype, dst, tag);
-  if (s != ZT_OK) return zt__error_prefix(s, "zt_send: ");
+  opinfo oi = enter(c, ZT__COLL_SEND, file, line);
+  oi.peer = dst;
+  oi.tag = tag;
+  void *req = NULL;
+  zt_status s = c->be->send(c->ctx, data, zt_tensor_numel(t), t->dtype, dst, tag, &req);
+  if (s == ZT_OK) s = wait_req(c, req, &oi);
+  if (s != ZT_OK) return c->broken ? s : zt__error_prefix(s, "zt_send");
   account(c, 1.0, zt_tensor_nbytes(t));
   return ZT_OK;
 }
 
-zt_status zt_recv(zt_comm *c, zt_tensor *t, int src, int tag) {
+zt_status zt_recv_at(zt_comm *c, zt_tensor *t, int src, int tag, const char *file, int line) {
   void *data = NULL;
   ZT_TRY(check_comm(c, "zt_recv"));
   ZT_TRY(check_tensor(t, "zt_recv", "t", false, ZT_REDUCE_SUM, &data));
   ZT_TRY(check_peer(c, "zt_recv", "src", src, tag));
-  zt_status s = c->be->recv(c->ctx, data, zt_tensor_numel(t), t->dtype, src, tag);
-  if (s != ZT_OK) return zt__error_prefix(s, "zt_recv: ");
+  opinfo oi = enter(c, ZT__COLL_RECV, file, line);
+  oi.peer = src;
+  oi.tag = tag;
+  void *req = NULL;
+  zt_status s = c->be->recv(c->ctx, data, zt_tensor_numel(t), t->dtype, src, tag, &req);
+  if (s == ZT_OK) s = wait_req(c, req, &oi);
+  if (s != ZT_OK) return c->broken ? s : zt__error_prefix(s, "zt_recv");
   c->stats.calls++;
   zt_tensor_bump_version(t);
   return ZT_OK;
 }
 
-zt_status zt_comm_split(zt_comm *c, int color, int key, zt_comm **out) {
+/* A collective all-gather of raw records (for split and agree.c): published, debug-checked
+ * and timed like the public collectives. */
+static zt_status gather_raw(zt_comm *c, const opinfo *oi, const void *in, void *out, size_t bytes) {
+  ZT_ASSERT(bytes % 4 == 0);
+  ZT_TRY(debug_check(c, oi, (int64_t)(bytes / 4), ZT_DTYPE_I32, -1, -1));
+  void *req = NULL;
+  zt_status s = c->be->all_gather(c->ctx, in, out, (int64_t)(bytes / 4), ZT_DTYPE_I32, &req);
+  if (s == ZT_OK) s = wait_req(c, req, oi);
+  if (s != ZT_OK) return s;
+  account(c, (double)(c->size - 1) / c->size, bytes * (size_t)c->size);
+  return ZT_OK;
+}
+
+zt_status zt__comm_gather_bytes(zt_comm *c, zt__coll_kind kind, const void *in, void *out, size_t bytes_per_rank,
+                                const char *file, int line) {
+  ZT_TRY(check_comm(c, zt__coll_kind_name(kind)));
+  opinfo oi = enter(c, kind, file, line);
+  return gather_raw(c, &oi, in, out, bytes_per_rank);
+}
+
+/* What each rank tells the others before a split: its color and key (for the record),
+ * and the board slots free in its process, so a sub-group's ranks can agree on one. */
+typedef struct split_record {
+  int32_t color, key;
+  uint64_t free_slots;
+} split_record;
+
+zt_status zt_comm_split_at(zt_comm *c, int color, int key, zt_comm **out, const char *file, int line) {
   ZT_TRY(check_comm(c, "zt_comm_split"));
   if (!out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_comm_split: out is NULL");
   *out = NULL;
   if (color < 0) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_comm_split: color %d is negative; use a color >= 0", color);
-  ZT_TRY(debug_check(c, ZT__COLL_SPLIT, -1, -1, -1, -1, __FILE__, __LINE__));
+  opinfo oi = enter(c, ZT__COLL_SPLIT, file, line);
+  /* MPI_Comm_split cannot be timed, so first a timed exchange: once every rank is here,
+   * the split itself does not wait for a missing one. */
+  split_record me = {.color = color, .key = key, .free_slots = c->be->board_free_slots ? c->be->board_free_slots(c->ctx) : 0};
+  split_record *all = calloc((size_t)c->size, sizeof *all);
+  if (!all) return ZT_ERR(ZT_STATUS_OOM, "zt_comm_split: out of host memory");
+  zt_status s = gather_raw(c, &oi, &me, all, sizeof me);
+  if (s != ZT_OK) {
+    if (!c->broken) free(all);
+    return s;
+  }
+  uint64_t common = ~(uint64_t)0;
+  for (int r = 0; r < c->size; r++)
+    if (all[r].color == color) common &= all[r].free_slots;
+  free(all);
+  int slot = -1;
+  for (int i = 0; i < ZT__BOARD_SLOTS && i < 64; i++)
+    if (common >> i & 1) {
+      slot = i;
+      break;
+    }
   void *ctx = NULL;
   int rank = 0, size = 1;
-  zt_status s = c->be->split(c->ctx, color, key, &ctx, &rank, &size);
-  if (s != ZT_OK) return zt__error_prefix(s, "zt_comm_split: ");
+  s = c->be->split(c->ctx, color, key, slot, &ctx, &rank, &size);
+  if (s != ZT_OK) return zt__error_prefix(s, "zt_comm_split");
   ZT_TRY(zt__comm_new(c->be, ctx, rank, size, out));
   (*out)->debug = c->debug;
+  (*out)->timeout = c->timeout;
   return ZT_OK;
 }

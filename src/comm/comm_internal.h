@@ -1,28 +1,102 @@
 /* Internal comm interface: the backend table (struct of function pointers + ctx) that
- * comm.c dispatches to, and debug mode's record comparison (exposed for tests).
+ * comm.c dispatches to, debug mode's record comparison, the arrival board and the
+ * agreement helpers' pure parts (exposed for tests).
  * Backends see only validated, contiguous buffers of f32/f64/i32/i64 (reductions) or
- * also bf16 (data movement); comm.c handles AVG, bf16 conversion and accounting. */
+ * also bf16/f16 (data movement); comm.c handles AVG, half conversion, accounting,
+ * timeouts' messages and the board protocol. */
 #ifndef ZT_COMM_INTERNAL_H
 #define ZT_COMM_INTERNAL_H
 
+#include <stdatomic.h>
+
 #include "zt/comm.h"
 
+/* ------------------------------------------------------------ arrival board
+ * One entry per (rank, group): what this rank last did on the group, in memory that the
+ * other ranks of its node can read while it is stopped (see board.c). Every word is an
+ * atomic; ver is a sequence lock (odd while the owner writes). 64 bytes. */
+#define ZT__BOARD_SLOTS 64 /* entries per rank: at most 64 live MPI groups have a board */
+#define ZT__BOARD_FILE 24  /* call-site base name bytes kept (3 words) */
+
+typedef struct zt__board_entry {
+  _Atomic uint64_t ver;
+  _Atomic uint64_t started; /* collectives started on the group by this rank (call numbers 1, 2, ...) */
+  _Atomic uint64_t last;    /* the latest started collective: kind | line << 8 */
+  _Atomic uint64_t file[ZT__BOARD_FILE / 8];
+  _Atomic uint64_t blocked; /* what it waits in now: zt__board_blocked | arg << 8 (call number or peer) */
+  _Atomic uint64_t spare;
+} zt__board_entry;
+
+typedef enum zt__board_blocked {
+  ZT__BLOCKED_NONE = 0, /* not inside a comm call on this group */
+  ZT__BLOCKED_COLL,     /* waiting for collective call number arg */
+  ZT__BLOCKED_SEND,     /* in zt_send to rank arg */
+  ZT__BLOCKED_RECV      /* in zt_recv from rank arg */
+} zt__board_blocked;
+
+/* A consistent copy of one rank's entry, as the timeout message reads it. */
+typedef struct zt__board_view {
+  bool known; /* false: the entry cannot be read (another node, or no board) */
+  uint64_t started;
+  int last_kind, last_line;
+  char last_file[ZT__BOARD_FILE + 1];
+  int blocked; /* zt__board_blocked */
+  uint64_t blocked_arg;
+} zt__board_view;
+
+void zt__board_reset(zt__board_entry *e);
+void zt__board_enter(zt__board_entry *e, uint64_t seq, int kind, const char *file, int line);
+void zt__board_block(zt__board_entry *e, zt__board_blocked what, uint64_t arg);
+void zt__board_read(const zt__board_entry *e, zt__board_view *out); /* e NULL: unknown */
+
+/* The operation that timed out. seq: collectives' call number on the group (0 for send/recv). */
+typedef struct zt__timeout_info {
+  int kind; /* zt__coll_kind */
+  const char *file;
+  int line;
+  int rank, size;
+  double timeout_s;
+  uint64_t seq;
+  int peer, tag; /* send / recv */
+} zt__timeout_info;
+
+/* The message of a timeout (ZT_STATUS_COMM): the operation, call site, rank, size and
+ * timeout, and, from views[size] (one per rank of the group), the ranks that did not
+ * arrive and what they were doing. Pure: tested with synthetic views. */
+zt_status zt__comm_timeout_error(const zt__timeout_info *op, const zt__board_view *views);
+
+/* ------------------------------------------------------------ backends */
 typedef struct zt__comm_backend {
   const char *name;
-  /* Reductions are sums. req: where a backend may leave a request for wait (it sets
-   * *req = NULL when it completed synchronously). count is per rank for gathers. */
+  /* Every operation starts and leaves a request in *req for wait, or sets *req = NULL
+   * when it completed synchronously. Reductions are sums. count is per rank for gathers. */
   zt_status (*all_reduce)(void *ctx, void *buf, int64_t count, zt_dtype dt, void **req);
   zt_status (*all_gather)(void *ctx, const void *in, void *out, int64_t count, zt_dtype dt, void **req);
   zt_status (*reduce_scatter)(void *ctx, const void *in, void *out, int64_t count, zt_dtype dt, void **req);
-  zt_status (*broadcast)(void *ctx, void *buf, int64_t count, zt_dtype dt, int root);
-  zt_status (*send)(void *ctx, const void *buf, int64_t count, zt_dtype dt, int dst, int tag);
-  zt_status (*recv)(void *ctx, void *buf, int64_t count, zt_dtype dt, int src, int tag);
-  zt_status (*barrier)(void *ctx);
-  /* Optional (NULL when the backend never leaves a request): complete req. */
-  zt_status (*wait)(void *ctx, void *req);
-  /* New backend ctx for the sub-group, with this rank and the size in it. */
-  zt_status (*split)(void *ctx, int color, int key, void **out_ctx, int *rank, int *size);
+  zt_status (*broadcast)(void *ctx, void *buf, int64_t count, zt_dtype dt, int root, void **req);
+  zt_status (*send)(void *ctx, const void *buf, int64_t count, zt_dtype dt, int dst, int tag, void **req);
+  zt_status (*recv)(void *ctx, void *buf, int64_t count, zt_dtype dt, int src, int tag, void **req);
+  zt_status (*barrier)(void *ctx, void **req);
+  /* Optional (NULL when the backend never leaves a request): one nonblocking check of
+   * req (it also drives the backend's progress). When complete (or failed) it frees req
+   * and sets *done; comm.c polls it against the deadline with its back-off. */
+  zt_status (*test)(void *ctx, void *req, bool *done);
+  /* Optional: comm.c gives up on req (timed out). The operation cannot be cancelled, so
+   * req stays with the backend, and since a rank is missing the backend must never again
+   * call anything that synchronises with other ranks (freeing groups, finalizing). */
+  void (*abandon)(void *ctx, void *req);
+  /* New backend ctx for the sub-group, with this rank and the size in it. board_slot:
+   * the arrival-board slot the sub-group's ranks agreed on (-1: none). Blocking: comm.c
+   * first checks with a timed exchange that every rank arrived. */
+  zt_status (*split)(void *ctx, int color, int key, int board_slot, void **out_ctx, int *rank, int *size);
   void (*free)(void *ctx);
+  /* Optional: end every process of the job now, with this exit code. */
+  void (*abort)(void *ctx, int code);
+  /* Optional: the board entry of the group's rank r, in memory other ranks can read;
+   * NULL when it cannot be read from here (another node, no board). */
+  zt__board_entry *(*board_entry)(void *ctx, int rank);
+  /* Optional: the board slots free in this process (bit i: slot i). */
+  uint64_t (*board_free_slots)(void *ctx);
 } zt__comm_backend;
 
 extern const zt__comm_backend zt__comm_local_backend;
@@ -33,10 +107,13 @@ extern const zt__comm_backend zt__comm_mpi_backend;
 bool zt__comm_mpi_available(void);
 zt_status zt__comm_mpi_world(int *argc, char ***argv, void **ctx, int *rank, int *size);
 
-/* comm.c: make a group around a backend ctx (takes ownership of ctx). */
+/* comm.c: make a group around a backend ctx (takes ownership of ctx). Reads
+ * ZT_COMM_DEBUG and ZT_COMM_TIMEOUT (a bad value is ZT_STATUS_INVALID_ARG). */
 zt_status zt__comm_new(const zt__comm_backend *be, void *ctx, int rank, int size, zt_comm **out);
+/* The timeout in ZT_COMM_TIMEOUT (default 600 s when unset). */
+zt_status zt__comm_env_timeout(double *out);
 
-/* Debug mode: one fixed-size record per rank (multiple of 4 bytes, no padding). */
+/* Kinds of operation, for debug mode's records and the board. */
 typedef enum zt__coll_kind {
   ZT__COLL_ALL_REDUCE = 0,
   ZT__COLL_ALL_GATHER,
@@ -44,9 +121,19 @@ typedef enum zt__coll_kind {
   ZT__COLL_BROADCAST,
   ZT__COLL_BARRIER,
   ZT__COLL_SPLIT,
+  ZT__COLL_CHECK_SAME,
+  ZT__COLL_AGREE_STATUS,
+  ZT__COLL_SEND, /* point to point: not counted as the group's calls */
+  ZT__COLL_RECV,
   ZT__COLL_KIND_COUNT
 } zt__coll_kind;
 
+/* comm.c: every rank's bytes_per_rank bytes (a multiple of 4) into out, rank order:
+ * a collective of this kind on the board, timed like the others. For agree.c. */
+zt_status zt__comm_gather_bytes(zt_comm *c, zt__coll_kind kind, const void *in, void *out, size_t bytes_per_rank,
+                                const char *file, int line);
+
+/* Debug mode: one fixed-size record per rank (multiple of 4 bytes, no padding). */
 typedef struct zt__coll_record {
   int32_t kind;  /* zt__coll_kind */
   int32_t dtype; /* zt_dtype, -1 when none */
@@ -61,5 +148,32 @@ const char *zt__coll_kind_name(int kind);
 /* Compare n records against recs[0]; on the first rank that differs, ZT_STATUS_COMM with
  * a message naming that rank, both call sites and what differed. ZT_OK when all agree. */
 zt_status zt__comm_debug_compare(const zt__coll_record *recs, int n);
+
+/* ------------------------------------------------------------ agreement (agree.c) */
+#define ZT__SAME_NAME 32  /* name bytes kept (truncated) */
+#define ZT__SAME_VALUE 40 /* value bytes shown (truncated) */
+/* One named value of zt_comm_check_same, as every rank sends it. */
+typedef struct zt__same_record {
+  uint64_t name_hash, value_hash;
+  int64_t value_len;
+  int32_t present; /* 0: this rank passed fewer fields */
+  int32_t name_len;
+  char name[ZT__SAME_NAME];
+  char value[ZT__SAME_VALUE];
+} zt__same_record;
+void zt__same_record_set(zt__same_record *r, const char *name, const char *value);
+/* recs[rank * m + i]: field i of each of n ranks. ZT_STATUS_INVALID_ARG naming the first
+ * field that differs and every rank's value of it; ZT_OK when all agree. */
+zt_status zt__comm_same_compare(const zt__same_record *recs, int n, int m);
+
+#define ZT__AGREE_MSG 480
+typedef struct zt__agree_record {
+  int32_t status;
+  char msg[ZT__AGREE_MSG]; /* the start of zt_last_error(), NUL-terminated */
+} zt__agree_record;
+/* The verdict for rank `rank` from every rank's record: ZT_OK, or its own status (its
+ * message left as it is), or the lowest failing rank's status with "rank R: " + its
+ * message. Pure. */
+zt_status zt__comm_agree_pick(const zt__agree_record *recs, int n, int rank);
 
 #endif

@@ -1,10 +1,14 @@
 /* The MPI backend: each group owns a communicator (a dup of MPI_COMM_WORLD, or a split)
  * with MPI_ERRORS_RETURN, so every failure comes back through ZT_MPI_TRY as a status
- * with file:line. When zerotrain called MPI_Init, freeing the last group finalizes MPI.
- * In a build without MPI the same symbols exist and say how to get MPI. */
+ * with file:line. Every operation is nonblocking underneath (comm.c polls MPI_Test
+ * against its deadline, with a back-off). The process's arrival board (board.c) is one shared-memory
+ * window per node, made with the first group. When zerotrain called MPI_Init, freeing the
+ * last group finalizes MPI, unless a wait timed out (then nothing collective is called
+ * again). In a build without MPI the same symbols exist and say how to get MPI. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "comm/comm_internal.h"
 #include "zt_config.h"
@@ -29,10 +33,28 @@ static zt_status mpi_error(int rc, const char *call, const char *file, int line)
 
 typedef struct mpi_ctx {
   MPI_Comm comm;
+  int size;
+  int slot;     /* this group's arrival-board slot, -1: none */
+  int *node_of; /* group rank -> rank in the node communicator, -1: another node */
 } mpi_ctx;
 
-static int g_live_groups;   /* MPI groups not yet freed */
+typedef struct mpi_req {
+  MPI_Request r;
+  int recv_count; /* a receive: the elements expected; -1 otherwise */
+  MPI_Datatype dt;
+  int peer;
+} mpi_req;
+
+static int g_live_groups;     /* MPI groups not yet freed */
 static bool g_we_initialized; /* MPI_Init came from us: we finalize */
+static bool g_poisoned;       /* a wait timed out: never call anything collective again */
+
+/* The board: a window over the ranks of this node, ZT__BOARD_SLOTS entries per rank. */
+static int g_board_state; /* 0 not tried, 1 made, -1 unavailable */
+static MPI_Comm g_node = MPI_COMM_NULL;
+static MPI_Win g_board_win = MPI_WIN_NULL;
+static zt__board_entry **g_board_rows; /* per node rank */
+static uint64_t g_board_used;          /* slots taken by this process's live groups */
 
 bool zt__comm_mpi_available(void) { return true; }
 
@@ -55,16 +77,101 @@ static zt_status check_count(int64_t count) {
   return ZT_OK;
 }
 
-static zt_status new_ctx(MPI_Comm comm, void **out, int *rank, int *size) {
-  ZT_MPI_TRY(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
-  ZT_MPI_TRY(MPI_Comm_rank(comm, rank));
-  ZT_MPI_TRY(MPI_Comm_size(comm, size));
-  mpi_ctx *x = malloc(sizeof *x);
-  if (!x) {
-    MPI_Comm_free(&comm);
+/* Collective over MPI_COMM_WORLD, once per process. A failure leaves no board (timeouts
+ * then say "unknown" for the other ranks) rather than failing the group. */
+static void board_init(void) {
+  if (g_board_state) return;
+  g_board_state = -1;
+  MPI_Comm node;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return;
+  MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
+  int n = 0;
+  MPI_Comm_size(node, &n);
+  zt__board_entry *mine = NULL;
+  MPI_Win win;
+  if (MPI_Win_allocate_shared((MPI_Aint)(sizeof *mine * ZT__BOARD_SLOTS), (int)sizeof *mine, MPI_INFO_NULL, node,
+                              &mine, &win) != MPI_SUCCESS) {
+    MPI_Comm_free(&node);
+    return;
+  }
+  MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN);
+  zt__board_entry **rows = calloc((size_t)n, sizeof *rows);
+  bool ok = rows != NULL;
+  for (int q = 0; ok && q < n; q++) {
+    MPI_Aint bytes = 0;
+    int disp = 0;
+    ok = MPI_Win_shared_query(win, q, &bytes, &disp, &rows[q]) == MPI_SUCCESS &&
+         bytes >= (MPI_Aint)(sizeof *mine * ZT__BOARD_SLOTS);
+  }
+  for (int i = 0; i < ZT__BOARD_SLOTS; i++) zt__board_reset(&mine[i]);
+  /* every row is zeroed before anyone can read it */
+  if (MPI_Barrier(node) != MPI_SUCCESS) ok = false;
+  if (!ok) {
+    free(rows);
+    MPI_Win_free(&win);
+    MPI_Comm_free(&node);
+    return;
+  }
+  g_node = node;
+  g_board_win = win;
+  g_board_rows = rows;
+  g_board_state = 1;
+}
+
+static void board_free(void) {
+  if (g_board_state != 1) return;
+  MPI_Win_free(&g_board_win);
+  MPI_Comm_free(&g_node);
+  free(g_board_rows);
+  g_board_rows = NULL;
+  g_board_state = 0;
+}
+
+/* Group rank -> node rank, for reading the other ranks' entries. */
+static zt_status map_to_node(MPI_Comm comm, int size, int **out) {
+  *out = NULL;
+  if (g_board_state != 1) return ZT_OK;
+  int *in = malloc(sizeof *in * (size_t)size), *node_of = malloc(sizeof *node_of * (size_t)size);
+  if (!in || !node_of) {
+    free(in), free(node_of);
     return ZT_ERR(ZT_STATUS_OOM, "out of host memory for an MPI group");
   }
+  for (int r = 0; r < size; r++) in[r] = r;
+  MPI_Group g = MPI_GROUP_NULL, ng = MPI_GROUP_NULL;
+  int rc = MPI_Comm_group(comm, &g);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_group(g_node, &ng);
+  if (rc == MPI_SUCCESS) rc = MPI_Group_translate_ranks(g, size, in, ng, node_of);
+  if (g != MPI_GROUP_NULL) MPI_Group_free(&g);
+  if (ng != MPI_GROUP_NULL) MPI_Group_free(&ng);
+  free(in);
+  if (rc != MPI_SUCCESS) {
+    free(node_of);
+    return mpi_error(rc, "MPI_Group_translate_ranks", __FILE__, __LINE__);
+  }
+  for (int r = 0; r < size; r++)
+    if (node_of[r] == MPI_UNDEFINED) node_of[r] = -1;
+  *out = node_of;
+  return ZT_OK;
+}
+
+static zt_status new_ctx(MPI_Comm comm, int slot, void **out, int *rank, int *size) {
+  zt_status s = ZT_OK;
+  int rc = MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(comm, rank);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_size(comm, size);
+  if (rc != MPI_SUCCESS) s = mpi_error(rc, "MPI_Comm_rank/size", __FILE__, __LINE__);
+  mpi_ctx *x = s == ZT_OK ? calloc(1, sizeof *x) : NULL;
+  if (s == ZT_OK && !x) s = ZT_ERR(ZT_STATUS_OOM, "out of host memory for an MPI group");
+  if (s == ZT_OK) s = map_to_node(comm, *size, &x->node_of);
+  if (s != ZT_OK) {
+    free(x);
+    MPI_Comm_free(&comm);
+    return s;
+  }
   x->comm = comm;
+  x->size = *size;
+  x->slot = x->node_of && slot >= 0 && slot < ZT__BOARD_SLOTS ? slot : -1;
+  if (x->slot >= 0) g_board_used |= (uint64_t)1 << x->slot;
   g_live_groups++;
   *out = x;
   return ZT_OK;
@@ -85,93 +192,139 @@ zt_status zt__comm_mpi_world(int *argc, char ***argv, void **ctx, int *rank, int
   MPI_Comm dup;
   ZT_MPI_TRY(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   ZT_MPI_TRY(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
-  return new_ctx(dup, ctx, rank, size);
+  board_init();
+  /* a board slot free on every rank (each process may hold different groups) */
+  uint64_t used = 0;
+  int rc = MPI_Allreduce(&g_board_used, &used, 1, MPI_UINT64_T, MPI_BOR, dup);
+  if (rc != MPI_SUCCESS) {
+    MPI_Comm_free(&dup);
+    return mpi_error(rc, "MPI_Allreduce", __FILE__, __LINE__);
+  }
+  int slot = -1;
+  for (int i = 0; i < ZT__BOARD_SLOTS && slot < 0; i++)
+    if (!(used >> i & 1)) slot = i;
+  return new_ctx(dup, slot, ctx, rank, size);
+}
+
+static zt_status req_new(mpi_req **out) {
+  mpi_req *q = malloc(sizeof *q);
+  if (!q) return ZT_ERR(ZT_STATUS_OOM, "out of host memory for an MPI request");
+  q->r = MPI_REQUEST_NULL;
+  q->recv_count = -1;
+  q->dt = MPI_BYTE;
+  q->peer = -1;
+  *out = q;
+  return ZT_OK;
+}
+
+/* rc: what starting the operation returned; on success q goes to *req, else it is freed. */
+static zt_status req_started(int rc, const char *call, mpi_req *q, void **req, int line) {
+  if (rc != MPI_SUCCESS) {
+    free(q);
+    return mpi_error(rc, call, __FILE__, line);
+  }
+  *req = q;
+  return ZT_OK;
 }
 
 static zt_status mpi_all_reduce(void *ctx, void *buf, int64_t count, zt_dtype dt, void **req) {
   mpi_ctx *x = ctx;
+  mpi_req *q = NULL;
   ZT_TRY(check_count(count));
-  MPI_Request *r = malloc(sizeof *r);
-  if (!r) return ZT_ERR(ZT_STATUS_OOM, "out of host memory for an MPI request");
-  int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(dt), MPI_SUM, x->comm, r);
-  if (rc != MPI_SUCCESS) free(r);
-  ZT_MPI_TRY(rc);
-  *req = r;
-  return ZT_OK;
+  ZT_TRY(req_new(&q));
+  int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, mpi_type(dt), MPI_SUM, x->comm, &q->r);
+  return req_started(rc, "MPI_Iallreduce", q, req, __LINE__);
 }
 
 static zt_status mpi_all_gather(void *ctx, const void *in, void *out, int64_t count, zt_dtype dt, void **req) {
   mpi_ctx *x = ctx;
+  mpi_req *q = NULL;
   ZT_TRY(check_count(count));
-  MPI_Request *r = malloc(sizeof *r);
-  if (!r) return ZT_ERR(ZT_STATUS_OOM, "out of host memory for an MPI request");
+  ZT_TRY(req_new(&q));
   MPI_Datatype t = mpi_type(dt);
-  int rc = MPI_Iallgather(in, (int)count, t, out, (int)count, t, x->comm, r);
-  if (rc != MPI_SUCCESS) free(r);
-  ZT_MPI_TRY(rc);
-  *req = r;
-  return ZT_OK;
+  int rc = MPI_Iallgather(in, (int)count, t, out, (int)count, t, x->comm, &q->r);
+  return req_started(rc, "MPI_Iallgather", q, req, __LINE__);
 }
 
 static zt_status mpi_reduce_scatter(void *ctx, const void *in, void *out, int64_t count, zt_dtype dt, void **req) {
   mpi_ctx *x = ctx;
+  mpi_req *q = NULL;
   ZT_TRY(check_count(count));
-  MPI_Request *r = malloc(sizeof *r);
-  if (!r) return ZT_ERR(ZT_STATUS_OOM, "out of host memory for an MPI request");
-  int rc = MPI_Ireduce_scatter_block(in, out, (int)count, mpi_type(dt), MPI_SUM, x->comm, r);
-  if (rc != MPI_SUCCESS) free(r);
-  ZT_MPI_TRY(rc);
-  *req = r;
-  return ZT_OK;
+  ZT_TRY(req_new(&q));
+  int rc = MPI_Ireduce_scatter_block(in, out, (int)count, mpi_type(dt), MPI_SUM, x->comm, &q->r);
+  return req_started(rc, "MPI_Ireduce_scatter_block", q, req, __LINE__);
 }
 
-static zt_status mpi_wait(void *ctx, void *req) {
+static zt_status mpi_broadcast(void *ctx, void *buf, int64_t count, zt_dtype dt, int root, void **req) {
+  mpi_ctx *x = ctx;
+  mpi_req *q = NULL;
+  ZT_TRY(check_count(count));
+  ZT_TRY(req_new(&q));
+  int rc = MPI_Ibcast(buf, (int)count, mpi_type(dt), root, x->comm, &q->r);
+  return req_started(rc, "MPI_Ibcast", q, req, __LINE__);
+}
+
+static zt_status mpi_send(void *ctx, const void *buf, int64_t count, zt_dtype dt, int dst, int tag, void **req) {
+  mpi_ctx *x = ctx;
+  mpi_req *q = NULL;
+  ZT_TRY(check_count(count));
+  ZT_TRY(req_new(&q));
+  int rc = MPI_Isend(buf, (int)count, mpi_type(dt), dst, tag, x->comm, &q->r);
+  return req_started(rc, "MPI_Isend", q, req, __LINE__);
+}
+
+static zt_status mpi_recv(void *ctx, void *buf, int64_t count, zt_dtype dt, int src, int tag, void **req) {
+  mpi_ctx *x = ctx;
+  mpi_req *q = NULL;
+  ZT_TRY(check_count(count));
+  ZT_TRY(req_new(&q));
+  q->recv_count = (int)count;
+  q->dt = mpi_type(dt);
+  q->peer = src;
+  int rc = MPI_Irecv(buf, (int)count, q->dt, src, tag, x->comm, &q->r);
+  return req_started(rc, "MPI_Irecv", q, req, __LINE__);
+}
+
+static zt_status mpi_barrier(void *ctx, void **req) {
+  mpi_ctx *x = ctx;
+  mpi_req *q = NULL;
+  ZT_TRY(req_new(&q));
+  int rc = MPI_Ibarrier(x->comm, &q->r);
+  return req_started(rc, "MPI_Ibarrier", q, req, __LINE__);
+}
+
+static zt_status mpi_test(void *ctx, void *req, bool *done) {
   (void)ctx;
-  MPI_Request *r = req;
-  int rc = MPI_Wait(r, MPI_STATUS_IGNORE);
-  free(r);
-  ZT_MPI_TRY(rc);
-  return ZT_OK;
-}
-
-static zt_status mpi_broadcast(void *ctx, void *buf, int64_t count, zt_dtype dt, int root) {
-  mpi_ctx *x = ctx;
-  ZT_TRY(check_count(count));
-  ZT_MPI_TRY(MPI_Bcast(buf, (int)count, mpi_type(dt), root, x->comm));
-  return ZT_OK;
-}
-
-static zt_status mpi_send(void *ctx, const void *buf, int64_t count, zt_dtype dt, int dst, int tag) {
-  mpi_ctx *x = ctx;
-  ZT_TRY(check_count(count));
-  ZT_MPI_TRY(MPI_Send(buf, (int)count, mpi_type(dt), dst, tag, x->comm));
-  return ZT_OK;
-}
-
-static zt_status mpi_recv(void *ctx, void *buf, int64_t count, zt_dtype dt, int src, int tag) {
-  mpi_ctx *x = ctx;
-  ZT_TRY(check_count(count));
+  mpi_req *q = req;
   MPI_Status st;
-  ZT_MPI_TRY(MPI_Recv(buf, (int)count, mpi_type(dt), src, tag, x->comm, &st));
-  int got = 0;
-  ZT_MPI_TRY(MPI_Get_count(&st, mpi_type(dt), &got));
-  if (got != (int)count)
-    return ZT_ERR(ZT_STATUS_COMM, "received %d elements from rank %d but the tensor holds %lld; send the same size",
-                  got, src, (long long)count);
+  int flag = 0;
+  int rc = MPI_Test(&q->r, &flag, &st);
+  if (rc == MPI_SUCCESS && !flag) return ZT_OK;
+  *done = true;
+  int want = q->recv_count, peer = q->peer;
+  MPI_Datatype dt = q->dt;
+  free(q);
+  if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Test", __FILE__, __LINE__);
+  if (want >= 0) {
+    int got = 0;
+    ZT_MPI_TRY(MPI_Get_count(&st, dt, &got));
+    if (got != want)
+      return ZT_ERR(ZT_STATUS_COMM,
+                    "received %d elements from rank %d but the tensor holds %d; send the same size", got, peer, want);
+  }
   return ZT_OK;
 }
 
-static zt_status mpi_barrier(void *ctx) {
-  mpi_ctx *x = ctx;
-  ZT_MPI_TRY(MPI_Barrier(x->comm));
-  return ZT_OK;
+static void mpi_abandon(void *ctx, void *req) {
+  (void)ctx, (void)req; /* req stays allocated: MPI still owns the request */
+  g_poisoned = true;
 }
 
-static zt_status mpi_split(void *ctx, int color, int key, void **out_ctx, int *rank, int *size) {
+static zt_status mpi_split(void *ctx, int color, int key, int board_slot, void **out_ctx, int *rank, int *size) {
   mpi_ctx *x = ctx;
   MPI_Comm sub;
   ZT_MPI_TRY(MPI_Comm_split(x->comm, color, key, &sub));
-  return new_ctx(sub, out_ctx, rank, size);
+  return new_ctx(sub, board_slot, out_ctx, rank, size);
 }
 
 static void mpi_free(void *ctx) {
@@ -179,12 +332,32 @@ static void mpi_free(void *ctx) {
   if (!x) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Comm_free(&x->comm);
+  /* after a timeout every MPI call that synchronises could wait for the missing rank */
+  if (!finalized && !g_poisoned) MPI_Comm_free(&x->comm);
+  if (x->slot >= 0) g_board_used &= ~((uint64_t)1 << x->slot);
+  free(x->node_of);
   free(x);
-  if (--g_live_groups == 0 && g_we_initialized && !finalized) {
+  if (--g_live_groups == 0 && g_we_initialized && !finalized && !g_poisoned) {
+    board_free();
     MPI_Finalize();
     g_we_initialized = false;
   }
+}
+
+static void mpi_abort(void *ctx, int code) {
+  (void)ctx;
+  MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+static zt__board_entry *mpi_board_entry(void *ctx, int rank) {
+  mpi_ctx *x = ctx;
+  if (!x || x->slot < 0 || !x->node_of || rank < 0 || rank >= x->size || x->node_of[rank] < 0) return NULL;
+  return &g_board_rows[x->node_of[rank]][x->slot];
+}
+
+static uint64_t mpi_board_free_slots(void *ctx) {
+  (void)ctx;
+  return g_board_state == 1 ? ~g_board_used : 0;
 }
 
 const zt__comm_backend zt__comm_mpi_backend = {
@@ -196,9 +369,13 @@ const zt__comm_backend zt__comm_mpi_backend = {
     .send = mpi_send,
     .recv = mpi_recv,
     .barrier = mpi_barrier,
-    .wait = mpi_wait,
+    .test = mpi_test,
+    .abandon = mpi_abandon,
     .split = mpi_split,
     .free = mpi_free,
+    .abort = mpi_abort,
+    .board_entry = mpi_board_entry,
+    .board_free_slots = mpi_board_free_slots,
 };
 
 #else /* !ZT_HAVE_MPI */
