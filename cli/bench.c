@@ -21,35 +21,32 @@ static int cmp_d(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+int zt_cli_bench_options(const char *cmd, int argc, char **argv, zt_train_config *c, int64_t *steps, int64_t *warm) {
+  char name[64];
+  const char *v;
+  int rc;
+  for (int i = 0; (rc = zt_cli_option(cmd, argc, argv, &i, name, &v)) != 1;) {
+    if (rc) return rc;
+    if (!strcmp(name, "steps")) rc = zt_cli_i64(cmd, name, v, 1, 1000, steps);
+    else if (!strcmp(name, "warmup-steps")) rc = zt_cli_i64(cmd, name, v, 0, 1000, warm);
+    else if (zt_train_config_set(c, name, v)) rc = (fprintf(stderr, "zt %s: %s\n", cmd, zt_last_error()), 2);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
 static int bench_step(int argc, char **argv) {
   zt_train_config c;
   zt_train_config_default(&c);
   int64_t steps = 5, warm = 1;
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+  for (int i = 0; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       printf("usage: zt bench step --model NAME --batch B --seq T [--steps N (5)] [--warmup-steps N (1)]\n"
              "                     [any zt train option]\n");
       return 0;
     }
-    if (strncmp(a, "--", 2) || !v) {
-      fprintf(stderr, "zt bench step: bad argument '%s' (options take a value; see --help)\n", a);
-      return 2;
-    }
-    i++;
-    if (!strcmp(a, "--steps") || !strcmp(a, "--warmup-steps")) {
-      char *end;
-      long long x = strtoll(v, &end, 10);
-      if (*end || x < (strcmp(a, "--steps") ? 0 : 1)) {
-        fprintf(stderr, "zt bench step: bad value '%s' for %s\n", v, a);
-        return 2;
-      }
-      *(strcmp(a, "--steps") ? &warm : &steps) = x;
-    } else if (zt_train_config_set(&c, a + 2, v)) {
-      fprintf(stderr, "zt bench step: %s\n", zt_last_error());
-      return 2;
-    }
-  }
+  int rc = zt_cli_bench_options("bench step", argc, argv, &c, &steps, &warm);
+  if (rc) return rc;
   zt_set_num_threads(c.threads);
   zt_gpt2_config g;
   if (zt_train_model_config(&c, &g)) return zt_cli_fail("bench step");
@@ -62,7 +59,7 @@ static int bench_step(int argc, char **argv) {
   zt_optim *o = NULL;
   zt_tensor *x = NULL, *y = NULL;
   double *t = calloc((size_t)steps, sizeof *t);
-  int rc = 1;
+  rc = 1;
   zt_train_result plan = {0};
   if (zt_gpt2_new(&g, &m) || zt_train_setup_memory(m, &c, &plan)) goto fail;
   zt_param *params;

@@ -127,38 +127,21 @@ int zt_cli_bench_dp(int argc, char **argv) {
   c.eval_batches = 1;
   c.grad_clip = 1.0;
   int64_t steps = 5, warmup = 1;
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--help")) {
+  for (int i = 0; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       printf("usage: mpirun -np N zt bench dp --model NAME --batch B --seq T --shard MODE [--steps N (5)]\n"
              "       [--warmup-steps N (1)] [zt train options]\n");
       return 0;
     }
-    if (strncmp(a, "--", 2) || !v) {
-      fprintf(stderr, "zt bench dp: bad argument '%s' (options take a value; see --help)\n", a);
-      return 2;
-    }
-    i++;
-    if (!strcmp(a, "--steps") || !strcmp(a, "--warmup-steps")) {
-      char *end;
-      long long x = strtoll(v, &end, 10);
-      if (*end || x < (strcmp(a, "--steps") ? 0 : 1) || x > 200) {
-        fprintf(stderr, "zt bench dp: bad value '%s' for %s\n", v, a);
-        return 2;
-      }
-      *(strcmp(a, "--steps") ? &warmup : &steps) = x;
-    } else if (zt_train_config_set(&c, a + 2, v)) {
-      fprintf(stderr, "zt bench dp: %s\n", zt_last_error());
-      return 2;
-    }
-  }
+  int rc = zt_cli_bench_options("bench dp", argc, argv, &c, &steps, &warmup);
+  if (rc) return rc;
   c.steps = steps + warmup;
   zt_comm *w = NULL;
   if (zt_comm_world(&w)) return zt_cli_fail("bench dp");
   int rank = zt_comm_rank(w), n = zt_comm_size(w);
   bench_acc acc = {.warmup = warmup};
   zt_train_result res;
-  int rc = 1;
+  rc = 1;
   zt_gpt2_config g;
   double alone = 0;
   bool ddp = c.shard == ZT_SHARD_NONE;

@@ -11,6 +11,9 @@ int zt_cmd_plot(int argc, char **argv);
 /* zt plot --recompute BENCH.jsonl --out PLOT.svg (cli/plot_recompute.c) */
 int zt_cli_plot_recompute(const char *in, const char *out);
 int zt_cmd_bench(int argc, char **argv);
+/* The options of zt bench step and dp: --steps, --warmup-steps and any zt train option. 0, or
+ * the exit code after printing what was wrong. */
+int zt_cli_bench_options(const char *cmd, int argc, char **argv, zt_train_config *c, int64_t *steps, int64_t *warm);
 /* zt bench dp (cli/bench_dp.c): data-parallel steps under mpirun, one JSON object */
 int zt_cli_bench_dp(int argc, char **argv);
 /* zt consolidate SHARDED_DIR OUT_DIR (cli/consolidate_cmd.c) */
@@ -20,5 +23,12 @@ int zt_cmd_consolidate(int argc, char **argv);
 const char *zt_cli_bytes(double b, char *buf);
 /* Print zt_last_error() after "zt CMD: " and return the exit code 1. */
 int zt_cli_fail(const char *cmd);
+/* The option at argv[*i]: "--name value" or "--name=value" (advances *i past it). Returns 0
+ * with name (no dashes) and *value set; 1 when *i is at the end; 2 after printing why the
+ * argument is wrong: not an option, no value, or a value that is itself an option
+ * ("--data --config" is refused, not read as a file named --config). */
+int zt_cli_option(const char *cmd, int argc, char **argv, int *i, char name[64], const char **value);
+/* An integer option in [lo, hi]: 0, or 2 after printing what was wrong. */
+int zt_cli_i64(const char *cmd, const char *name, const char *value, int64_t lo, int64_t hi, int64_t *out);
 
 #endif

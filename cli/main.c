@@ -30,6 +30,47 @@ int zt_cli_fail(const char *cmd) {
   return 1;
 }
 
+int zt_cli_option(const char *cmd, int argc, char **argv, int *i, char name[64], const char **value) {
+  if (*i >= argc) return 1;
+  const char *a = argv[(*i)++];
+  if (strncmp(a, "--", 2) || !a[2]) {
+    fprintf(stderr, "zt %s: unexpected argument '%s' (options start with --; see zt %s --help)\n", cmd, a, cmd);
+    return 2;
+  }
+  const char *eq = strchr(a, '=');
+  size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+  if (len >= 64) {
+    fprintf(stderr, "zt %s: unknown option '%.70s...' (see zt %s --help)\n", cmd, a, cmd);
+    return 2;
+  }
+  memcpy(name, a + 2, len);
+  name[len] = '\0';
+  if (eq) {
+    *value = eq + 1;
+    return 0;
+  }
+  if (*i >= argc) {
+    fprintf(stderr, "zt %s: option '--%s' needs a value (see zt %s --help)\n", cmd, name, cmd);
+    return 2;
+  }
+  const char *v = argv[(*i)++];
+  if (!strncmp(v, "--", 2)) {
+    fprintf(stderr,
+            "zt %s: option '--%s' needs a value, but the next argument is the option '%s' (for a file whose name "
+            "starts with --, write ./%s or --%s=%s)\n",
+            cmd, name, v, v, name, v);
+    return 2;
+  }
+  *value = v;
+  return 0;
+}
+
+int zt_cli_i64(const char *cmd, const char *name, const char *value, int64_t lo, int64_t hi, int64_t *out) {
+  if (zt_config_parse_i64(name, value, lo, hi, out) == ZT_OK) return 0;
+  fprintf(stderr, "zt %s: %s\n", cmd, zt_last_error());
+  return 2;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);

@@ -17,53 +17,55 @@ static int load_tokenizer(const char *cmd, const char *enc, const char *merges, 
 
 int zt_cmd_sample(int argc, char **argv) {
   const char *dir = NULL, *prompt = "\n", *enc = NULL, *merges = NULL;
-  long long len = 200, top_k = 0, seed = 1;
+  int64_t len = 200, top_k = 0, seed = 1;
   double temp = 0.8;
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      printf("usage: zt sample --checkpoint DIR [--prompt TEXT] [--len N (200)] [--temperature T (0.8; 0 = greedy)]\n"
-             "                 [--top-k K (0 = all)] [--seed S (1)] [--encoder encoder.json --merges vocab.bpe]\n");
+  for (int i = 0; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      printf("usage: zt sample --checkpoint DIR [--prompt TEXT] [--len N (200, at most %d)]\n"
+             "                 [--temperature T (0.8; 0 = greedy; at most 100)] [--top-k K (0 = all)] [--seed S (1)]\n"
+             "                 [--encoder encoder.json --merges vocab.bpe]\n",
+             ZT_SAMPLE_MAX_LEN);
       return 0;
     }
-    if (!v) {
-      fprintf(stderr, "zt sample: option '%s' needs a value\n", a);
-      return 2;
+  char name[64];
+  const char *v;
+  int rc;
+  for (int i = 0; (rc = zt_cli_option("sample", argc, argv, &i, name, &v)) != 1;) {
+    if (rc) return rc;
+    if (!strcmp(name, "checkpoint")) dir = v;
+    else if (!strcmp(name, "prompt")) prompt = v;
+    else if (!strcmp(name, "encoder")) enc = v;
+    else if (!strcmp(name, "merges")) merges = v;
+    else if (!strcmp(name, "len")) rc = zt_cli_i64("sample", name, v, 0, ZT_SAMPLE_MAX_LEN, &len);
+    else if (!strcmp(name, "top-k")) rc = zt_cli_i64("sample", name, v, 0, INT32_MAX, &top_k);
+    else if (!strcmp(name, "seed")) rc = zt_cli_i64("sample", name, v, 0, INT64_MAX, &seed);
+    else if (!strcmp(name, "temperature")) {
+      if (zt_config_parse_f64(name, v, 0, 100, &temp)) {
+        fprintf(stderr, "zt sample: %s\n", zt_last_error());
+        rc = 2;
+      }
+    } else {
+      fprintf(stderr, "zt sample: unknown option '--%s' (see zt sample --help)\n", name);
+      rc = 2;
     }
-    char *end = NULL;
-    i++;
-    if (!strcmp(a, "--checkpoint")) dir = v;
-    else if (!strcmp(a, "--prompt")) prompt = v;
-    else if (!strcmp(a, "--encoder")) enc = v;
-    else if (!strcmp(a, "--merges")) merges = v;
-    else if (!strcmp(a, "--len")) len = strtoll(v, &end, 10);
-    else if (!strcmp(a, "--top-k")) top_k = strtoll(v, &end, 10);
-    else if (!strcmp(a, "--seed")) seed = strtoll(v, &end, 10);
-    else if (!strcmp(a, "--temperature")) temp = strtod(v, &end);
-    else {
-      fprintf(stderr, "zt sample: unknown option '%s' (see zt sample --help)\n", a);
-      return 2;
-    }
-    if (end && (*end || len < 0 || top_k < 0 || seed < 0 || temp < 0)) {
-      fprintf(stderr, "zt sample: bad value '%s' for %s\n", v, a);
-      return 2;
-    }
+    if (rc) return rc;
   }
   if (!dir) {
-    fprintf(stderr, "zt sample: --checkpoint DIR is required (a directory written by zt train --save)\n");
+    fprintf(stderr, "zt sample: --checkpoint DIR is required (a folder written by zt train --save)\n");
     return 2;
   }
   zt_tokenizer *tok = NULL;
-  int rc = load_tokenizer("sample", enc, merges, &tok);
+  rc = load_tokenizer("sample", enc, merges, &tok);
   if (rc) return rc;
   zt_train_state st;
   zt_gpt2 *m = NULL;
-  char path[1100];
-  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  char ck[4096];
   int32_t *ids = NULL, *out = NULL;
   int64_t n = 0, n_out = 0;
   rc = 1;
-  if (zt_checkpoint_read_state(dir, &st) || zt_gpt2_new(&st.model, &m) || zt_gpt2_load_hf(m, path)) goto fail;
+  if (zt_checkpoint_resolve(dir, ck, sizeof ck) || zt_checkpoint_read_state(ck, &st) || zt_gpt2_new(&st.model, &m) ||
+      zt_checkpoint_load(ck, m, NULL, NULL))
+    goto fail;
   if (zt_tokenizer_vocab_size(tok) > st.model.vocab_size) {
     fprintf(stderr, "zt sample: the tokenizer has %d tokens but the model only %d\n", zt_tokenizer_vocab_size(tok),
             st.model.vocab_size);

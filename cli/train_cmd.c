@@ -1,9 +1,15 @@
 /* zt train: flags and an optional config file (same names) into a zt_train_config, a
- * progress line every N steps, a summary, and (byte-level models) a sample of text. */
+ * progress line every N steps (with elapsed time and ETA), progress inside steps that take
+ * long (a live status line on a terminal, plain lines otherwise), a summary, and
+ * (byte-level models) a sample of text. Under mpirun, an error that did not reach every
+ * rank at once ends the whole job, so no rank is left waiting. */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -60,129 +66,217 @@ static void train_usage(FILE *f) {
           "run:\n"
           "  --seed S            random seed (default %llu)\n"
           "  --threads N         kernel threads, 0 = all cores (default 0)\n"
-          "  --log-every N       progress line every N steps (default 10)\n"
+          "  --log-every N       progress line every N steps (default 10); a step that takes longer than\n"
+          "                      ZT_STEP_PROGRESS_S seconds (default 3) also shows its parts as it goes\n"
           "  --eval-every N      validation loss every N steps, 0 = at the end only (default %lld)\n"
           "  --eval-batches N    batches per validation (default %lld)\n"
           "  --metrics FILE      one JSON object per step (step, loss, lr, tokens_per_s, mem, val_loss)\n"
-          "  --save DIR          write a checkpoint (model.safetensors, optim.safetensors, state.json)\n"
+          "  --tensorboard DIR   TensorBoard event files (the same figures; tensorboard --logdir DIR)\n"
+          "  --save DIR          checkpoints: DIR/step-N per save, DIR/latest links the newest; each save is\n"
+          "                      atomic (a crash leaves the previous one current)\n"
           "  --save-every N      checkpoint every N steps, 0 = at the end only (default 0)\n"
-          "  --resume DIR        continue from a checkpoint (bitwise the same as not stopping)\n"
+          "  --keep-checkpoints K  versions kept in DIR, older ones are removed (default %d)\n"
+          "  --resume DIR        continue from a checkpoint (bitwise the same as not stopping); options that\n"
+          "                      change the run's course (seed, batch, lr...) must be the checkpoint's\n"
+          "  --allow-config-change on  resume although such options differ (the changes are printed)\n"
+          "  --comm-timeout S    seconds a rank waits for the others in a collective before the job ends\n"
+          "                      with an error naming the missing ranks, 0 = forever (default %g)\n"
           "  --stop-at N         stop (and checkpoint) after step N; the schedule still spans --steps\n"
           "  --inject-nan-at N   testing aid: pretend the loss is NaN at step N\n"
           "  --sample-len N      characters of sample text at the end, 0 = none (default 300)\n",
           d.model, (long long)d.batch, (long long)d.seq, d.checkpoint_every, (long long)d.steps, d.lr, d.weight_decay, d.beta1, d.beta2,
-          d.momentum, d.grad_clip, (unsigned long long)d.seed, (long long)d.eval_every, (long long)d.eval_batches);
+          d.momentum, d.grad_clip, (unsigned long long)d.seed, (long long)d.eval_every, (long long)d.eval_batches,
+          d.keep_checkpoints, d.comm_timeout);
 }
 
+/* Shown state, shared by the training thread (callbacks) and, on a terminal, the ticker thread. */
 typedef struct progress {
-  int64_t log_every;
+  int64_t log_every, sample_len, end_step;
+  bool tty;
+  double slow_s;         /* steps at least this long show their parts (ZT_STEP_PROGRESS_S, default 3) */
+  pthread_mutex_t mu;
+  pthread_t ticker;
+  bool ticking, stop;
+  int64_t step;          /* the step in progress (0: none) */
+  zt_train_phase phase;
+  double step_t0, last_step_s;
+  bool status_shown;     /* a live status line is on the terminal */
 } progress;
 
-static void on_step(const zt_train_step_info *in, void *ud) {
-  const progress *p = ud;
-  if (in->rank != 0) return; // rank 0 speaks for all (per-rank figures are in --metrics)
-  if (in->step % p->log_every && in->step != in->total_steps && isnan(in->val_loss)) return;
-  char b[6][32];
-  printf("step %5lld/%lld | loss %.4f", (long long)in->step, (long long)in->total_steps, in->loss);
-  if (!isnan(in->val_loss)) printf(" | val %.4f", in->val_loss);
-  printf(" | lr %.2e | %.0f tok/s | mfu %.1f%% | mem param %s grad %s optim %s act %s (peak %s) | rss %s\n", in->lr,
-         in->tokens_per_s, 100 * in->mfu, zt_cli_bytes((double)in->mem.current[ZT_MEM_TAG_PARAM], b[0]),
-         zt_cli_bytes((double)in->mem.current[ZT_MEM_TAG_GRAD], b[1]),
-         zt_cli_bytes((double)in->mem.current[ZT_MEM_TAG_OPTIM], b[2]),
-         zt_cli_bytes((double)in->mem.current[ZT_MEM_TAG_ACTIVATION], b[3]),
-         zt_cli_bytes((double)in->mem.peak[ZT_MEM_TAG_ACTIVATION], b[4]), zt_cli_bytes((double)in->peak_rss, b[5]));
-  fflush(stdout);
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int run_train(const zt_train_config *cfg, zt_comm *world, int rank, int ranks, progress *p, int64_t sample_len);
+/* "45s", "12m05s", "3h07m" */
+static const char *duration(double s, char buf[32]) {
+  long t = s > 0 && s < 1e9 ? (long)(s + 0.5) : 0;
+  if (t < 60) snprintf(buf, 32, "%lds", t);
+  else if (t < 3600) snprintf(buf, 32, "%ldm%02lds", t / 60, t % 60);
+  else snprintf(buf, 32, "%ldh%02ldm", t / 3600, t % 3600 / 60);
+  return buf;
+}
+
+
+static void clear_status(progress *p) {
+  if (p->status_shown) printf("\r\033[K");
+  p->status_shown = false;
+}
+
+static void *ticker(void *ud) {
+  progress *p = ud;
+  for (;;) {
+    struct timespec ts = {0, 250 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    pthread_mutex_lock(&p->mu);
+    if (p->stop) {
+      pthread_mutex_unlock(&p->mu);
+      return NULL;
+    }
+    double t = now_s() - p->step_t0;
+    if (p->step && t >= p->slow_s) {
+      char a[32], b[32];
+      printf("\r\033[Kstep %5lld/%lld: %s... %s into the step", (long long)p->step, (long long)p->end_step,
+             zt_train_phase_name(p->phase), duration(t, a));
+      if (p->last_step_s > 0) printf(" (last step took %s)", duration(p->last_step_s, b));
+      fflush(stdout);
+      p->status_shown = true;
+    }
+    pthread_mutex_unlock(&p->mu);
+  }
+}
+
+static void on_phase(zt_train_phase ph, int64_t step, void *ud) {
+  progress *p = ud;
+  pthread_mutex_lock(&p->mu);
+  double t = now_s();
+  if (step != p->step) p->step_t0 = t;
+  p->step = step;
+  p->phase = ph;
+  /* plain output: a line per part of a slow step */
+  bool slow = p->last_step_s >= p->slow_s || t - p->step_t0 >= p->slow_s;
+  if (!p->tty && slow) {
+    char a[32];
+    printf("step %5lld/%lld: %s (%s into the step)\n", (long long)step, (long long)p->end_step,
+           zt_train_phase_name(ph), duration(t - p->step_t0, a));
+    fflush(stdout);
+  }
+  pthread_mutex_unlock(&p->mu);
+}
+
+static void on_step(const zt_train_step_info *in, void *ud) {
+  progress *p = ud;
+  if (in->rank != 0) return; // rank 0 speaks for all (per-rank figures are in --metrics)
+  pthread_mutex_lock(&p->mu);
+  p->last_step_s = in->step_ms / 1e3;
+  p->step = 0;
+  bool show = !(in->step % p->log_every && in->step != p->end_step && isnan(in->val_loss));
+  if (show) {
+    clear_status(p);
+    char b[6][32], e[2][32];
+    double per_step = in->elapsed_s / (double)(in->step - in->first_step + 1);
+    printf("step %5lld/%lld | loss %.4f", (long long)in->step, (long long)in->total_steps, in->loss);
+    if (!isnan(in->val_loss)) printf(" | val %.4f", in->val_loss);
+    printf(" | lr %.2e | %.0f tok/s | mfu %.1f%% | mem param %s grad %s optim %s act %s (peak %s) | rss %s | %s, ETA %s\n",
+           in->lr, in->tokens_per_s, 100 * in->mfu, zt_cli_bytes((double)in->mem.current[ZT_MEM_TAG_PARAM], b[0]),
+           zt_cli_bytes((double)in->mem.current[ZT_MEM_TAG_GRAD], b[1]),
+           zt_cli_bytes((double)in->mem.current[ZT_MEM_TAG_OPTIM], b[2]),
+           zt_cli_bytes((double)in->mem.current[ZT_MEM_TAG_ACTIVATION], b[3]),
+           zt_cli_bytes((double)in->mem.peak[ZT_MEM_TAG_ACTIVATION], b[4]), zt_cli_bytes((double)in->peak_rss, b[5]),
+           duration(in->elapsed_s, e[0]), duration(per_step * (double)(p->end_step - in->step), e[1]));
+    fflush(stdout);
+  }
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* Options of zt train that only the command has (the rest are the library's config). */
+typedef struct cli_opts {
+  zt_train_config *c;
+  progress *p;
+} cli_opts;
+
+static zt_status set_option(const char *name, const char *value, void *ud) {
+  cli_opts *o = ud;
+  if (!strcmp(name, "log-every")) return zt_config_parse_i64(name, value, 1, 1ll << 40, &o->p->log_every);
+  if (!strcmp(name, "sample-len")) return zt_config_parse_i64(name, value, 0, 1 << 20, &o->p->sample_len);
+  return zt_train_config_set(o->c, name, value);
+}
+
+static int run_train(zt_train_config *c, zt_comm *world, progress *p);
 
 int zt_cmd_train(int argc, char **argv) {
   zt_train_config c;
   zt_train_config_default(&c);
-  progress p = {10};
-  int64_t sample_len = 300;
+  progress p = {.log_every = 10, .sample_len = 300};
+  cli_opts o = {&c, &p};
   for (int i = 0; i < argc; i++)
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       train_usage(stdout);
       return 0;
     }
-  for (int i = 0; i + 1 < argc; i++) /* the config file first, so flags override it */
-    if (!strcmp(argv[i], "--config") && zt_train_config_load(&c, argv[i + 1])) {
+  char name[64];
+  const char *v;
+  int rc;
+  /* the config files first, so flags override them */
+  for (int i = 0; (rc = zt_cli_option("train", argc, argv, &i, name, &v)) != 1;) {
+    if (rc) return rc;
+    if (!strcmp(name, "config") && zt_config_file_read(v, set_option, &o)) {
       fprintf(stderr, "zt train: %s\n", zt_last_error());
       return 2;
     }
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strncmp(a, "--", 2)) {
-      fprintf(stderr, "zt train: unexpected argument '%s' (options start with --; see zt train --help)\n", a);
-      return 2;
-    }
-    if (!v) {
-      fprintf(stderr, "zt train: option '%s' needs a value (see zt train --help)\n", a);
-      return 2;
-    }
-    i++;
-    if (!strcmp(a, "--config")) continue;
-    if (!strcmp(a, "--log-every") || !strcmp(a, "--sample-len")) {
-      char *end;
-      long long x = strtoll(v, &end, 10);
-      if (*end || x < (strcmp(a, "--log-every") ? 0 : 1)) {
-        fprintf(stderr, "zt train: option '%s' needs an integer >= %d (got '%s')\n", a + 2,
-                strcmp(a, "--log-every") ? 0 : 1, v);
-        return 2;
-      }
-      *(strcmp(a, "--log-every") ? &sample_len : &p.log_every) = x;
-      continue;
-    }
-    if (zt_train_config_set(&c, a + 2, v)) {
+  }
+  for (int i = 0; (rc = zt_cli_option("train", argc, argv, &i, name, &v)) != 1;) {
+    if (rc) return rc;
+    if (strcmp(name, "config") && set_option(name, v, &o)) {
       fprintf(stderr, "zt train: %s\n", zt_last_error());
       return 2;
     }
   }
   zt_comm *world = NULL;
   if (zt_comm_world(&world)) return zt_cli_fail("train");
-  int rank = zt_comm_rank(world), ranks = zt_comm_size(world);
-  int code = run_train(&c, world, rank, ranks, &p, sample_len);
+  int code = run_train(&c, world, &p);
   zt_comm_free(world);
   return code;
 }
 
-static int run_train(const zt_train_config *cfg, zt_comm *world, int rank, int ranks, progress *p, int64_t sample_len) {
-  zt_train_config c = *cfg;
+/* The header line, and what a resume changes (the library refuses course changes unless asked). */
+static void print_start(const zt_train_config *c, int ranks) {
   char rc[64];
-  if (c.recompute_budget > 0)
-    snprintf(rc, sizeof rc, "budget %s", zt_cli_bytes((double)c.recompute_budget, (char[32]){0}));
+  if (c->recompute_budget > 0)
+    snprintf(rc, sizeof rc, "budget %s", zt_cli_bytes((double)c->recompute_budget, (char[32]){0}));
   else
-    snprintf(rc, sizeof rc, "%s", zt_recompute_name(c.recompute));
+    snprintf(rc, sizeof rc, "%s", zt_recompute_name(c->recompute));
   static const char *const tiers[] = {"none", "bf16", "disk", "host"};
-  if (rank == 0) {
-    printf("zt train: %s%s, data %s, batch %lld x seq %lld, %lld steps, lr %g, seed %llu, recompute %s, offload %s",
-           c.model, c.n_layer || c.n_head || c.n_embd || c.vocab_size || c.block_size ? " (shape overridden)" : "",
-           c.data[0] ? c.data : "built-in", (long long)c.batch, (long long)c.seq, (long long)c.steps, c.lr,
-           (unsigned long long)c.seed, rc, tiers[c.offload_activations]);
-    if (ranks > 1 || c.shard != ZT_SHARD_NONE)
-      printf(", %d ranks, %s", ranks, c.shard == ZT_SHARD_NONE ? "ddp" : zt_shard_strategy_name(c.shard));
+  printf("zt train: %s%s, data %s, batch %lld x seq %lld, %lld steps, lr %g, seed %llu, recompute %s, offload %s",
+         c->model, c->n_layer || c->n_head || c->n_embd || c->vocab_size || c->block_size ? " (shape overridden)" : "",
+         c->data[0] ? c->data : "built-in", (long long)c->batch, (long long)c->seq, (long long)c->steps, c->lr,
+         (unsigned long long)c->seed, rc, tiers[c->offload_activations]);
+  if (ranks > 1 || c->shard != ZT_SHARD_NONE)
+    printf(", %d ranks, %s", ranks, c->shard == ZT_SHARD_NONE ? "ddp" : zt_shard_strategy_name(c->shard));
+  printf("\n");
+  zt_train_state st;
+  char changes[1024];
+  bool course = false;
+  if (c->resume[0] && !zt_checkpoint_read_state(c->resume, &st) &&
+      !zt_train_resume_changes(c, ranks, &st, changes, sizeof changes, &course)) {
+    printf("zt train: resuming '%s' at step %lld", c->resume, (long long)st.step);
+    if (changes[0]) printf("; options changed since it was saved: %s", changes);
     printf("\n");
-    fflush(stdout);
   }
-  zt_train_result r;
-  zt_gpt2 *m = NULL;
-  if (zt_train_run_on(&c, world, on_step, p, &r, &m)) {
-    if (ranks > 1) fprintf(stderr, "zt train (rank %d): %s\n", rank, zt_last_error());
-    return ranks > 1 ? 1 : zt_cli_fail("train");
-  }
-  if (rank != 0) {
-    zt_gpt2_free(m);
-    return 0;
-  }
+  zt_clear_error(); /* the run itself reports a bad checkpoint */
+  fflush(stdout);
+}
+
+static void print_summary(const zt_train_config *c, const zt_train_result *r, zt_gpt2 *m, int64_t sample_len) {
   printf("zt train: %lld steps in %.1f s, %.0f tok/s, %lld parameters, loss %.4f -> %.4f, val loss %.4f, "
          "sgemm ceiling %.0f GFLOP/s\n",
-         (long long)r.steps_done, r.seconds, r.tokens_per_s, (long long)r.num_params, r.first_loss, r.last_loss,
-         r.last_val_loss, r.sgemm_gflops);
+         (long long)r->steps_done, r->seconds, r->tokens_per_s, (long long)r->num_params, r->first_loss,
+         r->last_loss, r->last_val_loss, r->sgemm_gflops);
   char b1[32], b2[32];
-  printf("activations: blocks %s (n none, s selective, f full); peak %s measured, %s predicted\n", r.recompute_plan,
-         zt_cli_bytes((double)r.act_peak, b1), zt_cli_bytes((double)r.act_peak_predicted, b2));
-  if (r.offload_peak_bytes) printf("activation offload: peak %s in the tier\n", zt_cli_bytes((double)r.offload_peak_bytes, b1));
+  printf("activations: blocks %s (n none, s selective, f full); peak %s measured, %s predicted\n", r->recompute_plan,
+         zt_cli_bytes((double)r->act_peak, b1), zt_cli_bytes((double)r->act_peak_predicted, b2));
+  if (r->offload_peak_bytes) printf("activation offload: peak %s in the tier\n", zt_cli_bytes((double)r->offload_peak_bytes, b1));
   char mem[8192];
   zt_mem_report(mem, sizeof mem);
   printf("memory by tag (bytes):\n%s", mem);
@@ -190,15 +284,54 @@ static int run_train(const zt_train_config *cfg, zt_comm *world, int rank, int r
     const int32_t prompt[] = {'\n'};
     int32_t *ids = NULL;
     int64_t n = 0;
-    if (zt_gpt2_sample(m, prompt, 1, sample_len, 0.8, 0, c.seed, &ids, &n)) {
-      zt_gpt2_free(m);
-      return zt_cli_fail("train");
+    if (zt_gpt2_sample(m, prompt, 1, sample_len, 0.8, 0, c->seed, &ids, &n)) {
+      zt_cli_fail("train");
+      return;
     }
     printf("sample (temperature 0.8):\n");
     for (int64_t i = 1; i < n; i++) putchar((ids[i] >= 32 && ids[i] < 127) || ids[i] == '\n' ? ids[i] : '?');
     printf("\n");
     free(ids);
   }
+}
+
+static int run_train(zt_train_config *c, zt_comm *world, progress *p) {
+  int rank = zt_comm_rank(world), ranks = zt_comm_size(world);
+  p->end_step = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
+  p->tty = rank == 0 && isatty(STDOUT_FILENO);
+  const char *env = getenv("ZT_STEP_PROGRESS_S");
+  char *end = NULL;
+  p->slow_s = env ? strtod(env, &end) : 3.0;
+  if (!env || end == env || *end || !(p->slow_s >= 0)) p->slow_s = 3.0;
+  pthread_mutex_init(&p->mu, NULL);
+  if (rank == 0) {
+    print_start(c, ranks);
+    c->on_phase = on_phase;
+    c->phase_user_data = p;
+  }
+  p->ticking = p->tty && pthread_create(&p->ticker, NULL, ticker, p) == 0;
+  zt_train_result r;
+  zt_gpt2 *m = NULL;
+  zt_status s = zt_train_run_on(c, world, on_step, p, &r, &m);
+  if (p->ticking) {
+    pthread_mutex_lock(&p->mu);
+    p->stop = true;
+    clear_status(p);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->ticker, NULL);
+  }
+  pthread_mutex_destroy(&p->mu);
+  if (s) {
+    if (ranks == 1) return zt_cli_fail("train");
+    if (r.failed_together) return rank == 0 ? zt_cli_fail("train") : 1; /* every rank knows; rank 0 says it */
+    /* the other ranks may be waiting for this one in a collective: end the job */
+    fprintf(stderr, "zt train (rank %d of %d): %s\nzt train: ending every rank of the job\n", rank, ranks,
+            zt_last_error());
+    fflush(stderr);
+    zt_comm_abort(world, 1);
+    return 1;
+  }
+  if (rank == 0) print_summary(c, &r, m, p->sample_len);
   zt_gpt2_free(m);
   return 0;
 }

@@ -19,27 +19,27 @@ check "progress lines show loss, lr, tok/s, mfu, memory" 'grep -q "loss .* lr .*
 check "metrics: one JSON line per step with mem and val_loss" '[ $(wc -l < "$w/m.jsonl") -eq 40 ] && grep -q "\"mem\":{\"PARAM\"" "$w/m.jsonl" && grep -q "val_loss" "$w/m.jsonl"'
 first=$(head -1 "$w/m.jsonl" | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/'); last=$(tail -1 "$w/m.jsonl" | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
 check "loss goes down" 'awk -v a="$first" -v b="$last" "BEGIN{exit !(b < a - 0.3)}"'
-check "checkpoint files written" '[ -f "$w/full/model.safetensors" ] && [ -f "$w/full/optim.safetensors" ] && [ -f "$w/full/state.json" ] && [ -f "$w/full/config.json" ]'
+check "checkpoint files written, latest links the newest version" '[ -f "$w/full/latest/model.safetensors" ] && [ -f "$w/full/latest/optim.safetensors" ] && [ -f "$w/full/latest/state.json" ] && [ -f "$w/full/latest/config.json" ] && [ "$(readlink "$w/full/latest")" = step-00000040 ]'
 
 out=$("$zt" train $small --steps 40 --eval-every 20 --stop-at 25 --save "$w/part" 2>&1); rc=$?
-check "stop-at stops with a checkpoint" '[ $rc -eq 0 ] && grep -q "\"step\": *25" "$w/part/state.json"'
+check "stop-at stops with a checkpoint" '[ $rc -eq 0 ] && grep -q "\"step\": *25" "$w/part/latest/state.json"'
 out=$("$zt" train $small --steps 40 --eval-every 20 --resume "$w/part" --save "$w/part" --metrics "$w/r.jsonl" 2>&1); rc=$?
 check "resume runs to the end" '[ $rc -eq 0 ] && [ $(wc -l < "$w/r.jsonl") -eq 15 ]'
 check "resumed losses are bitwise those of the uninterrupted run" 'diff <(sed -n "26,40p" "$w/m.jsonl" | grep -o "\"loss\":[^,]*") <(grep -o "\"loss\":[^,]*" "$w/r.jsonl")'
-check "resumed parameters are bitwise those of the uninterrupted run" 'cmp -s <(tensors "$w/full/model.safetensors") <(tensors "$w/part/model.safetensors")'
-check "resumed optimizer state is bitwise that of the uninterrupted run" 'cmp -s <(tensors "$w/full/optim.safetensors") <(tensors "$w/part/optim.safetensors")'
+check "resumed parameters are bitwise those of the uninterrupted run" 'cmp -s <(tensors "$w/full/latest/model.safetensors") <(tensors "$w/part/latest/model.safetensors")'
+check "resumed optimizer state is bitwise that of the uninterrupted run" 'cmp -s <(tensors "$w/full/latest/optim.safetensors") <(tensors "$w/part/latest/optim.safetensors")'
 
 cp -r "$w/full" "$w/keep"
 out=$("$zt" train $small --steps 40 --inject-nan-at 5 --save "$w/full" 2>&1); rc=$?
-check "NaN loss stops the run with a clear message" '[ $rc -ne 0 ] && grep -q "loss is nan at step 5" <<<"$out" && grep -q "is intact" <<<"$out"'
-check "NaN run left the last good checkpoint intact" 'cmp -s "$w/full/model.safetensors" "$w/keep/model.safetensors" && cmp -s "$w/full/state.json" "$w/keep/state.json"'
+check "NaN loss stops the run with a clear message" '[ $rc -ne 0 ] && grep -q "loss is nan at step 5" <<<"$out" && grep -q "no checkpoint was written yet" <<<"$out"'
+check "NaN run left the last good checkpoint intact" 'cmp -s "$w/full/latest/model.safetensors" "$w/keep/latest/model.safetensors" && cmp -s "$w/full/latest/state.json" "$w/keep/latest/state.json"'
 
 out=$("$zt" train $small --steps 5 --model gpt2-124m --resume "$w/full" 2>&1); rc=$?
 check "resuming a checkpoint of another shape is an error" '[ $rc -ne 0 ] && grep -q "another model shape" <<<"$out"'
 
-out=$("$zt" train $small --steps 2 --init-from "$w/keep/model.safetensors" 2>&1); rc=$?
+out=$("$zt" train $small --steps 2 --init-from "$w/keep/latest/model.safetensors" 2>&1); rc=$?
 check "init-from a GPT-2 safetensors file" '[ $rc -eq 0 ]'
-out=$("$zt" train $small --steps 2 --dim 64 --init-from "$w/keep/model.safetensors" 2>&1); rc=$?
+out=$("$zt" train $small --steps 2 --dim 64 --init-from "$w/keep/latest/model.safetensors" 2>&1); rc=$?
 check "init-from a file of another shape is a clear error" '[ $rc -ne 0 ] && grep -q "model.safetensors" <<<"$out"'
 out=$("$zt" train $small --steps 2 --vocab 50 2>&1); rc=$?
 check "token ids out of the model's vocab are a clear error" '[ $rc -ne 0 ] && grep -qi "range\|vocab" <<<"$out"'
@@ -118,12 +118,12 @@ if command -v mpirun >/dev/null 2>&1; then
     check "2 ranks, --shard $mode: losses are the 1-rank run's" 'close "$w/d2_$mode.jsonl" "$w/d1.jsonl"'
   done
   check "metrics carry per-rank memory and communication" 'grep -q "\"world\":2,\"shard\":\"full\",\"ranks\":\[{\"rank\":0,\"mem_peak\":{\"PARAM\"" "$w/d2_full.jsonl" && grep -q "{\"rank\":1," "$w/d2_full.jsonl" && grep -q "\"comm_bytes\":[1-9]" "$w/d2_full.jsonl"'
-  check "sharded checkpoint: a file per rank and an index" '[ -f "$w/ck_full/index.json" ] && ls "$w/ck_full" | grep -q "shard-1-of-2"'
+  check "sharded checkpoint: a file per rank and an index" '[ -f "$w/ck_full/latest/index.json" ] && ls "$w/ck_full/latest/" | grep -q "shard-1-of-2"'
   out=$("$zt" train $dp --steps 8 --shard full --resume "$w/ck_full" --metrics "$w/r1.jsonl" 2>&1); rc=$?
   out2=$(mpi 2 train $dp --steps 8 --shard full --resume "$w/ck_full" --metrics "$w/r2.jsonl" 2>&1); rc2=$?
   check "a 2-rank sharded checkpoint resumes at 1 rank like at 2" '[ $rc -eq 0 ] && [ $rc2 -eq 0 ] && close "$w/r1.jsonl" "$w/r2.jsonl"'
   out=$("$zt" consolidate "$w/ck_full" "$w/cons" 2>&1); rc=$?
-  check "zt consolidate makes a single-process checkpoint" '[ $rc -eq 0 ] && [ -f "$w/cons/model.safetensors" ] && [ -f "$w/cons/optim.safetensors" ]'
+  check "zt consolidate makes a single-process checkpoint" '[ $rc -eq 0 ] && [ -f "$w/cons/latest/model.safetensors" ] && [ -f "$w/cons/latest/optim.safetensors" ]'
   out=$("$zt" train $dp --steps 8 --resume "$w/cons" --metrics "$w/r3.jsonl" 2>&1); rc=$?
   check "the consolidated checkpoint resumes in plain training like the sharded one" '[ $rc -eq 0 ] && close "$w/r3.jsonl" "$w/r1.jsonl"'
   # mixed precision: 2 ranks against 1 rank in the same precision (bf16 gradient rounding: 1e-3)

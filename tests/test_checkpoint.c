@@ -1,8 +1,10 @@
 /* Checkpoints: bitwise save/load of parameters, optimizer state and training state (and
  * an identical next step after loading), config mismatch errors, missing or damaged
- * state.json, an interrupted save next to a good checkpoint, overwriting a checkpoint
- * folder, HF GPT-2 files (prefix-less names, attention-mask buffers, tied lm_head, bf16). */
+ * state.json, an interrupted save next to a good checkpoint, series folders (versions behind
+ * an atomically swapped 'latest' link, pruning), a save failing half-way, HF GPT-2 files (prefix-less names, attention-mask buffers, tied lm_head, bf16). */
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,7 +13,7 @@
 #include "zt_test.h"
 
 static bool exists(const char *dir, const char *name) {
-  char p[300];
+  char p[800];
   snprintf(p, sizeof p, "%s/%s", dir, name);
   return access(p, F_OK) == 0;
 }
@@ -87,9 +89,15 @@ static void test_roundtrip_bitwise(void) {
   train_step(a, oa, 2);
   zt_train_state st = state_at(2);
   ZT_CHECK_OK(zt_checkpoint_save(ck, a, oa, &st));
+  /* a series folder: the version, and 'latest' linking to it */
+  char ver[300], target[64] = "";
+  snprintf(ver, sizeof ver, "%s/step-00000002", ck);
   const char *files[] = {"model.safetensors", "config.json", "optim.safetensors", "state.json"};
-  for (int i = 0; i < 4; i++) ZT_CHECK(exists(ck, files[i]));
-  ZT_CHECK(!exists(zt_test_tmpdir(), ".ck.saving"));
+  for (int i = 0; i < 4; i++) ZT_CHECK(exists(ver, files[i]) && exists(ck, "latest"));
+  ZT_CHECK(!exists(ck, ".step-00000002.saving"));
+  char link[300];
+  snprintf(link, sizeof link, "%s/latest", ck);
+  ZT_CHECK(readlink(link, target, sizeof target - 1) > 0 && !strcmp(target, "step-00000002"));
 
   zt_gpt2 *b = new_model(&k_cfg, 2);
   zt_optim *ob = zt_test_gpt2_adamw(b);
@@ -115,11 +123,11 @@ static void test_roundtrip_bitwise(void) {
 
   /* the files transformers reads: format=pt metadata and an HF GPT2Config */
   char path[300], *fmt = NULL;
-  snprintf(path, sizeof path, "%s/model.safetensors", ck);
+  snprintf(path, sizeof path, "%s/latest/model.safetensors", ck);
   ZT_CHECK_OK(zt_safetensors_metadata(path, "format", &fmt));
   ZT_CHECK(fmt && !strcmp(fmt, "pt"));
   free(fmt);
-  snprintf(path, sizeof path, "%s/config.json", ck);
+  snprintf(path, sizeof path, "%s/latest/config.json", ck);
   void *text = NULL;
   size_t len = 0;
   ZT_CHECK_OK(zt_read_file(path, &text, &len));
@@ -192,7 +200,7 @@ static void test_missing_or_damaged_state(void) {
   zt_optim *oa = zt_test_gpt2_adamw(a);
   st = state_at(4);
   ZT_CHECK_OK(zt_checkpoint_save(ck, a, oa, &st));
-  snprintf(path, sizeof path, "%s/state.json", ck);
+  snprintf(path, sizeof path, "%s/latest/state.json", ck);
   ZT_CHECK(unlink(path) == 0);
   ZT_CHECK_ERR(zt_checkpoint_load(ck, a, oa, &st), ZT_STATUS_IO, "has no state.json");
   ZT_CHECK(strstr(zt_last_error(), "did not finish") != NULL);
@@ -237,7 +245,7 @@ static void test_interrupted_save(void) {
   train_step(a, oa, 2);
   zt_train_state st2 = state_at(2);
   ZT_CHECK_OK(zt_checkpoint_save(ck2, a, oa, &st2));
-  snprintf(path, sizeof path, "%s/state.json", ck2);
+  snprintf(path, sizeof path, "%s/latest/state.json", ck2);
   ZT_CHECK(unlink(path) == 0); /* the crash before the commit record */
   zt_gpt2 *b = new_model(&k_cfg, 3);
   zt_optim *ob = zt_test_gpt2_adamw(b);
@@ -269,55 +277,91 @@ static void copy_file(const char *from, const char *to) {
   free(d);
 }
 
-/* Saving again into the same folder replaces the checkpoint as a whole; leftovers of a
- * crashed save are cleaned; files of two different saves are never mixed silently. */
-static void test_overwrite_same_folder(void) {
+static void write_text_file(const char *path, const char *text) {
+  const void *c = text;
+  size_t n = strlen(text);
+  ZT_CHECK_OK(zt_write_file_atomic(path, &c, &n, 1));
+}
+
+static int count_versions(const char *dir) {
+  int n = 0;
+  char p[400];
+  for (int step = 0; step < 10; step++)
+    for (int k = 0; k < 3; k++) {
+      if (k) snprintf(p, sizeof p, "step-%08d-%d", step, k);
+      else snprintf(p, sizeof p, "step-%08d", step);
+      n += exists(dir, p);
+    }
+  return n;
+}
+
+/* Saves into one series folder: each is a new version behind 'latest'; leftovers of a
+ * crashed save are cleaned; the user's files stay; a second save at the same step gets its
+ * own version; files of two saves are never mixed silently; prune keeps the newest. */
+static void test_series_folder(void) {
   zt_test_tmpdir_make("ck");
-  char ck[256], other[256], stage[256], path[300];
+  char ck[256], other[256], stage[300], path[400];
   zt_test_tmp_path_to(ck, sizeof ck, "ck");
   zt_test_tmp_path_to(other, sizeof other, "other");
-  zt_test_tmp_path_to(stage, sizeof stage, ".ck.saving");
   zt_gpt2 *a = new_model(&k_cfg, 1), *b = new_model(&k_cfg, 2);
   zt_optim *oa = zt_test_gpt2_adamw(a), *ob = zt_test_gpt2_adamw(b);
+  ZT_CHECK_ERR(zt_checkpoint_read_state(zt_test_tmpdir(), &(zt_train_state){0}), ZT_STATUS_IO, "holds no checkpoint");
   zt_train_state st = state_at(1);
   ZT_CHECK_OK(zt_checkpoint_save(ck, a, oa, &st));
-  /* a crashed save left a staging folder with a partial model file */
+  /* the user's file in the folder, and a staging folder a crashed save left */
+  snprintf(path, sizeof path, "%s/metrics.jsonl", ck);
+  write_text_file(path, "{\"step\":1}\n");
+  snprintf(stage, sizeof stage, "%s/.step-00000002.saving", ck);
   ZT_CHECK(mkdir(stage, 0755) == 0);
   snprintf(path, sizeof path, "%s/model.safetensors", stage);
-  copy_file(zt_test_tmp_path("ck/model.safetensors"), path);
-  ZT_CHECK_OK(zt_checkpoint_load(ck, b, ob, NULL));
+  write_text_file(path, "partial");
   train_step(a, oa, 1);
   st = state_at(2);
-  ZT_CHECK_OK(zt_checkpoint_save(ck, a, oa, &st)); /* over the old one */
-  ZT_CHECK(!exists(zt_test_tmpdir(), ".ck.saving"));
+  ZT_CHECK_OK(zt_checkpoint_save(ck, a, oa, &st));
+  ZT_CHECK(!exists(ck, ".step-00000002.saving") && exists(ck, "metrics.jsonl") && exists(ck, "step-00000001"));
   zt_train_state got;
   ZT_CHECK_OK(zt_checkpoint_load(ck, b, ob, &got));
   ZT_CHECK(got.step == 2 && params_equal(a, b) && optim_equal(oa, ob));
-  /* a folder with other files in it is updated file by file, and the other files stay */
-  snprintf(path, sizeof path, "%s/notes.txt", ck);
-  const void *c = "mine";
-  size_t n = 4;
-  ZT_CHECK_OK(zt_write_file_atomic(path, &c, &n, 1));
-  st = state_at(3);
+  /* a second save at step 2 (e.g. after a resume): its own version, made the latest */
+  train_step(a, oa, 2);
   ZT_CHECK_OK(zt_checkpoint_save(ck, a, NULL, &st));
-  ZT_CHECK(exists(ck, "notes.txt") && !exists(ck, "optim.safetensors"));
-  ZT_CHECK_OK(zt_checkpoint_read_state(ck, &got));
-  ZT_CHECK(got.step == 3);
-  /* model.safetensors of another save (an in-place save cut short) is refused */
+  ZT_CHECK(exists(ck, "step-00000002-1"));
+  ZT_CHECK_OK(zt_checkpoint_load(ck, b, NULL, &got));
+  ZT_CHECK(params_equal(a, b));
+  ZT_CHECK_ERR(zt_checkpoint_load(ck, b, ob, NULL), ZT_STATUS_STATE, "holds no optimizer state");
+  /* a version folder names itself */
+  snprintf(path, sizeof path, "%s/step-00000001", ck);
+  ZT_CHECK_OK(zt_checkpoint_read_state(path, &got));
+  ZT_CHECK(got.step == 1);
+  /* prune: the newest two stay (the latest among them); a version holding a user's file stays */
+  snprintf(path, sizeof path, "%s/step-00000001/notes.txt", ck);
+  write_text_file(path, "mine");
+  st = state_at(3);
+  ZT_CHECK_OK(zt_checkpoint_save(ck, a, oa, &st));
+  ZT_CHECK(count_versions(ck) == 4);
+  ZT_CHECK_OK(zt_checkpoint_prune(ck, 2));
+  ZT_CHECK(exists(ck, "step-00000003") && exists(ck, "step-00000002-1") && !exists(ck, "step-00000002"));
+  ZT_CHECK(exists(ck, "step-00000001/notes.txt") && !exists(ck, "step-00000001/model.safetensors"));
+  ZT_CHECK_OK(zt_checkpoint_prune(ck, 1));
+  ZT_CHECK(exists(ck, "step-00000003") && !exists(ck, "step-00000002-1") && exists(ck, "metrics.jsonl"));
+  ZT_CHECK_OK(zt_checkpoint_load(ck, b, ob, &got));
+  ZT_CHECK(got.step == 3 && params_equal(a, b));
+  ZT_CHECK_ERR(zt_checkpoint_prune(ck, 0), ZT_STATUS_INVALID_ARG, "keep 0");
+  /* model.safetensors of another save (files mixed by hand) is refused */
   ZT_CHECK_OK(zt_checkpoint_save(other, b, ob, &st));
-  snprintf(path, sizeof path, "%s/model.safetensors", ck);
-  copy_file(zt_test_tmp_path("other/model.safetensors"), path);
+  char from[400];
+  snprintf(from, sizeof from, "%s/latest/model.safetensors", other);
+  snprintf(path, sizeof path, "%s/latest/model.safetensors", ck);
+  copy_file(from, path);
   ZT_CHECK_ERR(zt_checkpoint_load(ck, b, NULL, NULL), ZT_STATUS_IO, "model.safetensors is not from the same save");
   /* a path that is a file */
   ZT_CHECK_ERR(zt_checkpoint_save(path, a, NULL, &st), ZT_STATUS_IO, "is not a folder");
-  /* a trailing slash names the same folder */
-  char slash[300];
+  /* a trailing slash names the same folder; a link to the folder is followed */
+  char slash[300], link[256];
   snprintf(slash, sizeof slash, "%s/", other);
   ZT_CHECK_OK(zt_checkpoint_save(slash, a, oa, &st));
   ZT_CHECK_OK(zt_checkpoint_load(other, b, ob, NULL));
   ZT_CHECK(params_equal(a, b));
-  /* through a symbolic link to the folder: written in place, the link stays a link */
-  char link[256];
   zt_test_tmp_path_to(link, sizeof link, "link");
   ZT_CHECK(symlink(other, link) == 0);
   train_step(a, oa, 4);
@@ -330,6 +374,60 @@ static void test_overwrite_same_folder(void) {
   zt_optim_free(ob);
   zt_gpt2_free(a);
   zt_gpt2_free(b);
+  zt_test_tmpdir_remove();
+}
+
+static int64_t file_size(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 ? (int64_t)sb.st_size : -1;
+}
+
+/* A save that fails half-way, as on a full disk (here: a file size limit that the model file
+ * fits and the optimizer file does not), leaves the previous checkpoint current and loadable,
+ * also in a folder that holds other files (a metrics file, as with --metrics ck/m.jsonl). */
+static void test_failed_save_keeps_latest(void) {
+  zt_test_tmpdir_make("ck");
+  char ck[256], path[400];
+  zt_test_tmp_path_to(ck, sizeof ck, "ck");
+  ZT_CHECK(mkdir(ck, 0755) == 0);
+  snprintf(path, sizeof path, "%s/m.jsonl", ck);
+  write_text_file(path, "{\"step\":1}\n");
+  zt_gpt2 *a = new_model(&k_cfg, 1), *b = new_model(&k_cfg, 2), *snap = new_model(&k_cfg, 3);
+  zt_optim *oa = zt_test_gpt2_adamw(a), *ob = zt_test_gpt2_adamw(b);
+  train_step(a, oa, 1);
+  zt_train_state st = state_at(1);
+  ZT_CHECK_OK(zt_checkpoint_save(ck, a, oa, &st));
+  ZT_CHECK_OK(zt_checkpoint_load(ck, snap, NULL, NULL));
+  snprintf(path, sizeof path, "%s/latest/model.safetensors", ck);
+  int64_t model = file_size(path);
+  snprintf(path, sizeof path, "%s/latest/optim.safetensors", ck);
+  int64_t optim = file_size(path);
+  ZT_CHECK(model > 0 && optim > model + 1024);
+  train_step(a, oa, 2);
+  st = state_at(2);
+  struct rlimit old, lim;
+  ZT_CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
+  lim = old;
+  lim.rlim_cur = (rlim_t)(model + (optim - model) / 2);
+  void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+  ZT_CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+  zt_status s = zt_checkpoint_save(ck, a, oa, &st);
+  ZT_CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+  signal(SIGXFSZ, prev);
+  ZT_CHECK(s == ZT_STATUS_IO);
+  zt_train_state got;
+  ZT_CHECK_OK(zt_checkpoint_load(ck, b, ob, &got));
+  ZT_CHECK(got.step == 1 && params_equal(b, snap) && zt_optim_step_count(ob) == 1);
+  ZT_CHECK(!exists(ck, ".step-00000002.saving") && exists(ck, "m.jsonl"));
+  /* and the next save goes through */
+  ZT_CHECK_OK(zt_checkpoint_save(ck, a, oa, &st));
+  ZT_CHECK_OK(zt_checkpoint_load(ck, b, ob, &got));
+  ZT_CHECK(got.step == 2 && params_equal(a, b) && optim_equal(oa, ob));
+  zt_optim_free(oa);
+  zt_optim_free(ob);
+  zt_gpt2_free(a);
+  zt_gpt2_free(b);
+  zt_gpt2_free(snap);
   zt_test_tmpdir_remove();
 }
 
@@ -434,7 +532,8 @@ int main(void) {
   ZT_RUN(test_config_mismatch);
   ZT_RUN(test_missing_or_damaged_state);
   ZT_RUN(test_interrupted_save);
-  ZT_RUN(test_overwrite_same_folder);
+  ZT_RUN(test_series_folder);
+  ZT_RUN(test_failed_save_keeps_latest);
   ZT_RUN(test_hf_roundtrip_and_variants);
   return zt_test_finish();
 }

@@ -87,7 +87,7 @@ static void write_synthetic(const char *dir, zt_gpt2 *m, zt_optim *o, const layo
   char id[64];
   zt__ck_new_save_id(id, st->step);
   zt__ck_stage stage;
-  ZT_CHECK_OK(zt__ck_stage_begin(dir, &stage));
+  ZT_CHECK_OK(zt__ck_stage_begin(dir, st->step, &stage));
   for (int r = 0; r < M; r++) {
     zt__shard_piece pc[256];
     zt_tensor *own[256];
@@ -110,17 +110,24 @@ static void write_synthetic(const char *dir, zt_gpt2 *m, zt_optim *o, const layo
         n++;
       }
     }
-    ZT_CHECK_OK(zt__shard_write(stage.into, r, M, n, pc, id));
+    ZT_CHECK_OK(zt__shard_write(stage.stage, r, M, n, pc, id));
     zt_test_free_all(own, n);
   }
-  ZT_CHECK_OK(zt__shard_write_index(stage.into, M, "full", st, true, zt_optim_step_count(o), id));
+  ZT_CHECK_OK(zt__shard_write_index(stage.stage, M, "full", st, true, zt_optim_step_count(o), id));
   ZT_CHECK_OK(zt__ck_stage_commit(&stage));
+}
+
+/* The index of a checkpoint series' latest version. */
+static zt_status index_read(const char *series, zt__shard_index **ix) {
+  char dir[4096];
+  ZT_TRY(zt_checkpoint_resolve(series, dir, sizeof dir));
+  return zt__shard_index_read(dir, ix);
 }
 
 /* Every piece of every rank of an M-rank layout reads back bitwise. */
 static void check_reads(const char *dir, zt_gpt2 *m, zt_optim *o, int M, int split) {
   zt__shard_index *ix = NULL;
-  ZT_CHECK_OK(zt__shard_index_read(dir, &ix));
+  ZT_CHECK_OK(index_read(dir, &ix));
   if (!ix) return;
   zt_param *p;
   int np = zt_gpt2_params(m, &p);
@@ -234,11 +241,11 @@ static void test_format_reshard_and_consolidate(void) {
   check_reads(dir, m, o, 3, split);
   check_reads(dir, m, o, 2, np - 2);
   check_reads(dir, m, o, 1, split);
-  /* an overwrite of the folder is a swap: a second save at 3 ranks replaces the first */
+  /* a second save at 3 ranks is the new latest version */
   write_synthetic(dir, m, o, &L, 3, &st);
   check_reads(dir, m, o, 4, split);
   char path[600];
-  snprintf(path, sizeof path, "%s/shard-3-of-4.safetensors", dir);
+  snprintf(path, sizeof path, "%s/latest/shard-3-of-4.safetensors", dir);
   ZT_CHECK(access(path, F_OK) != 0);
   /* consolidation gives a single-process checkpoint that loads bitwise */
   ZT_CHECK_OK(zt_checkpoint_consolidate(dir, out));
@@ -268,7 +275,7 @@ static void test_format_errors(void) {
   zt_train_state st = state_at(5);
   write_synthetic(dir, m, o, &L, 4, &st);
   zt__shard_index *ix = NULL;
-  ZT_CHECK_OK(zt__shard_index_read(dir, &ix));
+  ZT_CHECK_OK(index_read(dir, &ix));
   if (ix) {
     zt_tensor *t = NULL;
     int64_t n = 10, shape[2] = {65, 32};
@@ -282,7 +289,7 @@ static void test_format_errors(void) {
     zt__shard_index_free(ix);
   }
   /* a missing shard file is named */
-  snprintf(path, sizeof path, "%s/shard-2-of-4.safetensors", dir);
+  snprintf(path, sizeof path, "%s/latest/shard-2-of-4.safetensors", dir);
   snprintf(moved, sizeof moved, "%s/away", zt_test_tmpdir());
   ZT_CHECK(rename(path, moved) == 0);
   ZT_CHECK_ERR(zt_checkpoint_consolidate(dir, out), ZT_STATUS_IO, "shard file '");
@@ -293,18 +300,145 @@ static void test_format_errors(void) {
   char dir2[512];
   zt_test_tmp_path_to(dir2, sizeof dir2, "ck2");
   write_synthetic(dir2, m, o, &L, 4, &st6);
-  snprintf(moved, sizeof moved, "%s/shard-1-of-4.safetensors", dir2);
-  snprintf(path, sizeof path, "%s/shard-1-of-4.safetensors", dir);
+  snprintf(moved, sizeof moved, "%s/latest/shard-1-of-4.safetensors", dir2);
+  snprintf(path, sizeof path, "%s/latest/shard-1-of-4.safetensors", dir);
   ZT_CHECK(rename(moved, path) == 0);
   ZT_CHECK_ERR(zt_checkpoint_consolidate(dir, out), ZT_STATUS_IO, "is not from the same save");
   /* no state.json: the commit record is missing */
-  snprintf(path, sizeof path, "%s/state.json", dir2);
+  snprintf(path, sizeof path, "%s/latest/state.json", dir2);
   ZT_CHECK(unlink(path) == 0);
   ZT_CHECK_ERR(zt_checkpoint_consolidate(dir2, out), ZT_STATUS_IO, "has no state.json");
   /* a single-process checkpoint is not a sharded one */
   ZT_CHECK_OK(zt_checkpoint_save(out, m, o, &st));
   ZT_CHECK(!zt_checkpoint_is_sharded(out));
   ZT_CHECK_ERR(zt_checkpoint_consolidate(out, dir2), ZT_STATUS_IO, "has no index.json");
+  fmt_close(&x);
+}
+
+/* Text of a file (NUL-terminated; free it). */
+static char *text_of(const char *path) {
+  void *d = NULL;
+  size_t n = 0;
+  ZT_CHECK_OK(zt_read_file(path, &d, &n));
+  return d;
+}
+
+static void put_text(const char *path, const char *text) {
+  const void *c = text;
+  size_t n = strlen(text);
+  ZT_CHECK_OK(zt_write_file_atomic(path, &c, &n, 1));
+}
+
+/* In text, exchange the first occurrences of a and b (same length, not overlapping). */
+static bool swap_text(char *text, const char *a, const char *b) {
+  char *x = strstr(text, a), *y = strstr(text, b);
+  size_t l = strlen(a);
+  if (!x || !y || strlen(b) != l) return false;
+  char *tmp = malloc(l);
+  memcpy(tmp, x, l);
+  memcpy(x, y, l);
+  memcpy(y, tmp, l);
+  free(tmp);
+  return true;
+}
+
+/* In text, replace the first occurrence of a by b. */
+static bool replace_text(char **text, const char *a, const char *b) {
+  char *x = strstr(*text, a);
+  if (!x) return false;
+  size_t la = strlen(a), lb = strlen(b), lt = strlen(*text);
+  char *o = malloc(lt - la + lb + 1);
+  memcpy(o, *text, (size_t)(x - *text));
+  memcpy(o + (x - *text), b, lb);
+  memcpy(o + (x - *text) + lb, x + la, lt - (size_t)(x - *text) - la + 1);
+  free(*text);
+  *text = o;
+  return true;
+}
+
+/* index.json is checked against the shard files it names: an edited or mixed index cannot put
+ * one parameter's values into another, or a range into another place (before, swapping two
+ * entries' "tensor" fields, or their "file" fields, consolidated and resumed silently with the
+ * values swapped); out-of-range numbers are refused instead of overflowing. */
+static void test_format_index_checks(void) {
+  fmt_fixture x;
+  if (!fmt_open(&x, "shardfmt_ix", 13, 300)) return;
+  layout L;
+  make_layout(x.p, x.np, 4, &L); /* unit 0: wte, wpe and block 0's ln_1; 656 elements per rank */
+  zt_train_state st = state_at(5);
+  write_synthetic(x.dir, x.m, x.o, &L, 4, &st);
+  char ver[600], ix_path[700];
+  ZT_CHECK_OK(zt_checkpoint_resolve(x.dir, ver, sizeof ver));
+  snprintf(ix_path, sizeof ix_path, "%s/index.json", ver);
+  char *orig = text_of(ix_path), *t = NULL;
+  if (!orig) return;
+  int64_t n = 656, shape[2] = {64, 32};
+  zt_tensor *got = NULL;
+  ZT_CHECK_OK(zt_tensor_zeros(1, &n, ZT_DTYPE_F32, ZT_CPU, &got));
+  zt__shard_index *ix = NULL;
+  /* the "tensor" fields of ln_1.weight and ln_1.bias exchanged */
+  t = strdup(orig);
+  ZT_CHECK(replace_text(&t, "\"param.transformer.h.0.ln_1.weight\"", "\"@\"") &&
+           replace_text(&t, "\"param.transformer.h.0.ln_1.bias\"", "\"param.transformer.h.0.ln_1.weight\"") &&
+           replace_text(&t, "\"@\"", "\"param.transformer.h.0.ln_1.bias\""));
+  put_text(ix_path, t);
+  ZT_CHECK_ERR(zt_checkpoint_consolidate(x.dir, x.out), ZT_STATUS_IO,
+               "names tensor 'param.transformer.h.0.ln_1.bias' for param of parameter 'transformer.h.0.ln_1.weight', "
+               "which is stored as 'param.transformer.h.0.ln_1.weight'");
+  ZT_CHECK(strstr(zt_last_error(), ix_path) != NULL);
+  ZT_CHECK_ERR(zt__shard_index_read(ver, &ix), ZT_STATUS_IO, "tensor entry");
+  free(t);
+  /* the "file" fields of wte's first two pieces exchanged: same tensor name and count (656) in
+   * both files, so only the shard file's own record tells the ranges apart */
+  t = strdup(orig);
+  ZT_CHECK(swap_text(t, "\"file\": \"shard-0-of-4.safetensors\", \"tensor\": \"param.transformer.wte.weight\"",
+                     "\"file\": \"shard-1-of-4.safetensors\", \"tensor\": \"param.transformer.wte.weight\""));
+  put_text(ix_path, t);
+  ZT_CHECK_ERR(zt_checkpoint_consolidate(x.dir, x.out), ZT_STATUS_IO, "says tensor 'param.transformer.wte.weight'");
+  ZT_CHECK(strstr(zt_last_error(), "the shard file says [") != NULL);
+  ZT_CHECK_OK(zt__shard_index_read(ver, &ix));
+  if (ix) ZT_CHECK_ERR(zt__shard_read(ix, "transformer.wte.weight", ZT__SHARD_PARAM, 2, shape, 0, 656, got),
+                       ZT_STATUS_IO, "was edited or mixed with another save");
+  zt__shard_index_free(ix);
+  ix = NULL;
+  free(t);
+  /* the optimizer step must be an integer in [0, 2^53] (2^63 - 1 used to be taken, then overflowed) */
+  const char *steps[] = {"9223372036854775807", "99999999999999999999", "9007199254740993", "-1", "1.5"};
+  for (int i = 0; i < 5; i++) {
+    t = strdup(orig);
+    char field[64];
+    snprintf(field, sizeof field, "\"optim_step\": %s", steps[i]);
+    ZT_CHECK(replace_text(&t, "\"optim_step\": 5", field));
+    put_text(ix_path, t);
+    ZT_CHECK_ERR(zt__shard_index_read(ver, &ix), ZT_STATUS_IO, "field 'optim_step' is missing or not an integer in "
+                 "[0, 2^53]");
+    free(t);
+  }
+  /* ranges and shapes whose arithmetic overflows int64 */
+  t = strdup(orig);
+  ZT_CHECK(replace_text(&t, "\"shape\": [32], \"start\": 0, \"count\": 32}",
+                        "\"shape\": [32], \"start\": 9223372036854775807, \"count\": 32}"));
+  put_text(ix_path, t);
+  ZT_CHECK_ERR(zt__shard_index_read(ver, &ix), ZT_STATUS_IO, "elements [9223372036854775807, +32) are not within "
+               "its shape (32,) of 32 elements");
+  free(t);
+  t = strdup(orig);
+  ZT_CHECK(replace_text(&t, "\"shape\": [32], \"start\": 0", "\"shape\": [4611686018427387904, 4, 0], \"start\": 0"));
+  put_text(ix_path, t);
+  ZT_CHECK_ERR(zt__shard_index_read(ver, &ix), ZT_STATUS_IO, "overflows a 64-bit integer");
+  free(t);
+  /* two entries of one range: stored twice */
+  t = strdup(orig);
+  ZT_CHECK(replace_text(&t, "\"shape\": [64, 32], \"start\": 656", "\"shape\": [64, 32], \"start\": 600"));
+  put_text(ix_path, t);
+  ZT_CHECK_ERR(zt__shard_index_read(ver, &ix), ZT_STATUS_IO, "two entries of 'transformer.wte.weight' (param) overlap: "
+               "elements [600, 656) are listed twice");
+  free(t);
+  /* the original index still works */
+  put_text(ix_path, orig);
+  ZT_CHECK_OK(zt_checkpoint_consolidate(x.dir, x.out));
+  free(orig);
+  zt_tensor_free(got);
   fmt_close(&x);
 }
 
@@ -522,7 +656,7 @@ static void test_fsdp_save_reshard_consolidate(void) {
     for (int k = 0; k < 2; k++) run_step(&x, k);
     ZT_CHECK_OK(zt_checkpoint_save_sharded(sdir, x.f, x.o, &st));
     zt__shard_index *ix = NULL; /* one file per rank of a shard group (HYBRID: of the first group) */
-    ZT_CHECK_OK(zt__shard_index_read(sdir, &ix));
+    ZT_CHECK_OK(index_read(sdir, &ix));
     ZT_CHECK(ix && ix->world == zt_comm_size(zt_fsdp_shard_comm(x.f)) && ix->n_files == ix->world);
     zt__shard_index_free(ix);
     run_free(&x);
@@ -544,7 +678,7 @@ static void test_fsdp_save_reshard_consolidate(void) {
 }
 
 static void test_fsdp_errors(void) {
-  char dir[256], sh[320], path[400], moved[400];
+  char dir[256], sh[320], path[700], moved[400];
   shared_tmpdir(dir, sizeof dir);
   snprintf(sh, sizeof sh, "%s/sharded", dir);
   run a;
@@ -582,7 +716,9 @@ static void test_fsdp_errors(void) {
   zt_gpt2_free(m);
   /* a missing shard file is named (by the rank that reads it: the same layout, its own file) */
   ZT_CHECK_OK(zt_barrier(g_world));
-  snprintf(path, sizeof path, "%s/shard-%d-of-%d.safetensors", sh, N - 1, N);
+  char ver[600];
+  ZT_CHECK_OK(zt_checkpoint_resolve(sh, ver, sizeof ver));
+  snprintf(path, sizeof path, "%s/shard-%d-of-%d.safetensors", ver, N - 1, N);
   snprintf(moved, sizeof moved, "%s/away", dir);
   if (R == 0) ZT_CHECK(rename(path, moved) == 0);
   ZT_CHECK_OK(zt_barrier(g_world));
@@ -595,12 +731,66 @@ static void test_fsdp_errors(void) {
   if (R == 0) zt_test_tmpdir_remove();
 }
 
+/* Rewrite a safetensors file with the same tensors and metadata value key = value (zt_save_id kept). */
+static void restamp(const char *path, const char *key, const char *value) {
+  int n = 0;
+  zt__st_info *info = NULL;
+  char *id = NULL;
+  ZT_CHECK_OK(zt__safetensors_list(path, &n, &info));
+  ZT_CHECK_OK(zt_safetensors_metadata(path, "zt_save_id", &id));
+  zt_tensor **ts = calloc((size_t)n + 1, sizeof *ts);
+  const char **names = calloc((size_t)n + 1, sizeof *names);
+  for (int i = 0; i < n; i++) {
+    names[i] = info[i].name;
+    ZT_CHECK_OK(zt_tensor_zeros(info[i].ndim, info[i].shape, ZT_DTYPE_F32, ZT_CPU, &ts[i]));
+  }
+  ZT_CHECK_OK(zt_safetensors_load_into(path, n, names, ts, true));
+  const char *keys[] = {"zt_save_id", key}, *vals[] = {id, value};
+  ZT_CHECK_OK(zt_safetensors_save(path, n, names, ts, 2, keys, vals));
+  zt_test_free_all(ts, n);
+  free(ts);
+  free(names);
+  free(info);
+  free(id);
+}
+
+/* A full checkpoint loaded under FSDP: the optimizer step in optim.safetensors must be an
+ * integer in [0, 2^53] (99999999999999999999 used to be taken as 2^63 - 1 by strtoll, and the
+ * next step's increment overflowed). */
+static void test_fsdp_full_bad_step(void) {
+  char dir[256], full[320];
+  shared_tmpdir(dir, sizeof dir);
+  snprintf(full, sizeof full, "%s/full", dir);
+  run a;
+  run_new(&a, g_world, true, 1);
+  run_step(&a, 0);
+  zt_train_state st = state_at(1);
+  ZT_CHECK_OK(zt_checkpoint_save_full(full, a.m, a.f, a.o, &st));
+  ZT_CHECK_OK(zt_checkpoint_load_full(full, a.m, a.f, a.o, NULL));
+  const char *bad[] = {"99999999999999999999", "9007199254740993", "-1", "+5", " 5"};
+  for (int i = 0; i < 5; i++) {
+    char ver[600], path[700];
+    ZT_CHECK_OK(zt_checkpoint_resolve(full, ver, sizeof ver));
+    snprintf(path, sizeof path, "%s/optim.safetensors", ver);
+    ZT_CHECK_OK(zt_barrier(g_world));
+    if (R == 0) restamp(path, "step", bad[i]);
+    ZT_CHECK_OK(zt_barrier(g_world));
+    ZT_CHECK_ERR(zt_checkpoint_load_full(full, a.m, a.f, a.o, NULL), ZT_STATUS_IO,
+                 "metadata 'step' is missing or not an integer in [0, 2^53]");
+  }
+  ZT_CHECK_OK(zt_barrier(g_world));
+  run_free(&a);
+  if (R == 0) zt_test_tmpdir_remove();
+}
+
 int main(void) {
   if (!(g_world = zt_test_world(&R, &N))) return 1;
   ZT_RUN(test_format_reshard_and_consolidate);
   ZT_RUN(test_format_errors);
+  ZT_RUN(test_format_index_checks);
   ZT_RUN(test_fsdp_save_reshard_consolidate);
   ZT_RUN(test_fsdp_errors);
+  ZT_RUN(test_fsdp_full_bad_step);
   int rc = zt_test_finish();
   zt_comm_free(g_world);
   return rc;

@@ -89,9 +89,16 @@ zt_status zt_safetensors_metadata(const char *path, const char *key, char **valu
  * NULL-terminated, followed by the strings): free it with free(). */
 zt_status zt_safetensors_names(const char *path, int *n, char ***names);
 
-/* ------------------------------------------------ training checkpoints (src/train/checkpoint.c) */
-/* Everything needed to resume bitwise: written to DIR as model.safetensors (HF GPT-2
- * names, loadable by transformers), optim.safetensors and state.json. */
+/* ------------------------------------------------ training checkpoints (src/train/checkpoint.c,
+ * src/train/checkpoint_dir.c)
+ * Everything needed to resume bitwise. A checkpoint is a folder with model.safetensors (HF
+ * GPT-2 names, loadable by transformers), config.json, optim.safetensors and state.json.
+ * Saves go into a series folder DIR: each save is a new version DIR/step-<N> (a checkpoint
+ * folder), written under a hidden name, renamed into place, and then made current by
+ * pointing the link DIR/latest at it (an atomic rename). A crash, a kill or a full disk at
+ * any moment leaves DIR/latest naming a complete checkpoint, whatever else DIR holds
+ * (metrics files and the like are never touched). Every load takes either a series folder
+ * (its latest version) or one checkpoint folder. */
 typedef struct zt_train_state {
   int64_t step;          /* steps completed */
   zt_rng_state rng;      /* default generator */
@@ -99,12 +106,22 @@ typedef struct zt_train_state {
   zt_gpt2_config model;  /* to refuse a checkpoint of another shape */
   double loss_scale;     /* f16 mixed precision: the loss scaler's scale (0: no scaler) */
   int64_t loss_scale_good; /* and its finite steps since the last change */
+  char options[4096];    /* the options that set the run's course, "name=value" lines ("" if unknown) */
 } zt_train_state;
+/* A new version in the series folder dir (created if missing), made current when complete.
+ * o may be NULL (no optimizer state: the checkpoint cannot resume training). */
 zt_status zt_checkpoint_save(const char *dir, zt_gpt2 *m, zt_optim *o, const zt_train_state *st);
 /* Loads into an existing model/optimizer of the same config (error naming what differs). */
 zt_status zt_checkpoint_load(const char *dir, zt_gpt2 *m, zt_optim *o, zt_train_state *st);
 /* Read only the state (to build the right model before loading). */
 zt_status zt_checkpoint_read_state(const char *dir, zt_train_state *st);
+/* The checkpoint folder dir names: the target of dir/latest (read once) when dir is a series,
+ * else dir itself when it holds a state.json. Errors say why there is none (nothing saved yet,
+ * or a first save that was interrupted). */
+zt_status zt_checkpoint_resolve(const char *dir, char *out, size_t cap);
+/* Remove the versions of a series beyond the newest keep (by save time; the one 'latest'
+ * names is always kept). Versions that hold files zerotrain did not write are left. */
+zt_status zt_checkpoint_prune(const char *dir, int keep);
 /* Load GPT-2 weights from a transformers safetensors file (model.safetensors of
  * GPT2LMHeadModel: zerotrain keeps HF's layouts, so no transposes; lm_head is tied to
  * wte). Save writes the same format plus an HF config.json beside it. */
@@ -138,6 +155,17 @@ zt_status zt_checkpoint_save_full(const char *dir, zt_gpt2 *m, zt_fsdp *f, zt_op
 zt_status zt_checkpoint_load_full(const char *dir, zt_gpt2 *m, zt_fsdp *f, zt_optim *o, zt_train_state *st);
 
 /* ------------------------------------------------ the training loop (src/train/loop.c) */
+/* The parts of a training step, in order (EVAL and SAVE only at the steps that do them). */
+typedef enum zt_train_phase {
+  ZT_TRAIN_PHASE_FORWARD = 0,
+  ZT_TRAIN_PHASE_BACKWARD,
+  ZT_TRAIN_PHASE_OPTIMIZER,
+  ZT_TRAIN_PHASE_EVAL,
+  ZT_TRAIN_PHASE_SAVE,
+  ZT_TRAIN_PHASE_COUNT
+} zt_train_phase;
+const char *zt_train_phase_name(zt_train_phase p); /* "forward", ... */
+
 typedef struct zt_train_config {
   char model[32];        /* preset name ("gpt2-tiny", ...) */
   int n_layer, n_head, n_embd, vocab_size, block_size; /* > 0: override the preset */
@@ -153,9 +181,13 @@ typedef struct zt_train_config {
   int threads;           /* 0: all cores */
   int64_t eval_every, eval_batches; /* eval_every 0: only at the end */
   char metrics[512];     /* JSON lines file; "" = none */
-  char save[512];        /* checkpoint dir; "" = none */
+  char save[512];        /* checkpoint series folder (a step-N folder per save, 'latest'); "" = none */
   int64_t save_every;    /* 0: only at the end */
-  char resume[512];      /* checkpoint dir to resume from */
+  int keep_checkpoints;  /* versions kept in the save folder (default 2; older ones are removed) */
+  char tensorboard[512]; /* TensorBoard event files go to this folder; "" = none */
+  char resume[512];      /* checkpoint to resume from (a series folder or one checkpoint folder) */
+  bool allow_config_change; /* resume although options that change the run's course differ from the
+                             * checkpoint's (the changes are reported either way) */
   char init_from[512];   /* transformers GPT-2 safetensors file */
   int64_t stop_at;       /* > 0: stop (and checkpoint) after this step; the schedule still uses steps */
   int64_t inject_nan_at; /* > 0: testing aid: make the loss NaN at this step */
@@ -173,6 +205,10 @@ typedef struct zt_train_config {
   bool save_full;           /* FSDP: --save-format full (gathered to rank 0) instead of sharded */
   zt_dtype mixed_precision; /* FSDP parameter and gradient-reduction dtype: f32 (none), bf16 or f16 (with
                              * dynamic loss scaling) */
+  double comm_timeout;      /* seconds a collective may wait for the other ranks (default 600; 0: forever) */
+  /* Optional: told when each part of a step starts (for progress shown inside long steps). */
+  void (*on_phase)(zt_train_phase phase, int64_t step, void *user_data);
+  void *phase_user_data;
 } zt_train_config;
 /* Defaults: gpt2-tiny on the default data (the values `zt train` shows in --help). */
 void zt_train_config_default(zt_train_config *c);
@@ -181,12 +217,25 @@ void zt_train_config_default(zt_train_config *c);
 zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *value);
 /* The model config a training config asks for: the preset plus explicit overrides. */
 zt_status zt_train_model_config(const zt_train_config *c, zt_gpt2_config *out);
-/* Read "key = value" lines (# comments) into c. Errors name the file and line. */
+/* Read a config file: "name = value" lines (the flag names, with or without the dashes), in
+ * file order, calling set for each. '#' starts a comment at the start of a line or after a
+ * blank ("run#1.jsonl" is a value); a value may be double-quoted ("a #b", with \" and \\).
+ * The file must be a regular text file of at most 1 MiB, without NUL bytes; a name given twice
+ * is an error. Errors name the file and line. */
+typedef zt_status (*zt_config_set_fn)(const char *name, const char *value, void *user_data);
+zt_status zt_config_file_read(const char *path, zt_config_set_fn set, void *user_data);
+/* zt_config_file_read with zt_train_config_set. */
 zt_status zt_train_config_load(zt_train_config *c, const char *path);
+/* The option parsers behind zt_train_config_set, for other commands' options: a decimal
+ * integer in [lo, hi]; a finite number in [lo, hi] (NaN refused). Errors name the option. */
+zt_status zt_config_parse_i64(const char *name, const char *value, int64_t lo, int64_t hi, int64_t *out);
+zt_status zt_config_parse_f64(const char *name, const char *value, double lo, double hi, double *out);
 
 typedef struct zt_train_step_info {
   int64_t step;           /* steps completed (1-based) */
+  int64_t first_step;     /* the first step of this run (> 1 when resumed) */
   int64_t total_steps;
+  double elapsed_s;       /* since this run's first step started */
   double loss, lr, grad_norm;
   double val_loss;        /* NaN when not evaluated at this step */
   double step_ms, tokens_per_s, mfu; /* mfu: model FLOP/s over the sgemm ceiling measured at start */
@@ -208,7 +257,21 @@ typedef struct zt_train_result {
   int64_t act_peak_predicted, act_peak; /* peak ACTIVATION bytes on cpu: predicted, measured over the run */
   char recompute_plan[128]; /* a letter per block: n none, s selective, f full ("..." when longer) */
   int64_t offload_peak_bytes; /* peak bytes in the activation offload tier (0: no offload) */
+  bool failed_together; /* the run failed on every rank at once, with the same message (a bad input found
+                         * before the first step, or a NaN loss): no rank is left waiting in a collective.
+                         * Any other failure under several ranks may leave the others waiting (until their
+                         * --comm-timeout): a program then ends the job (zt_comm_abort). */
 } zt_train_result;
+/* What differs between the options a checkpoint recorded (st->options) and c's, at world ranks:
+ * "name old -> new" items joined by ", " in buf ("" when nothing differs or the checkpoint
+ * recorded nothing), and *course set when a change alters the run's course (the continuation
+ * would not be bitwise): seed, batch, seq, the learning rate, its floor and warm-up, the optimizer
+ * and its settings, clipping, dropout, the training data, mixed precision. Changes of the step
+ * count, the validation data, the rank count or the sharding are reported but are not course
+ * changes. */
+zt_status zt_train_resume_changes(const zt_train_config *c, int world, const zt_train_state *st, char *buf,
+                                  size_t cap, bool *course);
+
 /* Train as configured, calling on_step after every step (the library prints nothing).
  * On NaN/inf loss it stops with ZT_STATUS_STATE and leaves the last checkpoint intact.
  * If model_out is not NULL it receives the trained model (caller frees). */
@@ -230,8 +293,9 @@ zt_status zt_train_setup_memory(zt_gpt2 *m, const zt_train_config *c, zt_train_r
 double zt_sgemm_gflops(int n, int reps);
 
 /* ------------------------------------------------ sampling (src/train/sample.c) */
+#define ZT_SAMPLE_MAX_LEN (1 << 20) /* tokens of a prompt, and tokens generated, per call */
 /* Generate n tokens after the prompt (autoregressive, eval mode, grad off), with
- * temperature (0: greedy) and top-k (0: all), from a private Philox stream (seed): the
+ * temperature (0: greedy, else in (0, 100]) and top-k (0: all), from a private Philox stream (seed): the
  * default generator is not touched. *out is malloc'd (prompt + generated ids). */
 zt_status zt_gpt2_sample(zt_gpt2 *m, const int32_t *prompt, int64_t n_prompt, int64_t n, double temperature,
                          int top_k, uint64_t seed, int32_t **out, int64_t *n_out);

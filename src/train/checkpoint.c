@@ -2,14 +2,10 @@
  * A checkpoint folder holds model.safetensors (HF GPT2LMHeadModel names, metadata
  * format=pt) + config.json (an HF GPT2Config) so transformers loads it as is, and
  * optim.safetensors + state.json for resuming. state.json is the commit record: written
- * last, it names a save id that the two tensor files carry too, so a folder whose save was
- * cut short is refused instead of resumed from mixed files. A save into a folder that holds
- * only checkpoint files is also atomic as a whole: it is written to a sibling folder that
- * then swaps places with the old one (renameat2 RENAME_EXCHANGE), so a crash at any point
- * leaves either the complete old checkpoint or the complete new one. */
-#include <dirent.h>
+ * last, it names a save id that the two tensor files carry too, so a folder whose files
+ * were mixed is refused instead of resumed from. Saves go into a series folder, one
+ * version per save behind an atomically swapped 'latest' link (src/train/checkpoint_dir.c). */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,9 +22,6 @@
 #define CK_FORMAT "zerotrain-checkpoint"
 #define CK_VERSION 1
 #define CK_PATH_CAP 4096
-
-static const char *const ck_files[] = {CK_MODEL, CK_CONFIG, CK_OPTIM, CK_STATE};
-#define CK_N_FILES 4
 
 static zt_status join(char *buf, const char *dir, const char *name) {
   int n = snprintf(buf, CK_PATH_CAP, "%s/%s", dir, name);
@@ -54,8 +47,7 @@ static const char *torch_dtype(zt_dtype dt) {
   }
 }
 
-/* Shortest "%.Ng" that reads back as the same double (0.1 rather than 0.10000000000000001). */
-static const char *fmt_double(char buf[32], double v) {
+const char *zt__fmt_double(char buf[32], double v) {
   for (int prec = 6; prec <= 17; prec++) {
     snprintf(buf, 32, "%.*g", prec, v);
     if (strtod(buf, NULL) == v) break;
@@ -67,7 +59,7 @@ static const char *fmt_double(char buf[32], double v) {
  * are the block size; the output layer is tied to wte. */
 static void hf_config_json(zt__buf *b, const zt_gpt2_config *c, zt_dtype dt) {
   char p[32];
-  fmt_double(p, c->dropout);
+  zt__fmt_double(p, c->dropout);
   zt__buf_printf(b,
                  "{\n"
                  "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
@@ -268,10 +260,15 @@ static void state_json(zt__buf *b, const ck_state *k, const char *extra) {
                  "\"block_size\": %d, \"dropout\": %s},\n",
                  CK_VERSION, k->save_id, (long long)st->step, (unsigned long long)st->rng.seed,
                  (unsigned long long)st->rng.offset, (unsigned long long)st->data.epoch, (long long)st->data.index,
-                 c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->block_size, fmt_double(dbuf, c->dropout));
+                 c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->block_size, zt__fmt_double(dbuf, c->dropout));
   if (st->loss_scale > 0)
-    zt__buf_printf(b, "  \"loss_scale\": {\"scale\": %s, \"good_steps\": %lld},\n", fmt_double(dbuf, st->loss_scale),
+    zt__buf_printf(b, "  \"loss_scale\": {\"scale\": %s, \"good_steps\": %lld},\n", zt__fmt_double(dbuf, st->loss_scale),
                    (long long)st->loss_scale_good);
+  if (st->options[0]) {
+    zt__buf_printf(b, "  \"options\": ");
+    zt__buf_json_string(b, st->options);
+    zt__buf_printf(b, ",\n");
+  }
   if (extra) zt__buf_printf(b, "%s", extra);
   zt__buf_printf(b, "  \"optimizer\": %s\n}\n", k->has_optim ? "true" : "false");
 }
@@ -385,6 +382,14 @@ static zt_status read_state(const char *dir, ck_state *k) {
     }
     if ((s = field_i64(path, j, "loss_scale", "good_steps", 0, INT64_MAX, &st->loss_scale_good))) goto out;
   }
+  if ((v = zt__json_get(j, "options"))) { /* recorded since the series layout; optional */
+    if (v->kind != ZT__JSON_STRING || strlen(v->str) >= sizeof st->options) {
+      s = ZT_ERR(ZT_STATUS_IO, "'%s': field 'options' must be a string of fewer than %zu bytes", path,
+                 sizeof st->options);
+      goto out;
+    }
+    memcpy(st->options, v->str, strlen(v->str) + 1);
+  }
   if ((s = field(path, j, "model", "dropout", &v))) goto out;
   if (!zt__json_f64(v, &c->dropout) || !(c->dropout >= 0 && c->dropout < 1)) {
     s = ZT_ERR(ZT_STATUS_IO, "'%s': field 'model.dropout' must be a number in [0, 1)", path);
@@ -410,8 +415,10 @@ zt_status zt__ck_read_state(const char *dir, zt_train_state *st, char save_id[64
   return ZT_OK;
 }
 
-zt_status zt_checkpoint_read_state(const char *dir, zt_train_state *st) {
+zt_status zt_checkpoint_read_state(const char *dir_in, zt_train_state *st) {
   if (!st) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_read_state: st is NULL");
+  char dir[CK_PATH_CAP];
+  ZT_TRY(zt_checkpoint_resolve(dir_in, dir, sizeof dir));
   ck_state k;
   ZT_TRY(read_state(dir, &k));
   *st = k.st;
@@ -443,159 +450,6 @@ static zt_status write_files(const char *into, zt_gpt2 *m, int n_opt, const char
   return s;
 }
 
-static bool is_ck_file(const char *name) {
-  for (int i = 0; i < CK_N_FILES; i++)
-    if (!strcmp(name, ck_files[i])) return true;
-  /* the files of a sharded checkpoint (src/train/checkpoint_sharded.c) */
-  int r, n, end = 0;
-  if (!strcmp(name, "index.json") ||
-      (sscanf(name, "shard-%d-of-%d.safetensors%n", &r, &n, &end) == 2 && end > 0 && !name[end]))
-    return true;
-  /* temp files of an interrupted zt_write_file_atomic: ".<name>.tmp.<pid>" */
-  return name[0] == '.' && strstr(name, ".tmp.") != NULL;
-}
-
-/* -1: cannot read; 0: empty; 1: only checkpoint files; 2: other files too. */
-static int dir_kind(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return -1;
-  int kind = 0;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-    if (!is_ck_file(e->d_name)) {
-      kind = 2;
-      break;
-    }
-    kind = 1;
-  }
-  closedir(d);
-  return kind;
-}
-
-/* Remove a staging folder made by an earlier save (only checkpoint files inside). */
-static bool remove_stage(const char *stage) {
-  DIR *d = opendir(stage);
-  if (!d) return errno == ENOENT;
-  struct dirent *e;
-  char path[CK_PATH_CAP];
-  while ((e = readdir(d)))
-    if (is_ck_file(e->d_name) && !join(path, stage, e->d_name)) unlink(path);
-  closedir(d);
-  return rmdir(stage) == 0;
-}
-
-void zt__ck_new_save_id(char id[64], int64_t step) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  snprintf(id, 64, "%llx-%llx-%lx", (unsigned long long)step,
-           (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec, (long)getpid());
-}
-
-zt_status zt__ck_stage_paths(const char *dir_in, zt__ck_stage *k) {
-  memset(k, 0, sizeof *k);
-  if (!dir_in || !*dir_in) return ZT_ERR(ZT_STATUS_INVALID_ARG, "checkpoint folder name is empty");
-  if (strlen(dir_in) >= CK_PATH_CAP - 32) return ZT_ERR(ZT_STATUS_INVALID_ARG, "path '%s' is too long", dir_in);
-  snprintf(k->dir, sizeof k->dir, "%s", dir_in);
-  for (size_t l = strlen(k->dir); l > 1 && k->dir[l - 1] == '/'; l--) k->dir[l - 1] = '\0';
-  const char *slash = strrchr(k->dir, '/');
-  k->base = slash ? slash + 1 : k->dir;
-  snprintf(k->parent, sizeof k->parent, "%.*s", slash ? (int)(slash == k->dir ? 1 : slash - k->dir) : 1,
-           slash ? k->dir : ".");
-  int sl = snprintf(k->stage, sizeof k->stage, "%s/.%s.saving", k->parent, k->base);
-  if (sl < 0 || sl >= (int)sizeof k->stage) return ZT_ERR(ZT_STATUS_INVALID_ARG, "path '%s' is too long", dir_in);
-  return ZT_OK;
-}
-
-void zt__ck_stage_set_mode(zt__ck_stage *k, zt__ck_mode mode) {
-  k->mode = mode;
-  k->into = mode == ZT__CK_MODE_IN_PLACE ? k->dir : k->stage;
-}
-
-zt_status zt__ck_stage_begin(const char *dir_in, zt__ck_stage *k) {
-  ZT_TRY(zt__ck_stage_paths(dir_in, k));
-  const char *dir = k->dir, *base = k->base;
-  /* A folder holding only checkpoint files (or none, or nothing yet) is replaced as a
-   * whole; a folder that holds other files too is updated file by file. */
-  struct stat sb;
-  zt__ck_mode mode;
-  if (lstat(dir, &sb) != 0) {
-    if (errno != ENOENT) return ZT_ERR(ZT_STATUS_IO, "cannot save checkpoint '%s': %s", dir, strerror(errno));
-    mode = ZT__CK_MODE_NEW;
-  } else if (S_ISLNK(sb.st_mode) || !*base || !strcmp(base, ".") || !strcmp(base, "..")) {
-    mode = ZT__CK_MODE_IN_PLACE; /* a link, "/", "." or "..": not a folder that can be swapped */
-  } else if (!S_ISDIR(sb.st_mode)) {
-    return ZT_ERR(ZT_STATUS_IO, "cannot save checkpoint '%s': it exists and is not a folder", dir);
-  } else {
-    int kind = dir_kind(dir);
-    if (kind < 0) return ZT_ERR(ZT_STATUS_IO, "cannot save checkpoint '%s': %s", dir, strerror(errno));
-    mode = kind == 0 ? ZT__CK_MODE_NEW : kind == 1 ? ZT__CK_MODE_SWAP : ZT__CK_MODE_IN_PLACE;
-  }
-  if (mode != ZT__CK_MODE_IN_PLACE && (!remove_stage(k->stage) || mkdir(k->stage, 0755) != 0)) {
-    if (lstat(dir, &sb) != 0) { /* no staging possible (e.g. parent not writable): make the folder */
-      if (mkdir(dir, 0755) != 0)
-        return ZT_ERR(ZT_STATUS_IO, "cannot create checkpoint folder '%s': %s", dir, strerror(errno));
-    }
-    mode = ZT__CK_MODE_IN_PLACE;
-  }
-  zt__ck_stage_set_mode(k, mode);
-  return ZT_OK;
-}
-
-void zt__ck_stage_abort(zt__ck_stage *k) {
-  if (k->mode != ZT__CK_MODE_IN_PLACE) remove_stage(k->stage);
-}
-
-/* Move every file of the stage into the folder, state.json last (an interruption is then
- * detected through the save ids). */
-static zt_status move_files(const char *stage, const char *dir) {
-  zt_status s = ZT_OK;
-  for (int pass = 0; pass < 2 && !s; pass++) {
-    DIR *d = opendir(stage);
-    if (!d) return ZT_ERR(ZT_STATUS_IO, "cannot save checkpoint '%s': cannot read '%s': %s", dir, stage,
-                          strerror(errno));
-    struct dirent *e;
-    while (!s && (e = readdir(d))) {
-      if (e->d_name[0] == '.' || (strcmp(e->d_name, CK_STATE) == 0) != (pass == 1)) continue;
-      char from[CK_PATH_CAP], to[CK_PATH_CAP];
-      if (!(s = join(from, stage, e->d_name)) && !(s = join(to, dir, e->d_name)) && rename(from, to) != 0)
-        s = ZT_ERR(ZT_STATUS_IO, "cannot save checkpoint '%s': moving '%s' into it failed: %s", dir, from,
-                   strerror(errno));
-    }
-    closedir(d);
-  }
-  if (!s) zt__fsync_dir(dir);
-  return s;
-}
-
-zt_status zt__ck_stage_commit(zt__ck_stage *k) {
-  if (k->mode == ZT__CK_MODE_IN_PLACE) return ZT_OK;
-  const char *dir = k->dir, *stage = k->stage;
-  zt_status s = ZT_OK;
-  if (k->mode == ZT__CK_MODE_NEW) {
-    /* rename() onto a missing or empty folder replaces it atomically. */
-    if (rename(stage, dir) != 0) {
-      s = ZT_ERR(ZT_STATUS_IO, "cannot save checkpoint '%s': renaming '%s' to it failed: %s", dir, stage,
-                 strerror(errno));
-      remove_stage(stage);
-      return s;
-    }
-  } else if (renameat2(AT_FDCWD, stage, AT_FDCWD, dir, RENAME_EXCHANGE) != 0) {
-    int e = errno;
-    if (e != EINVAL && e != ENOSYS && e != ENOTSUP) {
-      remove_stage(stage);
-      return ZT_ERR(ZT_STATUS_IO, "cannot save checkpoint '%s': swapping in '%s' failed: %s", dir, stage,
-                    strerror(e));
-    }
-    s = move_files(stage, dir); /* the filesystem cannot swap folders */
-  }
-  int e = zt__fsync_dir(k->parent);
-  if (!s && e)
-    s = ZT_ERR(ZT_STATUS_IO, "saved checkpoint '%s' but the fsync of '%s' failed: %s", dir, k->parent, strerror(e));
-  remove_stage(stage); /* after a swap it holds the previous checkpoint */
-  return s;
-}
-
 zt_status zt__checkpoint_save_arrays(const char *dir, zt_gpt2 *m, bool has_optim, int n_opt,
                                      const char *const *opt_names, zt_tensor *const *opt_tensors, int64_t opt_step,
                                      const zt_train_state *st) {
@@ -608,16 +462,11 @@ zt_status zt__checkpoint_save_arrays(const char *dir, zt_gpt2 *m, bool has_optim
   k.has_optim = has_optim;
   zt__ck_new_save_id(k.save_id, st->step);
   zt__ck_stage stage;
-  ZT_TRY(zt__ck_stage_begin(dir, &stage));
-  zt_status s = write_files(stage.into, m, n_opt, opt_names, opt_tensors, opt_step, &k);
+  ZT_TRY(zt__ck_stage_begin(dir, st->step, &stage));
+  zt_status s = write_files(stage.stage, m, n_opt, opt_names, opt_tensors, opt_step, &k);
   if (s) {
     zt__ck_stage_abort(&stage);
     return s;
-  }
-  if (stage.mode == ZT__CK_MODE_IN_PLACE) {
-    char path[CK_PATH_CAP];
-    if (!has_optim && !join(path, stage.dir, CK_OPTIM)) unlink(path); /* stale optimizer state of an older save */
-    return ZT_OK;
   }
   return zt__ck_stage_commit(&stage);
 }
@@ -652,8 +501,28 @@ static zt_status check_save_id(const char *dir, const char *file, const char *wa
   return s;
 }
 
-zt_status zt_checkpoint_load(const char *dir, zt_gpt2 *m, zt_optim *o, zt_train_state *st) {
+/* The optimizer's step count from optim.safetensors' metadata. */
+static zt_status read_optim_step(const char *dir, int64_t *out) {
+  char path[CK_PATH_CAP], *step = NULL;
+  ZT_TRY(join(path, dir, CK_OPTIM));
+  ZT_TRY(zt_safetensors_metadata(path, "step", &step));
+  char *end = NULL;
+  errno = 0;
+  long long v = step ? strtoll(step, &end, 10) : -1;
+  /* AdamW's bias correction reads the step as a double: beyond 2^53 it is not exact */
+  bool ok = step && *step && !*end && !errno && v >= 0 && v <= (1ll << 53);
+  free(step);
+  if (!ok)
+    return ZT_ERR(ZT_STATUS_IO, "'%s': metadata 'step' is missing or not an integer in [0, 2^53]: the file is damaged",
+                  path);
+  *out = v;
+  return ZT_OK;
+}
+
+zt_status zt_checkpoint_load(const char *dir_in, zt_gpt2 *m, zt_optim *o, zt_train_state *st) {
   if (!m) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_load: model is NULL");
+  char dir[CK_PATH_CAP];
+  ZT_TRY(zt_checkpoint_resolve(dir_in, dir, sizeof dir));
   ck_state k;
   ZT_TRY(read_state(dir, &k));
   const zt_gpt2_config *have = &k.st.model, *want = zt_gpt2_get_config(m);
@@ -676,7 +545,9 @@ zt_status zt_checkpoint_load(const char *dir, zt_gpt2 *m, zt_optim *o, zt_train_
                   dir, dir, CK_MODEL);
   /* Everything checkable is checked before the first tensor is overwritten. */
   ZT_TRY(check_save_id(dir, CK_MODEL, k.save_id));
+  int64_t opt_step = 0;
   if (o) ZT_TRY(check_save_id(dir, CK_OPTIM, k.save_id));
+  if (o) ZT_TRY(read_optim_step(dir, &opt_step));
   char path[CK_PATH_CAP];
   zt_param *params;
   int np = zt_gpt2_params(m, &params);
@@ -697,17 +568,10 @@ zt_status zt_checkpoint_load(const char *dir, zt_gpt2 *m, zt_optim *o, zt_train_
     int n_opt;
     const char *const *opt_names;
     zt_tensor *const *opt_tensors;
-    char *step = NULL;
     ZT_TRY(zt_optim_state(o, &n_opt, &opt_names, &opt_tensors));
     ZT_TRY(join(path, dir, CK_OPTIM));
     ZT_TRY(zt_safetensors_load_into(path, n_opt, opt_names, opt_tensors, true));
-    ZT_TRY(zt_safetensors_metadata(path, "step", &step));
-    char *end = NULL;
-    long long v = step ? strtoll(step, &end, 10) : -1;
-    bool ok = step && *step && !*end && v >= 0;
-    free(step);
-    if (!ok) return ZT_ERR(ZT_STATUS_IO, "'%s': metadata 'step' is missing or not an integer >= 0", path);
-    zt_optim_set_step_count(o, v);
+    zt_optim_set_step_count(o, opt_step);
   }
   if (st) *st = k.st;
   return ZT_OK;

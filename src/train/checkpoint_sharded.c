@@ -64,10 +64,24 @@ static void shape_json(zt__buf *b, int ndim, const int64_t *shape) {
   zt__buf_put(b, "]", 1);
 }
 
+/* The element count of a shape (dims >= 0), or -1 when it overflows an int64. */
 static int64_t numel_of(int ndim, const int64_t *shape) {
   int64_t n = 1;
-  for (int d = 0; d < ndim; d++) n *= shape[d];
+  for (int d = 0; d < ndim; d++)
+    if (shape[d] < 0 || __builtin_mul_overflow(n, shape[d], &n)) return -1;
   return n;
+}
+
+/* [start, start + count) lies within a parameter of numel elements (overflow-safe). */
+static bool range_ok(int64_t start, int64_t count, int64_t numel) {
+  int64_t end;
+  return numel >= 0 && start >= 0 && count >= 0 && !__builtin_add_overflow(start, count, &end) && end <= numel;
+}
+
+/* The name a piece's tensor has in a shard file: "<kind>.<param>". */
+static bool tensor_name_is(const char *tensor, zt__shard_kind kind, const char *param) {
+  size_t l = strlen(kind_names[kind]);
+  return !strncmp(tensor, kind_names[kind], l) && tensor[l] == '.' && !strcmp(tensor + l + 1, param);
 }
 
 /* ------------------------------------------------------------------ writing */
@@ -88,8 +102,8 @@ zt_status zt__shard_write(const char *into, int rank, int n_ranks, int n, const 
   zt__buf_put(&meta, "[", 1);
   for (int i = 0; i < n && !s; i++) {
     const zt__shard_piece *q = &p[i];
-    if (q->start < 0 || q->count < 0 || q->start + q->count > numel_of(q->ndim, q->shape) ||
-        zt_tensor_numel(q->t) != q->count || q->kind < 0 || q->kind >= ZT__SHARD_KIND_COUNT) {
+    if (!range_ok(q->start, q->count, numel_of(q->ndim, q->shape)) || zt_tensor_numel(q->t) != q->count ||
+        q->kind < 0 || q->kind >= ZT__SHARD_KIND_COUNT) {
       s = ZT_ERR(ZT_STATUS_INVALID_ARG, "writing '%s': piece '%s' (%s) has a bad range [%lld, +%lld) or tensor", path,
                  q->param, zt__shard_kind_name(q->kind), (long long)q->start, (long long)q->count);
       break;
@@ -129,26 +143,40 @@ out:
   return s;
 }
 
-/* One entry of a piece list (shard metadata or index): fields checked, strings copied. */
-static zt_status parse_entry(const char *what, const zt__json *v, zt__shard_entry *e) {
+/* One entry of a piece list (shard metadata or index; `what` names the file, i is the entry's
+ * index): fields checked, strings copied. */
+static zt_status parse_entry(const char *what, int i, const zt__json *v, zt__shard_entry *e) {
   const zt__json *t = zt__json_get(v, "tensor"), *p = zt__json_get(v, "param"), *k = zt__json_get(v, "kind"),
                  *sh = zt__json_get(v, "shape");
   int64_t start, count;
-  bool ok = t && t->kind == ZT__JSON_STRING && p && p->kind == ZT__JSON_STRING && k && k->kind == ZT__JSON_STRING &&
-            kind_parse(k->str, &e->kind) && sh && sh->kind == ZT__JSON_ARRAY && sh->n <= ZT_MAX_DIMS &&
-            zt__json_i64(zt__json_get(v, "start"), &start) && zt__json_i64(zt__json_get(v, "count"), &count);
-  for (int d = 0; ok && d < sh->n; d++) ok = zt__json_i64(&sh->items[d], &e->shape[d]) && e->shape[d] >= 0;
-  if (ok) {
-    e->ndim = sh->n;
-    e->start = start;
-    e->count = count;
-    ok = start >= 0 && count >= 0 && start + count <= numel_of(e->ndim, e->shape);
-  }
-  if (!ok)
-    return ZT_ERR(ZT_STATUS_IO,
-                  "%s: a tensor entry lacks tensor/param/kind/shape/start/count or has a bad value (the file is "
-                  "damaged or not from zerotrain)",
-                  what);
+  const char *bad = NULL;
+  if (v->kind != ZT__JSON_OBJECT) bad = "is not an object";
+  else if (!t || t->kind != ZT__JSON_STRING) bad = "has no \"tensor\" string";
+  else if (!p || p->kind != ZT__JSON_STRING || !*p->str) bad = "has no \"param\" string";
+  else if (!k || k->kind != ZT__JSON_STRING || !kind_parse(k->str, &e->kind)) bad = "has no known \"kind\"";
+  else if (!sh || sh->kind != ZT__JSON_ARRAY || sh->n > ZT_MAX_DIMS) bad = "has no \"shape\" list (at most 8 dims)";
+  else if (!zt__json_i64(zt__json_get(v, "start"), &start) || !zt__json_i64(zt__json_get(v, "count"), &count))
+    bad = "has no integer \"start\" and \"count\"";
+  for (int d = 0; !bad && d < sh->n; d++)
+    if (!zt__json_i64(&sh->items[d], &e->shape[d]) || e->shape[d] < 0) bad = "has a shape dimension that is not >= 0";
+  if (bad)
+    return ZT_ERR(ZT_STATUS_IO, "%s: tensor entry %d %s (the file is damaged or not from zerotrain)", what, i, bad);
+  e->ndim = sh->n;
+  e->start = start;
+  e->count = count;
+  char sb[128];
+  int64_t numel = numel_of(e->ndim, e->shape);
+  if (numel < 0)
+    return ZT_ERR(ZT_STATUS_IO, "%s: tensor entry %d ('%s'): the element count of shape %s overflows a 64-bit integer "
+                  "(the file is damaged)", what, i, p->str, zt_shape_str(e->ndim, e->shape, sb));
+  if (!range_ok(start, count, numel))
+    return ZT_ERR(ZT_STATUS_IO, "%s: tensor entry %d ('%s'): elements [%lld, +%lld) are not within its shape %s of "
+                  "%lld elements (the file is damaged)", what, i, p->str, (long long)start, (long long)count,
+                  zt_shape_str(e->ndim, e->shape, sb), (long long)numel);
+  if (!tensor_name_is(t->str, e->kind, p->str))
+    return ZT_ERR(ZT_STATUS_IO, "%s: tensor entry %d names tensor '%s' for %s of parameter '%s', which is stored as "
+                  "'%s.%s' (the file is damaged or was edited)", what, i, t->str, kind_names[e->kind], p->str,
+                  kind_names[e->kind], p->str);
   e->tensor = strdup(t->str);
   e->param = strdup(p->str);
   if (!e->tensor || !e->param) return ZT_ERR(ZT_STATUS_OOM, "%s: out of memory", what);
@@ -180,23 +208,58 @@ static zt_status write_text(const char *path, const zt__buf *b) {
   return zt_write_file_atomic(path, &chunk, &size, 1);
 }
 
-/* Entries of one shard file, from its metadata (checks it belongs to this save). */
-static zt_status shard_entries(const char *into, int rank, int n_ranks, const char *save_id, zt__json **pieces,
-                               char *path) {
-  char fname[64], *id = NULL, *text = NULL;
-  ZT_TRY(join(path, into, zt__shard_file_name(fname, rank, n_ranks)));
-  zt_status s = zt_safetensors_metadata(path, "zt_save_id", &id);
-  if (!s && (!id || strcmp(id, save_id)))
-    s = ZT_ERR(ZT_STATUS_IO, "'%s' is not from this save (save id %s, expected %s)", path, id ? id : "(none)",
-               save_id);
+static void entries_free(zt__shard_entry *e, int n) {
+  for (int i = 0; e && i < n; i++) entry_free(&e[i]);
+  free(e);
+}
+
+/* A shard file's own record of its pieces (its zt_pieces metadata), each entry checked, and
+ * its save id (malloc'd; NULL if it has none). */
+static zt_status load_pieces(const char *path, char **save_id, zt__shard_entry **out, int *n) {
+  *save_id = NULL;
+  *out = NULL;
+  *n = 0;
+  char *text = NULL;
+  zt__json *pieces = NULL;
+  zt_status s = zt_safetensors_metadata(path, "zt_save_id", save_id);
   if (!s) s = zt_safetensors_metadata(path, "zt_pieces", &text);
   if (!s && !text) s = ZT_ERR(ZT_STATUS_IO, "'%s' has no zt_pieces metadata: it is not a zerotrain shard file", path);
   char what[SH_PATH_CAP + 32];
   snprintf(what, sizeof what, "metadata of '%s'", path);
-  if (!s) s = zt__json_parse(text, strlen(text), what, pieces);
-  if (!s && (*pieces)->kind != ZT__JSON_ARRAY) s = ZT_ERR(ZT_STATUS_IO, "%s: zt_pieces is not a list", what);
-  free(id);
+  if (!s) s = zt__json_parse(text, strlen(text), what, &pieces);
+  if (!s && pieces->kind != ZT__JSON_ARRAY) s = ZT_ERR(ZT_STATUS_IO, "%s: zt_pieces is not a list", what);
+  if (!s && !(*out = calloc((size_t)pieces->n + 1, sizeof **out)))
+    s = ZT_ERR(ZT_STATUS_OOM, "reading '%s': out of memory", path);
+  for (int i = 0; !s && i < pieces->n; i++) {
+    *n = i + 1;
+    s = parse_entry(what, i, &pieces->items[i], &(*out)[i]);
+  }
+  zt__json_free(pieces);
   free(text);
+  if (s) {
+    entries_free(*out, *n);
+    free(*save_id);
+    *save_id = NULL;
+    *out = NULL;
+    *n = 0;
+  }
+  return s;
+}
+
+/* Entries of one shard file, from its metadata (checks it belongs to this save). */
+static zt_status shard_entries(const char *into, int rank, int n_ranks, const char *save_id, zt__shard_entry **e,
+                               int *n, char *path) {
+  char fname[64], *id = NULL;
+  ZT_TRY(join(path, into, zt__shard_file_name(fname, rank, n_ranks)));
+  zt_status s = load_pieces(path, &id, e, n);
+  if (!s && (!id || strcmp(id, save_id))) {
+    s = ZT_ERR(ZT_STATUS_IO, "'%s' is not from this save (save id %s, expected %s)", path, id ? id : "(none)",
+               save_id);
+    entries_free(*e, *n);
+    *e = NULL;
+    *n = 0;
+  }
+  free(id);
   return s;
 }
 
@@ -219,19 +282,15 @@ zt_status zt__shard_write_index(const char *into, int n_ranks, const char *strat
   zt_status s = ZT_OK;
   bool first = true;
   for (int r = 0; r < n_ranks && !s; r++) {
-    zt__json *pieces = NULL;
-    s = shard_entries(into, r, n_ranks, save_id, &pieces, path);
-    for (int i = 0; !s && i < pieces->n; i++) {
-      zt__shard_entry e = {0};
-      s = parse_entry(path, &pieces->items[i], &e);
-      if (!s) {
-        zt__buf_printf(&b, "%s", first ? "" : ",\n");
-        entry_json(&b, zt__shard_file_name(fname, r, n_ranks), &e);
-        first = false;
-      }
-      entry_free(&e);
+    zt__shard_entry *e = NULL;
+    int n = 0;
+    s = shard_entries(into, r, n_ranks, save_id, &e, &n, path);
+    for (int i = 0; !s && i < n; i++) {
+      zt__buf_printf(&b, "%s", first ? "" : ",\n");
+      entry_json(&b, zt__shard_file_name(fname, r, n_ranks), &e[i]);
+      first = false;
     }
-    zt__json_free(pieces);
+    entries_free(e, n);
   }
   zt__buf_printf(&b, "\n  ]\n}\n");
   if (!s) s = join(path, into, SH_INDEX);
@@ -260,6 +319,42 @@ void zt__shard_index_free(zt__shard_index *ix) {
   free(ix);
 }
 
+/* Entries in (param, kind, start) order. */
+static int cmp_entry(const void *a, const void *b) {
+  const zt__shard_entry *x = *(const zt__shard_entry *const *)a, *y = *(const zt__shard_entry *const *)b;
+  int c = strcmp(x->param, y->param);
+  if (c) return c;
+  if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
+  return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* The entries of one parameter agree on its shape, and the ranges of one (param, kind) do not
+ * overlap (each element is stored at most once): sorted, O(n log n). */
+static zt_status check_ranges(const zt__shard_index *ix, const char *path) {
+  const zt__shard_entry **o = malloc(sizeof *o * ((size_t)ix->n + 1));
+  if (!o) return ZT_ERR(ZT_STATUS_OOM, "reading '%s': out of memory", path);
+  for (int i = 0; i < ix->n; i++) o[i] = &ix->e[i];
+  qsort(o, (size_t)ix->n, sizeof *o, cmp_entry);
+  zt_status s = ZT_OK;
+  int64_t end = 0; /* the furthest end so far of the current (param, kind) */
+  for (int i = 0; i < ix->n && !s; i++) {
+    const zt__shard_entry *a = o[i], *b = i ? o[i - 1] : NULL;
+    bool same_param = b && !strcmp(a->param, b->param), same = same_param && a->kind == b->kind;
+    char sa[128], sb[128];
+    if (same_param && !zt_shape_equal(a->ndim, a->shape, b->ndim, b->shape))
+      s = ZT_ERR(ZT_STATUS_IO, "'%s': parameter '%s' is listed with two shapes, %s and %s (the file is damaged)", path,
+                 a->param, zt_shape_str(b->ndim, b->shape, sa), zt_shape_str(a->ndim, a->shape, sb));
+    else if (same && a->count > 0 && a->start < end)
+      s = ZT_ERR(ZT_STATUS_IO, "'%s': two entries of '%s' (%s) overlap: elements [%lld, %lld) are listed twice (the "
+                 "file is damaged)", path, a->param, kind_names[a->kind], (long long)a->start,
+                 (long long)(end < a->start + a->count ? end : a->start + a->count));
+    if (!same) end = 0;
+    if (a->count > 0 && a->start + a->count > end) end = a->start + a->count;
+  }
+  free(o);
+  return s;
+}
+
 static zt_status index_parse(zt__shard_index *ix, const zt__json *j, const char *path) {
   const zt__json *v = zt__json_get(j, "format");
   if (j->kind != ZT__JSON_OBJECT || !v || v->kind != ZT__JSON_STRING || strcmp(v->str, SH_FORMAT))
@@ -274,11 +369,17 @@ static zt_status index_parse(zt__shard_index *ix, const zt__json *j, const char 
   if (!id || id->kind != ZT__JSON_STRING || strlen(id->str) >= sizeof ix->save_id || !st ||
       st->kind != ZT__JSON_STRING || !opt || opt->kind != ZT__JSON_BOOL || !files || files->kind != ZT__JSON_ARRAY ||
       !ts || ts->kind != ZT__JSON_ARRAY || !zt__json_i64(zt__json_get(j, "world_size"), &x) || x < 1 ||
-      x > 1 << 20 || !zt__json_i64(zt__json_get(j, "optim_step"), &ix->optim_step) || ix->optim_step < 0)
+      x > 1 << 20)
     return ZT_ERR(ZT_STATUS_IO,
-                  "'%s': a field of save_id, world_size, strategy, optimizer, optim_step, files, tensors is missing or "
-                  "bad (the file is damaged)",
+                  "'%s': a field of save_id, world_size, strategy, optimizer, files, tensors is missing or bad (the "
+                  "file is damaged)",
                   path);
+  /* AdamW's bias correction reads the step as a double: beyond 2^53 it is not exact (and a
+   * step near 2^63 overflows when incremented) */
+  if (!zt__json_i64(zt__json_get(j, "optim_step"), &ix->optim_step) || ix->optim_step < 0 ||
+      ix->optim_step > ((int64_t)1 << 53))
+    return ZT_ERR(ZT_STATUS_IO, "'%s': field 'optim_step' is missing or not an integer in [0, 2^53] (the file is "
+                  "damaged)", path);
   ix->world = (int)x;
   snprintf(ix->save_id, sizeof ix->save_id, "%s", id->str);
   snprintf(ix->strategy, sizeof ix->strategy, "%s", st->str);
@@ -297,26 +398,15 @@ static zt_status index_parse(zt__shard_index *ix, const zt__json *j, const char 
   for (int i = 0; i < ts->n; i++) {
     const zt__json *f = zt__json_get(&ts->items[i], "file");
     zt__shard_entry *e = &ix->e[i];
-    ZT_TRY(parse_entry(path, &ts->items[i], e));
-    ix->n = i + 1;
+    ix->n = i + 1; /* freed with the index even when it fails half way */
+    ZT_TRY(parse_entry(path, i, &ts->items[i], e));
     e->file = -1;
     for (int k = 0; f && f->kind == ZT__JSON_STRING && k < ix->n_files && e->file < 0; k++)
       if (!strcmp(f->str, ix->files[k])) e->file = k;
-    if (e->file < 0) return ZT_ERR(ZT_STATUS_IO, "'%s': tensor '%s' names no file of the files list", path, e->tensor);
+    if (e->file < 0)
+      return ZT_ERR(ZT_STATUS_IO, "'%s': tensor entry %d ('%s') names no file of the files list", path, i, e->tensor);
   }
-  /* Ranges of one (param, kind) must not overlap and must agree on the shape. */
-  for (int i = 0; i < ix->n; i++)
-    for (int k = 0; k < i; k++) {
-      const zt__shard_entry *a = &ix->e[i], *b = &ix->e[k];
-      if (strcmp(a->param, b->param)) continue;
-      if (!zt_shape_equal(a->ndim, a->shape, b->ndim, b->shape))
-        return ZT_ERR(ZT_STATUS_IO, "'%s': parameter '%s' is listed with two shapes (the file is damaged)", path,
-                      a->param);
-      if (a->kind == b->kind && a->start < b->start + b->count && b->start < a->start + a->count)
-        return ZT_ERR(ZT_STATUS_IO, "'%s': two entries of '%s' (%s) overlap (the file is damaged)", path, a->param,
-                      kind_names[a->kind]);
-    }
-  return ZT_OK;
+  return check_ranges(ix, path);
 }
 
 zt_status zt__shard_index_read(const char *dir, zt__shard_index **out) {
@@ -365,7 +455,14 @@ bool zt__shard_index_has(const zt__shard_index *ix, const char *param, zt__shard
   return false;
 }
 
-/* First use of a shard file: it exists, is of this save and holds its listed tensors. */
+static int cmp_tensor(const void *a, const void *b) {
+  return strcmp(((const zt__shard_entry *)a)->tensor, ((const zt__shard_entry *)b)->tensor);
+}
+
+/* First use of a shard file: it exists, is of this save, its own record of its pieces matches
+ * its tensors (f32, count elements each), and every index entry that names it agrees with that
+ * record (same tensor, parameter, kind, shape and range): an index edited or mixed with another
+ * save cannot put a tensor's bytes into another parameter or range. */
 static zt_status check_file(zt__shard_index *ix, int f) {
   if (ix->checked[f]) return ZT_OK;
   char path[SH_PATH_CAP];
@@ -373,24 +470,50 @@ static zt_status check_file(zt__shard_index *ix, int f) {
   if (access(path, F_OK) != 0)
     return ZT_ERR(ZT_STATUS_IO, "checkpoint '%s': shard file '%s' is missing (%s lists it; the checkpoint is "
                   "incomplete: copy every shard-*-of-%d file)", ix->dir, path, SH_INDEX, ix->n_files);
-  char *id = NULL, **names = NULL;
-  int n = 0;
-  zt_status s = zt_safetensors_metadata(path, "zt_save_id", &id);
+  char *id = NULL;
+  zt__shard_entry *own = NULL;
+  zt__st_info *info = NULL;
+  int n_own = 0, n_info = 0;
+  zt_status s = load_pieces(path, &id, &own, &n_own);
   if (!s && (!id || strcmp(id, ix->save_id)))
     s = ZT_ERR(ZT_STATUS_IO, "checkpoint '%s': '%s' is not from the same save as state.json (save id %s, expected "
                "%s): a save was interrupted or files were mixed; use another checkpoint",
                ix->dir, path, id ? id : "(none)", ix->save_id);
-  if (!s) s = zt_safetensors_names(path, &n, &names);
+  if (!s) s = zt__safetensors_list(path, &n_info, &info);
+  if (!s) qsort(own, (size_t)n_own, sizeof *own, cmp_tensor);
+  for (int k = 0; !s && k < n_own; k++) {
+    const zt__shard_entry *p = &own[k];
+    const zt__st_info *t = zt__st_find(info, n_info, p->tensor);
+    if (k && !strcmp(own[k - 1].tensor, p->tensor))
+      s = ZT_ERR(ZT_STATUS_IO, "checkpoint '%s': the metadata of '%s' lists tensor '%s' twice (the file is damaged)",
+                 ix->dir, path, p->tensor);
+    else if (!t)
+      s = ZT_ERR(ZT_STATUS_IO, "checkpoint '%s': '%s' has no tensor '%s' (its own metadata lists it: the file is "
+                 "damaged)", ix->dir, path, p->tensor);
+    else if (strcmp(t->dtype, "F32") || t->numel != p->count)
+      s = ZT_ERR(ZT_STATUS_IO, "checkpoint '%s': tensor '%s' of '%s' is %s with %lld elements, but its metadata says "
+                 "F32 with %lld (the file is damaged)", ix->dir, p->tensor, path, t->dtype, (long long)t->numel,
+                 (long long)p->count);
+  }
   for (int i = 0; !s && i < ix->n; i++) {
-    if (ix->e[i].file != f) continue;
-    bool found = false;
-    for (int k = 0; k < n && !found; k++) found = !strcmp(names[k], ix->e[i].tensor);
-    if (!found)
-      s = ZT_ERR(ZT_STATUS_IO, "checkpoint '%s': '%s' has no tensor '%s' (%s lists it there)", ix->dir, path,
-                 ix->e[i].tensor, SH_INDEX);
+    const zt__shard_entry *e = &ix->e[i];
+    if (e->file != f) continue;
+    zt__shard_entry key = {.tensor = e->tensor};
+    const zt__shard_entry *p = bsearch(&key, own, (size_t)n_own, sizeof *own, cmp_tensor);
+    char a[128], b[128];
+    if (!p)
+      s = ZT_ERR(ZT_STATUS_IO, "checkpoint '%s': '%s' has no tensor '%s' (%s entry %d lists it there)", ix->dir, path,
+                 e->tensor, SH_INDEX, i);
+    else if (!zt_shape_equal(e->ndim, e->shape, p->ndim, p->shape) || e->start != p->start || e->count != p->count)
+      s = ZT_ERR(ZT_STATUS_IO, "checkpoint '%s': %s entry %d says tensor '%s' in '%s' holds elements [%lld, +%lld) of "
+                 "'%s' of shape %s, but the shard file says [%lld, +%lld) of shape %s: %s was edited or mixed with "
+                 "another save; use another checkpoint", ix->dir, SH_INDEX, i, e->tensor, path, (long long)e->start,
+                 (long long)e->count, e->param, zt_shape_str(e->ndim, e->shape, a), (long long)p->start,
+                 (long long)p->count, zt_shape_str(p->ndim, p->shape, b), SH_INDEX);
   }
   free(id);
-  free(names);
+  free(info);
+  entries_free(own, n_own);
   if (!s) ix->checked[f] = true;
   return s;
 }
@@ -406,6 +529,10 @@ zt_status zt__shard_read(zt__shard_index *ix, const char *param, zt__shard_kind 
   if (!dst || dst->dtype != ZT_DTYPE_F32 || !zt_tensor_is_contiguous(dst) || zt_tensor_numel(dst) != count)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt__shard_read('%s'): dst must be a contiguous f32 tensor of %lld elements",
                   param, (long long)count);
+  if (ndim < 0 || ndim > ZT_MAX_DIMS || start < 0 || count < 0 ||
+      (count > 0 && !range_ok(start, count, numel_of(ndim, shape))))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt__shard_read('%s'): elements [%lld, +%lld) are not within its shape",
+                  param, (long long)start, (long long)count);
   const zt__shard_entry **hits = calloc((size_t)ix->n + 1, sizeof *hits);
   if (!hits) return ZT_ERR(ZT_STATUS_OOM, "reading checkpoint '%s': out of memory", ix->dir);
   int nh = 0;
@@ -468,17 +595,19 @@ zt_status zt__shard_read(zt__shard_index *ix, const char *param, zt__shard_kind 
   return s;
 }
 
-bool zt_checkpoint_is_sharded(const char *dir) {
-  char path[SH_PATH_CAP];
-  if (!dir || join(path, dir, SH_INDEX)) return false;
+bool zt_checkpoint_is_sharded(const char *dir_in) {
+  char dir[SH_PATH_CAP], path[SH_PATH_CAP];
+  if (!dir_in || zt_checkpoint_resolve(dir_in, dir, sizeof dir) || join(path, dir, SH_INDEX)) return false;
   return access(path, F_OK) == 0;
 }
 
 /* ------------------------------------------------------------------ consolidation */
 
-zt_status zt_checkpoint_consolidate(const char *sharded_dir, const char *out_dir) {
-  if (!sharded_dir || !out_dir || !*out_dir)
+zt_status zt_checkpoint_consolidate(const char *sharded_in, const char *out_dir) {
+  if (!sharded_in || !out_dir || !*out_dir)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_consolidate: NULL folder or empty output folder name");
+  char sharded_dir[SH_PATH_CAP];
+  ZT_TRY(zt_checkpoint_resolve(sharded_in, sharded_dir, sizeof sharded_dir));
   zt__shard_index *ix = NULL;
   ZT_TRY(zt__shard_index_read(sharded_dir, &ix));
   /* Building the model draws its (overwritten) initial values from the default generator:
@@ -636,37 +765,36 @@ zt_status zt_checkpoint_save_sharded(const char *dir, zt_fsdp *f, zt_optim *o, c
   local_pieces L;
   zt_status s = collect_pieces(f, o, &L);
   if ((s = agree(f, s, "saving sharded checkpoint", dir))) goto out;
-  /* The lead rank prepares the folder; its mode and the save id go to the shard group. */
+  /* The lead rank prepares the folder; the version's name and the save id go to the shard group. */
   zt__ck_stage stage;
-  int64_t ctl[2 + CTL_ID] = {0};
+  int64_t ctl[1 + 2 * CTL_ID] = {0};
   char id[CTL_ID] = "";
   if (lead) {
     zt__ck_new_save_id(id, st->step);
-    s = zt__ck_stage_begin(dir, &stage);
+    s = zt__ck_stage_begin(dir, st->step, &stage);
     ctl[0] = s != ZT_OK;
-    ctl[1] = s ? 0 : stage.mode;
-    for (int i = 0; i < CTL_ID; i++) ctl[2 + i] = id[i];
+    for (int i = 0; i < CTL_ID; i++) ctl[1 + i] = id[i], ctl[1 + CTL_ID + i] = s ? 0 : stage.name[i];
   }
   zt_tensor *t = NULL;
   zt_mem_tag prev = zt_mem_tag_push(ZT_MEM_TAG_COMM);
-  zt_status c = zt_tensor_from_data(1, (int64_t[]){2 + CTL_ID}, ZT_DTYPE_I64, ctl, &t);
+  zt_status c = zt_tensor_from_data(1, (int64_t[]){1 + 2 * CTL_ID}, ZT_DTYPE_I64, ctl, &t);
   zt_mem_tag_pop(prev);
   if (!c) c = zt_broadcast(sc, t, 0);
-  for (int i = 0; !c && i < 2 + CTL_ID; i++) ctl[i] = (int64_t)zt_tensor_get(t, i);
+  for (int i = 0; !c && i < 1 + 2 * CTL_ID; i++) ctl[i] = (int64_t)zt_tensor_get(t, i);
   zt_tensor_free(t);
   if (!s) s = c;
   if (!s && writer && !lead) {
-    for (int i = 0; i < CTL_ID; i++) id[i] = (char)ctl[2 + i];
-    id[CTL_ID - 1] = '\0';
+    char name[CTL_ID];
+    for (int i = 0; i < CTL_ID; i++) id[i] = (char)ctl[1 + i], name[i] = (char)ctl[1 + CTL_ID + i];
+    id[CTL_ID - 1] = name[CTL_ID - 1] = '\0';
     s = ctl[0] ? ZT_ERR(ZT_STATUS_IO, "saving sharded checkpoint '%s' failed on rank 0 (its error says why)", dir)
-               : zt__ck_stage_paths(dir, &stage);
-    if (!s) zt__ck_stage_set_mode(&stage, (zt__ck_mode)ctl[1]);
+               : zt__ck_stage_join(dir, name, &stage);
   }
-  if (!s && writer) s = zt__shard_write(stage.into, r, n, L.n, L.p, id);
+  if (!s && writer) s = zt__shard_write(stage.stage, r, n, L.n, L.p, id);
   /* after this agreement every shard file is complete (or some rank failed) */
   s = agree(f, s, "saving sharded checkpoint", dir);
   if (lead && !ctl[0]) {
-    if (!s) s = zt__shard_write_index(stage.into, n, strategy_of(f), st, o != NULL, o ? zt_optim_step_count(o) : 0, id);
+    if (!s) s = zt__shard_write_index(stage.stage, n, strategy_of(f), st, o != NULL, o ? zt_optim_step_count(o) : 0, id);
     if (!s) s = zt__ck_stage_commit(&stage);
     else zt__ck_stage_abort(&stage);
   }
@@ -676,8 +804,10 @@ out:
   return s;
 }
 
-zt_status zt_checkpoint_load_sharded(const char *dir, zt_fsdp *f, zt_optim *o, zt_train_state *st) {
-  if (!dir || !f) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_load_sharded: NULL folder or fsdp");
+zt_status zt_checkpoint_load_sharded(const char *dir_in, zt_fsdp *f, zt_optim *o, zt_train_state *st) {
+  if (!dir_in || !f) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_load_sharded: NULL folder or fsdp");
+  char dir[SH_PATH_CAP];
+  ZT_TRY(zt_checkpoint_resolve(dir_in, dir, sizeof dir));
   zt__shard_index *ix = NULL;
   local_pieces L = {0};
   zt_status s = zt__shard_index_read(dir, &ix);
@@ -904,9 +1034,13 @@ static zt_status load_state_slices(const char *dir, const char *save_id, const l
                "%s, expected %s); use another checkpoint", dir, id ? id : "(none)", save_id);
   if (!s) s = zt_safetensors_metadata(path, "step", &step);
   char *end = NULL;
+  errno = 0;
   long long v = step ? strtoll(step, &end, 10) : -1;
-  if (!s && !(step && *step && !*end && v >= 0))
-    s = ZT_ERR(ZT_STATUS_IO, "'%s': metadata 'step' is missing or not an integer >= 0", path);
+  /* AdamW's bias correction reads the step as a double: beyond 2^53 it is not exact (and
+   * strtoll's clamp of a longer number to 2^63-1 overflows when the step is incremented) */
+  if (!s && !(step && *step >= '0' && *step <= '9' && !*end && !errno && v >= 0 && v <= (1ll << 53)))
+    s = ZT_ERR(ZT_STATUS_IO, "'%s': metadata 'step' is missing or not an integer in [0, 2^53] (the file is damaged)",
+               path);
   if (!s) s = zt_safetensors_names(path, &nn, &names);
   for (int i = L->n_params; i < L->n && !s; i++) {
     const zt__shard_piece *q = &L->p[i];
@@ -935,12 +1069,13 @@ static zt_status load_state_slices(const char *dir, const char *save_id, const l
   return s;
 }
 
-zt_status zt_checkpoint_load_full(const char *dir, zt_gpt2 *m, zt_fsdp *f, zt_optim *o, zt_train_state *st) {
-  if (!dir || !m || !f) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_load_full: NULL folder, model or fsdp");
-  char id[64] = "";
+zt_status zt_checkpoint_load_full(const char *dir_in, zt_gpt2 *m, zt_fsdp *f, zt_optim *o, zt_train_state *st) {
+  if (!dir_in || !m || !f) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_load_full: NULL folder, model or fsdp");
+  char id[64] = "", dir[SH_PATH_CAP];
   bool has_optim = false;
   local_pieces L = {0};
-  zt_status s = zt__ck_read_state(dir, NULL, id, &has_optim);
+  zt_status s = zt_checkpoint_resolve(dir_in, dir, sizeof dir);
+  if (!s) s = zt__ck_read_state(dir, NULL, id, &has_optim);
   if (!s && o && !has_optim)
     s = ZT_ERR(ZT_STATUS_STATE,
                "checkpoint '%s' holds no optimizer state (it was saved without one), so training cannot resume from "

@@ -1,13 +1,13 @@
 /* Training configuration: defaults, one setter shared by command-line flags and config
- * files (so both accept exactly the same names and values), and the config-file reader. */
-#include <ctype.h>
+ * files (so both accept exactly the same names and values, each range-checked), and the
+ * config-file reader (whole file, any line length, quoted values, a key once). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "zt/train.h"
+#include "train/fileio.h"
 
 void zt_train_config_default(zt_train_config *c) {
   memset(c, 0, sizeof *c);
@@ -33,6 +33,8 @@ void zt_train_config_default(zt_train_config *c) {
   c->shard = ZT_SHARD_NONE;
   c->prefetch = true;
   c->mixed_precision = ZT_DTYPE_F32;
+  c->keep_checkpoints = 2;
+  c->comm_timeout = 600;
 }
 
 static zt_status parse_bool(const char *key, const char *v, bool *out) {
@@ -42,36 +44,42 @@ static zt_status parse_bool(const char *key, const char *v, bool *out) {
   return ZT_OK;
 }
 
-static zt_status parse_i64(const char *key, const char *v, int64_t lo, int64_t *out) {
+zt_status zt_config_parse_i64(const char *key, const char *v, int64_t lo, int64_t hi, int64_t *out) {
   char *end;
   errno = 0;
   long long x = v ? strtoll(v, &end, 10) : 0;
-  if (!v || !*v || *end || errno || x < lo)
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "option '%s' needs an integer >= %lld (got '%s')", key, (long long)lo,
-                  v ? v : "");
+  if (!v || !*v || *end || errno || x < lo || x > hi)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "option '%s' needs an integer in [%lld, %lld] (got '%s')", key, (long long)lo,
+                  (long long)hi, v ? v : "");
   *out = x;
   return ZT_OK;
 }
 
-static zt_status parse_int(const char *key, const char *v, int lo, int *out) {
+/* Bounds that keep every size computed from the options far from int64 overflow. */
+#define ZT_MAX_ROWS (1ll << 20)  /* batch, seq, eval batches */
+#define ZT_MAX_STEPS (1ll << 40) /* step counts */
+#define ZT_CONFIG_MAX_BYTES (1 << 20) /* a config file is a few lines */
+
+static zt_status parse_int(const char *key, const char *v, int lo, int hi, int *out) {
   int64_t x = 0;
-  ZT_TRY(parse_i64(key, v, lo, &x));
-  if (x > 1 << 30) return ZT_ERR(ZT_STATUS_INVALID_ARG, "option '%s': %lld is too large", key, (long long)x);
+  ZT_TRY(zt_config_parse_i64(key, v, lo, hi, &x));
   *out = (int)x;
   return ZT_OK;
 }
 
-static zt_status parse_f64(const char *key, const char *v, double lo, double hi, double *out) {
+zt_status zt_config_parse_f64(const char *key, const char *v, double lo, double hi, double *out) {
   char *end;
   double x = v ? strtod(v, &end) : NAN;
-  if (!v || !*v || *end || !(x >= lo && x <= hi))
+  if (!v || !*v || *end || !(x >= lo && x <= hi)) /* NaN fails the range test too */
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "option '%s' needs a number in [%g, %g] (got '%s')", key, lo, hi, v ? v : "");
   *out = x;
   return ZT_OK;
 }
 
 static zt_status parse_str(const char *key, const char *v, char *dst, size_t cap) {
-  if (!v) return ZT_ERR(ZT_STATUS_INVALID_ARG, "option '%s' needs a value", key);
+  if (!v || !*v)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "option '%s' needs a value (got an empty one); leave the option out for its "
+                  "default", key);
   if (strlen(v) >= cap) return ZT_ERR(ZT_STATUS_INVALID_ARG, "option '%s': value is longer than %zu bytes", key, cap - 1);
   snprintf(dst, cap, "%s", v);
   return ZT_OK;
@@ -135,47 +143,51 @@ zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v
     ZT_TRY(parse_str(key, v, c->model, sizeof c->model));
     return zt_gpt2_preset(c->model, &g);
   }
-  if (!strcmp(key, "layers")) return parse_int(key, v, 1, &c->n_layer);
-  if (!strcmp(key, "heads")) return parse_int(key, v, 1, &c->n_head);
-  if (!strcmp(key, "dim")) return parse_int(key, v, 1, &c->n_embd);
-  if (!strcmp(key, "vocab")) return parse_int(key, v, 1, &c->vocab_size);
-  if (!strcmp(key, "ctx")) return parse_int(key, v, 1, &c->block_size);
-  if (!strcmp(key, "dropout")) return parse_f64(key, v, 0, 0.999, &c->dropout);
+  if (!strcmp(key, "layers")) return parse_int(key, v, 1, 4096, &c->n_layer);
+  if (!strcmp(key, "heads")) return parse_int(key, v, 1, 4096, &c->n_head);
+  if (!strcmp(key, "dim")) return parse_int(key, v, 1, 1 << 20, &c->n_embd);
+  if (!strcmp(key, "vocab")) return parse_int(key, v, 1, 1 << 28, &c->vocab_size);
+  if (!strcmp(key, "ctx")) return parse_int(key, v, 1, 1 << 24, &c->block_size);
+  if (!strcmp(key, "dropout")) return zt_config_parse_f64(key, v, 0, 0.999, &c->dropout);
   if (!strcmp(key, "data")) return parse_str(key, v, c->data, sizeof c->data);
   if (!strcmp(key, "val-data")) return parse_str(key, v, c->val_data, sizeof c->val_data);
-  if (!strcmp(key, "batch")) return parse_i64(key, v, 1, &c->batch);
-  if (!strcmp(key, "seq")) return parse_i64(key, v, 1, &c->seq);
-  if (!strcmp(key, "steps")) return parse_i64(key, v, 1, &c->steps);
-  if (!strcmp(key, "lr")) return parse_f64(key, v, 0, 10, &c->lr);
-  if (!strcmp(key, "min-lr")) return parse_f64(key, v, 0, 10, &c->min_lr);
-  if (!strcmp(key, "warmup")) return parse_i64(key, v, 0, &c->warmup);
+  if (!strcmp(key, "batch")) return zt_config_parse_i64(key, v, 1, ZT_MAX_ROWS, &c->batch);
+  if (!strcmp(key, "seq")) return zt_config_parse_i64(key, v, 1, ZT_MAX_ROWS, &c->seq);
+  if (!strcmp(key, "steps")) return zt_config_parse_i64(key, v, 1, ZT_MAX_STEPS, &c->steps);
+  if (!strcmp(key, "lr")) return zt_config_parse_f64(key, v, 0, 10, &c->lr);
+  if (!strcmp(key, "min-lr")) return zt_config_parse_f64(key, v, 0, 10, &c->min_lr);
+  if (!strcmp(key, "warmup")) return zt_config_parse_i64(key, v, 0, ZT_MAX_STEPS, &c->warmup);
   if (!strcmp(key, "optimizer")) {
     if (v && !strcmp(v, "adamw")) c->optimizer = ZT_OPTIM_ADAMW;
     else if (v && !strcmp(v, "sgd")) c->optimizer = ZT_OPTIM_SGD;
     else return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'optimizer' is adamw or sgd (got '%s')", v ? v : "");
     return ZT_OK;
   }
-  if (!strcmp(key, "weight-decay")) return parse_f64(key, v, 0, 10, &c->weight_decay);
-  if (!strcmp(key, "beta1")) return parse_f64(key, v, 0, 0.999999, &c->beta1);
-  if (!strcmp(key, "beta2")) return parse_f64(key, v, 0, 0.999999, &c->beta2);
-  if (!strcmp(key, "momentum")) return parse_f64(key, v, 0, 0.999999, &c->momentum);
-  if (!strcmp(key, "grad-clip")) return parse_f64(key, v, 0, 1e9, &c->grad_clip);
+  if (!strcmp(key, "weight-decay")) return zt_config_parse_f64(key, v, 0, 10, &c->weight_decay);
+  if (!strcmp(key, "beta1")) return zt_config_parse_f64(key, v, 0, 0.999999, &c->beta1);
+  if (!strcmp(key, "beta2")) return zt_config_parse_f64(key, v, 0, 0.999999, &c->beta2);
+  if (!strcmp(key, "momentum")) return zt_config_parse_f64(key, v, 0, 0.999999, &c->momentum);
+  if (!strcmp(key, "grad-clip")) return zt_config_parse_f64(key, v, 0, 1e9, &c->grad_clip);
   if (!strcmp(key, "seed")) {
     int64_t s = 0;
-    ZT_TRY(parse_i64(key, v, 0, &s));
+    ZT_TRY(zt_config_parse_i64(key, v, 0, INT64_MAX, &s));
     c->seed = (uint64_t)s;
     return ZT_OK;
   }
-  if (!strcmp(key, "threads")) return parse_int(key, v, 0, &c->threads);
-  if (!strcmp(key, "eval-every")) return parse_i64(key, v, 0, &c->eval_every);
-  if (!strcmp(key, "eval-batches")) return parse_i64(key, v, 1, &c->eval_batches);
+  if (!strcmp(key, "threads")) return parse_int(key, v, 0, 4096, &c->threads);
+  if (!strcmp(key, "eval-every")) return zt_config_parse_i64(key, v, 0, ZT_MAX_STEPS, &c->eval_every);
+  if (!strcmp(key, "eval-batches")) return zt_config_parse_i64(key, v, 1, ZT_MAX_ROWS, &c->eval_batches);
   if (!strcmp(key, "metrics")) return parse_str(key, v, c->metrics, sizeof c->metrics);
   if (!strcmp(key, "save")) return parse_str(key, v, c->save, sizeof c->save);
-  if (!strcmp(key, "save-every")) return parse_i64(key, v, 0, &c->save_every);
+  if (!strcmp(key, "keep-checkpoints")) return parse_int(key, v, 1, 1000, &c->keep_checkpoints);
+  if (!strcmp(key, "tensorboard")) return parse_str(key, v, c->tensorboard, sizeof c->tensorboard);
+  if (!strcmp(key, "comm-timeout")) return zt_config_parse_f64(key, v, 0, 1e7, &c->comm_timeout);
+  if (!strcmp(key, "allow-config-change")) return parse_bool(key, v, &c->allow_config_change);
+  if (!strcmp(key, "save-every")) return zt_config_parse_i64(key, v, 0, ZT_MAX_STEPS, &c->save_every);
   if (!strcmp(key, "resume")) return parse_str(key, v, c->resume, sizeof c->resume);
   if (!strcmp(key, "init-from")) return parse_str(key, v, c->init_from, sizeof c->init_from);
-  if (!strcmp(key, "stop-at")) return parse_i64(key, v, 0, &c->stop_at);
-  if (!strcmp(key, "inject-nan-at")) return parse_i64(key, v, 0, &c->inject_nan_at);
+  if (!strcmp(key, "stop-at")) return zt_config_parse_i64(key, v, 0, ZT_MAX_STEPS, &c->stop_at);
+  if (!strcmp(key, "inject-nan-at")) return zt_config_parse_i64(key, v, 0, ZT_MAX_STEPS, &c->inject_nan_at);
   if (!strcmp(key, "recompute")) return parse_recompute(c, v);
   if (!strcmp(key, "offload-activations")) {
     static const char *const names[] = {"none", "bf16", "disk", "host"};
@@ -188,7 +200,7 @@ zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v
                   v ? v : "");
   }
   if (!strcmp(key, "offload-dir")) return parse_str(key, v, c->offload_dir, sizeof c->offload_dir);
-  if (!strcmp(key, "checkpoint-every")) return parse_int(key, v, 1, &c->checkpoint_every);
+  if (!strcmp(key, "checkpoint-every")) return parse_int(key, v, 1, 4096, &c->checkpoint_every);
   if (!strcmp(key, "shard")) {
     zt_status s = zt_shard_strategy_parse(v ? v : "", &c->shard, &c->hybrid_group);
     return s ? zt__error_prefix(s, "option 'shard'") : ZT_OK;
@@ -216,35 +228,108 @@ zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v
   return ZT_ERR(ZT_STATUS_INVALID_ARG, "unknown option '%s' (see zt train --help)", key);
 }
 
-static char *trim(char *s) {
-  while (isspace((unsigned char)*s)) s++;
-  char *e = s + strlen(s);
-  while (e > s && isspace((unsigned char)e[-1])) *--e = '\0';
+/* ------------------------------------------------------------------ config files */
+
+static bool is_space(char ch) { return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\v' || ch == '\f'; }
+
+/* The value part of a line (after '='): a double-quoted string (\" and \\ escapes), or the
+ * text up to a '#' that starts the line's comment (one preceded by a blank), trimmed. */
+static zt_status line_value(char *v, const char *path, int lineno, char **out) {
+  while (is_space(*v)) v++;
+  if (*v == '"') {
+    char *w = v, *r = v + 1;
+    for (; *r && *r != '"'; r++) {
+      if (*r == '\\' && (r[1] == '"' || r[1] == '\\')) r++;
+      *w++ = *r;
+    }
+    if (*r != '"')
+      return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s:%d: the quoted value has no closing '\"'", path, lineno);
+    *w = '\0';
+    for (r++; is_space(*r); r++) {}
+    if (*r && *r != '#')
+      return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s:%d: text after the closing quote ('%s'); start a comment with #", path,
+                    lineno, r);
+    *out = v;
+    return ZT_OK;
+  }
+  for (char *h = v; *h; h++)
+    if (*h == '#' && (h == v || is_space(h[-1]))) {
+      *h = '\0';
+      break;
+    }
+  char *e = v + strlen(v);
+  while (e > v && is_space(e[-1])) *--e = '\0';
+  *out = v;
+  return ZT_OK;
+}
+
+zt_status zt_config_file_read(const char *path, zt_config_set_fn set, void *user_data) {
+  if (!path || !*path) return ZT_ERR(ZT_STATUS_INVALID_ARG, "config file name is empty");
+  void *data = NULL;
+  size_t size = 0;
+  ZT_TRY(zt__read_regular_file(path, ZT_CONFIG_MAX_BYTES, "config file", &data, &size));
+  char *text = data;
+  if (memchr(text, '\0', size)) {
+    size_t at = (size_t)((char *)memchr(text, '\0', size) - text);
+    int line = 1;
+    for (size_t i = 0; i < at; i++) line += text[i] == '\n';
+    free(data);
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s:%d: holds a NUL byte: it is not a text config file", path, line);
+  }
+  /* keys seen so far, with their lines, to refuse a key given twice */
+  char **keys = NULL;
+  int *key_lines = NULL, n_keys = 0;
+  zt_status s = ZT_OK;
+  int lineno = 0;
+  for (char *line = text; s == ZT_OK && line < text + size;) {
+    char *nl = memchr(line, '\n', (size_t)(text + size - line));
+    if (nl) *nl = '\0';
+    else text[size] = '\0'; /* zt__read_regular_file leaves a spare NUL after the data */
+    lineno++;
+    char *l = line;
+    line = nl ? nl + 1 : text + size;
+    while (is_space(*l)) l++;
+    if (!*l || *l == '#') continue;
+    char *eq = strchr(l, '=');
+    if (!eq) {
+      s = ZT_ERR(ZT_STATUS_INVALID_ARG, "%s:%d: expected 'name = value', got '%.80s'", path, lineno, l);
+      break;
+    }
+    char *ke = eq;
+    while (ke > l && is_space(ke[-1])) ke--;
+    *ke = '\0';
+    char *key = !strncmp(l, "--", 2) ? l + 2 : l, *val = NULL;
+    if ((s = line_value(eq + 1, path, lineno, &val))) break;
+    if (!strcmp(key, "config")) {
+      s = ZT_ERR(ZT_STATUS_INVALID_ARG, "%s:%d: a config file cannot name another config file", path, lineno);
+      break;
+    }
+    for (int k = 0; k < n_keys && !s; k++)
+      if (!strcmp(keys[k], key))
+        s = ZT_ERR(ZT_STATUS_INVALID_ARG, "%s:%d: '%s' is set twice (also on line %d); keep one", path, lineno, key,
+                   key_lines[k]);
+    if (s) break;
+    char **gk = realloc(keys, sizeof *keys * (size_t)(n_keys + 1));
+    int *gl = gk ? realloc(key_lines, sizeof *key_lines * (size_t)(n_keys + 1)) : NULL;
+    if (gk) keys = gk;
+    if (gl) key_lines = gl;
+    if (!gk || !gl) {
+      s = ZT_ERR(ZT_STATUS_OOM, "out of host memory reading '%s'", path);
+      break;
+    }
+    keys[n_keys] = key;
+    key_lines[n_keys++] = lineno;
+    if (set(key, val, user_data) != ZT_OK) s = zt__error_prefix(ZT_STATUS_INVALID_ARG, "%s:%d", path, lineno);
+  }
+  free(keys);
+  free(key_lines);
+  free(data);
   return s;
 }
 
+static zt_status set_train(const char *key, const char *value, void *c) { return zt_train_config_set(c, key, value); }
+
 zt_status zt_train_config_load(zt_train_config *c, const char *path) {
-  FILE *f = fopen(path, "r");
-  if (!f) return ZT_ERR(ZT_STATUS_IO, "cannot open config file '%s': %s", path, strerror(errno));
-  char line[1200];
-  int lineno = 0;
-  zt_status s = ZT_OK;
-  while (s == ZT_OK && fgets(line, sizeof line, f)) {
-    lineno++;
-    char *hash = strchr(line, '#');
-    if (hash) *hash = '\0';
-    char *l = trim(line);
-    if (!*l) continue;
-    char *eq = strchr(l, '=');
-    if (!eq) {
-      s = ZT_ERR(ZT_STATUS_INVALID_ARG, "%s:%d: expected 'key = value', got '%s'", path, lineno, l);
-      break;
-    }
-    *eq = '\0';
-    char *key = trim(l), *val = trim(eq + 1);
-    if (!strncmp(key, "--", 2)) key += 2;
-    if (zt_train_config_set(c, key, val) != ZT_OK) s = zt__error_prefix(ZT_STATUS_INVALID_ARG, "%s:%d", path, lineno);
-  }
-  fclose(f);
-  return s;
+  if (!c) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config_load: config is NULL");
+  return zt_config_file_read(path, set_train, c);
 }

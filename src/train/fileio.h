@@ -10,6 +10,24 @@
  * that refuse fsync on folders (EINVAL) count as success. */
 int zt__fsync_dir(const char *dir);
 
+/* ------------------------------------------------ reading files */
+/* What zt_read_file reads at most: 16 GiB (text to tokenize is the large case; the ids it
+ * becomes take 4 bytes per byte of text). */
+#define ZT__READ_FILE_MAX ((size_t)16 << 30)
+/* Caps of the small files: JSON files (state.json, index.json, config.json) and config
+ * files; GPT-2's encoder.json (1 MB) and vocab.bpe (0.5 MB). */
+#define ZT__READ_JSON_MAX ((size_t)256 << 20)
+#define ZT__READ_BPE_MAX ((size_t)256 << 20)
+/* Open path for reading (O_RDONLY | O_NONBLOCK | O_CLOEXEC, so a FIFO cannot block) and
+ * refuse anything but a regular file, naming what it is (a folder, a FIFO, a device...).
+ * what names the file's role in messages ("token file"). On success *fd is open (the caller
+ * closes it) and *size is the file's size. */
+zt_status zt__open_regular_file(const char *path, const char *what, int *fd, uint64_t *size);
+/* Read a whole regular file of at most max_bytes bytes (larger ones are refused, naming the
+ * limit) into a malloc'd buffer with a NUL after the last byte (text can be used as a C
+ * string); the caller frees *data. Non-regular files are refused as above. */
+zt_status zt__read_regular_file(const char *path, size_t max_bytes, const char *what, void **data, size_t *size);
+
 /* ------------------------------------------------ text buffer */
 /* Appends never fail visibly: on OOM the buffer sets .oom and ignores further text, so
  * a writer checks once at the end. */
@@ -39,16 +57,19 @@ typedef struct zt__json {
   bool boolean;
   char *str;              /* STRING: the unescaped value (UTF-8); NUMBER: its text as written */
   int n;                  /* ARRAY/OBJECT: number of items */
-  struct zt__json *items; /* ARRAY/OBJECT items, in file order */
+  struct zt__json *items; /* ARRAY/OBJECT items, in file order: iterate these to visit every member */
   char **keys;            /* OBJECT: key of each item (unique: duplicates are a parse error) */
+  int *order;             /* OBJECT of more than a few members: item indices sorted by key */
 } zt__json;
 
 /* Parse text[0, len) as one JSON value (whitespace around it allowed). `what` names the
  * input in error messages ("header of 'a.safetensors'"); errors give line and column.
- * Strings may not contain NUL (\u0000); nesting deeper than 64 is refused. */
+ * Strings may not contain NUL (\u0000); nesting deeper than 64 is refused. Duplicate keys
+ * are found by sorting (O(n log n) per object); the error names the key and its line. */
 zt_status zt__json_parse(const char *text, size_t len, const char *what, zt__json **out);
 void zt__json_free(zt__json *j);
-/* Member of an object (NULL if j is not an object or has no such key). */
+/* Member of an object (NULL if j is not an object or has no such key): a binary search,
+ * O(log n), so looking up every member of a large object is O(n log n). */
 const zt__json *zt__json_get(const zt__json *j, const char *key);
 /* Exact integer conversions of a NUMBER written without fraction or exponent (false if
  * j is not one or the value does not fit). */
@@ -57,28 +78,45 @@ bool zt__json_u64(const zt__json *j, uint64_t *out);
 /* Any NUMBER as a double. */
 bool zt__json_f64(const zt__json *j, double *out);
 
+/* ------------------------------------------------ safetensors (src/train/safetensors.c) */
+typedef struct zt__st_info {
+  const char *name;  /* points into the same allocation */
+  const char *dtype; /* "F32", "BF16", ... (a static string) */
+  int ndim;
+  int64_t shape[ZT_MAX_DIMS];
+  int64_t numel;
+} zt__st_info;
+/* Every tensor of a (validated) safetensors file with its dtype and shape, sorted by name
+ * (zt__st_find looks one up); one malloc'd block, free it with free(). */
+zt_status zt__safetensors_list(const char *path, int *n, zt__st_info **out);
+const zt__st_info *zt__st_find(const zt__st_info *info, int n, const char *name);
+
 /* ------------------------------------------------ checkpoint folders (src/train/checkpoint.c)
  * Shared by the single-process and the sharded checkpoints (src/train/checkpoint_sharded.c). */
+/* Shortest "%.Ng" that reads back as the same double (0.1 rather than 0.10000000000000001). */
+const char *zt__fmt_double(char buf[32], double v);
 /* state.json text for st (extra: more members, each "  \"key\": value,\n", or NULL). */
 void zt__ck_state_json(zt__buf *b, const zt_train_state *st, const char *save_id, bool has_optim, const char *extra);
-/* Read dir/state.json (errors name the file and field); outputs may be NULL. */
+/* Read dir/state.json of one checkpoint folder (a series is resolved first: zt_checkpoint_resolve);
+ * errors name the file and field; outputs may be NULL. */
 zt_status zt__ck_read_state(const char *dir, zt_train_state *st, char save_id[64], bool *has_optim);
-/* A fresh save id for a save at this step (unique per save). */
+/* A fresh save id for a save at this step (unique per save; its second field is the save
+ * time in ns, which orders the versions of a series). */
 void zt__ck_new_save_id(char id[64], int64_t step);
-/* The whole-folder atomic save: begin picks where files go (a sibling staging folder that
- * commit swaps with dir, or dir itself when dir holds other files), commit makes it visible
- * (state.json last), abort removes the staging folder. */
-typedef enum zt__ck_mode { ZT__CK_MODE_NEW = 0, ZT__CK_MODE_SWAP, ZT__CK_MODE_IN_PLACE } zt__ck_mode;
+/* One save into a checkpoint series folder (src/train/checkpoint_dir.c): begin creates the
+ * folder if needed, removes staging folders of interrupted saves, picks the version name
+ * (step-<N>, or step-<N>-<k> when taken) and creates the staging folder the files go into;
+ * commit renames it to the version name and then points 'latest' at it (an atomic rename of
+ * a new link); abort removes the staging folder. Ranks other than the one that began get the
+ * same paths from the version name with join (no file system access). */
 typedef struct zt__ck_stage {
-  char dir[4096], parent[4096], stage[4096];
-  const char *base;  /* last component of dir (points into dir) */
-  zt__ck_mode mode;
-  const char *into;  /* the folder to write the files into: dir or stage */
+  char dir[4096];   /* the series folder */
+  char name[64];    /* the version ("step-00000100") */
+  char stage[4096]; /* dir/.<name>.saving: where the files are written */
+  char final[4096]; /* dir/<name> */
 } zt__ck_stage;
-/* Paths only (no file system access): for ranks that learn the mode from the rank that began. */
-zt_status zt__ck_stage_paths(const char *dir, zt__ck_stage *k);
-void zt__ck_stage_set_mode(zt__ck_stage *k, zt__ck_mode mode);
-zt_status zt__ck_stage_begin(const char *dir, zt__ck_stage *k);
+zt_status zt__ck_stage_begin(const char *dir, int64_t step, zt__ck_stage *k);
+zt_status zt__ck_stage_join(const char *dir, const char *name, zt__ck_stage *k);
 zt_status zt__ck_stage_commit(zt__ck_stage *k);
 void zt__ck_stage_abort(zt__ck_stage *k);
 /* zt_checkpoint_save with the optimizer state given as arrays (full-shaped, named

@@ -1,8 +1,10 @@
 /* The training loop behind `zt train`: builds the model, data, optimizer and schedule
  * from a zt_train_config, resumes from a checkpoint when asked, and runs steps
  * (forward, backward, clip, AdamW/SGD), evaluating and checkpointing on schedule.
- * Resume is bitwise: the RNG state, data position, optimizer state and step are saved
- * at step boundaries. A NaN/inf loss stops the run before anything is saved. */
+ * Every input is checked before step 1, on every rank, and the ranks agree on the outcome
+ * and on their options before their first collective. Resume is bitwise: the RNG state,
+ * data position, optimizer state and step are saved at step boundaries. A NaN/inf loss
+ * stops the run before anything is saved. */
 #include <cblas.h>
 #include <errno.h>
 #include <math.h>
@@ -11,8 +13,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "train/parallel.h"
+#include "train/run_log.h"
+#include "train/run_options.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -64,24 +69,38 @@ typedef struct run {
   zt_gpt2 *model;
   zt_optim *opt;
   zt_tokens *train, *val;
-  zt_loader *loader;
+  zt_loader *loader, *val_loader;
   zt_tensor *x, *y;
-  FILE *metrics;
+  zt__run_log *log;
   zt__train_dp dp;
   bool scaling;          /* f16: dynamic loss scaling */
   zt_loss_scaler scaler;
+  int64_t start;         /* steps done before this run (resumed) */
+  int64_t saved_step;    /* step of the last checkpoint this run wrote (0: none yet) */
+  char options[4096];    /* recorded in checkpoints */
 } run;
 
 static void run_free(run *r) {
   zt_tensor_free(r->x);
   zt_tensor_free(r->y);
   zt_loader_free(r->loader);
+  zt_loader_free(r->val_loader);
   zt_tokens_free(r->train);
   zt_tokens_free(r->val);
   zt_optim_free(r->opt);
   zt__train_dp_free(&r->dp); // before the model: FSDP's hooks sit on its modules
   zt_gpt2_free(r->model);
-  if (r->metrics) fclose(r->metrics);
+  zt__run_log_close(r->log);
+}
+
+const char *zt_train_phase_name(zt_train_phase p) {
+  static const char *const names[ZT_TRAIN_PHASE_COUNT] = {"forward", "backward", "optimizer", "evaluation",
+                                                          "checkpoint"};
+  return p >= 0 && p < ZT_TRAIN_PHASE_COUNT ? names[p] : "?";
+}
+
+static void phase(const run *r, zt_train_phase p, int64_t step) {
+  if (r->c->on_phase) r->c->on_phase(p, step, r->c->phase_user_data);
 }
 
 /* Split off the last tenth of a token stream as validation data. */
@@ -103,7 +122,8 @@ static zt_status split_tail(zt_tokens *all, zt_tokens **val) {
 }
 
 /* Training data: the token file, or the built-in set; validation data: --val-data if
- * given, else the built-in split, else the last tenth of the token file. */
+ * given, else the built-in split, else the last tenth of the token file. Both loaders are
+ * made here, so data too small for the batch is an error before step 1. */
 static zt_status load_data(run *r) {
   const zt_train_config *c = r->c;
   if (!c->data[0])
@@ -117,83 +137,131 @@ static zt_status load_data(run *r) {
   } else if (c->data[0]) {
     ZT_TRY(split_tail(r->train, &r->val));
   }
+  const char *train_name = c->data[0] ? c->data : "(built-in)";
+  const char *val_name = c->val_data[0] ? c->val_data : c->data[0] ? "(last tenth of --data)" : "(built-in)";
   zt_status s = zt_tokens_check_range(r->train, r->g.vocab_size);
-  if (s) return zt__error_prefix(s, "training data '%s'", c->data[0] ? c->data : "(default)");
+  if (s) return zt__error_prefix(s, "training data '%s'", train_name);
   s = zt_tokens_check_range(r->val, r->g.vocab_size);
-  if (s) return zt__error_prefix(s, "validation data '%s'", c->val_data[0] ? c->val_data : "(split)");
-  return ZT_OK;
+  if (s) return zt__error_prefix(s, "validation data '%s'", val_name);
+  int64_t rows = c->batch / r->dp.world; // --batch is global: this rank's rows of it
+  zt_loader_config lc = {rows, c->seq, c->seed, r->dp.rank, r->dp.world};
+  if ((s = zt_loader_new(r->train, &lc, &r->loader)))
+    return zt__error_prefix(s, "training data '%s' is too small for batch %lld x seq %lld", train_name,
+                            (long long)c->batch, (long long)c->seq);
+  zt_loader_config vc = {rows, c->seq, c->seed ^ 0x5a17u, r->dp.rank, r->dp.world};
+  if ((s = zt_loader_new(r->val, &vc, &r->val_loader)))
+    return zt__error_prefix(s,
+                            "validation data '%s' is too small for batch %lld x seq %lld (give --val-data, or lower "
+                            "--batch or --seq)",
+                            val_name, (long long)c->batch, (long long)c->seq);
+  int64_t xs[] = {rows, c->seq};
+  ZT_TRY(zt_tensor_empty_tagged(2, xs, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &r->x));
+  return zt_tensor_empty_tagged(2, xs, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &r->y);
 }
 
+/* The same validation batches every time: the loader starts over. */
 static zt_status eval_loss(run *r, double *out) {
   const zt_train_config *c = r->c;
-  zt_loader_config lc = {c->batch / r->dp.world, c->seq, c->seed ^ 0x5a17u, r->dp.rank, r->dp.world};
-  zt_loader *vl = NULL;
-  zt_status s = zt_loader_new(r->val, &lc, &vl);
-  if (s) return zt__error_prefix(s, "validation data is too small for batch %lld x seq %lld", (long long)c->batch,
-                                 (long long)c->seq);
-  int64_t nb = zt_loader_windows_per_epoch(vl) / c->batch; // global batches: the same count on every rank
+  ZT_TRY(zt_loader_set_pos(r->val_loader, (zt_loader_pos){0, 0}));
+  int64_t nb = zt_loader_windows_per_epoch(r->val_loader) / c->batch; // global batches: the same count on every rank
   if (nb > c->eval_batches) nb = c->eval_batches;
   if (nb < 1) nb = 1;
   bool prev = zt_set_grad_enabled(false);
   bool was_training = zt_gpt2_module(r->model)->training;
   zt_gpt2_set_training(r->model, false);
   double acc = 0;
+  zt_status s = ZT_OK;
   for (int64_t b = 0; b < nb && s == ZT_OK; b++) {
     zt_tensor *loss = NULL;
-    s = zt_loader_next(vl, r->x, r->y);
+    s = zt_loader_next(r->val_loader, r->x, r->y);
     if (!s) s = zt_gpt2_forward(r->model, r->x, r->y, NULL, &loss);
     if (!s) acc += zt_tensor_get(loss, 0);
     zt_tensor_free(loss);
   }
   zt_gpt2_set_training(r->model, was_training);
   zt_set_grad_enabled(prev);
-  zt_loader_free(vl);
   *out = acc / (double)nb;
   return s ? s : zt__train_dp_mean(&r->dp, out);
 }
 
-/* Per-rank figures in a metrics line: peak bytes per tag, peak total, peak RSS, and this
- * step's communication. */
-enum { RANK_FIG_BYTES = ZT_MEM_TAG_COUNT, RANK_FIG_RSS, RANK_FIG_SENT, RANK_FIG_CALLS, RANK_FIG_WAIT, RANK_FIG_N };
-
-static void rank_figures(const zt_train_step_info *in, double *v) {
-  for (int t = 0; t < ZT_MEM_TAG_COUNT; t++) v[t] = (double)in->mem.peak[t];
-  v[RANK_FIG_BYTES] = (double)in->mem.peak_total;
-  v[RANK_FIG_RSS] = (double)in->peak_rss;
-  v[RANK_FIG_SENT] = (double)in->comm.bytes_sent;
-  v[RANK_FIG_CALLS] = (double)in->comm.comm_calls;
-  v[RANK_FIG_WAIT] = in->comm.wait_s * 1e3;
+/* A save folder that can be written: made now (one level), so a bad --save fails before step 1. */
+static zt_status check_save_dir(const char *dir) {
+  struct stat sb;
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+    return ZT_ERR(ZT_STATUS_IO, "cannot create checkpoint folder '%s': %s; name a folder whose parent exists", dir,
+                  strerror(errno));
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return ZT_ERR(ZT_STATUS_IO, "--save '%s' exists and is not a folder; name a folder", dir);
+  if (access(dir, W_OK | X_OK) != 0)
+    return ZT_ERR(ZT_STATUS_IO, "cannot write into checkpoint folder '%s': %s", dir, strerror(errno));
+  return ZT_OK;
 }
 
-static void write_metrics(FILE *f, const zt_train_step_info *in, const char *shard, const double *ranks) {
-  fprintf(f, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.6g,\"grad_norm\":%.6g,\"step_ms\":%.3f,\"tokens_per_s\":%.2f,\"mfu\":%.4f",
-          (long long)in->step, in->loss, in->lr, in->grad_norm, in->step_ms, in->tokens_per_s, in->mfu);
-  if (!isnan(in->val_loss)) fprintf(f, ",\"val_loss\":%.6f", in->val_loss);
-  fprintf(f, ",\"mem\":{");
-  for (int t = 0; t < ZT_MEM_TAG_COUNT; t++)
-    fprintf(f, "%s\"%s\":{\"current\":%lld,\"peak\":%lld}", t ? "," : "", zt_mem_tag_name((zt_mem_tag)t),
-            (long long)in->mem.current[t], (long long)in->mem.peak[t]);
-  fprintf(f, ",\"total\":{\"current\":%lld,\"peak\":%lld}},\"act_peak_predicted\":%lld,\"peak_rss\":%lld",
-          (long long)in->mem.current_total, (long long)in->mem.peak_total, (long long)in->act_peak_predicted,
-          (long long)in->peak_rss);
-  if (in->loss_scale > 0) fprintf(f, ",\"loss_scale\":%g,\"skipped\":%s", in->loss_scale, in->skipped ? "true" : "false");
-  fprintf(f, ",\"world\":%d,\"shard\":\"%s\",\"ranks\":[", in->world, shard);
-  for (int r = 0; r < in->world; r++) {
-    const double *v = ranks + (size_t)r * RANK_FIG_N;
-    fprintf(f, "%s{\"rank\":%d,\"mem_peak\":{", r ? "," : "", r);
-    for (int t = 0; t < ZT_MEM_TAG_COUNT; t++)
-      fprintf(f, "%s\"%s\":%.0f", t ? "," : "", zt_mem_tag_name((zt_mem_tag)t), v[t]);
-    fprintf(f, ",\"total\":%.0f},\"peak_rss\":%.0f,\"comm_bytes\":%.0f,\"comm_calls\":%.0f,\"comm_wait_ms\":%.3f}",
-            v[RANK_FIG_BYTES], v[RANK_FIG_RSS], v[RANK_FIG_SENT], v[RANK_FIG_CALLS], v[RANK_FIG_WAIT]);
+/* Loaded weights or optimizer state with a NaN or inf is a damaged file, not a learning rate
+ * problem: say so before training on it. what names the source. */
+static zt_status check_finite(int n, zt_tensor *const *ts, const char *const *names, const char *what) {
+  bool prev = zt_set_grad_enabled(false);
+  zt_status s = ZT_OK;
+  for (int i = 0; i < n && !s; i++) {
+    zt_tensor *sum = NULL;
+    if ((s = zt_sum(ts[i], 0, NULL, false, &sum))) break;
+    double v = zt_tensor_get(sum, 0);
+    zt_tensor_free(sum);
+    if (isfinite(v)) continue;
+    int64_t ne = zt_tensor_numel(ts[i]), at = 0;
+    while (at < ne && isfinite(zt_tensor_get(ts[i], at))) at++; /* the first bad element, for the message */
+    s = ZT_ERR(ZT_STATUS_INVALID_ARG,
+               "%s: tensor '%s' holds %s (element %lld of %lld): the file is damaged or was written by a run that "
+               "diverged; use another checkpoint",
+               what, names[i], at < ne ? (isnan(zt_tensor_get(ts[i], at)) ? "NaN" : "inf") : "values whose sum overflows",
+               (long long)(at < ne ? at : 0), (long long)ne);
   }
-  fprintf(f, "]}\n");
-  fflush(f);
+  zt_set_grad_enabled(prev);
+  return s;
 }
 
-static zt_status save_checkpoint(run *r, int64_t step, zt_loader_pos pos) {
-  zt_train_state st = {step, zt_rng_get_state(), pos, r->g, 0, 0};
+static zt_status check_params_finite(run *r, const char *what) {
+  int n = r->dp.n_params;
+  zt_tensor **ts = malloc(sizeof *ts * (size_t)(n + 1));
+  const char **names = malloc(sizeof *names * (size_t)(n + 1));
+  zt_status s = ts && names ? ZT_OK : ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  for (int i = 0; i < n && !s; i++) ts[i] = r->dp.params[i].tensor, names[i] = r->dp.params[i].name;
+  if (!s) s = check_finite(n, ts, names, what);
+  free(ts);
+  free(names);
+  if (!s && r->opt) {
+    int no = 0;
+    const char *const *onames = NULL;
+    zt_tensor *const *ots = NULL;
+    if (!(s = zt_optim_state(r->opt, &no, &onames, &ots))) s = check_finite(no, ots, onames, what);
+  }
+  return s;
+}
+
+static zt_status save_checkpoint(run *r, int64_t step) {
+  zt_train_state st = {step, zt_rng_get_state(), zt_loader_get_pos(r->loader), r->g, 0, 0, ""};
+  memcpy(st.options, r->options, sizeof st.options);
   if (r->scaling) st.loss_scale = r->scaler.scale, st.loss_scale_good = r->scaler.good_steps;
-  return zt__train_dp_save(&r->dp, r->c, r->c->save, r->model, r->opt, &st);
+  ZT_TRY(zt__train_dp_save(&r->dp, r->c, r->c->save, r->model, r->opt, &st));
+  r->saved_step = step;
+  if (r->dp.rank != 0) return ZT_OK;
+  zt_status s = zt_checkpoint_prune(r->c->save, r->c->keep_checkpoints);
+  return s ? zt__error_prefix(s, "saved checkpoint step %lld in '%s', but", (long long)step, r->c->save) : ZT_OK;
+}
+
+/* The part of a NaN message that says what survived. */
+static const char *survivors(const run *r, char *buf, size_t cap) {
+  const zt_train_config *c = r->c;
+  if (r->saved_step > 0)
+    snprintf(buf, cap, "; the last checkpoint (step %lld) in '%s' is intact", (long long)r->saved_step, c->save);
+  else if (c->resume[0])
+    snprintf(buf, cap, "; no checkpoint was written in this run, the one it resumed from ('%s', step %lld) is intact",
+             c->resume, (long long)r->start);
+  else if (c->save[0])
+    snprintf(buf, cap, "; no checkpoint was written yet");
+  else
+    buf[0] = '\0';
+  return buf;
 }
 
 zt_status zt_train_setup_memory(zt_gpt2 *m, const zt_train_config *c, zt_train_result *res) {
@@ -236,6 +304,44 @@ zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void 
   return zt_train_run_on(c, NULL, on_step, user_data, res, model_out);
 }
 
+/* Everything a rank can check alone, before any collective: the checkpoint to resume, the
+ * data, the logs, the save folder; the model, its memory options and initial weights. */
+static zt_status prepare(run *r, zt_train_state *st, zt_train_result *result) {
+  const zt_train_config *c = r->c;
+  if (c->resume[0]) {
+    ZT_TRY(zt_checkpoint_read_state(c->resume, st));
+    const zt_gpt2_config *k = &st->model;
+    if (k->n_layer != r->g.n_layer || k->n_head != r->g.n_head || k->n_embd != r->g.n_embd ||
+        k->vocab_size != r->g.vocab_size || k->block_size != r->g.block_size)
+      return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                    "checkpoint '%s' is of another model shape (layers %d heads %d dim %d vocab %d ctx %d) than asked "
+                    "(layers %d heads %d dim %d vocab %d ctx %d); resume with the same --model/--layers/... flags",
+                    c->resume, k->n_layer, k->n_head, k->n_embd, k->vocab_size, k->block_size, r->g.n_layer,
+                    r->g.n_head, r->g.n_embd, r->g.vocab_size, r->g.block_size);
+    if (st->step > c->steps)
+      return ZT_ERR(ZT_STATUS_INVALID_ARG, "checkpoint '%s' is at step %lld, beyond --steps %lld", c->resume,
+                    (long long)st->step, (long long)c->steps);
+    char changes[1024];
+    bool course = false;
+    ZT_TRY(zt_train_resume_changes(c, r->dp.world, st, changes, sizeof changes, &course));
+    if (course && !c->allow_config_change)
+      return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                    "resuming '%s' with options other than its run's (%s): the continuation would not be the run "
+                    "it was; give the same options, or --allow-config-change on to continue anyway",
+                    c->resume, changes);
+    r->start = st->step;
+  }
+  ZT_TRY(load_data(r));
+  if (c->save[0] && r->dp.rank == 0) ZT_TRY(check_save_dir(c->save));
+  if (r->dp.rank == 0) ZT_TRY(zt__run_log_open(c->metrics, c->tensorboard, r->start, &r->log));
+  // every rank builds the same model from the seed (and the strategies broadcast rank 0's anyway)
+  zt_rng_seed(c->seed);
+  ZT_TRY(zt_gpt2_new(&r->g, &r->model));
+  ZT_TRY(zt_train_setup_memory(r->model, c, result));
+  if (c->init_from[0]) ZT_TRY(zt_gpt2_load_hf(r->model, c->init_from));
+  return ZT_OK;
+}
+
 zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step_fn on_step, void *user_data,
                           zt_train_result *res, zt_gpt2 **model_out) {
   if (!c) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_run: config is NULL");
@@ -244,69 +350,73 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   zt_train_result result = {0};
   zt_status s = ZT_OK;
   zt_set_num_threads(c->threads);
+  if (res) *res = result;
   ZT_TRY(zt_train_model_config(c, &r.g));
   if (c->seq > r.g.block_size)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "--seq %lld is longer than the model's context (%d); use --seq <= %d or --ctx",
                   (long long)c->seq, r.g.block_size, r.g.block_size);
   zt_train_state st = {0};
-  if (c->resume[0]) {
-    ZT_TRY(zt_checkpoint_read_state(c->resume, &st));
-    const zt_gpt2_config *k = &st.model;
-    if (k->n_layer != r.g.n_layer || k->n_head != r.g.n_head || k->n_embd != r.g.n_embd ||
-        k->vocab_size != r.g.vocab_size || k->block_size != r.g.block_size)
-      return ZT_ERR(ZT_STATUS_INVALID_ARG,
-                    "checkpoint '%s' is of another model shape (layers %d heads %d dim %d vocab %d ctx %d) than asked "
-                    "(layers %d heads %d dim %d vocab %d ctx %d); resume with the same --model/--layers/... flags",
-                    c->resume, k->n_layer, k->n_head, k->n_embd, k->vocab_size, k->block_size, r.g.n_layer, r.g.n_head,
-                    r.g.n_embd, r.g.vocab_size, r.g.block_size);
+  s = zt__train_dp_open(&r.dp, c, comm);
+  if (r.dp.comm) zt_comm_set_timeout(r.dp.comm, c->comm_timeout);
+  if (!s) s = prepare(&r, &st, &result);
+  // the ranks fail together on any rank's bad input, and refuse to run with different options
+  if (r.dp.comm && r.dp.world > 1) {
+    s = zt_comm_agree_status(r.dp.comm, s);
+    zt__run_opts *o = s ? NULL : malloc(sizeof *o);
+    if (!s && !o) s = ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+    if (!s) {
+      zt__run_options(c, &r.g, r.dp.world, o);
+      zt__run_options_add_data(o, r.train, r.val);
+      const char *values[ZT__RUN_OPTS_MAX];
+      for (int i = 0; i < o->n; i++) values[i] = o->value[i];
+      s = zt_comm_check_same(r.dp.comm, o->n, o->name, values);
+    }
+    free(o);
   }
-  if ((s = zt__train_dp_open(&r.dp, c, comm))) goto done;
-  // every rank builds the same model from the seed (and the strategies broadcast rank 0's anyway)
-  zt_rng_seed(c->seed);
-  if ((s = zt_gpt2_new(&r.g, &r.model))) goto done;
-  if ((s = zt_train_setup_memory(r.model, c, &result))) goto done;
-  if (c->init_from[0] && (s = zt_gpt2_load_hf(r.model, c->init_from))) goto done;
+  if (s) {
+    result.failed_together = true;
+    goto done;
+  }
+  {
+    zt__run_opts *o = malloc(sizeof *o);
+    if (!o) {
+      s = ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+      goto done;
+    }
+    zt__run_options(c, &r.g, r.dp.world, o);
+    zt__run_options_record(o, r.options, sizeof r.options);
+    free(o);
+  }
   if ((s = zt__train_dp_wrap(&r.dp, c, r.model))) goto done;
   // the dropout masks of rank r must not repeat rank 0's: each rank its own stream
   if (r.dp.world > 1) zt_rng_seed(c->seed + (uint64_t)r.dp.rank);
-  zt_param *params = r.dp.params;
-  int n_params = r.dp.n_params;
   zt_optim_config oc = zt_optim_default(c->optimizer);
   oc.lr = c->lr;
   oc.weight_decay = c->weight_decay;
   oc.beta1 = c->beta1;
   oc.beta2 = c->beta2;
   oc.momentum = c->momentum;
-  if ((s = zt_optim_new(&oc, n_params, params, &r.opt))) goto done;
-  if ((s = load_data(&r))) goto done;
+  if ((s = zt_optim_new(&oc, r.dp.n_params, r.dp.params, &r.opt))) goto done;
   r.scaling = c->mixed_precision == ZT_DTYPE_F16; // f16 gradients need a loss scale; bf16's range does not
   r.scaler = zt_loss_scaler_default();
-  int64_t rows = c->batch / r.dp.world; // --batch is global: this rank's rows of it
-  zt_loader_config lc = {rows, c->seq, c->seed, r.dp.rank, r.dp.world};
-  if ((s = zt_loader_new(r.train, &lc, &r.loader))) {
-    zt__error_prefix(s, "training data is too small for batch %lld x seq %lld", (long long)c->batch, (long long)c->seq);
-    goto done;
-  }
-  int64_t xs[] = {rows, c->seq};
-  if ((s = zt_tensor_empty_tagged(2, xs, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &r.x))) goto done;
-  if ((s = zt_tensor_empty_tagged(2, xs, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &r.y))) goto done;
-  int64_t start = 0;
   if (c->resume[0]) {
     if ((s = zt__train_dp_load(&r.dp, c->resume, r.model, r.opt, &st))) goto done;
     if ((s = zt_loader_set_pos(r.loader, st.data))) goto done;
     zt_rng_set_state(st.rng);
     if (st.loss_scale > 0) r.scaler.scale = st.loss_scale, r.scaler.good_steps = st.loss_scale_good;
-    start = st.step;
-    if (start > c->steps) {
-      s = ZT_ERR(ZT_STATUS_INVALID_ARG, "checkpoint '%s' is at step %lld, beyond --steps %lld", c->resume,
-                 (long long)start, (long long)c->steps);
+  }
+  if (c->resume[0] || c->init_from[0]) {
+    char what[600];
+    snprintf(what, sizeof what, "%s '%s'", c->resume[0] ? "checkpoint" : "--init-from",
+             c->resume[0] ? c->resume : c->init_from);
+    s = check_params_finite(&r, what);
+    if (r.dp.world > 1) s = zt_comm_agree_status(r.dp.comm, s);
+    if (s) {
+      result.failed_together = true;
       goto done;
     }
   }
-  if (c->metrics[0] && r.dp.rank == 0 && !(r.metrics = fopen(c->metrics, start ? "a" : "w"))) {
-    s = ZT_ERR(ZT_STATUS_IO, "cannot open metrics file '%s': %s", c->metrics, strerror(errno));
-    goto done;
-  }
+  int64_t start = r.start;
   int64_t warmup = c->warmup >= 0 ? c->warmup : (c->steps / 10 < 100 ? c->steps / 10 : 100);
   double min_lr = c->min_lr >= 0 ? c->min_lr : c->lr / 10;
   result.sgemm_gflops = zt_sgemm_gflops(512, 5);
@@ -315,10 +425,12 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   double t_start = now_s();
   result.first_loss = NAN;
   result.last_val_loss = NAN;
+  char why[700];
   for (int64_t step = start; step < c->steps; step++) {
     double t0 = now_s();
     double lr = zt_lr_cosine(step, warmup, c->steps, c->lr, min_lr);
     zt_tensor *loss = NULL;
+    phase(&r, ZT_TRAIN_PHASE_FORWARD, step + 1);
     if ((s = zt_loader_next(r.loader, r.x, r.y))) break;
     if ((s = zt_gpt2_forward(r.model, r.x, r.y, NULL, &loss))) break;
     double lv = zt_tensor_get(loss, 0);
@@ -330,10 +442,9 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     }
     if (!isfinite(lv)) {
       zt_tensor_free(loss);
-      s = ZT_ERR(ZT_STATUS_STATE,
-                 "loss is %g at step %lld: training stopped%s%s%s; lower --lr or check the data", lv,
-                 (long long)step + 1, c->save[0] ? ", the last good checkpoint in '" : "",
-                 c->save[0] ? c->save : "", c->save[0] ? "' is intact" : "");
+      s = ZT_ERR(ZT_STATUS_STATE, "loss is %g at step %lld: training stopped%s; lower --lr or check the data", lv,
+                 (long long)step + 1, survivors(&r, why, sizeof why));
+      result.failed_together = true;
       break;
     }
     double scale = r.scaling ? r.scaler.scale : 0;
@@ -342,19 +453,21 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
       zt_tensor_free(loss);
       break;
     }
+    phase(&r, ZT_TRAIN_PHASE_BACKWARD, step + 1);
     s = zt_backward(1, scaled ? &scaled : &loss, NULL, false);
     zt_tensor_free(loss);
     zt_tensor_free(scaled);
     if (s) break;
+    phase(&r, ZT_TRAIN_PHASE_OPTIMIZER, step + 1);
     if (r.scaling && (s = zt__train_dp_scale_grads(&r.dp, 1.0 / scale))) break;
     double gnorm = 0;
     if ((s = zt__train_dp_clip(&r.dp, c->grad_clip, &gnorm))) break;
     // f16: an inf/NaN grad on any rank (the norm is global) skips the update and backs off
     bool skipped = r.scaling && !zt_loss_scaler_update(&r.scaler, isfinite(gnorm));
     if (!isfinite(gnorm) && !skipped) {
-      s = ZT_ERR(ZT_STATUS_STATE, "gradient norm is %g at step %lld: training stopped%s%s%s; lower --lr", gnorm,
-                 (long long)step + 1, c->save[0] ? ", the last good checkpoint in '" : "", c->save[0] ? c->save : "",
-                 c->save[0] ? "' is intact" : "");
+      s = ZT_ERR(ZT_STATUS_STATE, "gradient norm is %g at step %lld: training stopped%s; lower --lr", gnorm,
+                 (long long)step + 1, survivors(&r, why, sizeof why));
+      result.failed_together = true;
       break;
     }
     if (!skipped && (s = zt_optim_step(r.opt, lr))) break;
@@ -365,16 +478,19 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     result.steps_done = step + 1 - start;
     zt_train_step_info info = {0};
     info.step = step + 1;
+    info.first_step = start + 1;
     info.total_steps = c->steps;
     info.loss = lv;
     info.lr = lr;
     info.grad_norm = gnorm;
     info.val_loss = NAN;
     info.step_ms = dt * 1e3;
+    info.elapsed_s = now_s() - t_start;
     info.tokens_per_s = (double)(c->batch * c->seq) / dt;
     info.mfu = flops / dt / 1e9 / (result.sgemm_gflops * r.dp.world); // every rank has its own ceiling
     bool last = step + 1 == c->steps || step + 1 == c->stop_at;
     if ((c->eval_every && (step + 1) % c->eval_every == 0) || last) {
+      phase(&r, ZT_TRAIN_PHASE_EVAL, step + 1);
       if ((s = eval_loss(&r, &info.val_loss))) break;
       result.last_val_loss = info.val_loss;
     }
@@ -386,14 +502,14 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     info.rank = r.dp.rank;
     info.world = r.dp.world;
     zt__train_dp_step_stats(&r.dp, &info.comm);
-    double mine[RANK_FIG_N], *all = NULL;
-    rank_figures(&info, mine);
+    double mine[ZT__RANK_FIG_N], *all = NULL;
+    zt__rank_figures(&info, mine);
     if (r.dp.world > 1) {
-      if (!(all = malloc(sizeof *all * RANK_FIG_N * (size_t)r.dp.world))) {
+      if (!(all = malloc(sizeof *all * ZT__RANK_FIG_N * (size_t)r.dp.world))) {
         s = ZT_ERR(ZT_STATUS_OOM, "out of host memory");
         break;
       }
-      s = zt__train_dp_gather(&r.dp, mine, RANK_FIG_N, all);
+      s = zt__train_dp_gather(&r.dp, mine, ZT__RANK_FIG_N, all);
     }
     result.act_peak = info.mem.peak[ZT_MEM_TAG_ACTIVATION];
     zt_offload *off = zt_gpt2_activation_offload(r.model);
@@ -402,14 +518,17 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
       zt_offload_stats_get(off, &os);
       result.offload_peak_bytes = os.peak_bytes_in_tier;
     }
-    if (!s && r.metrics)
-      write_metrics(r.metrics, &info, !r.dp.ddp && !r.dp.fsdp ? "single" : r.dp.ddp ? "ddp" : zt_shard_strategy_name(c->shard),
-                    all ? all : mine);
+    if (!s)
+      s = zt__run_log_step(r.log, &info,
+                           !r.dp.ddp && !r.dp.fsdp ? "single" : r.dp.ddp ? "ddp" : zt_shard_strategy_name(c->shard),
+                           all ? all : mine);
     free(all);
     if (s) break;
     if (on_step) on_step(&info, user_data);
-    if (c->save[0] && ((c->save_every && (step + 1) % c->save_every == 0) || last))
-      if ((s = save_checkpoint(&r, step + 1, zt_loader_get_pos(r.loader)))) break;
+    if (c->save[0] && ((c->save_every && (step + 1) % c->save_every == 0) || last)) {
+      phase(&r, ZT_TRAIN_PHASE_SAVE, step + 1);
+      if ((s = save_checkpoint(&r, step + 1))) break;
+    }
     if (step + 1 == c->stop_at) break;
   }
   result.seconds = now_s() - t_start;

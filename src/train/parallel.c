@@ -3,10 +3,8 @@
  * (B/N rows per rank, so N ranks compute what one computes). Every per-step decision that
  * could differ between ranks (a NaN loss, the grad norm) is made on values all ranks share,
  * so they stop or go on together. */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "train/parallel.h"
 
@@ -122,11 +120,7 @@ zt_status zt__train_dp_save(zt__train_dp *dp, const zt_train_config *c, const ch
                         : zt_checkpoint_save_sharded(dir, dp->fsdp, o, st);
   // plain and DDP: every rank holds the same values; rank 0 writes, the others wait for it
   zt_status s = ZT_OK;
-  if (dp->rank == 0) {
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-      s = ZT_ERR(ZT_STATUS_IO, "cannot create checkpoint dir '%s': %s", dir, strerror(errno));
-    if (!s) s = zt_checkpoint_save(dir, m, o, st);
-  }
+  if (dp->rank == 0) s = zt_checkpoint_save(dir, m, o, st);
   if (dp->world == 1) return s;
   double ok = s ? 0 : 1;
   zt_status g = zt__train_dp_mean(dp, &ok);

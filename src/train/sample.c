@@ -14,11 +14,15 @@ static int cmp_desc(const void *a, const void *b) {
 
 zt_status zt_gpt2_sample(zt_gpt2 *m, const int32_t *prompt, int64_t n_prompt, int64_t n, double temperature,
                          int top_k, uint64_t seed, int32_t **out, int64_t *n_out) {
-  if (!m || !out || !n_out || n < 0 || (n_prompt && !prompt))
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_sample: bad arguments");
+  if (!m || !out || !n_out || (n_prompt && !prompt))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_sample: NULL model, output or prompt");
   if (n_prompt < 1) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_sample: the prompt needs at least one token");
-  if (temperature < 0 || top_k < 0)
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_sample: temperature and top-k must be >= 0");
+  if (n < 0 || n > ZT_SAMPLE_MAX_LEN || n_prompt > ZT_SAMPLE_MAX_LEN)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_sample: %lld tokens after a prompt of %lld: each must be in [0, %d]",
+                  (long long)n, (long long)n_prompt, ZT_SAMPLE_MAX_LEN);
+  if (!(temperature >= 0 && temperature <= 100) || top_k < 0)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "zt_gpt2_sample: temperature must be a number in [0, 100] (0: greedy; got %g) and top-k >= 0", temperature);
   const zt_gpt2_config *c = zt_gpt2_get_config(m);
   int V = c->vocab_size;
   for (int64_t i = 0; i < n_prompt; i++)
@@ -50,8 +54,11 @@ zt_status zt_gpt2_sample(zt_gpt2 *m, const int32_t *prompt, int64_t n_prompt, in
         for (int v = 1; v < V; v++)
           if (lp[v] > lp[next]) next = v;
       } else {
-        float mx = -INFINITY;
-        for (int v = 0; v < V; v++) row[v] = (float)(lp[v] / temperature), mx = row[v] > mx ? row[v] : mx;
+        /* (logit - max) / T in double: with the max subtracted first, a tiny T sends the others to
+         * exp(-inf) = 0 instead of overflowing every term to inf (and NaN) */
+        float lmax = lp[0];
+        for (int v = 1; v < V; v++) lmax = lp[v] > lmax ? lp[v] : lmax;
+        for (int v = 0; v < V; v++) row[v] = (float)(((double)lp[v] - lmax) / temperature);
         float cutoff = -INFINITY;
         if (top_k > 0 && top_k < V) {
           memcpy(sorted, row, sizeof *row * (size_t)V);
@@ -59,14 +66,19 @@ zt_status zt_gpt2_sample(zt_gpt2 *m, const int32_t *prompt, int64_t n_prompt, in
           cutoff = sorted[top_k - 1];
         }
         double sum = 0;
-        for (int v = 0; v < V; v++) sum += row[v] >= cutoff ? exp((double)row[v] - mx) : 0;
+        for (int v = 0; v < V; v++) sum += row[v] >= cutoff ? exp((double)row[v]) : 0;
         double u = zt_rng_uniform_at(rs, (uint64_t)k) * sum, acc = 0;
         next = -1;
         for (int v = 0; v < V; v++) {
           if (row[v] < cutoff) continue;
-          acc += exp((double)row[v] - mx);
+          acc += exp((double)row[v]);
           next = v;
           if (acc > u) break;
+        }
+        /* the max term alone gives exp(0) = 1: anything else means NaN/inf logits (a damaged model) */
+        if (!(sum >= 1 && isfinite(sum))) {
+          s = ZT_ERR(ZT_STATUS_STATE, "zt_gpt2_sample: the model's logits are not finite: its weights are damaged");
+          next = 0;
         }
       }
       ids[len++] = next;

@@ -1,0 +1,27 @@
+/* The run's logs (src/train/run_log.c): the --metrics JSON lines file and the --tensorboard
+ * event files, written by rank 0 after every step. Internal. */
+#ifndef ZT_TRAIN_RUN_LOG_H
+#define ZT_TRAIN_RUN_LOG_H
+
+#include "zt/train.h"
+
+/* Per-rank figures in a metrics line: peak bytes per tag, peak total, peak RSS, and the
+ * step's communication (bytes sent, collective calls, ms waiting). */
+enum { ZT__RANK_FIG_BYTES = ZT_MEM_TAG_COUNT, ZT__RANK_FIG_RSS, ZT__RANK_FIG_SENT, ZT__RANK_FIG_CALLS,
+       ZT__RANK_FIG_WAIT, ZT__RANK_FIG_N };
+void zt__rank_figures(const zt_train_step_info *in, double v[ZT__RANK_FIG_N]);
+
+typedef struct zt__run_log zt__run_log;
+/* Opens the logs that are asked for (either path may be "" for none). resume_step > 0: a
+ * resumed run; the metrics file keeps its lines up to that step (later ones, logged by a run
+ * that was stopped before its next checkpoint, are dropped: the file is rewritten atomically)
+ * and new lines are appended; TensorBoard's readers drop the later events the same way.
+ * resume_step 0: the metrics file starts empty. */
+zt_status zt__run_log_open(const char *metrics, const char *tensorboard, int64_t resume_step, zt__run_log **out);
+/* One step: the metrics line (shard names the strategy; ranks holds world * ZT__RANK_FIG_N
+ * figures) and the TensorBoard event. */
+zt_status zt__run_log_step(zt__run_log *l, const zt_train_step_info *in, const char *shard, const double *ranks);
+/* NULL is a no-op. */
+void zt__run_log_close(zt__run_log *l);
+
+#endif

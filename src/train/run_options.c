@@ -1,0 +1,154 @@
+/* The options that define a training run, as name/value strings. The ranks of a run compare
+ * them at start-up (a different --batch or --seed on one rank is refused before any work), and
+ * a checkpoint records those that set the run's course, so that a resume with other values is
+ * reported, and refused unless asked (the continuation would not be bitwise). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train/fileio.h"
+#include "train/run_options.h"
+
+/* Options whose change alters the losses of a resumed run (the model's shape is checked apart). */
+static const char *const k_course[] = {"seed",     "batch",     "seq",     "lr",   "min-lr",         "warmup",
+                                       "optimizer", "weight-decay", "beta1", "beta2", "momentum", "grad-clip",
+                                       "dropout",  "data",      "mixed-precision"};
+/* Recorded and reported, never refused: the step count (extending a run is what resuming is
+ * for; the cosine schedule then stretches from the checkpoint on, and a warm-up that follows
+ * the step count shows as a course change of its own), evaluation data and the data-parallel
+ * layout (a sharded checkpoint resumes at any rank count, equal up to reduction-order rounding). */
+static const char *const k_info[] = {"steps", "val-data", "ranks", "shard"};
+
+static bool in_list(const char *name, const char *const *list, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(name, list[i])) return true;
+  return false;
+}
+#define IN(name, list) in_list((name), (list), sizeof(list) / sizeof((list)[0]))
+
+static void add(zt__run_opts *o, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void add(zt__run_opts *o, const char *name, const char *fmt, ...) {
+  ZT_ASSERT(o->n < ZT__RUN_OPTS_MAX);
+  o->name[o->n] = name;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(o->value[o->n], sizeof o->value[o->n], fmt, ap);
+  va_end(ap);
+  o->n++;
+}
+
+static void add_f64(zt__run_opts *o, const char *name, double v) {
+  char b[32];
+  add(o, name, "%s", zt__fmt_double(b, v));
+}
+
+void zt__run_options(const zt_train_config *c, const zt_gpt2_config *g, int world, zt__run_opts *o) {
+  memset(o, 0, sizeof *o);
+  add(o, "seed", "%llu", (unsigned long long)c->seed);
+  add(o, "batch", "%lld", (long long)c->batch);
+  add(o, "seq", "%lld", (long long)c->seq);
+  add(o, "steps", "%lld", (long long)c->steps);
+  add_f64(o, "lr", c->lr);
+  add_f64(o, "min-lr", c->min_lr >= 0 ? c->min_lr : c->lr / 10);
+  add(o, "warmup", "%lld", (long long)(c->warmup >= 0 ? c->warmup : (c->steps / 10 < 100 ? c->steps / 10 : 100)));
+  add(o, "optimizer", "%s", c->optimizer == ZT_OPTIM_SGD ? "sgd" : "adamw");
+  add_f64(o, "weight-decay", c->weight_decay);
+  add_f64(o, "beta1", c->beta1);
+  add_f64(o, "beta2", c->beta2);
+  add_f64(o, "momentum", c->momentum);
+  add_f64(o, "grad-clip", c->grad_clip);
+  add_f64(o, "dropout", g->dropout);
+  add(o, "data", "%s", c->data[0] ? c->data : "(built-in)");
+  add(o, "mixed-precision", "%s", c->mixed_precision == ZT_DTYPE_F32 ? "none" : zt_dtype_name(c->mixed_precision));
+  add(o, "val-data", "%s", c->val_data[0] ? c->val_data : "(split)");
+  add(o, "ranks", "%d", world);
+  add(o, "shard", "%s", c->shard == ZT_SHARD_NONE ? "none" : zt_shard_strategy_name(c->shard));
+  o->n_recorded = o->n;
+  /* the rest must agree between ranks, and is not recorded */
+  add(o, "layers", "%d", g->n_layer);
+  add(o, "heads", "%d", g->n_head);
+  add(o, "dim", "%d", g->n_embd);
+  add(o, "vocab", "%d", g->vocab_size);
+  add(o, "ctx", "%d", g->block_size);
+  add(o, "hybrid-group", "%d", c->hybrid_group);
+  add(o, "prefetch", "%d", c->prefetch);
+  add(o, "recompute", "%s", zt_recompute_name(c->recompute));
+  add(o, "recompute-budget", "%lld", (long long)c->recompute_budget);
+  add(o, "checkpoint-every", "%d", c->checkpoint_every);
+  add(o, "save", "%s", c->save);
+  add(o, "save-every", "%lld", (long long)c->save_every);
+  add(o, "save-format", "%s", c->save_full ? "full" : "sharded");
+  add(o, "resume", "%s", c->resume);
+  add(o, "init-from", "%s", c->init_from);
+  add(o, "stop-at", "%lld", (long long)c->stop_at);
+  add(o, "inject-nan-at", "%lld", (long long)c->inject_nan_at);
+  add(o, "eval-every", "%lld", (long long)c->eval_every);
+  add(o, "eval-batches", "%lld", (long long)c->eval_batches);
+  add_f64(o, "comm-timeout", c->comm_timeout);
+}
+
+/* FNV-1a over the ids, with the count: tells two different token files apart. */
+static uint64_t tokens_hash(const zt_tokens *t) {
+  uint64_t h = 1469598103934665603ull ^ (uint64_t)t->count;
+  for (int64_t i = 0; i < t->count; i++) h = (h ^ (uint32_t)t->ids[i]) * 1099511628211ull;
+  return h;
+}
+
+void zt__run_options_add_data(zt__run_opts *o, const zt_tokens *train, const zt_tokens *val) {
+  add(o, "data-content", "%lld tokens, hash %016llx", (long long)train->count, (unsigned long long)tokens_hash(train));
+  add(o, "val-data-content", "%lld tokens, hash %016llx", (long long)val->count, (unsigned long long)tokens_hash(val));
+}
+
+void zt__run_options_record(const zt__run_opts *o, char *buf, size_t cap) {
+  size_t n = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < o->n_recorded && n < cap; i++) {
+    int w = snprintf(buf + n, cap - n, "%s=%s\n", o->name[i], o->value[i]);
+    if (w < 0 || (size_t)w >= cap - n) {
+      buf[n] = '\0'; /* an entry that does not fit is left out (it is then not compared) */
+      break;
+    }
+    n += (size_t)w;
+  }
+}
+
+/* The value recorded for name in "name=value\n" lines (NULL if absent); copied into out. */
+static const char *recorded(const char *rec, const char *name, char *out, size_t cap) {
+  size_t l = strlen(name);
+  for (const char *p = rec; p && *p;) {
+    const char *nl = strchr(p, '\n');
+    size_t len = nl ? (size_t)(nl - p) : strlen(p);
+    if (len > l && !strncmp(p, name, l) && p[l] == '=') {
+      snprintf(out, cap, "%.*s", (int)(len - l - 1), p + l + 1);
+      return out;
+    }
+    p = nl ? nl + 1 : NULL;
+  }
+  return NULL;
+}
+
+zt_status zt_train_resume_changes(const zt_train_config *c, int world, const zt_train_state *st, char *buf,
+                                  size_t cap, bool *course) {
+  if (!c || !st || !buf || !cap || !course) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_resume_changes: NULL argument");
+  zt_gpt2_config g;
+  ZT_TRY(zt_train_model_config(c, &g));
+  zt__run_opts *o = malloc(sizeof *o);
+  if (!o) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  zt__run_options(c, &g, world, o);
+  size_t n = 0;
+  buf[0] = '\0';
+  *course = false;
+  for (int i = 0; i < o->n_recorded; i++) {
+    char was[ZT__RUN_OPT_VALUE];
+    if (!recorded(st->options, o->name[i], was, sizeof was) || !strcmp(was, o->value[i])) continue;
+    bool is_course = IN(o->name[i], k_course);
+    ZT_ASSERT(is_course || IN(o->name[i], k_info));
+    *course |= is_course;
+    int w = snprintf(buf + n, cap - n, "%s%s %s -> %s", n ? ", " : "", o->name[i], was, o->value[i]);
+    if (w < 0 || (size_t)w >= cap - n) break;
+    n += (size_t)w;
+  }
+  free(o);
+  return ZT_OK;
+}
