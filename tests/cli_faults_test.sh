@@ -119,6 +119,13 @@ check "integer options are range-checked" '[ $rc -eq 2 ] && grep -q "integer in 
 out=$("$zt" train $small --steps 2 --save "$w/s/latest/model.safetensors" 2>&1); rc=$?
 check "a --save that is a file fails before step 1" '[ $rc -ne 0 ] && ! grep -q "^step" <<<"$out"'
 
+# TensorBoard: an event file per run (a resumed run adds its own); a bad folder fails before step 1
+out=$("$zt" train $small --steps 4 --stop-at 2 --save "$w/tbck" --tensorboard "$w/tb" 2>&1); rc=$?
+out2=$("$zt" train $small --steps 4 --resume "$w/tbck" --tensorboard "$w/tb" 2>&1); rc2=$?
+check "--tensorboard writes an event file per run" '[ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ $(ls "$w"/tb/events.out.tfevents.* | wc -l) -eq 2 ] && [ -s "$(ls "$w"/tb/events.out.tfevents.* | head -1)" ]'
+out=$("$zt" train $small --steps 2 --tensorboard /nonexistent/tb 2>&1); rc=$?
+check "--tensorboard in a missing folder fails before step 1" '[ $rc -ne 0 ] && grep -q "/nonexistent" <<<"$out" && ! grep -q "^step" <<<"$out"'
+
 # the progress line carries elapsed time and an ETA; slow steps show their parts (plain lines)
 out=$("$zt" train $small --steps 2 --log-every 1 2>&1)
 check "progress lines show elapsed time and ETA" 'grep -q "^step .* | [0-9hms]*, ETA [0-9hms]*$" <<<"$out"'

@@ -157,6 +157,6 @@ check "seq longer than the context is a clear error" '[ $rc -ne 0 ] && grep -q "
 out=$("$zt" frobnicate 2>&1); rc=$?
 check "unknown command is exit 2" '[ $rc -eq 2 ] && grep -q "unknown command" <<<"$out"'
 out=$("$zt" train --help 2>&1); rc=$?
-check "help lists every flag" '[ $rc -eq 0 ] && for f in config model layers heads dim vocab ctx dropout init-from data val-data batch seq steps lr min-lr warmup optimizer weight-decay beta1 beta2 momentum grad-clip seed threads log-every eval-every eval-batches metrics save save-every resume stop-at sample-len recompute checkpoint-every offload-activations offload-dir shard prefetch save-format mixed-precision; do grep -q -- "--$f" <<<"$out" || exit 1; done'
+check "help lists every flag" '[ $rc -eq 0 ] && for f in config model layers heads dim vocab ctx dropout init-from data val-data batch seq steps lr min-lr warmup optimizer weight-decay beta1 beta2 momentum grad-clip seed threads log-every eval-every eval-batches metrics save save-every resume stop-at sample-len recompute checkpoint-every offload-activations offload-dir shard prefetch save-format mixed-precision tensorboard keep-checkpoints allow-config-change comm-timeout; do grep -q -- "--$f" <<<"$out" || exit 1; done'
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]
