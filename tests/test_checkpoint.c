@@ -222,6 +222,18 @@ static void test_missing_or_damaged_state(void) {
     zt_status want = i == 4 ? ZT_STATUS_UNSUPPORTED : ZT_STATUS_IO;
     ZT_CHECK_ERR(zt_checkpoint_read_state(ck, &st), want, bad[i][1]);
   }
+  /* not a regular file, or far too large: refused before reading (a link to /dev/zero used
+   * to grow the process until the OOM killer came; a FIFO blocked forever) */
+  ZT_CHECK(unlink(path) == 0 && symlink("/dev/zero", path) == 0);
+  ZT_CHECK_ERR(zt_checkpoint_read_state(ck, &st), ZT_STATUS_IO, "it is a character device, not a regular file");
+  ZT_CHECK(unlink(path) == 0 && mkfifo(path, 0600) == 0);
+  unsigned prev = alarm(20);
+  ZT_CHECK_ERR(zt_checkpoint_read_state(ck, &st), ZT_STATUS_IO, "it is a FIFO (named pipe)");
+  alarm(prev);
+  ZT_CHECK(unlink(path) == 0);
+  zt_test_write_file(path, "{", 1);
+  ZT_CHECK(truncate(path, (off_t)ZT__READ_JSON_MAX + 1) == 0); /* sparse: no disk used */
+  ZT_CHECK_ERR(zt_checkpoint_read_state(ck, &st), ZT_STATUS_IO, "more than the 268435456 bytes");
   /* not a folder */
   ZT_CHECK_ERR(zt_checkpoint_read_state(path, &st), ZT_STATUS_IO, "is not a folder");
   zt_optim_free(oa);

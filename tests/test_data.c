@@ -2,6 +2,7 @@
  * dataset, and the batch loader (determinism, reshuffling per epoch, disjoint ranks,
  * resume from a saved position, errors). */
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "zt/train.h"
@@ -88,7 +89,14 @@ static void test_tokens_bad_files(void) {
   zt_tokens *t = NULL;
   ZT_CHECK_ERR(zt_tokens_load(zt_test_tmp_path("absent.tok"), &t), ZT_STATUS_IO, "cannot open token file");
   ZT_CHECK(strstr(zt_last_error(), "absent.tok") && strstr(zt_last_error(), "No such file"));
-  ZT_CHECK_ERR(zt_tokens_load(zt_test_tmpdir(), &t), ZT_STATUS_IO, "not a regular file");
+  ZT_CHECK_ERR(zt_tokens_load(zt_test_tmpdir(), &t), ZT_STATUS_IO, "it is a folder, not a regular file");
+  /* a FIFO is refused at once (opening it used to wait for a writer forever), a device too */
+  const char *fifo = zt_test_tmp_path("fifo.tok");
+  ZT_CHECK(mkfifo(fifo, 0600) == 0);
+  unsigned prev = alarm(20);
+  ZT_CHECK_ERR(zt_tokens_load(fifo, &t), ZT_STATUS_IO, "it is a FIFO (named pipe), not a regular file");
+  alarm(prev);
+  ZT_CHECK_ERR(zt_tokens_load("/dev/zero", &t), ZT_STATUS_IO, "token file '/dev/zero': it is a character device");
   expect_bad(b, 0, "is not a zerotrain token file");
   size_t n = good_file(b, 1, 2, 256, 10, 10);
   b[0] = 'X';
@@ -103,9 +111,13 @@ static void test_tokens_bad_files(void) {
   n = good_file(b, 1, 4, 0x80000000u, 10, 10);
   expect_bad(b, n, "vocabulary size 2147483648 is over 2^31-1");
   n = good_file(b, 1, 2, 256, 10, 10);
-  expect_bad(b, n - 1, "is truncated: its header promises 10 tokens of 2 bytes (20 bytes) but only 19 bytes follow");
+  expect_bad(b, n - 1, "is truncated or damaged: its header claims 10 tokens of 2 bytes but the file holds 19 bytes "
+                      "after its 24-byte header (room for 9 tokens)");
   n = good_file(b, 1, 4, 256, 0xFFFFFFFFFFFFFFFFull, 10);
-  expect_bad(b, n, "is truncated: its header promises 18446744073709551615 tokens");
+  expect_bad(b, n, "its header claims 18446744073709551615 tokens of 4 bytes but the file holds 40 bytes");
+  /* 2^63 + 5 tokens of 2 bytes: the byte count overflows (the old message said "(10 bytes)") */
+  n = good_file(b, 1, 2, 256, 0x8000000000000005ull, 5);
+  expect_bad(b, n, "its header claims 9223372036854775813 tokens of 2 bytes but the file holds 10 bytes");
   n = good_file(b, 1, 2, 256, 10, 11);
   expect_bad(b, n, "2 bytes follow its 10 tokens");
   n = good_file(b, 1, 2, 5, 10, 10);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "train/fileio.h"
@@ -137,8 +138,55 @@ static void test_read_errors(void) {
   zt_test_tmp_path_to(path, sizeof path, "none");
   ZT_CHECK_ERR(zt_read_file(path, &d, &n), ZT_STATUS_IO, "No such file or directory");
   ZT_CHECK(strstr(zt_last_error(), path) != NULL);
-  ZT_CHECK_ERR(zt_read_file(zt_test_tmpdir(), &d, &n), ZT_STATUS_IO, "Is a directory");
+  ZT_CHECK_ERR(zt_read_file(zt_test_tmpdir(), &d, &n), ZT_STATUS_IO, "it is a folder, not a regular file");
   ZT_CHECK(d == NULL);
+  zt_test_tmpdir_remove();
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Only regular files are read, up to a limit: a symlink to /dev/zero used to grow the
+ * process until the OOM killer came, a FIFO blocked the reader forever (a FIFO test that
+ * hangs is stopped by the alarm). */
+static void test_read_non_regular(void) {
+  zt_test_tmpdir_make("fileio");
+  char path[160], link_path[160];
+  void *d = NULL;
+  size_t n = 0;
+  zt_test_tmp_path_to(link_path, sizeof link_path, "state.json");
+  ZT_CHECK(symlink("/dev/zero", link_path) == 0);
+  ZT_CHECK_ERR(zt_read_file(link_path, &d, &n), ZT_STATUS_IO, "it is a character device, not a regular file");
+  ZT_CHECK(strstr(zt_last_error(), link_path) != NULL);
+  ZT_CHECK_ERR(zt__read_regular_file("/dev/null", 100, "config file", &d, &n), ZT_STATUS_IO,
+               "cannot read config file '/dev/null': it is a character device");
+  zt_test_tmp_path_to(path, sizeof path, "fifo");
+  ZT_CHECK(mkfifo(path, 0600) == 0);
+  unsigned prev = alarm(20); /* old code: open() waits for a writer forever */
+  ZT_CHECK_ERR(zt_read_file(path, &d, &n), ZT_STATUS_IO, "it is a FIFO (named pipe), not a regular file");
+  ZT_CHECK_ERR(zt__read_regular_file(path, 100, "state.json", &d, &n), ZT_STATUS_IO, "is a FIFO");
+  alarm(prev);
+  ZT_CHECK_ERR(zt__read_regular_file(zt_test_tmpdir(), 100, "state.json", &d, &n), ZT_STATUS_IO, "it is a folder");
+  /* the size limit, named; a file at the limit is read */
+  zt_test_tmp_path_to(path, sizeof path, "big.json");
+  write_str(path, "0123456789");
+  ZT_CHECK_ERR(zt__read_regular_file(path, 9, "state.json", &d, &n), ZT_STATUS_IO,
+               "it has 10 bytes, more than the 9 bytes");
+  ZT_CHECK(d == NULL);
+  ZT_CHECK_OK(zt__read_regular_file(path, 10, "state.json", &d, &n));
+  ZT_CHECK(n == 10 && d && !memcmp(d, "0123456789", 11));
+  free(d);
+  int fd = -1;
+  uint64_t size = 0;
+  ZT_CHECK_OK(zt__open_regular_file(path, "token file", &fd, &size));
+  ZT_CHECK(fd >= 0 && size == 10);
+  if (fd >= 0) close(fd);
+  ZT_CHECK_ERR(zt__open_regular_file("/dev/zero", "token file", &fd, &size), ZT_STATUS_IO,
+               "cannot read token file '/dev/zero'");
+  ZT_CHECK(fd == -1);
   zt_test_tmpdir_remove();
 }
 
@@ -224,6 +272,45 @@ static void test_json_errors(void) {
   j = NULL;
   ZT_CHECK_OK(zt__json_parse(deep + 40, 120, "ok", &j)); /* 60 levels */
   zt__json_free(j);
+  /* duplicates in objects large enough to be sorted: the first repeat in file order is named */
+  json_err("{\"a\": 1, \"b\": 2, \"c\": 3, \"d\": 4, \"e\": 5, \"f\": 6, \"g\": 7, \"h\": 8, \"i\": 9,\n"
+           "\"z\": 0, \"c\": 0, \"b\": 0}", "line 2, column 9: duplicate key \"c\"");
+  json_err("{\"a\": 1, \"b\": 2, \"c\": 3, \"d\": 4, \"e\": 5, \"f\": 6, \"g\": 7, \"h\": 8, \"a\": 9}",
+           "duplicate key \"a\"");
+}
+
+/* An object of 300,000 members: parsing it, finding a duplicate key at its end and looking
+ * up every member take O(n log n). The pairwise check took ~70 s for 300k keys (and ~1.5M
+ * keys fit a safetensors header), as did looking up every member. */
+static void test_json_large_object(void) {
+  enum { N = 300000 };
+  zt__buf b = {0};
+  zt__buf_put(&b, "{", 1);
+  for (int i = 0; i < N; i++) zt__buf_printf(&b, "%s\"tensor.%07d\": %d", i ? ", " : "", (int)((int64_t)i * 7919 % N), i);
+  size_t valid_len = b.len;
+  zt__buf_printf(&b, ", \"tensor.%07d\": 1}", (int)((int64_t)123 * 7919 % N));
+  ZT_CHECK(!b.oom);
+  double t0 = now_s();
+  zt__json *j = NULL;
+  ZT_CHECK_ERR(zt__json_parse(b.data, b.len, "'big.json'", &j), ZT_STATUS_IO, "duplicate key \"tensor.0074037\"");
+  double t_dup = now_s() - t0;
+  b.data[valid_len] = '}';
+  t0 = now_s();
+  ZT_CHECK_OK(zt__json_parse(b.data, valid_len + 1, "'big.json'", &j));
+  int bad = 0;
+  for (int i = 0; j && i < N; i++) {
+    char key[32];
+    snprintf(key, sizeof key, "tensor.%07d", (int)((int64_t)i * 7919 % N));
+    int64_t v = -1;
+    bad += !zt__json_i64(zt__json_get(j, key), &v) || v != i;
+  }
+  ZT_CHECK(bad == 0);
+  ZT_CHECK(zt__json_get(j, "tensor.") == NULL && zt__json_get(j, "tensor.9999999") == NULL);
+  double t_get = now_s() - t0;
+  zt__json_free(j);
+  zt__buf_free(&b);
+  printf("  300k keys: duplicate found in %.2f s, parse + 300k lookups in %.2f s\n", t_dup, t_get);
+  ZT_CHECK(t_dup < 10 && t_get < 10);
 }
 
 int main(void) {
@@ -231,7 +318,9 @@ int main(void) {
   ZT_RUN(test_write_failure_keeps_old_file);
   ZT_RUN(test_write_errors);
   ZT_RUN(test_read_errors);
+  ZT_RUN(test_read_non_regular);
   ZT_RUN(test_json_values);
   ZT_RUN(test_json_errors);
+  ZT_RUN(test_json_large_object);
   return zt_test_finish();
 }

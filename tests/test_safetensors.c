@@ -2,9 +2,13 @@
  * tensors, hand-written files (any key order, whitespace), every kind of corrupt file with
  * its message, strict loads, shape checks before any write, dtype conversion on load. */
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "zt_test.h"
 #include "zt/train.h"
+#include "train/fileio.h"
 
 static zt_tensor *tensor_of(int ndim, const int64_t *shape, zt_dtype dt, const void *data) {
   zt_tensor *t = NULL;
@@ -355,6 +359,77 @@ static void test_dtype_conversion(void) {
   zt_test_tmpdir_remove();
 }
 
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A header of 300,000 tensors (the 100 MB limit allows ~1.5M): with a duplicate name at its
+ * end it is refused in well under a second (the pairwise check took ~70 s); valid, its names
+ * are listed and a tensor found as fast. */
+static void test_large_header(void) {
+  enum { N = 300000 };
+  zt_test_tmpdir_make("st");
+  char path[128];
+  zt_test_tmp_path_to(path, sizeof path, "big.safetensors");
+  zt__buf h = {0};
+  zt__buf_printf(&h, "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}");
+  h.len--; /* the members go on */
+  for (int i = 0; i < N; i++)
+    zt__buf_printf(&h, ",\"layer.%d.w\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,8]}", i);
+  size_t valid_len = h.len;
+  zt__buf_printf(&h, ",\"layer.77.w\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[8,8]}}");
+  ZT_CHECK(!h.oom);
+  float z[2] = {1.5f, -2};
+  write_hdr(path, h.data, z, 8);
+  int64_t s2[] = {2};
+  zt_tensor *t = zeros(1, s2, ZT_DTYPE_F32);
+  const char *name = "x";
+  double t0 = now_s();
+  ZT_CHECK_ERR(zt_safetensors_load_into(path, 1, &name, &t, false), ZT_STATUS_IO, "duplicate key \"layer.77.w\"");
+  double t_dup = now_s() - t0;
+  h.data[valid_len] = '}';
+  h.data[valid_len + 1] = '\0';
+  write_hdr(path, h.data, z, 8);
+  t0 = now_s();
+  int nn = 0;
+  char **names = NULL;
+  ZT_CHECK_OK(zt_safetensors_names(path, &nn, &names));
+  ZT_CHECK(nn == N + 1 && names && !strcmp(names[N], "layer.299999.w"));
+  free(names);
+  ZT_CHECK_OK(zt_safetensors_load_into(path, 1, &name, &t, false));
+  ZT_CHECK(zt_tensor_get(t, 0) == 1.5 && zt_tensor_get(t, 1) == -2);
+  ZT_CHECK_ERR(zt_safetensors_load_into(path, 1, &name, &t, true), ZT_STATUS_INVALID_ARG,
+               "and 299997 more that were not asked for");
+  double t_ok = now_s() - t0;
+  printf("  300k tensors: duplicate found in %.2f s; names, a load and a strict load in %.2f s\n", t_dup, t_ok);
+  ZT_CHECK(t_dup < 10 && t_ok < 20);
+  zt_tensor_free(t);
+  zt__buf_free(&h);
+  zt_test_tmpdir_remove();
+}
+
+/* Not a regular file: refused at once with what it is (opening a FIFO used to block). */
+static void test_not_regular(void) {
+  zt_test_tmpdir_make("st");
+  char path[128];
+  zt_test_tmp_path_to(path, sizeof path, "fifo.safetensors");
+  ZT_CHECK(mkfifo(path, 0600) == 0);
+  int64_t s2[] = {2};
+  zt_tensor *t = zeros(1, s2, ZT_DTYPE_F32);
+  const char *name = "x";
+  unsigned prev = alarm(20);
+  ZT_CHECK_ERR(zt_safetensors_load_into(path, 1, &name, &t, false), ZT_STATUS_IO,
+               "it is a FIFO (named pipe), not a regular file");
+  alarm(prev);
+  ZT_CHECK_ERR(zt_safetensors_load_into("/dev/zero", 1, &name, &t, false), ZT_STATUS_IO,
+               "cannot read safetensors file '/dev/zero': it is a character device");
+  ZT_CHECK_ERR(zt_safetensors_load_into(zt_test_tmpdir(), 1, &name, &t, false), ZT_STATUS_IO, "it is a folder");
+  zt_tensor_free(t);
+  zt_test_tmpdir_remove();
+}
+
 int main(void) {
   ZT_RUN(test_roundtrip_all_dtypes);
   ZT_RUN(test_strided_tensors);
@@ -362,5 +437,7 @@ int main(void) {
   ZT_RUN(test_corrupt_files);
   ZT_RUN(test_strict_and_shapes);
   ZT_RUN(test_dtype_conversion);
+  ZT_RUN(test_large_header);
+  ZT_RUN(test_not_regular);
   return zt_test_finish();
 }

@@ -2,6 +2,7 @@
  * tiktoken, see scripts/gen_bpe_fixture.py), optionally against OpenAI's real GPT-2 files
  * ($ZT_GPT2_DIR), the encoder.json parser's escapes, and clear errors for bad files. */
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "zt/train.h"
@@ -266,6 +267,22 @@ static void test_bad_vocab_files(void) {
   zt_test_write_file(mer, "#version: 0.2\na b\n", 18);
   ZT_CHECK_OK(zt_tokenizer_gpt2(enc, mer, &t));
   zt_tokenizer_free(t);
+  t = NULL;
+  /* not regular files, or too large: refused before reading (a device used to be read until
+   * memory ran out, a FIFO blocked forever) */
+  ZT_CHECK_ERR(zt_tokenizer_gpt2("/dev/zero", mer, &t), ZT_STATUS_IO,
+               "reading the GPT-2 encoder (encoder.json): cannot read file '/dev/zero': it is a character device");
+  const char *fifo = zt_test_tmp_path("fifo.bpe");
+  ZT_CHECK(mkfifo(fifo, 0600) == 0);
+  unsigned prev = alarm(20);
+  ZT_CHECK_ERR(zt_tokenizer_gpt2(enc, fifo, &t), ZT_STATUS_IO, "merges (vocab.bpe): cannot read file");
+  ZT_CHECK(strstr(zt_last_error(), "it is a FIFO (named pipe)") != NULL);
+  alarm(prev);
+  const char *huge = zt_test_tmp_path("huge.json"); /* sparse: no disk space used */
+  zt_test_write_file(huge, "{", 1);
+  ZT_CHECK(truncate(huge, ((off_t)256 << 20) + 1) == 0);
+  ZT_CHECK_ERR(zt_tokenizer_gpt2(huge, mer, &t), ZT_STATUS_IO, "it has 268435457 bytes, more than the 268435456");
+  ZT_CHECK(t == NULL);
 }
 
 static void test_tokenize_file(void) {

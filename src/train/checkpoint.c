@@ -337,7 +337,7 @@ static zt_status read_state(const char *dir, ck_state *k) {
                   dir, CK_STATE, CK_STATE);
   void *text;
   size_t len;
-  ZT_TRY(zt_read_file(path, &text, &len));
+  ZT_TRY(zt__read_regular_file(path, ZT__READ_JSON_MAX, "checkpoint file", &text, &len));
   zt__json *j = NULL;
   char what[CK_PATH_CAP + 8];
   snprintf(what, sizeof what, "'%s'", path);

@@ -428,7 +428,7 @@ zt_status zt__shard_index_read(const char *dir, zt__shard_index **out) {
                "single-process ones)", dir, SH_INDEX);
   void *text = NULL;
   size_t len = 0;
-  if (!s) s = zt_read_file(path, &text, &len);
+  if (!s) s = zt__read_regular_file(path, ZT__READ_JSON_MAX, "checkpoint file", &text, &len);
   zt__json *j = NULL;
   char what[SH_PATH_CAP + 8];
   snprintf(what, sizeof what, "'%s'", path);

@@ -5,8 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <unistd.h>
 
+#include "train/fileio.h"
 #include "zt/train.h"
 
 #define ZT_TOKENS_MAGIC "ZTOK"
@@ -61,16 +62,19 @@ static zt_status read_ids(FILE *f, const char *path, uint32_t width, int32_t voc
 zt_status zt_tokens_load(const char *path, zt_tokens **out) {
   if (!path || !out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tokens_load: NULL path or out");
   *out = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f)
+  int fd = -1;
+  uint64_t size = 0;
+  zt_status os = zt__open_regular_file(path, "token file", &fd, &size);
+  if (os && access(path, F_OK) != 0)
     return ZT_ERR(ZT_STATUS_IO, "cannot open token file '%s': %s (make one with `zt tokenize TEXT_FILE OUT`)", path,
                   strerror(errno));
-  struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    fclose(f);
-    return ZT_ERR(ZT_STATUS_IO, "token file '%s' is not a regular file", path);
+  if (os) return os;
+  FILE *f = fdopen(fd, "rb");
+  if (!f) {
+    int e = errno;
+    close(fd);
+    return ZT_ERR(ZT_STATUS_IO, "cannot read token file '%s': %s", path, strerror(e));
   }
-  uint64_t size = (uint64_t)st.st_size;
   uint8_t h[ZT_TOKENS_HEADER];
   size_t got = fread(h, 1, sizeof h, f);
   zt_status s = ZT_OK;
@@ -101,10 +105,13 @@ zt_status zt_tokens_load(const char *path, zt_tokens **out) {
     s = ZT_ERR(ZT_STATUS_IO, "token file '%s' is damaged: vocabulary size %u is over 2^31-1; re-create it with `zt "
                "tokenize`", path, vocab);
   } else if (count > body / width) {
+    /* no count * width here: a damaged count overflows it */
     s = ZT_ERR(ZT_STATUS_IO,
-               "token file '%s' is truncated: its header promises %llu tokens of %u bytes (%llu bytes) but only %llu "
-               "bytes follow the header; re-create it with `zt tokenize` (or copy it again completely)",
-               path, (unsigned long long)count, width, (unsigned long long)count * width, (unsigned long long)body);
+               "token file '%s' is truncated or damaged: its header claims %llu tokens of %u bytes but the file holds "
+               "%llu bytes after its %d-byte header (room for %llu tokens); re-create it with `zt tokenize` (or copy "
+               "it again completely)",
+               path, (unsigned long long)count, width, (unsigned long long)body, ZT_TOKENS_HEADER,
+               (unsigned long long)(body / width));
   } else if (body != count * width) {
     s = ZT_ERR(ZT_STATUS_IO,
                "token file '%s' is damaged: %llu bytes follow its %llu tokens of %u bytes; re-create it with `zt "

@@ -102,54 +102,90 @@ out:
   return s;
 }
 
-zt_status zt_read_file(const char *path, void **data, size_t *size) {
-  if (!path || !data || !size) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_read_file: NULL argument");
+/* ------------------------------------------------------------------ reading */
+
+static const char *file_type_name(mode_t m) {
+  if (S_ISDIR(m)) return "a folder";
+  if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  if (S_ISSOCK(m)) return "a socket";
+  return "not a plain file";
+}
+
+zt_status zt__open_regular_file(const char *path, const char *what, int *fd, uint64_t *size) {
+  const char *w = what ? what : "file";
+  *fd = -1;
+  *size = 0;
+  if (!path) return ZT_ERR(ZT_STATUS_INVALID_ARG, "cannot read the %s: the path is NULL", w);
+  /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever */
+  int f = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (f < 0) return ZT_ERR(ZT_STATUS_IO, "cannot read %s '%s': %s", w, path, strerror(errno));
+  struct stat sb;
+  if (fstat(f, &sb) != 0) {
+    int e = errno;
+    close(f);
+    return ZT_ERR(ZT_STATUS_IO, "cannot read %s '%s': %s", w, path, strerror(e));
+  }
+  if (!S_ISREG(sb.st_mode)) {
+    close(f);
+    return ZT_ERR(ZT_STATUS_IO, "cannot read %s '%s': it is %s, not a regular file", w, path,
+                  file_type_name(sb.st_mode));
+  }
+  /* reads of a regular file never return EAGAIN; blocking mode again for the callers' stdio */
+  int fl = fcntl(f, F_GETFL);
+  if (fl >= 0) (void)fcntl(f, F_SETFL, fl & ~O_NONBLOCK);
+  *fd = f;
+  *size = (uint64_t)sb.st_size;
+  return ZT_OK;
+}
+
+zt_status zt__read_regular_file(const char *path, size_t max_bytes, const char *what, void **data, size_t *size) {
+  if (!data || !size) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt__read_regular_file: NULL output");
   *data = NULL;
   *size = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ZT_ERR(ZT_STATUS_IO, "cannot read '%s': %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(fd, &sb) != 0 || S_ISDIR(sb.st_mode)) {
-    int e = S_ISDIR(sb.st_mode) ? EISDIR : errno;
+  const char *w = what ? what : "file";
+  int fd;
+  uint64_t n;
+  ZT_TRY(zt__open_regular_file(path, w, &fd, &n));
+  if (n > max_bytes) {
     close(fd);
-    return ZT_ERR(ZT_STATUS_IO, "cannot read '%s': %s", path, strerror(e));
+    return ZT_ERR(ZT_STATUS_IO, "cannot read %s '%s': it has %llu bytes, more than the %zu bytes such a file may "
+                  "have (is it the right file?)", w, path, (unsigned long long)n, max_bytes);
   }
-  /* Regular files are read to their stat size; other files (pipes) until EOF. The extra
-   * byte holds a NUL so that text files can be used as C strings. */
-  size_t cap = S_ISREG(sb.st_mode) ? (size_t)sb.st_size + 1 : 4096, n = 0;
-  char *buf = malloc(cap);
+  /* the extra byte holds a NUL, so text files can be used as C strings */
+  char *buf = malloc((size_t)n + 1);
   if (!buf) {
     close(fd);
-    return ZT_ERR(ZT_STATUS_OOM, "cannot read '%s': out of memory for %zu bytes", path, cap);
+    return ZT_ERR(ZT_STATUS_OOM, "cannot read %s '%s': out of memory for %llu bytes", w, path,
+                  (unsigned long long)n + 1);
   }
-  for (;;) {
-    if (n + 1 == cap) {
-      if (S_ISREG(sb.st_mode)) break;
-      char *nb = realloc(buf, cap * 2);
-      if (!nb) {
-        free(buf);
-        close(fd);
-        return ZT_ERR(ZT_STATUS_OOM, "cannot read '%s': out of memory", path);
-      }
-      buf = nb;
-      cap *= 2;
-    }
-    ssize_t r = read(fd, buf + n, cap - 1 - n);
+  /* read what fstat saw: a file that grows meanwhile is read to that size, one that shrinks
+   * to its end */
+  size_t got = 0;
+  while (got < (size_t)n) {
+    size_t step = (size_t)n - got < ((size_t)1 << 30) ? (size_t)n - got : ((size_t)1 << 30);
+    ssize_t r = read(fd, buf + got, step);
     if (r < 0) {
       if (errno == EINTR) continue;
       int e = errno;
       free(buf);
       close(fd);
-      return ZT_ERR(ZT_STATUS_IO, "cannot read '%s': %s", path, strerror(e));
+      return ZT_ERR(ZT_STATUS_IO, "cannot read %s '%s': %s", w, path, strerror(e));
     }
     if (r == 0) break;
-    n += (size_t)r;
+    got += (size_t)r;
   }
   close(fd);
-  buf[n] = '\0';
+  buf[got] = '\0';
   *data = buf;
-  *size = n;
+  *size = got;
   return ZT_OK;
+}
+
+zt_status zt_read_file(const char *path, void **data, size_t *size) {
+  if (!path || !data || !size) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_read_file: NULL argument");
+  return zt__read_regular_file(path, ZT__READ_FILE_MAX, "file", data, size);
 }
 
 /* ------------------------------------------------------------------ text buffer */
@@ -245,6 +281,7 @@ static void json_clear(zt__json *j) {
   }
   free(j->items);
   free(j->keys);
+  free(j->order);
   free(j->str);
   memset(j, 0, sizeof *j);
 }
@@ -304,6 +341,18 @@ static void put_utf8(zt__buf *b, uint32_t cp) {
 /* At the opening quote; on success *out is a malloc'd string. */
 static zt_status parse_string(jparser *p, char **out) {
   p->pos++;
+  /* the common case, no escapes: one allocation of the exact size */
+  size_t end = p->pos;
+  while (end < p->len && p->s[end] != '"' && p->s[end] != '\\' && (unsigned char)p->s[end] >= 0x20) end++;
+  if (end < p->len && p->s[end] == '"') {
+    char *str = malloc(end - p->pos + 1);
+    if (!str) return ZT_ERR(ZT_STATUS_OOM, "out of memory parsing %s", p->what);
+    memcpy(str, p->s + p->pos, end - p->pos);
+    str[end - p->pos] = '\0';
+    p->pos = end + 1;
+    *out = str;
+    return ZT_OK;
+  }
   zt__buf b = {0};
   zt__buf_put(&b, "", 0);
   for (;;) {
@@ -409,6 +458,51 @@ static zt_status parse_number(jparser *p, zt__json *out) {
 
 static zt_status parse_value(jparser *p, zt__json *out);
 
+/* Objects up to this many members are searched linearly (and checked for duplicates as
+ * each key is read); larger ones get an index sorted by key. */
+#define JSON_SMALL_OBJECT 8
+
+/* Is key a before key b (ties: the earlier member first)? */
+static bool key_before(char *const *keys, int a, int b) {
+  int c = strcmp(keys[a], keys[b]);
+  return c < 0 || (c == 0 && a < b);
+}
+
+/* idx[0, n) sorted by key with a bottom-up merge sort: O(n log n) comparisons whatever the
+ * keys (an adversarial header cannot make it quadratic). tmp has room for n ints. */
+static void sort_by_key(char *const *keys, int *idx, int *tmp, int n) {
+  for (int w = 1; w < n; w *= 2) {
+    for (int lo = 0; lo < n; lo += 2 * w) {
+      int mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+      int i = lo, k = mid, o = lo;
+      while (i < mid && k < hi) tmp[o++] = key_before(keys, idx[k], idx[i]) ? idx[k++] : idx[i++];
+      while (i < mid) tmp[o++] = idx[i++];
+      while (k < hi) tmp[o++] = idx[k++];
+    }
+    memcpy(idx, tmp, sizeof *idx * (size_t)n);
+  }
+}
+
+/* The sorted index of a large object, and its first duplicate key (the member, in file
+ * order, whose key an earlier member has): -1 if none, -2 when out of memory. */
+static int index_object(zt__json *o) {
+  int n = o->n;
+  o->order = malloc(sizeof *o->order * (size_t)n);
+  int *tmp = malloc(sizeof *tmp * (size_t)n);
+  if (!o->order || !tmp) {
+    free(tmp);
+    return -2;
+  }
+  for (int i = 0; i < n; i++) o->order[i] = i;
+  sort_by_key(o->keys, o->order, tmp, n);
+  free(tmp);
+  int dup = -1;
+  for (int i = 1; i < n; i++) /* equal keys are adjacent, in file order */
+    if (!strcmp(o->keys[o->order[i - 1]], o->keys[o->order[i]]) && (dup < 0 || o->order[i] < dup))
+      dup = o->order[i];
+  return dup;
+}
+
 /* Arrays and objects: items grow by doubling; out->n counts only complete items so that
  * json_clear can free a partial result. */
 static zt_status parse_container(jparser *p, zt__json *out, bool object) {
@@ -423,58 +517,86 @@ static zt_status parse_container(jparser *p, zt__json *out, bool object) {
     return ZT_OK;
   }
   int cap = 0;
+  size_t *key_pos = NULL; /* objects: where each key starts, for the duplicate error */
+  zt_status s = ZT_OK;
   for (;;) {
     if (out->n == cap) {
+      if (cap > (1 << 29)) {
+        s = jerr(p, "more than %d items in one %s", 1 << 30, object ? "object" : "array");
+        break;
+      }
       int nc = cap ? cap * 2 : 8;
       zt__json *ni = realloc(out->items, sizeof *ni * (size_t)nc);
       if (ni) out->items = ni;
       char **nk = object ? realloc(out->keys, sizeof *nk * (size_t)nc) : NULL;
       if (nk) out->keys = nk;
-      if (!ni || (object && !nk)) return ZT_ERR(ZT_STATUS_OOM, "out of memory parsing %s", p->what);
+      size_t *np = object ? realloc(key_pos, sizeof *np * (size_t)nc) : NULL;
+      if (np) key_pos = np;
+      if (!ni || (object && (!nk || !np))) {
+        s = ZT_ERR(ZT_STATUS_OOM, "out of memory parsing %s", p->what);
+        break;
+      }
       cap = nc;
     }
     char *key = NULL;
     skip_ws(p);
     if (object) {
-      if (p->pos >= p->len || p->s[p->pos] != '"')
-        return jerr(p, p->pos >= p->len ? "unexpected end (expected a key)" : "expected a string key");
-      size_t key_pos = p->pos;
-      ZT_TRY(parse_string(p, &key));
-      for (int i = 0; i < out->n; i++)
+      if (p->pos >= p->len || p->s[p->pos] != '"') {
+        s = jerr(p, p->pos >= p->len ? "unexpected end (expected a key)" : "expected a string key");
+        break;
+      }
+      key_pos[out->n] = p->pos;
+      if ((s = parse_string(p, &key))) break;
+      for (int i = 0; i < out->n && out->n < JSON_SMALL_OBJECT; i++)
         if (!strcmp(out->keys[i], key)) {
-          p->pos = key_pos;
-          zt_status s = jerr(p, "duplicate key \"%s\"", key);
-          free(key);
-          return s;
+          p->pos = key_pos[out->n];
+          s = jerr(p, "duplicate key \"%s\"", key);
+          break;
         }
       skip_ws(p);
-      if (p->pos >= p->len || p->s[p->pos] != ':') {
+      if (!s && (p->pos >= p->len || p->s[p->pos] != ':')) s = jerr(p, "expected ':' after a key");
+      if (s) {
         free(key);
-        return jerr(p, "expected ':' after a key");
+        break;
       }
       p->pos++;
     }
     zt__json *item = &out->items[out->n];
     memset(item, 0, sizeof *item);
-    zt_status s = parse_value(p, item);
-    if (s) {
+    if ((s = parse_value(p, item))) {
       json_clear(item);
       free(key);
-      return s;
+      break;
     }
     if (object) out->keys[out->n] = key;
     out->n++;
     skip_ws(p);
-    if (p->pos >= p->len) return jerr(p, "unexpected end (expected ',' or '%c')", close);
+    if (p->pos >= p->len) {
+      s = jerr(p, "unexpected end (expected ',' or '%c')", close);
+      break;
+    }
     char c = p->s[p->pos++];
     if (c == close) break;
     if (c != ',') {
       p->pos--;
-      return jerr(p, "expected ',' or '%c'", close);
+      s = jerr(p, "expected ',' or '%c'", close);
+      break;
     }
   }
-  p->depth--;
-  return ZT_OK;
+  if (!s && object && out->n > JSON_SMALL_OBJECT) {
+    int dup = index_object(out);
+    if (dup == -2) {
+      s = ZT_ERR(ZT_STATUS_OOM, "out of memory parsing %s", p->what);
+    } else if (dup >= 0) {
+      size_t end = p->pos;
+      p->pos = key_pos[dup];
+      s = jerr(p, "duplicate key \"%s\"", out->keys[dup]);
+      p->pos = end;
+    }
+  }
+  free(key_pos);
+  if (!s) p->depth--;
+  return s;
 }
 
 static zt_status parse_value(jparser *p, zt__json *out) {
@@ -521,9 +643,19 @@ zt_status zt__json_parse(const char *text, size_t len, const char *what, zt__jso
 }
 
 const zt__json *zt__json_get(const zt__json *j, const char *key) {
-  if (!j || j->kind != ZT__JSON_OBJECT) return NULL;
-  for (int i = 0; i < j->n; i++)
-    if (!strcmp(j->keys[i], key)) return &j->items[i];
+  if (!j || j->kind != ZT__JSON_OBJECT || !key) return NULL;
+  if (!j->order) {
+    for (int i = 0; i < j->n; i++)
+      if (!strcmp(j->keys[i], key)) return &j->items[i];
+    return NULL;
+  }
+  int lo = 0, hi = j->n - 1;
+  while (lo <= hi) {
+    int mid = lo + (hi - lo) / 2, c = strcmp(key, j->keys[j->order[mid]]);
+    if (!c) return &j->items[j->order[mid]];
+    if (c < 0) hi = mid - 1;
+    else lo = mid + 1;
+  }
   return NULL;
 }
 

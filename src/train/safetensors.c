@@ -5,11 +5,9 @@
  * any tensor is touched, then reads each tensor with pread straight into its destination
  * (no copy of the file in memory) unless a dtype conversion needs a staging buffer. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/tensor_internal.h"
@@ -122,7 +120,8 @@ static zt_status parse_entry(st_file *f, const char *name, const zt__json *v, st
     return ZT_ERR(ZT_STATUS_IO, "'%s': tensor '%s' has %d dimensions; zerotrain supports at most %d", path, name,
                   shape->n, ZT_MAX_DIMS);
   e->ndim = shape->n;
-  uint64_t numel = 1;
+  /* every partial product must fit an int64 (tensor code multiplies shapes in int64) */
+  int64_t numel = 1;
   bool overflow = false;
   for (int d = 0; d < shape->n; d++) {
     int64_t s;
@@ -130,21 +129,28 @@ static zt_status parse_entry(st_file *f, const char *name, const zt__json *v, st
       return ZT_ERR(ZT_STATUS_IO, "'%s': tensor '%s' has an invalid shape (dimension %d is not an integer >= 0)",
                     path, name, d);
     e->shape[d] = s;
-    if (s && numel > UINT64_MAX / (uint64_t)s) overflow = true;
-    numel *= (uint64_t)s;
+    if (!overflow && __builtin_mul_overflow(numel, s, &numel)) overflow = true;
+  }
+  if (overflow) {
+    char sb[128];
+    return ZT_ERR(ZT_STATUS_IO, "'%s': tensor '%s' has shape %s, whose element count overflows a 64-bit integer: the "
+                  "file is corrupt", path, name, zt_shape_str(e->ndim, e->shape, sb));
   }
   if (!offs || offs->kind != ZT__JSON_ARRAY || offs->n != 2 || !zt__json_u64(&offs->items[0], &e->begin) ||
       !zt__json_u64(&offs->items[1], &e->end) || e->begin > e->end)
     return ZT_ERR(ZT_STATUS_IO, "'%s': tensor '%s' needs \"data_offsets\": [begin, end] with 0 <= begin <= end", path,
                   name);
   char sb[128];
-  size_t es = st_dtypes[e->dt].size;
-  if (overflow || numel > UINT64_MAX / es || numel * es != e->end - e->begin)
+  uint64_t es = st_dtypes[e->dt].size, nbytes = 0;
+  if (__builtin_mul_overflow((uint64_t)numel, es, &nbytes))
+    return ZT_ERR(ZT_STATUS_IO, "'%s': tensor '%s' of shape %s and dtype %s needs more than 2^64 bytes: the file is "
+                  "corrupt", path, name, zt_shape_str(e->ndim, e->shape, sb), st_dtypes[e->dt].name);
+  if (nbytes != e->end - e->begin)
     return ZT_ERR(ZT_STATUS_IO,
                   "'%s': tensor '%s' of shape %s and dtype %s needs %llu bytes but its data_offsets [%llu, %llu] span "
                   "%llu (shape and offsets do not match)",
                   path, name, zt_shape_str(e->ndim, e->shape, sb), st_dtypes[e->dt].name,
-                  (unsigned long long)(numel * es), (unsigned long long)e->begin, (unsigned long long)e->end,
+                  (unsigned long long)nbytes, (unsigned long long)e->begin, (unsigned long long)e->end,
                   (unsigned long long)(e->end - e->begin));
   if (e->end > f->data_len)
     return ZT_ERR(ZT_STATUS_IO,
@@ -161,14 +167,8 @@ static zt_status st_open(const char *path, st_file *f) {
   f->fd = -1;
   f->path = path;
   if (!path) return ZT_ERR(ZT_STATUS_INVALID_ARG, "safetensors: the path is NULL");
-  f->fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (f->fd < 0) return ZT_ERR(ZT_STATUS_IO, "cannot open '%s': %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(f->fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    st_close(f);
-    return ZT_ERR(ZT_STATUS_IO, "cannot read '%s': not a regular file", path);
-  }
-  uint64_t size = (uint64_t)sb.st_size;
+  uint64_t size = 0;
+  ZT_TRY(zt__open_regular_file(path, "safetensors file", &f->fd, &size));
   if (size < 8) {
     st_close(f);
     return ZT_ERR(ZT_STATUS_IO,
@@ -372,12 +372,17 @@ zt_status zt_safetensors_load_into(const char *path, int n, const char *const *n
     goto out;
   }
   if (strict) {
+    /* here every name was found; the file's entries no name asked for are extra */
     int n_extra = 0;
-    for (int k = 0; k < f.n; k++) {
-      bool asked = false;
-      for (int i = 0; i < n && !asked; i++) asked = found[i] == &f.e[k];
-      if (!asked) listed[n_extra++] = f.e[k].name;
+    bool *asked = calloc((size_t)f.n + 1, sizeof *asked);
+    if (!asked) {
+      s = ZT_ERR(ZT_STATUS_OOM, "'%s': out of memory", path);
+      goto out;
     }
+    for (int i = 0; i < n; i++) asked[found[i] - f.e] = true;
+    for (int k = 0; k < f.n; k++)
+      if (!asked[k]) listed[n_extra++] = f.e[k].name;
+    free(asked);
     if (n_extra) {
       name_list(list, sizeof list, listed, n_extra);
       s = ZT_ERR(ZT_STATUS_INVALID_ARG, "'%s' holds tensor %s that were not asked for (a strict load wants exactly "
@@ -457,6 +462,52 @@ zt_status zt_safetensors_names(const char *path, int *n, char ***names) {
   *names = arr;
   st_close(&f);
   return ZT_OK;
+}
+
+zt_status zt__safetensors_list(const char *path, int *n, zt__st_info **out) {
+  if (!n || !out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt__safetensors_list: NULL output");
+  *n = 0;
+  *out = NULL;
+  st_file f;
+  ZT_TRY(st_open(path, &f));
+  size_t bytes = sizeof(zt__st_info) * ((size_t)f.n + 1);
+  for (int i = 0; i < f.n; i++) bytes += strlen(f.e[i].name) + 1;
+  zt__st_info *info = malloc(bytes);
+  if (!info) {
+    st_close(&f);
+    return ZT_ERR(ZT_STATUS_OOM, "'%s': out of memory", path);
+  }
+  char *p = (char *)(info + f.n + 1);
+  for (int i = 0; i < f.n; i++) { /* by_name: sorted by name */
+    const st_entry *e = &f.e[f.by_name[i]];
+    size_t l = strlen(e->name) + 1;
+    memcpy(p, e->name, l);
+    zt__st_info *x = &info[i];
+    x->name = p;
+    x->dtype = st_dtypes[e->dt].name;
+    x->ndim = e->ndim;
+    x->numel = 1;
+    for (int d = 0; d < e->ndim; d++) {
+      x->shape[d] = e->shape[d];
+      x->numel *= e->shape[d]; /* no overflow: checked by parse_entry */
+    }
+    p += l;
+  }
+  *n = f.n;
+  *out = info;
+  st_close(&f);
+  return ZT_OK;
+}
+
+const zt__st_info *zt__st_find(const zt__st_info *info, int n, const char *name) {
+  int lo = 0, hi = n - 1;
+  while (lo <= hi) {
+    int mid = lo + (hi - lo) / 2, c = strcmp(name, info[mid].name);
+    if (!c) return &info[mid];
+    if (c < 0) hi = mid - 1;
+    else lo = mid + 1;
+  }
+  return NULL;
 }
 
 /* ------------------------------------------------------------------ writing */

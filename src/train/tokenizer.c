@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/fileio.h"
 #include "zt/train.h"
 
 /* ------------------------------------------------ Unicode classes for the pre-tokeniser
@@ -598,7 +599,9 @@ static zt_status parse_merges(builder *b, zt_tokenizer *t) {
 
 static zt_status read_whole(const char *what, const char *path, void **data, size_t *size) {
   if (!path) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tokenizer_gpt2: the %s path is NULL", what);
-  zt_status s = zt_read_file(path, data, size);
+  /* GPT-2's files are 1 MB and 0.5 MB: a cap keeps a wrong path (a device, a huge file) from
+   * filling memory; the ids and lines they hold then fit int32 */
+  zt_status s = zt__read_regular_file(path, ZT__READ_BPE_MAX, "file", data, size);
   if (s) return zt__error_prefix(s, "reading the GPT-2 %s", what);
   return ZT_OK;
 }
@@ -706,6 +709,8 @@ zt_status zt_tokenizer_encode(const zt_tokenizer *t, const char *text, size_t le
   if (!t || !ids || !n || (!text && len))
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tokenizer_encode: NULL tokenizer, text or output");
   *ids = NULL, *n = 0;
+  if (len > (size_t)INT64_MAX / sizeof(int32_t))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tokenizer_encode: %zu bytes of text is too long", len);
   int32_t *o = malloc((len ? len : 1) * sizeof *o); /* at most one token per byte */
   if (!o) return ZT_ERR(ZT_STATUS_OOM, "zt_tokenizer_encode: out of host memory for %zu tokens", len);
   const uint8_t *s = (const uint8_t *)text;
