@@ -78,7 +78,7 @@ zt_status zt_clip_grad_norm(int n_params, const zt_param *params, double max_nor
       return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: the grad of parameter '%s' is not contiguous", fn, params[i].name);
     void *d;
     zt_status s = zt_tensor_data(g, &d);
-    if (s) return zt__error_prefix(s, "%s: parameter '%s': ", fn, params[i].name);
+    if (s) return zt__error_prefix(s, "%s: parameter '%s'", fn, params[i].name);
   }
   double ss = 0;
   for (int i = 0; i < n_params; i++) {

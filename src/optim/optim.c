@@ -170,7 +170,7 @@ static zt_status ensure_state(zt_optim *o, int i) {
     if (o->state[k]) continue;
     zt_tensor *t;
     zt_status s = zt_tensor_empty_tagged(p->ndim, p->shape, ZT_DTYPE_F32, zt_tensor_device(p), ZT_MEM_TAG_OPTIM, &t);
-    if (s) return zt__error_prefix(s, "optimizer state '%s': ", o->names[k]);
+    if (s) return zt__error_prefix(s, "optimizer state '%s'", o->names[k]);
     if (t->storage->nbytes) memset(t->storage->data, 0, t->storage->nbytes);
     o->state[k] = t;
   }
@@ -214,7 +214,7 @@ static zt_status check_grad(const zt_optim *o, int i, bool *use) {
   void *d;
   zt_status s = zt_tensor_data(g, &d);
   if (!s) s = zt_tensor_data(t, &d);
-  if (s) return zt__error_prefix(s, "zt_optim_step: parameter '%s': ", p->name);
+  if (s) return zt__error_prefix(s, "zt_optim_step: parameter '%s'", p->name);
   *use = true;
   return ZT_OK;
 }

@@ -249,7 +249,7 @@ static zt_status broadcast_params(zt_ddp *d, int n_params, const zt_param *param
     zt_tensor *t = params[i].tensor;
     s = zt_broadcast(d->comm, t, 0);
     if (s)
-      s = zt__error_prefix(s, "DDP: broadcasting parameter '%s' from rank 0: ", params[i].name);
+      s = zt__error_prefix(s, "DDP: broadcasting parameter '%s' from rank 0", params[i].name);
     else
       account(d, zt_tensor_nbytes(t), false);
   }

@@ -309,7 +309,7 @@ static zt_status flatten(zt_fsdp *f, zt__fsdp_unit *u) {
     zt_comm_stats a, b;
     zt_comm_stats_get(f->comm, &a);
     zt_status s = zt_broadcast(f->comm, u->full_t, 0);
-    if (s) return zt__error_prefix(s, "FSDP: broadcasting unit '%s' from rank 0: ", u->name);
+    if (s) return zt__error_prefix(s, "FSDP: broadcasting unit '%s' from rank 0", u->name);
     zt_comm_stats_get(f->comm, &b);
     f->stats.comm_calls += b.calls - a.calls;
     f->stats.bytes_sent += b.bytes_sent - a.bytes_sent;
@@ -403,7 +403,7 @@ zt_status zt_fsdp_init(zt_fsdp *f) {
   f->post_seq = calloc(nu, sizeof *f->post_seq);
   if (!s && (!f->pre_seq || !f->post_seq)) s = ZT_ERR(ZT_STATUS_OOM, "out of host memory");
   if (!s) s = build_pieces(f);
-  return s ? zt__error_prefix(s, "zt_fsdp_init: ") : ZT_OK;
+  return s ? zt__error_prefix(s, "zt_fsdp_init") : ZT_OK;
 }
 
 void zt_fsdp_free(zt_fsdp *f) {
