@@ -10,12 +10,6 @@
 
 #include "cli.h"
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -78,14 +72,14 @@ static int bench_step(int argc, char **argv) {
   }
   for (int64_t s = 0; s < warm + steps; s++) {
     if (s == warm) zt_mem_reset_peaks();
-    double t0 = now_s();
+    double t0 = zt_clock_now();
     zt_tensor *loss = NULL;
     if (zt_gpt2_forward(m, x, y, NULL, &loss)) goto fail;
     zt_status st = zt_backward(1, &loss, NULL, false);
     zt_tensor_free(loss);
     if (st || zt_optim_step(o, c.lr)) goto fail;
     zt_optim_zero_grad(o);
-    if (s >= warm) t[s - warm] = now_s() - t0;
+    if (s >= warm) t[s - warm] = zt_clock_now() - t0;
   }
   qsort(t, (size_t)steps, sizeof *t, cmp_d);
   double med = t[steps / 2];

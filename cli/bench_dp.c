@@ -54,12 +54,6 @@ static double median(double *v, int64_t n) {
   return v[n / 2];
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The step's collectives alone: DDP/none/opt an all-reduce of Ψ floats; full two gathers
  * and a reduce-scatter of Ψ; grad_op one gather and a reduce-scatter. Median of 3. */
 static zt_status comm_alone(zt_comm *w, zt_shard_strategy s, bool ddp, int64_t psi, double *out) {
@@ -71,7 +65,7 @@ static zt_status comm_alone(zt_comm *w, zt_shard_strategy s, bool ddp, int64_t p
   double t[3];
   for (int r = 0; r < 3 && !st; r++) {
     st = zt_barrier(w);
-    double t0 = now_s();
+    double t0 = zt_clock_now();
     if (ddp || s == ZT_SHARD_NONE || s == ZT_SHARD_OPT) {
       if (!st) st = zt_all_reduce(w, full, ZT_REDUCE_SUM);
     } else {
@@ -79,7 +73,7 @@ static zt_status comm_alone(zt_comm *w, zt_shard_strategy s, bool ddp, int64_t p
       for (int g = 0; g < gathers && !st; g++) st = zt_all_gather(w, shard, full);
       if (!st) st = zt_reduce_scatter(w, full, shard, ZT_REDUCE_SUM);
     }
-    t[r] = now_s() - t0;
+    t[r] = zt_clock_now() - t0;
   }
   zt_tensor_free(full);
   zt_tensor_free(shard);

@@ -103,12 +103,6 @@ typedef struct progress {
   bool status_shown;     /* a live status line is on the terminal */
 } progress;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* "45s", "12m05s", "3h07m" */
 static const char *duration(double s, char buf[32]) {
   long t = s > 0 && s < 1e9 ? (long)(s + 0.5) : 0;
@@ -134,7 +128,7 @@ static void *ticker(void *ud) {
       pthread_mutex_unlock(&p->mu);
       return NULL;
     }
-    double t = now_s() - p->step_t0;
+    double t = zt_clock_now() - p->step_t0;
     if (p->step && t >= p->slow_s) {
       char a[32], b[32];
       printf("\r\033[Kstep %5lld/%lld: %s... %s into the step", (long long)p->step, (long long)p->end_step,
@@ -150,7 +144,7 @@ static void *ticker(void *ud) {
 static void on_phase(zt_train_phase ph, int64_t step, void *ud) {
   progress *p = ud;
   pthread_mutex_lock(&p->mu);
-  double t = now_s();
+  double t = zt_clock_now();
   if (step != p->step) p->step_t0 = t;
   p->step = step;
   p->phase = ph;

@@ -12,12 +12,6 @@
 
 #include "zt/comm.h"
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static double cpu_s(void) {
   struct rusage u;
   getrusage(RUSAGE_SELF, &u);
@@ -52,9 +46,9 @@ static int scenario_stop(zt_comm *w, int rank, int size) {
     for (;;) pause();
   }
   zt_tensor *t = vec(1);
-  double t0 = now_s();
+  double t0 = zt_clock_now();
   zt_status s = zt_all_reduce(w, t, ZT_REDUCE_SUM);
-  fprintf(stderr, "rank %d: all_reduce returned %s after %.1f s\n", rank, zt_status_name(s), now_s() - t0);
+  fprintf(stderr, "rank %d: all_reduce returned %s after %.1f s\n", rank, zt_status_name(s), zt_clock_now() - t0);
   if (s == ZT_OK) return 1;
   fail_and_abort(w, "all_reduce failed", 3);
   return 1; /* not reached under MPI */
@@ -98,9 +92,9 @@ static int scenario_slow(zt_comm *w, int rank, int size) {
   if (zt_barrier(w)) fail_and_abort(w, "barrier", 5);
   if (rank == size - 1) usleep(1000000);
   zt_tensor *t = vec(rank + 1);
-  double t0 = now_s(), c0 = cpu_s();
+  double t0 = zt_clock_now(), c0 = cpu_s();
   zt_status s = zt_all_reduce(w, t, ZT_REDUCE_SUM);
-  double wall = now_s() - t0, cpu = cpu_s() - c0;
+  double wall = zt_clock_now() - t0, cpu = cpu_s() - c0;
   int rc = 0;
   if (s != ZT_OK) {
     fprintf(stderr, "rank %d: all_reduce failed: %s\n", rank, zt_last_error());

@@ -8,12 +8,6 @@
 
 #include "zt/comm.h"
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int cmp_d(const void *x, const void *y) {
   double a = *(const double *)x, b = *(const double *)y;
   return (a > b) - (a < b);
@@ -36,13 +30,13 @@ int main(int argc, char **argv) {
     double med[99];
     for (int r = 0; r < reps; r++) {
       if (zt_barrier(w)) return 1;
-      double t0 = now_s();
+      double t0 = zt_clock_now();
       for (int i = 0; i < iters[k]; i++)
         if (zt_all_reduce(w, t, ZT_REDUCE_SUM)) {
           fprintf(stderr, "%s\n", zt_last_error());
           return 1;
         }
-      med[r] = (now_s() - t0) / iters[k] * 1e6;
+      med[r] = (zt_clock_now() - t0) / iters[k] * 1e6;
     }
     qsort(med, (size_t)reps, sizeof med[0], cmp_d);
     if (zt_comm_rank(w) == 0) printf("%s\"%lld\":%.2f", k ? "," : "", (long long)sizes[k], med[reps / 2]);

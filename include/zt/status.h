@@ -1,4 +1,4 @@
-/* zerotrain status codes and error messages.
+/* zerotrain status codes and error messages (and the monotonic clock everything times with).
  * The library never exits or prints: a failing call returns a zt_status and leaves a
  * message (what was wrong, what to do) for zt_last_error(); broken invariants abort
  * through ZT_ASSERT with file:line. */
@@ -33,6 +33,10 @@ const char *zt_last_error(void);
 const char *zt_status_name(zt_status s);
 /* Forget the last message (tests use it). */
 void zt_clear_error(void);
+
+/* Seconds on a monotonic clock (CLOCK_MONOTONIC): only differences mean anything. The one
+ * clock of the library, the CLI, the tests and the benchmarks (src/core/clock.c). */
+double zt_clock_now(void);
 
 /* Internal: record a message for zt_last_error() and return code. */
 zt_status zt__error(zt_status code, const char *file, int line, const char *fmt, ...)

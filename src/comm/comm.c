@@ -205,12 +205,6 @@ static zt_status timed_out(zt_comm *c, const opinfo *op) {
   return s;
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void nap(double s) {
   struct timespec ts = {0, (long)(s * 1e9)};
   nanosleep(&ts, NULL);
@@ -253,11 +247,11 @@ static zt_status poll_req(zt_comm *c, void *req, const opinfo *op, bool *late) {
   bool done = false;
   zt_status s = c->be->test(c->ctx, req, &done);
   if (done) return s;
-  double t0 = now_s(), t = t0, next_check = t0 + SPIN_S;
+  double t0 = zt_clock_now(), t = t0, next_check = t0 + SPIN_S;
   for (;;) {
     s = c->be->test(c->ctx, req, &done);
     if (done) return s;
-    t = now_s();
+    t = zt_clock_now();
     if (c->timeout > 0 && t - t0 >= c->timeout) {
       *late = true;
       return ZT_STATUS_COMM;
@@ -270,7 +264,7 @@ static zt_status poll_req(zt_comm *c, void *req, const opinfo *op, bool *late) {
     }
     double n = waited / 16;
     nap(n < NAP_MIN_S ? NAP_MIN_S : n > NAP_MAX_S ? NAP_MAX_S : n);
-    next_check = now_s() + BURST_S;
+    next_check = zt_clock_now() + BURST_S;
   }
 }
 

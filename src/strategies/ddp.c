@@ -46,12 +46,6 @@ struct zt_ddp {
   zt_dp_stats stats;
 };
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* What the ring algorithm sends for an all-reduce (or a broadcast) of bytes; the same
  * rounding as zt_comm_stats, so the two agree when one strategy owns the group. */
 static void account(zt_ddp *d, size_t bytes, bool all_reduce) {
@@ -66,9 +60,9 @@ zt_ddp_options zt_ddp_options_default(void) { return (zt_ddp_options){25 << 20, 
 
 static zt_status wait_bucket(zt_ddp *d, ddp_bucket *b) {
   if (!b->work) return ZT_OK;
-  double t0 = now_s();
+  double t0 = zt_clock_now();
   zt_status s = zt_comm_wait(b->work);
-  d->stats.wait_s += now_s() - t0;
+  d->stats.wait_s += zt_clock_now() - t0;
   b->work = NULL;
   return s;
 }

@@ -114,7 +114,5 @@ void zt__fsdp_drop_grads(zt__fsdp_unit *u);
 void zt__fsdp_recover(zt_fsdp *f);
 /* Collective on comm; counted in f's stats (kind: the counter to bump, NULL for none). */
 zt_status zt__fsdp_all_reduce(zt_fsdp *f, zt_comm *c, zt_tensor *t, int64_t *kind);
-/* Seconds on a monotonic clock. */
-double zt__fsdp_now(void);
 
 #endif

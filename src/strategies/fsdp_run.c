@@ -20,12 +20,6 @@
 #include "ops/cpu/shape.h"
 #include "strategies/fsdp_internal.h"
 
-double zt__fsdp_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Add what group c counted since `before` to f's stats. */
 static void count_since(zt_fsdp *f, const zt_comm *c, const zt_comm_stats *before) {
   zt_comm_stats now;
@@ -35,18 +29,18 @@ static void count_since(zt_fsdp *f, const zt_comm *c, const zt_comm_stats *befor
 }
 
 static zt_status timed_wait(zt_fsdp *f, zt_comm_work *w) {
-  double t0 = zt__fsdp_now();
+  double t0 = zt_clock_now();
   zt_status s = zt_comm_wait(w);
-  f->stats.wait_s += zt__fsdp_now() - t0;
+  f->stats.wait_s += zt_clock_now() - t0;
   return s;
 }
 
 zt_status zt__fsdp_all_reduce(zt_fsdp *f, zt_comm *c, zt_tensor *t, int64_t *kind) {
   zt_comm_stats a;
   zt_comm_stats_get(c, &a);
-  double t0 = zt__fsdp_now();
+  double t0 = zt_clock_now();
   zt_status s = zt_all_reduce(c, t, ZT_REDUCE_SUM);
-  f->stats.wait_s += zt__fsdp_now() - t0;
+  f->stats.wait_s += zt_clock_now() - t0;
   count_since(f, c, &a);
   if (kind) (*kind)++;
   return s;

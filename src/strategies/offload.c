@@ -102,12 +102,6 @@ struct zt_offload {
   zt_offload_stats st;
 };
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
 static void tier_add(zt_offload *o, int64_t delta) {
   o->st.bytes_in_tier += delta;
   if (o->st.bytes_in_tier > o->st.peak_bytes_in_tier) o->st.peak_bytes_in_tier = o->st.bytes_in_tier;
@@ -781,7 +775,7 @@ static zt_status off_unpack(void *packed, zt_tensor **out, void *user_data) {
     return zt_tensor_alias(k, out);
   }
   entry *e = r->e;
-  double t0 = now_ms();
+  double t0 = 1e3 * zt_clock_now();
   zt_storage *s = NULL;
   zt_status err = ZT_OK;
   char *msg = NULL;
@@ -830,7 +824,7 @@ static zt_status off_unpack(void *packed, zt_tensor **out, void *user_data) {
   }
   if (!served) {
     o->st.waits++;
-    o->st.wait_ms += now_ms() - t0;
+    o->st.wait_ms += 1e3 * zt_clock_now() - t0;
   }
   if (failed) {
     err = ZT_ERR(err, "zt_offload: the helper thread could not load a saved tensor: %s",

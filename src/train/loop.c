@@ -19,12 +19,6 @@
 #include "train/run_log.h"
 #include "train/run_options.h"
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -41,9 +35,9 @@ double zt_sgemm_gflops(int n, int reps) {
   double *t = malloc(sizeof *t * (size_t)reps);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
   for (int r = 0; r < reps; r++) {
-    double t0 = now_s();
+    double t0 = zt_clock_now();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-    t[r] = now_s() - t0;
+    t[r] = zt_clock_now() - t0;
   }
   qsort(t, (size_t)reps, sizeof *t, cmp_double);
   double g = 2.0 * n * (double)n * n / t[reps / 2] / 1e9;
@@ -422,12 +416,12 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   result.sgemm_gflops = zt_sgemm_gflops(512, 5);
   result.num_params = zt_gpt2_num_params(r.model);
   double flops = zt_gpt2_flops_per_step(r.model, c->batch, c->seq);
-  double t_start = now_s();
+  double t_start = zt_clock_now();
   result.first_loss = NAN;
   result.last_val_loss = NAN;
   char why[700];
   for (int64_t step = start; step < c->steps; step++) {
-    double t0 = now_s();
+    double t0 = zt_clock_now();
     double lr = zt_lr_cosine(step, warmup, c->steps, c->lr, min_lr);
     zt_tensor *loss = NULL;
     phase(&r, ZT_TRAIN_PHASE_FORWARD, step + 1);
@@ -472,7 +466,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     }
     if (!skipped && (s = zt_optim_step(r.opt, lr))) break;
     if ((s = zt__train_dp_after_step(&r.dp, r.opt))) break;
-    double dt = now_s() - t0;
+    double dt = zt_clock_now() - t0;
     if (isnan(result.first_loss)) result.first_loss = lv;
     result.last_loss = lv;
     result.steps_done = step + 1 - start;
@@ -485,7 +479,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     info.grad_norm = gnorm;
     info.val_loss = NAN;
     info.step_ms = dt * 1e3;
-    info.elapsed_s = now_s() - t_start;
+    info.elapsed_s = zt_clock_now() - t_start;
     info.tokens_per_s = (double)(c->batch * c->seq) / dt;
     info.mfu = flops / dt / 1e9 / (result.sgemm_gflops * r.dp.world); // every rank has its own ceiling
     bool last = step + 1 == c->steps || step + 1 == c->stop_at;
@@ -531,7 +525,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     }
     if (step + 1 == c->stop_at) break;
   }
-  result.seconds = now_s() - t_start;
+  result.seconds = zt_clock_now() - t_start;
   if (result.seconds > 0) result.tokens_per_s = (double)(result.steps_done * c->batch * c->seq) / result.seconds;
 done:
   if (res) *res = result;
