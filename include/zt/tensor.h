@@ -37,6 +37,9 @@ typedef enum zt_device_type {
   ZT_DEVICE_CPU = 0,
   ZT_DEVICE_CUDA,
   ZT_DEVICE_DISK, /* offload tier: accounting only, bytes live in files */
+  /* Reserved for tests: a device whose memory the host cannot touch except through its
+   * backend (tests/guard_backend.c registers it); no backend in the library. */
+  ZT_DEVICE_GUARDED,
   ZT_DEVICE_TYPE_COUNT
 } zt_device_type;
 
@@ -48,7 +51,7 @@ typedef struct zt_device {
 
 #define ZT_CPU ((zt_device){ZT_DEVICE_CPU, 0})
 bool zt_device_equal(zt_device a, zt_device b);
-/* "cpu", "cuda:0", "disk" ("cpu:N" / "disk:N" for an index N > 0). buf must hold 16
+/* "cpu", "cuda:0", "disk", "guarded:0" ("cpu:N" / "disk:N" for an index N > 0). buf must hold 16
  * bytes; returns buf. */
 const char *zt_device_str(zt_device d, char *buf);
 

@@ -10,6 +10,7 @@
 
 #include "node.h"
 #include "../core/tensor_internal.h"
+#include "../core/backend.h"
 
 void zt__grad_add_into(zt_tensor *dst, const zt_tensor *src);
 
@@ -304,7 +305,7 @@ static zt_status eager_add(node_info *in, zt_tensor *grad) {
   if (!leaf->grad) { /* a hook dropped it since: start again from zeros */
     s = zt_tensor_empty_tagged(leaf->ndim, leaf->shape, leaf->dtype, zt_tensor_device(leaf), ZT_MEM_TAG_GRAD,
                                &leaf->grad);
-    if (!s) zt__fill_contiguous(leaf->grad, 0.0);
+    if (!s) zt__dev_fill(leaf->grad, 0.0);
   }
   if (!s) zt__grad_add_into(leaf->grad, grad);
   zt_tensor_free(grad);

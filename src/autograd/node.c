@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "node.h"
+#include "../core/backend.h"
 #include "../core/tensor_internal.h"
 
 static _Atomic int64_t g_seq_nr = 0;
@@ -119,44 +120,9 @@ zt_status zt_tensor_set_eager_accumulation(zt_tensor *leaf, bool eager) {
   return ZT_OK;
 }
 
-/* Offset in elements of row-major logical index i of t. */
-static int64_t strided_offset(const zt_tensor *t, int64_t i) {
-  int64_t off = 0;
-  for (int d = t->ndim - 1; d >= 0; d--) {
-    off += (i % t->shape[d]) * t->stride[d];
-    i /= t->shape[d];
-  }
-  return off;
-}
-
-/* dst += src, same shape; any strides and float dtypes (fast paths: contiguous f32/f64). */
-static void add_into(zt_tensor *dst, const zt_tensor *src) {
-  int64_t n = zt_tensor_numel(dst);
-  if (n == 0) return;
-  void *d = zt__tensor_ptr(dst);
-  const void *s = zt__tensor_ptr(src);
-  bool contig = zt_tensor_is_contiguous(dst) && zt_tensor_is_contiguous(src);
-  if (contig && dst->dtype == ZT_DTYPE_F32 && src->dtype == ZT_DTYPE_F32) {
-    float *restrict df = d;
-    const float *restrict sf = s;
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; i++) df[i] += sf[i];
-  } else if (contig && dst->dtype == ZT_DTYPE_F64 && src->dtype == ZT_DTYPE_F64) {
-    double *restrict dd = d;
-    const double *restrict sd = s;
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; i++) dd[i] += sd[i];
-  } else {
-    for (int64_t i = 0; i < n; i++) {
-      int64_t od = strided_offset(dst, i), os = strided_offset(src, i);
-      zt__store(dst->dtype, d, od, zt__load(dst->dtype, d, od) + zt__load(src->dtype, s, os));
-    }
-  }
-}
-
 /* dst += src for tensors of one shape (engine buffers and leaf grads). */
 void zt__grad_add_into(zt_tensor *dst, const zt_tensor *src) {
-  add_into(dst, src);
+  zt__dev_add_into(dst, src); /* the backend of dst's device */
   zt_tensor_bump_version(dst);
 }
 
@@ -180,8 +146,12 @@ zt_status zt__accumulate_into_leaf(zt_node *acc, zt_tensor *grad, bool adopt) {
         zt_tensor_free(grad);
         return s;
       }
-      zt__strided_copy(g, grad);
+      s = zt__dev_copy(g, grad);
       zt_tensor_free(grad);
+      if (s) {
+        zt_tensor_free(g);
+        return s;
+      }
       leaf->grad = g;
     }
     leaf->grad->requires_grad = false;

@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 
 #include "zt/tensor.h"
+#include "backend.h"
 
 #define ZT_ALIGN 64
 
@@ -59,9 +60,9 @@ static int64_t cache_limit(void) {
   return g_cache_limit;
 }
 
-static void *default_alloc(void *ctx, size_t bytes, zt_device dev) {
-  (void)ctx;
-  if (dev.type != ZT_DEVICE_CPU && dev.type != ZT_DEVICE_DISK) return NULL;
+/* The host allocator: the cpu backend's memory, and the disk tier's accounting. */
+void *zt__host_alloc(void *ctx, size_t bytes, zt_device dev) {
+  (void)ctx, (void)dev;
   if (bytes > SIZE_MAX - CACHE_ROUND) return NULL; /* rounding up would wrap */
   size_t rounded = round_size(bytes);
   if (rounded >= CACHE_MIN) {
@@ -85,7 +86,7 @@ static void *default_alloc(void *ctx, size_t bytes, zt_device dev) {
   return p;
 }
 
-static void default_free(void *ctx, void *ptr, size_t bytes, zt_device dev) {
+void zt__host_free(void *ctx, void *ptr, size_t bytes, zt_device dev) {
   (void)ctx, (void)dev;
   size_t rounded = round_size(bytes);
   if (rounded >= CACHE_MIN && (int64_t)rounded <= cache_limit()) {
@@ -119,9 +120,19 @@ int64_t zt_mem_cached_bytes(void) {
   return b;
 }
 
-static const zt_allocator default_allocator = {default_alloc, default_free, NULL};
-static zt_allocator g_alloc[ZT_DEVICE_TYPE_COUNT] = {
-    {default_alloc, default_free, NULL}, {default_alloc, default_free, NULL}, {default_alloc, default_free, NULL}};
+/* Allocators installed with zt_mem_set_allocator; a zero entry means the device type's
+ * backend allocates (the disk tier, which has no backend, uses host memory). */
+static zt_allocator g_alloc[ZT_DEVICE_TYPE_COUNT];
+
+static zt_allocator allocator_of(zt_device_type type) {
+  if (g_alloc[type].alloc) return g_alloc[type];
+  const zt__backend *b = zt__backend_get(type);
+  if (b && b->alloc) return (zt_allocator){b->alloc, b->free, b->ctx};
+  if (type == ZT_DEVICE_DISK) return (zt_allocator){zt__host_alloc, zt__host_free, NULL};
+  return (zt_allocator){0};
+}
+
+bool zt__mem_live(zt_device_type type) { return atomic_load(&g_live_allocs[type]) != 0; }
 
 const char *zt_mem_tag_name(zt_mem_tag tag) {
   static const char *const names[ZT_MEM_TAG_COUNT] = {"PARAM", "GRAD", "OPTIM", "ACTIVATION", "COMM", "TEMP"};
@@ -160,7 +171,7 @@ zt_status zt_mem_set_allocator(zt_device_type type, const zt_allocator *al) {
                   (long long)atomic_load(&g_live_allocs[type]));
   if (al && (!al->alloc || !al->free))
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_mem_set_allocator: alloc and free must both be set");
-  g_alloc[type] = al ? *al : default_allocator;
+  g_alloc[type] = al ? *al : (zt_allocator){0};
   return ZT_OK;
 }
 
@@ -171,8 +182,8 @@ zt_status zt_mem_alloc(size_t bytes, zt_device dev, zt_mem_tag tag, void **out) 
     *out = NULL;
     return ZT_OK;
   }
-  const zt_allocator *al = &g_alloc[dev.type];
-  void *p = al->alloc(al->ctx, bytes, dev);
+  zt_allocator al = allocator_of(dev.type);
+  void *p = al.alloc ? al.alloc(al.ctx, bytes, dev) : NULL; /* no backend: nothing to allocate from */
   if (!p) {
     char d[16];
     return ZT_ERR(ZT_STATUS_OOM, "out of memory: could not allocate %zu bytes (%s) on %s; %s", bytes,
@@ -188,8 +199,9 @@ zt_status zt_mem_alloc(size_t bytes, zt_device dev, zt_mem_tag tag, void **out) 
 void zt_mem_free(void *ptr, size_t bytes, zt_device dev, zt_mem_tag tag) {
   if (!ptr) return;
   ZT_ASSERT(dev_ok(dev) && (int)tag >= 0 && tag < ZT_MEM_TAG_COUNT);
-  const zt_allocator *al = &g_alloc[dev.type];
-  al->free(al->ctx, ptr, bytes, dev);
+  zt_allocator al = allocator_of(dev.type);
+  ZT_ASSERT(al.free);
+  al.free(al.ctx, ptr, bytes, dev);
   atomic_fetch_sub(&g_live_allocs[dev.type], 1);
   account(dev, tag, -(int64_t)bytes);
 }

@@ -4,8 +4,10 @@
  * (seed, offset): callers reserve blocks by advancing the offset atomically. */
 #include <math.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 
 #include "zt/tensor.h"
+#include "backend.h"
 #include "tensor_internal.h"
 
 #define PHILOX_M0 0xD2511F53u
@@ -54,13 +56,35 @@ float zt_rng_uniform_at(zt_rng_state s, uint64_t i) {
   return u32_to_unit(w[i % 4]);
 }
 
+/* Values are drawn on the host: straight into t's bytes where the host can write them
+ * (cpu), else into a host buffer that host_done writes through t's backend. */
+static zt_status host_target(zt_tensor *t, void **p) {
+  void *d;
+  ZT_TRY(zt_tensor_data(t, &d));
+  const zt__backend *b = zt__backend_get(zt_tensor_device(t).type);
+  if (b && b->host_accessible) {
+    *p = d;
+    return ZT_OK;
+  }
+  *p = malloc(zt_tensor_nbytes(t) ? zt_tensor_nbytes(t) : 1);
+  if (!*p) return ZT_ERR(ZT_STATUS_OOM, "out of host memory: %zu bytes to draw random values", zt_tensor_nbytes(t));
+  return ZT_OK;
+}
+
+static void host_done(zt_tensor *t, void *p) {
+  const zt__backend *b = zt__backend_get(zt_tensor_device(t).type);
+  if (b && b->host_accessible) return;
+  zt__dev_write(t, p, zt_tensor_nbytes(t));
+  free(p);
+}
+
 zt_status zt_tensor_uniform_(zt_tensor *t, double lo, double hi) {
   if (!t || !zt_dtype_is_float(t->dtype))
     return ZT_ERR(ZT_STATUS_DTYPE, "zt_tensor_uniform_: needs a floating-point tensor");
   if (!zt_tensor_is_contiguous(t)) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_uniform_: tensor must be contiguous");
   ZT_TRY(zt__check_inplace(t, "zt_tensor_uniform_"));
   void *p;
-  ZT_TRY(zt_tensor_data(t, &p));
+  ZT_TRY(host_target(t, &p));
   int64_t n = zt_tensor_numel(t);
   zt_rng_state s = zt_rng_reserve((uint64_t)(n + 3) / 4);
 #pragma omp parallel for schedule(static) if (n > 65536)
@@ -69,6 +93,7 @@ zt_status zt_tensor_uniform_(zt_tensor *t, double lo, double hi) {
     zt_philox4x32(s.seed, s.offset + (uint64_t)b, 0, w);
     for (int j = 0; j < 4 && b * 4 + j < n; j++) zt__store(t->dtype, p, b * 4 + j, lo + (hi - lo) * u32_to_unit(w[j]));
   }
+  host_done(t, p);
   zt_tensor_bump_version(t);
   return ZT_OK;
 }
@@ -80,7 +105,7 @@ zt_status zt_tensor_normal_(zt_tensor *t, double mean, double std) {
   if (!zt_tensor_is_contiguous(t)) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_normal_: tensor must be contiguous");
   ZT_TRY(zt__check_inplace(t, "zt_tensor_normal_"));
   void *p;
-  ZT_TRY(zt_tensor_data(t, &p));
+  ZT_TRY(host_target(t, &p));
   int64_t n = zt_tensor_numel(t);
   /* One block gives four normals: Box-Muller on words (0,1) and (2,3), both outputs used. */
   zt_rng_state s = zt_rng_reserve((uint64_t)(n + 3) / 4);
@@ -104,6 +129,7 @@ zt_status zt_tensor_normal_(zt_tensor *t, double mean, double std) {
         zt__store(t->dtype, p, b * 4 + j, mean + std * z[j]);
     }
   }
+  host_done(t, p);
   zt_tensor_bump_version(t);
   return ZT_OK;
 }

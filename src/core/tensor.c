@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "zt/tensor.h"
+#include "backend.h"
 #include "tensor_internal.h"
 
 void (*zt__tensor_autograd_release)(zt_tensor *t) = NULL;
@@ -83,7 +84,7 @@ zt_status zt_tensor_empty_tagged(int ndim, const int64_t *shape, zt_dtype dt, zt
   if (!zt_dtype_valid(dt))
     return ZT_ERR(ZT_STATUS_DTYPE, "zt_tensor_empty: unknown dtype %d: use a zt_dtype value such as ZT_DTYPE_F32",
                   (int)dt);
-  if (dev.type != ZT_DEVICE_CPU) {
+  if (!zt__backend_get(dev.type)) {
     char d[16];
     return ZT_ERR(ZT_STATUS_DEVICE, "zt_tensor_empty: no compute backend for device %s in this build",
                   zt_device_str(dev, d));
@@ -103,20 +104,20 @@ zt_status zt_tensor_empty(int ndim, const int64_t *shape, zt_dtype dt, zt_device
 
 zt_status zt_tensor_zeros(int ndim, const int64_t *shape, zt_dtype dt, zt_device dev, zt_tensor **out) {
   ZT_TRY(zt_tensor_empty(ndim, shape, dt, dev, out));
-  if ((*out)->storage->nbytes) memset((*out)->storage->data, 0, (*out)->storage->nbytes);
+  zt__dev_fill(*out, 0.0);
   return ZT_OK;
 }
 
 zt_status zt_tensor_full(int ndim, const int64_t *shape, zt_dtype dt, zt_device dev, double value, zt_tensor **out) {
   ZT_TRY(zt_tensor_empty(ndim, shape, dt, dev, out));
-  zt__fill_contiguous(*out, value);
+  zt__dev_fill(*out, value);
   return ZT_OK;
 }
 
 zt_status zt_tensor_from_data(int ndim, const int64_t *shape, zt_dtype dt, const void *data, zt_tensor **out) {
   if (!data) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_from_data: data is NULL");
   ZT_TRY(zt_tensor_empty(ndim, shape, dt, ZT_CPU, out));
-  if ((*out)->storage->nbytes) memcpy((*out)->storage->data, data, (*out)->storage->nbytes);
+  zt__dev_write(*out, data, zt_tensor_nbytes(*out));
   return ZT_OK;
 }
 
@@ -248,7 +249,12 @@ double zt_tensor_get(const zt_tensor *t, int64_t i) {
            (long long)zt_tensor_numel(t));
     return NAN;
   }
-  return zt__load(t->dtype, p, strided_index(t, i));
+  union {
+    double d;
+    int64_t i;
+  } e; /* one element of any dtype, read back through t's backend */
+  zt__dev_read_range(t, strided_index(t, i), 1, &e);
+  return zt__load(t->dtype, &e, 0);
 }
 
 zt_status zt_tensor_set(zt_tensor *t, int64_t i, double v) {
@@ -258,62 +264,24 @@ zt_status zt_tensor_set(zt_tensor *t, int64_t i, double v) {
   if (i < 0 || i >= zt_tensor_numel(t))
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_set: index %lld out of range for %lld elements", (long long)i,
                   (long long)zt_tensor_numel(t));
-  zt__store(t->dtype, p, strided_index(t, i), v);
+  union {
+    double d;
+    int64_t i;
+  } e;
+  zt__store(t->dtype, &e, 0, v);
+  zt__dev_write_range(t, strided_index(t, i), 1, &e);
   zt_tensor_bump_version(t);
   return ZT_OK;
 }
 
 void zt_tensor_bump_version(zt_tensor *t) { t->storage->version++; }
 
-/* Copy src -> dst elementwise over any strides; rows along the last dim are memcpy'd
- * when both are unit-stride there and dtypes match. Same-dtype copies move bytes (never
- * through double), so i64 values above 2^53 and NaN payloads survive. */
-void zt__strided_copy(zt_tensor *dst, const zt_tensor *src) {
-  int nd = src->ndim;
-  int64_t n = zt_tensor_numel(src);
-  if (n == 0) return;
-  const char *sp = zt__tensor_ptr(src);
-  char *dp = zt__tensor_ptr(dst);
-  size_t es = zt_dtype_size(src->dtype);
-  bool same = dst->dtype == src->dtype;
-  if (same && zt_tensor_is_contiguous(src) && zt_tensor_is_contiguous(dst)) {
-    memmove(dp, sp, (size_t)n * es);
-    return;
-  }
-  int64_t inner = nd ? src->shape[nd - 1] : 1;
-  int64_t sst = nd ? src->stride[nd - 1] : 1, dst_st = nd ? dst->stride[nd - 1] : 1;
-  int64_t rows = n / inner;
-  bool fast = same && sst == 1 && dst_st == 1;
-#pragma omp parallel for schedule(static) if (n > 32768)
-  for (int64_t r = 0; r < rows; r++) {
-    int64_t so = 0, doff = 0, rem = r;
-    for (int d = nd - 2; d >= 0; d--) {
-      int64_t k = rem % src->shape[d];
-      rem /= src->shape[d];
-      so += k * src->stride[d];
-      doff += k * dst->stride[d];
-    }
-    if (fast) {
-      memcpy(dp + doff * (int64_t)es, sp + so * (int64_t)es, (size_t)inner * es);
-    } else if (same && es == 4) {
-      for (int64_t j = 0; j < inner; j++) ((uint32_t *)dp)[doff + j * dst_st] = ((const uint32_t *)sp)[so + j * sst];
-    } else if (same && es == 8) {
-      for (int64_t j = 0; j < inner; j++) ((uint64_t *)dp)[doff + j * dst_st] = ((const uint64_t *)sp)[so + j * sst];
-    } else if (same && es == 2) {
-      for (int64_t j = 0; j < inner; j++) ((uint16_t *)dp)[doff + j * dst_st] = ((const uint16_t *)sp)[so + j * sst];
-    } else {
-      for (int64_t j = 0; j < inner; j++)
-        zt__store(dst->dtype, dp, doff + j * dst_st, zt__load(src->dtype, sp, so + j * sst));
-    }
-  }
-}
-
 zt_status zt_tensor_clone_data(const zt_tensor *t, zt_mem_tag tag, zt_tensor **out) {
   if (!out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_clone_data: out is NULL");
   void *p;
   ZT_TRY(zt_tensor_data(t, &p));
   ZT_TRY(zt_tensor_empty_tagged(t->ndim, t->shape, t->dtype, zt_tensor_device(t), tag, out));
-  zt__strided_copy(*out, t);
+  zt__dev_copy(*out, t); /* same device: cannot fail */
   return ZT_OK;
 }
 
@@ -337,20 +305,9 @@ zt_status zt_tensor_copy_(zt_tensor *dst, const zt_tensor *src) {
   void *p;
   ZT_TRY(zt_tensor_data(dst, &p));
   ZT_TRY(zt_tensor_data(src, &p));
-  zt__strided_copy(dst, src);
+  ZT_TRY(zt__dev_copy(dst, src)); /* across devices too, staged through the host */
   zt_tensor_bump_version(dst);
   return ZT_OK;
-}
-
-void zt__fill_contiguous(zt_tensor *t, double v) {
-  int64_t n = zt_tensor_numel(t);
-  void *p = zt__tensor_ptr(t);
-  if (t->dtype == ZT_DTYPE_F32) {
-    float f = (float)v;
-    for (int64_t i = 0; i < n; i++) ((float *)p)[i] = f;
-  } else {
-    for (int64_t i = 0; i < n; i++) zt__store(t->dtype, p, i, v);
-  }
 }
 
 zt_status zt_tensor_fill_(zt_tensor *t, double value) {
@@ -358,12 +315,7 @@ zt_status zt_tensor_fill_(zt_tensor *t, double value) {
   ZT_TRY(zt__check_inplace(t, "zt_tensor_fill_"));
   void *p;
   ZT_TRY(zt_tensor_data(t, &p));
-  if (zt_tensor_is_contiguous(t)) {
-    zt__fill_contiguous(t, value);
-  } else {
-    int64_t n = zt_tensor_numel(t);
-    for (int64_t i = 0; i < n; i++) zt__store(t->dtype, p, strided_index(t, i), value);
-  }
+  zt__dev_fill(t, value);
   zt_tensor_bump_version(t);
   return ZT_OK;
 }

@@ -16,8 +16,6 @@ void zt__set_contiguous_strides(zt_tensor *t);
  * state (FSDP's flat parameters: the model keeps its tensor objects). st must hold the
  * elements; t's old storage reference is dropped and st retained. */
 void zt__tensor_rebind(zt_tensor *t, zt_storage *st, int64_t offset);
-void zt__strided_copy(zt_tensor *dst, const zt_tensor *src);
-void zt__fill_contiguous(zt_tensor *t, double v);
 /* In-place writes to a tensor that requires grad are refused while grad mode is on
  * (the write would not be recorded); fn names the caller in the message. */
 zt_status zt__check_inplace(const zt_tensor *t, const char *fn);

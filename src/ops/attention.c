@@ -2,7 +2,8 @@
  * qkv, the output and a per-row logsumexp (B,n_head,T), never a T x T matrix; backward
  * recomputes the scores from them block by block (kernels in cpu/attention.c). */
 #include "op.h"
-#include "cpu/attention.h"
+
+#define K(x) ((const zt__attention_kernels *)(x)->kernels)
 
 static zt_status attn_shape(zt_op_call *c) {
   zt_tensor *x = c->in[0];
@@ -39,7 +40,7 @@ static zt_status attn_forward(zt_op_call *c) {
   /* lse only outlives forward when it is saved for backward. */
   zt_mem_tag tag = c->node ? zt_mem_tag_current() : ZT_MEM_TAG_TEMP;
   ZT_TRY(zt_tensor_empty_tagged(3, shape, qkv->dtype, zt_tensor_device(qkv), tag, &lse));
-  zt_status s = zt__cpu_attention_forward(qkv, n_head, c->out[0], lse);
+  zt_status s = K(c)->forward(qkv, n_head, c->out[0], lse);
   if (!s) s = zt__op_save(c, qkv);
   if (!s) s = zt__op_save(c, c->out[0]);
   if (!s) s = zt__op_save(c, lse);
@@ -67,7 +68,7 @@ static zt_status attn_backward(zt_op_bwd *b) {
   }
   if (!s) s = zt__op_grad_like_input(b, 0, false, &b->grad_in[0]);
   if (!s) {
-    s = zt__cpu_attention_backward(use[0], use[1], use[2], b->grad_out[0], (int)b->attrs->i[0], b->grad_in[0]);
+    s = K(b)->backward(use[0], use[1], use[2], b->grad_out[0], (int)b->attrs->i[0], b->grad_in[0]);
     if (s) {
       zt_tensor_free(b->grad_in[0]);
       b->grad_in[0] = NULL;
@@ -78,7 +79,7 @@ static zt_status attn_backward(zt_op_bwd *b) {
 }
 
 static const zt_op op_causal_attention = {"causal_attention", "CausalAttentionBackward", 1, 0, 0,
-                                          attn_shape, attn_forward, attn_backward};
+                                          attn_shape, attn_forward, attn_backward, {[ZT_DEVICE_CPU] = &zt__cpu_attention_kernels}};
 
 zt_status zt_causal_attention(zt_tensor *qkv, int n_head, zt_tensor **out) {
   zt_op_attrs at = {0};

@@ -2,7 +2,8 @@
  * the broadcast grad back to each input's shape. mul and div save only the inputs their
  * backward will read for the inputs that get a grad (attrs.i[0] says which). */
 #include "op.h"
-#include "cpu/kernels.h"
+
+#define K(x) ((const zt__binary_kernels *)(x)->kernels)
 
 static zt_status binary_shape(zt_op_call *c) {
   zt_tensor *a = c->in[0], *b = c->in[1];
@@ -34,7 +35,7 @@ enum { SAVED_A = 1, SAVED_B = 2 };
 static bool gets_grad(const zt_op_call *c, int i) { return c->node && zt_node_next(c->node, i, NULL) != NULL; }
 
 static zt_status binary_forward(zt_op_call *c, zt_binop op) {
-  zt__cpu_binary(op, c->in[0], c->in[1], c->out[0]);
+  K(c)->binary(op, c->in[0], c->in[1], c->out[0]);
   /* d(a*b)/da = b, d(a*b)/db = a; d(a/b)/da = 1/b, d(a/b)/db = -a/b^2 */
   bool ga = gets_grad(c, 0), gb = gets_grad(c, 1);
   bool save_a = op == ZT_BINOP_MUL ? gb : op == ZT_BINOP_DIV && gb;
@@ -70,10 +71,10 @@ static zt_status reduce_grad(zt_op_bwd *b, int i, const zt_tensor *g, bool neg) 
   zt_tensor *r;
   if (same_shape(g, m)) {
     ZT_TRY(zt__tensor_from_meta(m, false, &r));
-    zt__cpu_unary(neg ? ZT_UNOP_NEG : ZT_UNOP_MUL_SCALAR, 1, g, r); /* x * 1 copies exactly */
+    K(b)->unary(neg ? ZT_UNOP_NEG : ZT_UNOP_MUL_SCALAR, 1, g, r); /* x * 1 copies exactly */
   } else {
     ZT_TRY(zt__sum_to_shape(g, m, &r));
-    if (neg) zt__cpu_unary(ZT_UNOP_NEG, 0, r, r);
+    if (neg) K(b)->unary(ZT_UNOP_NEG, 0, r, r);
   }
   b->grad_in[i] = r;
   return ZT_OK;
@@ -95,7 +96,7 @@ static zt_status sub_backward(zt_op_bwd *b) {
 static zt_status reduce_owned(zt_op_bwd *b, int i, zt_tensor *t, zt_status s, bool neg) {
   if (s) return s;
   if (same_shape(t, &b->in_meta[i])) {
-    if (neg) zt__cpu_unary(ZT_UNOP_NEG, 0, t, t);
+    if (neg) K(b)->unary(ZT_UNOP_NEG, 0, t, t);
     b->grad_in[i] = t;
     return ZT_OK;
   }
@@ -130,10 +131,10 @@ static zt_status div_backward(zt_op_bwd *b) {
   return ZT_OK;
 }
 
-static const zt_op op_add = {"add", "AddBackward", 2, 0, 0, binary_shape, add_forward, add_backward};
-static const zt_op op_sub = {"sub", "SubBackward", 2, 0, 0, binary_shape, sub_forward, sub_backward};
-static const zt_op op_mul = {"mul", "MulBackward", 2, 0, 0, binary_shape, mul_forward, mul_backward};
-static const zt_op op_div = {"div", "DivBackward", 2, 0, 0, binary_shape, div_forward, div_backward};
+static const zt_op op_add = {"add", "AddBackward", 2, 0, 0, binary_shape, add_forward, add_backward, {[ZT_DEVICE_CPU] = &zt__cpu_binary_kernels}};
+static const zt_op op_sub = {"sub", "SubBackward", 2, 0, 0, binary_shape, sub_forward, sub_backward, {[ZT_DEVICE_CPU] = &zt__cpu_binary_kernels}};
+static const zt_op op_mul = {"mul", "MulBackward", 2, 0, 0, binary_shape, mul_forward, mul_backward, {[ZT_DEVICE_CPU] = &zt__cpu_binary_kernels}};
+static const zt_op op_div = {"div", "DivBackward", 2, 0, 0, binary_shape, div_forward, div_backward, {[ZT_DEVICE_CPU] = &zt__cpu_binary_kernels}};
 
 zt_status zt_add(zt_tensor *a, zt_tensor *b, zt_tensor **out) { return zt__op_run(&op_add, 2, (zt_tensor *[]){a, b}, NULL, out); }
 zt_status zt_sub(zt_tensor *a, zt_tensor *b, zt_tensor **out) { return zt__op_run(&op_sub, 2, (zt_tensor *[]){a, b}, NULL, out); }

@@ -3,7 +3,8 @@
  * converted back to the input's dtype. Integer outputs carry no grad (the dispatcher
  * attaches only float outputs to the graph). Rounding rules: src/ops/cpu/shape.h. */
 #include "op.h"
-#include "cpu/shape.h"
+
+#define K(x) ((const zt__cast_kernels *)(x)->kernels)
 
 /* attrs: i[0] = the target dtype. */
 static zt_status cast_shape(zt_op_call *c) {
@@ -21,7 +22,7 @@ static zt_status cast_shape(zt_op_call *c) {
 
 static zt_status cast_forward(zt_op_call *c) {
   const zt_tensor *a = c->in[0];
-  zt__cpu_cast(zt__tensor_ptr(a), a->dtype, zt__tensor_ptr(c->out[0]), c->out[0]->dtype, zt_tensor_numel(a));
+  K(c)->cast(zt__tensor_ptr(c->out[0]), c->out[0]->dtype, zt__tensor_ptr(a), a->dtype, zt_tensor_numel(a));
   return ZT_OK;
 }
 
@@ -30,12 +31,12 @@ static zt_status cast_backward(zt_op_bwd *b) {
   const zt_tensor *g = b->grad_out[0];
   if (g->dtype == b->in_meta[0].dtype) return zt_tensor_alias(g, &b->grad_in[0]);
   ZT_TRY(zt__op_grad_like_input(b, 0, false, &b->grad_in[0]));
-  zt__cpu_cast(zt__tensor_ptr(g), g->dtype, zt__tensor_ptr(b->grad_in[0]), b->in_meta[0].dtype, zt_tensor_numel(g));
+  K(b)->cast(zt__tensor_ptr(b->grad_in[0]), b->in_meta[0].dtype, zt__tensor_ptr(g), g->dtype, zt_tensor_numel(g));
   return ZT_OK;
 }
 
 static const zt_op op_cast = {"cast", "CastBackward", 1, ZT_OP_FLAG_ANY_DTYPE, 0, cast_shape, cast_forward,
-                              cast_backward};
+                              cast_backward, {[ZT_DEVICE_CPU] = &zt__cpu_cast_kernels}};
 
 zt_status zt_cast(zt_tensor *a, zt_dtype dtype, zt_tensor **out) {
   zt_op_attrs at = {0};

@@ -5,7 +5,8 @@
 #include <string.h>
 
 #include "op.h"
-#include "cpu/nn.h"
+
+#define K(x) ((const zt__dropout_kernels *)(x)->kernels)
 
 typedef enum dropout_mode { DROPOUT_MODE_COPY, DROPOUT_MODE_MASK } dropout_mode;
 /* attrs.i: mode, seed, offset (uint64 stored as int64); attrs.f[0] = p, attrs.i[3] = train */
@@ -40,9 +41,9 @@ static zt_rng_state attrs_state(const zt_op_attrs *a) {
 
 static zt_status dropout_forward(zt_op_call *c) {
   if (c->attrs.i[ATTR_MODE] == DROPOUT_MODE_MASK)
-    zt__cpu_dropout(attrs_state(&c->attrs), c->attrs.f[0], c->in[0], c->out[0]);
+    K(c)->dropout(attrs_state(&c->attrs), c->attrs.f[0], c->in[0], c->out[0]);
   else if (zt_tensor_numel(c->in[0]) > 0)
-    memcpy(zt__tensor_ptr(c->out[0]), zt__tensor_ptr(c->in[0]), zt_tensor_nbytes(c->in[0]));
+    K(c)->copy_rows(zt__tensor_ptr(c->out[0]), 0, zt__tensor_ptr(c->in[0]), 0, 1, (int64_t)zt_tensor_nbytes(c->in[0]));
   return ZT_OK;
 }
 
@@ -51,14 +52,14 @@ static zt_status dropout_backward(zt_op_bwd *b) {
   ZT_TRY(zt__op_grad_like_input(b, 0, false, &b->grad_in[0]));
   const zt_tensor *g = b->grad_out[0];
   if (b->attrs->i[ATTR_MODE] == DROPOUT_MODE_MASK)
-    zt__cpu_dropout(attrs_state(b->attrs), b->attrs->f[0], g, b->grad_in[0]);
+    K(b)->dropout(attrs_state(b->attrs), b->attrs->f[0], g, b->grad_in[0]);
   else if (zt_tensor_numel(g) > 0)
-    memcpy(zt__tensor_ptr(b->grad_in[0]), zt__tensor_ptr(g), zt_tensor_nbytes(g));
+    K(b)->copy_rows(zt__tensor_ptr(b->grad_in[0]), 0, zt__tensor_ptr(g), 0, 1, (int64_t)zt_tensor_nbytes(g));
   return ZT_OK;
 }
 
 static const zt_op op_dropout = {"dropout", "DropoutBackward", 1, 0, 0, dropout_shape, dropout_forward,
-                                 dropout_backward};
+                                 dropout_backward, {[ZT_DEVICE_CPU] = &zt__cpu_dropout_kernels}};
 
 zt_status zt_dropout(zt_tensor *x, double p, bool train, zt_tensor **out) {
   zt_op_attrs at = {0};

@@ -4,7 +4,8 @@
 #include <stdio.h>
 
 #include "op.h"
-#include "cpu/nn.h"
+
+#define K(x) ((const zt__embedding_kernels *)(x)->kernels)
 
 static zt_status emb_shape(zt_op_call *c) {
   zt_tensor *w = c->in[0], *ids = c->in[1];
@@ -47,7 +48,7 @@ static const char *position_str(const zt_tensor *ids, int64_t pos, char *buf, si
 static zt_status emb_forward(zt_op_call *c) {
   zt_tensor *w = c->in[0], *ids = c->in[1];
   int64_t V = w->shape[0], bad = 0;
-  int64_t pos = zt__cpu_embedding_find_bad_id(ids, V, &bad);
+  int64_t pos = K(c)->find_bad_id(ids, V, &bad);
   if (pos >= 0) {
     char at[256];
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
@@ -55,7 +56,7 @@ static zt_status emb_forward(zt_op_call *c) {
                   "(ids must be in [0, %lld))",
                   (long long)bad, position_str(ids, pos, at, sizeof at), (long long)V, (long long)V);
   }
-  zt__cpu_embedding(w, ids, c->out[0]);
+  K(c)->embedding(w, ids, c->out[0]);
   return zt__op_save(c, ids);
 }
 
@@ -64,13 +65,13 @@ static zt_status emb_backward(zt_op_bwd *b) {
   zt_tensor *ids;
   ZT_TRY(zt__op_saved(b, 0, &ids));
   ZT_TRY(zt__op_grad_like_input(b, 0, true, &b->grad_in[0]));
-  zt__cpu_embedding_backward(b->grad_out[0], ids, b->grad_in[0]);
+  K(b)->embedding_backward(b->grad_out[0], ids, b->grad_in[0]);
   return ZT_OK;
 }
 
 /* nondiff_inputs bit 1: ids get no edge and no grad */
 static const zt_op op_embedding = {"embedding", "EmbeddingBackward", 2, 0, 1u << 1, emb_shape, emb_forward,
-                                   emb_backward};
+                                   emb_backward, {[ZT_DEVICE_CPU] = &zt__cpu_embedding_kernels}};
 
 zt_status zt_embedding(zt_tensor *weight, zt_tensor *ids, zt_tensor **out) {
   return zt__op_run(&op_embedding, 2, (zt_tensor *[]){weight, ids}, NULL, out);

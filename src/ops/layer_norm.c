@@ -2,7 +2,8 @@
  * inputs). Forward saves x, the per-row mean and rstd (R = numel / C each) and the weight;
  * backward is one fused kernel that skips dx, dw and db when they are not needed. */
 #include "op.h"
-#include "cpu/nn.h"
+
+#define K(x) ((const zt__layer_norm_kernels *)(x)->kernels)
 
 enum { ATTR_HAS_WEIGHT, ATTR_HAS_BIAS };  /* attrs.i; attrs.f[0] = eps */
 enum { SAVED_X, SAVED_MEAN, SAVED_RSTD, SAVED_WEIGHT };
@@ -44,15 +45,15 @@ static zt_status ln_shape(zt_op_call *c) {
 static zt_status ln_forward(zt_op_call *c) {
   zt_tensor *x = c->in[0];
   if (!c->node) { /* no graph: mean and rstd are not kept */
-    zt__cpu_layer_norm(x, c->in[1], c->in[2], c->attrs.f[0], c->out[0], NULL, NULL);
+    K(c)->layer_norm(x, c->in[1], c->in[2], c->attrs.f[0], c->out[0], NULL, NULL);
     return ZT_OK;
   }
   int64_t rows = zt_tensor_numel(x) / x->shape[x->ndim - 1];
   zt_tensor *mean = NULL, *rstd = NULL;
-  zt_status s = zt_tensor_empty(1, &rows, x->dtype, ZT_CPU, &mean);
-  if (!s) s = zt_tensor_empty(1, &rows, x->dtype, ZT_CPU, &rstd);
+  zt_status s = zt_tensor_empty(1, &rows, x->dtype, zt_tensor_device(x), &mean);
+  if (!s) s = zt_tensor_empty(1, &rows, x->dtype, zt_tensor_device(x), &rstd);
   if (!s) {
-    zt__cpu_layer_norm(x, c->in[1], c->in[2], c->attrs.f[0], c->out[0], mean, rstd);
+    K(c)->layer_norm(x, c->in[1], c->in[2], c->attrs.f[0], c->out[0], mean, rstd);
     s = zt__op_save(c, x);
   }
   if (!s) s = zt__op_save(c, mean);
@@ -80,18 +81,18 @@ static zt_status ln_backward(zt_op_bwd *b) {
   if (!s && want_db) s = zt__op_grad_like_input(b, 2, false, &b->grad_in[2]);
   if (!s && (want_dw || want_db)) {
     int64_t C = x->shape[x->ndim - 1];
-    int64_t n = zt__cpu_layer_norm_scratch_numel(zt_tensor_numel(x) / C, C);
-    s = zt_tensor_empty_tagged(1, &n, x->dtype, ZT_CPU, ZT_MEM_TAG_TEMP, &scratch);
+    int64_t n = K(b)->scratch_numel(zt_tensor_numel(x) / C, C);
+    s = zt_tensor_empty_tagged(1, &n, x->dtype, zt_tensor_device(x), ZT_MEM_TAG_TEMP, &scratch);
   }
   if (s) return s; /* grads already made are freed by the engine */
-  zt__cpu_layer_norm_backward(b->grad_out[0], x, w, mean, rstd, want_dx ? b->grad_in[0] : NULL,
-                              want_dw ? b->grad_in[1] : NULL, want_db ? b->grad_in[2] : NULL,
-                              scratch ? zt__tensor_ptr(scratch) : NULL);
+  K(b)->layer_norm_backward(b->grad_out[0], x, w, mean, rstd, want_dx ? b->grad_in[0] : NULL,
+                            want_dw ? b->grad_in[1] : NULL, want_db ? b->grad_in[2] : NULL,
+                            scratch ? zt__tensor_ptr(scratch) : NULL);
   zt_tensor_free(scratch);
   return ZT_OK;
 }
 
-static const zt_op op_layer_norm = {"layer_norm", "LayerNormBackward", 3, 0, 0, ln_shape, ln_forward, ln_backward};
+static const zt_op op_layer_norm = {"layer_norm", "LayerNormBackward", 3, 0, 0, ln_shape, ln_forward, ln_backward, {[ZT_DEVICE_CPU] = &zt__cpu_layer_norm_kernels}};
 
 zt_status zt_layer_norm(zt_tensor *x, zt_tensor *weight, zt_tensor *bias, double eps, zt_tensor **out) {
   zt_op_attrs at = {0};

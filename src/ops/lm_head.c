@@ -8,9 +8,9 @@
 #include <limits.h>
 
 #include "op.h"
-#include "cpu/gemm.h"
-#include "cpu/lm_head.h"
-#include "cpu/softmax.h"
+#include "../core/backend.h"
+
+#define K(x) ((const zt__lm_head_kernels *)(x)->kernels)
 
 /* attrs.i: ignore_index; saved-tensor index of dx and dW (-1: not computed). */
 enum { LMH_IGNORE, LMH_SAVE_DX, LMH_SAVE_DW };
@@ -70,6 +70,7 @@ static zt_status lmh_shape(zt_op_call *c) {
 }
 
 typedef struct lmh_work {
+  const zt__lm_head_kernels *kt;
   zt_dtype dt;
   int64_t N, C, V, rows;
   const char *x, *w;
@@ -88,19 +89,19 @@ static double lmh_chunks(const lmh_work *k, int64_t ignore, double scale, char *
     int64_t n = k->N - r0 < k->rows ? k->N - r0 : k->rows;
     const char *xc = k->x + (size_t)(r0 * k->C) * k->es;
     // logits (n, V) = x_chunk (n, C) . W^T (C, V)
-    zt__cpu_gemm(k->dt, false, true, n, k->V, k->C, xc, k->C, k->w, k->C, 0.0, buf, k->V);
+    k->kt->gemm(k->dt, false, true, n, k->V, k->C, xc, k->C, k->w, k->C, 0.0, buf, k->V);
     // loss (n) = lse - logit[target]; grad: buf (=) scale * (softmax - onehot), in place
-    zt__cpu_lm_head_chunk(k->dt, buf, k->tg + (size_t)r0 * k->ts, k->i32, n, k->V, ignore, grad, scale, loss);
+    k->kt->chunk(k->dt, buf, k->tg + (size_t)r0 * k->ts, k->i32, n, k->V, ignore, grad, scale, loss);
     for (int64_t r = 0; r < n; r++) sum += loss[r]; /* row order: independent of threads */
     if (dx) {
       // dx[r0:r0+n] (n, C) = dlogits (n, V) . W (V, C)
-      zt__cpu_gemm(k->dt, false, false, n, k->C, k->V, buf, k->V, k->w, k->C, 0.0,
-                   (char *)zt__tensor_ptr(dx) + (size_t)(r0 * k->C) * k->es, k->C);
+      k->kt->gemm(k->dt, false, false, n, k->C, k->V, buf, k->V, k->w, k->C, 0.0,
+                  (char *)zt__tensor_ptr(dx) + (size_t)(r0 * k->C) * k->es, k->C);
     }
     if (dw) {
       // dW (V, C) (= first chunk, += later) dlogits^T (V, n) . x_chunk (n, C)
-      zt__cpu_gemm(k->dt, true, false, k->V, k->C, n, buf, k->V, xc, k->C, r0 == 0 ? 0.0 : 1.0,
-                   zt__tensor_ptr(dw), k->C);
+      k->kt->gemm(k->dt, true, false, k->V, k->C, n, buf, k->V, xc, k->C, r0 == 0 ? 0.0 : 1.0,
+                  zt__tensor_ptr(dw), k->C);
     }
   }
   return sum;
@@ -115,13 +116,14 @@ static zt_status bad_target(int64_t pos, int64_t val, int64_t V, int64_t ignore)
 static zt_status lmh_forward(zt_op_call *c) {
   zt_tensor *x = c->in[0], *w = c->in[1], *t = c->in[2];
   int64_t ignore = c->attrs.i[LMH_IGNORE], N = x->shape[0], C = x->shape[1], V = w->shape[0];
-  int64_t bad_val = 0, count = 0, bad = zt__cpu_ce_check_targets(t, V, ignore, &bad_val, &count);
+  int64_t bad_val = 0, count = 0, bad = K(c)->check_targets(t, V, ignore, &bad_val, &count);
   if (bad >= 0) return bad_target(bad, bad_val, V, ignore);
   c->attrs.i[LMH_SAVE_DX] = c->attrs.i[LMH_SAVE_DW] = -1;
 
   /* Which grads backward can ask for is fixed now: the node's edges. */
   bool need_dx = c->node && c->node->next[0].node, need_dw = c->node && c->node->next[1].node;
-  lmh_work k = {x->dtype, N, C, V, chunk_rows(N, V, zt_dtype_size(x->dtype)), zt__tensor_ptr(x),
+  zt_device dev = zt_tensor_device(x);
+  lmh_work k = {K(c), x->dtype, N, C, V, chunk_rows(N, V, zt_dtype_size(x->dtype)), zt__tensor_ptr(x),
                 zt__tensor_ptr(w), zt__tensor_ptr(t), t->dtype == ZT_DTYPE_I32, zt_dtype_size(x->dtype),
                 zt_dtype_size(t->dtype)};
   zt_tensor *dx = NULL, *dw = NULL;
@@ -129,24 +131,22 @@ static zt_status lmh_forward(zt_op_call *c) {
   double *loss = NULL;
   size_t buf_bytes = (size_t)(k.rows * V) * k.es, loss_bytes = sizeof(double) * (size_t)k.rows;
   zt_status s = ZT_OK;
-  if (need_dx) s = zt_tensor_empty(2, (int64_t[]){N, C}, x->dtype, ZT_CPU, &dx);
+  if (need_dx) s = zt_tensor_empty(2, (int64_t[]){N, C}, x->dtype, dev, &dx);
   /* dW is a weight gradient from birth (the leaf usually adopts these very bytes) */
   if (!s && need_dw)
-    s = N ? zt_tensor_empty_tagged(2, (int64_t[]){V, C}, x->dtype, ZT_CPU, ZT_MEM_TAG_GRAD, &dw)
-          : zt_tensor_zeros(2, (int64_t[]){V, C}, x->dtype, ZT_CPU, &dw);
-  if (!s) s = zt_mem_alloc(buf_bytes, ZT_CPU, ZT_MEM_TAG_TEMP, (void **)&buf);
-  if (!s) s = zt_mem_alloc(loss_bytes, ZT_CPU, ZT_MEM_TAG_TEMP, (void **)&loss);
+    s = N ? zt_tensor_empty_tagged(2, (int64_t[]){V, C}, x->dtype, dev, ZT_MEM_TAG_GRAD, &dw)
+          : zt_tensor_zeros(2, (int64_t[]){V, C}, x->dtype, dev, &dw);
+  if (!s) s = zt_mem_alloc(buf_bytes, dev, ZT_MEM_TAG_TEMP, (void **)&buf);
+  if (!s) s = zt_mem_alloc(loss_bytes, dev, ZT_MEM_TAG_TEMP, (void **)&loss);
   if (!s) {
     double scale = count ? 1.0 / (double)count : 0.0; /* all ignored: loss 0 and zero grads */
     double sum = lmh_chunks(&k, ignore, scale, buf, loss, dx, dw);
     double l = count ? sum / (double)count : 0.0;
-    if (x->dtype == ZT_DTYPE_F32)
-      *(float *)zt__tensor_ptr(c->out[0]) = (float)l;
-    else
-      *(double *)zt__tensor_ptr(c->out[0]) = l;
+    float lf = (float)l;
+    zt__dev_write_range(c->out[0], 0, 1, x->dtype == ZT_DTYPE_F32 ? (const void *)&lf : (const void *)&l);
   }
-  if (buf) zt_mem_free(buf, buf_bytes, ZT_CPU, ZT_MEM_TAG_TEMP);
-  if (loss) zt_mem_free(loss, loss_bytes, ZT_CPU, ZT_MEM_TAG_TEMP);
+  if (buf) zt_mem_free(buf, buf_bytes, dev, ZT_MEM_TAG_TEMP);
+  if (loss) zt_mem_free(loss, loss_bytes, dev, ZT_MEM_TAG_TEMP);
   int idx = 0;
   if (!s && dx) {
     s = zt__op_save(c, dx);
@@ -170,8 +170,8 @@ static zt_status scaled_grad(zt_op_bwd *b, int64_t idx, double g, zt_tensor **ou
   zt_tensor *sv;
   ZT_TRY(zt__op_saved(b, (int)idx, &sv));
   if (g == 1.0) return zt_tensor_alias(sv, out);
-  ZT_TRY(zt_tensor_empty(sv->ndim, sv->shape, sv->dtype, ZT_CPU, out));
-  zt__cpu_scale(sv->dtype, zt_tensor_numel(sv), g, zt__tensor_ptr(sv), zt__tensor_ptr(*out));
+  ZT_TRY(zt_tensor_empty(sv->ndim, sv->shape, sv->dtype, zt_tensor_device(sv), out));
+  K(b)->scale(sv->dtype, zt_tensor_numel(sv), g, zt__tensor_ptr(sv), zt__tensor_ptr(*out));
   return ZT_OK;
 }
 
@@ -184,7 +184,7 @@ static zt_status lmh_backward(zt_op_bwd *b) {
 
 /* Input 2 (targets) is integer: never a grad. */
 static const zt_op op_lm_head_ce = {"lm_head_cross_entropy", "LmHeadCrossEntropyBackward", 3, ZT_OP_FLAG_ANY_DTYPE,
-                                    1u << 2, lmh_shape, lmh_forward, lmh_backward};
+                                    1u << 2, lmh_shape, lmh_forward, lmh_backward, {[ZT_DEVICE_CPU] = &zt__cpu_lm_head_kernels}};
 
 zt_status zt_lm_head_cross_entropy(zt_tensor *x, zt_tensor *weight, zt_tensor *targets, int64_t ignore_index,
                                    zt_tensor **out) {

@@ -6,7 +6,8 @@
 #include <limits.h>
 
 #include "op.h"
-#include "cpu/gemm.h"
+
+#define K(x) ((const zt__matmul_kernels *)(x)->kernels)
 
 /* attrs.i slots. Save slots hold the saved-tensor index, or -1 when nothing was saved;
  * LIN_LAYOUT holds the weight's lin_layout. */
@@ -152,11 +153,11 @@ static zt_status matmul_forward(zt_op_call *c) {
   if (c->attrs.i[MM_SAVE_B] >= 0) ZT_TRY(zt__op_save(c, b));
   if (mm_folds(&g, ta)) {
     // y (nb*M, N) = a (nb*M, K) . op(b) (K, N)
-    zt__cpu_gemm(y->dtype, false, tb, g.nb * g.M, g.N, g.K, pa, g.lda, pb, g.ldb, 0.0, py, g.N);
+    K(c)->gemm(y->dtype, false, tb, g.nb * g.M, g.N, g.K, pa, g.lda, pb, g.ldb, 0.0, py, g.N);
   } else {
     // y[i] (M, N) = op(a[i]) (M, K) . op(b[i]) (K, N), every y slice written once (=)
     zt__gemm_batch bt = mm_batch(&g, g.as, g.bs, g.cs);
-    zt__cpu_gemm_batched(y->dtype, &bt, ta, tb, g.M, g.N, g.K, pa, g.lda, pb, g.ldb, py, g.N);
+    K(c)->gemm_batched(y->dtype, &bt, ta, tb, g.M, g.N, g.K, pa, g.lda, pb, g.ldb, py, g.N);
   }
   return ZT_OK;
 }
@@ -170,15 +171,15 @@ static zt_status matmul_grad_a(zt_op_bwd *bw, const mm_geom *g, bool ta, bool tb
   void *pda = zt__tensor_ptr(bw->grad_in[0]);
   if (mm_folds(g, ta)) {
     // dA (nb*M, K) = g (nb*M, N) . op(b)^T (N, K)
-    zt__cpu_gemm(dt, false, !tb, g->nb * g->M, g->K, g->N, pg, g->N, pb, g->ldb, 0.0, pda, g->K);
+    K(bw)->gemm(dt, false, !tb, g->nb * g->M, g->K, g->N, pg, g->N, pb, g->ldb, 0.0, pda, g->K);
   } else if (!ta) {
     // dA[i] (M, K) = g[i] (M, N) . op(b[i])^T (N, K); (=) first visit, (+=) after
     zt__gemm_batch bt = mm_batch(g, g->cs, g->bs, g->as);
-    zt__cpu_gemm_batched(dt, &bt, false, !tb, g->M, g->K, g->N, pg, g->N, pb, g->ldb, pda, g->K);
+    K(bw)->gemm_batched(dt, &bt, false, !tb, g->M, g->K, g->N, pg, g->N, pb, g->ldb, pda, g->K);
   } else {
     // dA[i] stored (K, M) = op(b[i]) (K, N) . g[i]^T (N, M)
     zt__gemm_batch bt = mm_batch(g, g->bs, g->cs, g->as);
-    zt__cpu_gemm_batched(dt, &bt, tb, true, g->K, g->M, g->N, pb, g->ldb, pg, g->N, pda, g->M);
+    K(bw)->gemm_batched(dt, &bt, tb, true, g->K, g->M, g->N, pb, g->ldb, pg, g->N, pda, g->M);
   }
   return ZT_OK;
 }
@@ -194,18 +195,18 @@ static zt_status matmul_grad_b(zt_op_bwd *bw, const mm_geom *g, bool ta, bool tb
   int64_t rows = fold ? g->nb * g->M : g->M; /* the reduction length of one GEMM */
   if (fold && !tb) {
     // dB (K, N) = a^T (K, nb*M) . g (nb*M, N): the batch sum is the GEMM's own sum
-    zt__cpu_gemm(dt, true, false, g->K, g->N, rows, pa, g->K, pg, g->N, 0.0, pdb, g->N);
+    K(bw)->gemm(dt, true, false, g->K, g->N, rows, pa, g->K, pg, g->N, 0.0, pdb, g->N);
   } else if (fold) {
     // dB stored (N, K) = g^T (N, nb*M) . a (nb*M, K)
-    zt__cpu_gemm(dt, true, false, g->N, g->K, rows, pg, g->N, pa, g->K, 0.0, pdb, g->K);
+    K(bw)->gemm(dt, true, false, g->N, g->K, rows, pg, g->N, pa, g->K, 0.0, pdb, g->K);
   } else if (!tb) {
     // dB[i] (K, N) = op(a[i])^T (K, M) . g[i] (M, N); (=) first visit, (+=) after
     zt__gemm_batch bt = mm_batch(g, g->as, g->cs, g->bs);
-    zt__cpu_gemm_batched(dt, &bt, !ta, false, g->K, g->N, g->M, pa, g->lda, pg, g->N, pdb, g->N);
+    K(bw)->gemm_batched(dt, &bt, !ta, false, g->K, g->N, g->M, pa, g->lda, pg, g->N, pdb, g->N);
   } else {
     // dB[i] stored (N, K) = g[i]^T (N, M) . op(a[i]) (M, K)
     zt__gemm_batch bt = mm_batch(g, g->cs, g->as, g->bs);
-    zt__cpu_gemm_batched(dt, &bt, true, ta, g->N, g->K, g->M, pg, g->N, pa, g->lda, pdb, g->K);
+    K(bw)->gemm_batched(dt, &bt, true, ta, g->N, g->K, g->M, pg, g->N, pa, g->lda, pdb, g->K);
   }
   return ZT_OK;
 }
@@ -227,7 +228,7 @@ static zt_status matmul_backward(zt_op_bwd *bw) {
   return ZT_OK;
 }
 
-static const zt_op op_matmul = {"matmul", "MatmulBackward", 2, 0, 0, matmul_shape, matmul_forward, matmul_backward};
+static const zt_op op_matmul = {"matmul", "MatmulBackward", 2, 0, 0, matmul_shape, matmul_forward, matmul_backward, {[ZT_DEVICE_CPU] = &zt__cpu_matmul_kernels}};
 
 zt_status zt_matmul(zt_tensor *a, zt_tensor *b, bool trans_a, bool trans_b, zt_tensor **out) {
   zt_op_attrs at = {0};
@@ -297,9 +298,9 @@ static zt_status linear_forward(zt_op_call *c) {
   // saved before the GEMM: a recomputation that stops early at this save skips it
   if (c->attrs.i[LIN_SAVE_X] >= 0) ZT_TRY(zt__op_save(c, x));
   if (c->attrs.i[LIN_SAVE_W] >= 0) ZT_TRY(zt__op_save(c, w));
-  if (bias) zt__cpu_fill_rows(y->dtype, R, nout, zt__tensor_ptr(bias), py);
-  zt__cpu_gemm(y->dtype, false, oi, R, nout, nin, zt__tensor_ptr(x), nin, zt__tensor_ptr(w), w->shape[1],
-               bias ? 1.0 : 0.0, py, nout);
+  if (bias) K(c)->fill_rows(y->dtype, R, nout, zt__tensor_ptr(bias), py);
+  K(c)->gemm(y->dtype, false, oi, R, nout, nin, zt__tensor_ptr(x), nin, zt__tensor_ptr(w), w->shape[1],
+             bias ? 1.0 : 0.0, py, nout);
   return ZT_OK;
 }
 
@@ -317,8 +318,8 @@ static zt_status linear_backward(zt_op_bwd *bw) {
     ZT_TRY(zt__op_grad_like_input(bw, 0, false, &bw->grad_in[0]));
     // dx (R, in) = g (R, out) . W (out, in)   [W (out, in)]
     //           or g (R, out) . W^T (out, in) [W (in, out)]
-    zt__cpu_gemm(dt, false, !oi, R, nin, nout, pg, nout, zt__tensor_ptr(w), mw->shape[1], 0.0,
-                 zt__tensor_ptr(bw->grad_in[0]), nin);
+    K(bw)->gemm(dt, false, !oi, R, nin, nout, pg, nout, zt__tensor_ptr(w), mw->shape[1], 0.0,
+                zt__tensor_ptr(bw->grad_in[0]), nin);
   }
   if (bw->needs_input_grad[1]) {
     zt_tensor *x;
@@ -328,21 +329,21 @@ static zt_status linear_backward(zt_op_bwd *bw) {
     void *pdw = zt__tensor_ptr(bw->grad_in[1]);
     // one GEMM over every row of the batch
     if (oi) // dW (out, in) = g^T (out, R) . x (R, in)
-      zt__cpu_gemm(dt, true, false, nout, nin, R, pg, nout, px, nin, 0.0, pdw, nin);
+      K(bw)->gemm(dt, true, false, nout, nin, R, pg, nout, px, nin, 0.0, pdw, nin);
     else // dW (in, out) = x^T (in, R) . g (R, out)
-      zt__cpu_gemm(dt, true, false, nin, nout, R, px, nin, pg, nout, 0.0, pdw, nout);
+      K(bw)->gemm(dt, true, false, nin, nout, R, px, nin, pg, nout, 0.0, pdw, nout);
   }
   if (bw->needs_input_grad[2]) {
     ZT_TRY(zt__op_grad_like_input(bw, 2, false, &bw->grad_in[2]));
     // db (out) = column sums of g (R, out)
-    zt__cpu_col_sum(dt, R, nout, pg, zt__tensor_ptr(bw->grad_in[2]));
+    K(bw)->col_sum(dt, R, nout, pg, zt__tensor_ptr(bw->grad_in[2]));
   }
   return ZT_OK;
 }
 
-static const zt_op op_linear = {"linear", "LinearBackward", 3, 0, 0, linear_shape, linear_forward, linear_backward};
+static const zt_op op_linear = {"linear", "LinearBackward", 3, 0, 0, linear_shape, linear_forward, linear_backward, {[ZT_DEVICE_CPU] = &zt__cpu_matmul_kernels}};
 static const zt_op op_linear_io = {"linear_io", "LinearIoBackward", 3, 0, 0, linear_shape, linear_forward,
-                                   linear_backward};
+                                   linear_backward, {[ZT_DEVICE_CPU] = &zt__cpu_matmul_kernels}};
 
 static zt_status linear_run(const zt_op *op, lin_layout lay, zt_tensor *x, zt_tensor *weight, zt_tensor *bias,
                             zt_tensor **out) {

@@ -1,12 +1,15 @@
 /* Internal: the op registry entry and the dispatcher. One entry per op holds its shape
- * rule, forward and backward; the dispatcher validates inputs (released storage, device,
- * NULLs), makes them contiguous, allocates outputs from the shape rule, runs forward,
- * and records a node when a grad is needed. */
+ * rule, forward and backward, and its kernel table per device type; the dispatcher
+ * validates inputs (released storage, device, NULLs), picks the kernels of the inputs'
+ * device, makes inputs contiguous, allocates outputs from the shape rule, runs forward
+ * between the device backend's enter and exit hooks, and records a node when a grad is
+ * needed. */
 #ifndef ZT_OPS_OP_H
 #define ZT_OPS_OP_H
 
 #include "zt/ops.h"
 #include "../autograd/node.h"
+#include "kernel_table.h"
 
 #define ZT_OP_MAX_ATTRS 12
 typedef struct zt_op_attrs {
@@ -25,6 +28,7 @@ typedef struct zt_op_call {
   zt__tensor_meta out_meta[ZT_OP_MAX_ATTRS]; /* filled by the shape rule */
   zt_tensor **out;      /* allocated by the dispatcher unless the op is a view op */
   zt_op_attrs attrs;
+  const void *kernels;  /* the op's kernel table for the inputs' device (kernel_table.h) */
   zt_node *node;        /* NULL when no grad will be needed: nothing to save */
   struct zt__sac_entry *sac_capture; /* selective checkpointing records this op's saves */
 } zt_op_call;
@@ -38,6 +42,7 @@ typedef struct zt_op_bwd {
   zt_tensor **grad_in;          /* set grad_in[i] (new tensor) where needs_input_grad[i] */
   int n_out;
   zt_tensor *const *grad_out;   /* contiguous, never NULL */
+  const void *kernels;          /* the op's kernel table for the device forward ran on */
 } zt_op_bwd;
 
 enum {
@@ -55,6 +60,9 @@ struct zt_op {
   zt_status (*shape)(zt_op_call *c);
   zt_status (*forward)(zt_op_call *c);
   zt_status (*backward)(zt_op_bwd *b);
+  /* Per-device kernel slots: the op's kernel table (kernel_table.h) for each device type
+   * that has kernels for it; an empty slot is a clear error at dispatch. */
+  const void *kernels[ZT_DEVICE_TYPE_COUNT];
 };
 
 /* Run op. inputs may contain NULL only where the op allows it (optional bias). */

@@ -3,7 +3,8 @@
  * for backward. sum/mean save nothing (backward needs only the input's shape); max
  * saves its i64 indices, its second output, which gets no grad. */
 #include "op.h"
-#include "cpu/reduce.h"
+
+#define K(x) ((const zt__reduce_kernels *)(x)->kernels)
 
 /* sum/mean attrs: i[0] mean?, i[1] keepdim, i[2] n_dims, i[3..10] dims as given,
  * i[11] reduced-dims mask (set by the shape rule). */
@@ -50,20 +51,20 @@ static double sum_scale(const zt_op_attrs *at, int ndim, const int64_t *shape) {
 
 static zt_status sum_forward(zt_op_call *c) {
   zt_tensor *a = c->in[0];
-  return zt__cpu_sum(a, (uint32_t)c->attrs.i[A_MASK], sum_scale(&c->attrs, a->ndim, a->shape), c->out[0]);
+  return K(c)->sum(a, (uint32_t)c->attrs.i[A_MASK], sum_scale(&c->attrs, a->ndim, a->shape), c->out[0]);
 }
 
 static zt_status sum_backward(zt_op_bwd *b) {
   if (!b->needs_input_grad[0]) return ZT_OK;
   const zt__tensor_meta *m = &b->in_meta[0];
   ZT_TRY(zt__op_grad_like_input(b, 0, false, &b->grad_in[0]));
-  zt__cpu_sum_backward(b->grad_out[0], (uint32_t)b->attrs->i[A_MASK], sum_scale(b->attrs, m->ndim, m->shape),
-                       b->grad_in[0]);
+  K(b)->sum_backward(b->grad_out[0], (uint32_t)b->attrs->i[A_MASK], sum_scale(b->attrs, m->ndim, m->shape),
+                     b->grad_in[0]);
   return ZT_OK;
 }
 
-static const zt_op op_sum = {"sum", "SumBackward", 1, 0, 0, sum_shape, sum_forward, sum_backward};
-static const zt_op op_mean = {"mean", "MeanBackward", 1, 0, 0, sum_shape, sum_forward, sum_backward};
+static const zt_op op_sum = {"sum", "SumBackward", 1, 0, 0, sum_shape, sum_forward, sum_backward, {[ZT_DEVICE_CPU] = &zt__cpu_reduce_kernels}};
+static const zt_op op_mean = {"mean", "MeanBackward", 1, 0, 0, sum_shape, sum_forward, sum_backward, {[ZT_DEVICE_CPU] = &zt__cpu_reduce_kernels}};
 
 static zt_status run_sum(const zt_op *op, bool mean, zt_tensor *a, int n_dims, const int *dims, bool keepdim,
                          zt_tensor **out) {
@@ -133,7 +134,7 @@ static zt_status max_forward(zt_op_call *c) {
   zt_tensor *a = c->in[0];
   int64_t outer, n, inner;
   split_at(a->ndim, a->shape, (int)c->attrs.i[2], &outer, &n, &inner);
-  zt__cpu_max(a, outer, n, inner, c->out[0], c->out[1]);
+  K(c)->max(a, outer, n, inner, c->out[0], c->out[1]);
   return zt__op_save(c, c->out[1]);
 }
 
@@ -145,11 +146,11 @@ static zt_status max_backward(zt_op_bwd *b) {
   int64_t outer, n, inner;
   split_at(m->ndim, m->shape, (int)b->attrs->i[2], &outer, &n, &inner);
   ZT_TRY(zt__op_grad_like_input(b, 0, false, &b->grad_in[0]));
-  zt__cpu_max_backward(b->grad_out[0], idx, outer, n, inner, b->grad_in[0]);
+  K(b)->max_backward(b->grad_out[0], idx, outer, n, inner, b->grad_in[0]);
   return ZT_OK;
 }
 
-static const zt_op op_max = {"max", "MaxBackward", 1, 0, 0, max_shape, max_forward, max_backward};
+static const zt_op op_max = {"max", "MaxBackward", 1, 0, 0, max_shape, max_forward, max_backward, {[ZT_DEVICE_CPU] = &zt__cpu_reduce_kernels}};
 
 zt_status zt_max(zt_tensor *a, int dim, bool keepdim, zt_tensor **values, zt_tensor **indices) {
   if (!values) return ZT_ERR(ZT_STATUS_INVALID_ARG, "op 'max': the values pointer is NULL");

@@ -7,18 +7,37 @@
 
 #include "op.h"
 #include "sac.h"
+#include "../core/backend.h"
 #include "../core/tensor_internal.h"
 
 typedef struct op_payload {
   const zt_op *op;
   zt_op_attrs attrs;
+  zt_device device;     /* where forward ran: backward runs the same device's kernels */
+  const void *kernels;
 } op_payload;
 
 static zt_status op_apply(zt_node *n, zt_tensor *const *grad_outputs, const bool *needs, zt_tensor **grad_inputs) {
   op_payload *p = n->payload;
-  zt_op_bwd b = {n, &p->attrs, n->n_inputs, n->in_meta, needs, grad_inputs, n->n_outputs, grad_outputs};
+  zt_op_bwd b = {n, &p->attrs, n->n_inputs, n->in_meta, needs, grad_inputs, n->n_outputs, grad_outputs, p->kernels};
+  zt__dev_enter(p->device);
   zt_status s = p->op->backward(&b);
+  zt__dev_exit(p->device);
   if (s) return zt__error_prefix(s, "in backward of op '%s'", p->op->name);
+  return ZT_OK;
+}
+
+/* The op's kernel table for dev: through dev's backend (which may run another device
+ * type's kernels), with an error naming the op and the device when there is none. */
+static zt_status pick_kernels(const zt_op *op, zt_device dev, const void **out) {
+  const zt__backend *b = zt__backend_get(dev.type);
+  const void *k = b ? op->kernels[b->kernel_type] : NULL;
+  if (!k) {
+    char d[16];
+    return ZT_ERR(ZT_STATUS_DEVICE, "op '%s' has no kernel for device %s in this build", op->name,
+                  zt_device_str(dev, d));
+  }
+  *out = k;
   return ZT_OK;
 }
 static void op_destroy(zt_node *n) { free(n->payload); }
@@ -71,49 +90,7 @@ zt_status zt__check_same_dtype(const char *op, const zt_tensor *a, const zt_tens
 /* g has the broadcast shape; sum it down to m's shape (m right-aligned against g). */
 zt_status zt__sum_to_shape(const zt_tensor *g, const zt__tensor_meta *m, zt_tensor **out) {
   ZT_TRY(zt__tensor_from_meta(m, true, out));
-  int nd = g->ndim, off = nd - m->ndim;
-  ZT_ASSERT(off >= 0);
-  int64_t ostride[ZT_MAX_DIMS] = {0};
-  int64_t s = 1;
-  for (int d = m->ndim - 1; d >= 0; d--) {
-    ostride[d + off] = m->shape[d] == 1 ? 0 : s;
-    s *= m->shape[d];
-  }
-  int64_t n = zt_tensor_numel(g);
-  if (n == 0) return ZT_OK;
-  int64_t inner = nd ? g->shape[nd - 1] : 1, rows = n / inner;
-  int64_t istr = nd ? ostride[nd - 1] : 0;
-  const void *gp = zt__tensor_ptr(g);
-  void *op = zt__tensor_ptr(*out);
-  for (int64_t r = 0; r < rows; r++) {
-    int64_t o = 0, rem = r;
-    for (int d = nd - 2; d >= 0; d--) {
-      o += (rem % g->shape[d]) * ostride[d];
-      rem /= g->shape[d];
-    }
-    if (g->dtype == ZT_DTYPE_F32) {
-      const float *src = (const float *)gp + r * inner;
-      float *dst = (float *)op + o;
-      if (istr)
-        for (int64_t j = 0; j < inner; j++) dst[j] += src[j];
-      else {
-        float acc = 0;
-        for (int64_t j = 0; j < inner; j++) acc += src[j];
-        dst[0] += acc;
-      }
-    } else {
-      ZT_ASSERT(g->dtype == ZT_DTYPE_F64);
-      const double *src = (const double *)gp + r * inner;
-      double *dst = (double *)op + o;
-      if (istr)
-        for (int64_t j = 0; j < inner; j++) dst[j] += src[j];
-      else {
-        double acc = 0;
-        for (int64_t j = 0; j < inner; j++) acc += src[j];
-        dst[0] += acc;
-      }
-    }
-  }
+  zt__dev_sum_to_shape(g, *out);
   return ZT_OK;
 }
 
@@ -140,16 +117,15 @@ zt_status zt__op_run(const zt_op *op, int n_in, zt_tensor *const *in, const zt_o
     }
     dev = d;
     have_dev = true;
-    if (d.type != ZT_DEVICE_CPU) {
-      char a[16];
-      return ZT_ERR(ZT_STATUS_DEVICE, "op '%s': no kernels for device %s in this build", op->name, zt_device_str(d, a));
-    }
   }
+  const void *kernels = NULL;
+  ZT_TRY(pick_kernels(op, dev, &kernels));
 
   zt_op_call c = {0};
   c.op = op;
   c.n_in = n_in;
   c.orig = in;
+  c.kernels = kernels;
   if (attrs) c.attrs = *attrs;
   zt_tensor *in_buf[16];
   c.in = n_in <= 16 ? in_buf : malloc(sizeof *c.in * (size_t)n_in);
@@ -185,6 +161,8 @@ zt_status zt__op_run(const zt_op *op, int n_in, zt_tensor *const *in, const zt_o
     ZT_ASSERT(p);
     p->op = op;
     p->attrs = c.attrs;
+    p->device = dev;
+    p->kernels = kernels;
     c.node->payload = p;
     for (int i = 0; i < n_in && s == ZT_OK; i++)
       if (in[i]) s = nondiff(op, i) ? (zt__meta_of(in[i], &c.node->in_meta[i]), ZT_OK)
@@ -211,7 +189,9 @@ zt_status zt__op_run(const zt_op *op, int n_in, zt_tensor *const *in, const zt_o
   } else {
     c.sac_capture = sac;
     bool prev = zt_set_grad_enabled(false);
+    zt__dev_enter(dev);
     s = op->forward(&c);
+    zt__dev_exit(dev);
     zt_set_grad_enabled(prev);
     c.sac_capture = NULL;
     if (s == ZT_OK && sac) s = zt__sac_capture_done(&c, sac);

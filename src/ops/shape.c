@@ -8,7 +8,8 @@
 #include <string.h>
 
 #include "op.h"
-#include "cpu/shape.h"
+
+#define K(x) ((const zt__shape_kernels *)(x)->kernels)
 #include "../core/tensor_internal.h"
 
 static int64_t prod(int from, int to, const int64_t *shape) {
@@ -19,9 +20,9 @@ static int64_t prod(int from, int to, const int64_t *shape) {
 
 /* A contiguous tensor of view's shape holding view's values (no autograd). Used where a
  * forward or a backward must return a copy of a strided view. */
-static zt_status copy_of_view(const zt_tensor *view, zt_tensor **out) {
+static zt_status copy_of_view(const zt__shape_kernels *k, const zt_tensor *view, zt_tensor **out) {
   ZT_TRY(zt_tensor_empty(view->ndim, view->shape, view->dtype, zt_tensor_device(view), out));
-  zt__cpu_to_contiguous(view, *out);
+  k->to_contiguous(view, *out);
   return ZT_OK;
 }
 
@@ -95,7 +96,7 @@ static zt_status reshape_forward(zt_op_call *c) {
     return zt__tensor_new_view(a->storage, a->offset, m->ndim, m->shape, NULL, a->dtype, &c->out[0]);
   /* not viewable: one copy in a's shape, relabelled */
   zt_tensor *t;
-  ZT_TRY(copy_of_view(a, &t));
+  ZT_TRY(copy_of_view(K(c), a, &t));
   zt_status s = relabel(t, m->ndim, m->shape, &c->out[0]);
   zt_tensor_free(t);
   return s;
@@ -107,7 +108,7 @@ static zt_status reshape_backward(zt_op_bwd *b) {
 }
 
 static const zt_op op_reshape = {"reshape", "ReshapeBackward", 1, VIEW_FLAGS, 0,
-                                 reshape_shape, reshape_forward, reshape_backward};
+                                 reshape_shape, reshape_forward, reshape_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}};
 
 zt_status zt_reshape(zt_tensor *a, int ndim, const int64_t *shape, zt_tensor **out) {
   if (ndim < 0 || ndim > ZT_MAX_DIMS)
@@ -167,16 +168,16 @@ static zt_status permute_backward(zt_op_bwd *b) {
   for (int k = 0; k < m->ndim; k++) stride[b->attrs->i[k]] = g->stride[k];
   zt_tensor *v;
   ZT_TRY(zt__tensor_new_view(g->storage, g->offset, m->ndim, m->shape, stride, g->dtype, &v));
-  zt_status s = copy_of_view(v, &b->grad_in[0]);
+  zt_status s = copy_of_view(K(b), v, &b->grad_in[0]);
   zt_tensor_free(v);
   return s;
 }
 
 static const zt_op op_permute = {"permute", "PermuteBackward", 1, VIEW_FLAGS, 0,
-                                 permute_shape, permute_forward, permute_backward};
+                                 permute_shape, permute_forward, permute_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}};
 /* transpose is a permutation swapping two dims: the same entry under its own names. */
 static const zt_op op_transpose = {"transpose", "TransposeBackward", 1, VIEW_FLAGS, 0,
-                                   permute_shape, permute_forward, permute_backward};
+                                   permute_shape, permute_forward, permute_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}};
 
 zt_status zt_permute(zt_tensor *a, const int *dims, zt_tensor **out) {
   if (!a) return ZT_ERR(ZT_STATUS_INVALID_ARG, "permute: input is NULL");
@@ -239,13 +240,13 @@ static zt_status narrow_backward(zt_op_bwd *b) {
   int64_t es = (int64_t)zt_dtype_size(m->dtype), inner = prod(d + 1, m->ndim, m->shape) * es;
   ZT_TRY(zt__op_grad_like_input(b, 0, true, &b->grad_in[0]));
   if (zt_tensor_numel(g) == 0) return ZT_OK; /* no data pointer to offset */
-  zt__cpu_copy_rows((char *)zt__tensor_ptr(b->grad_in[0]) + start * inner, m->shape[d] * inner, zt__tensor_ptr(g),
-                    len * inner, prod(0, d, m->shape), len * inner);
+  K(b)->copy_rows((char *)zt__tensor_ptr(b->grad_in[0]) + start * inner, m->shape[d] * inner, zt__tensor_ptr(g),
+                  len * inner, prod(0, d, m->shape), len * inner);
   return ZT_OK;
 }
 
 static const zt_op op_narrow = {"narrow", "NarrowBackward", 1, VIEW_FLAGS, 0,
-                                narrow_shape, narrow_forward, narrow_backward};
+                                narrow_shape, narrow_forward, narrow_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}};
 
 zt_status zt_narrow(zt_tensor *a, int dim, int64_t start, int64_t length, zt_tensor **out) {
   zt_op_attrs at = {0};
@@ -263,7 +264,7 @@ static zt_status contiguous_shape(zt_op_call *c) {
   return ZT_OK;
 }
 
-static zt_status contiguous_forward(zt_op_call *c) { return copy_of_view(c->orig[0], &c->out[0]); }
+static zt_status contiguous_forward(zt_op_call *c) { return copy_of_view(K(c), c->orig[0], &c->out[0]); }
 
 static zt_status contiguous_backward(zt_op_bwd *b) {
   if (!b->needs_input_grad[0]) return ZT_OK;
@@ -271,7 +272,7 @@ static zt_status contiguous_backward(zt_op_bwd *b) {
 }
 
 static const zt_op op_contiguous = {"contiguous", "ContiguousBackward", 1, VIEW_FLAGS, 0,
-                                    contiguous_shape, contiguous_forward, contiguous_backward};
+                                    contiguous_shape, contiguous_forward, contiguous_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}};
 
 zt_status zt_contiguous(zt_tensor *a, zt_tensor **out) {
   ZT_TRY(zt__op_run(&op_contiguous, 1, &a, NULL, out));
@@ -316,20 +317,21 @@ static zt_status cat_shape(zt_op_call *c) {
 
 /* out (shape m) = the n parts concatenated along dim d (=). Used by cat's forward and by
  * split's backward (which concatenates its parts' grads). */
-static void concat_into(const zt__tensor_meta *m, int d, zt_tensor *out, int n, zt_tensor *const *parts) {
+static void concat_into(const zt__shape_kernels *k, const zt__tensor_meta *m, int d, zt_tensor *out, int n,
+                        zt_tensor *const *parts) {
   int64_t es = (int64_t)zt_dtype_size(m->dtype), inner = prod(d + 1, m->ndim, m->shape) * es;
   int64_t rows = prod(0, d, m->shape), pitch = m->shape[d] * inner, off = 0;
   if (zt_tensor_numel(out) == 0) return; /* no data pointer to offset */
   char *o = zt__tensor_ptr(out);
   for (int i = 0; i < n; i++) {
     int64_t w = parts[i]->shape[d] * inner;
-    if (w) zt__cpu_copy_rows(o + off, pitch, zt__tensor_ptr(parts[i]), w, rows, w);
+    if (w) k->copy_rows(o + off, pitch, zt__tensor_ptr(parts[i]), w, rows, w);
     off += w;
   }
 }
 
 static zt_status cat_forward(zt_op_call *c) {
-  concat_into(&c->out_meta[0], (int)c->attrs.i[0], c->out[0], c->n_in, c->in);
+  concat_into(K(c), &c->out_meta[0], (int)c->attrs.i[0], c->out[0], c->n_in, c->in);
   return ZT_OK;
 }
 
@@ -344,14 +346,14 @@ static zt_status cat_backward(zt_op_bwd *b) {
     int64_t w = b->in_meta[i].shape[d] * inner;
     if (b->needs_input_grad[i]) {
       ZT_TRY(zt__op_grad_like_input(b, i, false, &b->grad_in[i]));
-      if (w && rows) zt__cpu_copy_rows(zt__tensor_ptr(b->grad_in[i]), w, gp + off, pitch, rows, w);
+      if (w && rows) K(b)->copy_rows(zt__tensor_ptr(b->grad_in[i]), w, gp + off, pitch, rows, w);
     }
     off += w;
   }
   return ZT_OK;
 }
 
-static const zt_op op_cat = {"cat", "CatBackward", -1, ZT_OP_FLAG_ANY_DTYPE, 0, cat_shape, cat_forward, cat_backward};
+static const zt_op op_cat = {"cat", "CatBackward", -1, ZT_OP_FLAG_ANY_DTYPE, 0, cat_shape, cat_forward, cat_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}};
 
 zt_status zt_cat(int n, zt_tensor *const *xs, int dim, zt_tensor **out) {
   if (n < 1 || !xs) return ZT_ERR(ZT_STATUS_INVALID_ARG, "cat: no tensors given (n = %d)", n);
@@ -406,11 +408,11 @@ static zt_status split_forward(zt_op_call *c) {
 static zt_status split_backward(zt_op_bwd *b) {
   if (!b->needs_input_grad[0]) return ZT_OK;
   ZT_TRY(zt__op_grad_like_input(b, 0, false, &b->grad_in[0]));
-  concat_into(&b->in_meta[0], (int)b->attrs->i[0], b->grad_in[0], b->n_out, b->grad_out);
+  concat_into(K(b), &b->in_meta[0], (int)b->attrs->i[0], b->grad_in[0], b->n_out, b->grad_out);
   return ZT_OK;
 }
 
-static const zt_op op_split = {"split", "SplitBackward", 1, VIEW_FLAGS, 0, split_shape, split_forward, split_backward};
+static const zt_op op_split = {"split", "SplitBackward", 1, VIEW_FLAGS, 0, split_shape, split_forward, split_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}};
 
 /* One node: n <= SPLIT_MAX parts. */
 static zt_status split_node(zt_tensor *a, int dim, int n, const int64_t *sizes, zt_tensor **outs) {

@@ -5,7 +5,9 @@
 #include <stdio.h>
 
 #include "op.h"
-#include "cpu/softmax.h"
+#include "../core/backend.h"
+
+#define K(x) ((const zt__softmax_kernels *)(x)->kernels)
 
 /* a seen as (outer, n, inner) around dim d. */
 static void split_at(int ndim, const int64_t *shape, int d, int64_t *outer, int64_t *n, int64_t *inner) {
@@ -33,7 +35,7 @@ static zt_status softmax_forward(zt_op_call *c) {
   zt_tensor *a = c->in[0];
   int64_t outer, n, inner;
   split_at(a->ndim, a->shape, (int)c->attrs.i[2], &outer, &n, &inner);
-  zt__cpu_softmax(a, outer, n, inner, c->attrs.i[1] != 0, c->out[0]);
+  K(c)->softmax(a, outer, n, inner, c->attrs.i[1] != 0, c->out[0]);
   return zt__op_save(c, c->out[0]);
 }
 
@@ -45,14 +47,14 @@ static zt_status softmax_backward(zt_op_bwd *b) {
   int64_t outer, n, inner;
   split_at(m->ndim, m->shape, (int)b->attrs->i[2], &outer, &n, &inner);
   ZT_TRY(zt__op_grad_like_input(b, 0, false, &b->grad_in[0]));
-  zt__cpu_softmax_backward(y, b->grad_out[0], outer, n, inner, b->attrs->i[1] != 0, b->grad_in[0]);
+  K(b)->softmax_backward(y, b->grad_out[0], outer, n, inner, b->attrs->i[1] != 0, b->grad_in[0]);
   return ZT_OK;
 }
 
 static const zt_op op_softmax = {"softmax", "SoftmaxBackward", 1, 0, 0, softmax_shape, softmax_forward,
-                                 softmax_backward};
+                                 softmax_backward, {[ZT_DEVICE_CPU] = &zt__cpu_softmax_kernels}};
 static const zt_op op_log_softmax = {"log_softmax", "LogSoftmaxBackward", 1, 0, 0, softmax_shape, softmax_forward,
-                                     softmax_backward};
+                                     softmax_backward, {[ZT_DEVICE_CPU] = &zt__cpu_softmax_kernels}};
 
 static zt_status run_softmax(const zt_op *op, bool log, zt_tensor *a, int dim, zt_tensor **out) {
   zt_op_attrs at = {0};
@@ -114,7 +116,7 @@ static const char *pos_str(int ndim, const int64_t *shape, int64_t pos, char *bu
 static zt_status ce_forward(zt_op_call *c) {
   zt_tensor *x = c->in[0], *t = c->in[1];
   int64_t ignore = c->attrs.i[0], V = x->shape[x->ndim - 1], R = zt_tensor_numel(t), bad_val = 0, count = 0;
-  int64_t bad = zt__cpu_ce_check_targets(t, V, ignore, &bad_val, &count);
+  int64_t bad = K(c)->check_targets(t, V, ignore, &bad_val, &count);
   if (bad >= 0) {
     char ps[160];
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
@@ -124,15 +126,13 @@ static zt_status ce_forward(zt_op_call *c) {
                   (long long)ignore);
   }
   zt_tensor *lse = NULL;
-  if (c->node) ZT_TRY(zt_tensor_empty(1, (int64_t[]){R}, x->dtype, ZT_CPU, &lse));
+  if (c->node) ZT_TRY(zt_tensor_empty(1, (int64_t[]){R}, x->dtype, zt_tensor_device(x), &lse));
   double sum = 0;
-  zt_status s = zt__cpu_cross_entropy(x, t, ignore, lse, &sum);
+  zt_status s = K(c)->cross_entropy(x, t, ignore, lse, &sum);
   if (!s) {
     double loss = count ? sum / (double)count : 0.0; /* all ignored: 0, not 0/0 */
-    if (x->dtype == ZT_DTYPE_F32)
-      *(float *)zt__tensor_ptr(c->out[0]) = (float)loss;
-    else
-      *(double *)zt__tensor_ptr(c->out[0]) = loss;
+    float lf = (float)loss;
+    zt__dev_write_range(c->out[0], 0, 1, x->dtype == ZT_DTYPE_F32 ? (const void *)&lf : (const void *)&loss);
   }
   if (!s) s = zt__op_save(c, x);
   if (!s) s = zt__op_save(c, t);
@@ -150,18 +150,18 @@ static zt_status ce_backward(zt_op_bwd *b) {
   int64_t V = x->shape[x->ndim - 1], bad_val = 0, count = 0;
   /* recount the non-ignored rows (O(rows)); the version check has already caught
    * in-place writes, so a bad target here means bytes written behind zerotrain's back */
-  if (zt__cpu_ce_check_targets(t, V, b->attrs->i[0], &bad_val, &count) >= 0)
+  if (K(b)->check_targets(t, V, b->attrs->i[0], &bad_val, &count) >= 0)
     return ZT_ERR(ZT_STATUS_STATE, "cross_entropy: a target is %lld, outside [0, %lld), in backward: the targets "
                   "were modified after forward without a version bump", (long long)bad_val, (long long)V);
   double g = zt_tensor_get(b->grad_out[0], 0);
   ZT_TRY(zt__op_grad_like_input(b, 0, false, &b->grad_in[0]));
-  zt__cpu_cross_entropy_backward(x, t, lse, b->attrs->i[0], count ? g / (double)count : 0.0, b->grad_in[0]);
+  K(b)->cross_entropy_backward(x, t, lse, b->attrs->i[0], count ? g / (double)count : 0.0, b->grad_in[0]);
   return ZT_OK;
 }
 
 /* Input 1 (targets) is integer: no float check on it, and never a grad. */
 static const zt_op op_cross_entropy = {"cross_entropy", "CrossEntropyBackward", 2, ZT_OP_FLAG_ANY_DTYPE, 1u << 1,
-                                       ce_shape, ce_forward, ce_backward};
+                                       ce_shape, ce_forward, ce_backward, {[ZT_DEVICE_CPU] = &zt__cpu_softmax_kernels}};
 
 zt_status zt_cross_entropy(zt_tensor *logits, zt_tensor *targets, int64_t ignore_index, zt_tensor **out) {
   zt_op_attrs at = {0};

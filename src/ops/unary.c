@@ -2,7 +2,8 @@
  * needs: the input (log, relu, gelu, pow), the output (exp, sqrt, tanh) or nothing
  * (neg and the scalar add/mul/div). */
 #include "op.h"
-#include "cpu/kernels.h"
+
+#define K(x) ((const zt__unary_kernels *)(x)->kernels)
 
 enum { SAVE_NONE, SAVE_INPUT, SAVE_OUTPUT };
 
@@ -25,7 +26,7 @@ static zt_status unary_shape(zt_op_call *c) {
 
 static zt_status unary_forward(zt_op_call *c) {
   zt_unop op = (zt_unop)c->attrs.i[0];
-  zt__cpu_unary(op, c->attrs.f[0], c->in[0], c->out[0]);
+  K(c)->unary(op, c->attrs.f[0], c->in[0], c->out[0]);
   int k = save_kind(op);
   if (k == SAVE_INPUT) ZT_TRY(zt__op_save(c, c->in[0]));
   if (k == SAVE_OUTPUT) ZT_TRY(zt__op_save(c, c->out[0]));
@@ -39,12 +40,12 @@ static zt_status unary_backward(zt_op_bwd *b) {
   int k = save_kind(op);
   if (k != SAVE_NONE) ZT_TRY(zt__op_saved(b, 0, &saved));
   ZT_TRY(zt__op_grad_like_input(b, 0, false, &b->grad_in[0]));
-  zt__cpu_unary_backward(op, b->attrs->f[0], k == SAVE_INPUT ? saved : NULL, k == SAVE_OUTPUT ? saved : NULL,
+  K(b)->unary_backward(op, b->attrs->f[0], k == SAVE_INPUT ? saved : NULL, k == SAVE_OUTPUT ? saved : NULL,
                          b->grad_out[0], b->grad_in[0]);
   return ZT_OK;
 }
 
-#define ZT_UNARY_OP(NAME, NODE) static const zt_op op_##NAME = {#NAME, NODE, 1, 0, 0, unary_shape, unary_forward, unary_backward};
+#define ZT_UNARY_OP(NAME, NODE) static const zt_op op_##NAME = {#NAME, NODE, 1, 0, 0, unary_shape, unary_forward, unary_backward, {[ZT_DEVICE_CPU] = &zt__cpu_unary_kernels}};
 ZT_UNARY_OP(neg, "NegBackward")
 ZT_UNARY_OP(exp, "ExpBackward")
 ZT_UNARY_OP(log, "LogBackward")

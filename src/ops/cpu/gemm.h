@@ -6,6 +6,7 @@
 #define ZT_OPS_CPU_GEMM_H
 
 #include "zt/tensor.h"
+#include "../kernel_table.h"
 
 /* C (M,N) = op(A) . op(B) when beta == 0 (C's old contents are ignored), or
  * C += op(A) . op(B) when beta == 1. op(A) is (M,K): A is stored (M,K) (lda >= K), or
@@ -20,11 +21,7 @@ void zt__cpu_gemm(zt_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K
  * indices map to (cs[d] == 0 on a dim of size > 1) is written (=) on its first visit and
  * accumulated (+=) on the later ones: that is the sum over the broadcast dims that the
  * backward of a broadcasting matmul needs. Matrix shapes and leading dims as zt__cpu_gemm. */
-typedef struct zt__gemm_batch {
-  int nbd;
-  const int64_t *bshape;
-  const int64_t *as, *bs, *cs;
-} zt__gemm_batch;
+/* (zt__gemm_batch: src/ops/kernel_table.h) */
 void zt__cpu_gemm_batched(zt_dtype dt, const zt__gemm_batch *bt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                           const void *A, int64_t lda, const void *B, int64_t ldb, void *C, int64_t ldc);
 

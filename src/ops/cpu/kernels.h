@@ -5,28 +5,12 @@
 #define ZT_OPS_CPU_KERNELS_H
 
 #include "zt/tensor.h"
-
-/* Elementwise work below this many elements stays on one thread. */
-#define ZT_PAR_MIN 32768
-
-typedef enum zt_binop { ZT_BINOP_ADD, ZT_BINOP_SUB, ZT_BINOP_MUL, ZT_BINOP_DIV } zt_binop;
+#include "../../core/backend.h" /* ZT_PAR_MIN */
+#include "../kernel_table.h"   /* zt_binop, zt_unop */
 
 /* out = a (op) b, with numpy broadcasting of a and b to out's shape. */
 void zt__cpu_binary(zt_binop op, const zt_tensor *a, const zt_tensor *b, zt_tensor *out);
 
-typedef enum zt_unop {
-  ZT_UNOP_NEG,
-  ZT_UNOP_EXP,
-  ZT_UNOP_LOG,
-  ZT_UNOP_SQRT,
-  ZT_UNOP_TANH,
-  ZT_UNOP_RELU,
-  ZT_UNOP_GELU,
-  ZT_UNOP_ADD_SCALAR, /* x + s */
-  ZT_UNOP_MUL_SCALAR, /* x * s */
-  ZT_UNOP_DIV_SCALAR, /* x / s */
-  ZT_UNOP_POW,        /* x ^ s */
-} zt_unop;
 /* out (n) = f(a (n)) with scalar s where the op takes one. out may alias a. */
 void zt__cpu_unary(zt_unop op, double s, const zt_tensor *a, zt_tensor *out);
 /* gx (n) = g * f'(x) for the unary ops: uses x, or y = f(x) for exp/sqrt/tanh. */

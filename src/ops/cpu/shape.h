@@ -5,6 +5,7 @@
 #define ZT_OPS_CPU_SHAPE_H
 
 #include "zt/tensor.h"
+#include "../../core/backend.h"
 
 /* dst (rows, row_bytes) = src (rows, row_bytes): a 2-D block copy; row r starts at
  * dst + r * dst_pitch and src + r * src_pitch (pitches in bytes). Blocks must not
@@ -19,10 +20,8 @@ void zt__cpu_copy_rows(void *dst, int64_t dst_pitch, const void *src, int64_t sr
  * in cache. */
 void zt__cpu_to_contiguous(const zt_tensor *src, zt_tensor *dst);
 
-/* dst (n) of dtype ddt = src (n) of dtype sdt, both contiguous, every pair of dtypes.
- * Floats round to nearest even (f64 and i64 go to bf16/f16 with one rounding, not two);
- * NaN stays NaN. Floats to integers truncate toward zero, saturate at the integer's
- * range, and NaN gives 0. i64 to i32 wraps (two's complement). */
-void zt__cpu_cast(const void *src, zt_dtype sdt, void *dst, zt_dtype ddt, int64_t n);
+/* dst (n) of dtype ddt = src (n) of dtype sdt, both contiguous: zt__host_cast
+ * (src/core/cast.c), the one home of dtype conversion. */
+#define zt__cpu_cast(src, sdt, dst, ddt, n) zt__host_cast((dst), (ddt), (src), (sdt), (n))
 
 #endif
