@@ -61,15 +61,19 @@ static int bench_step(int argc, char **argv) {
   zt_optim_config oc = zt_optim_default(c.optimizer);
   oc.lr = c.lr;
   if (zt_optim_new(&oc, np, params, &o)) goto fail;
-  int64_t xs[] = {c.batch, c.seq};
-  if (zt_tensor_empty_tagged(2, xs, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &x) ||
-      zt_tensor_empty_tagged(2, xs, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &y))
-    goto fail;
+  int64_t xs[] = {c.batch, c.seq}, n_tok = c.batch * c.seq;
+  /* token ids made on the host, then copied into tensors by the library (the CLI never
+   * touches tensor bytes) */
+  int32_t *ids = malloc(sizeof *ids * (size_t)(2 * n_tok));
+  if (!ids) goto fail;
   zt_rng_state rs = {c.seed, 1u << 20};
-  for (int64_t i = 0; i < c.batch * c.seq; i++) {
-    ((int32_t *)x->storage->data)[i] = (int32_t)(zt_rng_uniform_at(rs, (uint64_t)i) * (float)g.vocab_size);
-    ((int32_t *)y->storage->data)[i] = (int32_t)(zt_rng_uniform_at(rs, (uint64_t)(i + c.batch * c.seq)) * (float)g.vocab_size);
-  }
+  for (int64_t i = 0; i < 2 * n_tok; i++) ids[i] = (int32_t)(zt_rng_uniform_at(rs, (uint64_t)i) * (float)g.vocab_size);
+  zt_mem_tag prev_tag = zt_mem_tag_push(ZT_MEM_TAG_TEMP);
+  bool bad_ids = zt_tensor_from_data(2, xs, ZT_DTYPE_I32, ids, &x) ||
+                 zt_tensor_from_data(2, xs, ZT_DTYPE_I32, ids + n_tok, &y);
+  zt_mem_tag_pop(prev_tag);
+  free(ids);
+  if (bad_ids) goto fail;
   for (int64_t s = 0; s < warm + steps; s++) {
     if (s == warm) zt_mem_reset_peaks();
     double t0 = zt_clock_now();

@@ -24,7 +24,7 @@ zt_status zt__backend_register(zt_device_type type, const zt__backend *b) {
                   "free every tensor on that device first",
                   (int)type);
   if (b && (!b->alloc || !b->free || !b->fill || !b->copy || !b->cast || !b->read || !b->write || !b->move ||
-            !b->add_into || !b->scale || !b->sum_to_shape || !b->sum_squares || !b->adamw || !b->sgd))
+            !b->add_into || !b->scale || !b->add_div || !b->sum_to_shape || !b->sum_squares || !b->adamw || !b->sgd))
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt__backend_register: backend '%s' leaves a required member NULL",
                   b->name ? b->name : "?");
   __atomic_store_n(&g_backends[type], b, __ATOMIC_RELEASE);
@@ -126,6 +126,9 @@ void zt__dev_cast_range(zt_tensor *dst, int64_t dlo, const zt_tensor *src, int64
 
 void zt__dev_add_into(zt_tensor *dst, const zt_tensor *src) { be(dst)->add_into(be(dst)->ctx, dst, src); }
 void zt__dev_scale(zt_tensor *t, double s) { be(t)->scale(be(t)->ctx, t, s); }
+void zt__dev_add_div(zt_tensor *dst, const zt_tensor *src, double div) {
+  be(dst)->add_div(be(dst)->ctx, dst, src, div);
+}
 void zt__dev_sum_to_shape(const zt_tensor *g, zt_tensor *out) { be(g)->sum_to_shape(be(g)->ctx, g, out); }
 double zt__dev_sum_squares(const zt_tensor *t, int64_t lo, int64_t n) {
   return be(t)->sum_squares(be(t)->ctx, t, lo, n);

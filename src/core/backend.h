@@ -79,6 +79,9 @@ typedef struct zt__backend {
   /* dst += src, same shape, any strides, dtypes may differ (the engine's accumulation). */
   void (*add_into)(void *ctx, zt_tensor *dst, const zt_tensor *src);
   void (*scale)(void *ctx, zt_tensor *t, double s);             /* contiguous t *= s */
+  /* dst (f32) += (float)(widen(src) / div), src f32, bf16 or f16, both contiguous with the
+   * same element count (FSDP's reduced gradient shards). */
+  void (*add_div)(void *ctx, zt_tensor *dst, const zt_tensor *src, double div);
   /* out (contiguous, zero-filled by the caller) += g summed down to out's shape (g has the
    * broadcast shape, out's shape is right-aligned against it). */
   void (*sum_to_shape)(void *ctx, const zt_tensor *g, zt_tensor *out);
@@ -133,6 +136,7 @@ void zt__dev_copy_range(zt_tensor *dst, int64_t dlo, const zt_tensor *src, int64
 void zt__dev_cast_range(zt_tensor *dst, int64_t dlo, const zt_tensor *src, int64_t slo, int64_t n);
 void zt__dev_add_into(zt_tensor *dst, const zt_tensor *src);
 void zt__dev_scale(zt_tensor *t, double s);
+void zt__dev_add_div(zt_tensor *dst, const zt_tensor *src, double div);
 void zt__dev_sum_to_shape(const zt_tensor *g, zt_tensor *out);
 double zt__dev_sum_squares(const zt_tensor *t, int64_t lo, int64_t n);
 void zt__dev_adamw(zt_tensor *w, const zt_tensor *g, zt_tensor *m, zt_tensor *v, const zt__optim_update *u);

@@ -118,6 +118,7 @@ static void cpu_move(void *ctx, void *dst, const void *src, size_t bytes, zt__st
 /* backend_cpu_math.c */
 void zt__cpu_add_into(void *ctx, zt_tensor *dst, const zt_tensor *src);
 void zt__cpu_scale_tensor(void *ctx, zt_tensor *t, double s);
+void zt__cpu_add_div(void *ctx, zt_tensor *dst, const zt_tensor *src, double div);
 void zt__cpu_sum_to_shape(void *ctx, const zt_tensor *g, zt_tensor *out);
 double zt__cpu_sum_squares(void *ctx, const zt_tensor *t, int64_t lo, int64_t n);
 void zt__cpu_adamw(void *ctx, zt_tensor *w, const zt_tensor *g, zt_tensor *m, zt_tensor *v, const zt__optim_update *u);
@@ -138,6 +139,7 @@ const zt__backend zt__cpu_backend = {
     .move = cpu_move,
     .add_into = zt__cpu_add_into,
     .scale = zt__cpu_scale_tensor,
+    .add_div = zt__cpu_add_div,
     .sum_to_shape = zt__cpu_sum_to_shape,
     .sum_squares = zt__cpu_sum_squares,
     .adamw = zt__cpu_adamw,

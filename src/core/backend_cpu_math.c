@@ -40,6 +40,22 @@ void zt__cpu_add_into(void *ctx, zt_tensor *dst, const zt_tensor *src) {
   }
 }
 
+/* dst (f32) += (float)(widen(src) / div), elementwise: the same bits for any thread count. */
+void zt__cpu_add_div(void *ctx, zt_tensor *dst, const zt_tensor *src, double div) {
+  (void)ctx;
+  float *d = zt__tensor_ptr(dst);
+  const void *o = zt__tensor_ptr(src);
+  int64_t n = zt_tensor_numel(dst);
+  zt_dtype dt = src->dtype;
+#pragma omp parallel for schedule(static) if (n > ZT_PAR_MIN)
+  for (int64_t i = 0; i < n; i++) {
+    float v = dt == ZT_DTYPE_F32   ? ((const float *)o)[i]
+              : dt == ZT_DTYPE_BF16 ? zt_bf16_to_f32(((const uint16_t *)o)[i])
+                                    : zt_f16_to_f32(((const uint16_t *)o)[i]);
+    d[i] += (float)(v / div);
+  }
+}
+
 /* g has the broadcast shape; sum it down to out's shape (right-aligned against g). */
 void zt__cpu_sum_to_shape(void *ctx, const zt_tensor *g, zt_tensor *out) {
   (void)ctx;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "zt/checkpoint.h"
+#include "core/backend.h"
 #include "zt/nn.h"
 #include "zt/offload.h"
 
@@ -317,12 +318,13 @@ static zt_status check_inputs(const zt_gpt2 *m, const zt_tensor *ids, const zt_t
 static zt_status embed(zt_gpt2 *m, zt_tensor *ids, zt_tensor **out) {
   int64_t T = ids->shape[1];
   zt_tensor *pos = NULL, *tok = NULL, *pe = NULL;
-  zt_status s = zt_tensor_empty(1, &T, ZT_DTYPE_I32, ZT_CPU, &pos);
-  if (!s) {
-    int32_t *p = zt__tensor_ptr(pos);
-    for (int64_t t = 0; t < T; t++) p[t] = (int32_t)t;
-    s = zt_nn_embedding_forward(m->wte, ids, &tok);
-  }
+  /* position ids made on the host and copied to the ids' device by its backend */
+  int32_t *p = malloc(sizeof *p * (size_t)(T ? T : 1));
+  if (!p) return ZT_ERR(ZT_STATUS_OOM, "out of host memory for %lld position ids", (long long)T);
+  for (int64_t t = 0; t < T; t++) p[t] = (int32_t)t;
+  zt_status s = zt__tensor_from_host(1, &T, ZT_DTYPE_I32, zt_tensor_device(ids), zt_mem_tag_current(), p, &pos);
+  free(p);
+  if (!s) s = zt_nn_embedding_forward(m->wte, ids, &tok);
   if (!s) s = zt_nn_embedding_forward(m->wpe, pos, &pe);
   zt_tensor_free(pos);
   if (!s) s = zt_add(tok, pe, out); /* (B, T, C) + (T, C) */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/cpu/kernels.h" /* ZT_PAR_MIN */
+#include "core/backend.h"
 #include "zt/optim.h"
 
 #define STATE_NAME_MAX 128
@@ -79,10 +79,10 @@ static zt_status check_param(const zt_param *p, int i) {
                   "%s: parameter '%s' is not a leaf (it has a grad_fn): optimize the leaf tensor it was computed "
                   "from",
                   fn, p->name);
-  if (zt_tensor_device(t).type != ZT_DEVICE_CPU) {
+  if (!zt__backend_get(zt_tensor_device(t).type)) { /* the update loops are the device backend's */
     char d[16];
-    return ZT_ERR(ZT_STATUS_DEVICE, "%s: parameter '%s' is on %s: the optimizer runs on cpu tensors only", fn,
-                  p->name, zt_device_str(zt_tensor_device(t), d));
+    return ZT_ERR(ZT_STATUS_DEVICE, "%s: parameter '%s' is on %s, which has no backend in this build", fn, p->name,
+                  zt_device_str(zt_tensor_device(t), d));
   }
   if (!zt_tensor_is_contiguous(t))
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: parameter '%s' is not contiguous: pass a contiguous tensor", fn,
@@ -171,7 +171,7 @@ static zt_status ensure_state(zt_optim *o, int i) {
     zt_tensor *t;
     zt_status s = zt_tensor_empty_tagged(p->ndim, p->shape, ZT_DTYPE_F32, zt_tensor_device(p), ZT_MEM_TAG_OPTIM, &t);
     if (s) return zt__error_prefix(s, "optimizer state '%s'", o->names[k]);
-    if (t->storage->nbytes) memset(t->storage->data, 0, t->storage->nbytes);
+    zt__dev_fill(t, 0.0);
     o->state[k] = t;
   }
   return ZT_OK;
@@ -219,45 +219,6 @@ static zt_status check_grad(const zt_optim *o, int i, bool *use) {
   return ZT_OK;
 }
 
-/* AdamW on one parameter, one pass (memory-bound: w, g, m, v read once; w, m, v written
- * once). Constants are f32, computed once per step in double. Each element's arithmetic
- * is the same whatever the thread count or where a thread's chunk starts. GCC vectorises
- * the loop only under -fno-math-errno (else sqrtf keeps an errno branch): ~3x faster.
- *   w (n) =, g (n), m (n) =, v (n) = */
-static void adamw_f32(float *restrict w, const float *restrict g, float *restrict m, float *restrict v, int64_t n,
-                      float decay, float b1, float omb1, float b2, float omb2, float step_size, float bc2_sqrt,
-                      float eps) {
-#pragma omp parallel for simd schedule(static) if (n > ZT_PAR_MIN)
-  for (int64_t i = 0; i < n; i++) {
-    float gi = g[i];
-    float mi = b1 * m[i] + omb1 * gi;
-    float vi = b2 * v[i] + omb2 * (gi * gi);
-    m[i] = mi;
-    v[i] = vi;
-    float denom = __builtin_sqrtf(vi) / bc2_sqrt + eps;
-    w[i] = w[i] * decay - step_size * (mi / denom);
-  }
-}
-
-/* SGD with momentum: buf = momentum buf + g (the buffer starts at zero, so the first
- * step gives buf = g exactly, as torch's), w -= lr buf.
- *   w (n) =, g (n), buf (n) = */
-static void sgd_momentum_f32(float *restrict w, const float *restrict g, float *restrict buf, int64_t n, float decay,
-                             float mom, float lr) {
-#pragma omp parallel for simd schedule(static) if (n > ZT_PAR_MIN)
-  for (int64_t i = 0; i < n; i++) {
-    float bi = mom * buf[i] + g[i];
-    buf[i] = bi;
-    w[i] = w[i] * decay - lr * bi;
-  }
-}
-
-/* Plain SGD (momentum 0: no state, like torch).   w (n) =, g (n) */
-static void sgd_f32(float *restrict w, const float *restrict g, int64_t n, float decay, float lr) {
-#pragma omp parallel for simd schedule(static) if (n > ZT_PAR_MIN)
-  for (int64_t i = 0; i < n; i++) w[i] = w[i] * decay - lr * g[i];
-}
-
 zt_status zt_optim_step(zt_optim *o, double lr) {
   if (!o) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_optim_step: optimizer is NULL");
   ZT_TRY(check_lr("zt_optim_step", lr));
@@ -284,22 +245,26 @@ zt_status zt_optim_step(zt_optim *o, double lr) {
     step_size = lr / (1.0 - pow(c->beta1, (double)t));
     bc2_sqrt = (float)sqrt(1.0 - pow(c->beta2, (double)t));
   }
+  /* The loops (AdamW, SGD) are the backend's of each parameter's device. */
   for (int i = 0; i < o->n_params; i++) {
     if (!use[i]) continue;
     zt_tensor *p = o->params[i].tensor;
-    float *w = zt__tensor_ptr(p);
-    const float *g = zt__tensor_ptr(p->grad);
-    int64_t n = zt_tensor_numel(p);
-    float decay = o->params[i].decay ? decay_on : 1.0f;
+    zt__optim_update u = {0};
+    u.decay = o->params[i].decay ? decay_on : 1.0f;
     zt_tensor **st = o->state + (size_t)i * (size_t)o->per_param;
     if (c->kind == ZT_OPTIM_ADAMW) {
-      adamw_f32(w, g, zt__tensor_ptr(st[0]), zt__tensor_ptr(st[1]), n, decay, (float)c->beta1,
-                (float)(1.0 - c->beta1), (float)c->beta2, (float)(1.0 - c->beta2), (float)step_size,
-                bc2_sqrt, (float)c->eps);
-    } else if (o->per_param == 1) {
-      sgd_momentum_f32(w, g, zt__tensor_ptr(st[0]), n, decay, (float)c->momentum, (float)lr);
+      u.beta1 = (float)c->beta1;
+      u.omb1 = (float)(1.0 - c->beta1);
+      u.beta2 = (float)c->beta2;
+      u.omb2 = (float)(1.0 - c->beta2);
+      u.step_size = (float)step_size;
+      u.bc2_sqrt = bc2_sqrt;
+      u.eps = (float)c->eps;
+      zt__dev_adamw(p, p->grad, st[0], st[1], &u);
     } else {
-      sgd_f32(w, g, n, decay, (float)lr);
+      u.momentum = (float)c->momentum;
+      u.lr = (float)lr;
+      zt__dev_sgd(p, p->grad, o->per_param == 1 ? st[0] : NULL, &u);
     }
     zt_tensor_bump_version(p);
     for (int j = 0; j < o->per_param; j++) zt_tensor_bump_version(st[j]);

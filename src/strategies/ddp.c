@@ -12,6 +12,8 @@
 #include <time.h>
 
 #include "zt/fsdp.h"
+#include "core/backend.h"
+#include "core/tensor_internal.h"
 #include "zt/autograd.h"
 
 typedef struct ddp_param {
@@ -85,15 +87,15 @@ static zt_status end_round(zt_ddp *d) {
 
 /* Copy the bucket's grads into its buffer (no grad: zeros) and start the average. */
 static zt_status launch(zt_ddp *d, ddp_bucket *b) {
-  size_t es = zt_dtype_size(b->buf->dtype);
-  char *dst = zt_tensor_numel(b->buf) ? zt__tensor_ptr(b->buf) : NULL;
   for (int i = b->first; i < b->first + b->count; i++) {
     ddp_param *p = &d->ps[i];
     if (!p->numel) continue;
-    char *slot = dst + (size_t)p->offset * es;
     zt_tensor *g = p->t->grad;
     if (!g) {
-      memset(slot, 0, (size_t)p->numel * es);
+      zt_tensor *slot; /* the parameter's slot of the bucket, zeroed by the device's backend */
+      ZT_TRY(zt__tensor_new_view(b->buf->storage, b->buf->offset + p->offset, 1, &p->numel, NULL, b->buf->dtype, &slot));
+      zt__dev_fill(slot, 0.0);
+      zt_tensor_free(slot);
       continue;
     }
     if (g->dtype != b->buf->dtype || zt_tensor_numel(g) != p->numel)
@@ -108,9 +110,8 @@ static zt_status launch(zt_ddp *d, ddp_bucket *b) {
       ZT_TRY(zt_tensor_data(g, &src));
     } else { /* a strided grad: gather it once (rare; the engine makes contiguous grads) */
       ZT_TRY(zt_tensor_clone_data(g, ZT_MEM_TAG_TEMP, &tmp));
-      src = zt__tensor_ptr(tmp);
     }
-    memcpy(slot, src, (size_t)p->numel * es);
+    zt__dev_copy_range(b->buf, p->offset, tmp ? tmp : g, 0, p->numel);
     zt_tensor_free(tmp);
   }
   zt_tensor_bump_version(b->buf);
@@ -133,8 +134,6 @@ static zt_status launch_ready(zt_ddp *d) {
 
 /* Write the averaged values back into each .grad (creating it, tag GRAD, when missing). */
 static zt_status write_back(zt_ddp *d, ddp_bucket *b) {
-  size_t es = zt_dtype_size(b->buf->dtype);
-  const char *src = zt_tensor_numel(b->buf) ? zt__tensor_ptr(b->buf) : NULL;
   for (int i = b->first; i < b->first + b->count; i++) {
     ddp_param *p = &d->ps[i];
     zt_tensor *g = p->t->grad;
@@ -151,7 +150,7 @@ static zt_status write_back(zt_ddp *d, ddp_bucket *b) {
     if (p->numel) {
       void *dst;
       ZT_TRY(zt_tensor_data(g, &dst));
-      memcpy(dst, src + (size_t)p->offset * es, (size_t)p->numel * es);
+      zt__dev_copy_range(g, 0, b->buf, p->offset, p->numel);
     }
     zt_tensor_bump_version(g);
   }
@@ -230,7 +229,7 @@ static zt_status build_buckets(zt_ddp *d, int64_t cap) {
     ddp_bucket *b = &d->bs[k];
     const ddp_param *last = &d->ps[b->first + b->count - 1];
     int64_t n = last->offset + last->numel;
-    ZT_TRY(zt_tensor_empty_tagged(1, &n, last->t->dtype, ZT_CPU, ZT_MEM_TAG_COMM, &b->buf));
+    ZT_TRY(zt_tensor_empty_tagged(1, &n, last->t->dtype, zt_tensor_device(last->t), ZT_MEM_TAG_COMM, &b->buf));
   }
   return ZT_OK;
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/backend.h"
 #include "core/tensor_internal.h"
 #include "strategies/fsdp_internal.h"
 
@@ -224,15 +225,22 @@ static void order_units(zt_fsdp *f, const zt_module *m, int *k, zt__fsdp_unit **
   for (int i = 0; i < m->n_children; i++) order_units(f, m->children[i], k, out);
 }
 
-static zt_status check_param(const zt_param *p) {
+static zt_status check_param(zt_fsdp *f, const zt_param *p) {
   const zt_tensor *t = p->tensor;
   if (t->dtype != ZT_DTYPE_F32)
     return ZT_ERR(ZT_STATUS_DTYPE, "zt_fsdp_init: parameter '%s' is %s; FSDP keeps f32 master parameters", p->name,
                   zt_dtype_name(t->dtype));
-  if (!zt_tensor_is_contiguous(t) || !zt_device_equal(zt_tensor_device(t), ZT_CPU) || t->is_view || t->offset)
+  if (!zt_tensor_is_contiguous(t) || t->is_view || t->offset)
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
                   "zt_fsdp_init: parameter '%s' must be a contiguous cpu tensor with storage of its own (not a view)",
                   p->name);
+  if (f->have_dev && !zt_device_equal(zt_tensor_device(t), f->dev)) {
+    char a[16], b[16];
+    return ZT_ERR(ZT_STATUS_DEVICE, "zt_fsdp_init: parameter '%s' is on %s, others on %s; move them to one device",
+                  p->name, zt_device_str(zt_tensor_device(t), a), zt_device_str(f->dev, b));
+  }
+  f->dev = zt_tensor_device(t);
+  f->have_dev = true;
   if (!zt_tensor_is_leaf(t)) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_fsdp_init: parameter '%s' is not a leaf", p->name);
   if (t->storage->released)
     return ZT_ERR(ZT_STATUS_RELEASED, "zt_fsdp_init: parameter '%s' has released storage", p->name);
@@ -269,7 +277,7 @@ static zt_status unit_params(zt_fsdp *f, zt__fsdp_unit *u) {
         }
     }
     if (dup || s) continue;
-    if ((s = check_param(&ps[i]))) break;
+    if ((s = check_param(f, &ps[i]))) break;
     zt__fsdp_param *p = &u->ps[u->n_ps++];
     p->u = u;
     p->t = t;
@@ -297,13 +305,19 @@ static zt_status flatten(zt_fsdp *f, zt__fsdp_unit *u) {
   u->S = u->P / G;
   u->gathered_from = UINT64_MAX;
   if (u->numel == 0) return ZT_OK;
-  ZT_TRY(zt_storage_new((size_t)u->P * sizeof(float), ZT_CPU, ZT_MEM_TAG_PARAM, &u->full));
+  ZT_TRY(zt_storage_new((size_t)u->P * sizeof(float), f->dev, ZT_MEM_TAG_PARAM, &u->full));
   ZT_TRY(zt__tensor_new_view(u->full, 0, 1, &u->P, NULL, ZT_DTYPE_F32, &u->full_t));
-  float *flat = u->full->data;
-  memset(flat + u->numel, 0, sizeof(float) * (size_t)(u->P - u->numel));
+  /* byte moves through the device's backend: the padding zeroed, each parameter copied in */
+  if (u->P > u->numel) {
+    zt_tensor *pad;
+    int64_t np = u->P - u->numel;
+    ZT_TRY(zt__tensor_new_view(u->full, u->numel, 1, &np, NULL, ZT_DTYPE_F32, &pad));
+    zt__dev_fill(pad, 0.0);
+    zt_tensor_free(pad);
+  }
   for (int i = 0; i < u->n_ps; i++) {
     zt__fsdp_param *p = &u->ps[i];
-    memcpy(flat + p->off, zt__tensor_ptr(p->t), sizeof(float) * (size_t)p->numel);
+    zt__dev_copy_range(u->full_t, p->off, p->t, 0, p->numel);
   }
   if (f->o.broadcast_params && f->world > 1) {
     zt_comm_stats a, b;
@@ -320,8 +334,8 @@ static zt_status flatten(zt_fsdp *f, zt__fsdp_unit *u) {
     ZT_TRY(zt__tensor_new_view(u->full, 0, 1, &u->S, NULL, ZT_DTYPE_F32, &u->shard));
   } else {
     int r = zt_comm_rank(f->shard_comm);
-    ZT_TRY(zt_tensor_empty_tagged(1, &u->S, ZT_DTYPE_F32, ZT_CPU, ZT_MEM_TAG_PARAM, &u->shard));
-    memcpy(zt__tensor_ptr(u->shard), flat + (int64_t)r * u->S, sizeof(float) * (size_t)u->S);
+    ZT_TRY(zt_tensor_empty_tagged(1, &u->S, ZT_DTYPE_F32, f->dev, ZT_MEM_TAG_PARAM, &u->shard));
+    zt__dev_copy_range(u->shard, 0, u->full_t, (int64_t)r * u->S, u->S);
   }
   /* What the parameters hold now is what a gather of this shard gives (in f32). */
   if (f->o.param_dtype == ZT_DTYPE_F32) u->gathered_from = u->shard->storage->version;

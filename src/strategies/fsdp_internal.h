@@ -96,6 +96,8 @@ struct zt_fsdp {
   int n_pend;
   double pre_div, post_div;  /* gradient divide factors before and after the reduction */
   zt_dp_stats stats;
+  zt_device dev;             /* the parameters' device: flat buffers live there */
+  bool have_dev;
 };
 
 /* fsdp_run.c */

@@ -16,8 +16,7 @@
 #include <time.h>
 
 #include "core/tensor_internal.h"
-#include "ops/cpu/kernels.h"
-#include "ops/cpu/shape.h"
+#include "core/backend.h"
 #include "strategies/fsdp_internal.h"
 
 /* Add what group c counted since `before` to f's stats. */
@@ -87,10 +86,10 @@ zt_status zt__fsdp_start_gather(zt__fsdp_unit *u) {
     s = zt_all_gather_async(f->shard_comm, u->shard, u->full_t, &u->gather_work);
   } else {
     /* the low-precision values travel; full gets their exact f32 widening when it lands */
-    s = zt_tensor_empty_tagged(1, &u->S, dt, ZT_CPU, ZT_MEM_TAG_COMM, &u->gather_send);
-    if (!s) s = zt_tensor_empty_tagged(1, &u->P, dt, ZT_CPU, ZT_MEM_TAG_COMM, &u->gather_recv);
+    s = zt_tensor_empty_tagged(1, &u->S, dt, f->dev, ZT_MEM_TAG_COMM, &u->gather_send);
+    if (!s) s = zt_tensor_empty_tagged(1, &u->P, dt, f->dev, ZT_MEM_TAG_COMM, &u->gather_recv);
     if (!s) {
-      zt__cpu_cast(zt__tensor_ptr(u->shard), ZT_DTYPE_F32, zt__tensor_ptr(u->gather_send), dt, u->S);
+      zt__dev_cast_range(u->gather_send, 0, u->shard, 0, u->S);
       s = zt_all_gather_async(f->shard_comm, u->gather_send, u->gather_recv, &u->gather_work);
     }
   }
@@ -110,7 +109,7 @@ zt_status zt__fsdp_finish_gather(zt__fsdp_unit *u) {
   zt_status s = timed_wait(u->f, u->gather_work);
   u->gather_work = NULL;
   if (!s && u->gather_recv)
-    zt__cpu_cast(zt__tensor_ptr(u->gather_recv), u->gather_recv->dtype, u->full->data, ZT_DTYPE_F32, u->P);
+    zt__dev_cast_range(u->full_t, 0, u->gather_recv, 0, u->P);
   zt_tensor_free(u->gather_send);
   zt_tensor_free(u->gather_recv);
   u->gather_send = u->gather_recv = NULL;
@@ -155,9 +154,9 @@ static zt_status prefetch(zt__fsdp_unit *u) {
 /* ------------------------------------------------------------------ reductions */
 
 /* n zero f32 elements with tag GRAD. */
-static zt_status grad_zeros(int64_t n, zt_tensor **out) {
-  ZT_TRY(zt_tensor_empty_tagged(1, &n, ZT_DTYPE_F32, ZT_CPU, ZT_MEM_TAG_GRAD, out));
-  if (n) memset(zt__tensor_ptr(*out), 0, sizeof(float) * (size_t)n);
+static zt_status grad_zeros(zt_device dev, int64_t n, zt_tensor **out) {
+  ZT_TRY(zt_tensor_empty_tagged(1, &n, ZT_DTYPE_F32, dev, ZT_MEM_TAG_GRAD, out));
+  zt__dev_fill(*out, 0.0);
   return ZT_OK;
 }
 
@@ -167,7 +166,7 @@ static zt_status grad_zeros(int64_t n, zt_tensor **out) {
 static zt_status fold_grad(zt__fsdp_param *p);
 static zt_status attach_grads(zt__fsdp_unit *u) {
   if (!u->n_trainable) return ZT_OK;
-  if (!u->grad_full) ZT_TRY(grad_zeros(u->P, &u->grad_full));
+  if (!u->grad_full) ZT_TRY(grad_zeros(u->f->dev, u->P, &u->grad_full));
   for (int i = 0; i < u->n_ps; i++) {
     zt__fsdp_param *p = &u->ps[i];
     if (!p->trainable || (p->grad_view && p->t->grad == p->grad_view)) continue;
@@ -203,18 +202,19 @@ void zt__fsdp_drop_grads(zt__fsdp_unit *u) {
 static zt_status fold_grad(zt__fsdp_param *p) {
   zt__fsdp_unit *u = p->u;
   zt_tensor *g = p->t->grad;
-  if (!u->grad_full) ZT_TRY(grad_zeros(u->P, &u->grad_full));
+  if (!u->grad_full) ZT_TRY(grad_zeros(u->f->dev, u->P, &u->grad_full));
   if (g->dtype != ZT_DTYPE_F32 || zt_tensor_numel(g) != p->numel)
     return ZT_ERR(ZT_STATUS_DTYPE, "FSDP: the .grad of '%s' is %s with %lld elements; expected f32 with %lld", p->name,
                   zt_dtype_name(g->dtype), (long long)zt_tensor_numel(g), (long long)p->numel);
   zt_tensor *tmp = NULL;
   if (!zt_tensor_is_contiguous(g)) ZT_TRY(zt_tensor_clone_data(g, ZT_MEM_TAG_TEMP, &tmp));
-  const float *src = zt__tensor_ptr(tmp ? tmp : g);
-  float *dst = (float *)zt__tensor_ptr(u->grad_full) + p->off;
-  int64_t n = p->numel;
-#pragma omp parallel for schedule(static) if (n > ZT_PAR_MIN)
-  for (int64_t i = 0; i < n; i++) dst[i] += src[i];
+  zt_tensor *slot = NULL; /* the parameter's slot of the flat gradient, shaped like g */
+  zt_status s = zt__tensor_new_view(u->grad_full->storage, u->grad_full->offset + p->off, g->ndim, g->shape, NULL,
+                                    ZT_DTYPE_F32, &slot);
+  if (!s) zt__dev_add_into(slot, tmp ? tmp : g);
+  zt_tensor_free(slot);
   zt_tensor_free(tmp);
+  ZT_TRY(s);
   p->t->grad = NULL;
   zt_tensor_free(g);
   return ZT_OK;
@@ -226,20 +226,9 @@ static zt_status finish_reduce(zt_fsdp *f, zt__fsdp_reduction *r) {
   zt_status s = r->work ? timed_wait(f, r->work) : ZT_OK;
   r->work = NULL;
   if (!s && f->rep_comm) s = zt__fsdp_all_reduce(f, f->rep_comm, r->out, &f->stats.all_reduces);
-  if (!s && !u->grad_shard) s = grad_zeros(u->S, &u->grad_shard);
+  if (!s && !u->grad_shard) s = grad_zeros(f->dev, u->S, &u->grad_shard);
   if (!s) {
-    float *gs = zt__tensor_ptr(u->grad_shard);
-    const void *o = zt__tensor_ptr(r->out);
-    double post = f->post_div;
-    int64_t n = u->S;
-    zt_dtype dt = r->out->dtype;
-#pragma omp parallel for schedule(static) if (n > ZT_PAR_MIN)
-    for (int64_t i = 0; i < n; i++) {
-      float v = dt == ZT_DTYPE_F32   ? ((const float *)o)[i]
-                : dt == ZT_DTYPE_BF16 ? zt_bf16_to_f32(((const uint16_t *)o)[i])
-                                      : zt_f16_to_f32(((const uint16_t *)o)[i]);
-      gs[i] += (float)(v / post);
-    }
+    zt__dev_add_div(u->grad_shard, r->out, f->post_div); /* += (float)(widen(out) / post_div) */
     zt_tensor_bump_version(u->grad_shard);
   }
   if (r->out != r->in) zt_tensor_free(r->out);
@@ -270,21 +259,19 @@ static zt_status start_reduce(zt__fsdp_unit *u) {
   zt_fsdp *f = u->f;
   u->reduced = true;
   if (!u->n_trainable) return ZT_OK;
-  if (!u->grad_full) ZT_TRY(grad_zeros(u->P, &u->grad_full));
+  if (!u->grad_full) ZT_TRY(grad_zeros(u->f->dev, u->P, &u->grad_full));
   detach_grads(u);
   zt_tensor *in = u->grad_full, *out = NULL;
   u->grad_full = NULL;
   if (f->pre_div != 1.0) {
-    float *g = zt__tensor_ptr(in);
-    float inv = (float)(1.0 / f->pre_div); /* a power of two: exact */
-    for (int64_t i = 0; i < u->P; i++) g[i] *= inv;
+    zt__dev_scale(in, 1.0 / f->pre_div); /* a power of two: exact */
   }
   zt_status s = ZT_OK;
   zt_dtype rd = f->o.reduce_dtype;
   if (rd != ZT_DTYPE_F32) {
     zt_tensor *lp = NULL;
-    s = zt_tensor_empty_tagged(1, &u->P, rd, ZT_CPU, ZT_MEM_TAG_COMM, &lp);
-    if (!s) zt__cpu_cast(zt__tensor_ptr(in), ZT_DTYPE_F32, zt__tensor_ptr(lp), rd, u->P);
+    s = zt_tensor_empty_tagged(1, &u->P, rd, f->dev, ZT_MEM_TAG_COMM, &lp);
+    if (!s) zt__dev_cast_range(lp, 0, in, 0, u->P);
     zt_tensor_free(in);
     in = lp;
   }
@@ -292,7 +279,7 @@ static zt_status start_reduce(zt__fsdp_unit *u) {
   if (!s && f->G > 1) {
     zt_comm_stats a;
     zt_comm_stats_get(f->shard_comm, &a);
-    s = zt_tensor_empty_tagged(1, &u->S, rd, ZT_CPU, ZT_MEM_TAG_COMM, &out);
+    s = zt_tensor_empty_tagged(1, &u->S, rd, f->dev, ZT_MEM_TAG_COMM, &out);
     if (!s) s = zt_reduce_scatter_async(f->shard_comm, in, out, ZT_REDUCE_SUM, &w);
     count_since(f, f->shard_comm, &a);
     if (!s) f->stats.reduce_scatters++;
@@ -329,16 +316,16 @@ static void reset_states(zt_fsdp *f) {
  * every rank): the units to reduce now, and the pieces that get a .grad. */
 static zt_status exchange_mask(zt_fsdp *f, zt_tensor **out) {
   zt_tensor *m = NULL;
-  zt_mem_tag prev = zt_mem_tag_push(ZT_MEM_TAG_COMM);
-  zt_status s = zt_tensor_zeros(1, (int64_t[]){f->n_mask}, ZT_DTYPE_I32, ZT_CPU, &m);
-  zt_mem_tag_pop(prev);
-  if (s) return s;
-  int32_t *v = zt__tensor_ptr(m);
+  int32_t *v = calloc((size_t)f->n_mask, sizeof *v); /* built on the host, then moved to the device */
+  if (!v) return ZT_ERR(ZT_STATUS_OOM, "FSDP: out of host memory for the gradient mask");
   for (int k = 0; k < f->n_units; k++)
     for (int i = 0; i < f->units[k]->n_ps; i++) {
       const zt__fsdp_param *p = &f->units[k]->ps[i];
       if (p->mask >= 0) v[p->mask] = p->pending;
     }
+  zt_status s = zt__tensor_from_host(1, (int64_t[]){f->n_mask}, ZT_DTYPE_I32, f->dev, ZT_MEM_TAG_COMM, v, &m);
+  free(v);
+  if (s) return s;
   if (f->world > 1) s = zt__fsdp_all_reduce(f, f->comm, m, &f->stats.all_reduces);
   if (s) {
     zt_tensor_free(m);
@@ -354,7 +341,9 @@ static zt_status end_of_backward(void *user_data) {
   if (f->sync && f->n_mask) {
     zt_tensor *mask = NULL;
     s = exchange_mask(f, &mask);
-    const int32_t *g = mask ? zt__tensor_ptr(mask) : NULL;
+    int32_t *g = mask ? malloc(sizeof *g * (size_t)f->n_mask) : NULL; /* the mask read back to the host */
+    if (mask && !g) s = ZT_ERR(ZT_STATUS_OOM, "FSDP: out of host memory for the gradient mask");
+    if (g) zt__dev_read(mask, g, sizeof *g * (size_t)f->n_mask);
     /* units whose post-backward never fired (unused parameters): reduce what they have */
     for (int k = 0; k < f->n_units && !s; k++) {
       zt__fsdp_unit *u = f->units[k];
@@ -371,6 +360,7 @@ static zt_status end_of_backward(void *user_data) {
         p->pending = false;
       }
     zt_tensor_free(mask);
+    free(g);
     /* the optimizer's view: each piece whose parameter has a grad sees its slice */
     for (int j = 0; j < f->n_pieces && !s; j++) {
       zt__fsdp_param *p = f->piece_of[j];

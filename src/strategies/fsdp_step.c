@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "optim/optim_internal.h"
+#include "core/backend.h"
 #include "strategies/fsdp_internal.h"
 
 static zt_status need_idle(const zt_fsdp *f, const char *fn) {
@@ -53,7 +53,7 @@ zt_status zt_fsdp_clip_grad_norm(zt_fsdp *f, double max_norm, double *norm) {
   double ss = 0;
   for (int k = 0; k < f->n_units; k++) {
     const zt__fsdp_unit *u = f->units[k];
-    if (u->grad_shard) ss += zt__grad_sumsq_f32(zt__tensor_ptr(u->grad_shard), valid_in_shard(f, u));
+    if (u->grad_shard) ss += zt__dev_sum_squares(u->grad_shard, 0, valid_in_shard(f, u));
   }
   /* replicas (HYBRID, NONE) hold equal shards: the sum over one shard group is the total */
   zt_tensor *t = NULL;
@@ -74,7 +74,7 @@ zt_status zt_fsdp_scale_grads(zt_fsdp *f, double factor) {
   for (int k = 0; k < f->n_units; k++) {
     zt__fsdp_unit *u = f->units[k];
     if (!u->grad_shard) continue;
-    zt__grad_scale_f32(zt__tensor_ptr(u->grad_shard), u->S, (float)factor);
+    zt__dev_scale(u->grad_shard, factor); /* f32: scaled by (float)factor */
     zt_tensor_bump_version(u->grad_shard);
   }
   return ZT_OK;
@@ -144,7 +144,7 @@ zt_status zt_fsdp_shard_from_full(zt_fsdp *f) {
                     "write the full values first",
                     u->is_root ? "(root)" : u->name);
     if (u->aliased) continue;
-    memcpy(zt__tensor_ptr(u->shard), (const float *)u->full->data + (int64_t)r * u->S, sizeof(float) * (size_t)u->S);
+    zt__dev_copy_range(u->shard, 0, u->full_t, (int64_t)r * u->S, u->S);
     zt_tensor_bump_version(u->shard);
     /* f32: full holds exactly what a gather of the new shard gives; low precision: it holds
      * the unrounded values, so the next use gathers again */
