@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "node.h"
+#include "../core/grow.h"
 #include "../core/tensor_internal.h"
 #include "../core/backend.h"
 
@@ -36,13 +37,9 @@ zt_status zt_autograd_queue_callback(zt_callback_fn fn, void *user_data) {
     return ZT_ERR(ZT_STATUS_STATE,
                   "zt_autograd_queue_callback: no backward is running on this thread; callbacks can only be queued "
                   "during backward (from hooks or node functions)");
-  if (tl_task->n_cbs == tl_task->cap_cbs) {
-    int cap = tl_task->cap_cbs ? 2 * tl_task->cap_cbs : 8;
-    cb_entry *c = realloc(tl_task->cbs, sizeof *c * (size_t)cap);
-    if (!c) return ZT_ERR(ZT_STATUS_OOM, "out of host memory for a callback");
-    tl_task->cbs = c;
-    tl_task->cap_cbs = cap;
-  }
+  cb_entry *c = zt__grow(tl_task->cbs, &tl_task->cap_cbs, tl_task->n_cbs + 1, sizeof *c, "backward's callbacks");
+  if (!c) return ZT_STATUS_OOM;
+  tl_task->cbs = c;
   tl_task->cbs[tl_task->n_cbs++] = (cb_entry){fn, user_data};
   return ZT_OK;
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "node.h"
+#include "../core/grow.h"
 
 struct zt_hook_handle {
   zt__hook_list *list; /* NULL once the owner is gone */
@@ -12,13 +13,9 @@ struct zt_hook_handle {
 
 zt_status zt__hook_list_add(zt__hook_list *l, void *fn, void *user_data, zt_hook_handle **handle) {
   if (!fn) return ZT_ERR(ZT_STATUS_INVALID_ARG, "hook function is NULL");
-  if (l->n == l->cap) {
-    int cap = l->cap ? 2 * l->cap : 4;
-    zt__hook_entry *items = realloc(l->items, sizeof *items * (size_t)cap);
-    if (!items) return ZT_ERR(ZT_STATUS_OOM, "out of host memory for a hook");
-    l->items = items;
-    l->cap = cap;
-  }
+  zt__hook_entry *items = zt__grow(l->items, &l->cap, l->n + 1, sizeof *items, "a hook list");
+  if (!items) return ZT_STATUS_OOM;
+  l->items = items;
   zt_hook_handle *h = NULL;
   if (handle) {
     h = malloc(sizeof *h);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "node.h"
+#include "../core/grow.h"
 #include "../core/tensor_internal.h"
 
 typedef struct hooks_stack {
@@ -15,13 +16,10 @@ static _Thread_local hooks_stack tl_hooks;
 zt_status zt_saved_tensor_hooks_push(const zt_saved_tensor_hooks *h) {
   if (!h || !h->pack || !h->unpack)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "saved-tensor hooks need both pack and unpack functions");
-  if (tl_hooks.n == tl_hooks.cap) {
-    int cap = tl_hooks.cap ? 2 * tl_hooks.cap : 8;
-    zt_saved_tensor_hooks *items = realloc(tl_hooks.items, sizeof *items * (size_t)cap);
-    if (!items) return ZT_ERR(ZT_STATUS_OOM, "out of host memory for saved-tensor hooks");
-    tl_hooks.items = items;
-    tl_hooks.cap = cap;
-  }
+  zt_saved_tensor_hooks *items =
+      zt__grow(tl_hooks.items, &tl_hooks.cap, tl_hooks.n + 1, sizeof *items, "the saved-tensor hooks stack");
+  if (!items) return ZT_STATUS_OOM;
+  tl_hooks.items = items;
   tl_hooks.items[tl_hooks.n++] = *h;
   return ZT_OK;
 }
@@ -56,13 +54,9 @@ void zt_saved_tensor_hooks_unstash(zt_saved_hooks_stash *stash) {
 
 zt_status zt_node_save(zt_node *n, const zt_tensor *t, int *index) {
   if (!n || !t) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_node_save: node or tensor is NULL");
-  if (n->n_saved == n->cap_saved) {
-    int cap = n->cap_saved ? 2 * n->cap_saved : 4;
-    zt__saved *s = realloc(n->saved, sizeof *s * (size_t)cap);
-    if (!s) return ZT_ERR(ZT_STATUS_OOM, "out of host memory for a saved tensor");
-    n->saved = s;
-    n->cap_saved = cap;
-  }
+  zt__saved *grown = zt__grow(n->saved, &n->cap_saved, n->n_saved + 1, sizeof *grown, "a node's saved tensors");
+  if (!grown) return ZT_STATUS_OOM;
+  n->saved = grown;
   zt__saved rec = {0};
   rec.version = t->storage->version;
   zt__meta_of(t, &rec.meta);

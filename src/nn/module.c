@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "zt/nn.h"
+#include "core/grow.h"
 
 static zt_status check_name(const char *what, const char *name, size_t cap) {
   if (!name) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s name is NULL", what);
@@ -51,13 +52,9 @@ zt_status zt_module_new_param(zt_module *m, const char *name, int ndim, const in
   for (int i = 0; i < m->n_params; i++)
     if (!strcmp(m->params[i].name, name))
       return ZT_ERR(ZT_STATUS_INVALID_ARG, "module \"%s\" already has a parameter named \"%s\"", m->name, name);
-  if (m->n_params == m->cap_params) {
-    int cap = m->cap_params ? 2 * m->cap_params : 4;
-    zt_param *p = realloc(m->params, sizeof *p * (size_t)cap);
-    if (!p) return ZT_ERR(ZT_STATUS_OOM, "zt_module_new_param: out of host memory");
-    m->params = p;
-    m->cap_params = cap;
-  }
+  zt_param *grown = zt__grow(m->params, &m->cap_params, m->n_params + 1, sizeof *grown, "a module's parameter list");
+  if (!grown) return ZT_STATUS_OOM;
+  m->params = grown;
   zt_tensor *t = NULL;
   ZT_TRY(zt_tensor_empty_tagged(ndim, shape, dt, ZT_CPU, ZT_MEM_TAG_PARAM, &t));
   zt_status s = zt_tensor_fill_(t, 0.0);
@@ -86,16 +83,12 @@ zt_status zt_module_add_child(zt_module *m, zt_module *child) {
     zt_module_free(child);
     return s;
   }
-  if (m->n_children == m->cap_children) {
-    int cap = m->cap_children ? 2 * m->cap_children : 4;
-    zt_module **c = realloc(m->children, sizeof *c * (size_t)cap);
-    if (!c) {
-      zt_module_free(child);
-      return ZT_ERR(ZT_STATUS_OOM, "zt_module_add_child: out of host memory");
-    }
-    m->children = c;
-    m->cap_children = cap;
+  zt_module **c = zt__grow(m->children, &m->cap_children, m->n_children + 1, sizeof *c, "a module's child list");
+  if (!c) {
+    zt_module_free(child);
+    return ZT_STATUS_OOM;
   }
+  m->children = c;
   m->children[m->n_children++] = child;
   return ZT_OK;
 }

@@ -23,19 +23,6 @@
 #define CK_VERSION 1
 #define CK_PATH_CAP 4096
 
-static zt_status join(char *buf, const char *dir, const char *name) {
-  int n = snprintf(buf, CK_PATH_CAP, "%s/%s", dir, name);
-  if (n < 0 || n >= CK_PATH_CAP) return ZT_ERR(ZT_STATUS_INVALID_ARG, "path '%s/%s' is too long", dir, name);
-  return ZT_OK;
-}
-
-static zt_status write_text(const char *path, const zt__buf *b) {
-  if (b->oom) return ZT_ERR(ZT_STATUS_OOM, "out of memory writing '%s'", path);
-  const void *chunk = b->data;
-  size_t size = b->len;
-  return zt_write_file_atomic(path, &chunk, &size, 1);
-}
-
 /* ------------------------------------------------------------------ HF GPT-2 files */
 
 static const char *torch_dtype(zt_dtype dt) {
@@ -118,7 +105,7 @@ static zt_status write_hf_config(const char *path, zt_gpt2 *m) {
   int n = zt_gpt2_params(m, &params);
   zt__buf b = {0};
   hf_config_json(&b, zt_gpt2_get_config(m), n > 0 ? params[0].tensor->dtype : ZT_DTYPE_F32);
-  zt_status s = write_text(path, &b);
+  zt_status s = zt__buf_write_atomic(&b, path);
   zt__buf_free(&b);
   return s;
 }
@@ -128,7 +115,7 @@ zt_status zt_gpt2_save_hf(zt_gpt2 *m, const char *path) {
   char dir[CK_PATH_CAP], cfg[CK_PATH_CAP];
   const char *slash = strrchr(path, '/');
   snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash == path ? 1 : slash - path) : 1, slash ? path : ".");
-  ZT_TRY(join(cfg, dir, CK_CONFIG));
+  ZT_TRY(zt__path_join(cfg, CK_PATH_CAP, dir, CK_CONFIG));
   ZT_TRY(save_model(m, path, NULL));
   return write_hf_config(cfg, m);
 }
@@ -329,7 +316,7 @@ static zt_status read_state(const char *dir, ck_state *k) {
     return ZT_ERR(ZT_STATUS_IO, "checkpoint '%s' is not a folder (a checkpoint is a folder with %s, %s and %s)", dir,
                   CK_MODEL, CK_OPTIM, CK_STATE);
   char path[CK_PATH_CAP];
-  ZT_TRY(join(path, dir, CK_STATE));
+  ZT_TRY(zt__path_join(path, CK_PATH_CAP, dir, CK_STATE));
   if (access(path, F_OK) != 0 && errno == ENOENT)
     return ZT_ERR(ZT_STATUS_IO,
                   "checkpoint '%s' has no %s: it is not a zerotrain checkpoint, or the save that wrote it did not "
@@ -431,21 +418,21 @@ zt_status zt_checkpoint_read_state(const char *dir_in, zt_train_state *st) {
 static zt_status write_files(const char *into, zt_gpt2 *m, int n_opt, const char *const *opt_names,
                              zt_tensor *const *opt_tensors, int64_t opt_step, const ck_state *k) {
   char path[CK_PATH_CAP];
-  ZT_TRY(join(path, into, CK_MODEL));
+  ZT_TRY(zt__path_join(path, CK_PATH_CAP, into, CK_MODEL));
   ZT_TRY(save_model(m, path, k->save_id));
-  ZT_TRY(join(path, into, CK_CONFIG));
+  ZT_TRY(zt__path_join(path, CK_PATH_CAP, into, CK_CONFIG));
   ZT_TRY(write_hf_config(path, m));
   if (k->has_optim) {
     char step[32];
     snprintf(step, sizeof step, "%lld", (long long)opt_step);
     const char *keys[] = {"zt_save_id", "step"}, *vals[] = {k->save_id, step};
-    ZT_TRY(join(path, into, CK_OPTIM));
+    ZT_TRY(zt__path_join(path, CK_PATH_CAP, into, CK_OPTIM));
     ZT_TRY(zt_safetensors_save(path, n_opt, opt_names, opt_tensors, 2, keys, vals));
   }
   zt__buf b = {0};
   state_json(&b, k, NULL);
-  zt_status s = join(path, into, CK_STATE);
-  if (!s) s = write_text(path, &b);
+  zt_status s = zt__path_join(path, CK_PATH_CAP, into, CK_STATE);
+  if (!s) s = zt__buf_write_atomic(&b, path);
   zt__buf_free(&b);
   return s;
 }
@@ -489,7 +476,7 @@ zt_status zt_checkpoint_save(const char *dir, zt_gpt2 *m, zt_optim *o, const zt_
 
 static zt_status check_save_id(const char *dir, const char *file, const char *want) {
   char path[CK_PATH_CAP], *id = NULL;
-  ZT_TRY(join(path, dir, file));
+  ZT_TRY(zt__path_join(path, CK_PATH_CAP, dir, file));
   ZT_TRY(zt_safetensors_metadata(path, "zt_save_id", &id));
   zt_status s = ZT_OK;
   if (!id || strcmp(id, want))
@@ -504,7 +491,7 @@ static zt_status check_save_id(const char *dir, const char *file, const char *wa
 /* The optimizer's step count from optim.safetensors' metadata. */
 static zt_status read_optim_step(const char *dir, int64_t *out) {
   char path[CK_PATH_CAP], *step = NULL;
-  ZT_TRY(join(path, dir, CK_OPTIM));
+  ZT_TRY(zt__path_join(path, CK_PATH_CAP, dir, CK_OPTIM));
   ZT_TRY(zt_safetensors_metadata(path, "step", &step));
   char *end = NULL;
   errno = 0;
@@ -559,7 +546,7 @@ zt_status zt_checkpoint_load(const char *dir_in, zt_gpt2 *m, zt_optim *o, zt_tra
     names[i] = params[i].name;
     ts[i] = params[i].tensor;
   }
-  if (!s) s = join(path, dir, CK_MODEL);
+  if (!s) s = zt__path_join(path, CK_PATH_CAP, dir, CK_MODEL);
   if (!s) s = zt_safetensors_load_into(path, np, names, ts, true);
   free(names);
   free(ts);
@@ -569,7 +556,7 @@ zt_status zt_checkpoint_load(const char *dir_in, zt_gpt2 *m, zt_optim *o, zt_tra
     const char *const *opt_names;
     zt_tensor *const *opt_tensors;
     ZT_TRY(zt_optim_state(o, &n_opt, &opt_names, &opt_tensors));
-    ZT_TRY(join(path, dir, CK_OPTIM));
+    ZT_TRY(zt__path_join(path, CK_PATH_CAP, dir, CK_OPTIM));
     ZT_TRY(zt_safetensors_load_into(path, n_opt, opt_names, opt_tensors, true));
     zt_optim_set_step_count(o, opt_step);
   }

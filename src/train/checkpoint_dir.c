@@ -13,20 +13,15 @@
 #include <unistd.h>
 
 #include "train/fileio.h"
+#include "core/grow.h"
 
 #define CK_LATEST "latest"
 #define CK_STATE "state.json"
 #define CK_PATH_CAP 4096
 
-static zt_status join(char *buf, const char *dir, const char *name) {
-  int n = snprintf(buf, CK_PATH_CAP, "%s/%s", dir, name);
-  if (n < 0 || n >= CK_PATH_CAP) return ZT_ERR(ZT_STATUS_INVALID_ARG, "path '%s/%s' is too long", dir, name);
-  return ZT_OK;
-}
-
 static bool exists(const char *dir, const char *name) {
   char p[CK_PATH_CAP];
-  return !join(p, dir, name) && access(p, F_OK) == 0;
+  return !zt__path_join(p, CK_PATH_CAP, dir, name) && access(p, F_OK) == 0;
 }
 
 /* "step-<digits>" with an optional "-<digits>" (a second save at the same step). */
@@ -61,7 +56,7 @@ static bool remove_ck_folder(const char *path) {
   struct dirent *e;
   char p[CK_PATH_CAP];
   while ((e = readdir(d)))
-    if (is_ck_file(e->d_name) && !join(p, path, e->d_name)) unlink(p);
+    if (is_ck_file(e->d_name) && !zt__path_join(p, CK_PATH_CAP, path, e->d_name)) unlink(p);
   closedir(d);
   return rmdir(path) == 0;
 }
@@ -90,8 +85,8 @@ zt_status zt__ck_stage_join(const char *dir, const char *name, zt__ck_stage *k) 
   snprintf(k->name, sizeof k->name, "%s", name);
   char hidden[96];
   snprintf(hidden, sizeof hidden, ".%s.saving", name);
-  ZT_TRY(join(k->stage, k->dir, hidden));
-  ZT_TRY(join(k->final, k->dir, name));
+  ZT_TRY(zt__path_join(k->stage, CK_PATH_CAP, k->dir, hidden));
+  ZT_TRY(zt__path_join(k->final, CK_PATH_CAP, k->dir, name));
   return ZT_OK;
 }
 
@@ -110,7 +105,8 @@ zt_status zt__ck_stage_begin(const char *dir_in, int64_t step, zt__ck_stage *k) 
   char p[CK_PATH_CAP];
   while ((e = readdir(d))) {
     size_t l = strlen(e->d_name);
-    if (e->d_name[0] == '.' && l > 8 && !strcmp(e->d_name + l - 7, ".saving") && !join(p, dir, e->d_name))
+    if (e->d_name[0] == '.' && l > 8 && !strcmp(e->d_name + l - 7, ".saving") &&
+        !zt__path_join(p, CK_PATH_CAP, dir, e->d_name))
       remove_ck_folder(p);
   }
   closedir(d);
@@ -140,8 +136,8 @@ zt_status zt__ck_stage_commit(zt__ck_stage *k) {
   /* the link: a new one under a temp name, renamed over the old one (atomic) */
   char tmp[CK_PATH_CAP], link[CK_PATH_CAP], tmpname[64];
   snprintf(tmpname, sizeof tmpname, ".%s.tmp.%ld", CK_LATEST, (long)getpid());
-  ZT_TRY(join(tmp, dir, tmpname));
-  ZT_TRY(join(link, dir, CK_LATEST));
+  ZT_TRY(zt__path_join(tmp, CK_PATH_CAP, dir, tmpname));
+  ZT_TRY(zt__path_join(link, CK_PATH_CAP, dir, CK_LATEST));
   unlink(tmp);
   if (symlink(k->name, tmp) != 0)
     return ZT_ERR(ZT_STATUS_IO, "saved '%s' but cannot create the link '%s': %s", k->final, tmp, strerror(errno));
@@ -171,7 +167,7 @@ zt_status zt_checkpoint_resolve(const char *dir_in, char *out, size_t cap) {
                   "checkpoint '%s' is not a folder (a checkpoint is a folder written by zt train --save, holding "
                   "'latest' and step-N folders, or one step-N folder itself)",
                   dir);
-  ZT_TRY(join(path, dir, CK_LATEST));
+  ZT_TRY(zt__path_join(path, CK_PATH_CAP, dir, CK_LATEST));
   if (lstat(path, &sb) == 0) {
     char target[CK_PATH_CAP];
     ssize_t n = S_ISLNK(sb.st_mode) ? readlink(path, target, sizeof target - 1) : -1;
@@ -180,7 +176,7 @@ zt_status zt_checkpoint_resolve(const char *dir_in, char *out, size_t cap) {
     if (n > 0) { /* resolved once: a save that swaps the link meanwhile does not mix two checkpoints */
       target[n] = '\0';
       if (target[0] == '/') snprintf(res, sizeof res, "%s", target);
-      else ZT_TRY(join(res, dir, target));
+      else ZT_TRY(zt__path_join(res, CK_PATH_CAP, dir, target));
     } else {
       snprintf(res, sizeof res, "%s", path); /* a copied folder named latest */
     }
@@ -226,7 +222,7 @@ zt_status zt_checkpoint_prune(const char *dir_in, int keep) {
   if (keep < 1) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_prune: keep %d must be >= 1", keep);
   char dir[CK_PATH_CAP], path[CK_PATH_CAP], latest[CK_PATH_CAP] = "";
   ZT_TRY(clean_dir(dir_in, dir));
-  ZT_TRY(join(path, dir, CK_LATEST));
+  ZT_TRY(zt__path_join(path, CK_PATH_CAP, dir, CK_LATEST));
   ssize_t ln = readlink(path, latest, sizeof latest - 1);
   latest[ln > 0 ? ln : 0] = '\0';
   DIR *d = opendir(dir);
@@ -238,7 +234,7 @@ zt_status zt_checkpoint_prune(const char *dir_in, int keep) {
   while ((e = readdir(d)) && !s) {
     struct stat sb;
     if (!is_version_name(e->d_name) || strlen(e->d_name) >= sizeof v->name || !strcmp(e->d_name, latest) ||
-        join(path, dir, e->d_name) ||
+        zt__path_join(path, CK_PATH_CAP, dir, e->d_name) ||
         lstat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
       continue;
     char id[64];
@@ -248,14 +244,12 @@ zt_status zt_checkpoint_prune(const char *dir_in, int keep) {
       zt_clear_error();
       continue;
     }
-    if (n == cap) {
-      version *g = realloc(v, sizeof *v * (size_t)(cap = cap ? 2 * cap : 16));
-      if (!g) {
-        s = ZT_ERR(ZT_STATUS_OOM, "out of host memory");
-        break;
-      }
-      v = g;
+    version *g = zt__grow(v, &cap, n + 1, sizeof *v, "the list of checkpoint versions");
+    if (!g) {
+      s = ZT_STATUS_OOM;
+      break;
     }
+    v = g;
     memcpy(v[n].name, e->d_name, strlen(e->d_name) + 1);
     v[n++].saved_ns = ns;
   }
@@ -264,7 +258,8 @@ zt_status zt_checkpoint_prune(const char *dir_in, int keep) {
     qsort(v, (size_t)n, sizeof *v, newest_first);
     /* the latest counts as one of the kept */
     for (int i = keep - (latest[0] ? 1 : 0); i < n && !s; i++)
-      if (!join(path, dir, v[i].name) && !remove_ck_folder(path) && errno != ENOTEMPTY && errno != EEXIST)
+      if (!zt__path_join(path, CK_PATH_CAP, dir, v[i].name) && !remove_ck_folder(path) && errno != ENOTEMPTY &&
+          errno != EEXIST)
         s = ZT_ERR(ZT_STATUS_IO, "cannot remove old checkpoint '%s': %s", path, strerror(errno));
   }
   free(v);

@@ -52,12 +52,6 @@ const char *zt__shard_file_name(char *buf, int rank, int n) {
   return buf;
 }
 
-static zt_status join(char *buf, const char *dir, const char *name) {
-  int n = snprintf(buf, SH_PATH_CAP, "%s/%s", dir, name);
-  if (n < 0 || n >= SH_PATH_CAP) return ZT_ERR(ZT_STATUS_INVALID_ARG, "path '%s/%s' is too long", dir, name);
-  return ZT_OK;
-}
-
 static void shape_json(zt__buf *b, int ndim, const int64_t *shape) {
   zt__buf_put(b, "[", 1);
   for (int d = 0; d < ndim; d++) zt__buf_printf(b, "%s%lld", d ? ", " : "", (long long)shape[d]);
@@ -89,7 +83,7 @@ static bool tensor_name_is(const char *tensor, zt__shard_kind kind, const char *
 zt_status zt__shard_write(const char *into, int rank, int n_ranks, int n, const zt__shard_piece *p,
                           const char *save_id) {
   char fname[64], path[SH_PATH_CAP];
-  ZT_TRY(join(path, into, zt__shard_file_name(fname, rank, n_ranks)));
+  ZT_TRY(zt__path_join(path, SH_PATH_CAP, into, zt__shard_file_name(fname, rank, n_ranks)));
   const char **names = calloc((size_t)n + 1, sizeof *names);
   char **owned = calloc((size_t)n + 1, sizeof *owned);
   zt_tensor **ts = calloc((size_t)n + 1, sizeof *ts);
@@ -201,13 +195,6 @@ static void entry_free(zt__shard_entry *e) {
   e->tensor = e->param = NULL;
 }
 
-static zt_status write_text(const char *path, const zt__buf *b) {
-  if (b->oom) return ZT_ERR(ZT_STATUS_OOM, "out of memory writing '%s'", path);
-  const void *chunk = b->data;
-  size_t size = b->len;
-  return zt_write_file_atomic(path, &chunk, &size, 1);
-}
-
 static void entries_free(zt__shard_entry *e, int n) {
   for (int i = 0; e && i < n; i++) entry_free(&e[i]);
   free(e);
@@ -250,7 +237,7 @@ static zt_status load_pieces(const char *path, char **save_id, zt__shard_entry *
 static zt_status shard_entries(const char *into, int rank, int n_ranks, const char *save_id, zt__shard_entry **e,
                                int *n, char *path) {
   char fname[64], *id = NULL;
-  ZT_TRY(join(path, into, zt__shard_file_name(fname, rank, n_ranks)));
+  ZT_TRY(zt__path_join(path, SH_PATH_CAP, into, zt__shard_file_name(fname, rank, n_ranks)));
   zt_status s = load_pieces(path, &id, e, n);
   if (!s && (!id || strcmp(id, save_id))) {
     s = ZT_ERR(ZT_STATUS_IO, "'%s' is not from this save (save id %s, expected %s)", path, id ? id : "(none)",
@@ -293,16 +280,16 @@ zt_status zt__shard_write_index(const char *into, int n_ranks, const char *strat
     entries_free(e, n);
   }
   zt__buf_printf(&b, "\n  ]\n}\n");
-  if (!s) s = join(path, into, SH_INDEX);
-  if (!s) s = write_text(path, &b);
+  if (!s) s = zt__path_join(path, SH_PATH_CAP, into, SH_INDEX);
+  if (!s) s = zt__buf_write_atomic(&b, path);
   zt__buf_free(&b);
   if (s) return s;
   /* state.json last: the commit record */
   char extra[160];
   snprintf(extra, sizeof extra, "  \"sharded\": {\"world_size\": %d, \"strategy\": \"%s\"},\n", n_ranks, strategy);
   zt__ck_state_json(&b, st, save_id, has_optim, extra);
-  s = join(path, into, "state.json");
-  if (!s) s = write_text(path, &b);
+  s = zt__path_join(path, SH_PATH_CAP, into, "state.json");
+  if (!s) s = zt__buf_write_atomic(&b, path);
   zt__buf_free(&b);
   return s;
 }
@@ -422,7 +409,7 @@ zt_status zt__shard_index_read(const char *dir, zt__shard_index **out) {
     s = zt__ck_read_state(dir, &ix->st, state_id, &state_optim);
   }
   char path[SH_PATH_CAP];
-  if (!s) s = join(path, dir, SH_INDEX);
+  if (!s) s = zt__path_join(path, SH_PATH_CAP, dir, SH_INDEX);
   if (!s && access(path, F_OK) != 0)
     s = ZT_ERR(ZT_STATUS_IO, "checkpoint '%s' has no %s: it is not a sharded checkpoint (zt_checkpoint_load reads "
                "single-process ones)", dir, SH_INDEX);
@@ -466,7 +453,7 @@ static int cmp_tensor(const void *a, const void *b) {
 static zt_status check_file(zt__shard_index *ix, int f) {
   if (ix->checked[f]) return ZT_OK;
   char path[SH_PATH_CAP];
-  ZT_TRY(join(path, ix->dir, ix->files[f]));
+  ZT_TRY(zt__path_join(path, SH_PATH_CAP, ix->dir, ix->files[f]));
   if (access(path, F_OK) != 0)
     return ZT_ERR(ZT_STATUS_IO, "checkpoint '%s': shard file '%s' is missing (%s lists it; the checkpoint is "
                   "incomplete: copy every shard-*-of-%d file)", ix->dir, path, SH_INDEX, ix->n_files);
@@ -578,7 +565,8 @@ zt_status zt__shard_read(zt__shard_index *ix, const char *param, zt__shard_kind 
     const zt__shard_entry *e = hits[i];
     char path[SH_PATH_CAP];
     zt_tensor *tmp = NULL;
-    if ((s = check_file(ix, e->file)) || (s = join(path, ix->dir, ix->files[e->file]))) break;
+    if ((s = check_file(ix, e->file)) || (s = zt__path_join(path, SH_PATH_CAP, ix->dir, ix->files[e->file])))
+      break;
     if ((s = zt_tensor_empty_tagged(1, &e->count, ZT_DTYPE_F32, ZT_CPU, ZT_MEM_TAG_TEMP, &tmp))) break;
     const char *name = e->tensor;
     s = zt_safetensors_load_into(path, 1, &name, &tmp, false);
@@ -597,7 +585,8 @@ zt_status zt__shard_read(zt__shard_index *ix, const char *param, zt__shard_kind 
 
 bool zt_checkpoint_is_sharded(const char *dir_in) {
   char dir[SH_PATH_CAP], path[SH_PATH_CAP];
-  if (!dir_in || zt_checkpoint_resolve(dir_in, dir, sizeof dir) || join(path, dir, SH_INDEX)) return false;
+  if (!dir_in || zt_checkpoint_resolve(dir_in, dir, sizeof dir) || zt__path_join(path, SH_PATH_CAP, dir, SH_INDEX))
+    return false;
   return access(path, F_OK) == 0;
 }
 
@@ -1027,7 +1016,7 @@ zt_status zt_checkpoint_save_full(const char *dir, zt_gpt2 *m, zt_fsdp *f, zt_op
 static zt_status load_state_slices(const char *dir, const char *save_id, const local_pieces *L, zt_optim *o) {
   char path[SH_PATH_CAP], *id = NULL, *step = NULL, **names = NULL;
   int nn = 0;
-  ZT_TRY(join(path, dir, "optim.safetensors"));
+  ZT_TRY(zt__path_join(path, SH_PATH_CAP, dir, "optim.safetensors"));
   zt_status s = zt_safetensors_metadata(path, "zt_save_id", &id);
   if (!s && (!id || strcmp(id, save_id)))
     s = ZT_ERR(ZT_STATUS_IO, "checkpoint '%s': optim.safetensors is not from the same save as state.json (save id "

@@ -104,6 +104,12 @@ out:
 
 /* ------------------------------------------------------------------ reading */
 
+zt_status zt__path_join(char *buf, size_t cap, const char *dir, const char *name) {
+  int n = snprintf(buf, cap, "%s/%s", dir, name);
+  if (n < 0 || (size_t)n >= cap) return ZT_ERR(ZT_STATUS_INVALID_ARG, "path '%s/%s' is too long", dir, name);
+  return ZT_OK;
+}
+
 static const char *file_type_name(mode_t m) {
   if (S_ISDIR(m)) return "a folder";
   if (S_ISFIFO(m)) return "a FIFO (named pipe)";
@@ -242,6 +248,13 @@ void zt__buf_json_string(zt__buf *b, const char *s) {
 void zt__buf_free(zt__buf *b) {
   free(b->data);
   memset(b, 0, sizeof *b);
+}
+
+zt_status zt__buf_write_atomic(const zt__buf *b, const char *path) {
+  if (b->oom) return ZT_ERR(ZT_STATUS_OOM, "out of memory writing '%s'", path);
+  const void *chunk = b->data;
+  size_t size = b->len;
+  return zt_write_file_atomic(path, &chunk, &size, 1);
 }
 
 /* ------------------------------------------------------------------ JSON reader */
@@ -390,7 +403,7 @@ static zt_status parse_string(jparser *p, char **out) {
     }
     if (e != 'u') {
       zt__buf_free(&b);
-      return jerr(p, "invalid escape '\\%c' in a string", e);
+      return jerr(p, "invalid escape '\\%c' in a string (unknown escape letter)", e);
     }
     int cp = p->pos + 6 <= p->len ? hex4(p->s + p->pos + 2) : -1;
     if (cp < 0) {
@@ -403,13 +416,13 @@ static zt_status parse_string(jparser *p, char **out) {
       int lo = p->pos + 6 <= p->len && p->s[p->pos] == '\\' && p->s[p->pos + 1] == 'u' ? hex4(p->s + p->pos + 2) : -1;
       if (lo < 0xDC00 || lo > 0xDFFF) {
         zt__buf_free(&b);
-        return jerr(p, "a high surrogate \\u%04x is not followed by a low one", cp);
+        return jerr(p, "a high surrogate not followed by a low one (\\u%04x)", cp);
       }
       p->pos += 6;
       code = 0x10000 + (((uint32_t)cp - 0xD800) << 10) + ((uint32_t)lo - 0xDC00);
     } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
       zt__buf_free(&b);
-      return jerr(p, "a lone low surrogate \\u%04x", cp);
+      return jerr(p, "a lone low surrogate without a high one (\\u%04x)", cp);
     } else if (cp == 0) {
       zt__buf_free(&b);
       return jerr(p, "\\u0000 (NUL) is not allowed in strings here");
@@ -623,6 +636,46 @@ static zt_status parse_value(jparser *p, zt__json *out) {
   return jerr(p, "unexpected byte 0x%02x", (unsigned char)c);
 }
 
+zt_status zt__json_each_member(const char *text, size_t len, const char *what, zt__json_member_fn fn, void *ctx) {
+  jparser p = {text ? text : "", text ? len : 0, 0, what ? what : "input", 1};
+  skip_ws(&p);
+  if (p.pos >= p.len || p.s[p.pos] != '{') return jerr(&p, "expected '{' (a JSON object)");
+  p.pos++;
+  skip_ws(&p);
+  zt_status s = ZT_OK;
+  if (p.pos < p.len && p.s[p.pos] == '}') {
+    p.pos++;
+  } else {
+    for (;;) {
+      skip_ws(&p);
+      if (p.pos >= p.len || p.s[p.pos] != '"')
+        return jerr(&p, p.pos >= p.len ? "unexpected end (expected a key)" : "expected a string key");
+      char *key = NULL;
+      ZT_TRY(parse_string(&p, &key));
+      skip_ws(&p);
+      zt__json v = {0};
+      if (p.pos >= p.len || p.s[p.pos] != ':') s = jerr(&p, "expected ':' after a key");
+      else p.pos++;
+      if (!s) s = parse_value(&p, &v);
+      if (!s) s = fn(key, &v, ctx);
+      json_clear(&v);
+      free(key);
+      if (s) return s;
+      skip_ws(&p);
+      if (p.pos >= p.len) return jerr(&p, "unexpected end (expected ',' or '}')");
+      char c = p.s[p.pos++];
+      if (c == '}') break;
+      if (c != ',') {
+        p.pos--;
+        return jerr(&p, "expected ',' or '}'");
+      }
+    }
+  }
+  skip_ws(&p);
+  if (p.pos < p.len) return jerr(&p, "unexpected text after the end of the value (more text after the object)");
+  return ZT_OK;
+}
+
 zt_status zt__json_parse(const char *text, size_t len, const char *what, zt__json **out) {
   if (!out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt__json_parse: out is NULL");
   *out = NULL;
@@ -673,10 +726,16 @@ static bool plain_integer(const zt__json *j, bool allow_minus) {
 
 bool zt__json_i64(const zt__json *j, int64_t *out) {
   if (!plain_integer(j, true)) return false;
-  errno = 0;
-  long long v = strtoll(j->str, NULL, 10);
-  if (errno) return false;
-  *out = v;
+  /* digits by hand: strtoll's locale handling is most of the time of reading a large file
+   * of small integers (encoder.json) */
+  const char *s = j->str + (j->str[0] == '-');
+  uint64_t v = 0, lim = j->str[0] == '-' ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX;
+  for (; *s; s++) {
+    uint64_t d = (uint64_t)(*s - '0');
+    if (v > (lim - d) / 10) return false;
+    v = v * 10 + d;
+  }
+  *out = j->str[0] == '-' ? (int64_t)(0 - v) : (int64_t)v;
   return true;
 }
 

@@ -10,6 +10,10 @@
  * that refuse fsync on folders (EINVAL) count as success. */
 int zt__fsync_dir(const char *dir);
 
+/* dir + "/" + name into buf (cap bytes); a path longer than that is ZT_STATUS_INVALID_ARG
+ * naming it. */
+zt_status zt__path_join(char *buf, size_t cap, const char *dir, const char *name);
+
 /* ------------------------------------------------ reading files */
 /* What zt_read_file reads at most: 16 GiB (text to tokenize is the large case; the ids it
  * becomes take 4 bytes per byte of text). */
@@ -41,6 +45,9 @@ void zt__buf_printf(zt__buf *b, const char *fmt, ...) __attribute__((format(prin
 /* s as a JSON string literal: quotes, and escapes for '"', '\\' and control bytes. */
 void zt__buf_json_string(zt__buf *b, const char *s);
 void zt__buf_free(zt__buf *b);
+/* The text of b as the whole of file path, written atomically (zt_write_file_atomic); a
+ * buffer that ran out of memory while it was filled is ZT_STATUS_OOM instead. */
+zt_status zt__buf_write_atomic(const zt__buf *b, const char *path);
 
 /* ------------------------------------------------ JSON */
 typedef enum zt__json_kind {
@@ -68,6 +75,13 @@ typedef struct zt__json {
  * are found by sorting (O(n log n) per object); the error names the key and its line. */
 zt_status zt__json_parse(const char *text, size_t len, const char *what, zt__json **out);
 void zt__json_free(zt__json *j);
+/* The members of a top-level JSON object, streamed: fn(key, value, ctx) for each in file order,
+ * the key unescaped and the value parsed as by zt__json_parse (both freed after the call), so
+ * large objects need no DOM and no index. Same syntax, limits and messages as zt__json_parse,
+ * except that duplicate keys are not looked for (fn sees each member); a status other than
+ * ZT_OK from fn stops the walk and is returned as is. */
+typedef zt_status (*zt__json_member_fn)(const char *key, const zt__json *value, void *ctx);
+zt_status zt__json_each_member(const char *text, size_t len, const char *what, zt__json_member_fn fn, void *ctx);
 /* Member of an object (NULL if j is not an object or has no such key): a binary search,
  * O(log n), so looking up every member of a large object is O(n log n). */
 const zt__json *zt__json_get(const zt__json *j, const char *key);

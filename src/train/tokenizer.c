@@ -382,19 +382,6 @@ typedef struct builder {
   bmap map;           /* token bytes -> id */
 } builder;
 
-static int line_of(const builder *b, size_t at) {
-  int line = 1;
-  for (size_t k = 0; k < at && k < b->n; k++) line += b->s[k] == '\n';
-  return line;
-}
-
-static zt_status json_err(const builder *b, const char *what) {
-  return ZT_ERR(ZT_STATUS_IO,
-                "'%s' is not a GPT-2 encoder.json (a JSON object mapping token strings to ids): %s at line %d "
-                "(byte %zu); pass the encoder.json that belongs to your vocab.bpe",
-                b->path, what, line_of(b, b->i), b->i);
-}
-
 /* Append one character of a token string as raw bytes: a character of the byte map is
  * its byte; any other (special tokens' characters outside the map) is its UTF-8. */
 static bool reserve(builder *b, size_t extra) {
@@ -414,119 +401,68 @@ static bool put_cp(builder *b, uint32_t cp) {
   return true;
 }
 
-static int hex4(const uint8_t *p) {
-  int v = 0;
-  for (int k = 0; k < 4; k++) {
-    int c = p[k], d = -1;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    if (d < 0) return -1;
-    v = v * 16 + d;
-  }
-  return v;
-}
-
-static void json_ws(builder *b) {
-  while (b->i < b->n && (b->s[b->i] == ' ' || b->s[b->i] == '\t' || b->s[b->i] == '\n' || b->s[b->i] == '\r')) b->i++;
-}
-
-/* A JSON string at b->i, appended to b->buf as raw token bytes. */
-static zt_status json_string(builder *b) {
-  if (b->i >= b->n || b->s[b->i] != '"') return json_err(b, "expected a string");
-  b->i++;
-  for (;;) {
-    if (b->i >= b->n) return json_err(b, "unterminated string");
-    uint8_t c = b->s[b->i];
-    uint32_t cp;
-    if (c == '"') {
-      b->i++;
-      return ZT_OK;
-    }
-    if (c < 0x20) return json_err(b, "control character inside a string");
-    if (c == '\\') {
-      if (b->i + 1 >= b->n) return json_err(b, "unterminated escape");
-      uint8_t e = b->s[b->i + 1];
-      b->i += 2;
-      switch (e) {
-        case '"': cp = '"'; break;
-        case '\\': cp = '\\'; break;
-        case '/': cp = '/'; break;
-        case 'b': cp = '\b'; break;
-        case 'f': cp = '\f'; break;
-        case 'n': cp = '\n'; break;
-        case 'r': cp = '\r'; break;
-        case 't': cp = '\t'; break;
-        case 'u': {
-          int h = b->i + 4 <= b->n ? hex4(b->s + b->i) : -1;
-          if (h < 0) return json_err(b, "\\u needs four hex digits");
-          b->i += 4;
-          cp = (uint32_t)h;
-          if (h >= 0xDC00 && h <= 0xDFFF) return json_err(b, "a low surrogate without a high one");
-          if (h >= 0xD800 && h <= 0xDBFF) { /* a surrogate pair encodes one code point */
-            int lo = b->i + 6 <= b->n && b->s[b->i] == '\\' && b->s[b->i + 1] == 'u' ? hex4(b->s + b->i + 2) : -1;
-            if (lo < 0xDC00 || lo > 0xDFFF) return json_err(b, "a high surrogate not followed by a low one");
-            b->i += 6;
-            cp = 0x10000 + (((uint32_t)h - 0xD800) << 10) + ((uint32_t)lo - 0xDC00);
-          }
-          break;
-        }
-        default: b->i -= 1; return json_err(b, "unknown escape");
-      }
-    } else {
-      size_t l;
-      int32_t u = utf8_next(b->s + b->i, b->n - b->i, &l);
-      if (u < 0) return json_err(b, "invalid UTF-8");
-      cp = (uint32_t)u;
-      b->i += l;
-    }
-    if (!put_cp(b, cp)) return ZT_ERR(ZT_STATUS_OOM, "reading '%s': out of host memory", b->path);
-  }
-}
-
 #define ZT_MAX_VOCAB (1 << 24)
 
-static zt_status parse_encoder(builder *b, int32_t *vocab_size) {
-  int32_t max_id = -1;
-  json_ws(b);
-  if (b->i >= b->n || b->s[b->i] != '{') return json_err(b, "expected '{'");
-  b->i++;
-  json_ws(b);
-  if (b->i < b->n && b->s[b->i] == '}') return json_err(b, "the object is empty");
-  for (;;) {
-    json_ws(b);
-    size_t start = b->len;
-    ZT_TRY(json_string(b));
-    size_t klen = b->len - start;
-    json_ws(b);
-    if (b->i >= b->n || b->s[b->i] != ':') return json_err(b, "expected ':'");
-    b->i++;
-    json_ws(b);
-    int64_t id = 0;
-    size_t d0 = b->i;
-    while (b->i < b->n && b->s[b->i] >= '0' && b->s[b->i] <= '9' && id < ZT_MAX_VOCAB)
-      id = id * 10 + (b->s[b->i++] - '0');
-    if (b->i == d0) return json_err(b, "expected a token id (a non-negative integer)");
-    if (id >= ZT_MAX_VOCAB) return json_err(b, "token id too large (zerotrain takes ids below 16777216)");
-    if (klen == 0) return json_err(b, "an empty token string");
-    if (!bmap_grow(&b->map, b->buf)) return ZT_ERR(ZT_STATUS_OOM, "reading '%s': out of host memory", b->path);
-    bmap_entry *e = bmap_slot(&b->map, b->buf, b->buf + start, klen);
-    if (e->val >= 0) return json_err(b, "a token string appears twice");
-    *e = (bmap_entry){start, (uint32_t)klen, id};
-    b->map.n++;
-    if (id > max_id) max_id = (int32_t)id;
-    json_ws(b);
-    if (b->i < b->n && b->s[b->i] == ',') {
-      b->i++;
-      continue;
-    }
-    if (b->i < b->n && b->s[b->i] == '}') break;
-    return json_err(b, "expected ',' or '}'");
+/* encoder.json is not what it should be: what was wrong, naming the token when one is to
+ * blame (its first 60 bytes). */
+static zt_status encoder_err(const builder *b, const char *token, const char *what) {
+  return ZT_ERR(ZT_STATUS_IO,
+                "'%s' is not a GPT-2 encoder.json (a JSON object mapping token strings to ids): %s%s%.60s%s; pass "
+                "the encoder.json that belongs to your vocab.bpe",
+                b->path, what, token ? " (token \"" : "", token ? token : "", token ? "\")" : "");
+}
+
+/* One member of encoder.json ("token string": id): the key becomes raw token bytes in b->buf
+ * (a character of the byte map is its byte; any other, as special tokens have, its UTF-8)
+ * mapped to its id in b->map. */
+typedef struct encoder_walk {
+  builder *b;
+  int32_t max_id;
+  int n;
+  bool failed; /* a member was refused (its message is complete) */
+} encoder_walk;
+
+static zt_status add_member(encoder_walk *w, const char *key, const zt__json *value) {
+  builder *b = w->b;
+  int64_t id = -1;
+  if (!zt__json_i64(value, &id) || id < 0) return encoder_err(b, key, "expected a token id (a non-negative integer)");
+  if (id >= ZT_MAX_VOCAB) return encoder_err(b, key, "token id too large (zerotrain takes ids below 16777216)");
+  if (!key[0]) return encoder_err(b, NULL, "an empty token string");
+  size_t start = b->len, key_len = strlen(key);
+  for (size_t p = 0, l = 0; p < key_len; p += l) {
+    int32_t u = utf8_next((const uint8_t *)key + p, key_len - p, &l);
+    if (u < 0) return encoder_err(b, NULL, "invalid UTF-8 in a token string");
+    if (!put_cp(b, (uint32_t)u)) return ZT_ERR(ZT_STATUS_OOM, "reading '%s': out of host memory", b->path);
   }
-  b->i++;
-  json_ws(b);
-  if (b->i != b->n) return json_err(b, "text after the object");
-  *vocab_size = max_id + 1;
+  size_t klen = b->len - start;
+  if (!bmap_grow(&b->map, b->buf)) return ZT_ERR(ZT_STATUS_OOM, "reading '%s': out of host memory", b->path);
+  bmap_entry *e = bmap_slot(&b->map, b->buf, b->buf + start, klen);
+  if (e->val >= 0) return encoder_err(b, key, "a token string appears twice");
+  *e = (bmap_entry){start, (uint32_t)klen, id};
+  b->map.n++;
+  if (id > w->max_id) w->max_id = (int32_t)id;
+  w->n++;
+  return ZT_OK;
+}
+
+static zt_status encoder_member(const char *key, const zt__json *value, void *ctx) {
+  encoder_walk *w = ctx;
+  zt_status s = add_member(w, key, value);
+  w->failed = s != ZT_OK;
+  return s;
+}
+
+/* encoder.json, streamed through the library's JSON reader (src/train/fileio.c): no DOM of
+ * its 50k members is built. */
+static zt_status parse_encoder(builder *b, int32_t *vocab_size) {
+  encoder_walk w = {b, -1, 0, false};
+  zt_status s = zt__json_each_member((const char *)b->s, b->n, "the file", encoder_member, &w);
+  if (s == ZT_STATUS_IO && !w.failed)
+    return zt__error_prefix(s, "'%s' is not a GPT-2 encoder.json (a JSON object mapping token strings to ids)",
+                            b->path);
+  if (s) return s;
+  if (w.n == 0) return encoder_err(b, NULL, "the object is empty");
+  *vocab_size = w.max_id + 1;
   return ZT_OK;
 }
 
