@@ -33,12 +33,11 @@ static int bench_step(int argc, char **argv) {
   zt_train_config c;
   zt_train_config_default(&c);
   int64_t steps = 5, warm = 1;
-  for (int i = 0; i < argc; i++)
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: zt bench step --model NAME --batch B --seq T [--steps N (5)] [--warmup-steps N (1)]\n"
-             "                     [any zt train option]\n");
-      return 0;
-    }
+  if (zt_cli_wants_help(argc, argv)) {
+    printf("usage: zt bench step --model NAME --batch B --seq T [--steps N (5)] [--warmup-steps N (1)]\n"
+           "                     [any zt train option]\n");
+    return 0;
+  }
   int rc = zt_cli_bench_options("bench step", argc, argv, &c, &steps, &warm);
   if (rc) return rc;
   zt_set_num_threads(c.threads);

@@ -121,12 +121,11 @@ int zt_cli_bench_dp(int argc, char **argv) {
   c.eval_batches = 1;
   c.grad_clip = 1.0;
   int64_t steps = 5, warmup = 1;
-  for (int i = 0; i < argc; i++)
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: mpirun -np N zt bench dp --model NAME --batch B --seq T --shard MODE [--steps N (5)]\n"
-             "       [--warmup-steps N (1)] [zt train options]\n");
-      return 0;
-    }
+  if (zt_cli_wants_help(argc, argv)) {
+    printf("usage: mpirun -np N zt bench dp --model NAME --batch B --seq T --shard MODE [--steps N (5)]\n"
+           "       [--warmup-steps N (1)] [zt train options]\n");
+    return 0;
+  }
   int rc = zt_cli_bench_options("bench dp", argc, argv, &c, &steps, &warmup);
   if (rc) return rc;
   c.steps = steps + warmup;

@@ -23,10 +23,17 @@ int zt_cmd_consolidate(int argc, char **argv);
 const char *zt_cli_bytes(double b, char *buf);
 /* Print zt_last_error() after "zt CMD: " and return the exit code 1. */
 int zt_cli_fail(const char *cmd);
-/* The option at argv[*i]: "--name value" or "--name=value" (advances *i past it). Returns 0
- * with name (no dashes) and *value set; 1 when *i is at the end; 2 after printing why the
- * argument is wrong: not an option, no value, or a value that is itself an option
- * ("--data --config" is refused, not read as a file named --config). */
+/* Is "--help" or "-h" among the arguments? */
+bool zt_cli_wants_help(int argc, char **argv);
+/* The argument at argv[*i] (advances *i past it), the one `--key value` loop of every
+ * command: an option "--name value" or "--name=value" (0 with name, no dashes, and *value
+ * set), a flag named in `flags` ("recompute out": a space-separated list, or NULL) given as
+ * "--name" (0 with name set and *value NULL), or a positional argument (0 with name "" and
+ * *value the argument). 1 when *i is at the end; 2 after printing why the argument is wrong:
+ * a single-dash option, a missing value, or a value that is itself an option ("--data
+ * --config" is refused, not read as a file named --config). */
+int zt_cli_arg(const char *cmd, int argc, char **argv, int *i, const char *flags, char name[64], const char **value);
+/* zt_cli_arg for commands that take options only: a positional argument is refused (2). */
 int zt_cli_option(const char *cmd, int argc, char **argv, int *i, char name[64], const char **value);
 /* An integer option in [lo, hi]: 0, or 2 after printing what was wrong. */
 int zt_cli_i64(const char *cmd, const char *name, const char *value, int64_t lo, int64_t hi, int64_t *out);

@@ -15,16 +15,18 @@ static void usage(FILE *f) {
 }
 
 int zt_cmd_consolidate(int argc, char **argv) {
+  if (zt_cli_wants_help(argc, argv)) {
+    usage(stdout);
+    return 0;
+  }
   const char *pos[2] = {NULL, NULL};
-  int n = 0;
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage(stdout);
-      return 0;
-    }
-    if (a[0] == '-' && a[1]) {
-      fprintf(stderr, "zt consolidate: unknown option '%s' (see zt consolidate --help)\n", a);
+  int n = 0, rc;
+  char name[64];
+  const char *a;
+  for (int i = 0; (rc = zt_cli_arg("consolidate", argc, argv, &i, NULL, name, &a)) != 1;) {
+    if (rc) return rc;
+    if (name[0]) {
+      fprintf(stderr, "zt consolidate: unknown option '--%s' (see zt consolidate --help)\n", name);
       return 2;
     }
     if (n == 2) {

@@ -30,11 +30,34 @@ int zt_cli_fail(const char *cmd) {
   return 1;
 }
 
-int zt_cli_option(const char *cmd, int argc, char **argv, int *i, char name[64], const char **value) {
+bool zt_cli_wants_help(int argc, char **argv) {
+  for (int i = 0; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return true;
+  return false;
+}
+
+/* Is name one of the space-separated words of list? */
+static bool in_list(const char *list, const char *name) {
+  size_t n = strlen(name);
+  for (const char *w = list; w && *w;) {
+    const char *e = strchr(w, ' ');
+    size_t l = e ? (size_t)(e - w) : strlen(w);
+    if (l == n && !strncmp(w, name, n)) return true;
+    w = e ? e + 1 : w + l;
+  }
+  return false;
+}
+
+int zt_cli_arg(const char *cmd, int argc, char **argv, int *i, const char *flags, char name[64], const char **value) {
   if (*i >= argc) return 1;
   const char *a = argv[(*i)++];
-  if (strncmp(a, "--", 2) || !a[2]) {
-    fprintf(stderr, "zt %s: unexpected argument '%s' (options start with --; see zt %s --help)\n", cmd, a, cmd);
+  name[0] = '\0';
+  if (a[0] != '-' || !a[1]) {
+    *value = a;
+    return 0;
+  }
+  if (a[1] != '-' || !a[2]) {
+    fprintf(stderr, "zt %s: unknown option '%s' (options start with --; see zt %s --help)\n", cmd, a, cmd);
     return 2;
   }
   const char *eq = strchr(a, '=');
@@ -47,6 +70,10 @@ int zt_cli_option(const char *cmd, int argc, char **argv, int *i, char name[64],
   name[len] = '\0';
   if (eq) {
     *value = eq + 1;
+    return 0;
+  }
+  if (in_list(flags, name)) {
+    *value = NULL;
     return 0;
   }
   if (*i >= argc) {
@@ -63,6 +90,16 @@ int zt_cli_option(const char *cmd, int argc, char **argv, int *i, char name[64],
   }
   *value = v;
   return 0;
+}
+
+int zt_cli_option(const char *cmd, int argc, char **argv, int *i, char name[64], const char **value) {
+  int at = *i, rc = zt_cli_arg(cmd, argc, argv, i, NULL, name, value);
+  if (rc == 0 && !name[0]) {
+    fprintf(stderr, "zt %s: unexpected argument '%s' (options start with --; see zt %s --help)\n", cmd, argv[at],
+            cmd);
+    return 2;
+  }
+  return rc;
 }
 
 int zt_cli_i64(const char *cmd, const char *name, const char *value, int64_t lo, int64_t hi, int64_t *out) {

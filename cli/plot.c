@@ -195,22 +195,24 @@ static int draw(const char *in, const char *out, metrics *m) {
 int zt_cmd_plot(int argc, char **argv) {
   const char *in = NULL, *out = NULL;
   bool recompute = false;
-  for (int i = 0; i < argc; i++) {
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: zt plot METRICS.jsonl --out PLOT.svg\n"
-             "       (zt train --metrics: loss and validation loss, tokens/s, peak memory per tag and per rank)\n"
-             "       zt plot --recompute BENCH.jsonl --out PLOT.svg   (bench/recompute.sh results: ratios to none\n"
-             "                                                        as JSON lines, memory vs time overhead)\n");
-      return 0;
-    }
-    if (!strcmp(argv[i], "--recompute"))
-      recompute = true;
-    else if (!strcmp(argv[i], "--out") && i + 1 < argc)
-      out = argv[++i];
-    else if (!in && strncmp(argv[i], "--", 2))
-      in = argv[i];
+  if (zt_cli_wants_help(argc, argv)) {
+    printf("usage: zt plot METRICS.jsonl --out PLOT.svg\n"
+           "       (zt train --metrics: loss and validation loss, tokens/s, peak memory per tag and per rank)\n"
+           "       zt plot --recompute BENCH.jsonl --out PLOT.svg   (bench/recompute.sh results: ratios to none\n"
+           "                                                        as JSON lines, memory vs time overhead)\n");
+    return 0;
+  }
+  char name[64];
+  const char *v;
+  int rc;
+  for (int i = 0; (rc = zt_cli_arg("plot", argc, argv, &i, "recompute", name, &v)) != 1;) {
+    if (rc) return rc;
+    if (!strcmp(name, "recompute") && !v) recompute = true;
+    else if (!strcmp(name, "out")) out = v;
+    else if (!name[0] && !in) in = v;
     else {
-      fprintf(stderr, "zt plot: unexpected argument '%s' (usage: zt plot METRICS.jsonl --out PLOT.svg)\n", argv[i]);
+      fprintf(stderr, "zt plot: unexpected argument '%s%s' (usage: zt plot METRICS.jsonl --out PLOT.svg)\n",
+              name[0] ? "--" : "", name[0] ? name : v);
       return 2;
     }
   }

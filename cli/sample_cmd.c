@@ -19,14 +19,13 @@ int zt_cmd_sample(int argc, char **argv) {
   const char *dir = NULL, *prompt = "\n", *enc = NULL, *merges = NULL;
   int64_t len = 200, top_k = 0, seed = 1;
   double temp = 0.8;
-  for (int i = 0; i < argc; i++)
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: zt sample --checkpoint DIR [--prompt TEXT] [--len N (200, at most %d)]\n"
-             "                 [--temperature T (0.8; 0 = greedy; at most 100)] [--top-k K (0 = all)] [--seed S (1)]\n"
-             "                 [--encoder encoder.json --merges vocab.bpe]\n",
-             ZT_SAMPLE_MAX_LEN);
-      return 0;
-    }
+  if (zt_cli_wants_help(argc, argv)) {
+    printf("usage: zt sample --checkpoint DIR [--prompt TEXT] [--len N (200, at most %d)]\n"
+           "                 [--temperature T (0.8; 0 = greedy; at most 100)] [--top-k K (0 = all)] [--seed S (1)]\n"
+           "                 [--encoder encoder.json --merges vocab.bpe]\n",
+           ZT_SAMPLE_MAX_LEN);
+    return 0;
+  }
   char name[64];
   const char *v;
   int rc;
@@ -92,26 +91,25 @@ done:
 
 int zt_cmd_tokenize(int argc, char **argv) {
   const char *in = NULL, *out = NULL, *enc = NULL, *merges = NULL;
-  for (int i = 0; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      printf("usage: zt tokenize INPUT.txt OUTPUT.tok [--encoder encoder.json --merges vocab.bpe]\n"
-             "byte-level tokens by default; GPT-2 byte-pair encoding with the encoder and merges files\n");
-      return 0;
-    }
-    if (!strcmp(a, "--encoder") || !strcmp(a, "--merges")) {
-      if (i + 1 >= argc) {
-        fprintf(stderr, "zt tokenize: option '%s' needs a value\n", a);
-        return 2;
-      }
-      *(!strcmp(a, "--encoder") ? &enc : &merges) = argv[++i];
-    } else if (!strncmp(a, "--", 2)) {
-      fprintf(stderr, "zt tokenize: unknown option '%s'\n", a);
+  if (zt_cli_wants_help(argc, argv)) {
+    printf("usage: zt tokenize INPUT.txt OUTPUT.tok [--encoder encoder.json --merges vocab.bpe]\n"
+           "byte-level tokens by default; GPT-2 byte-pair encoding with the encoder and merges files\n");
+    return 0;
+  }
+  char name[64];
+  const char *v;
+  int rc;
+  for (int i = 0; (rc = zt_cli_arg("tokenize", argc, argv, &i, NULL, name, &v)) != 1;) {
+    if (rc) return rc;
+    if (!strcmp(name, "encoder")) enc = v;
+    else if (!strcmp(name, "merges")) merges = v;
+    else if (name[0]) {
+      fprintf(stderr, "zt tokenize: unknown option '--%s'\n", name);
       return 2;
-    } else if (!in) in = a;
-    else if (!out) out = a;
+    } else if (!in) in = v;
+    else if (!out) out = v;
     else {
-      fprintf(stderr, "zt tokenize: too many arguments ('%s')\n", a);
+      fprintf(stderr, "zt tokenize: too many arguments ('%s')\n", v);
       return 2;
     }
   }
@@ -120,7 +118,7 @@ int zt_cmd_tokenize(int argc, char **argv) {
     return 2;
   }
   zt_tokenizer *tok = NULL;
-  int rc = load_tokenizer("tokenize", enc, merges, &tok);
+  rc = load_tokenizer("tokenize", enc, merges, &tok);
   if (rc) return rc;
   rc = zt_tokenize_file(tok, in, out) ? zt_cli_fail("tokenize") : 0;
   if (!rc) printf("zt tokenize: wrote %s\n", out);

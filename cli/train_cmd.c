@@ -204,11 +204,10 @@ int zt_cmd_train(int argc, char **argv) {
   zt_train_config_default(&c);
   progress p = {.log_every = 10, .sample_len = 300};
   cli_opts o = {&c, &p};
-  for (int i = 0; i < argc; i++)
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      train_usage(stdout);
-      return 0;
-    }
+  if (zt_cli_wants_help(argc, argv)) {
+    train_usage(stdout);
+    return 0;
+  }
   char name[64];
   const char *v;
   int rc;
