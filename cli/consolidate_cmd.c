@@ -39,7 +39,7 @@ int zt_cmd_consolidate(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  if (zt_checkpoint_consolidate(pos[0], pos[1])) return zt_cli_fail("consolidate");
+  if (zt_snapshot_consolidate(pos[0], pos[1])) return zt_cli_fail("consolidate");
   printf("consolidated '%s' into '%s'\n", pos[0], pos[1]);
   return 0;
 }

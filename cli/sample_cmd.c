@@ -62,8 +62,8 @@ int zt_cmd_sample(int argc, char **argv) {
   int32_t *ids = NULL, *out = NULL;
   int64_t n = 0, n_out = 0;
   rc = 1;
-  if (zt_checkpoint_resolve(dir, ck, sizeof ck) || zt_checkpoint_read_state(ck, &st) || zt_gpt2_new(&st.model, &m) ||
-      zt_checkpoint_load(ck, m, NULL, NULL))
+  if (zt_snapshot_resolve(dir, ck, sizeof ck) || zt_snapshot_read_state(ck, &st) || zt_gpt2_new(&st.model, &m) ||
+      zt_snapshot_load(ck, m, NULL, NULL))
     goto fail;
   if (zt_tokenizer_vocab_size(tok) > st.model.vocab_size) {
     fprintf(stderr, "zt sample: the tokenizer has %d tokens but the model only %d\n", zt_tokenizer_vocab_size(tok),

@@ -251,7 +251,7 @@ static void print_start(const zt_train_config *c, int ranks) {
   zt_train_state st;
   char changes[1024];
   bool course = false;
-  if (c->resume[0] && !zt_checkpoint_read_state(c->resume, &st) &&
+  if (c->resume[0] && !zt_snapshot_read_state(c->resume, &st) &&
       !zt_train_resume_changes(c, ranks, &st, changes, sizeof changes, &course)) {
     printf("zt train: resuming '%s' at step %lld", c->resume, (long long)st.step);
     if (changes[0]) printf("; options changed since it was saved: %s", changes);

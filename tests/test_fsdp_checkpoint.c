@@ -120,7 +120,7 @@ static void write_synthetic(const char *dir, zt_gpt2 *m, zt_optim *o, const layo
 /* The index of a checkpoint series' latest version. */
 static zt_status index_read(const char *series, zt__shard_index **ix) {
   char dir[4096];
-  ZT_TRY(zt_checkpoint_resolve(series, dir, sizeof dir));
+  ZT_TRY(zt_snapshot_resolve(series, dir, sizeof dir));
   return zt__shard_index_read(dir, ix);
 }
 
@@ -235,7 +235,7 @@ static void test_format_reshard_and_consolidate(void) {
   make_layout(p, np, split, &L);
   zt_train_state st = state_at(5);
   write_synthetic(dir, m, o, &L, 4, &st);
-  ZT_CHECK(zt_checkpoint_is_sharded(dir));
+  ZT_CHECK(zt_snapshot_is_sharded(dir));
   /* N -> M: every piece of another layout reads back bitwise */
   check_reads(dir, m, o, 4, split);
   check_reads(dir, m, o, 3, split);
@@ -248,12 +248,12 @@ static void test_format_reshard_and_consolidate(void) {
   snprintf(path, sizeof path, "%s/latest/shard-3-of-4.safetensors", dir);
   ZT_CHECK(access(path, F_OK) != 0);
   /* consolidation gives a single-process checkpoint that loads bitwise */
-  ZT_CHECK_OK(zt_checkpoint_consolidate(dir, out));
-  ZT_CHECK(!zt_checkpoint_is_sharded(out));
+  ZT_CHECK_OK(zt_snapshot_consolidate(dir, out));
+  ZT_CHECK(!zt_snapshot_is_sharded(out));
   zt_gpt2 *m2 = new_model(99);
   zt_optim *o2 = zt_test_gpt2_adamw(m2);
   zt_train_state st2;
-  ZT_CHECK_OK(zt_checkpoint_load(out, m2, o2, &st2));
+  ZT_CHECK_OK(zt_snapshot_load(out, m2, o2, &st2));
   ZT_CHECK(params_equal(m, m2));
   ZT_CHECK(optim_equal(o, o2));
   ZT_CHECK(st2.step == 5 && st2.data.index == 7 && st2.rng.seed == st.rng.seed);
@@ -292,8 +292,8 @@ static void test_format_errors(void) {
   snprintf(path, sizeof path, "%s/latest/shard-2-of-4.safetensors", dir);
   snprintf(moved, sizeof moved, "%s/away", zt_test_tmpdir());
   ZT_CHECK(rename(path, moved) == 0);
-  ZT_CHECK_ERR(zt_checkpoint_consolidate(dir, out), ZT_STATUS_IO, "shard file '");
-  ZT_CHECK_ERR(zt_checkpoint_consolidate(dir, out), ZT_STATUS_IO, "shard-2-of-4.safetensors' is missing");
+  ZT_CHECK_ERR(zt_snapshot_consolidate(dir, out), ZT_STATUS_IO, "shard file '");
+  ZT_CHECK_ERR(zt_snapshot_consolidate(dir, out), ZT_STATUS_IO, "shard-2-of-4.safetensors' is missing");
   ZT_CHECK(rename(moved, path) == 0);
   /* a shard file of another save (an interrupted save mixed files) */
   zt_train_state st6 = state_at(6);
@@ -303,15 +303,15 @@ static void test_format_errors(void) {
   snprintf(moved, sizeof moved, "%s/latest/shard-1-of-4.safetensors", dir2);
   snprintf(path, sizeof path, "%s/latest/shard-1-of-4.safetensors", dir);
   ZT_CHECK(rename(moved, path) == 0);
-  ZT_CHECK_ERR(zt_checkpoint_consolidate(dir, out), ZT_STATUS_IO, "is not from the same save");
+  ZT_CHECK_ERR(zt_snapshot_consolidate(dir, out), ZT_STATUS_IO, "is not from the same save");
   /* no state.json: the commit record is missing */
   snprintf(path, sizeof path, "%s/latest/state.json", dir2);
   ZT_CHECK(unlink(path) == 0);
-  ZT_CHECK_ERR(zt_checkpoint_consolidate(dir2, out), ZT_STATUS_IO, "has no state.json");
+  ZT_CHECK_ERR(zt_snapshot_consolidate(dir2, out), ZT_STATUS_IO, "has no state.json");
   /* a single-process checkpoint is not a sharded one */
-  ZT_CHECK_OK(zt_checkpoint_save(out, m, o, &st));
-  ZT_CHECK(!zt_checkpoint_is_sharded(out));
-  ZT_CHECK_ERR(zt_checkpoint_consolidate(out, dir2), ZT_STATUS_IO, "has no index.json");
+  ZT_CHECK_OK(zt_snapshot_save(out, m, o, &st));
+  ZT_CHECK(!zt_snapshot_is_sharded(out));
+  ZT_CHECK_ERR(zt_snapshot_consolidate(out, dir2), ZT_STATUS_IO, "has no index.json");
   fmt_close(&x);
 }
 
@@ -368,7 +368,7 @@ static void test_format_index_checks(void) {
   zt_train_state st = state_at(5);
   write_synthetic(x.dir, x.m, x.o, &L, 4, &st);
   char ver[600], ix_path[700];
-  ZT_CHECK_OK(zt_checkpoint_resolve(x.dir, ver, sizeof ver));
+  ZT_CHECK_OK(zt_snapshot_resolve(x.dir, ver, sizeof ver));
   snprintf(ix_path, sizeof ix_path, "%s/index.json", ver);
   char *orig = text_of(ix_path), *t = NULL;
   if (!orig) return;
@@ -382,7 +382,7 @@ static void test_format_index_checks(void) {
            replace_text(&t, "\"param.transformer.h.0.ln_1.bias\"", "\"param.transformer.h.0.ln_1.weight\"") &&
            replace_text(&t, "\"@\"", "\"param.transformer.h.0.ln_1.bias\""));
   put_text(ix_path, t);
-  ZT_CHECK_ERR(zt_checkpoint_consolidate(x.dir, x.out), ZT_STATUS_IO,
+  ZT_CHECK_ERR(zt_snapshot_consolidate(x.dir, x.out), ZT_STATUS_IO,
                "names tensor 'param.transformer.h.0.ln_1.bias' for param of parameter 'transformer.h.0.ln_1.weight', "
                "which is stored as 'param.transformer.h.0.ln_1.weight'");
   ZT_CHECK(strstr(zt_last_error(), ix_path) != NULL);
@@ -394,7 +394,7 @@ static void test_format_index_checks(void) {
   ZT_CHECK(swap_text(t, "\"file\": \"shard-0-of-4.safetensors\", \"tensor\": \"param.transformer.wte.weight\"",
                      "\"file\": \"shard-1-of-4.safetensors\", \"tensor\": \"param.transformer.wte.weight\""));
   put_text(ix_path, t);
-  ZT_CHECK_ERR(zt_checkpoint_consolidate(x.dir, x.out), ZT_STATUS_IO, "says tensor 'param.transformer.wte.weight'");
+  ZT_CHECK_ERR(zt_snapshot_consolidate(x.dir, x.out), ZT_STATUS_IO, "says tensor 'param.transformer.wte.weight'");
   ZT_CHECK(strstr(zt_last_error(), "the shard file says [") != NULL);
   ZT_CHECK_OK(zt__shard_index_read(ver, &ix));
   if (ix) ZT_CHECK_ERR(zt__shard_read(ix, "transformer.wte.weight", ZT__SHARD_PARAM, 2, shape, 0, 656, got),
@@ -436,7 +436,7 @@ static void test_format_index_checks(void) {
   free(t);
   /* the original index still works */
   put_text(ix_path, orig);
-  ZT_CHECK_OK(zt_checkpoint_consolidate(x.dir, x.out));
+  ZT_CHECK_OK(zt_snapshot_consolidate(x.dir, x.out));
   free(orig);
   zt_tensor_free(got);
   fmt_close(&x);
@@ -588,9 +588,9 @@ static void test_fsdp_save_reshard_consolidate(void) {
   run_new(&a, g_world, true, 1);
   for (int k = 0; k < 2; k++) run_step(&a, k);
   zt_train_state st = state_at(2);
-  ZT_CHECK_OK(zt_checkpoint_save_sharded(sh, a.f, a.o, &st));
-  ZT_CHECK_OK(zt_checkpoint_save_full(full, a.m, a.f, a.o, &st));
-  ZT_CHECK(zt_checkpoint_is_sharded(sh) && !zt_checkpoint_is_sharded(full));
+  ZT_CHECK_OK(zt_snapshot_save_sharded(sh, a.f, a.o, &st));
+  ZT_CHECK_OK(zt_snapshot_save_full(full, a.m, a.f, a.o, &st));
+  ZT_CHECK(zt_snapshot_is_sharded(sh) && !zt_snapshot_is_sharded(full));
   zt_tensor *at2[64] = {0}, *ref[64] = {0};
   int np = snapshot(&a, at2);
   double ref_loss[2];
@@ -606,7 +606,7 @@ static void test_fsdp_save_reshard_consolidate(void) {
   run_new(&b, g, true, 77);
   zt_train_state got;
   memset(&got, 0, sizeof got);
-  ZT_CHECK_OK(zt_checkpoint_load_sharded(sh, b.f, b.o, &got));
+  ZT_CHECK_OK(zt_snapshot_load_sharded(sh, b.f, b.o, &got));
   ZT_CHECK(got.step == 2 && got.data.index == 7 && zt_optim_step_count(b.o) == 2);
   zt_tensor *snap[64] = {0};
   snapshot(&b, snap);
@@ -618,7 +618,7 @@ static void test_fsdp_save_reshard_consolidate(void) {
   run_free(&b);
   /* the full checkpoint loads at that size too */
   run_new(&b, g, true, 78);
-  ZT_CHECK_OK(zt_checkpoint_load_full(full, b.m, b.f, b.o, &got));
+  ZT_CHECK_OK(zt_snapshot_load_full(full, b.m, b.f, b.o, &got));
   ZT_CHECK(got.step == 2 && zt_optim_step_count(b.o) == 2);
   snapshot(&b, snap);
   ZT_CHECK(snapshot_bitwise(snap, at2, np));
@@ -630,12 +630,12 @@ static void test_fsdp_save_reshard_consolidate(void) {
 
   /* one process: the consolidated checkpoint, and the full one (bitwise the gathered values) */
   if (R == 0) {
-    ZT_CHECK_OK(zt_checkpoint_consolidate(sh, cons));
+    ZT_CHECK_OK(zt_snapshot_consolidate(sh, cons));
     const char *dirs[2] = {cons, full};
     for (int d = 0; d < 2; d++) {
       run c;
       run_new(&c, NULL, false, 79);
-      ZT_CHECK_OK(zt_checkpoint_load(dirs[d], c.m, c.o, &got));
+      ZT_CHECK_OK(zt_snapshot_load(dirs[d], c.m, c.o, &got));
       ZT_CHECK(got.step == 2 && zt_optim_step_count(c.o) == 2);
       snapshot(&c, snap);
       ZT_CHECK(snapshot_bitwise(snap, at2, np));
@@ -654,19 +654,19 @@ static void test_fsdp_save_reshard_consolidate(void) {
     run x;
     run_new_as(&x, g_world, true, others[i], 1);
     for (int k = 0; k < 2; k++) run_step(&x, k);
-    ZT_CHECK_OK(zt_checkpoint_save_sharded(sdir, x.f, x.o, &st));
+    ZT_CHECK_OK(zt_snapshot_save_sharded(sdir, x.f, x.o, &st));
     zt__shard_index *ix = NULL; /* one file per rank of a shard group (HYBRID: of the first group) */
     ZT_CHECK_OK(index_read(sdir, &ix));
     ZT_CHECK(ix && ix->world == zt_comm_size(zt_fsdp_shard_comm(x.f)) && ix->n_files == ix->world);
     zt__shard_index_free(ix);
     run_free(&x);
     run_new(&x, g_world, true, 80);
-    ZT_CHECK_OK(zt_checkpoint_load_sharded(sdir, x.f, x.o, &got));
+    ZT_CHECK_OK(zt_snapshot_load_sharded(sdir, x.f, x.o, &got));
     snprintf(what, sizeof what, "saved under %s, loaded under full", zt_shard_strategy_name(others[i]));
     continue_and_compare(&x, ref_loss, ref, what);
     run_free(&x);
     run_new_as(&x, g_world, true, others[i], 81);
-    ZT_CHECK_OK(zt_checkpoint_load_sharded(sh, x.f, x.o, &got));
+    ZT_CHECK_OK(zt_snapshot_load_sharded(sh, x.f, x.o, &got));
     snprintf(what, sizeof what, "saved under full, loaded under %s", zt_shard_strategy_name(others[i]));
     continue_and_compare(&x, ref_loss, ref, what);
     run_free(&x);
@@ -685,7 +685,7 @@ static void test_fsdp_errors(void) {
   run_new(&a, g_world, true, 1);
   run_step(&a, 0);
   zt_train_state st = state_at(1);
-  ZT_CHECK_OK(zt_checkpoint_save_sharded(sh, a.f, a.o, &st));
+  ZT_CHECK_OK(zt_snapshot_save_sharded(sh, a.f, a.o, &st));
   /* another model shape: a layer more */
   zt_gpt2_config big = k_cfg;
   big.n_layer = 3;
@@ -698,7 +698,7 @@ static void test_fsdp_errors(void) {
   ZT_CHECK_OK(zt_fsdp_auto_wrap(f, NULL, NULL));
   ZT_CHECK_OK(zt_fsdp_init(f));
   zt_clear_error();
-  zt_status s = zt_checkpoint_load_sharded(sh, f, NULL, NULL);
+  zt_status s = zt_snapshot_load_sharded(sh, f, NULL, NULL);
   ZT_CHECK(s != ZT_OK);
   /* the rank that holds a piece of block 2 names it; the others say another rank failed */
   ZT_CHECK(strstr(zt_last_error(), "has no parameter 'transformer.h.2.") || strstr(zt_last_error(), "another rank"));
@@ -710,20 +710,20 @@ static void test_fsdp_errors(void) {
   ZT_CHECK_OK(zt_fsdp_new(g_world, zt_gpt2_module(m), &fo, &f));
   ZT_CHECK_OK(zt_fsdp_auto_wrap(f, NULL, NULL));
   ZT_CHECK_OK(zt_fsdp_init(f));
-  ZT_CHECK_ERR(zt_checkpoint_load_sharded(sh, f, NULL, NULL), ZT_STATUS_SHAPE,
+  ZT_CHECK_ERR(zt_snapshot_load_sharded(sh, f, NULL, NULL), ZT_STATUS_SHAPE,
                "holds parameter 'transformer.h.1.ln_1.weight', which the model does not have");
   zt_fsdp_free(f);
   zt_gpt2_free(m);
   /* a missing shard file is named (by the rank that reads it: the same layout, its own file) */
   ZT_CHECK_OK(zt_barrier(g_world));
   char ver[600];
-  ZT_CHECK_OK(zt_checkpoint_resolve(sh, ver, sizeof ver));
+  ZT_CHECK_OK(zt_snapshot_resolve(sh, ver, sizeof ver));
   snprintf(path, sizeof path, "%s/shard-%d-of-%d.safetensors", ver, N - 1, N);
   snprintf(moved, sizeof moved, "%s/away", dir);
   if (R == 0) ZT_CHECK(rename(path, moved) == 0);
   ZT_CHECK_OK(zt_barrier(g_world));
   zt_clear_error();
-  s = zt_checkpoint_load_sharded(sh, a.f, a.o, NULL);
+  s = zt_snapshot_load_sharded(sh, a.f, a.o, NULL);
   ZT_CHECK(s == ZT_STATUS_IO);
   if (R == N - 1) ZT_CHECK(strstr(zt_last_error(), "is missing") && strstr(zt_last_error(), path));
   ZT_CHECK_OK(zt_barrier(g_world));
@@ -765,17 +765,17 @@ static void test_fsdp_full_bad_step(void) {
   run_new(&a, g_world, true, 1);
   run_step(&a, 0);
   zt_train_state st = state_at(1);
-  ZT_CHECK_OK(zt_checkpoint_save_full(full, a.m, a.f, a.o, &st));
-  ZT_CHECK_OK(zt_checkpoint_load_full(full, a.m, a.f, a.o, NULL));
+  ZT_CHECK_OK(zt_snapshot_save_full(full, a.m, a.f, a.o, &st));
+  ZT_CHECK_OK(zt_snapshot_load_full(full, a.m, a.f, a.o, NULL));
   const char *bad[] = {"99999999999999999999", "9007199254740993", "-1", "+5", " 5"};
   for (int i = 0; i < 5; i++) {
     char ver[600], path[700];
-    ZT_CHECK_OK(zt_checkpoint_resolve(full, ver, sizeof ver));
+    ZT_CHECK_OK(zt_snapshot_resolve(full, ver, sizeof ver));
     snprintf(path, sizeof path, "%s/optim.safetensors", ver);
     ZT_CHECK_OK(zt_barrier(g_world));
     if (R == 0) restamp(path, "step", bad[i]);
     ZT_CHECK_OK(zt_barrier(g_world));
-    ZT_CHECK_ERR(zt_checkpoint_load_full(full, a.m, a.f, a.o, NULL), ZT_STATUS_IO,
+    ZT_CHECK_ERR(zt_snapshot_load_full(full, a.m, a.f, a.o, NULL), ZT_STATUS_IO,
                  "metadata 'step' is missing or not an integer in [0, 2^53]");
   }
   ZT_CHECK_OK(zt_barrier(g_world));

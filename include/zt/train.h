@@ -91,7 +91,9 @@ zt_status zt_safetensors_names(const char *path, int *n, char ***names);
 
 /* ------------------------------------------------ training checkpoints (src/train/checkpoint.c,
  * src/train/checkpoint_dir.c)
- * Everything needed to resume bitwise. A checkpoint is a folder with model.safetensors (HF
+ * Everything needed to resume bitwise. The file API is zt_snapshot_* (zt_checkpoint* is
+ * activation checkpointing, zt/checkpoint.h); users and the CLI still say checkpoint, and
+ * the files are unchanged. A checkpoint is a folder with model.safetensors (HF
  * GPT-2 names, loadable by transformers), config.json, optim.safetensors and state.json.
  * Saves go into a series folder DIR: each save is a new version DIR/step-<N> (a checkpoint
  * folder), written under a hidden name, renamed into place, and then made current by
@@ -110,18 +112,18 @@ typedef struct zt_train_state {
 } zt_train_state;
 /* A new version in the series folder dir (created if missing), made current when complete.
  * o may be NULL (no optimizer state: the checkpoint cannot resume training). */
-zt_status zt_checkpoint_save(const char *dir, zt_gpt2 *m, zt_optim *o, const zt_train_state *st);
+zt_status zt_snapshot_save(const char *dir, zt_gpt2 *m, zt_optim *o, const zt_train_state *st);
 /* Loads into an existing model/optimizer of the same config (error naming what differs). */
-zt_status zt_checkpoint_load(const char *dir, zt_gpt2 *m, zt_optim *o, zt_train_state *st);
+zt_status zt_snapshot_load(const char *dir, zt_gpt2 *m, zt_optim *o, zt_train_state *st);
 /* Read only the state (to build the right model before loading). */
-zt_status zt_checkpoint_read_state(const char *dir, zt_train_state *st);
+zt_status zt_snapshot_read_state(const char *dir, zt_train_state *st);
 /* The checkpoint folder dir names: the target of dir/latest (read once) when dir is a series,
  * else dir itself when it holds a state.json. Errors say why there is none (nothing saved yet,
  * or a first save that was interrupted). */
-zt_status zt_checkpoint_resolve(const char *dir, char *out, size_t cap);
+zt_status zt_snapshot_resolve(const char *dir, char *out, size_t cap);
 /* Remove the versions of a series beyond the newest keep (by save time; the one 'latest'
  * names is always kept). Versions that hold files zerotrain did not write are left. */
-zt_status zt_checkpoint_prune(const char *dir, int keep);
+zt_status zt_snapshot_prune(const char *dir, int keep);
 /* Load GPT-2 weights from a transformers safetensors file (model.safetensors of
  * GPT2LMHeadModel: zerotrain keeps HF's layouts, so no transposes; lm_head is tied to
  * wte). Save writes the same format plus an HF config.json beside it. */
@@ -133,26 +135,26 @@ zt_status zt_gpt2_save_hf(zt_gpt2 *m, const char *path);
  * (this rank's pieces of the parameters, named "param.<name>", and of the optimizer state,
  * "exp_avg.<name>", "exp_avg_sq.<name>", "momentum_buffer.<name>"), index.json (per shard file
  * and tensor: the parameter, its full shape and the element range [start, start + count) of
- * the flattened parameter it holds) and state.json (as zt_checkpoint_save's, plus the world
+ * the flattened parameter it holds) and state.json (as zt_snapshot_save's, plus the world
  * size and strategy it was saved at). Collective over f's ranks; under HYBRID the first shard
- * group writes. Atomic as a whole like zt_checkpoint_save: a crash leaves the complete old
+ * group writes. Atomic as a whole like zt_snapshot_save: a crash leaves the complete old
  * folder or the complete new one. */
-zt_status zt_checkpoint_save_sharded(const char *dir, zt_fsdp *f, zt_optim *o, const zt_train_state *st);
+zt_status zt_snapshot_save_sharded(const char *dir, zt_fsdp *f, zt_optim *o, const zt_train_state *st);
 /* Load into f's shards and o's state (o may be NULL) at any world size and strategy: each
  * rank reads, for each of its pieces, the overlapping ranges of whichever shard files hold
  * them (N -> M resharding). Errors name the file and what is missing or differs. */
-zt_status zt_checkpoint_load_sharded(const char *dir, zt_fsdp *f, zt_optim *o, zt_train_state *st);
+zt_status zt_snapshot_load_sharded(const char *dir, zt_fsdp *f, zt_optim *o, zt_train_state *st);
 /* Whether dir holds a sharded checkpoint (an index.json). */
-bool zt_checkpoint_is_sharded(const char *dir);
+bool zt_snapshot_is_sharded(const char *dir);
 /* Offline: turn a sharded checkpoint into a single-process one (model.safetensors,
- * config.json, optim.safetensors, state.json), which zt_checkpoint_load and transformers read. */
-zt_status zt_checkpoint_consolidate(const char *sharded_dir, const char *out_dir);
+ * config.json, optim.safetensors, state.json), which zt_snapshot_load and transformers read. */
+zt_status zt_snapshot_consolidate(const char *sharded_dir, const char *out_dir);
 /* A full checkpoint of an FSDP model: parameters and optimizer state gathered to rank 0,
- * which writes exactly what zt_checkpoint_save writes. Collective. */
-zt_status zt_checkpoint_save_full(const char *dir, zt_gpt2 *m, zt_fsdp *f, zt_optim *o, const zt_train_state *st);
+ * which writes exactly what zt_snapshot_save writes. Collective. */
+zt_status zt_snapshot_save_full(const char *dir, zt_gpt2 *m, zt_fsdp *f, zt_optim *o, const zt_train_state *st);
 /* Load a single-process checkpoint into an FSDP model at any world size: every rank reads the
  * files and keeps its slices. */
-zt_status zt_checkpoint_load_full(const char *dir, zt_gpt2 *m, zt_fsdp *f, zt_optim *o, zt_train_state *st);
+zt_status zt_snapshot_load_full(const char *dir, zt_gpt2 *m, zt_fsdp *f, zt_optim *o, zt_train_state *st);
 
 /* ------------------------------------------------ the training loop (src/train/loop.c) */
 /* The parts of a training step, in order (EVAL and SAVE only at the steps that do them). */

@@ -402,10 +402,10 @@ zt_status zt__ck_read_state(const char *dir, zt_train_state *st, char save_id[64
   return ZT_OK;
 }
 
-zt_status zt_checkpoint_read_state(const char *dir_in, zt_train_state *st) {
-  if (!st) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_read_state: st is NULL");
+zt_status zt_snapshot_read_state(const char *dir_in, zt_train_state *st) {
+  if (!st) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_snapshot_read_state: st is NULL");
   char dir[CK_PATH_CAP];
-  ZT_TRY(zt_checkpoint_resolve(dir_in, dir, sizeof dir));
+  ZT_TRY(zt_snapshot_resolve(dir_in, dir, sizeof dir));
   ck_state k;
   ZT_TRY(read_state(dir, &k));
   *st = k.st;
@@ -437,11 +437,11 @@ static zt_status write_files(const char *into, zt_gpt2 *m, int n_opt, const char
   return s;
 }
 
-zt_status zt__checkpoint_save_arrays(const char *dir, zt_gpt2 *m, bool has_optim, int n_opt,
+zt_status zt__snapshot_save_arrays(const char *dir, zt_gpt2 *m, bool has_optim, int n_opt,
                                      const char *const *opt_names, zt_tensor *const *opt_tensors, int64_t opt_step,
                                      const zt_train_state *st) {
   if (!dir || !*dir || !m || !st)
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_save: empty folder name, or NULL model or state");
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_snapshot_save: empty folder name, or NULL model or state");
   ck_state k;
   memset(&k, 0, sizeof k);
   k.st = *st;
@@ -458,9 +458,9 @@ zt_status zt__checkpoint_save_arrays(const char *dir, zt_gpt2 *m, bool has_optim
   return zt__ck_stage_commit(&stage);
 }
 
-zt_status zt_checkpoint_save(const char *dir, zt_gpt2 *m, zt_optim *o, const zt_train_state *st) {
+zt_status zt_snapshot_save(const char *dir, zt_gpt2 *m, zt_optim *o, const zt_train_state *st) {
   if (!dir || !*dir || !m || !st)
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_save: empty folder name, or NULL model or state");
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_snapshot_save: empty folder name, or NULL model or state");
   int n_opt = 0;
   const char *const *opt_names = NULL;
   zt_tensor *const *opt_tensors = NULL;
@@ -469,7 +469,7 @@ zt_status zt_checkpoint_save(const char *dir, zt_gpt2 *m, zt_optim *o, const zt_
     ZT_TRY(zt_optim_state(o, &n_opt, &opt_names, &opt_tensors));
     opt_step = zt_optim_step_count(o);
   }
-  return zt__checkpoint_save_arrays(dir, m, o != NULL, n_opt, opt_names, opt_tensors, opt_step, st);
+  return zt__snapshot_save_arrays(dir, m, o != NULL, n_opt, opt_names, opt_tensors, opt_step, st);
 }
 
 /* ------------------------------------------------------------------ load */
@@ -506,10 +506,10 @@ static zt_status read_optim_step(const char *dir, int64_t *out) {
   return ZT_OK;
 }
 
-zt_status zt_checkpoint_load(const char *dir_in, zt_gpt2 *m, zt_optim *o, zt_train_state *st) {
-  if (!m) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_load: model is NULL");
+zt_status zt_snapshot_load(const char *dir_in, zt_gpt2 *m, zt_optim *o, zt_train_state *st) {
+  if (!m) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_snapshot_load: model is NULL");
   char dir[CK_PATH_CAP];
-  ZT_TRY(zt_checkpoint_resolve(dir_in, dir, sizeof dir));
+  ZT_TRY(zt_snapshot_resolve(dir_in, dir, sizeof dir));
   ck_state k;
   ZT_TRY(read_state(dir, &k));
   const zt_gpt2_config *have = &k.st.model, *want = zt_gpt2_get_config(m);

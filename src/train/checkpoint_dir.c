@@ -156,8 +156,8 @@ zt_status zt__ck_stage_commit(zt__ck_stage *k) {
 
 /* ------------------------------------------------------------------ resolve */
 
-zt_status zt_checkpoint_resolve(const char *dir_in, char *out, size_t cap) {
-  if (!out || cap == 0) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_resolve: no output buffer");
+zt_status zt_snapshot_resolve(const char *dir_in, char *out, size_t cap) {
+  if (!out || cap == 0) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_snapshot_resolve: no output buffer");
   char dir[CK_PATH_CAP], path[CK_PATH_CAP], res[CK_PATH_CAP];
   ZT_TRY(clean_dir(dir_in, dir));
   struct stat sb;
@@ -218,8 +218,8 @@ static int newest_first(const void *a, const void *b) {
   return strcmp(y->name, x->name);
 }
 
-zt_status zt_checkpoint_prune(const char *dir_in, int keep) {
-  if (keep < 1) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_prune: keep %d must be >= 1", keep);
+zt_status zt_snapshot_prune(const char *dir_in, int keep) {
+  if (keep < 1) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_snapshot_prune: keep %d must be >= 1", keep);
   char dir[CK_PATH_CAP], path[CK_PATH_CAP], latest[CK_PATH_CAP] = "";
   ZT_TRY(clean_dir(dir_in, dir));
   ZT_TRY(zt__path_join(path, CK_PATH_CAP, dir, CK_LATEST));

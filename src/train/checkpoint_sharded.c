@@ -411,7 +411,7 @@ zt_status zt__shard_index_read(const char *dir, zt__shard_index **out) {
   char path[SH_PATH_CAP];
   if (!s) s = zt__path_join(path, SH_PATH_CAP, dir, SH_INDEX);
   if (!s && access(path, F_OK) != 0)
-    s = ZT_ERR(ZT_STATUS_IO, "checkpoint '%s' has no %s: it is not a sharded checkpoint (zt_checkpoint_load reads "
+    s = ZT_ERR(ZT_STATUS_IO, "checkpoint '%s' has no %s: it is not a sharded checkpoint (zt_snapshot_load reads "
                "single-process ones)", dir, SH_INDEX);
   void *text = NULL;
   size_t len = 0;
@@ -583,20 +583,20 @@ zt_status zt__shard_read(zt__shard_index *ix, const char *param, zt__shard_kind 
   return s;
 }
 
-bool zt_checkpoint_is_sharded(const char *dir_in) {
+bool zt_snapshot_is_sharded(const char *dir_in) {
   char dir[SH_PATH_CAP], path[SH_PATH_CAP];
-  if (!dir_in || zt_checkpoint_resolve(dir_in, dir, sizeof dir) || zt__path_join(path, SH_PATH_CAP, dir, SH_INDEX))
+  if (!dir_in || zt_snapshot_resolve(dir_in, dir, sizeof dir) || zt__path_join(path, SH_PATH_CAP, dir, SH_INDEX))
     return false;
   return access(path, F_OK) == 0;
 }
 
 /* ------------------------------------------------------------------ consolidation */
 
-zt_status zt_checkpoint_consolidate(const char *sharded_in, const char *out_dir) {
+zt_status zt_snapshot_consolidate(const char *sharded_in, const char *out_dir) {
   if (!sharded_in || !out_dir || !*out_dir)
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_consolidate: NULL folder or empty output folder name");
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_snapshot_consolidate: NULL folder or empty output folder name");
   char sharded_dir[SH_PATH_CAP];
-  ZT_TRY(zt_checkpoint_resolve(sharded_in, sharded_dir, sizeof sharded_dir));
+  ZT_TRY(zt_snapshot_resolve(sharded_in, sharded_dir, sizeof sharded_dir));
   zt__shard_index *ix = NULL;
   ZT_TRY(zt__shard_index_read(sharded_dir, &ix));
   /* Building the model draws its (overwritten) initial values from the default generator:
@@ -644,7 +644,7 @@ zt_status zt_checkpoint_consolidate(const char *sharded_in, const char *out_dir)
     }
   }
   if (!s)
-    s = zt__checkpoint_save_arrays(out_dir, m, ix->has_optim, n_opt, (const char *const *)names, ts, ix->optim_step,
+    s = zt__snapshot_save_arrays(out_dir, m, ix->has_optim, n_opt, (const char *const *)names, ts, ix->optim_step,
                                    &ix->st);
   for (int i = 0; i < cap && names && ts; i++) {
     free(names[i]);
@@ -745,9 +745,9 @@ static const char *strategy_of(zt_fsdp *f) { return zt_fsdp_replicate_comm(f) ? 
 /* ------------------------------------------------------------------ FSDP: sharded save and load */
 
 #define CTL_ID 64
-zt_status zt_checkpoint_save_sharded(const char *dir, zt_fsdp *f, zt_optim *o, const zt_train_state *st) {
+zt_status zt_snapshot_save_sharded(const char *dir, zt_fsdp *f, zt_optim *o, const zt_train_state *st) {
   if (!dir || !*dir || !f || !st)
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_save_sharded: empty folder name, or NULL fsdp or state");
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_snapshot_save_sharded: empty folder name, or NULL fsdp or state");
   zt_comm *sc = zt_fsdp_shard_comm(f);
   int r = zt_comm_rank(sc), n = zt_comm_size(sc);
   bool writer = is_writer(f), lead = writer && r == 0;
@@ -793,10 +793,10 @@ out:
   return s;
 }
 
-zt_status zt_checkpoint_load_sharded(const char *dir_in, zt_fsdp *f, zt_optim *o, zt_train_state *st) {
-  if (!dir_in || !f) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_load_sharded: NULL folder or fsdp");
+zt_status zt_snapshot_load_sharded(const char *dir_in, zt_fsdp *f, zt_optim *o, zt_train_state *st) {
+  if (!dir_in || !f) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_snapshot_load_sharded: NULL folder or fsdp");
   char dir[SH_PATH_CAP];
-  ZT_TRY(zt_checkpoint_resolve(dir_in, dir, sizeof dir));
+  ZT_TRY(zt_snapshot_resolve(dir_in, dir, sizeof dir));
   zt__shard_index *ix = NULL;
   local_pieces L = {0};
   zt_status s = zt__shard_index_read(dir, &ix);
@@ -991,9 +991,9 @@ out:
   return s;
 }
 
-zt_status zt_checkpoint_save_full(const char *dir, zt_gpt2 *m, zt_fsdp *f, zt_optim *o, const zt_train_state *st) {
+zt_status zt_snapshot_save_full(const char *dir, zt_gpt2 *m, zt_fsdp *f, zt_optim *o, const zt_train_state *st) {
   if (!dir || !*dir || !m || !f || !st)
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_save_full: empty folder name, or NULL model, fsdp or state");
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_snapshot_save_full: empty folder name, or NULL model, fsdp or state");
   ZT_TRY(zt_fsdp_gather_full_params(f));
   zt_comm *sc = zt_fsdp_shard_comm(f);
   bool lead = is_writer(f) && zt_comm_rank(sc) == 0;
@@ -1003,7 +1003,7 @@ zt_status zt_checkpoint_save_full(const char *dir, zt_gpt2 *m, zt_fsdp *f, zt_op
   s = agree(f, s, "saving full checkpoint", dir);
   if (!s && o && is_writer(f)) s = gather_state(f, m, &L, &fs);
   if (!s && lead)
-    s = zt__checkpoint_save_arrays(dir, m, o != NULL, fs.n, (const char *const *)fs.names, fs.ts,
+    s = zt__snapshot_save_arrays(dir, m, o != NULL, fs.n, (const char *const *)fs.names, fs.ts,
                                    o ? zt_optim_step_count(o) : 0, st);
   full_state_free(&fs);
   free(L.p);
@@ -1058,12 +1058,12 @@ static zt_status load_state_slices(const char *dir, const char *save_id, const l
   return s;
 }
 
-zt_status zt_checkpoint_load_full(const char *dir_in, zt_gpt2 *m, zt_fsdp *f, zt_optim *o, zt_train_state *st) {
-  if (!dir_in || !m || !f) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_checkpoint_load_full: NULL folder, model or fsdp");
+zt_status zt_snapshot_load_full(const char *dir_in, zt_gpt2 *m, zt_fsdp *f, zt_optim *o, zt_train_state *st) {
+  if (!dir_in || !m || !f) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_snapshot_load_full: NULL folder, model or fsdp");
   char id[64] = "", dir[SH_PATH_CAP];
   bool has_optim = false;
   local_pieces L = {0};
-  zt_status s = zt_checkpoint_resolve(dir_in, dir, sizeof dir);
+  zt_status s = zt_snapshot_resolve(dir_in, dir, sizeof dir);
   if (!s) s = zt__ck_read_state(dir, NULL, id, &has_optim);
   if (!s && o && !has_optim)
     s = ZT_ERR(ZT_STATUS_STATE,
@@ -1074,7 +1074,7 @@ zt_status zt_checkpoint_load_full(const char *dir_in, zt_gpt2 *m, zt_fsdp *f, zt
   if ((s = agree(f, s, "loading checkpoint", dir))) goto out;
   if ((s = zt_fsdp_gather_full_params(f))) goto out;
   zt_train_state got;
-  s = zt_checkpoint_load(dir, m, NULL, &got);
+  s = zt_snapshot_load(dir, m, NULL, &got);
   if (!s) s = zt_fsdp_shard_from_full(f);
   if (!s && o) s = load_state_slices(dir, id, &L, o);
   s = agree(f, s, "loading checkpoint", dir);

@@ -111,7 +111,7 @@ const zt__st_info *zt__st_find(const zt__st_info *info, int n, const char *name)
 const char *zt__fmt_double(char buf[32], double v);
 /* state.json text for st (extra: more members, each "  \"key\": value,\n", or NULL). */
 void zt__ck_state_json(zt__buf *b, const zt_train_state *st, const char *save_id, bool has_optim, const char *extra);
-/* Read dir/state.json of one checkpoint folder (a series is resolved first: zt_checkpoint_resolve);
+/* Read dir/state.json of one checkpoint folder (a series is resolved first: zt_snapshot_resolve);
  * errors name the file and field; outputs may be NULL. */
 zt_status zt__ck_read_state(const char *dir, zt_train_state *st, char save_id[64], bool *has_optim);
 /* A fresh save id for a save at this step (unique per save; its second field is the save
@@ -133,9 +133,9 @@ zt_status zt__ck_stage_begin(const char *dir, int64_t step, zt__ck_stage *k);
 zt_status zt__ck_stage_join(const char *dir, const char *name, zt__ck_stage *k);
 zt_status zt__ck_stage_commit(zt__ck_stage *k);
 void zt__ck_stage_abort(zt__ck_stage *k);
-/* zt_checkpoint_save with the optimizer state given as arrays (full-shaped, named
+/* zt_snapshot_save with the optimizer state given as arrays (full-shaped, named
  * "exp_avg.<param>", ...): the full checkpoint of an FSDP model writes through this. */
-zt_status zt__checkpoint_save_arrays(const char *dir, zt_gpt2 *m, bool has_optim, int n_opt,
+zt_status zt__snapshot_save_arrays(const char *dir, zt_gpt2 *m, bool has_optim, int n_opt,
                                      const char *const *opt_names, zt_tensor *const *opt_tensors, int64_t opt_step,
                                      const zt_train_state *st);
 

@@ -239,7 +239,7 @@ static zt_status save_checkpoint(run *r, int64_t step) {
   ZT_TRY(zt__train_dp_save(&r->dp, r->c, r->c->save, r->model, r->opt, &st));
   r->saved_step = step;
   if (r->dp.rank != 0) return ZT_OK;
-  zt_status s = zt_checkpoint_prune(r->c->save, r->c->keep_checkpoints);
+  zt_status s = zt_snapshot_prune(r->c->save, r->c->keep_checkpoints);
   return s ? zt__error_prefix(s, "saved checkpoint step %lld in '%s', but", (long long)step, r->c->save) : ZT_OK;
 }
 
@@ -303,7 +303,7 @@ zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void 
 static zt_status prepare(run *r, zt_train_state *st, zt_train_result *result) {
   const zt_train_config *c = r->c;
   if (c->resume[0]) {
-    ZT_TRY(zt_checkpoint_read_state(c->resume, st));
+    ZT_TRY(zt_snapshot_read_state(c->resume, st));
     const zt_gpt2_config *k = &st->model;
     if (k->n_layer != r->g.n_layer || k->n_head != r->g.n_head || k->n_embd != r->g.n_embd ||
         k->vocab_size != r->g.vocab_size || k->block_size != r->g.block_size)

@@ -116,11 +116,11 @@ zt_status zt__train_dp_gather(zt__train_dp *dp, const double *mine, int n, doubl
 zt_status zt__train_dp_save(zt__train_dp *dp, const zt_train_config *c, const char *dir, zt_gpt2 *m, zt_optim *o,
                             const zt_train_state *st) {
   if (dp->fsdp)
-    return c->save_full ? zt_checkpoint_save_full(dir, m, dp->fsdp, o, st)
-                        : zt_checkpoint_save_sharded(dir, dp->fsdp, o, st);
+    return c->save_full ? zt_snapshot_save_full(dir, m, dp->fsdp, o, st)
+                        : zt_snapshot_save_sharded(dir, dp->fsdp, o, st);
   // plain and DDP: every rank holds the same values; rank 0 writes, the others wait for it
   zt_status s = ZT_OK;
-  if (dp->rank == 0) s = zt_checkpoint_save(dir, m, o, st);
+  if (dp->rank == 0) s = zt_snapshot_save(dir, m, o, st);
   if (dp->world == 1) return s;
   double ok = s ? 0 : 1;
   zt_status g = zt__train_dp_mean(dp, &ok);
@@ -130,9 +130,9 @@ zt_status zt__train_dp_save(zt__train_dp *dp, const zt_train_config *c, const ch
 }
 
 zt_status zt__train_dp_load(zt__train_dp *dp, const char *dir, zt_gpt2 *m, zt_optim *o, zt_train_state *st) {
-  if (!dp->fsdp) return zt_checkpoint_load(dir, m, o, st);
-  if (zt_checkpoint_is_sharded(dir)) return zt_checkpoint_load_sharded(dir, dp->fsdp, o, st);
-  return zt_checkpoint_load_full(dir, m, dp->fsdp, o, st);
+  if (!dp->fsdp) return zt_snapshot_load(dir, m, o, st);
+  if (zt_snapshot_is_sharded(dir)) return zt_snapshot_load_sharded(dir, dp->fsdp, o, st);
+  return zt_snapshot_load_full(dir, m, dp->fsdp, o, st);
 }
 
 zt_status zt__train_dp_gather_full(zt__train_dp *dp) {

@@ -1,4 +1,4 @@
-/* libFuzzer target: a checkpoint's state.json, read by zt_checkpoint_read_state (the folder
+/* libFuzzer target: a checkpoint's state.json, read by zt_snapshot_read_state (the folder
  * holds only that file). */
 #include <stdio.h>
 #include <sys/stat.h>
@@ -15,6 +15,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   zt_fuzz_write(zt_fuzz_path("ck/state.json"), data, size);
   zt_train_state st;
-  (void)zt_checkpoint_read_state(dir, &st);
+  (void)zt_snapshot_read_state(dir, &st);
   return 0;
 }
