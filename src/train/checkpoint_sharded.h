@@ -1,10 +1,18 @@
-/* Internal format layer of sharded checkpoints (src/train/checkpoint_sharded.c), on plain
- * pieces (a parameter's element range plus a tensor) so it is testable without FSDP.
+/* Internal layer of sharded checkpoints, on plain pieces (a parameter's element range plus a
+ * tensor) so it is testable without FSDP: the format (src/train/shard_format.c), the index
+ * (shard_index.c), the N -> M reader (shard_reader.c) and consolidation (shard_consolidate.c);
+ * the FSDP save and load are in src/train/checkpoint_sharded.c.
  * A piece of (parameter, kind) is elements [start, start + count) of the flattened parameter. */
 #ifndef ZT_TRAIN_CHECKPOINT_SHARDED_H
 #define ZT_TRAIN_CHECKPOINT_SHARDED_H
 
+#include "train/fileio.h"
 #include "zt/train.h"
+
+#define ZT__SH_INDEX "index.json"
+#define ZT__SH_FORMAT "zerotrain-sharded-checkpoint"
+#define ZT__SH_VERSION 1
+#define ZT__SH_PATH_CAP 4096
 
 typedef enum zt__shard_kind {
   ZT__SHARD_PARAM = 0,
@@ -61,6 +69,18 @@ typedef struct zt__shard_index {
   int n;
   zt__shard_entry *e;
 } zt__shard_index;
+/* The element count of a shape (dims >= 0), or -1 when it overflows an int64. */
+int64_t zt__shard_numel(int ndim, const int64_t *shape);
+/* [start, start + count) lies within a parameter of numel elements (overflow-safe). */
+bool zt__shard_range_ok(int64_t start, int64_t count, int64_t numel);
+/* One entry of a piece list (a shard file's metadata or the index; `what` names the file, i is
+ * the entry's position), checked; zt__shard_entry_free frees its strings, entries_free an array. */
+zt_status zt__shard_entry_parse(const char *what, int i, const zt__json *v, zt__shard_entry *e);
+void zt__shard_entry_free(zt__shard_entry *e);
+void zt__shard_entries_free(zt__shard_entry *e, int n);
+/* A shard file's own record of its pieces (its zt_pieces metadata), each entry checked, and
+ * its save id (malloc'd; NULL if it has none). */
+zt_status zt__shard_pieces_read(const char *path, char **save_id, zt__shard_entry **out, int *n);
 /* Read index.json and state.json of a sharded checkpoint (checks they are of one save). */
 zt_status zt__shard_index_read(const char *dir, zt__shard_index **out);
 void zt__shard_index_free(zt__shard_index *ix);
