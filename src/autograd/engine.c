@@ -88,17 +88,21 @@ static void table_insert(task_graph *g, int idx) {
   g->table[h] = idx + 1;
 }
 
+/* The index of n, added; -1 when out of host memory (ZT_STATUS_OOM recorded; g unchanged). */
 static int graph_add(task_graph *g, zt_node *n) {
-  if (g->n == g->cap) {
-    g->cap = g->cap ? 2 * g->cap : 64;
-    g->infos = realloc(g->infos, sizeof *g->infos * (size_t)g->cap);
-    ZT_ASSERT(g->infos);
-  }
+  node_info *infos = zt__grow(g->infos, &g->cap, g->n + 1, sizeof *infos, "backward's node list");
+  if (!infos) return -1;
+  g->infos = infos;
   if (2 * (g->n + 1) > g->table_cap) {
+    int cap = g->table_cap ? 2 * g->table_cap : 128;
+    int *table = calloc((size_t)cap, sizeof *table);
+    if (!table) {
+      ZT_ERR(ZT_STATUS_OOM, "out of host memory: %zu bytes for backward's node table", sizeof *table * (size_t)cap);
+      return -1;
+    }
     free(g->table);
-    g->table_cap = g->table_cap ? 2 * g->table_cap : 128;
-    g->table = calloc((size_t)g->table_cap, sizeof *g->table);
-    ZT_ASSERT(g->table);
+    g->table = table;
+    g->table_cap = cap;
     for (int i = 0; i < g->n; i++) table_insert(g, i);
   }
   g->infos[g->n] = (node_info){.node = n, .capture_first = -1};
@@ -109,26 +113,36 @@ static int graph_add(task_graph *g, zt_node *n) {
   return g->n++;
 }
 
-/* Discover every node reachable from the roots (iterative DFS). */
-static void discover(task_graph *g, int n_roots, zt_node *const *roots) {
+/* Push a node index on discover's stack. */
+static bool stack_push(int **stack, int *sp, int *cap, int idx) {
+  int *grown = zt__grow(*stack, cap, *sp + 1, sizeof *grown, "backward's graph walk");
+  if (!grown) return false;
+  *stack = grown;
+  (*stack)[(*sp)++] = idx;
+  return true;
+}
+
+/* Discover every node reachable from the roots (iterative DFS). Out of host memory: OOM,
+ * with the nodes found so far in g (each retained, released with g). */
+static zt_status discover(task_graph *g, int n_roots, zt_node *const *roots) {
   int *stack = NULL, sp = 0, cap = 0;
-  for (int r = 0; r < n_roots; r++) {
+  zt_status s = ZT_OK;
+  for (int r = 0; r < n_roots && !s; r++) {
     if (!roots[r] || graph_find(g, roots[r]) >= 0) continue;
     int idx = graph_add(g, roots[r]);
-    if (sp == cap) stack = realloc(stack, sizeof *stack * (size_t)(cap = cap ? 2 * cap : 64));
-    stack[sp++] = idx;
-    while (sp) {
+    if (idx < 0 || !stack_push(&stack, &sp, &cap, idx)) s = ZT_STATUS_OOM;
+    while (sp && !s) {
       zt_node *n = g->infos[stack[--sp]].node;
-      for (int i = 0; i < n->n_inputs; i++) {
+      for (int i = 0; i < n->n_inputs && !s; i++) {
         zt_node *m = n->next[i].node;
         if (!m || graph_find(g, m) >= 0) continue;
         int j = graph_add(g, m);
-        if (sp == cap) stack = realloc(stack, sizeof *stack * (size_t)(cap = cap ? 2 * cap : 64));
-        stack[sp++] = j;
+        if (j < 0 || !stack_push(&stack, &sp, &cap, j)) s = ZT_STATUS_OOM;
       }
     }
   }
   free(stack);
+  return s;
 }
 
 /* zt_grad: a node is needed if it is a capture target or leads to one. Visit nodes in
@@ -144,9 +158,10 @@ static int cmp_seq(const void *a, const void *b) {
   return (x->seq > y->seq) - (x->seq < y->seq);
 }
 
-static void mark_needed_for_capture(task_graph *g) {
-  seq_idx *order = malloc(sizeof *order * (size_t)(g->n ? g->n : 1));
-  ZT_ASSERT(order);
+static zt_status mark_needed_for_capture(task_graph *g) {
+  size_t bytes = sizeof(seq_idx) * (size_t)(g->n ? g->n : 1);
+  seq_idx *order = malloc(bytes);
+  if (!order) return ZT_ERR(ZT_STATUS_OOM, "out of host memory: %zu bytes for zt_grad's node order", bytes);
   for (int k = 0; k < g->n; k++) order[k] = (seq_idx){g->infos[k].node->seq_nr, k};
   qsort(order, (size_t)g->n, sizeof *order, cmp_seq);
   bool changed = true;
@@ -168,6 +183,7 @@ static void mark_needed_for_capture(task_graph *g) {
     }
   }
   free(order);
+  return ZT_OK;
 }
 
 /* ------------------------------------------------ ready queue: max-heap on priority
@@ -189,12 +205,10 @@ static bool before(const task_graph *g, int a, int b) {
   return x->seq_nr > y->seq_nr;
 }
 
-static void heap_push(heap *h, const task_graph *g, int idx) {
-  if (h->n == h->cap) {
-    h->cap = h->cap ? 2 * h->cap : 64;
-    h->items = realloc(h->items, sizeof *h->items * (size_t)h->cap);
-    ZT_ASSERT(h->items);
-  }
+static zt_status heap_push(heap *h, const task_graph *g, int idx) {
+  int *items = zt__grow(h->items, &h->cap, h->n + 1, sizeof *items, "backward's ready queue");
+  if (!items) return ZT_STATUS_OOM;
+  h->items = items;
   int i = h->n++;
   h->items[i] = idx;
   while (i > 0) {
@@ -205,6 +219,7 @@ static void heap_push(heap *h, const task_graph *g, int idx) {
     h->items[i] = t;
     i = p;
   }
+  return ZT_OK;
 }
 
 static int heap_pop(heap *h, const task_graph *g) {
@@ -382,7 +397,12 @@ static zt_status run_node(task_graph *g, int idx, heap *ready, capture *caps, zt
   int ni = n->n_inputs;
   bool *needs = calloc((size_t)(ni ? ni : 1), sizeof *needs);
   zt_tensor **gin = calloc((size_t)(ni ? ni : 1), sizeof *gin);
-  ZT_ASSERT(needs && gin);
+  if (!needs || !gin) {
+    free(needs);
+    free(gin);
+    free_bufs(bufs, n->n_outputs);
+    return ZT_ERR(ZT_STATUS_OOM, "out of host memory: the input-grad lists of a node with %d inputs", ni);
+  }
   for (int i = 0; i < ni; i++) {
     zt_node *m = n->next[i].node;
     if (m) {
@@ -424,7 +444,8 @@ static zt_status run_node(task_graph *g, int idx, heap *ready, capture *caps, zt
     zt_tensor_free(gin[i]);
     if (--mi->deps == 0 && !mi->queued) {
       mi->queued = true;
-      heap_push(ready, g, (int)(mi - g->infos));
+      zt_status hs = heap_push(ready, g, (int)(mi - g->infos));
+      if (!s) s = hs;
     }
   }
   free(needs);
@@ -451,7 +472,13 @@ static zt_status run_backward(int n_roots, zt_tensor *const *roots, zt_tensor *c
   zt__edge *root_edges = calloc((size_t)n_roots, sizeof *root_edges);
   zt_tensor **root_grads = calloc((size_t)n_roots, sizeof *root_grads);
   capture *caps = calloc((size_t)(n_inputs ? n_inputs : 1), sizeof *caps);
-  ZT_ASSERT(root_edges && root_grads && caps);
+  if (!root_edges || !root_grads || !caps) {
+    free(root_edges);
+    free(root_grads);
+    free(caps);
+    return ZT_ERR(ZT_STATUS_OOM, "%s: out of host memory for the lists of %d outputs and %d inputs", fn, n_roots,
+                  n_inputs);
+  }
   task_graph g = {0};
   heap ready = {0};
   graph_task task = {0}, *prev_task = tl_task;
@@ -497,9 +524,14 @@ static zt_status run_backward(int n_roots, zt_tensor *const *roots, zt_tensor *c
 
   {
     zt_node **rn = malloc(sizeof *rn * (size_t)n_roots);
+    if (!rn) {
+      s = ZT_ERR(ZT_STATUS_OOM, "%s: out of host memory for the list of %d outputs", fn, n_roots);
+      goto done;
+    }
     for (int r = 0; r < n_roots; r++) rn[r] = root_edges[r].node;
-    discover(&g, n_roots, rn);
+    s = discover(&g, n_roots, rn);
     free(rn);
+    if (s) goto done;
   }
   if (inputs) {
     for (int i = 0; i < n_inputs; i++) {
@@ -518,14 +550,17 @@ static zt_status run_backward(int n_roots, zt_tensor *const *roots, zt_tensor *c
       g.infos[j].capture_first = i;
       g.infos[j].needed = true;
     }
-    mark_needed_for_capture(&g);
+    if ((s = mark_needed_for_capture(&g))) goto done;
   } else {
     for (int k = 0; k < g.n; k++) g.infos[k].needed = g.infos[k].runs = true;
   }
   for (int k = 0; k < g.n; k++) {
     node_info *in = &g.infos[k];
     in->buf = calloc((size_t)(in->node->n_outputs ? in->node->n_outputs : 1), sizeof *in->buf);
-    ZT_ASSERT(in->buf);
+    if (!in->buf) {
+      s = ZT_ERR(ZT_STATUS_OOM, "%s: out of host memory for the grad buffers of %d nodes", fn, g.n);
+      goto done;
+    }
   }
   for (int k = 0; k < g.n; k++) {
     node_info *in = &g.infos[k];
@@ -547,7 +582,7 @@ static zt_status run_backward(int n_roots, zt_tensor *const *roots, zt_tensor *c
     node_info *in = &g.infos[graph_find(&g, root_edges[r].node)];
     if (in->needed && in->deps == 0 && !in->queued) {
       in->queued = true;
-      heap_push(&ready, &g, (int)(in - g.infos));
+      if ((s = heap_push(&ready, &g, (int)(in - g.infos)))) goto done;
     }
   }
 

@@ -19,6 +19,7 @@ static zt_status fn_apply(zt_node *n, zt_tensor *const *grad_outputs, const bool
 
 static void fn_destroy(zt_node *n) {
   fn_payload *p = n->payload;
+  if (!p) return; /* the payload could not be allocated */
   if (p->data_free) p->data_free(p->data);
   free(p->needs_input_grad);
   free(p);
@@ -54,12 +55,17 @@ zt_status zt_function_apply(const zt_function *fn, int n_inputs, zt_tensor *cons
                   fn->name ? fn->name : "?");
   bool record = zt_grad_enabled() && zt__any_requires_grad(n_inputs, inputs);
   zt_node *n = zt__node_new(&fn_vt, n_inputs, n_outputs);
+  if (!n) return zt__error_prefix(ZT_STATUS_OOM, "zt_function_apply(%s)", fn->name ? fn->name : "?");
   n->name = fn->name;
   fn_payload *p = calloc(1, sizeof *p);
-  ZT_ASSERT(p);
+  if (p) p->needs_input_grad = calloc((size_t)(n_inputs ? n_inputs : 1), sizeof(bool));
+  if (!p || !p->needs_input_grad) {
+    free(p);
+    zt__node_release(n);
+    return ZT_ERR(ZT_STATUS_OOM, "zt_function_apply(%s): out of host memory for the node's payload",
+                  fn->name ? fn->name : "?");
+  }
   p->fn = fn;
-  p->needs_input_grad = calloc((size_t)(n_inputs ? n_inputs : 1), sizeof(bool));
-  ZT_ASSERT(p->needs_input_grad);
   n->payload = p;
   zt_status s = ZT_OK;
   for (int i = 0; i < n_inputs && s == ZT_OK; i++) {

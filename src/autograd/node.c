@@ -13,7 +13,10 @@ static _Atomic int64_t g_seq_nr = 0;
 
 zt_node *zt__node_new(const zt__node_vtable *vt, int n_inputs, int n_outputs) {
   zt_node *n = calloc(1, sizeof *n);
-  ZT_ASSERT(n);
+  if (!n) {
+    ZT_ERR(ZT_STATUS_OOM, "out of host memory: %zu bytes for a graph node", sizeof *n);
+    return NULL;
+  }
   n->vt = vt;
   n->refcount = 1;
   n->seq_nr = atomic_fetch_add(&g_seq_nr, 1);
@@ -23,7 +26,16 @@ zt_node *zt__node_new(const zt__node_vtable *vt, int n_inputs, int n_outputs) {
   n->in_meta = calloc((size_t)(n_inputs ? n_inputs : 1), sizeof *n->in_meta);
   n->out_meta = calloc((size_t)(n_outputs ? n_outputs : 1), sizeof *n->out_meta);
   n->tensor_hooks = calloc((size_t)(n_outputs ? n_outputs : 1), sizeof *n->tensor_hooks);
-  ZT_ASSERT(n->next && n->in_meta && n->out_meta && n->tensor_hooks);
+  if (!n->next || !n->in_meta || !n->out_meta || !n->tensor_hooks) {
+    free(n->next);
+    free(n->in_meta);
+    free(n->out_meta);
+    free(n->tensor_hooks);
+    free(n);
+    ZT_ERR(ZT_STATUS_OOM, "out of host memory for the edges of a graph node with %d inputs and %d outputs",
+           n_inputs, n_outputs);
+    return NULL;
+  }
   return n;
 }
 
@@ -38,9 +50,14 @@ static void node_destroy_one(zt_node *n, zt_node ***stack, int *sp, int *cap) {
     zt_node *m = n->next[i].node;
     if (m && __atomic_sub_fetch(&m->refcount, 1, __ATOMIC_ACQ_REL) == 0) {
       if (*sp == *cap) {
-        *cap = *cap ? 2 * *cap : 64;
-        *stack = realloc(*stack, sizeof **stack * (size_t)*cap);
-        ZT_ASSERT(*stack);
+        int grown_cap = *cap ? 2 * *cap : 64;
+        zt_node **grown = realloc(*stack, sizeof **stack * (size_t)grown_cap);
+        if (!grown) { /* out of host memory: free this one now, recursively (freeing cannot fail) */
+          node_destroy_one(m, stack, sp, cap);
+          continue;
+        }
+        *stack = grown;
+        *cap = grown_cap;
       }
       (*stack)[(*sp)++] = m;
     }

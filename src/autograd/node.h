@@ -74,7 +74,8 @@ struct zt_node {
   zt__hook_list post_acc_hooks;
 };
 
-/* Create a node with n_inputs edges (all empty) and n_outputs output slots. */
+/* Create a node with n_inputs edges (all empty) and n_outputs output slots; NULL when out of
+ * host memory (ZT_STATUS_OOM recorded, naming the size). */
 zt_node *zt__node_new(const zt__node_vtable *vt, int n_inputs, int n_outputs);
 void zt__node_retain(zt_node *n);
 void zt__node_release(zt_node *n);

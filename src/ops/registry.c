@@ -130,7 +130,11 @@ zt_status zt__op_run(const zt_op *op, int n_in, zt_tensor *const *in, const zt_o
   zt_tensor *in_buf[16];
   c.in = n_in <= 16 ? in_buf : malloc(sizeof *c.in * (size_t)n_in);
   bool *copied = calloc((size_t)(n_in ? n_in : 1), sizeof *copied);
-  ZT_ASSERT(c.in && copied);
+  if (!c.in || !copied) {
+    if (c.in != in_buf) free(c.in);
+    free(copied);
+    return ZT_ERR(ZT_STATUS_OOM, "op '%s': out of host memory for the list of its %d inputs", op->name, n_in);
+  }
   zt_tensor *out_buf[ZT_OP_MAX_ATTRS] = {0};
   c.out = out_buf;
   zt_status s = ZT_OK;
@@ -156,9 +160,13 @@ zt_status zt__op_run(const zt_op *op, int n_in, zt_tensor *const *in, const zt_o
       if (in[i] && in[i]->requires_grad && !nondiff(op, i)) record = true;
   if (record) {
     c.node = zt__node_new(&op_vt, n_in, c.n_out);
+    op_payload *p = c.node ? malloc(sizeof *p) : NULL;
+    if (!p) {
+      s = c.node ? ZT_ERR(ZT_STATUS_OOM, "out of host memory for a graph node's payload") : ZT_STATUS_OOM;
+      zt__error_prefix(s, "op '%s'", op->name);
+      goto cleanup;
+    }
     c.node->name = op->node_name;
-    op_payload *p = malloc(sizeof *p);
-    ZT_ASSERT(p);
     p->op = op;
     p->attrs = c.attrs;
     p->device = dev;

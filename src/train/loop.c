@@ -27,12 +27,12 @@ static int cmp_double(const void *a, const void *b) {
 double zt_sgemm_gflops(int n, int reps) {
   size_t nn = (size_t)n * (size_t)n;
   float *a = malloc(nn * sizeof *a), *b = malloc(nn * sizeof *b), *c = malloc(nn * sizeof *c);
-  if (!a || !b || !c || reps < 1) {
-    free(a), free(b), free(c);
+  double *t = reps >= 1 ? malloc(sizeof *t * (size_t)reps) : NULL;
+  if (!a || !b || !c || !t) { /* reps < 1, or out of host memory: no measure */
+    free(a), free(b), free(c), free(t);
     return 0;
   }
   for (size_t i = 0; i < nn; i++) a[i] = (float)(i % 7) * 0.1f, b[i] = (float)(i % 5) * 0.1f;
-  double *t = malloc(sizeof *t * (size_t)reps);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
   for (int r = 0; r < reps; r++) {
     double t0 = zt_clock_now();

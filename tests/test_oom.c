@@ -1,0 +1,127 @@
+/* Out of memory is a status, not an abort: a backward whose allocations start failing at
+ * every possible point returns ZT_STATUS_OOM with a message, leaks nothing, and leaves the
+ * graph usable (the same backward then gives the grads of a run that never failed); the
+ * grow-array helper reports the size and purpose and leaves the array as it was. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/grow.h"
+#include "zt_test.h"
+
+/* A backing allocator that fails once `left` allocations have been made (left < 0: never). */
+typedef struct failing {
+  int left;
+  int failed;
+  int live;
+} failing;
+
+static void *failing_alloc(void *ctx, size_t bytes, zt_device dev) {
+  (void)dev;
+  failing *f = ctx;
+  if (f->left == 0) {
+    f->failed++;
+    return NULL;
+  }
+  if (f->left > 0) f->left--;
+  f->live++;
+  return aligned_alloc(64, (bytes + 63) / 64 * 64);
+}
+static void failing_free(void *ctx, void *ptr, size_t bytes, zt_device dev) {
+  (void)bytes, (void)dev;
+  failing *f = ctx;
+  f->live--;
+  free(ptr);
+}
+
+/* loss = sum(tanh(x @ w) * x); grads of x and w into gx, gw (copies). */
+static zt_status forward_backward(zt_tensor *x, zt_tensor *w, zt_tensor **gx, zt_tensor **gw) {
+  zt_tensor *y = NULL, *t = NULL, *m = NULL, *loss = NULL;
+  zt_status s = zt_matmul(x, w, false, false, &y);
+  if (!s) s = zt_tanh(y, &t);
+  if (!s) s = zt_mul(t, x, &m);
+  if (!s) s = zt_sum(m, 0, NULL, false, &loss);
+  zt_tensor *in[2] = {x, w}, *g[2] = {NULL, NULL};
+  if (!s) s = zt_grad(1, &loss, NULL, 2, in, false, g);
+  zt_tensor_free(loss), zt_tensor_free(m), zt_tensor_free(t), zt_tensor_free(y);
+  *gx = g[0], *gw = g[1];
+  return s;
+}
+
+static void test_backward_oom_at_every_allocation(void) {
+  failing f = {-1, 0, 0};
+  zt_allocator al = {failing_alloc, failing_free, &f};
+  ZT_CHECK_OK(zt_mem_set_allocator(ZT_DEVICE_CPU, &al));
+  int64_t sx[] = {6, 6};
+  zt_tensor *x = zt_test_rand_leaf(2, sx, ZT_DTYPE_F32, -1, 1, 1);
+  zt_tensor *w = zt_test_rand_leaf(2, sx, ZT_DTYPE_F32, -1, 1, 2);
+  zt_tensor *rx = NULL, *rw = NULL;
+  ZT_CHECK_OK(forward_backward(x, w, &rx, &rw));
+  int baseline = f.live;
+  int oom = 0;
+  for (int budget = 0; budget < 64; budget++) {
+    f.left = budget;
+    zt_tensor *gx = NULL, *gw = NULL;
+    zt_clear_error();
+    zt_status s = forward_backward(x, w, &gx, &gw);
+    f.left = -1;
+    if (s) {
+      ZT_CHECK(s == ZT_STATUS_OOM);
+      ZT_CHECK(strstr(zt_last_error(), "out of memory") != NULL);
+      ZT_CHECK(gx == NULL && gw == NULL);
+      ZT_CHECK(f.live == baseline); /* nothing of the failed step is left */
+      oom++;
+      continue;
+    }
+    ZT_CHECK(zt_test_bitwise_equal(gx, rx) && zt_test_bitwise_equal(gw, rw));
+    zt_tensor_free(gx), zt_tensor_free(gw);
+    break; /* enough allocations for the whole step: later budgets change nothing */
+  }
+  ZT_CHECK(oom > 3 && f.failed == oom);
+  /* the graph survives a failed backward: forward once, backward fails, backward again */
+  zt_tensor *y = NULL, *loss = NULL;
+  ZT_CHECK_OK(zt_matmul(x, w, false, false, &y));
+  ZT_CHECK_OK(zt_sum(y, 0, NULL, false, &loss));
+  zt_tensor *in[2] = {x, w}, *g[2] = {NULL, NULL};
+  f.left = 0;
+  ZT_CHECK_ERR(zt_grad(1, &loss, NULL, 2, in, true, g), ZT_STATUS_OOM, "out of memory");
+  f.left = -1;
+  ZT_CHECK_OK(zt_grad(1, &loss, NULL, 2, in, false, g));
+  ZT_CHECK(g[0] && g[1]);
+  zt_tensor_free(g[0]), zt_tensor_free(g[1]);
+  zt_tensor_free(loss), zt_tensor_free(y);
+  zt_tensor_free(rx), zt_tensor_free(rw), zt_tensor_free(x), zt_tensor_free(w);
+  ZT_CHECK(f.live == 0);
+  ZT_CHECK_OK(zt_mem_set_allocator(ZT_DEVICE_CPU, NULL));
+}
+
+static void test_grow_array(void) {
+  int cap = 0;
+  int *a = zt__grow(NULL, &cap, 3, sizeof *a, "a test list");
+  ZT_CHECK(a && cap == 8);
+  a[0] = 7;
+  ZT_CHECK(zt__grow(a, &cap, 8, sizeof *a, "a test list") == a && cap == 8); /* room enough */
+  int *b = zt__grow(a, &cap, 9, sizeof *b, "a test list");
+  ZT_CHECK(b && cap == 16 && b[0] == 7);
+  a = b;
+  /* a size no allocator gives: NULL, a status naming the purpose, the array untouched */
+  zt_clear_error();
+  ZT_CHECK(zt__grow(a, &cap, 1 << 30, (size_t)1 << 40, "a huge test list") == NULL);
+  ZT_CHECK(strstr(zt_last_error(), "out of host memory") && strstr(zt_last_error(), "a huge test list"));
+  zt_clear_error();
+  ZT_CHECK(zt__grow(a, &cap, 1 << 20, (size_t)1 << 30, "a large test list") == NULL); /* 1 PiB */
+  ZT_CHECK(strstr(zt_last_error(), "could not allocate 1125899906842624 bytes for a large test list"));
+  ZT_CHECK(cap == 16 && a[0] == 7);
+  free(a);
+}
+
+/* Under AddressSanitizer, an allocation that cannot be served returns NULL (as plain malloc
+ * does) instead of ending the process, so the 1 PiB request above is a status there too. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void) { return "allocator_may_return_null=1"; }
+
+int main(void) {
+  ZT_RUN(test_backward_oom_at_every_allocation);
+  ZT_RUN(test_grow_array);
+  return zt_test_finish();
+}
