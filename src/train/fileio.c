@@ -351,87 +351,71 @@ static void put_utf8(zt__buf *b, uint32_t cp) {
   zt__buf_put(b, u, n);
 }
 
-/* At the opening quote; on success *out is a malloc'd string. */
-static zt_status parse_string(jparser *p, char **out) {
+/* At the opening quote: the string's unescaped text appended to b (NUL-terminated, as b
+ * always is); on failure b holds a partial text that the caller frees or reuses. */
+static zt_status parse_string_into(jparser *p, zt__buf *b) {
   p->pos++;
-  /* the common case, no escapes: one allocation of the exact size */
-  size_t end = p->pos;
-  while (end < p->len && p->s[end] != '"' && p->s[end] != '\\' && (unsigned char)p->s[end] >= 0x20) end++;
-  if (end < p->len && p->s[end] == '"') {
-    char *str = malloc(end - p->pos + 1);
-    if (!str) return ZT_ERR(ZT_STATUS_OOM, "out of memory parsing %s", p->what);
-    memcpy(str, p->s + p->pos, end - p->pos);
-    str[end - p->pos] = '\0';
-    p->pos = end + 1;
-    *out = str;
-    return ZT_OK;
-  }
-  zt__buf b = {0};
-  zt__buf_put(&b, "", 0);
+  zt__buf_put(b, "", 0);
   for (;;) {
-    if (p->pos >= p->len) {
-      zt__buf_free(&b);
-      return jerr(p, "unterminated string");
-    }
+    if (p->pos >= p->len) return jerr(p, "unterminated string");
     unsigned char c = (unsigned char)p->s[p->pos];
     if (c == '"') {
       p->pos++;
       break;
     }
-    if (c < 0x20) {
-      zt__buf_free(&b);
-      return jerr(p, "control character 0x%02x in a string (escape it)", c);
-    }
+    if (c < 0x20) return jerr(p, "control character 0x%02x in a string (escape it)", c);
     if (c != '\\') {
       size_t start = p->pos;
       while (p->pos < p->len && p->s[p->pos] != '"' && p->s[p->pos] != '\\' && (unsigned char)p->s[p->pos] >= 0x20)
         p->pos++;
-      zt__buf_put(&b, p->s + start, p->pos - start);
+      zt__buf_put(b, p->s + start, p->pos - start);
       continue;
     }
-    if (p->pos + 1 >= p->len) {
-      zt__buf_free(&b);
-      return jerr(p, "unterminated string");
-    }
+    if (p->pos + 1 >= p->len) return jerr(p, "unterminated string");
     char e = p->s[p->pos + 1];
     static const char esc[] = "\"\\/bfnrt", map[] = "\"\\/\b\f\n\r\t";
     const char *simple = e ? strchr(esc, e) : NULL;
     if (simple) {
-      zt__buf_put(&b, &map[simple - esc], 1);
+      zt__buf_put(b, &map[simple - esc], 1);
       p->pos += 2;
       continue;
     }
-    if (e != 'u') {
-      zt__buf_free(&b);
-      return jerr(p, "invalid escape '\\%c' in a string (unknown escape letter)", e);
-    }
+    if (e != 'u') return jerr(p, "invalid escape '\\%c' in a string (unknown escape letter)", e);
     int cp = p->pos + 6 <= p->len ? hex4(p->s + p->pos + 2) : -1;
-    if (cp < 0) {
-      zt__buf_free(&b);
-      return jerr(p, "invalid \\u escape (needs 4 hex digits)");
-    }
+    if (cp < 0) return jerr(p, "invalid \\u escape (needs 4 hex digits)");
     p->pos += 6;
     uint32_t code = (uint32_t)cp;
     if (cp >= 0xD800 && cp <= 0xDBFF) {
       int lo = p->pos + 6 <= p->len && p->s[p->pos] == '\\' && p->s[p->pos + 1] == 'u' ? hex4(p->s + p->pos + 2) : -1;
-      if (lo < 0xDC00 || lo > 0xDFFF) {
-        zt__buf_free(&b);
-        return jerr(p, "a high surrogate not followed by a low one (\\u%04x)", cp);
-      }
+      if (lo < 0xDC00 || lo > 0xDFFF) return jerr(p, "a high surrogate not followed by a low one (\\u%04x)", cp);
       p->pos += 6;
       code = 0x10000 + (((uint32_t)cp - 0xD800) << 10) + ((uint32_t)lo - 0xDC00);
-    } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-      zt__buf_free(&b);
-      return jerr(p, "a lone low surrogate without a high one (\\u%04x)", cp);
-    } else if (cp == 0) {
-      zt__buf_free(&b);
-      return jerr(p, "\\u0000 (NUL) is not allowed in strings here");
-    }
-    put_utf8(&b, code);
+    } else if (cp >= 0xDC00 && cp <= 0xDFFF) return jerr(p, "a lone low surrogate without a high one (\\u%04x)", cp); else if (cp == 0) return jerr(p, "\\u0000 (NUL) is not allowed in strings here");
+    put_utf8(b, code);
   }
-  if (b.oom) {
+  if (b->oom) return ZT_ERR(ZT_STATUS_OOM, "out of memory parsing %s", p->what);
+  return ZT_OK;
+}
+
+/* At the opening quote; on success *out is a malloc'd string. */
+static zt_status parse_string(jparser *p, char **out) {
+  /* the common case, no escapes: one allocation of the exact size */
+  size_t start = p->pos + 1, end = start;
+  while (end < p->len && p->s[end] != '"' && p->s[end] != '\\' && (unsigned char)p->s[end] >= 0x20) end++;
+  if (end < p->len && p->s[end] == '"') {
+    char *str = malloc(end - start + 1);
+    if (!str) return ZT_ERR(ZT_STATUS_OOM, "out of memory parsing %s", p->what);
+    memcpy(str, p->s + start, end - start);
+    str[end - start] = '\0';
+    p->pos = end + 1;
+    *out = str;
+    return ZT_OK;
+  }
+  zt__buf b = {0};
+  zt_status s = parse_string_into(p, &b);
+  if (s) {
     zt__buf_free(&b);
-    return ZT_ERR(ZT_STATUS_OOM, "out of memory parsing %s", p->what);
+    return s;
   }
   *out = b.data;
   return ZT_OK;
@@ -439,8 +423,9 @@ static zt_status parse_string(jparser *p, char **out) {
 
 static bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
-static zt_status parse_number(jparser *p, zt__json *out) {
-  size_t start = p->pos, i = p->pos;
+/* The end of the number at p->pos (checked against JSON's grammar), in *end. */
+static zt_status scan_number(jparser *p, size_t *end) {
+  size_t i = p->pos;
   const char *s = p->s;
   if (i < p->len && s[i] == '-') i++;
   if (i >= p->len || !is_digit(s[i])) return jerr(p, "invalid number");
@@ -460,12 +445,19 @@ static zt_status parse_number(jparser *p, zt__json *out) {
     if (i >= p->len || !is_digit(s[i])) return jerr(p, "invalid number (digits must follow the exponent)");
     while (i < p->len && is_digit(s[i])) i++;
   }
+  *end = i;
+  return ZT_OK;
+}
+
+static zt_status parse_number(jparser *p, zt__json *out) {
+  size_t start = p->pos, end;
+  ZT_TRY(scan_number(p, &end));
   out->kind = ZT__JSON_NUMBER;
-  out->str = malloc(i - start + 1);
+  out->str = malloc(end - start + 1);
   if (!out->str) return ZT_ERR(ZT_STATUS_OOM, "out of memory parsing %s", p->what);
-  memcpy(out->str, s + start, i - start);
-  out->str[i - start] = '\0';
-  p->pos = i;
+  memcpy(out->str, p->s + start, end - start);
+  out->str[end - start] = '\0';
+  p->pos = end;
   return ZT_OK;
 }
 
@@ -642,35 +634,61 @@ zt_status zt__json_each_member(const char *text, size_t len, const char *what, z
   if (p.pos >= p.len || p.s[p.pos] != '{') return jerr(&p, "expected '{' (a JSON object)");
   p.pos++;
   skip_ws(&p);
+  /* one buffer for every key and one for every number value: no allocation per member */
+  zt__buf key = {0}, num = {0};
   zt_status s = ZT_OK;
-  if (p.pos < p.len && p.s[p.pos] == '}') {
+  bool empty = p.pos < p.len && p.s[p.pos] == '}';
+  if (empty) p.pos++;
+  while (!empty && !s) {
+    skip_ws(&p);
+    if (p.pos >= p.len || p.s[p.pos] != '"') {
+      s = jerr(&p, p.pos >= p.len ? "unexpected end (expected a key)" : "expected a string key");
+      break;
+    }
+    key.len = 0;
+    if ((s = parse_string_into(&p, &key))) break;
+    skip_ws(&p);
+    if (p.pos >= p.len || p.s[p.pos] != ':') {
+      s = jerr(&p, "expected ':' after a key");
+      break;
+    }
     p.pos++;
-  } else {
-    for (;;) {
-      skip_ws(&p);
-      if (p.pos >= p.len || p.s[p.pos] != '"')
-        return jerr(&p, p.pos >= p.len ? "unexpected end (expected a key)" : "expected a string key");
-      char *key = NULL;
-      ZT_TRY(parse_string(&p, &key));
-      skip_ws(&p);
-      zt__json v = {0};
-      if (p.pos >= p.len || p.s[p.pos] != ':') s = jerr(&p, "expected ':' after a key");
-      else p.pos++;
-      if (!s) s = parse_value(&p, &v);
-      if (!s) s = fn(key, &v, ctx);
-      json_clear(&v);
-      free(key);
-      if (s) return s;
-      skip_ws(&p);
-      if (p.pos >= p.len) return jerr(&p, "unexpected end (expected ',' or '}')");
-      char c = p.s[p.pos++];
-      if (c == '}') break;
-      if (c != ',') {
-        p.pos--;
-        return jerr(&p, "expected ',' or '}'");
+    skip_ws(&p);
+    zt__json v = {0};
+    size_t end;
+    if (p.pos < p.len && (p.s[p.pos] == '-' || is_digit(p.s[p.pos]))) {
+      if ((s = scan_number(&p, &end))) break;
+      num.len = 0;
+      zt__buf_put(&num, p.s + p.pos, end - p.pos);
+      if (num.oom) {
+        s = ZT_ERR(ZT_STATUS_OOM, "out of memory parsing %s", p.what);
+        break;
       }
+      p.pos = end;
+      v.kind = ZT__JSON_NUMBER;
+      v.str = num.data; /* not v's: no json_clear */
+      s = fn(key.data, &v, ctx);
+    } else {
+      s = parse_value(&p, &v);
+      if (!s) s = fn(key.data, &v, ctx);
+      json_clear(&v);
+    }
+    if (s) break;
+    skip_ws(&p);
+    if (p.pos >= p.len) {
+      s = jerr(&p, "unexpected end (expected ',' or '}')");
+      break;
+    }
+    char c = p.s[p.pos++];
+    if (c == '}') break;
+    if (c != ',') {
+      p.pos--;
+      s = jerr(&p, "expected ',' or '}'");
     }
   }
+  zt__buf_free(&key);
+  zt__buf_free(&num);
+  if (s) return s;
   skip_ws(&p);
   if (p.pos < p.len) return jerr(&p, "unexpected text after the end of the value (more text after the object)");
   return ZT_OK;
