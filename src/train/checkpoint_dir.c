@@ -255,7 +255,7 @@ zt_status zt_snapshot_prune(const char *dir_in, int keep) {
   }
   closedir(d);
   if (!s) {
-    qsort(v, (size_t)n, sizeof *v, newest_first);
+    if (n > 1) qsort(v, (size_t)n, sizeof *v, newest_first); /* v is NULL when n is 0 */
     /* the latest counts as one of the kept */
     for (int i = keep - (latest[0] ? 1 : 0); i < n && !s; i++)
       if (!zt__path_join(path, CK_PATH_CAP, dir, v[i].name) && !remove_ck_folder(path) && errno != ENOTEMPTY &&
