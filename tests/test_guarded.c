@@ -1,7 +1,8 @@
 /* The guarded device (tests/guard_backend.c): memory the host cannot touch except through
  * its backend. Every op on it gives bitwise the CPU's outputs and gradients; GPT-2 tiny
- * trains on it bitwise as on the CPU (plain, full and selective recompute); a direct host access crashes (SIGSEGV), and an op with no kernel for a device
- * names the op and the device. */
+ * trains on it bitwise as on the CPU (plain, full and selective recompute, activation offload
+ * to each tier); a direct host access crashes (SIGSEGV), and an op with no kernel for a
+ * device names the op and the device. */
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -253,7 +254,7 @@ static void test_empty_slot_error(void) {
 
 /* ------------------------------------------------------------ GPT-2 training */
 enum { B = 2, T = 16, STEPS = 3, MAXP = 64 };
-typedef enum mode { MODE_PLAIN, MODE_FULL, MODE_SELECTIVE, MODE_OFFLOAD } mode; /* offload: not yet (offload.c stages cpu tensors only) */
+typedef enum mode { MODE_PLAIN, MODE_FULL, MODE_SELECTIVE, MODE_OFFLOAD_HOST, MODE_OFFLOAD_BF16, MODE_OFFLOAD_DISK } mode;
 
 typedef struct run {
   double loss[STEPS];
@@ -284,8 +285,12 @@ static void train(zt_device dev, mode md, run *r) {
   params_to(m, dev);
   if (md == MODE_FULL) ZT_CHECK_OK(zt_gpt2_set_recompute(m, ZT_RECOMPUTE_FULL, 1));
   if (md == MODE_SELECTIVE) ZT_CHECK_OK(zt_gpt2_set_recompute(m, ZT_RECOMPUTE_SELECTIVE, 1));
-  if (md == MODE_OFFLOAD) {
-    zt_offload_options oo = zt_offload_options_default(ZT_OFFLOAD_HOST);
+  if (md >= MODE_OFFLOAD_HOST) {
+    zt_offload_tier tier = md == MODE_OFFLOAD_HOST ? ZT_OFFLOAD_HOST
+                           : md == MODE_OFFLOAD_BF16 ? ZT_OFFLOAD_BF16
+                                                     : ZT_OFFLOAD_DISK;
+    zt_offload_options oo = zt_offload_options_default(tier);
+    oo.min_bytes = 0; /* tiny GPT-2's activations are small: offload them all */
     ZT_CHECK_OK(zt_gpt2_set_activation_offload(m, &oo));
   }
   zt_param *ps;
@@ -302,6 +307,11 @@ static void train(zt_device dev, mode md, run *r) {
     ZT_CHECK_OK(zt_backward(1, &loss, NULL, false));
     r->loss[s] = zt_tensor_get(loss, 0);
     zt_tensor_free(loss);
+    if (md >= MODE_OFFLOAD_HOST) { /* the tier was used, and its loads ran (on the helper thread too) */
+      zt_offload_stats st;
+      zt_offload_stats_get(zt_gpt2_activation_offload(m), &st);
+      ZT_CHECK(st.tensors_offloaded > 0 && st.unpacks > 0 && st.threads_started > 0 && st.bytes_in_tier == 0);
+    }
     double norm = 0;
     ZT_CHECK_OK(zt_clip_grad_norm(np, ps, 0.5, &norm));
     ZT_CHECK_OK(zt_optim_step(o, 1e-2));
@@ -343,6 +353,9 @@ static void gpt2_mode(mode md, const char *what) {
 static void test_gpt2_plain(void) { gpt2_mode(MODE_PLAIN, "plain"); }
 static void test_gpt2_recompute_full(void) { gpt2_mode(MODE_FULL, "full recompute"); }
 static void test_gpt2_recompute_selective(void) { gpt2_mode(MODE_SELECTIVE, "selective recompute"); }
+static void test_gpt2_offload_host(void) { gpt2_mode(MODE_OFFLOAD_HOST, "activation offload (host tier)"); }
+static void test_gpt2_offload_bf16(void) { gpt2_mode(MODE_OFFLOAD_BF16, "activation offload (bf16 tier)"); }
+static void test_gpt2_offload_disk(void) { gpt2_mode(MODE_OFFLOAD_DISK, "activation offload (disk tier)"); }
 
 int main(void) {
   ZT_RUN(test_tensor_moves);
@@ -352,5 +365,8 @@ int main(void) {
   ZT_RUN(test_gpt2_plain);
   ZT_RUN(test_gpt2_recompute_full);
   ZT_RUN(test_gpt2_recompute_selective);
+  ZT_RUN(test_gpt2_offload_host);
+  ZT_RUN(test_gpt2_offload_bf16);
+  ZT_RUN(test_gpt2_offload_disk);
   return zt_test_finish();
 }

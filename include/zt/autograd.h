@@ -92,6 +92,9 @@ typedef struct zt_saved_tensor_hooks {
 zt_status zt_saved_tensor_hooks_push(const zt_saved_tensor_hooks *hooks);
 zt_status zt_saved_tensor_hooks_pop(void);
 int zt_saved_tensor_hooks_depth(void);
+/* This thread's top hooks (NULL when the stack is empty); a store checks it is on top
+ * before it pops. */
+const zt_saved_tensor_hooks *zt_saved_tensor_hooks_top(void);
 /* Run with an empty stack: stash it, and put it back (checkpoint recompute uses this). */
 typedef struct zt_saved_hooks_stash {
   void *entries;
@@ -126,6 +129,10 @@ zt_status zt_node_save(zt_node *node, const zt_tensor *t, int *index);
  * owned by the node until its backward returns. */
 zt_status zt_node_saved(zt_node *node, int i, zt_tensor **out);
 int zt_node_n_saved(const zt_node *node);
+/* Free the tensors zt_node_saved unpacked on node now, instead of after its backward
+ * returns (the engine does it then); a later zt_node_saved unpacks again. Checkpoint
+ * recomputation uses it to drop a parent's recomputed tensors early. */
+void zt_node_drop_unpacked(zt_node *node);
 
 /* ---------------------------------------------------------------- custom functions */
 /* A user-defined differentiable function. forward runs with grad disabled and must

@@ -101,4 +101,54 @@ zt_status zt_cast(zt_tensor *a, zt_dtype dtype, zt_tensor **out);
 void zt_set_num_threads(int n);
 int zt_get_num_threads(void);
 
+/* ------------------------------------------------ op policies (selective checkpointing)
+ * The dispatcher asks a checkpoint region's policy about each op it records; the region
+ * itself is in zt/checkpoint.h. */
+/* Selective checkpointing (non-reentrant only): a policy says, for each op the region runs
+ * in forward, whether to keep its outputs (SAVE: recomputation does not run the op again,
+ * it reuses them) or to recompute it (RECOMPUTE, the default for every op without a
+ * policy). The policy sees each op once, in forward; recomputation replays its decisions,
+ * so a policy may keep state (a counter). Only ops that record a node are asked (ops on
+ * inputs that need no grad, view ops and custom functions are always recomputed); ops of
+ * a checkpoint nested in the region follow the nested region's own policy. A SAVE op
+ * keeps its outputs and any tensor it saves that is neither an input nor an output (a
+ * layer norm's mean and rstd, attention's logsumexp); its inputs are still recomputed
+ * (they are what the op saves for backward). A recomputation whose op sequence differs
+ * from the forward's fails backward with ZT_STATUS_AUTOGRAD naming both ops. */
+typedef enum zt_checkpoint_decision {
+  ZT_CHECKPOINT_RECOMPUTE = 0,
+  ZT_CHECKPOINT_SAVE
+} zt_checkpoint_decision;
+
+typedef struct zt_checkpoint_op_info {
+  const char *op;             /* the op's registry name: "linear_io", "matmul", "causal_attention", "gelu", ... */
+  int index;                  /* its place among the region's ops the policy sees, from 0 */
+  int n_in;
+  zt_tensor *const *inputs;   /* borrowed; entries may be NULL (an optional bias) */
+  int out_ndim;               /* output 0's shape and dtype (the op has not run yet) */
+  const int64_t *out_shape;
+  zt_dtype out_dtype;
+  int64_t out_bytes;          /* all outputs together */
+} zt_checkpoint_op_info;
+
+typedef zt_checkpoint_decision (*zt_checkpoint_policy_fn)(const zt_checkpoint_op_info *info, void *user_data);
+typedef struct zt_checkpoint_policy {
+  zt_checkpoint_policy_fn fn; /* NULL: recompute every op (full checkpoint) */
+  void *user_data;
+} zt_checkpoint_policy;
+
+/* Built-in policies (user_data unused):
+ *  - save_gemm: keep the outputs of every GEMM (matmul, linear, linear_io), recompute the rest;
+ *  - save_wide_gemm: keep the outputs of GEMMs that widen their input (output's last dim >
+ *    input's: a transformer's QKV and MLP up-projections), recompute the rest; GPT-2's
+ *    `--recompute selective` (the narrowing projections cost little to redo: the MLP's
+ *    down-projection never is, early stop cuts recomputation before it);
+ *  - recompute_attention: Megatron-style, keep every op's outputs except the attention
+ *    core's (causal_attention), which alone is recomputed;
+ *  - save_nothing: recompute every op (what a NULL policy does). */
+zt_checkpoint_decision zt_checkpoint_policy_save_gemm(const zt_checkpoint_op_info *info, void *user_data);
+zt_checkpoint_decision zt_checkpoint_policy_save_wide_gemm(const zt_checkpoint_op_info *info, void *user_data);
+zt_checkpoint_decision zt_checkpoint_policy_recompute_attention(const zt_checkpoint_op_info *info, void *user_data);
+zt_checkpoint_decision zt_checkpoint_policy_save_nothing(const zt_checkpoint_op_info *info, void *user_data);
+
 #endif

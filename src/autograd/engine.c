@@ -411,7 +411,7 @@ static zt_status run_node(task_graph *g, int idx, heap *ready, capture *caps, zt
     }
   }
   s = n->vt->apply(n, bufs, needs, gin);
-  zt__node_drop_unpacked(n);
+  zt_node_drop_unpacked(n);
   for (int i = 0; i < ni; i++)
     if (gin[i] && !needs[i]) {
       zt_tensor_free(gin[i]);

@@ -86,8 +86,6 @@ void zt__node_set_out_meta(zt_node *n, int i, const zt_tensor *t);
 /* Make t an output of n (sets grad_fn, output_nr, requires_grad). */
 void zt__node_attach_output(zt_node *n, int i, zt_tensor *t);
 void zt__node_free_saved(zt_node *n);
-/* After apply: free unpacked saved tensors. */
-void zt__node_drop_unpacked(zt_node *n);
 bool zt__any_requires_grad(int n, zt_tensor *const *ts);
 void zt__meta_of(const zt_tensor *t, zt__tensor_meta *m);
 
@@ -98,8 +96,6 @@ void zt__meta_of(const zt_tensor *t, zt__tensor_meta *m);
 zt_status zt__accumulate_into_leaf(zt_node *acc, zt_tensor *grad, bool adopt);
 extern const zt__node_vtable zt__accumulate_grad_vt;
 
-/* Per-thread saved-hooks top (NULL when the stack is empty). */
-const zt_saved_tensor_hooks *zt__saved_hooks_top(void);
 /* Hooks registered on a tensor before it had a grad_fn/accumulator (not possible:
  * registration creates the accumulator for leaves). */
 zt_status zt__run_tensor_hooks(zt__hook_list *l, zt_tensor **grad);

@@ -35,7 +35,7 @@ zt_status zt_saved_tensor_hooks_pop(void) {
 }
 
 int zt_saved_tensor_hooks_depth(void) { return tl_hooks.n; }
-const zt_saved_tensor_hooks *zt__saved_hooks_top(void) { return tl_hooks.n ? &tl_hooks.items[tl_hooks.n - 1] : NULL; }
+const zt_saved_tensor_hooks *zt_saved_tensor_hooks_top(void) { return tl_hooks.n ? &tl_hooks.items[tl_hooks.n - 1] : NULL; }
 
 void zt_saved_tensor_hooks_stash(zt_saved_hooks_stash *stash) {
   stash->entries = tl_hooks.items;
@@ -60,7 +60,7 @@ zt_status zt_node_save(zt_node *n, const zt_tensor *t, int *index) {
   zt__saved rec = {0};
   rec.version = t->storage->version;
   zt__meta_of(t, &rec.meta);
-  const zt_saved_tensor_hooks *h = zt__saved_hooks_top();
+  const zt_saved_tensor_hooks *h = zt_saved_tensor_hooks_top();
   if (h) {
     rec.hooked = true;
     rec.hooks = *h;
@@ -139,7 +139,8 @@ zt_status zt_node_saved(zt_node *n, int i, zt_tensor **out) {
   return ZT_OK;
 }
 
-void zt__node_drop_unpacked(zt_node *n) {
+void zt_node_drop_unpacked(zt_node *n) {
+  if (!n) return;
   for (int i = 0; i < n->n_saved; i++)
     if (n->saved[i].unpacked) {
       zt_tensor_free(n->saved[i].unpacked);

@@ -140,6 +140,32 @@ void zt__dev_sgd(zt_tensor *w, const zt_tensor *g, zt_tensor *buf, const zt__opt
   be(w)->sgd(be(w)->ctx, w, g, buf, u);
 }
 
+static const zt__backend *be_of_storage(const zt_storage *s) {
+  const zt__backend *b = zt__backend_get(s->device.type);
+  ZT_ASSERT(b && !s->released && s->data);
+  return b;
+}
+
+void zt__dev_storage_read(const zt_storage *s, size_t off, void *host_dst, size_t bytes) {
+  ZT_ASSERT(off + bytes <= s->nbytes);
+  if (bytes) be_of_storage(s)->read(be_of_storage(s)->ctx, host_dst, (const char *)s->data + off, bytes, NULL);
+}
+
+void zt__dev_storage_write(zt_storage *s, size_t off, const void *host_src, size_t bytes) {
+  ZT_ASSERT(off + bytes <= s->nbytes);
+  if (bytes) be_of_storage(s)->write(be_of_storage(s)->ctx, (char *)s->data + off, host_src, bytes, NULL);
+}
+
+void *zt__storage_host_data(const zt_storage *s) {
+  const zt__backend *b = zt__backend_get(s->device.type);
+  return b && b->host_accessible ? s->data : NULL;
+}
+
+void *zt__tensor_host_ptr(const zt_tensor *t) {
+  char *p = zt__storage_host_data(t->storage);
+  return p ? p + t->offset * (int64_t)zt_dtype_size(t->dtype) : NULL;
+}
+
 zt_status zt__tensor_from_host(int ndim, const int64_t *shape, zt_dtype dt, zt_device dev, zt_mem_tag tag,
                                const void *host_src, zt_tensor **out) {
   ZT_TRY(zt_tensor_empty_tagged(ndim, shape, dt, dev, tag, out));

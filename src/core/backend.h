@@ -141,6 +141,18 @@ void zt__dev_sum_to_shape(const zt_tensor *g, zt_tensor *out);
 double zt__dev_sum_squares(const zt_tensor *t, int64_t lo, int64_t n);
 void zt__dev_adamw(zt_tensor *w, const zt_tensor *g, zt_tensor *m, zt_tensor *v, const zt__optim_update *u);
 void zt__dev_sgd(zt_tensor *w, const zt_tensor *g, zt_tensor *buf, const zt__optim_update *u);
+/* Storage-level moves (offload's tier copies): bytes [off, off + bytes) of s to / from host
+ * memory, through s's backend; s not released. */
+void zt__dev_storage_read(const zt_storage *s, size_t off, void *host_dst, size_t bytes);
+void zt__dev_storage_write(zt_storage *s, size_t off, const void *host_src, size_t bytes);
+/* The host address of s's bytes when its device's backend is host_accessible (cpu), else
+ * NULL. The one sanctioned way to skip a staging buffer: code that holds a non-NULL result
+ * may read and write those bytes directly (pread straight into a parameter, a tier copy
+ * with no bounce), and must stage through zt__dev_storage_read / _write otherwise. */
+void *zt__storage_host_data(const zt_storage *s);
+/* The same for tensor t: the host address of its first element (t's offset applied), or NULL. */
+void *zt__tensor_host_ptr(const zt_tensor *t);
+
 /* A new contiguous tensor on dev holding host_src (ndim/shape/dtype as zt_tensor_empty). */
 zt_status zt__tensor_from_host(int ndim, const int64_t *shape, zt_dtype dt, zt_device dev, zt_mem_tag tag,
                                const void *host_src, zt_tensor **out);

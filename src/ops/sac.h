@@ -6,7 +6,7 @@
 #ifndef ZT_OPS_SAC_H
 #define ZT_OPS_SAC_H
 
-#include "zt/checkpoint.h"
+#include "zt/ops.h"
 
 typedef struct zt__sac zt__sac;
 

@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "zt/checkpoint.h"
-#include "../autograd/node.h"
 #include "../ops/sac.h"
 
 static _Thread_local bool tl_early_stop_off = false; /* zero-initialised: early stop on */
@@ -260,7 +259,7 @@ static zt_status recompute(frame *f, int64_t gid, recomputed **out) {
     s = zt_node_saved(saver, f->input_slot[i], &t); /* may recompute a parent checkpoint (Rule 2) */
     if (s == ZT_OK) s = detached_input(t, f->input_requires_grad[i], &args[i]);
   }
-  zt__node_drop_unpacked(saver); /* a parent's recomputed tensors: freed now (Rule 4) */
+  zt_node_drop_unpacked(saver); /* a parent's recomputed tensors: freed now (Rule 4) */
   if (s) {
     zt__error_prefix(s, "zt_checkpoint: cannot recompute the region (its inputs)");
   } else {

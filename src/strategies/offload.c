@@ -2,7 +2,10 @@
  * a tier entry (shared per storage id + version) and keeps no reference to the storage; a
  * helper thread loads the entries packed just before the one being unpacked.
  * Invariants: tier bytes are freed only on the calling thread, never while the helper reads
- * them; everything the helper touches is guarded by mu. */
+ * them; everything the helper touches is guarded by mu. Saved tensors may live on any
+ * device: the tiers work on host bytes, which are the storage's own when its backend is
+ * host-accessible (cpu: no extra copy) and a staging buffer moved by the backend
+ * otherwise (zt__dev_storage_read / _write, on the helper thread too). */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -13,7 +16,7 @@
 #include <unistd.h>
 
 #include "zt/offload.h"
-#include "../autograd/node.h"
+#include "../core/backend.h"
 #include "../core/tensor_internal.h"
 
 #define MAX_PREFETCH 64
@@ -52,7 +55,8 @@ typedef struct tier_ops {
 typedef struct entry {
   uint64_t sid, version;
   zt_dtype dtype;
-  zt_mem_tag tag; /* of the saved storage: loads are accounted as what they bring back */
+  zt_device device; /* of the saved storage: loads are made there */
+  zt_mem_tag tag;   /* of the saved storage: loads are accounted as what they bring back */
   int64_t lo, n;
   size_t nbytes; /* of the span in its own dtype: what a load makes */
   tier_loc loc;  /* where the tier keeps it */
@@ -370,19 +374,25 @@ typedef struct load_src {
   size_t nbytes;
   int64_t n;
   zt_dtype dtype;
+  zt_device device;
   zt_mem_tag tag;
 } load_src;
 
 static load_src src_of(const zt_offload *o, const entry *e) {
-  return (load_src){o->tier, o->tier_ctx, e->loc, e->nbytes, e->n, e->dtype, e->tag};
+  return (load_src){o->tier, o->tier_ctx, e->loc, e->nbytes, e->n, e->dtype, e->device, e->tag};
 }
 
-/* A new storage (cpu, with the saved storage's tag) holding the entry's span. Thread-safe:
- * the allocator is, and the tier bytes are not dropped while this runs. */
+/* A new storage (on the saved storage's device, with its tag) holding the entry's span.
+ * Thread-safe: the allocator and the backends' byte moves are, and the tier bytes are not
+ * dropped while this runs. */
 static zt_status load(const load_src *src, zt_storage **out) {
   zt_storage *s;
-  ZT_TRY(zt_storage_new(src->nbytes, ZT_CPU, src->tag, &s));
-  zt_status st = src->tier->get(src->ctx, &src->loc, src->dtype, src->n, s->data);
+  ZT_TRY(zt_storage_new(src->nbytes, src->device, src->tag, &s));
+  void *host = zt__storage_host_data(s), *stage = NULL;
+  zt_status st = host ? ZT_OK : zt_mem_alloc(src->nbytes, ZT_CPU, ZT_MEM_TAG_TEMP, &stage);
+  if (!st) st = src->tier->get(src->ctx, &src->loc, src->dtype, src->n, host ? host : stage);
+  if (!st && stage) zt__dev_storage_write(s, 0, stage, src->nbytes);
+  if (stage) zt_mem_free(stage, src->nbytes, ZT_CPU, ZT_MEM_TAG_TEMP);
   if (st) {
     zt_storage_release_ref(s);
     return st;
@@ -573,12 +583,18 @@ static zt_status make_entry(zt_offload *o, const zt_tensor *t, int64_t lo, int64
   e->sid = t->storage->id;
   e->version = t->storage->version;
   e->dtype = t->dtype;
+  e->device = t->storage->device;
   e->tag = t->storage->tag;
   e->lo = lo;
   e->n = n;
   e->nbytes = (size_t)n * es;
-  const char *src = (const char *)t->storage->data + lo * (int64_t)es;
-  zt_status s = o->tier->put(o->tier_ctx, src, t->dtype, n, &e->loc);
+  /* the tier reads host bytes: the storage's own, or a copy staged by its backend */
+  const char *host = zt__storage_host_data(t->storage);
+  void *stage = NULL;
+  zt_status s = host ? ZT_OK : zt_mem_alloc(e->nbytes, ZT_CPU, ZT_MEM_TAG_TEMP, &stage);
+  if (!s && stage) zt__dev_storage_read(t->storage, (size_t)lo * es, stage, e->nbytes);
+  if (!s) s = o->tier->put(o->tier_ctx, host ? host + lo * (int64_t)es : stage, t->dtype, n, &e->loc);
+  if (stage) zt_mem_free(stage, e->nbytes, ZT_CPU, ZT_MEM_TAG_TEMP);
   if (s == ZT_OK) {
     tier_add(o, (int64_t)e->loc.bytes);
     s = hash_insert(o, e);
@@ -710,13 +726,6 @@ static const char *keep_reason(const zt_offload *o, const zt_tensor *t) {
 
 static zt_status off_pack(const zt_tensor *t, void **packed, void *user_data) {
   zt_offload *o = user_data;
-  if (t->storage->device.type != ZT_DEVICE_CPU) {
-    char d[16];
-    return ZT_ERR(ZT_STATUS_UNSUPPORTED,
-                  "zt_offload: a saved tensor is on %s, and this build has no copy between that device and host "
-                  "memory; offload cpu tensors only",
-                  zt_device_str(t->storage->device, d));
-  }
   record *r = calloc(1, sizeof *r);
   if (!r) return ZT_ERR(ZT_STATUS_OOM, "zt_offload: out of host memory for a saved-tensor record");
   r->o = o;
@@ -857,7 +866,7 @@ zt_status zt_offload_push(zt_offload *o) {
 
 zt_status zt_offload_pop(zt_offload *o) {
   if (!o) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_offload_pop: store is NULL");
-  const zt_saved_tensor_hooks *top = zt__saved_hooks_top();
+  const zt_saved_tensor_hooks *top = zt_saved_tensor_hooks_top();
   if (!top || top->pack != off_pack || top->user_data != o) {
     const char *why = !top                    ? "the stack is empty"
                       : top->pack == off_pack ? "another store's hooks are on top"
