@@ -6,7 +6,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=Release
 
-.PHONY: all setup build test train bench asan clean
+.PHONY: all setup build test train bench asan tsan clean
 
 all: build
 
@@ -26,11 +26,23 @@ train: build
 bench: build
 	@for b in $(BUILD)/bench/bench_*; do OMP_NUM_THREADS=$(JOBS) $$b; done
 
-# AddressSanitizer + UndefinedBehaviorSanitizer build of the unit tests.
+# AddressSanitizer + UndefinedBehaviorSanitizer build (-O2 -g: the CLI tests train models) of
+# every test: unit, the MPI runs under mpirun (label mpi) and the CLI tests (label integration).
 asan: setup
-	@cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=Debug -DZT_SANITIZE=ON >/dev/null
+	@cmake -S . -B $(BUILD)-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZT_SANITIZE=ON >/dev/null
 	@cmake --build $(BUILD)-asan -j $(JOBS)
-	@cd $(BUILD)-asan && ZT_ALLOC_CACHE_MB=0 ctest --output-on-failure -j $(JOBS) -L unit
+	@cd $(BUILD)-asan && ZT_ALLOC_CACHE_MB=0 ctest --output-on-failure -j $(JOBS)
+
+# ThreadSanitizer build of the tests of the threaded parts: activation offload's prefetch
+# thread (test_offload), the comm layer (test_comm), per-thread state used from several threads
+# (saved-tensor hooks, errors, the allocator's accounting). libgomp is not instrumented:
+# these run with OMP_NUM_THREADS=1 and tests/tsan.supp (see tests/CMakeLists.txt).
+ZT_TSAN_TESTS = test_offload test_comm test_hooks_saved_tensor test_errors test_allocator
+tsan: setup
+	@cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZT_TSAN=ON >/dev/null
+	@cmake --build $(BUILD)-tsan -j $(JOBS) --target $(ZT_TSAN_TESTS)
+	@cd $(BUILD)-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$(CURDIR)/tests/tsan.supp" \
+	  ctest --output-on-failure -j $(JOBS) -L unit -R '^($(subst $(eval) ,|,$(ZT_TSAN_TESTS)))$$'
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan

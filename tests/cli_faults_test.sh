@@ -7,7 +7,7 @@ set -u
 zt="$1"
 w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
-fail=0; pass=0
+fail=0; pass=0; out=""
 check() { if eval "$2"; then pass=$((pass+1)); echo "PASS $1"; else fail=$((fail+1)); echo "FAIL $1"; echo "$out" | tail -5; fi; }
 small="--batch 4 --seq 32 --eval-batches 2 --log-every 10 --sample-len 0"
 # metrics lines: the step numbers, one per line
