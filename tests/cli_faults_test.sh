@@ -141,11 +141,14 @@ if command -v mpirun >/dev/null 2>&1; then
   out=$(OMP_NUM_THREADS=1 timeout 120 mpirun --oversubscribe -np 1 "$zt" train $small --steps 3 --seed 1 : -np 1 "$zt" train $small --steps 3 --seed 2 2>&1); rc=$?
   check "mpirun: ranks started with different options are refused, naming the option" '[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "ranks disagree on .seed.: rank 0 has .1., rank 1 has .2." <<<"$out"'
   # a rank stopped mid-run: the other times out, names it, and the job ends
-  (OMP_NUM_THREADS=1 timeout 180 mpirun -np 2 --oversubscribe "$zt" train $small --steps 100000 --comm-timeout 4 >"$w/stop.out" 2>&1; echo $? >"$w/stop.rc") &
+  # (its --metrics path, in this run's own folder, tells its ranks from those of any other run
+  # of this test on the machine)
+  (OMP_NUM_THREADS=1 timeout 180 mpirun -np 2 --oversubscribe "$zt" train $small --steps 100000 --comm-timeout 4 \
+    --metrics "$w/stop.jsonl" >"$w/stop.out" 2>&1; echo $? >"$w/stop.rc") &
   victim=""
   for i in $(seq 100); do
     sleep 0.3
-    for p in $(pgrep -f "zt train $small --steps 100000"); do
+    for p in $(pgrep -f -- "--metrics $w/stop.jsonl"); do
       grep -qz "^OMPI_COMM_WORLD_RANK=1$" /proc/$p/environ 2>/dev/null && victim=$p
     done
     [ -n "$victim" ] && grep -q "^step" "$w/stop.out" 2>/dev/null && break
