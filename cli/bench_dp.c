@@ -160,11 +160,13 @@ int zt_cli_bench_dp(int argc, char **argv) {
            "\"traffic_formula_bytes\":%.0f,\"traffic_model_bytes\":%.0f,\"comm_alone_ms\":%.1f,\"per_rank\":[",
            c.model, (long long)psi, n, name, (long long)c.batch, (long long)c.seq, c.prefetch ? "true" : "false",
            (long long)acc.n, med_ms, mem_formula, traffic, model, alone * 1e3);
-    const double *v = zt__tensor_ptr(all);
-    for (int r = 0; r < n; r++, v += 5)
+    for (int r = 0; r < n; r++) {
+      double v[5]; /* read through the tensor API: the CLI touches no storage bytes */
+      for (int k = 0; k < 5; k++) v[k] = zt_tensor_get(all, 5 * r + k);
       printf("%s{\"rank\":%d,\"model_state_peak\":%.0f,\"peak_total\":%.0f,\"peak_rss\":%.0f,"
              "\"bytes_sent_per_step\":%.0f,\"comm_wait_ms\":%.1f,\"overlap\":%.3f}",
              r ? "," : "", r, v[0], v[1], v[2], v[3], v[4] * 1e3, alone > 0 ? fmax(0, 1 - v[4] / alone) : 0.0);
+    }
     printf("]}\n");
   }
   zt_tensor_free(in), zt_tensor_free(all);

@@ -4,6 +4,7 @@
  * to each tier); a direct host access crashes (SIGSEGV), and an op with no kernel for a
  * device names the op and the device. */
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include "guard_backend.h"
 #include "core/backend.h"
 #include "core/tensor_internal.h"
+#include "zt/train.h"
 
 /* A copy of a cpu tensor on dev (same requires_grad). */
 static zt_tensor *to_dev(const zt_tensor *t, zt_device dev) {
@@ -357,6 +359,68 @@ static void test_gpt2_offload_host(void) { gpt2_mode(MODE_OFFLOAD_HOST, "activat
 static void test_gpt2_offload_bf16(void) { gpt2_mode(MODE_OFFLOAD_BF16, "activation offload (bf16 tier)"); }
 static void test_gpt2_offload_disk(void) { gpt2_mode(MODE_OFFLOAD_DISK, "activation offload (disk tier)"); }
 
+/* The train layer's byte moves on guarded tensors: safetensors save and load, the loader's
+ * batches, sampling from a model whose parameters are guarded. */
+static void test_train_io(void) {
+  zt_test_guard_register();
+  ZT_CHECK(zt_test_tmpdir_make("guarded") != NULL);
+  /* safetensors: a guarded tensor saved and loaded back (same dtype, and converted) */
+  zt_tensor *c = zt_test_rand(2, (int64_t[]){3, 5}, ZT_DTYPE_F32, -1, 1, 41), *g = to_dev(c, ZT_GUARDED);
+  zt_tensor *g2 = NULL, *g64 = NULL, *c64 = NULL;
+  ZT_CHECK_OK(zt_tensor_zeros(2, (int64_t[]){3, 5}, ZT_DTYPE_F32, ZT_GUARDED, &g2));
+  ZT_CHECK_OK(zt_tensor_zeros(2, (int64_t[]){3, 5}, ZT_DTYPE_F64, ZT_GUARDED, &g64));
+  ZT_CHECK_OK(zt_tensor_zeros(2, (int64_t[]){3, 5}, ZT_DTYPE_F64, ZT_CPU, &c64));
+  const char *path = zt_test_tmp_path("g.safetensors"), *name = "w";
+  ZT_CHECK_OK(zt_safetensors_save(path, 1, &name, &g, 0, NULL, NULL));
+  ZT_CHECK_OK(zt_safetensors_load_into(path, 1, &name, &g2, true));
+  ZT_CHECK_OK(zt_safetensors_load_into(path, 1, &name, &g64, true));
+  ZT_CHECK_OK(zt_safetensors_load_into(path, 1, &name, &c64, true));
+  zt_tensor *b2 = to_dev(g2, ZT_CPU), *b64 = to_dev(g64, ZT_CPU);
+  ZT_CHECK(zt_test_bitwise_equal(c, b2) && zt_test_bitwise_equal(c64, b64));
+  zt_test_free_all((zt_tensor *[]){c, g, g2, g64, c64, b2, b64}, 7);
+  /* the loader writes a guarded batch as it writes a cpu one */
+  int32_t ids[200];
+  for (int i = 0; i < 200; i++) ids[i] = (i * 7) % 50;
+  zt_tokens tok = {ids, 200, 50};
+  zt_loader_config lc = {2, 8, 5, 0, 1};
+  zt_loader *lcpu = NULL, *lg = NULL;
+  ZT_CHECK_OK(zt_loader_new(&tok, &lc, &lcpu));
+  ZT_CHECK_OK(zt_loader_new(&tok, &lc, &lg));
+  zt_tensor *x = NULL, *y = NULL, *gx = NULL, *gy = NULL;
+  ZT_CHECK_OK(zt_tensor_zeros(2, (int64_t[]){2, 8}, ZT_DTYPE_I32, ZT_CPU, &x));
+  ZT_CHECK_OK(zt_tensor_zeros(2, (int64_t[]){2, 8}, ZT_DTYPE_I32, ZT_CPU, &y));
+  ZT_CHECK_OK(zt_tensor_zeros(2, (int64_t[]){2, 8}, ZT_DTYPE_I32, ZT_GUARDED, &gx));
+  ZT_CHECK_OK(zt_tensor_zeros(2, (int64_t[]){2, 8}, ZT_DTYPE_I32, ZT_GUARDED, &gy));
+  for (int k = 0; k < 3; k++) {
+    ZT_CHECK_OK(zt_loader_next(lcpu, x, y));
+    ZT_CHECK_OK(zt_loader_next(lg, gx, gy));
+    zt_tensor *bx = to_dev(gx, ZT_CPU), *by = to_dev(gy, ZT_CPU);
+    ZT_CHECK(zt_test_bitwise_equal(x, bx) && zt_test_bitwise_equal(y, by));
+    zt_test_free_all((zt_tensor *[]){bx, by}, 2);
+  }
+  zt_loader_free(lcpu);
+  zt_loader_free(lg);
+  zt_test_free_all((zt_tensor *[]){x, y, gx, gy}, 4);
+  /* sampling: the same tokens from cpu and guarded parameters */
+  zt_gpt2_config gc = {2, 2, 32, 64, T, 0.0};
+  int32_t *out[2] = {0};
+  int64_t n_out[2] = {0};
+  for (int d = 0; d < 2; d++) {
+    zt_rng_seed(5);
+    zt_gpt2 *m = NULL;
+    ZT_CHECK_OK(zt_gpt2_new(&gc, &m));
+    if (!m) return;
+    if (d) params_to(m, ZT_GUARDED);
+    ZT_CHECK_OK(zt_gpt2_sample(m, (int32_t[]){1, 2, 3}, 3, 6, 0.8, 10, 99, &out[d], &n_out[d]));
+    zt_gpt2_free(m);
+  }
+  ZT_CHECK(n_out[0] == 9 && n_out[1] == 9 && out[0] && out[1] && !memcmp(out[0], out[1], sizeof(int32_t) * 9));
+  free(out[0]);
+  free(out[1]);
+  zt_test_tmpdir_remove();
+  ZT_CHECK(zt_test_guard_is_closed());
+}
+
 int main(void) {
   ZT_RUN(test_tensor_moves);
   ZT_RUN(test_direct_access_crashes);
@@ -368,5 +432,6 @@ int main(void) {
   ZT_RUN(test_gpt2_offload_host);
   ZT_RUN(test_gpt2_offload_bf16);
   ZT_RUN(test_gpt2_offload_disk);
+  ZT_RUN(test_train_io);
   return zt_test_finish();
 }

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "comm/comm_internal.h"
+#include "core/backend.h"
 
 struct zt_comm {
   const zt__comm_backend *be;
@@ -35,6 +36,15 @@ typedef struct opinfo {
   int peer, tag;
 } opinfo;
 
+/* Host bytes of a tensor for the comm backends (which take host pointers): the tensor's own
+ * when its device is host-accessible, else a COMM staging buffer (stage non-NULL) moved
+ * through the device's backend. */
+typedef struct host_bytes {
+  void *data;  /* what the backend reads or writes; NULL for an empty tensor */
+  void *stage; /* owned staging buffer, or NULL */
+  size_t bytes;
+} host_bytes;
+
 struct zt_comm_work {
   zt_comm *c;
   opinfo op;
@@ -45,6 +55,9 @@ struct zt_comm_work {
   float *tmp_result;  /* where the f32 result lies inside tmp */
   int64_t n;          /* result elements */
   bool avg;
+  /* host copies of tensors on devices the host cannot address (COMM, owned by the work):
+   * the input's, and the result's, written back to the device when the work completes */
+  host_bytes in_stage, out_stage;
 };
 
 static bool env_debug(void) {
@@ -323,14 +336,12 @@ static zt_status check_comm(const zt_comm *c, const char *fn) {
   return ZT_OK;
 }
 
-/* t usable as a collective buffer: cpu, contiguous, bytes present, a supported dtype. */
+/* t usable as a collective buffer (contiguous, bytes present, a supported dtype, any device
+ * with a backend), and its host bytes in *hb: staged from the device when read_in (what the
+ * comm backend reads); the caller frees a stage (stage_free / stage_finish). */
 static zt_status check_tensor(const zt_tensor *t, const char *fn, const char *name, bool reduce, zt_reduce_op op,
-                              void **data) {
+                              bool read_in, host_bytes *hb) {
   if (!t) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: %s is NULL", fn, name);
-  char dbuf[16];
-  if (t->storage && t->storage->device.type != ZT_DEVICE_CPU)
-    return ZT_ERR(ZT_STATUS_DEVICE, "%s: %s is on %s; this comm backend takes cpu tensors (move it to cpu first)",
-                  fn, name, zt_device_str(t->storage->device, dbuf));
   if (!zt_tensor_is_contiguous(t))
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
                   "%s: %s is not contiguous; collectives take contiguous tensors (use zt_tensor_clone_data)", fn,
@@ -346,13 +357,30 @@ static zt_status check_tensor(const zt_tensor *t, const char *fn, const char *na
       return ZT_ERR(ZT_STATUS_DTYPE, "%s: ZT_REDUCE_AVG on %s (%s) would truncate; use ZT_REDUCE_SUM and divide",
                     fn, name, zt_dtype_name(t->dtype));
   }
-  if (zt_tensor_numel(t) == 0) {
-    *data = NULL;
-    return ZT_OK;
-  }
-  zt_status s = zt_tensor_data(t, data);
+  *hb = (host_bytes){0};
+  if (zt_tensor_numel(t) == 0) return ZT_OK;
+  void *unused = NULL;
+  zt_status s = zt_tensor_data(t, &unused); /* refuses released storage */
   if (s != ZT_OK) return zt__error_prefix(s, "%s: %s", fn, name);
+  hb->bytes = zt_tensor_nbytes(t);
+  hb->data = zt__tensor_host_ptr(t);
+  if (hb->data) return ZT_OK;
+  s = zt_mem_alloc(hb->bytes, ZT_CPU, ZT_MEM_TAG_COMM, &hb->stage);
+  if (s != ZT_OK) return zt__error_prefix(s, "%s: staging %s in host memory", fn, name);
+  hb->data = hb->stage;
+  if (read_in) zt__dev_read(t, hb->data, hb->bytes);
   return ZT_OK;
+}
+
+static void stage_free(host_bytes *hb) {
+  if (hb->stage) zt_mem_free(hb->stage, hb->bytes, ZT_CPU, ZT_MEM_TAG_COMM);
+  hb->stage = NULL;
+}
+
+/* After the backend wrote hb: a staged result goes to t's device; the stage is freed. */
+static void stage_finish(host_bytes *hb, zt_tensor *t) {
+  if (hb->stage) zt__dev_write(t, hb->stage, hb->bytes);
+  stage_free(hb);
 }
 
 static void account(zt_comm *c, double factor, size_t bytes) {
@@ -374,6 +402,8 @@ static zt_status work_new(zt_comm *c, zt_tensor *result, bool avg, zt_comm_work 
 
 static void work_free(zt_comm_work *w) {
   if (w->tmp) zt_mem_free(w->tmp, w->tmp_bytes, ZT_CPU, ZT_MEM_TAG_COMM);
+  stage_free(&w->in_stage);
+  stage_free(&w->out_stage);
   free(w);
 }
 
@@ -404,7 +434,7 @@ zt_status zt_comm_wait(zt_comm_work *w) {
     return s;
   }
   if (s == ZT_OK && w->n > 0) {
-    void *dst = zt__tensor_ptr(w->result);
+    void *dst = w->out_stage.data; /* host bytes of the result */
     double scale = w->avg ? 1.0 / (double)c->size : 1.0;
     if (w->tmp_result) {
       uint16_t *h = dst;
@@ -420,7 +450,10 @@ zt_status zt_comm_wait(zt_comm_work *w) {
       for (int64_t i = 0; i < w->n; i++) d[i] *= scale;
     }
   }
-  if (s == ZT_OK) zt_tensor_bump_version(w->result);
+  if (s == ZT_OK) {
+    stage_finish(&w->out_stage, w->result);
+    zt_tensor_bump_version(w->result);
+  }
   work_free(w);
   return s;
 }
@@ -429,15 +462,21 @@ zt_status zt_comm_wait(zt_comm_work *w) {
 static zt_status all_reduce_start(zt_comm *c, zt_tensor *t, zt_reduce_op op, zt_comm_work **out, const char *file,
                                   int line) {
   const char *fn = "zt_all_reduce";
-  void *data = NULL;
+  host_bytes hb;
   ZT_TRY(check_comm(c, fn));
-  ZT_TRY(check_tensor(t, fn, "t", true, op, &data));
+  ZT_TRY(check_tensor(t, fn, "t", true, op, true, &hb));
   int64_t n = zt_tensor_numel(t);
   opinfo oi = enter(c, ZT__COLL_ALL_REDUCE, file, line);
-  ZT_TRY(debug_check(c, &oi, n, t->dtype, -1, op));
   zt_comm_work *w = NULL;
-  ZT_TRY(work_new(c, t, op == ZT_REDUCE_AVG, &w));
+  zt_status s0 = debug_check(c, &oi, n, t->dtype, -1, op);
+  if (!s0) s0 = work_new(c, t, op == ZT_REDUCE_AVG, &w);
+  if (s0) {
+    stage_free(&hb);
+    return s0;
+  }
   w->op = oi;
+  w->out_stage = hb; /* in place: the result's host bytes */
+  void *data = hb.data;
   zt_status s = ZT_OK;
   void *buf = data;
   zt_dtype dt = t->dtype;
@@ -459,10 +498,11 @@ static zt_status all_reduce_start(zt_comm *c, zt_tensor *t, zt_reduce_op op, zt_
 static zt_status all_gather_start(zt_comm *c, const zt_tensor *in, zt_tensor *out, zt_comm_work **wout,
                                   const char *file, int line) {
   const char *fn = "zt_all_gather";
-  void *din = NULL, *dout = NULL;
+  host_bytes hin, hout;
   ZT_TRY(check_comm(c, fn));
-  ZT_TRY(check_tensor(in, fn, "in", false, ZT_REDUCE_SUM, &din));
-  ZT_TRY(check_tensor(out, fn, "out", false, ZT_REDUCE_SUM, &dout));
+  ZT_TRY(check_tensor(in, fn, "in", false, ZT_REDUCE_SUM, false, &hin));
+  ZT_TRY(check_tensor(out, fn, "out", false, ZT_REDUCE_SUM, false, &hout));
+  stage_free(&hin), stage_free(&hout); /* checked; staged below, once the shapes agree */
   int64_t n = zt_tensor_numel(in);
   if (out->dtype != in->dtype)
     return ZT_ERR(ZT_STATUS_DTYPE, "%s: out has dtype %s but in has %s; give both the same dtype", fn,
@@ -475,7 +515,9 @@ static zt_status all_gather_start(zt_comm *c, const zt_tensor *in, zt_tensor *ou
   zt_comm_work *w = NULL;
   ZT_TRY(work_new(c, out, false, &w));
   w->op = oi;
-  zt_status s = n > 0 ? c->be->all_gather(c->ctx, din, dout, n, in->dtype, &w->req) : ZT_OK;
+  zt_status s = check_tensor(in, fn, "in", false, ZT_REDUCE_SUM, true, &w->in_stage);
+  if (!s) s = check_tensor(out, fn, "out", false, ZT_REDUCE_SUM, false, &w->out_stage);
+  if (!s && n > 0) s = c->be->all_gather(c->ctx, w->in_stage.data, w->out_stage.data, n, in->dtype, &w->req);
   if (s != ZT_OK) {
     work_free(w);
     return zt__error_prefix(s, "%s", fn);
@@ -488,10 +530,11 @@ static zt_status all_gather_start(zt_comm *c, const zt_tensor *in, zt_tensor *ou
 static zt_status reduce_scatter_start(zt_comm *c, const zt_tensor *in, zt_tensor *out, zt_reduce_op op,
                                       zt_comm_work **wout, const char *file, int line) {
   const char *fn = "zt_reduce_scatter";
-  void *din = NULL, *dout = NULL;
+  host_bytes hin, hout;
   ZT_TRY(check_comm(c, fn));
-  ZT_TRY(check_tensor(in, fn, "in", true, op, &din));
-  ZT_TRY(check_tensor(out, fn, "out", true, op, &dout));
+  ZT_TRY(check_tensor(in, fn, "in", true, op, false, &hin));
+  ZT_TRY(check_tensor(out, fn, "out", true, op, false, &hout));
+  stage_free(&hin), stage_free(&hout); /* checked; staged below, once the shapes agree */
   int64_t n = zt_tensor_numel(out);
   if (out->dtype != in->dtype)
     return ZT_ERR(ZT_STATUS_DTYPE, "%s: out has dtype %s but in has %s; give both the same dtype", fn,
@@ -504,11 +547,12 @@ static zt_status reduce_scatter_start(zt_comm *c, const zt_tensor *in, zt_tensor
   zt_comm_work *w = NULL;
   ZT_TRY(work_new(c, out, op == ZT_REDUCE_AVG, &w));
   w->op = oi;
-  zt_status s = ZT_OK;
-  const void *src = din;
-  void *dst = dout;
+  zt_status s = check_tensor(in, fn, "in", true, op, true, &w->in_stage);
+  if (!s) s = check_tensor(out, fn, "out", true, op, false, &w->out_stage);
+  const void *din = w->in_stage.data, *src = din;
+  void *dst = w->out_stage.data;
   zt_dtype dt = in->dtype;
-  if (n > 0 && half(dt)) {
+  if (s == ZT_OK && n > 0 && half(dt)) {
     /* tmp = [f32 input (size*n) | f32 result (n)] */
     s = work_tmp_from_half(w, din, dt, n * c->size, n * (c->size + 1));
     if (s == ZT_OK) {
@@ -569,9 +613,10 @@ zt_status zt_reduce_scatter_at(zt_comm *c, const zt_tensor *in, zt_tensor *out, 
 
 zt_status zt_broadcast_at(zt_comm *c, zt_tensor *t, int root, const char *file, int line) {
   const char *fn = "zt_broadcast";
-  void *data = NULL;
+  host_bytes hb;
   ZT_TRY(check_comm(c, fn));
-  ZT_TRY(check_tensor(t, fn, "t", false, ZT_REDUCE_SUM, &data));
+  ZT_TRY(check_tensor(t, fn, "t", false, ZT_REDUCE_SUM, false, &hb));
+  stage_free(&hb);
   if (root < 0 || root >= c->size)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: root %d is not a rank of this group (size %d)", fn, root, c->size);
   int64_t n = zt_tensor_numel(t);
@@ -579,9 +624,14 @@ zt_status zt_broadcast_at(zt_comm *c, zt_tensor *t, int root, const char *file, 
   ZT_TRY(debug_check(c, &oi, n, t->dtype, root, -1));
   if (n > 0) {
     void *req = NULL;
-    zt_status s = c->be->broadcast(c->ctx, data, n, t->dtype, root, &req);
+    zt_status s = check_tensor(t, fn, "t", false, ZT_REDUCE_SUM, c->rank == root, &hb);
+    if (s == ZT_OK) s = c->be->broadcast(c->ctx, hb.data, n, t->dtype, root, &req);
     if (s == ZT_OK) s = wait_req(c, req, &oi);
-    if (s != ZT_OK) return c->broken ? s : zt__error_prefix(s, "%s", fn);
+    if (s != ZT_OK) {
+      if (!req) stage_free(&hb); /* a request MPI still holds keeps its buffer */
+      return c->broken ? s : zt__error_prefix(s, "%s", fn);
+    }
+    stage_finish(&hb, t);
   }
   account(c, c->size > 1 ? 1.0 : 0.0, zt_tensor_nbytes(t));
   zt_tensor_bump_version(t);
@@ -611,33 +661,45 @@ static zt_status check_peer(const zt_comm *c, const char *fn, const char *what, 
 }
 
 zt_status zt_send_at(zt_comm *c, const zt_tensor *t, int dst, int tag, const char *file, int line) {
-  void *data = NULL;
+  host_bytes hb;
   ZT_TRY(check_comm(c, "zt_send"));
-  ZT_TRY(check_tensor(t, "zt_send", "t", false, ZT_REDUCE_SUM, &data));
+  ZT_TRY(check_tensor(t, "zt_send", "t", false, ZT_REDUCE_SUM, false, &hb));
+  stage_free(&hb);
   ZT_TRY(check_peer(c, "zt_send", "dst", dst, tag));
   opinfo oi = enter(c, ZT__COLL_SEND, file, line);
   oi.peer = dst;
   oi.tag = tag;
   void *req = NULL;
-  zt_status s = c->be->send(c->ctx, data, zt_tensor_numel(t), t->dtype, dst, tag, &req);
+  zt_status s = check_tensor(t, "zt_send", "t", false, ZT_REDUCE_SUM, true, &hb);
+  if (s == ZT_OK) s = c->be->send(c->ctx, hb.data, zt_tensor_numel(t), t->dtype, dst, tag, &req);
   if (s == ZT_OK) s = wait_req(c, req, &oi);
-  if (s != ZT_OK) return c->broken ? s : zt__error_prefix(s, "zt_send");
+  if (s != ZT_OK) {
+    if (!req) stage_free(&hb); /* a request MPI still holds keeps its buffer */
+    return c->broken ? s : zt__error_prefix(s, "zt_send");
+  }
+  stage_free(&hb);
   account(c, 1.0, zt_tensor_nbytes(t));
   return ZT_OK;
 }
 
 zt_status zt_recv_at(zt_comm *c, zt_tensor *t, int src, int tag, const char *file, int line) {
-  void *data = NULL;
+  host_bytes hb;
   ZT_TRY(check_comm(c, "zt_recv"));
-  ZT_TRY(check_tensor(t, "zt_recv", "t", false, ZT_REDUCE_SUM, &data));
+  ZT_TRY(check_tensor(t, "zt_recv", "t", false, ZT_REDUCE_SUM, false, &hb));
+  stage_free(&hb);
   ZT_TRY(check_peer(c, "zt_recv", "src", src, tag));
   opinfo oi = enter(c, ZT__COLL_RECV, file, line);
   oi.peer = src;
   oi.tag = tag;
   void *req = NULL;
-  zt_status s = c->be->recv(c->ctx, data, zt_tensor_numel(t), t->dtype, src, tag, &req);
+  zt_status s = check_tensor(t, "zt_recv", "t", false, ZT_REDUCE_SUM, false, &hb);
+  if (s == ZT_OK) s = c->be->recv(c->ctx, hb.data, zt_tensor_numel(t), t->dtype, src, tag, &req);
   if (s == ZT_OK) s = wait_req(c, req, &oi);
-  if (s != ZT_OK) return c->broken ? s : zt__error_prefix(s, "zt_recv");
+  if (s != ZT_OK) {
+    if (!req) stage_free(&hb); /* a request MPI still holds keeps its buffer */
+    return c->broken ? s : zt__error_prefix(s, "zt_recv");
+  }
+  stage_finish(&hb, t);
   c->stats.calls++;
   zt_tensor_bump_version(t);
   return ZT_OK;

@@ -27,7 +27,7 @@ zt_status zt_clip_grad_norm(int n_params, const zt_param *params, double max_nor
                     zt_dtype_name(g->dtype));
     if (!zt_tensor_is_contiguous(g))
       return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: the grad of parameter '%s' is not contiguous", fn, params[i].name);
-    void *d;
+    void *d; /* unused: zt_tensor_data only checks that the bytes exist (not released) */
     zt_status s = zt_tensor_data(g, &d);
     if (s) return zt__error_prefix(s, "%s: parameter '%s'", fn, params[i].name);
   }

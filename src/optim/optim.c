@@ -211,7 +211,7 @@ static zt_status check_grad(const zt_optim *o, int i, bool *use) {
                   zt_dtype_name(g->dtype));
   if (!zt_tensor_is_contiguous(g))
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_optim_step: the grad of parameter '%s' is not contiguous", p->name);
-  void *d;
+  void *d; /* unused: zt_tensor_data only checks that the bytes exist (not released) */
   zt_status s = zt_tensor_data(g, &d);
   if (!s) s = zt_tensor_data(t, &d);
   if (s) return zt__error_prefix(s, "zt_optim_step: parameter '%s'", p->name);

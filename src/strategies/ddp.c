@@ -104,7 +104,7 @@ static zt_status launch(zt_ddp *d, ddp_bucket *b) {
                     "a hook or the caller replaced it with a different tensor: keep .grad shaped like the parameter",
                     p->name, zt_dtype_name(g->dtype), (long long)zt_tensor_numel(g), zt_dtype_name(b->buf->dtype),
                     (long long)p->numel);
-    void *src;
+    void *src; /* unused: zt_tensor_data only checks that the bytes exist (not released) */
     zt_tensor *tmp = NULL;
     if (zt_tensor_is_contiguous(g)) {
       ZT_TRY(zt_tensor_data(g, &src));
@@ -148,7 +148,7 @@ static zt_status write_back(zt_ddp *d, ddp_bucket *b) {
       p->t->grad = g;
     }
     if (p->numel) {
-      void *dst;
+      void *dst; /* unused: the check that g's bytes exist */
       ZT_TRY(zt_tensor_data(g, &dst));
       zt__dev_copy_range(g, 0, b->buf, p->offset, p->numel);
     }
@@ -260,9 +260,15 @@ static zt_status check_params(int n_params, const zt_param *params) {
         return ZT_ERR(ZT_STATUS_INVALID_ARG,
                       "zt_ddp_new: parameters '%s' and '%s' are the same tensor; list a shared (tied) tensor once",
                       params[j].name, params[i].name);
-    if (!zt_tensor_is_contiguous(t) || !zt_device_equal(zt_tensor_device(t), ZT_CPU))
-      return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_ddp_new: parameter '%s' must be a contiguous cpu tensor",
-                    params[i].name);
+    if (!zt_tensor_is_contiguous(t))
+      return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_ddp_new: parameter '%s' must be a contiguous tensor", params[i].name);
+    /* buckets are flat buffers on the parameters' device (any device with a backend) */
+    if (!zt_device_equal(zt_tensor_device(t), zt_tensor_device(params[0].tensor))) {
+      char a[16], b[16];
+      return ZT_ERR(ZT_STATUS_DEVICE, "zt_ddp_new: parameter '%s' is on %s and '%s' on %s; move them to one device",
+                    params[i].name, zt_device_str(zt_tensor_device(t), a), params[0].name,
+                    zt_device_str(zt_tensor_device(params[0].tensor), b));
+    }
     if (t->requires_grad && t->dtype != ZT_DTYPE_F32 && t->dtype != ZT_DTYPE_F64)
       return ZT_ERR(ZT_STATUS_DTYPE,
                     "zt_ddp_new: parameter '%s' is %s; DDP averages f32 or f64 gradients: keep master parameters in "

@@ -232,7 +232,7 @@ static zt_status check_param(zt_fsdp *f, const zt_param *p) {
                   zt_dtype_name(t->dtype));
   if (!zt_tensor_is_contiguous(t) || t->is_view || t->offset)
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
-                  "zt_fsdp_init: parameter '%s' must be a contiguous cpu tensor with storage of its own (not a view)",
+                  "zt_fsdp_init: parameter '%s' must be a contiguous tensor with storage of its own (not a view)",
                   p->name);
   if (f->have_dev && !zt_device_equal(zt_tensor_device(t), f->dev)) {
     char a[16], b[16];

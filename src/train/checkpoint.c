@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "train/fileio.h"
+#include "core/backend.h"
 
 #define CK_MODEL "model.safetensors"
 #define CK_OPTIM "optim.safetensors"
@@ -147,7 +148,7 @@ zt_status zt_gpt2_load_hf(zt_gpt2 *m, const char *path) {
   const zt_gpt2_config *cfg = zt_gpt2_get_config(m);
   const char **map = calloc((size_t)np + 1, sizeof *map);
   bool *used = calloc((size_t)nf + 1, sizeof *used);
-  zt_tensor *lm = NULL;
+  zt_tensor *lm = NULL, *wte_host = NULL;
   zt_status s = ZT_OK;
   if (!map || !used) {
     s = ZT_ERR(ZT_STATUS_OOM, "loading '%s': out of memory", path);
@@ -202,6 +203,12 @@ zt_status zt_gpt2_load_hf(zt_gpt2 *m, const char *path) {
   const char *lm_name = "lm_head.weight";
   if ((s = zt_safetensors_load_into(path, 1, &lm_name, &lm, false))) goto out;
   int64_t ne = zt_tensor_numel(wte);
+  /* compared on the host: wte's own bytes, or a cpu copy of a device's */
+  if (!zt__tensor_host_ptr(wte)) {
+    if ((s = zt__tensor_to_device(wte, ZT_CPU, ZT_MEM_TAG_TEMP, &wte_host))) goto out;
+    wte = wte_host;
+  }
+  /* both are host memory now */
   if (zt_tensor_is_contiguous(wte) && !memcmp(zt__tensor_ptr(wte), zt__tensor_ptr(lm), zt_tensor_nbytes(wte)))
     goto out;
   for (int64_t i = 0; i < ne; i++) {
@@ -219,6 +226,7 @@ out:
   free(used);
   free(fnames);
   zt_tensor_free(lm);
+  zt_tensor_free(wte_host);
   return s;
 }
 

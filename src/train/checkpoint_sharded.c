@@ -12,6 +12,7 @@
 
 #include "train/checkpoint_sharded.h"
 #include "train/fileio.h"
+#include "core/backend.h"
 
 /* ------------------------------------------------------------------ FSDP: this rank's pieces */
 
@@ -234,6 +235,8 @@ static zt_status gather_state(zt_fsdp *f, zt_gpt2 *m, const local_pieces *L, ful
   if (!s) s = zt_tensor_zeros(1, (int64_t[]){nm * n}, ZT_DTYPE_I64, ZT_CPU, &all);
   zt_mem_tag_pop(prev);
   if (s) goto out;
+  /* meta, all and buf are cpu tensors made here (host bytes); the pieces live on the
+   * parameters' device and are read and written through its backend */
   int64_t *me = zt__tensor_ptr(meta);
   for (int j = 0; j < np; j++) {
     int i = find_piece(L, mp[j].name);
@@ -269,7 +272,7 @@ static zt_status gather_state(zt_fsdp *f, zt_gpt2 *m, const local_pieces *L, ful
       for (int k = 1; k < ZT__SHARD_KIND_COUNT; k++)
         if (kinds[k] && me[2 * j + 1] > 0) {
           int i = piece_of_kind(L, mp[j].name, (zt__shard_kind)k);
-          if (i >= 0) memcpy(w, zt__tensor_ptr(L->p[i].t), sizeof(float) * (size_t)me[2 * j + 1]);
+          if (i >= 0) zt__dev_read_range(L->p[i].t, 0, me[2 * j + 1], w);
           w += me[2 * j + 1];
         }
     c = zt_send(sc, buf, 0, 0x5A7);
@@ -331,8 +334,7 @@ static zt_status gather_state(zt_fsdp *f, zt_gpt2 *m, const local_pieces *L, ful
         if (!kinds[k] || count == 0) continue;
         float *dst = (float *)zt__tensor_ptr(fs->ts[slot[j * (ZT__SHARD_KIND_COUNT - 1) + k - 1]]) + start;
         if (q == 0) {
-          memcpy(dst, zt__tensor_ptr(L->p[piece_of_kind(L, mp[j].name, (zt__shard_kind)k)].t),
-                 sizeof(float) * (size_t)count);
+          zt__dev_read_range(L->p[piece_of_kind(L, mp[j].name, (zt__shard_kind)k)].t, 0, count, dst);
         } else {
           memcpy(dst, rd, sizeof(float) * (size_t)count);
           rd += count;
@@ -402,7 +404,7 @@ static zt_status load_state_slices(const char *dir, const char *save_id, const l
     if (!(s = zt_tensor_empty_tagged(q->ndim, q->shape, ZT_DTYPE_F32, ZT_CPU, ZT_MEM_TAG_TEMP, &full)))
       s = zt_safetensors_load_into(path, 1, &nm, &full, false);
     if (!s && q->count > 0) {
-      memcpy(zt__tensor_ptr(q->t), (const float *)zt__tensor_ptr(full) + q->start, sizeof(float) * (size_t)q->count);
+      zt__dev_write_range(q->t, 0, q->count, (const float *)zt__tensor_ptr(full) + q->start); /* full: cpu */
       zt_tensor_bump_version(q->t);
     }
     zt_tensor_free(full);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "zt/train.h"
+#include "core/backend.h"
 
 struct zt_loader {
   const zt_tokens *tokens; /* borrowed */
@@ -91,11 +92,11 @@ static zt_status check_out(const zt_loader *l, const char *name, const zt_tensor
     return ZT_ERR(ZT_STATUS_SHAPE, "zt_loader_next: %s must be (batch, seq) = %s, got %s", name,
                   zt_shape_str(2, want, a), zt_shape_str(t->ndim, t->shape, b));
   }
-  if (!zt_tensor_is_contiguous(t) || zt_tensor_device(t).type != ZT_DEVICE_CPU)
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_loader_next: %s must be a contiguous cpu tensor", name);
+  if (!zt_tensor_is_contiguous(t))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_loader_next: %s must be a contiguous tensor", name);
   void *p = NULL;
-  ZT_TRY(zt_tensor_data(t, &p));
-  *data = p;
+  ZT_TRY(zt_tensor_data(t, &p)); /* refuses released storage */
+  *data = zt__tensor_host_ptr(t); /* NULL on a device the host cannot address: staged */
   return ZT_OK;
 }
 
@@ -106,14 +107,22 @@ zt_status zt_loader_next(zt_loader *l, zt_tensor *x, zt_tensor *y) {
   ZT_TRY(check_out(l, "y", y, &yd));
   if (x->storage == y->storage) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_loader_next: x and y share storage");
   const int64_t B = l->c.batch, T = l->c.seq, n = l->n_windows;
+  /* host tensors are written in place; others get a host batch their backend writes */
+  size_t bytes = (size_t)(B * T) * sizeof(int32_t);
+  int32_t *stage = NULL;
+  if (!xd || !yd) ZT_TRY(zt_mem_alloc(2 * bytes, ZT_CPU, ZT_MEM_TAG_TEMP, (void **)&stage));
+  int32_t *xw = xd ? xd : stage, *yw = yd ? yd : stage + B * T;
   const int32_t *ids = l->tokens->ids;
   for (int64_t r = 0; r < B; r++) {
     zt_loader_pos p = advance(l->pos, (int64_t)l->c.rank * B + r, n);
     if (!l->perm_valid || l->perm_epoch != p.epoch) make_perm(l, p.epoch);
     const int32_t *w = ids + l->perm[p.index] * T; /* w[0..T] */
-    memcpy(xd + r * T, w, (size_t)T * sizeof *w);
-    memcpy(yd + r * T, w + 1, (size_t)T * sizeof *w);
+    memcpy(xw + r * T, w, (size_t)T * sizeof *w);
+    memcpy(yw + r * T, w + 1, (size_t)T * sizeof *w);
   }
+  if (!xd) zt__dev_write(x, xw, bytes);
+  if (!yd) zt__dev_write(y, yw, bytes);
+  if (stage) zt_mem_free(stage, 2 * bytes, ZT_CPU, ZT_MEM_TAG_TEMP);
   zt_tensor_bump_version(x);
   zt_tensor_bump_version(y);
   l->pos = advance(l->pos, (int64_t)l->c.world * B, n);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "train/parallel.h"
+#include "core/backend.h"
 
 zt_status zt__train_dp_open(zt__train_dp *dp, const zt_train_config *c, zt_comm *comm) {
   memset(dp, 0, sizeof *dp);
@@ -107,7 +108,7 @@ zt_status zt__train_dp_gather(zt__train_dp *dp, const double *mine, int n, doubl
   zt_status s = zt_tensor_empty_tagged(1, (int64_t[]){(int64_t)n * dp->world}, ZT_DTYPE_F64, ZT_CPU, ZT_MEM_TAG_TEMP,
                                        &out);
   if (!s) s = zt_all_gather(dp->comm, in, out);
-  if (!s && all) memcpy(all, zt__tensor_ptr(out), sizeof *all * (size_t)n * (size_t)dp->world);
+  if (!s && all) zt__dev_read(out, all, sizeof *all * (size_t)n * (size_t)dp->world);
   zt_tensor_free(in);
   zt_tensor_free(out);
   return s;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/backend.h"
 #include "core/tensor_internal.h"
 #include "train/fileio.h"
 #include "zt/autograd.h"
@@ -289,22 +290,42 @@ static int64_t convert(zt_dtype to, void *dst, zt_dtype from, const void *src, s
   return -1;
 }
 
+static zt_status read_into(const st_file *f, const st_entry *e, zt_tensor *dst, void *dp);
+
 static zt_status read_entry(const st_file *f, const st_entry *e, zt_tensor *dst) {
   zt_dtype from = (zt_dtype)st_dtypes[e->dt].zt;
   uint64_t off = f->data_start + e->begin;
   size_t n = (size_t)zt_tensor_numel(dst);
   if (n == 0) return ZT_OK;
   void *dp;
-  ZT_TRY(zt_tensor_data(dst, &dp));
+  ZT_TRY(zt_tensor_data(dst, &dp)); /* refuses released storage */
   if (!zt_tensor_is_contiguous(dst)) {
     /* Rare (views): stage the whole tensor in the file's dtype, then a strided copy. */
     zt_tensor *tmp = NULL;
     ZT_TRY(zt_tensor_empty_tagged(dst->ndim, dst->shape, from, ZT_CPU, ZT_MEM_TAG_TEMP, &tmp));
-    zt_status s = pread_all(f->fd, zt__tensor_ptr(tmp), (size_t)(e->end - e->begin), off, f->path);
+    zt_status s = pread_all(f->fd, zt__tensor_ptr(tmp), (size_t)(e->end - e->begin), off, f->path); /* cpu: host */
     if (!s) s = zt_tensor_copy_(dst, tmp);
     zt_tensor_free(tmp);
     return s;
   }
+  /* Host tensors are read straight into their bytes; others through a host copy that
+   * their backend writes (read_into below sees host memory either way). */
+  dp = zt__tensor_host_ptr(dst);
+  if (dp) return read_into(f, e, dst, dp);
+  size_t nb = zt_tensor_nbytes(dst);
+  void *stage = NULL;
+  ZT_TRY(zt_mem_alloc(nb, ZT_CPU, ZT_MEM_TAG_TEMP, &stage));
+  zt_status s = read_into(f, e, dst, stage);
+  if (!s) zt__dev_write(dst, stage, nb);
+  zt_mem_free(stage, nb, ZT_CPU, ZT_MEM_TAG_TEMP);
+  return s;
+}
+
+/* Entry e into dp, host memory for the elements of contiguous dst (converted to its dtype). */
+static zt_status read_into(const st_file *f, const st_entry *e, zt_tensor *dst, void *dp) {
+  zt_dtype from = (zt_dtype)st_dtypes[e->dt].zt;
+  uint64_t off = f->data_start + e->begin;
+  size_t n = (size_t)zt_tensor_numel(dst);
   if (from == dst->dtype) {
     ZT_TRY(pread_all(f->fd, dp, (size_t)(e->end - e->begin), off, f->path));
     zt_tensor_bump_version(dst);
@@ -347,9 +368,6 @@ zt_status zt_safetensors_load_into(const char *path, int n, const char *const *n
     if (!names[i] || !tensors[i])
       return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_safetensors_load_into('%s'): name or tensor %d is NULL",
                     path ? path : "", i);
-    if (zt_tensor_device(tensors[i]).type != ZT_DEVICE_CPU)
-      return ZT_ERR(ZT_STATUS_DEVICE, "loading '%s' from '%s': only cpu tensors can be loaded", names[i],
-                    path ? path : "");
   }
   st_file f;
   ZT_TRY(st_open(path, &f));
@@ -531,8 +549,6 @@ zt_status zt_safetensors_save(const char *path, int n, const char *const *names,
     if (!st_name_of(tensors[i]->dtype))
       return ZT_ERR(ZT_STATUS_DTYPE, "zt_safetensors_save('%s'): tensor '%s' has dtype %s, which cannot be saved", p,
                     names[i], zt_dtype_name(tensors[i]->dtype));
-    if (zt_tensor_device(tensors[i]).type != ZT_DEVICE_CPU)
-      return ZT_ERR(ZT_STATUS_DEVICE, "zt_safetensors_save('%s'): tensor '%s' is not on the cpu", p, names[i]);
   }
   for (int i = 0; i < n_meta; i++) {
     if (!meta_keys[i] || !meta_values[i])
@@ -571,14 +587,18 @@ zt_status zt_safetensors_save(const char *path, int n, const char *const *names,
     size_t nb = zt_tensor_nbytes(t);
     if (nb > 0) {
       const zt_tensor *src = t;
-      if (!zt_tensor_is_contiguous(t)) {
-        if ((s = zt_tensor_clone_data(t, ZT_MEM_TAG_TEMP, &clones[i]))) {
+      /* written from host bytes: the tensor's own when it is contiguous host memory, else a
+       * contiguous cpu copy (a strided view, or a device the host cannot address) */
+      bool host = zt__tensor_host_ptr(t) != NULL;
+      if (!zt_tensor_is_contiguous(t) || !host) {
+        if ((s = host ? zt_tensor_clone_data(t, ZT_MEM_TAG_TEMP, &clones[i])
+                      : zt__tensor_to_device(t, ZT_CPU, ZT_MEM_TAG_TEMP, &clones[i]))) {
           zt__error_prefix(s, "saving tensor '%s' to '%s'", names[i], p);
           goto out;
         }
         src = clones[i];
       }
-      void *d;
+      void *d; /* host bytes: src is host memory here (above) */
       if ((s = zt_tensor_data(src, &d))) {
         zt__error_prefix(s, "saving tensor '%s' to '%s'", names[i], p);
         goto out;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "zt/train.h"
+#include "core/backend.h"
 
 static int cmp_desc(const void *a, const void *b) {
   float x = *(const float *)a, y = *(const float *)b;
@@ -31,12 +32,15 @@ zt_status zt_gpt2_sample(zt_gpt2 *m, const int32_t *prompt, int64_t n_prompt, in
                     prompt[i], V);
   int32_t *ids = malloc(sizeof *ids * (size_t)(n_prompt + n));
   float *row = malloc(sizeof *row * (size_t)V), *sorted = malloc(sizeof *sorted * (size_t)V);
-  if (!ids || !row || !sorted) {
-    free(ids), free(row), free(sorted);
+  float *lp = malloc(sizeof *lp * (size_t)V); /* the last position's logits, read by their backend */
+  if (!ids || !row || !sorted || !lp) {
+    free(ids), free(row), free(sorted), free(lp);
     return ZT_ERR(ZT_STATUS_OOM, "out of host memory for sampling");
   }
   memcpy(ids, prompt, sizeof *ids * (size_t)n_prompt);
   int64_t len = n_prompt;
+  zt_param *ps;
+  zt_device dev = zt_gpt2_params(m, &ps) > 0 ? zt_tensor_device(ps[0].tensor) : ZT_CPU; /* the model's */
   bool prev = zt_set_grad_enabled(false), was_training = zt_gpt2_module(m)->training;
   zt_gpt2_set_training(m, false);
   zt_status s = ZT_OK;
@@ -45,10 +49,11 @@ zt_status zt_gpt2_sample(zt_gpt2 *m, const int32_t *prompt, int64_t n_prompt, in
     int64_t T = len < c->block_size ? len : c->block_size;
     int64_t shape[] = {1, T};
     zt_tensor *x = NULL, *logits = NULL;
-    s = zt_tensor_from_data(2, shape, ZT_DTYPE_I32, ids + len - T, &x);
+    s = zt__tensor_from_host(2, shape, ZT_DTYPE_I32, dev, ZT_MEM_TAG_TEMP, ids + len - T, &x);
     if (!s) s = zt_gpt2_forward(m, x, NULL, &logits, NULL);
     if (!s) {
-      const float *lp = (const float *)logits->storage->data + logits->offset + (T - 1) * V;
+      ZT_ASSERT(logits->dtype == ZT_DTYPE_F32 && zt_tensor_is_contiguous(logits));
+      zt__dev_read_range(logits, (T - 1) * V, V, lp);
       int32_t next = 0;
       if (temperature == 0) {
         for (int v = 1; v < V; v++)
@@ -88,7 +93,7 @@ zt_status zt_gpt2_sample(zt_gpt2 *m, const int32_t *prompt, int64_t n_prompt, in
   }
   zt_gpt2_set_training(m, was_training);
   zt_set_grad_enabled(prev);
-  free(row), free(sorted);
+  free(row), free(sorted), free(lp);
   if (s) {
     free(ids);
     return s;

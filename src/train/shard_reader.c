@@ -10,6 +10,7 @@
 
 #include "train/checkpoint_sharded.h"
 #include "train/fileio.h"
+#include "core/backend.h"
 
 static int cmp_tensor(const void *a, const void *b) {
   return strcmp(((const zt__shard_entry *)a)->tensor, ((const zt__shard_entry *)b)->tensor);
@@ -128,8 +129,8 @@ zt_status zt__shard_read(zt__shard_index *ix, const char *param, zt__shard_kind 
                  (long long)at, (long long)gap_end, param, zt__shard_kind_name(kind));
     }
   }
-  float *out = NULL;
-  if (!s && count > 0) s = zt_tensor_data(dst, (void **)&out);
+  void *unused = NULL;
+  if (!s && count > 0) s = zt_tensor_data(dst, &unused); /* refuses released storage */
   for (int i = 0; i < nh && !s; i++) {
     const zt__shard_entry *e = hits[i];
     char path[ZT__SH_PATH_CAP];
@@ -142,8 +143,8 @@ zt_status zt__shard_read(zt__shard_index *ix, const char *param, zt__shard_kind 
     if (!s) {
       int64_t lo = e->start > start ? e->start : start;
       int64_t hi = e->start + e->count < start + count ? e->start + e->count : start + count;
-      memcpy(out + (lo - start), (const float *)zt__tensor_ptr(tmp) + (lo - e->start),
-             sizeof(float) * (size_t)(hi - lo));
+      /* tmp is a cpu tensor (host bytes); dst is written by its backend */
+      zt__dev_write_range(dst, lo - start, hi - lo, (const float *)zt__tensor_ptr(tmp) + (lo - e->start));
     }
     zt_tensor_free(tmp);
   }
