@@ -28,14 +28,21 @@ typedef struct zt_param {
 typedef struct zt_module zt_module;
 /* Forward hooks of a module: pre runs before its forward computes anything, post after it,
  * with the forward's outputs (borrowed; post may register grad hooks on them). A failing
- * hook fails the forward. One set per module (data-parallel wrappers own them). Only
- * forwards that call zt_module_pre_forward/zt_module_post_forward run them: the GPT-2
- * root (zt_gpt2_forward) and zt_nn_block_forward. */
+ * hook fails the forward (the hooks after it do not run). A module holds a list of them, so
+ * several strategies can hook one module (FSDP gathering, activation offload, ...): pre
+ * hooks and post hooks both run in the order they were added. Only forwards that call
+ * zt_module_pre_forward/zt_module_post_forward run them: the GPT-2 root
+ * (zt_gpt2_forward) and zt_nn_block_forward. */
 typedef struct zt_module_hooks {
-  zt_status (*pre)(zt_module *m, void *user_data);
-  zt_status (*post)(zt_module *m, int n_outputs, zt_tensor *const *outputs, void *user_data);
+  zt_status (*pre)(zt_module *m, void *user_data);  /* optional */
+  zt_status (*post)(zt_module *m, int n_outputs, zt_tensor *const *outputs, void *user_data); /* optional */
   void *user_data;
 } zt_module_hooks;
+/* One entry of a module's hook list: the hooks and the id zt_module_add_hooks returned. */
+typedef struct zt_module_hook_entry {
+  zt_module_hooks hooks;
+  int id;
+} zt_module_hook_entry;
 struct zt_module {
   char name[48];
   const char *kind; /* "Linear", "LayerNorm", ..., "Module" for plain containers */
@@ -45,7 +52,8 @@ struct zt_module {
   int n_children, cap_children;
   bool training;                   /* true after init */
   void (*destroy)(zt_module *self); /* optional: frees what a layer holds besides params/children */
-  zt_module_hooks hooks;            /* forward hooks (zero: none); set with zt_module_set_hooks */
+  zt_module_hook_entry *hooks;      /* forward hooks in the order added (zt_module_add_hooks) */
+  int n_hooks, cap_hooks, next_hook_id;
 };
 
 /* A new empty container module (heap, free with zt_module_free). */
@@ -67,10 +75,14 @@ zt_status zt_module_named_params(const zt_module *m, const char *prefix, int *n,
 int64_t zt_module_num_params(const zt_module *m); /* elements, whole tree */
 void zt_module_set_training(zt_module *m, bool training); /* whole tree */
 void zt_module_free(zt_module *m); /* NULL is a no-op */
-/* Install forward hooks (h NULL removes them). A module that has hooks already is
- * ZT_STATUS_STATE: remove them first. */
-zt_status zt_module_set_hooks(zt_module *m, const zt_module_hooks *h);
-/* Run the pre / post hook if there is one (called by forwards that support hooks). */
+/* Append forward hooks to m's list; *id (may be NULL) gets the id that removes them (ids
+ * are > 0 and unique within m). Do not add or remove a module's hooks while its forward runs. */
+zt_status zt_module_add_hooks(zt_module *m, const zt_module_hooks *h, int *id);
+/* Remove the hooks added under id (an unknown id is a no-op); the others keep their order. */
+void zt_module_remove_hooks(zt_module *m, int id);
+/* Whether m holds hooks whose pre is fn (for strategies that must not hook a module twice). */
+bool zt_module_has_pre_hook(const zt_module *m, zt_status (*fn)(zt_module *m, void *user_data));
+/* Run every pre / post hook in order (called by forwards that support hooks). */
 zt_status zt_module_pre_forward(zt_module *m);
 zt_status zt_module_post_forward(zt_module *m, int n_outputs, zt_tensor *const *outputs);
 

@@ -163,23 +163,51 @@ void zt_module_free(zt_module *m) {
   for (int i = 0; i < m->n_params; i++) zt_tensor_free(m->params[i].tensor);
   free(m->children);
   free(m->params);
+  free(m->hooks);
   if (m->destroy) m->destroy(m);
   free(m); /* the layer struct that embeds m as its first member */
 }
 
-zt_status zt_module_set_hooks(zt_module *m, const zt_module_hooks *h) {
-  if (!m) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_module_set_hooks: module is NULL");
-  if (h && (m->hooks.pre || m->hooks.post))
-    return ZT_ERR(ZT_STATUS_STATE, "module \"%s\" (%s) has forward hooks already (is it wrapped twice?); remove them "
-                                   "first", m->name, m->kind);
-  m->hooks = h ? *h : (zt_module_hooks){0};
+zt_status zt_module_add_hooks(zt_module *m, const zt_module_hooks *h, int *id) {
+  if (!m || !h) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_module_add_hooks: %s is NULL", m ? "hooks" : "module");
+  if (!h->pre && !h->post) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_module_add_hooks: neither a pre nor a post hook");
+  zt_module_hook_entry *e = zt__grow(m->hooks, &m->cap_hooks, m->n_hooks + 1, sizeof *e, "a module's hook list");
+  if (!e) return ZT_STATUS_OOM;
+  m->hooks = e;
+  int k = ++m->next_hook_id;
+  m->hooks[m->n_hooks++] = (zt_module_hook_entry){*h, k};
+  if (id) *id = k;
   return ZT_OK;
 }
 
+void zt_module_remove_hooks(zt_module *m, int id) {
+  if (!m) return;
+  for (int i = 0; i < m->n_hooks; i++)
+    if (m->hooks[i].id == id) {
+      memmove(&m->hooks[i], &m->hooks[i + 1], sizeof *m->hooks * (size_t)(m->n_hooks - i - 1));
+      m->n_hooks--;
+      return;
+    }
+}
+
+bool zt_module_has_pre_hook(const zt_module *m, zt_status (*fn)(zt_module *m, void *user_data)) {
+  for (int i = 0; m && i < m->n_hooks; i++)
+    if (m->hooks[i].hooks.pre == fn) return true;
+  return false;
+}
+
 zt_status zt_module_pre_forward(zt_module *m) {
-  return m && m->hooks.pre ? m->hooks.pre(m, m->hooks.user_data) : ZT_OK;
+  for (int i = 0; m && i < m->n_hooks; i++) {
+    const zt_module_hooks *h = &m->hooks[i].hooks;
+    if (h->pre) ZT_TRY(h->pre(m, h->user_data));
+  }
+  return ZT_OK;
 }
 
 zt_status zt_module_post_forward(zt_module *m, int n_outputs, zt_tensor *const *outputs) {
-  return m && m->hooks.post ? m->hooks.post(m, n_outputs, outputs, m->hooks.user_data) : ZT_OK;
+  for (int i = 0; m && i < m->n_hooks; i++) {
+    const zt_module_hooks *h = &m->hooks[i].hooks;
+    if (h->post) ZT_TRY(h->post(m, n_outputs, outputs, h->user_data));
+  }
+  return ZT_OK;
 }

@@ -410,7 +410,10 @@ zt_status zt_fsdp_init(zt_fsdp *f) {
         /* contributions go straight into the zeroed flat-gradient view (no buffer held) */
         if (!s) s = zt_tensor_set_eager_accumulation(u->ps[j].t, true);
       }
-    if (!s) s = zt_module_set_hooks(u->m, &(zt_module_hooks){zt__fsdp_pre_forward, zt__fsdp_post_forward, u});
+    if (!s && zt_module_has_pre_hook(u->m, zt__fsdp_pre_forward))
+      s = ZT_ERR(ZT_STATUS_STATE, "module \"%s\" (%s) is wrapped by FSDP already; free that zt_fsdp first",
+                 u->m->name, u->m->kind);
+    if (!s) s = zt_module_add_hooks(u->m, &(zt_module_hooks){zt__fsdp_pre_forward, zt__fsdp_post_forward, u}, &u->hook_id);
   }
   size_t nu = (size_t)(unsigned)k + 1;
   f->pre_seq = calloc(nu, sizeof *f->pre_seq);
@@ -425,7 +428,7 @@ void zt_fsdp_free(zt_fsdp *f) {
   if (f->inited) zt__fsdp_recover(f);
   for (int k = 0; k < f->n_units; k++) {
     zt__fsdp_unit *u = f->units[k];
-    if (f->inited && u->m->hooks.user_data == u) zt_module_set_hooks(u->m, NULL);
+    if (u->hook_id) zt_module_remove_hooks(u->m, u->hook_id);
     for (int i = 0; i < u->n_ps; i++) zt_hook_remove(u->ps[i].hook);
     if (u->gather_work) (void)zt_comm_wait(u->gather_work);
     zt_tensor_free(u->gather_send);

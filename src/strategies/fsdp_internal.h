@@ -35,6 +35,7 @@ struct zt__fsdp_unit {
   zt_module *m;
   char name[160];       /* the module's full name; "" for the root */
   bool is_root;
+  int hook_id;          /* of its forward hooks on m (0: none added) */
   int n_ps, n_trainable;
   zt__fsdp_param *ps;
   int64_t numel, P, S;  /* unpadded, padded, per rank */
