@@ -9,6 +9,7 @@
 #include "zt/ops.h"
 #include "zt/checkpoint.h"
 #include "zt/offload.h"
+#include "zt/model.h"
 
 /* A named parameter. `decay`: whether weight decay applies (2-D weights and embeddings
  * yes; biases and layer-norm parameters no). */
@@ -196,6 +197,9 @@ const zt_gpt2_config *zt_gpt2_get_config(const zt_gpt2 *m);
 int zt_gpt2_params(zt_gpt2 *m, zt_param **params);
 int64_t zt_gpt2_num_params(const zt_gpt2 *m); /* all parameters, tied embedding once */
 void zt_gpt2_set_training(zt_gpt2 *m, bool training); /* dropout on/off */
+/* m through the model interface (zt/model.h), borrowed: forward_loss is zt_gpt2_forward with
+ * targets, params zt_gpt2_params, the blocks are the transformer layers "transformer.h.<i>". */
+zt_model zt_gpt2_model(zt_gpt2 *m);
 
 /* Forward. ids (B, T) i32 with T <= block_size and ids in [0, vocab). With targets (B, T)
  * i32 (ignore index -1), *loss receives the mean cross-entropy (0-d) computed by the fused

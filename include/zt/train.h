@@ -168,6 +168,60 @@ typedef enum zt_train_phase {
 } zt_train_phase;
 const char *zt_train_phase_name(zt_train_phase p); /* "forward", ... */
 
+/* ------------------------------------------------ one training step (src/train/step.c) */
+/* A data-parallel strategy as the training step sees it: the few collective decisions of a
+ * step. Every member is optional: NULL is the one-process behaviour (mean: the value itself;
+ * set_sync: nothing; clip: zt_clip_grad_norm over the model's parameters; scale_grads: an
+ * error, loss scaling needs a strategy that owns the gradients; after_step: zero the
+ * optimizer's grads). The training loop makes one for none, DDP and FSDP. */
+typedef struct zt_dp_strategy {
+  zt_status (*mean)(void *ctx, double *v);                      /* *v = mean of *v over the ranks */
+  void (*set_sync)(void *ctx, bool sync);                       /* off: the next backward only accumulates */
+  zt_status (*clip)(void *ctx, double max_norm, double *norm);  /* global grad norm, clipped when max_norm > 0 */
+  zt_status (*scale_grads)(void *ctx, double factor);           /* multiply every grad (loss unscaling) */
+  zt_status (*after_step)(void *ctx, zt_optim *o);              /* after the update: zero grads and so on */
+  void *ctx;
+} zt_dp_strategy;
+
+/* Gives the next microbatch: inputs and targets (B, T) i32, borrowed (valid until the next call). */
+typedef zt_status (*zt_batch_fn)(void *user_data, zt_tensor **inputs, zt_tensor **targets);
+
+typedef struct zt_train_step_options {
+  int64_t microbatches; /* >= 1: forward and backward per microbatch, gradients summed, one update */
+  double lr;            /* of this step (the schedule's value) */
+  double grad_clip;     /* > 0: clip the global grad norm to it; 0: measure the norm only; < 0: neither
+                         * (grad_norm is NaN and a non-finite gradient goes unnoticed) */
+  zt_loss_scaler *scaler; /* dynamic loss scaling (f16 gradients); NULL: none */
+  bool poison_loss;     /* testing aid: take the loss as NaN */
+  int64_t step;         /* the step's number, for on_phase */
+  /* Optional: told when each part of the step starts (FORWARD, BACKWARD, OPTIMIZER). */
+  void (*on_phase)(zt_train_phase phase, int64_t step, void *user_data);
+  void *phase_user_data;
+} zt_train_step_options;
+/* microbatches 1, lr 6e-4, grad_clip 0, the rest off. */
+zt_train_step_options zt_train_step_options_default(void);
+
+typedef struct zt_train_step_result {
+  double loss;       /* the mean over the microbatches of each one's loss averaged over the ranks */
+  double grad_norm;  /* before clipping, global (NaN when not measured) */
+  double loss_scale; /* the scale this step used (0 without a scaler) */
+  bool skipped;      /* the scaler skipped the update (an inf/NaN gradient; the scale backs off) */
+  bool bad_loss;     /* stopped: a microbatch's loss was not finite (before its backward) */
+  bool bad_grad;     /* stopped: the grad norm was not finite without a scaler to skip the step */
+} zt_train_step_result;
+
+/* One optimizer step of model m (borrowed) over opt.microbatches microbatches from next: per
+ * microbatch, forward to the loss, its mean over the ranks (dp), then backward of the loss
+ * divided by the microbatch count (times the loss scale); then unscaling, the grad norm and
+ * clipping, the update of o at opt.lr (unless the scaler skips it) and dp's after-step. With
+ * several microbatches, dp's sync is off for all but the last backward. dp may be NULL (one
+ * process). One microbatch computes exactly what a hand-written forward, backward, clip and
+ * update compute (no division by 1). A non-finite loss or grad norm stops the step with
+ * ZT_STATUS_STATE and out->bad_loss / bad_grad set, before the update: the parameters are
+ * unchanged (the grads are not). The same on every rank, since both values are global. */
+zt_status zt_train_step(const zt_model *m, const zt_dp_strategy *dp, zt_optim *o, zt_batch_fn next,
+                        void *user_data, const zt_train_step_options *opt, zt_train_step_result *out);
+
 typedef struct zt_train_config {
   char model[32];        /* preset name ("gpt2-tiny", ...) */
   int n_layer, n_head, n_embd, vocab_size, block_size; /* > 0: override the preset */

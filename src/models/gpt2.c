@@ -285,6 +285,24 @@ double zt_gpt2_flops_per_step(const zt_gpt2 *m, int64_t B, int64_t T) {
   return 6.0 * N * bt + 12.0 * L * (double)T * d * bt;
 }
 
+/* ------------------------------------------------------------------ the model interface */
+
+static zt_status model_forward_loss(void *ctx, zt_tensor *inputs, zt_tensor *targets, zt_tensor **loss) {
+  return zt_gpt2_forward(ctx, inputs, targets, NULL, loss);
+}
+static int model_params(void *ctx, zt_param **params) { return zt_gpt2_params(ctx, params); }
+static zt_module *model_module(void *ctx) { return zt_gpt2_module(ctx); }
+static int model_n_blocks(void *ctx) { return ((zt_gpt2 *)ctx)->cfg.n_layer; }
+static zt_module *model_block(void *ctx, int i) {
+  zt_gpt2 *m = ctx;
+  return i >= 0 && i < m->cfg.n_layer ? &m->blocks[i]->base : NULL;
+}
+static double model_flops(void *ctx, int64_t B, int64_t T) { return zt_gpt2_flops_per_step(ctx, B, T); }
+
+zt_model zt_gpt2_model(zt_gpt2 *m) {
+  return (zt_model){model_forward_loss, model_params, model_module, model_n_blocks, model_block, model_flops, m};
+}
+
 /* ------------------------------------------------------------------ forward */
 
 static zt_status check_inputs(const zt_gpt2 *m, const zt_tensor *ids, const zt_tensor *targets,

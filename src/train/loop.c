@@ -93,6 +93,14 @@ const char *zt_train_phase_name(zt_train_phase p) {
   return p >= 0 && p < ZT_TRAIN_PHASE_COUNT ? names[p] : "?";
 }
 
+/* The training step's microbatches: the next batch of the loader. */
+static zt_status next_batch(void *ud, zt_tensor **x, zt_tensor **y) {
+  run *r = ud;
+  ZT_TRY(zt_loader_next(r->loader, r->x, r->y));
+  *x = r->x, *y = r->y;
+  return ZT_OK;
+}
+
 static void phase(const run *r, zt_train_phase p, int64_t step) {
   if (r->c->on_phase) r->c->on_phase(p, step, r->c->phase_user_data);
 }
@@ -420,52 +428,31 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   result.first_loss = NAN;
   result.last_val_loss = NAN;
   char why[700];
+  zt_model model = zt_gpt2_model(r.model);
+  zt_dp_strategy dps = zt__train_dp_strategy(&r.dp);
   for (int64_t step = start; step < c->steps; step++) {
     double t0 = zt_clock_now();
     double lr = zt_lr_cosine(step, warmup, c->steps, c->lr, min_lr);
-    zt_tensor *loss = NULL;
-    phase(&r, ZT_TRAIN_PHASE_FORWARD, step + 1);
-    if ((s = zt_loader_next(r.loader, r.x, r.y))) break;
-    if ((s = zt_gpt2_forward(r.model, r.x, r.y, NULL, &loss))) break;
-    double lv = zt_tensor_get(loss, 0);
-    if (c->inject_nan_at == step + 1) lv = NAN;
-    // the global batch's loss (a mean of equal-sized row means); every rank decides on it
-    if ((s = zt__train_dp_mean(&r.dp, &lv))) {
-      zt_tensor_free(loss);
-      break;
-    }
-    if (!isfinite(lv)) {
-      zt_tensor_free(loss);
+    zt_train_step_options so = zt_train_step_options_default();
+    so.lr = lr;
+    so.grad_clip = c->grad_clip;
+    so.scaler = r.scaling ? &r.scaler : NULL;
+    so.poison_loss = c->inject_nan_at == step + 1;
+    so.step = step + 1;
+    so.on_phase = c->on_phase;
+    so.phase_user_data = c->phase_user_data;
+    zt_train_step_result sr;
+    s = zt_train_step(&model, &dps, r.opt, next_batch, &r, &so, &sr);
+    double lv = sr.loss, gnorm = sr.grad_norm, scale = sr.loss_scale;
+    bool skipped = sr.skipped;
+    if (sr.bad_loss)
       s = ZT_ERR(ZT_STATUS_STATE, "loss is %g at step %lld: training stopped%s; lower --lr or check the data", lv,
                  (long long)step + 1, survivors(&r, why, sizeof why));
-      result.failed_together = true;
-      break;
-    }
-    double scale = r.scaling ? r.scaler.scale : 0;
-    zt_tensor *scaled = NULL;
-    if (r.scaling && (s = zt_mul_scalar(loss, scale, &scaled))) {
-      zt_tensor_free(loss);
-      break;
-    }
-    phase(&r, ZT_TRAIN_PHASE_BACKWARD, step + 1);
-    s = zt_backward(1, scaled ? &scaled : &loss, NULL, false);
-    zt_tensor_free(loss);
-    zt_tensor_free(scaled);
-    if (s) break;
-    phase(&r, ZT_TRAIN_PHASE_OPTIMIZER, step + 1);
-    if (r.scaling && (s = zt__train_dp_scale_grads(&r.dp, 1.0 / scale))) break;
-    double gnorm = 0;
-    if ((s = zt__train_dp_clip(&r.dp, c->grad_clip, &gnorm))) break;
-    // f16: an inf/NaN grad on any rank (the norm is global) skips the update and backs off
-    bool skipped = r.scaling && !zt_loss_scaler_update(&r.scaler, isfinite(gnorm));
-    if (!isfinite(gnorm) && !skipped) {
+    else if (sr.bad_grad)
       s = ZT_ERR(ZT_STATUS_STATE, "gradient norm is %g at step %lld: training stopped%s; lower --lr", gnorm,
                  (long long)step + 1, survivors(&r, why, sizeof why));
-      result.failed_together = true;
-      break;
-    }
-    if (!skipped && (s = zt_optim_step(r.opt, lr))) break;
-    if ((s = zt__train_dp_after_step(&r.dp, r.opt))) break;
+    if (sr.bad_loss || sr.bad_grad) result.failed_together = true;
+    if (s) break;
     double dt = zt_clock_now() - t0;
     if (isnan(result.first_loss)) result.first_loss = lv;
     result.last_loss = lv;

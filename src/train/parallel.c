@@ -89,6 +89,23 @@ zt_status zt__train_dp_after_step(zt__train_dp *dp, zt_optim *o) {
   return ZT_OK;
 }
 
+static zt_status strategy_mean(void *ctx, double *v) { return zt__train_dp_mean(ctx, v); }
+static void strategy_set_sync(void *ctx, bool sync) {
+  zt__train_dp *dp = ctx;
+  if (dp->ddp) zt_ddp_set_sync(dp->ddp, sync);
+  if (dp->fsdp) zt_fsdp_set_sync(dp->fsdp, sync);
+}
+static zt_status strategy_clip(void *ctx, double max_norm, double *norm) {
+  return zt__train_dp_clip(ctx, max_norm, norm);
+}
+static zt_status strategy_scale_grads(void *ctx, double factor) { return zt__train_dp_scale_grads(ctx, factor); }
+static zt_status strategy_after_step(void *ctx, zt_optim *o) { return zt__train_dp_after_step(ctx, o); }
+
+zt_dp_strategy zt__train_dp_strategy(zt__train_dp *dp) {
+  return (zt_dp_strategy){strategy_mean, strategy_set_sync, strategy_clip,
+                          dp->fsdp ? strategy_scale_grads : NULL, strategy_after_step, dp};
+}
+
 void zt__train_dp_step_stats(zt__train_dp *dp, zt_dp_stats *out) {
   zt_dp_stats now = {0};
   if (dp->ddp) zt_ddp_stats_get(dp->ddp, &now);

@@ -30,6 +30,8 @@ zt_status zt__train_dp_clip(zt__train_dp *dp, double max_norm, double *norm);
 zt_status zt__train_dp_scale_grads(zt__train_dp *dp, double factor);
 /* After the optimizer step: FSDP's after-step, then zero the grads. */
 zt_status zt__train_dp_after_step(zt__train_dp *dp, zt_optim *o);
+/* dp as the training step sees it (zt_train_step), borrowed. */
+zt_dp_strategy zt__train_dp_strategy(zt__train_dp *dp);
 /* This step's communication (counter delta since the last call). */
 void zt__train_dp_step_stats(zt__train_dp *dp, zt_dp_stats *out);
 /* Per-rank figures for the metrics line: every rank sends n values, rank 0 gets

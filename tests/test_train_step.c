@@ -1,0 +1,182 @@
+/* zt_train_step: one microbatch is bitwise a hand-written forward, backward, clip and AdamW
+ * update; two microbatches of half the rows give the SGD step of the whole batch (to rounding);
+ * a non-finite loss stops the step before the update; bad arguments are named. GPT-2 is
+ * seen only through the model interface. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zt/train.h"
+#include "zt_test.h"
+
+static const zt_gpt2_config cfg = {2, 2, 16, 32, 16, 0.0};
+
+typedef struct batches {
+  zt_tensor *x[2], *y[2];
+  int n, next;
+} batches;
+
+static zt_status take(void *ud, zt_tensor **x, zt_tensor **y) {
+  batches *b = ud;
+  *x = b->x[b->next % b->n], *y = b->y[b->next % b->n];
+  b->next++;
+  return ZT_OK;
+}
+
+/* Rows [r0, r0 + n) of t (B, T) i32 as a new tensor. */
+static zt_tensor *rows(zt_tensor *t, int64_t r0, int64_t n) {
+  int64_t T = t->shape[1];
+  zt_tensor *o = NULL;
+  ZT_CHECK_OK(zt_tensor_empty(2, (int64_t[]){n, T}, ZT_DTYPE_I32, ZT_CPU, &o));
+  for (int64_t i = 0; o && i < n * T; i++) zt_tensor_set(o, i, zt_tensor_get(t, r0 * T + i));
+  return o;
+}
+
+typedef struct side {
+  zt_gpt2 *m;
+  zt_optim *o;
+  zt_param *ps;
+  int n;
+} side;
+
+static void side_open(side *s, zt_optim_kind kind) {
+  memset(s, 0, sizeof *s);
+  zt_rng_seed(21);
+  ZT_CHECK_OK(zt_gpt2_new(&cfg, &s->m));
+  if (!s->m) return;
+  s->n = zt_gpt2_params(s->m, &s->ps);
+  zt_optim_config oc = zt_optim_default(kind);
+  ZT_CHECK_OK(zt_optim_new(&oc, s->n, s->ps, &s->o));
+}
+
+static void side_close(side *s) {
+  zt_optim_free(s->o);
+  zt_gpt2_free(s->m);
+}
+
+/* Largest |a - b| / (|b| + 1e-3) over every parameter element of two models. */
+static double param_diff(side *a, side *b) {
+  double worst = 0;
+  for (int i = 0; i < a->n; i++)
+    for (int64_t k = 0; k < zt_tensor_numel(a->ps[i].tensor); k++) {
+      double u = zt_tensor_get(a->ps[i].tensor, k), v = zt_tensor_get(b->ps[i].tensor, k);
+      double d = fabs(u - v) / (fabs(v) + 1e-3);
+      if (!(d <= worst)) worst = d;
+    }
+  return worst;
+}
+
+static void test_one_microbatch_is_the_hand_written_step(void) {
+  side a, b;
+  side_open(&a, ZT_OPTIM_ADAMW);
+  side_open(&b, ZT_OPTIM_ADAMW);
+  zt_tensor *x = zt_test_rand_ids(4, 8, 32, 1), *y = zt_test_rand_ids(4, 8, 32, 2);
+  batches bs = {{x}, {y}, 1, 0};
+  zt_model model = zt_gpt2_model(b.m);
+  for (int step = 0; step < 3 && a.o && b.o; step++) {
+    double lr = 1e-2 * (step + 1);
+    /* by hand */
+    zt_tensor *loss = NULL;
+    ZT_CHECK_OK(zt_gpt2_forward(a.m, x, y, NULL, &loss));
+    if (!loss) break;
+    double la = zt_tensor_get(loss, 0), na = 0;
+    ZT_CHECK_OK(zt_backward(1, &loss, NULL, false));
+    zt_tensor_free(loss);
+    ZT_CHECK_OK(zt_clip_grad_norm(a.n, a.ps, 0.5, &na));
+    ZT_CHECK_OK(zt_optim_step(a.o, lr));
+    zt_optim_zero_grad(a.o);
+    /* through the step */
+    zt_train_step_options so = zt_train_step_options_default();
+    so.lr = lr;
+    so.grad_clip = 0.5;
+    zt_train_step_result r;
+    ZT_CHECK_OK(zt_train_step(&model, NULL, b.o, take, &bs, &so, &r));
+    ZT_CHECK(r.loss == la && r.grad_norm == na && !r.skipped && !r.bad_loss && !r.bad_grad);
+  }
+  ZT_CHECK(param_diff(&a, &b) == 0);
+  for (int i = 0; i < b.n; i++) ZT_CHECK(b.ps[i].tensor->grad == NULL); /* zeroed after the update */
+  zt_tensor_free(x);
+  zt_tensor_free(y);
+  side_close(&a);
+  side_close(&b);
+}
+
+static void test_two_microbatches_make_the_whole_batch(void) {
+  side a, b;
+  /* SGD: the update is linear in the grads, so rounding stays rounding (AdamW's first steps
+   * are about lr * sign(grad), which flips for grads near zero) */
+  side_open(&a, ZT_OPTIM_SGD);
+  side_open(&b, ZT_OPTIM_SGD);
+  zt_tensor *x = zt_test_rand_ids(4, 8, 32, 3), *y = zt_test_rand_ids(4, 8, 32, 4);
+  batches whole = {{x}, {y}, 1, 0};
+  batches halves = {{rows(x, 0, 2), rows(x, 2, 2)}, {rows(y, 0, 2), rows(y, 2, 2)}, 2, 0};
+  zt_model ma = zt_gpt2_model(a.m), mb = zt_gpt2_model(b.m);
+  for (int step = 0; step < 3 && a.o && b.o; step++) {
+    zt_train_step_options so = zt_train_step_options_default();
+    so.lr = 0.5;
+    so.grad_clip = 1.0;
+    zt_train_step_result ra, rb;
+    ZT_CHECK_OK(zt_train_step(&ma, NULL, a.o, take, &whole, &so, &ra));
+    so.microbatches = 2;
+    ZT_CHECK_OK(zt_train_step(&mb, NULL, b.o, take, &halves, &so, &rb));
+    ZT_CHECK_NEAR(rb.loss, ra.loss, 1e-5 * fabs(ra.loss));
+    ZT_CHECK_NEAR(rb.grad_norm, ra.grad_norm, 1e-4 * ra.grad_norm);
+  }
+  ZT_CHECK(halves.next == 6);
+  double d = param_diff(&a, &b);
+  if (!(d < 1e-4)) zt_test_fail(__FILE__, __LINE__, "parameters differ by %g (relative)", d);
+  for (int i = 0; i < 2; i++) zt_tensor_free(halves.x[i]), zt_tensor_free(halves.y[i]);
+  zt_tensor_free(x);
+  zt_tensor_free(y);
+  side_close(&a);
+  side_close(&b);
+}
+
+static void count_phase(zt_train_phase p, int64_t step, void *ud) {
+  int *n = ud;
+  if (step == 7 && p < ZT_TRAIN_PHASE_COUNT) n[p]++;
+}
+
+static void test_bad_loss_stops_before_the_update_and_errors(void) {
+  side a;
+  side_open(&a, ZT_OPTIM_ADAMW);
+  if (!a.o) return;
+  zt_tensor *x = zt_test_rand_ids(2, 8, 32, 5), *y = zt_test_rand_ids(2, 8, 32, 6);
+  batches bs = {{x}, {y}, 1, 0};
+  zt_model model = zt_gpt2_model(a.m);
+  double before = zt_tensor_get(a.ps[0].tensor, 0);
+  int phases[ZT_TRAIN_PHASE_COUNT] = {0};
+  zt_train_step_options so = zt_train_step_options_default();
+  so.poison_loss = true;
+  so.step = 7;
+  so.on_phase = count_phase;
+  so.phase_user_data = phases;
+  zt_train_step_result r;
+  ZT_CHECK_ERR(zt_train_step(&model, NULL, a.o, take, &bs, &so, &r), ZT_STATUS_STATE, "loss is nan at step 7");
+  ZT_CHECK(r.bad_loss && isnan(r.loss) && !r.bad_grad);
+  ZT_CHECK(zt_tensor_get(a.ps[0].tensor, 0) == before && zt_optim_step_count(a.o) == 0);
+  ZT_CHECK(phases[ZT_TRAIN_PHASE_FORWARD] == 1 && phases[ZT_TRAIN_PHASE_BACKWARD] == 0);
+  /* the phases of a good step, in order of the enum */
+  so.poison_loss = false;
+  memset(phases, 0, sizeof phases);
+  ZT_CHECK_OK(zt_train_step(&model, NULL, a.o, take, &bs, &so, &r));
+  ZT_CHECK(phases[ZT_TRAIN_PHASE_FORWARD] == 1 && phases[ZT_TRAIN_PHASE_BACKWARD] == 1 &&
+           phases[ZT_TRAIN_PHASE_OPTIMIZER] == 1);
+  so.microbatches = 0;
+  ZT_CHECK_ERR(zt_train_step(&model, NULL, a.o, take, &bs, &so, &r), ZT_STATUS_INVALID_ARG, "0 microbatches");
+  so.microbatches = 1;
+  zt_loss_scaler sc = zt_loss_scaler_default();
+  so.scaler = &sc;
+  ZT_CHECK_ERR(zt_train_step(&model, NULL, a.o, take, &bs, &so, &r), ZT_STATUS_INVALID_ARG, "loss scaling needs");
+  ZT_CHECK_ERR(zt_train_step(&model, NULL, NULL, take, &bs, &so, &r), ZT_STATUS_INVALID_ARG, "are required");
+  zt_tensor_free(x);
+  zt_tensor_free(y);
+  side_close(&a);
+}
+
+int main(void) {
+  ZT_RUN(test_one_microbatch_is_the_hand_written_step);
+  ZT_RUN(test_two_microbatches_make_the_whole_batch);
+  ZT_RUN(test_bad_loss_stops_before_the_update_and_errors);
+  return zt_test_finish();
+}
