@@ -235,8 +235,8 @@ static zt_status gather_state(zt_fsdp *f, zt_gpt2 *m, const local_pieces *L, ful
   if (!s) s = zt_tensor_zeros(1, (int64_t[]){nm * n}, ZT_DTYPE_I64, ZT_CPU, &all);
   zt_mem_tag_pop(prev);
   if (s) goto out;
-  /* meta, all and buf are cpu tensors made here (host bytes); the pieces live on the
-   * parameters' device and are read and written through its backend */
+  /* meta, all, buf and the full tensors fs->ts are cpu tensors made here (host bytes); the
+   * pieces live on the parameters' device and are read and written through its backend */
   int64_t *me = zt__tensor_ptr(meta);
   for (int j = 0; j < np; j++) {
     int i = find_piece(L, mp[j].name);
