@@ -53,8 +53,8 @@ static int bench_step(int argc, char **argv) {
   zt_set_num_threads(c.threads);
   zt_gpt2_config g;
   if (zt_train_model_config(&c, &g)) return zt_cli_fail("bench step");
-  if (c.seq > g.block_size) {
-    fprintf(stderr, "zt bench step: --seq %lld is longer than the model's context %d\n", (long long)c.seq, g.block_size);
+  if (c.data.seq > g.block_size) {
+    fprintf(stderr, "zt bench step: --seq %lld is longer than the model's context %d\n", (long long)c.data.seq, g.block_size);
     return 2;
   }
   zt_rng_seed(c.seed);
@@ -67,10 +67,10 @@ static int bench_step(int argc, char **argv) {
   if (zt_gpt2_new(&g, &m) || zt_train_setup_memory(m, &c, &plan)) goto fail;
   zt_param *params;
   int np = zt_gpt2_params(m, &params);
-  zt_optim_config oc = zt_optim_default(c.optimizer);
-  oc.lr = c.lr;
+  zt_optim_config oc = zt_optim_default(c.optim.kind);
+  oc.lr = c.optim.lr;
   if (zt_optim_new(&oc, np, params, &o)) goto fail;
-  int64_t xs[] = {c.batch, c.seq}, n_tok = c.batch * c.seq;
+  int64_t xs[] = {c.data.batch, c.data.seq}, n_tok = c.data.batch * c.data.seq;
   /* token ids made on the host, then copied into tensors by the library (the CLI never
    * touches tensor bytes) */
   int32_t *ids = malloc(sizeof *ids * (size_t)(2 * n_tok));
@@ -86,7 +86,7 @@ static int bench_step(int argc, char **argv) {
   zt_model model = zt_gpt2_model(m);
   bench_batch batch = {x, y};
   zt_train_step_options so = zt_train_step_options_default();
-  so.lr = c.lr;
+  so.lr = c.optim.lr;
   so.grad_clip = -1; /* forward, backward and update only, as measured since the first version */
   for (int64_t s = 0; s < warm + steps; s++) {
     if (s == warm) zt_mem_reset_peaks();
@@ -98,7 +98,7 @@ static int bench_step(int argc, char **argv) {
   }
   qsort(t, (size_t)steps, sizeof *t, cmp_d);
   double med = t[steps / 2];
-  double flops = zt_gpt2_flops_per_step(m, c.batch, c.seq);
+  double flops = zt_gpt2_flops_per_step(m, c.data.batch, c.data.seq);
   double sg = zt_sgemm_gflops(2048, 3);
   zt_mem_stats ms;
   zt_mem_stats_get(ZT_CPU, &ms);
@@ -107,10 +107,10 @@ static int bench_step(int argc, char **argv) {
          "\"offload\":%d,\"act_peak_predicted\":%lld,\"steps\":%lld,\"ms_per_step\":%.1f,\"tokens_per_s\":%.1f,"
          "\"model_gflops\":%.1f,\"sgemm_gflops\":%.1f,"
          "\"ratio_to_sgemm\":%.3f,\"peak_rss_bytes\":%lld,\"peak_bytes\":{",
-         c.model, (long long)zt_gpt2_num_params(m), (long long)c.batch, (long long)c.seq, zt_get_num_threads(),
-         c.recompute_budget ? "budget" : zt_recompute_name(c.recompute), (long long)c.recompute_budget, plan.recompute_plan,
-         c.checkpoint_every, c.offload_activations, (long long)plan.act_peak_predicted, (long long)steps, med * 1e3,
-         (double)(c.batch * c.seq) / med, flops / med / 1e9, sg, flops / med / 1e9 / sg,
+         c.model.preset, (long long)zt_gpt2_num_params(m), (long long)c.data.batch, (long long)c.data.seq, zt_get_num_threads(),
+         c.memory.recompute_budget ? "budget" : zt_recompute_name(c.memory.recompute), (long long)c.memory.recompute_budget, plan.recompute_plan,
+         c.memory.checkpoint_every, c.memory.offload_activations, (long long)plan.act_peak_predicted, (long long)steps, med * 1e3,
+         (double)(c.data.batch * c.data.seq) / med, flops / med / 1e9, sg, flops / med / 1e9 / sg,
          (long long)zt_mem_peak_rss());
   for (int k = 0; k < ZT_MEM_TAG_COUNT; k++)
     printf("%s\"%s\":%lld", k ? "," : "", zt_mem_tag_name((zt_mem_tag)k), (long long)ms.peak[k]);

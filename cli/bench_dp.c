@@ -88,12 +88,12 @@ static void formulas(const zt_train_config *c, const zt_gpt2_config *g, int n, d
   double psi = (double)zt_gpt2_config_num_params(g);
   double u_root = (double)g->vocab_size * C + (double)g->block_size * C + 2 * C, u_blk = 12 * C * C + 13 * C;
   double u_max = fmax(u_root, u_blk);
-  int G = c->shard == ZT_SHARD_HYBRID ? c->hybrid_group : n;
+  int G = c->parallel.shard == ZT_SHARD_HYBRID ? c->parallel.hybrid_group : n;
   double fg = G > 1 ? (G - 1.0) / G : 0, fn = n > 1 ? (N - 1) / N : 0;
   double p_root = ceil(u_root / G) * G, p_blk = ceil(u_blk / G) * G; /* padded units */
   double ring = 4 * fg;                                                /* bytes per element, gather or RS */
   double small = 2 * fn * 4 * (4 + 12 * L) + (G > 1 ? 2 * fg * 8 : 0); /* grad mask + norm all-reduces */
-  switch (c->shard) {
+  switch (c->parallel.shard) {
   case ZT_SHARD_NONE: /* DDP */
     *mem = 16 * psi;
     *traffic = *model = 2 * psi * 4 * fn;
@@ -117,9 +117,9 @@ static void formulas(const zt_train_config *c, const zt_gpt2_config *g, int n, d
 int zt_cli_bench_dp(int argc, char **argv) {
   zt_train_config c;
   zt_train_config_default(&c);
-  c.eval_every = 0;
-  c.eval_batches = 1;
-  c.grad_clip = 1.0;
+  c.log.eval_every = 0;
+  c.log.eval_batches = 1;
+  c.optim.grad_clip = 1.0;
   int64_t steps = 5, warmup = 1;
   if (zt_cli_wants_help(argc, argv)) {
     printf("usage: mpirun -np N zt bench dp --model NAME --batch B --seq T --shard MODE [--steps N (5)]\n"
@@ -137,10 +137,10 @@ int zt_cli_bench_dp(int argc, char **argv) {
   rc = 1;
   zt_gpt2_config g;
   double alone = 0;
-  bool ddp = c.shard == ZT_SHARD_NONE;
+  bool ddp = c.parallel.shard == ZT_SHARD_NONE;
   if (zt_train_model_config(&c, &g) || zt_train_run_on(&c, w, on_step, &acc, &res, NULL)) goto fail;
   int64_t psi = zt_gpt2_config_num_params(&g);
-  if (comm_alone(w, c.shard, ddp, psi, &alone)) goto fail;
+  if (comm_alone(w, c.parallel.shard, ddp, psi, &alone)) goto fail;
   // per rank: model-state peak, peak total, rss, median bytes sent and wait per step
   double mine[5] = {(double)acc.mem.peak_state, (double)acc.mem.peak_total, (double)acc.rss, median(acc.sent, acc.n),
                     median(acc.wait, acc.n)};
@@ -154,11 +154,11 @@ int zt_cli_bench_dp(int argc, char **argv) {
   if (rank == 0) {
     double mem_formula, traffic, model;
     formulas(&c, &g, n, &mem_formula, &traffic, &model);
-    const char *name = ddp ? (n > 1 ? "ddp" : "single") : zt_shard_strategy_name(c.shard);
+    const char *name = ddp ? (n > 1 ? "ddp" : "single") : zt_shard_strategy_name(c.parallel.shard);
     printf("{\"bench\":\"dp\",\"model\":\"%s\",\"params\":%lld,\"ranks\":%d,\"shard\":\"%s\",\"batch\":%lld,\"seq\":%lld,"
            "\"prefetch\":%s,\"steps\":%lld,\"ms_per_step\":%.1f,\"mem_formula_bytes\":%.0f,"
            "\"traffic_formula_bytes\":%.0f,\"traffic_model_bytes\":%.0f,\"comm_alone_ms\":%.1f,\"per_rank\":[",
-           c.model, (long long)psi, n, name, (long long)c.batch, (long long)c.seq, c.prefetch ? "true" : "false",
+           c.model.preset, (long long)psi, n, name, (long long)c.data.batch, (long long)c.data.seq, c.parallel.prefetch ? "true" : "false",
            (long long)acc.n, med_ms, mem_formula, traffic, model, alone * 1e3);
     for (int r = 0; r < n; r++) {
       double v[5]; /* read through the tensor API: the CLI touches no storage bytes */

@@ -84,9 +84,9 @@ static void train_usage(FILE *f) {
           "  --stop-at N         stop (and checkpoint) after step N; the schedule still spans --steps\n"
           "  --inject-nan-at N   testing aid: pretend the loss is NaN at step N\n"
           "  --sample-len N      characters of sample text at the end, 0 = none (default 300)\n",
-          d.model, (long long)d.batch, (long long)d.seq, d.checkpoint_every, (long long)d.steps, d.lr, d.weight_decay, d.beta1, d.beta2,
-          d.momentum, d.grad_clip, (unsigned long long)d.seed, (long long)d.eval_every, (long long)d.eval_batches,
-          d.keep_checkpoints, d.comm_timeout);
+          d.model.preset, (long long)d.data.batch, (long long)d.data.seq, d.memory.checkpoint_every, (long long)d.steps, d.optim.lr, d.optim.weight_decay, d.optim.beta1, d.optim.beta2,
+          d.optim.momentum, d.optim.grad_clip, (unsigned long long)d.seed, (long long)d.log.eval_every, (long long)d.log.eval_batches,
+          d.checkpoint.keep_checkpoints, d.parallel.comm_timeout);
 }
 
 /* Shown state, shared by the training thread (callbacks) and, on a terminal, the ticker thread. */
@@ -236,24 +236,24 @@ int zt_cmd_train(int argc, char **argv) {
 /* The header line, and what a resume changes (the library refuses course changes unless asked). */
 static void print_start(const zt_train_config *c, int ranks) {
   char rc[64];
-  if (c->recompute_budget > 0)
-    snprintf(rc, sizeof rc, "budget %s", zt_cli_bytes((double)c->recompute_budget, (char[32]){0}));
+  if (c->memory.recompute_budget > 0)
+    snprintf(rc, sizeof rc, "budget %s", zt_cli_bytes((double)c->memory.recompute_budget, (char[32]){0}));
   else
-    snprintf(rc, sizeof rc, "%s", zt_recompute_name(c->recompute));
+    snprintf(rc, sizeof rc, "%s", zt_recompute_name(c->memory.recompute));
   static const char *const tiers[] = {"none", "bf16", "disk", "host"};
   printf("zt train: %s%s, data %s, batch %lld x seq %lld, %lld steps, lr %g, seed %llu, recompute %s, offload %s",
-         c->model, c->n_layer || c->n_head || c->n_embd || c->vocab_size || c->block_size ? " (shape overridden)" : "",
-         c->data[0] ? c->data : "built-in", (long long)c->batch, (long long)c->seq, (long long)c->steps, c->lr,
-         (unsigned long long)c->seed, rc, tiers[c->offload_activations]);
-  if (ranks > 1 || c->shard != ZT_SHARD_NONE)
-    printf(", %d ranks, %s", ranks, c->shard == ZT_SHARD_NONE ? "ddp" : zt_shard_strategy_name(c->shard));
+         c->model.preset, c->model.n_layer || c->model.n_head || c->model.n_embd || c->model.vocab_size || c->model.block_size ? " (shape overridden)" : "",
+         c->data.path[0] ? c->data.path : "built-in", (long long)c->data.batch, (long long)c->data.seq, (long long)c->steps, c->optim.lr,
+         (unsigned long long)c->seed, rc, tiers[c->memory.offload_activations]);
+  if (ranks > 1 || c->parallel.shard != ZT_SHARD_NONE)
+    printf(", %d ranks, %s", ranks, c->parallel.shard == ZT_SHARD_NONE ? "ddp" : zt_shard_strategy_name(c->parallel.shard));
   printf("\n");
   zt_train_state st;
   char changes[1024];
   bool course = false;
-  if (c->resume[0] && !zt_snapshot_read_state(c->resume, &st) &&
+  if (c->checkpoint.resume[0] && !zt_snapshot_read_state(c->checkpoint.resume, &st) &&
       !zt_train_resume_changes(c, ranks, &st, changes, sizeof changes, &course)) {
-    printf("zt train: resuming '%s' at step %lld", c->resume, (long long)st.step);
+    printf("zt train: resuming '%s' at step %lld", c->checkpoint.resume, (long long)st.step);
     if (changes[0]) printf("; options changed since it was saved: %s", changes);
     printf("\n");
   }

@@ -23,9 +23,9 @@ static void test_setters_range_checked(void) {
   ZT_CHECK_ERR(zt_train_config_set(&c, "keep-checkpoints", "0"), ZT_STATUS_INVALID_ARG, "[1, 1000]");
   ZT_CHECK_ERR(zt_train_config_set(&c, "comm-timeout", "-1"), ZT_STATUS_INVALID_ARG, "comm-timeout");
   ZT_CHECK_OK(zt_train_config_set(&c, "comm-timeout", "2.5"));
-  ZT_CHECK(c.comm_timeout == 2.5);
+  ZT_CHECK(c.parallel.comm_timeout == 2.5);
   ZT_CHECK_OK(zt_train_config_set(&c, "allow-config-change", "on"));
-  ZT_CHECK(c.allow_config_change);
+  ZT_CHECK(c.checkpoint.allow_config_change);
   ZT_CHECK_OK(zt_train_config_set(&c, "seed", "9223372036854775807"));
   ZT_CHECK(c.seed == 9223372036854775807ull);
 }
@@ -69,7 +69,7 @@ static void test_config_file_lines(void) {
   zt_train_config c;
   zt_train_config_default(&c);
   ZT_CHECK_OK(zt_train_config_load(&c, path));
-  ZT_CHECK(c.steps == 2 && !strcmp(c.metrics, "run#1.jsonl") && !strcmp(c.save, "a #b \"c\"") && c.lr == 0.5);
+  ZT_CHECK(c.steps == 2 && !strcmp(c.log.metrics, "run#1.jsonl") && !strcmp(c.checkpoint.save, "a #b \"c\"") && c.optim.lr == 0.5);
   /* errors name the file and line */
   const char *bad[][2] = {
       {"steps = 2\nbat\0ch = 2\n", ":2: holds a NUL byte"},
@@ -119,7 +119,7 @@ static void test_resume_changes(void) {
   ZT_CHECK(course && !strcmp(buf, "seed 1337 -> 7, lr 0.001 -> 0.002, ranks 1 -> 2"));
   /* changes that do not alter the course are reported without refusing */
   c.seed = 1337;
-  c.lr = 1e-3;
+  c.optim.lr = 1e-3;
   ZT_CHECK_OK(zt_train_resume_changes(&c, 2, &st, buf, sizeof buf, &course));
   ZT_CHECK(!course && !strcmp(buf, "ranks 1 -> 2"));
 }

@@ -222,46 +222,70 @@ typedef struct zt_train_step_result {
 zt_status zt_train_step(const zt_model *m, const zt_dp_strategy *dp, zt_optim *o, zt_batch_fn next,
                         void *user_data, const zt_train_step_options *opt, zt_train_step_result *out);
 
-typedef struct zt_train_config {
-  char model[32];        /* preset name ("gpt2-tiny", ...) */
+/* The options of a training run, one struct per concern. */
+typedef struct zt_train_model_options {
+  char preset[32];       /* preset name ("gpt2-tiny", ...) */
   int n_layer, n_head, n_embd, vocab_size, block_size; /* > 0: override the preset */
   double dropout;        /* < 0: the preset's */
-  char data[512];        /* token file; "" = built-in default data */
-  char val_data[512];    /* token file for validation; "" = last 10% of data (or the default split) */
-  int64_t batch, seq, steps;
+  char init_from[512];   /* transformers GPT-2 safetensors file to start from; "" = none */
+} zt_train_model_options;
+typedef struct zt_train_data_options {
+  char path[512];        /* token file; "" = built-in default data */
+  char val_path[512];    /* token file for validation; "" = last 10% of path (or the default split) */
+  int64_t batch, seq;    /* the global batch: each of N ranks runs batch/N rows */
+} zt_train_data_options;
+typedef struct zt_train_optim_options {
+  zt_optim_kind kind;
   double lr, min_lr;     /* min_lr < 0: lr / 10 */
   int64_t warmup;        /* < 0: min(100, steps / 10) */
-  zt_optim_kind optimizer;
   double weight_decay, beta1, beta2, momentum, grad_clip; /* grad_clip <= 0: off */
-  uint64_t seed;
-  int threads;           /* 0: all cores */
-  int64_t eval_every, eval_batches; /* eval_every 0: only at the end */
-  char metrics[512];     /* JSON lines file; "" = none */
-  char save[512];        /* checkpoint series folder (a step-N folder per save, 'latest'); "" = none */
-  int64_t save_every;    /* 0: only at the end */
-  int keep_checkpoints;  /* versions kept in the save folder (default 2; older ones are removed) */
-  char tensorboard[512]; /* TensorBoard event files go to this folder; "" = none */
-  char resume[512];      /* checkpoint to resume from (a series folder or one checkpoint folder) */
-  bool allow_config_change; /* resume although options that change the run's course differ from the
-                             * checkpoint's (the changes are reported either way) */
-  char init_from[512];   /* transformers GPT-2 safetensors file */
-  int64_t stop_at;       /* > 0: stop (and checkpoint) after this step; the schedule still uses steps */
-  int64_t inject_nan_at; /* > 0: testing aid: make the loss NaN at this step */
+} zt_train_optim_options;
+typedef struct zt_train_memory_options {
   zt_recompute recompute; /* activation recomputation of the blocks: NONE, FULL or SELECTIVE (default none) */
   int checkpoint_every;   /* blocks per checkpoint region (default 1) */
   zt_checkpoint_policy_fn selective_policy; /* of SELECTIVE (NULL: save_wide_gemm) */
   int64_t recompute_budget; /* > 0: plan per-block modes for this many ACTIVATION bytes (overrides recompute) */
   int offload_activations;  /* 0: off, else a zt_offload_tier for the blocks' saved tensors */
   char offload_dir[512];    /* DISK tier: where the spill file goes ("" = $TMPDIR or /tmp) */
-  /* Data parallel over the ranks of mpirun (one rank: plain training unless a shard
-   * strategy is asked for). --batch is the global batch: each of N ranks runs B/N rows. */
+} zt_train_memory_options;
+/* Data parallel over the ranks of mpirun (one rank: plain training unless a shard strategy is
+ * asked for). */
+typedef struct zt_train_parallel_options {
   zt_shard_strategy shard;  /* NONE (default): DDP on N > 1 ranks; else FSDP with this strategy */
   int hybrid_group;         /* HYBRID: ranks per shard group */
   bool prefetch;            /* FSDP backward and forward prefetch (default on) */
-  bool save_full;           /* FSDP: --save-format full (gathered to rank 0) instead of sharded */
   zt_dtype mixed_precision; /* FSDP parameter and gradient-reduction dtype: f32 (none), bf16 or f16 (with
                              * dynamic loss scaling) */
   double comm_timeout;      /* seconds a collective may wait for the other ranks (default 600; 0: forever) */
+} zt_train_parallel_options;
+typedef struct zt_train_checkpoint_options {
+  char save[512];        /* checkpoint series folder (a step-N folder per save, 'latest'); "" = none */
+  int64_t save_every;    /* 0: only at the end */
+  int keep_checkpoints;  /* versions kept in the save folder (default 2; older ones are removed) */
+  bool save_full;        /* FSDP: gathered to rank 0 (a single-process checkpoint) instead of sharded */
+  char resume[512];      /* checkpoint to resume from (a series folder or one checkpoint folder) */
+  bool allow_config_change; /* resume although options that change the run's course differ from the
+                             * checkpoint's (the changes are reported either way) */
+} zt_train_checkpoint_options;
+typedef struct zt_train_log_options {
+  int64_t eval_every, eval_batches; /* eval_every 0: only at the end */
+  char metrics[512];     /* JSON lines file; "" = none */
+  char tensorboard[512]; /* TensorBoard event files go to this folder; "" = none */
+} zt_train_log_options;
+
+typedef struct zt_train_config {
+  zt_train_model_options model;
+  zt_train_data_options data;
+  zt_train_optim_options optim;
+  zt_train_memory_options memory;
+  zt_train_parallel_options parallel;
+  zt_train_checkpoint_options checkpoint;
+  zt_train_log_options log;
+  int64_t steps;         /* the schedule's length */
+  int64_t stop_at;       /* > 0: stop (and checkpoint) after this step; the schedule still uses steps */
+  uint64_t seed;
+  int threads;           /* 0: all cores */
+  int64_t inject_nan_at; /* > 0: testing aid: make the loss NaN at this step */
   /* Optional: told when each part of a step starts (for progress shown inside long steps). */
   void (*on_phase)(zt_train_phase phase, int64_t step, void *user_data);
   void *phase_user_data;

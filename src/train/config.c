@@ -11,30 +11,30 @@
 
 void zt_train_config_default(zt_train_config *c) {
   memset(c, 0, sizeof *c);
-  snprintf(c->model, sizeof c->model, "gpt2-tiny");
-  c->dropout = -1;
-  c->batch = 8;
-  c->seq = 256;
+  snprintf(c->model.preset, sizeof c->model.preset, "gpt2-tiny");
+  c->model.dropout = -1;
+  c->data.batch = 8;
+  c->data.seq = 256;
   c->steps = 600;
-  c->lr = 1e-3;
-  c->min_lr = -1;
-  c->warmup = -1;
-  c->optimizer = ZT_OPTIM_ADAMW;
-  c->weight_decay = 0.1;
-  c->beta1 = 0.9;
-  c->beta2 = 0.95;
-  c->momentum = 0.9;
-  c->grad_clip = 1.0;
+  c->optim.lr = 1e-3;
+  c->optim.min_lr = -1;
+  c->optim.warmup = -1;
+  c->optim.kind = ZT_OPTIM_ADAMW;
+  c->optim.weight_decay = 0.1;
+  c->optim.beta1 = 0.9;
+  c->optim.beta2 = 0.95;
+  c->optim.momentum = 0.9;
+  c->optim.grad_clip = 1.0;
   c->seed = 1337;
-  c->eval_every = 100;
-  c->eval_batches = 8;
-  c->recompute = ZT_RECOMPUTE_NONE;
-  c->checkpoint_every = 1;
-  c->shard = ZT_SHARD_NONE;
-  c->prefetch = true;
-  c->mixed_precision = ZT_DTYPE_F32;
-  c->keep_checkpoints = 2;
-  c->comm_timeout = 600;
+  c->log.eval_every = 100;
+  c->log.eval_batches = 8;
+  c->memory.recompute = ZT_RECOMPUTE_NONE;
+  c->memory.checkpoint_every = 1;
+  c->parallel.shard = ZT_SHARD_NONE;
+  c->parallel.prefetch = true;
+  c->parallel.mixed_precision = ZT_DTYPE_F32;
+  c->checkpoint.keep_checkpoints = 2;
+  c->parallel.comm_timeout = 600;
 }
 
 static zt_status parse_bool(const char *key, const char *v, bool *out) {
@@ -121,14 +121,14 @@ static zt_status parse_recompute(zt_train_config *c, const char *v) {
                {"selective:attention", ZT_RECOMPUTE_SELECTIVE, zt_checkpoint_policy_recompute_attention}};
   for (size_t i = 0; v && i < sizeof modes / sizeof modes[0]; i++)
     if (!strcmp(v, modes[i].name)) {
-      c->recompute = modes[i].mode;
-      c->selective_policy = modes[i].policy;
-      c->recompute_budget = 0;
+      c->memory.recompute = modes[i].mode;
+      c->memory.selective_policy = modes[i].policy;
+      c->memory.recompute_budget = 0;
       return ZT_OK;
     }
   if (v && !strncmp(v, "budget=", 7)) {
-    ZT_TRY(parse_bytes("recompute budget", v + 7, &c->recompute_budget));
-    c->recompute = ZT_RECOMPUTE_NONE;
+    ZT_TRY(parse_bytes("recompute budget", v + 7, &c->memory.recompute_budget));
+    c->memory.recompute = ZT_RECOMPUTE_NONE;
     return ZT_OK;
   }
   return ZT_ERR(ZT_STATUS_INVALID_ARG,
@@ -140,34 +140,34 @@ zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v
   if (!key) return ZT_ERR(ZT_STATUS_INVALID_ARG, "option name is NULL");
   if (!strcmp(key, "model")) {
     zt_gpt2_config g;
-    ZT_TRY(parse_str(key, v, c->model, sizeof c->model));
-    return zt_gpt2_preset(c->model, &g);
+    ZT_TRY(parse_str(key, v, c->model.preset, sizeof c->model.preset));
+    return zt_gpt2_preset(c->model.preset, &g);
   }
-  if (!strcmp(key, "layers")) return parse_int(key, v, 1, 4096, &c->n_layer);
-  if (!strcmp(key, "heads")) return parse_int(key, v, 1, 4096, &c->n_head);
-  if (!strcmp(key, "dim")) return parse_int(key, v, 1, 1 << 20, &c->n_embd);
-  if (!strcmp(key, "vocab")) return parse_int(key, v, 1, 1 << 28, &c->vocab_size);
-  if (!strcmp(key, "ctx")) return parse_int(key, v, 1, 1 << 24, &c->block_size);
-  if (!strcmp(key, "dropout")) return zt_config_parse_f64(key, v, 0, 0.999, &c->dropout);
-  if (!strcmp(key, "data")) return parse_str(key, v, c->data, sizeof c->data);
-  if (!strcmp(key, "val-data")) return parse_str(key, v, c->val_data, sizeof c->val_data);
-  if (!strcmp(key, "batch")) return zt_config_parse_i64(key, v, 1, ZT_MAX_ROWS, &c->batch);
-  if (!strcmp(key, "seq")) return zt_config_parse_i64(key, v, 1, ZT_MAX_ROWS, &c->seq);
+  if (!strcmp(key, "layers")) return parse_int(key, v, 1, 4096, &c->model.n_layer);
+  if (!strcmp(key, "heads")) return parse_int(key, v, 1, 4096, &c->model.n_head);
+  if (!strcmp(key, "dim")) return parse_int(key, v, 1, 1 << 20, &c->model.n_embd);
+  if (!strcmp(key, "vocab")) return parse_int(key, v, 1, 1 << 28, &c->model.vocab_size);
+  if (!strcmp(key, "ctx")) return parse_int(key, v, 1, 1 << 24, &c->model.block_size);
+  if (!strcmp(key, "dropout")) return zt_config_parse_f64(key, v, 0, 0.999, &c->model.dropout);
+  if (!strcmp(key, "data")) return parse_str(key, v, c->data.path, sizeof c->data.path);
+  if (!strcmp(key, "val-data")) return parse_str(key, v, c->data.val_path, sizeof c->data.val_path);
+  if (!strcmp(key, "batch")) return zt_config_parse_i64(key, v, 1, ZT_MAX_ROWS, &c->data.batch);
+  if (!strcmp(key, "seq")) return zt_config_parse_i64(key, v, 1, ZT_MAX_ROWS, &c->data.seq);
   if (!strcmp(key, "steps")) return zt_config_parse_i64(key, v, 1, ZT_MAX_STEPS, &c->steps);
-  if (!strcmp(key, "lr")) return zt_config_parse_f64(key, v, 0, 10, &c->lr);
-  if (!strcmp(key, "min-lr")) return zt_config_parse_f64(key, v, 0, 10, &c->min_lr);
-  if (!strcmp(key, "warmup")) return zt_config_parse_i64(key, v, 0, ZT_MAX_STEPS, &c->warmup);
+  if (!strcmp(key, "lr")) return zt_config_parse_f64(key, v, 0, 10, &c->optim.lr);
+  if (!strcmp(key, "min-lr")) return zt_config_parse_f64(key, v, 0, 10, &c->optim.min_lr);
+  if (!strcmp(key, "warmup")) return zt_config_parse_i64(key, v, 0, ZT_MAX_STEPS, &c->optim.warmup);
   if (!strcmp(key, "optimizer")) {
-    if (v && !strcmp(v, "adamw")) c->optimizer = ZT_OPTIM_ADAMW;
-    else if (v && !strcmp(v, "sgd")) c->optimizer = ZT_OPTIM_SGD;
+    if (v && !strcmp(v, "adamw")) c->optim.kind = ZT_OPTIM_ADAMW;
+    else if (v && !strcmp(v, "sgd")) c->optim.kind = ZT_OPTIM_SGD;
     else return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'optimizer' is adamw or sgd (got '%s')", v ? v : "");
     return ZT_OK;
   }
-  if (!strcmp(key, "weight-decay")) return zt_config_parse_f64(key, v, 0, 10, &c->weight_decay);
-  if (!strcmp(key, "beta1")) return zt_config_parse_f64(key, v, 0, 0.999999, &c->beta1);
-  if (!strcmp(key, "beta2")) return zt_config_parse_f64(key, v, 0, 0.999999, &c->beta2);
-  if (!strcmp(key, "momentum")) return zt_config_parse_f64(key, v, 0, 0.999999, &c->momentum);
-  if (!strcmp(key, "grad-clip")) return zt_config_parse_f64(key, v, 0, 1e9, &c->grad_clip);
+  if (!strcmp(key, "weight-decay")) return zt_config_parse_f64(key, v, 0, 10, &c->optim.weight_decay);
+  if (!strcmp(key, "beta1")) return zt_config_parse_f64(key, v, 0, 0.999999, &c->optim.beta1);
+  if (!strcmp(key, "beta2")) return zt_config_parse_f64(key, v, 0, 0.999999, &c->optim.beta2);
+  if (!strcmp(key, "momentum")) return zt_config_parse_f64(key, v, 0, 0.999999, &c->optim.momentum);
+  if (!strcmp(key, "grad-clip")) return zt_config_parse_f64(key, v, 0, 1e9, &c->optim.grad_clip);
   if (!strcmp(key, "seed")) {
     int64_t s = 0;
     ZT_TRY(zt_config_parse_i64(key, v, 0, INT64_MAX, &s));
@@ -175,17 +175,17 @@ zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v
     return ZT_OK;
   }
   if (!strcmp(key, "threads")) return parse_int(key, v, 0, 4096, &c->threads);
-  if (!strcmp(key, "eval-every")) return zt_config_parse_i64(key, v, 0, ZT_MAX_STEPS, &c->eval_every);
-  if (!strcmp(key, "eval-batches")) return zt_config_parse_i64(key, v, 1, ZT_MAX_ROWS, &c->eval_batches);
-  if (!strcmp(key, "metrics")) return parse_str(key, v, c->metrics, sizeof c->metrics);
-  if (!strcmp(key, "save")) return parse_str(key, v, c->save, sizeof c->save);
-  if (!strcmp(key, "keep-checkpoints")) return parse_int(key, v, 1, 1000, &c->keep_checkpoints);
-  if (!strcmp(key, "tensorboard")) return parse_str(key, v, c->tensorboard, sizeof c->tensorboard);
-  if (!strcmp(key, "comm-timeout")) return zt_config_parse_f64(key, v, 0, 1e7, &c->comm_timeout);
-  if (!strcmp(key, "allow-config-change")) return parse_bool(key, v, &c->allow_config_change);
-  if (!strcmp(key, "save-every")) return zt_config_parse_i64(key, v, 0, ZT_MAX_STEPS, &c->save_every);
-  if (!strcmp(key, "resume")) return parse_str(key, v, c->resume, sizeof c->resume);
-  if (!strcmp(key, "init-from")) return parse_str(key, v, c->init_from, sizeof c->init_from);
+  if (!strcmp(key, "eval-every")) return zt_config_parse_i64(key, v, 0, ZT_MAX_STEPS, &c->log.eval_every);
+  if (!strcmp(key, "eval-batches")) return zt_config_parse_i64(key, v, 1, ZT_MAX_ROWS, &c->log.eval_batches);
+  if (!strcmp(key, "metrics")) return parse_str(key, v, c->log.metrics, sizeof c->log.metrics);
+  if (!strcmp(key, "save")) return parse_str(key, v, c->checkpoint.save, sizeof c->checkpoint.save);
+  if (!strcmp(key, "keep-checkpoints")) return parse_int(key, v, 1, 1000, &c->checkpoint.keep_checkpoints);
+  if (!strcmp(key, "tensorboard")) return parse_str(key, v, c->log.tensorboard, sizeof c->log.tensorboard);
+  if (!strcmp(key, "comm-timeout")) return zt_config_parse_f64(key, v, 0, 1e7, &c->parallel.comm_timeout);
+  if (!strcmp(key, "allow-config-change")) return parse_bool(key, v, &c->checkpoint.allow_config_change);
+  if (!strcmp(key, "save-every")) return zt_config_parse_i64(key, v, 0, ZT_MAX_STEPS, &c->checkpoint.save_every);
+  if (!strcmp(key, "resume")) return parse_str(key, v, c->checkpoint.resume, sizeof c->checkpoint.resume);
+  if (!strcmp(key, "init-from")) return parse_str(key, v, c->model.init_from, sizeof c->model.init_from);
   if (!strcmp(key, "stop-at")) return zt_config_parse_i64(key, v, 0, ZT_MAX_STEPS, &c->stop_at);
   if (!strcmp(key, "inject-nan-at")) return zt_config_parse_i64(key, v, 0, ZT_MAX_STEPS, &c->inject_nan_at);
   if (!strcmp(key, "recompute")) return parse_recompute(c, v);
@@ -193,22 +193,22 @@ zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v
     static const char *const names[] = {"none", "bf16", "disk", "host"};
     for (int i = 0; i < 4; i++)
       if (v && !strcmp(v, names[i])) {
-        c->offload_activations = i; /* 0 none, then ZT_OFFLOAD_BF16, _DISK, _HOST */
+        c->memory.offload_activations = i; /* 0 none, then ZT_OFFLOAD_BF16, _DISK, _HOST */
         return ZT_OK;
       }
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'offload-activations' is none, bf16, disk or host (got '%s')",
                   v ? v : "");
   }
-  if (!strcmp(key, "offload-dir")) return parse_str(key, v, c->offload_dir, sizeof c->offload_dir);
-  if (!strcmp(key, "checkpoint-every")) return parse_int(key, v, 1, 4096, &c->checkpoint_every);
+  if (!strcmp(key, "offload-dir")) return parse_str(key, v, c->memory.offload_dir, sizeof c->memory.offload_dir);
+  if (!strcmp(key, "checkpoint-every")) return parse_int(key, v, 1, 4096, &c->memory.checkpoint_every);
   if (!strcmp(key, "shard")) {
-    zt_status s = zt_shard_strategy_parse(v ? v : "", &c->shard, &c->hybrid_group);
+    zt_status s = zt_shard_strategy_parse(v ? v : "", &c->parallel.shard, &c->parallel.hybrid_group);
     return s ? zt__error_prefix(s, "option 'shard'") : ZT_OK;
   }
-  if (!strcmp(key, "prefetch")) return parse_bool(key, v, &c->prefetch);
+  if (!strcmp(key, "prefetch")) return parse_bool(key, v, &c->parallel.prefetch);
   if (!strcmp(key, "save-format")) {
     if (v && (!strcmp(v, "sharded") || !strcmp(v, "full"))) {
-      c->save_full = !strcmp(v, "full");
+      c->checkpoint.save_full = !strcmp(v, "full");
       return ZT_OK;
     }
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'save-format' is sharded or full (got '%s')", v ? v : "");
@@ -220,7 +220,7 @@ zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v
     } mp[] = {{"none", ZT_DTYPE_F32}, {"bf16", ZT_DTYPE_BF16}, {"fp16", ZT_DTYPE_F16}, {"f16", ZT_DTYPE_F16}};
     for (size_t i = 0; v && i < sizeof mp / sizeof mp[0]; i++)
       if (!strcmp(v, mp[i].name)) {
-        c->mixed_precision = mp[i].dt;
+        c->parallel.mixed_precision = mp[i].dt;
         return ZT_OK;
       }
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'mixed-precision' is bf16, fp16 or none (got '%s')", v ? v : "");

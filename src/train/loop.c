@@ -47,13 +47,13 @@ double zt_sgemm_gflops(int n, int reps) {
 
 /* Model config from the preset plus explicit overrides. */
 zt_status zt_train_model_config(const zt_train_config *c, zt_gpt2_config *g) {
-  ZT_TRY(zt_gpt2_preset(c->model, g));
-  if (c->n_layer > 0) g->n_layer = c->n_layer;
-  if (c->n_head > 0) g->n_head = c->n_head;
-  if (c->n_embd > 0) g->n_embd = c->n_embd;
-  if (c->vocab_size > 0) g->vocab_size = c->vocab_size;
-  if (c->block_size > 0) g->block_size = c->block_size;
-  if (c->dropout >= 0) g->dropout = c->dropout;
+  ZT_TRY(zt_gpt2_preset(c->model.preset, g));
+  if (c->model.n_layer > 0) g->n_layer = c->model.n_layer;
+  if (c->model.n_head > 0) g->n_head = c->model.n_head;
+  if (c->model.n_embd > 0) g->n_embd = c->model.n_embd;
+  if (c->model.vocab_size > 0) g->vocab_size = c->model.vocab_size;
+  if (c->model.block_size > 0) g->block_size = c->model.block_size;
+  if (c->model.dropout >= 0) g->dropout = c->model.dropout;
   return zt_gpt2_config_validate(g);
 }
 
@@ -128,35 +128,35 @@ static zt_status split_tail(zt_tokens *all, zt_tokens **val) {
  * made here, so data too small for the batch is an error before step 1. */
 static zt_status load_data(run *r) {
   const zt_train_config *c = r->c;
-  if (!c->data[0])
+  if (!c->data.path[0])
     ZT_TRY(zt_default_dataset(&r->train, &r->val));
   else
-    ZT_TRY(zt_tokens_load(c->data, &r->train));
-  if (c->val_data[0]) {
+    ZT_TRY(zt_tokens_load(c->data.path, &r->train));
+  if (c->data.val_path[0]) {
     zt_tokens_free(r->val);
     r->val = NULL;
-    ZT_TRY(zt_tokens_load(c->val_data, &r->val));
-  } else if (c->data[0]) {
+    ZT_TRY(zt_tokens_load(c->data.val_path, &r->val));
+  } else if (c->data.path[0]) {
     ZT_TRY(split_tail(r->train, &r->val));
   }
-  const char *train_name = c->data[0] ? c->data : "(built-in)";
-  const char *val_name = c->val_data[0] ? c->val_data : c->data[0] ? "(last tenth of --data)" : "(built-in)";
+  const char *train_name = c->data.path[0] ? c->data.path : "(built-in)";
+  const char *val_name = c->data.val_path[0] ? c->data.val_path : c->data.path[0] ? "(last tenth of --data)" : "(built-in)";
   zt_status s = zt_tokens_check_range(r->train, r->g.vocab_size);
   if (s) return zt__error_prefix(s, "training data '%s'", train_name);
   s = zt_tokens_check_range(r->val, r->g.vocab_size);
   if (s) return zt__error_prefix(s, "validation data '%s'", val_name);
-  int64_t rows = c->batch / r->dp.world; // --batch is global: this rank's rows of it
-  zt_loader_config lc = {rows, c->seq, c->seed, r->dp.rank, r->dp.world};
+  int64_t rows = c->data.batch / r->dp.world; // --batch is global: this rank's rows of it
+  zt_loader_config lc = {rows, c->data.seq, c->seed, r->dp.rank, r->dp.world};
   if ((s = zt_loader_new(r->train, &lc, &r->loader)))
     return zt__error_prefix(s, "training data '%s' is too small for batch %lld x seq %lld", train_name,
-                            (long long)c->batch, (long long)c->seq);
-  zt_loader_config vc = {rows, c->seq, c->seed ^ 0x5a17u, r->dp.rank, r->dp.world};
+                            (long long)c->data.batch, (long long)c->data.seq);
+  zt_loader_config vc = {rows, c->data.seq, c->seed ^ 0x5a17u, r->dp.rank, r->dp.world};
   if ((s = zt_loader_new(r->val, &vc, &r->val_loader)))
     return zt__error_prefix(s,
                             "validation data '%s' is too small for batch %lld x seq %lld (give --val-data, or lower "
                             "--batch or --seq)",
-                            val_name, (long long)c->batch, (long long)c->seq);
-  int64_t xs[] = {rows, c->seq};
+                            val_name, (long long)c->data.batch, (long long)c->data.seq);
+  int64_t xs[] = {rows, c->data.seq};
   ZT_TRY(zt_tensor_empty_tagged(2, xs, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &r->x));
   return zt_tensor_empty_tagged(2, xs, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &r->y);
 }
@@ -165,8 +165,8 @@ static zt_status load_data(run *r) {
 static zt_status eval_loss(run *r, double *out) {
   const zt_train_config *c = r->c;
   ZT_TRY(zt_loader_set_pos(r->val_loader, (zt_loader_pos){0, 0}));
-  int64_t nb = zt_loader_windows_per_epoch(r->val_loader) / c->batch; // global batches: the same count on every rank
-  if (nb > c->eval_batches) nb = c->eval_batches;
+  int64_t nb = zt_loader_windows_per_epoch(r->val_loader) / c->data.batch; // global batches: the same count on every rank
+  if (nb > c->log.eval_batches) nb = c->log.eval_batches;
   if (nb < 1) nb = 1;
   bool prev = zt_set_grad_enabled(false);
   bool was_training = zt_gpt2_module(r->model)->training;
@@ -244,22 +244,22 @@ static zt_status save_checkpoint(run *r, int64_t step) {
   zt_train_state st = {step, zt_rng_get_state(), zt_loader_get_pos(r->loader), r->g, 0, 0, ""};
   memcpy(st.options, r->options, sizeof st.options);
   if (r->scaling) st.loss_scale = r->scaler.scale, st.loss_scale_good = r->scaler.good_steps;
-  ZT_TRY(zt__train_dp_save(&r->dp, r->c, r->c->save, r->model, r->opt, &st));
+  ZT_TRY(zt__train_dp_save(&r->dp, r->c, r->c->checkpoint.save, r->model, r->opt, &st));
   r->saved_step = step;
   if (r->dp.rank != 0) return ZT_OK;
-  zt_status s = zt_snapshot_prune(r->c->save, r->c->keep_checkpoints);
-  return s ? zt__error_prefix(s, "saved checkpoint step %lld in '%s', but", (long long)step, r->c->save) : ZT_OK;
+  zt_status s = zt_snapshot_prune(r->c->checkpoint.save, r->c->checkpoint.keep_checkpoints);
+  return s ? zt__error_prefix(s, "saved checkpoint step %lld in '%s', but", (long long)step, r->c->checkpoint.save) : ZT_OK;
 }
 
 /* The part of a NaN message that says what survived. */
 static const char *survivors(const run *r, char *buf, size_t cap) {
   const zt_train_config *c = r->c;
   if (r->saved_step > 0)
-    snprintf(buf, cap, "; the last checkpoint (step %lld) in '%s' is intact", (long long)r->saved_step, c->save);
-  else if (c->resume[0])
+    snprintf(buf, cap, "; the last checkpoint (step %lld) in '%s' is intact", (long long)r->saved_step, c->checkpoint.save);
+  else if (c->checkpoint.resume[0])
     snprintf(buf, cap, "; no checkpoint was written in this run, the one it resumed from ('%s', step %lld) is intact",
-             c->resume, (long long)r->start);
-  else if (c->save[0])
+             c->checkpoint.resume, (long long)r->start);
+  else if (c->checkpoint.save[0])
     snprintf(buf, cap, "; no checkpoint was written yet");
   else
     buf[0] = '\0';
@@ -270,17 +270,17 @@ zt_status zt_train_setup_memory(zt_gpt2 *m, const zt_train_config *c, zt_train_r
   int L = zt_gpt2_get_config(m)->n_layer;
   zt_recompute *modes = calloc((size_t)L, sizeof *modes);
   if (!modes) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
-  zt_status s = zt_gpt2_set_selective_policy(m, (zt_checkpoint_policy){c->selective_policy, NULL});
-  if (!s && c->recompute_budget > 0) {
-    s = zt_gpt2_plan_recompute(m, c->batch, c->seq, c->recompute_budget, modes, NULL);
-    if (s) zt__error_prefix(s, "--recompute budget=%lld", (long long)c->recompute_budget);
+  zt_status s = zt_gpt2_set_selective_policy(m, (zt_checkpoint_policy){c->memory.selective_policy, NULL});
+  if (!s && c->memory.recompute_budget > 0) {
+    s = zt_gpt2_plan_recompute(m, c->data.batch, c->data.seq, c->memory.recompute_budget, modes, NULL);
+    if (s) zt__error_prefix(s, "--recompute budget=%lld", (long long)c->memory.recompute_budget);
     if (!s) s = zt_gpt2_set_recompute_blocks(m, modes, 1);
   } else if (!s) {
-    s = zt_gpt2_set_recompute(m, c->recompute, c->checkpoint_every);
+    s = zt_gpt2_set_recompute(m, c->memory.recompute, c->memory.checkpoint_every);
   }
-  if (!s && c->offload_activations) {
-    zt_offload_options o = zt_offload_options_default((zt_offload_tier)c->offload_activations);
-    if (c->offload_dir[0]) o.dir = c->offload_dir;
+  if (!s && c->memory.offload_activations) {
+    zt_offload_options o = zt_offload_options_default((zt_offload_tier)c->memory.offload_activations);
+    if (c->memory.offload_dir[0]) o.dir = c->memory.offload_dir;
     s = zt_gpt2_set_activation_offload(m, &o);
   }
   if (!s) {
@@ -295,7 +295,7 @@ zt_status zt_train_setup_memory(zt_gpt2 *m, const zt_train_config *c, zt_train_r
       res->recompute_plan[n++] = modes[i] == ZT_RECOMPUTE_FULL ? 'f' : modes[i] == ZT_RECOMPUTE_SELECTIVE ? 's' : 'n';
     }
     res->recompute_plan[n] = 0;
-    res->act_peak_predicted = zt_gpt2_predict_activation_peak(m, c->batch, c->seq, NULL, 0);
+    res->act_peak_predicted = zt_gpt2_predict_activation_peak(m, c->data.batch, c->data.seq, NULL, 0);
   }
   free(modes);
   return s;
@@ -310,37 +310,37 @@ zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void 
  * data, the logs, the save folder; the model, its memory options and initial weights. */
 static zt_status prepare(run *r, zt_train_state *st, zt_train_result *result) {
   const zt_train_config *c = r->c;
-  if (c->resume[0]) {
-    ZT_TRY(zt_snapshot_read_state(c->resume, st));
+  if (c->checkpoint.resume[0]) {
+    ZT_TRY(zt_snapshot_read_state(c->checkpoint.resume, st));
     const zt_gpt2_config *k = &st->model;
     if (k->n_layer != r->g.n_layer || k->n_head != r->g.n_head || k->n_embd != r->g.n_embd ||
         k->vocab_size != r->g.vocab_size || k->block_size != r->g.block_size)
       return ZT_ERR(ZT_STATUS_INVALID_ARG,
                     "checkpoint '%s' is of another model shape (layers %d heads %d dim %d vocab %d ctx %d) than asked "
                     "(layers %d heads %d dim %d vocab %d ctx %d); resume with the same --model/--layers/... flags",
-                    c->resume, k->n_layer, k->n_head, k->n_embd, k->vocab_size, k->block_size, r->g.n_layer,
+                    c->checkpoint.resume, k->n_layer, k->n_head, k->n_embd, k->vocab_size, k->block_size, r->g.n_layer,
                     r->g.n_head, r->g.n_embd, r->g.vocab_size, r->g.block_size);
     if (st->step > c->steps)
-      return ZT_ERR(ZT_STATUS_INVALID_ARG, "checkpoint '%s' is at step %lld, beyond --steps %lld", c->resume,
+      return ZT_ERR(ZT_STATUS_INVALID_ARG, "checkpoint '%s' is at step %lld, beyond --steps %lld", c->checkpoint.resume,
                     (long long)st->step, (long long)c->steps);
     char changes[1024];
     bool course = false;
     ZT_TRY(zt_train_resume_changes(c, r->dp.world, st, changes, sizeof changes, &course));
-    if (course && !c->allow_config_change)
+    if (course && !c->checkpoint.allow_config_change)
       return ZT_ERR(ZT_STATUS_INVALID_ARG,
                     "resuming '%s' with options other than its run's (%s): the continuation would not be the run "
                     "it was; give the same options, or --allow-config-change on to continue anyway",
-                    c->resume, changes);
+                    c->checkpoint.resume, changes);
     r->start = st->step;
   }
   ZT_TRY(load_data(r));
-  if (c->save[0] && r->dp.rank == 0) ZT_TRY(check_save_dir(c->save));
-  if (r->dp.rank == 0) ZT_TRY(zt__run_log_open(c->metrics, c->tensorboard, r->start, &r->log));
+  if (c->checkpoint.save[0] && r->dp.rank == 0) ZT_TRY(check_save_dir(c->checkpoint.save));
+  if (r->dp.rank == 0) ZT_TRY(zt__run_log_open(c->log.metrics, c->log.tensorboard, r->start, &r->log));
   // every rank builds the same model from the seed (and the strategies broadcast rank 0's anyway)
   zt_rng_seed(c->seed);
   ZT_TRY(zt_gpt2_new(&r->g, &r->model));
   ZT_TRY(zt_train_setup_memory(r->model, c, result));
-  if (c->init_from[0]) ZT_TRY(zt_gpt2_load_hf(r->model, c->init_from));
+  if (c->model.init_from[0]) ZT_TRY(zt_gpt2_load_hf(r->model, c->model.init_from));
   return ZT_OK;
 }
 
@@ -354,12 +354,12 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   zt_set_num_threads(c->threads);
   if (res) *res = result;
   ZT_TRY(zt_train_model_config(c, &r.g));
-  if (c->seq > r.g.block_size)
+  if (c->data.seq > r.g.block_size)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "--seq %lld is longer than the model's context (%d); use --seq <= %d or --ctx",
-                  (long long)c->seq, r.g.block_size, r.g.block_size);
+                  (long long)c->data.seq, r.g.block_size, r.g.block_size);
   zt_train_state st = {0};
   s = zt__train_dp_open(&r.dp, c, comm);
-  if (r.dp.comm) zt_comm_set_timeout(r.dp.comm, c->comm_timeout);
+  if (r.dp.comm) zt_comm_set_timeout(r.dp.comm, c->parallel.comm_timeout);
   if (!s) s = prepare(&r, &st, &result);
   // the ranks fail together on any rank's bad input, and refuse to run with different options
   if (r.dp.comm && r.dp.world > 1) {
@@ -392,25 +392,25 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   if ((s = zt__train_dp_wrap(&r.dp, c, r.model))) goto done;
   // the dropout masks of rank r must not repeat rank 0's: each rank its own stream
   if (r.dp.world > 1) zt_rng_seed(c->seed + (uint64_t)r.dp.rank);
-  zt_optim_config oc = zt_optim_default(c->optimizer);
-  oc.lr = c->lr;
-  oc.weight_decay = c->weight_decay;
-  oc.beta1 = c->beta1;
-  oc.beta2 = c->beta2;
-  oc.momentum = c->momentum;
+  zt_optim_config oc = zt_optim_default(c->optim.kind);
+  oc.lr = c->optim.lr;
+  oc.weight_decay = c->optim.weight_decay;
+  oc.beta1 = c->optim.beta1;
+  oc.beta2 = c->optim.beta2;
+  oc.momentum = c->optim.momentum;
   if ((s = zt_optim_new(&oc, r.dp.n_params, r.dp.params, &r.opt))) goto done;
-  r.scaling = c->mixed_precision == ZT_DTYPE_F16; // f16 gradients need a loss scale; bf16's range does not
+  r.scaling = c->parallel.mixed_precision == ZT_DTYPE_F16; // f16 gradients need a loss scale; bf16's range does not
   r.scaler = zt_loss_scaler_default();
-  if (c->resume[0]) {
-    if ((s = zt__train_dp_load(&r.dp, c->resume, r.model, r.opt, &st))) goto done;
+  if (c->checkpoint.resume[0]) {
+    if ((s = zt__train_dp_load(&r.dp, c->checkpoint.resume, r.model, r.opt, &st))) goto done;
     if ((s = zt_loader_set_pos(r.loader, st.data))) goto done;
     zt_rng_set_state(st.rng);
     if (st.loss_scale > 0) r.scaler.scale = st.loss_scale, r.scaler.good_steps = st.loss_scale_good;
   }
-  if (c->resume[0] || c->init_from[0]) {
+  if (c->checkpoint.resume[0] || c->model.init_from[0]) {
     char what[600];
-    snprintf(what, sizeof what, "%s '%s'", c->resume[0] ? "checkpoint" : "--init-from",
-             c->resume[0] ? c->resume : c->init_from);
+    snprintf(what, sizeof what, "%s '%s'", c->checkpoint.resume[0] ? "checkpoint" : "--init-from",
+             c->checkpoint.resume[0] ? c->checkpoint.resume : c->model.init_from);
     s = check_params_finite(&r, what);
     if (r.dp.world > 1) s = zt_comm_agree_status(r.dp.comm, s);
     if (s) {
@@ -419,11 +419,11 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     }
   }
   int64_t start = r.start;
-  int64_t warmup = c->warmup >= 0 ? c->warmup : (c->steps / 10 < 100 ? c->steps / 10 : 100);
-  double min_lr = c->min_lr >= 0 ? c->min_lr : c->lr / 10;
+  int64_t warmup = c->optim.warmup >= 0 ? c->optim.warmup : (c->steps / 10 < 100 ? c->steps / 10 : 100);
+  double min_lr = c->optim.min_lr >= 0 ? c->optim.min_lr : c->optim.lr / 10;
   result.sgemm_gflops = zt_sgemm_gflops(512, 5);
   result.num_params = zt_gpt2_num_params(r.model);
-  double flops = zt_gpt2_flops_per_step(r.model, c->batch, c->seq);
+  double flops = zt_gpt2_flops_per_step(r.model, c->data.batch, c->data.seq);
   double t_start = zt_clock_now();
   result.first_loss = NAN;
   result.last_val_loss = NAN;
@@ -432,10 +432,10 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   zt_dp_strategy dps = zt__train_dp_strategy(&r.dp);
   for (int64_t step = start; step < c->steps; step++) {
     double t0 = zt_clock_now();
-    double lr = zt_lr_cosine(step, warmup, c->steps, c->lr, min_lr);
+    double lr = zt_lr_cosine(step, warmup, c->steps, c->optim.lr, min_lr);
     zt_train_step_options so = zt_train_step_options_default();
     so.lr = lr;
-    so.grad_clip = c->grad_clip;
+    so.grad_clip = c->optim.grad_clip;
     so.scaler = r.scaling ? &r.scaler : NULL;
     so.poison_loss = c->inject_nan_at == step + 1;
     so.step = step + 1;
@@ -467,10 +467,10 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     info.val_loss = NAN;
     info.step_ms = dt * 1e3;
     info.elapsed_s = zt_clock_now() - t_start;
-    info.tokens_per_s = (double)(c->batch * c->seq) / dt;
+    info.tokens_per_s = (double)(c->data.batch * c->data.seq) / dt;
     info.mfu = flops / dt / 1e9 / (result.sgemm_gflops * r.dp.world); // every rank has its own ceiling
     bool last = step + 1 == c->steps || step + 1 == c->stop_at;
-    if ((c->eval_every && (step + 1) % c->eval_every == 0) || last) {
+    if ((c->log.eval_every && (step + 1) % c->log.eval_every == 0) || last) {
       phase(&r, ZT_TRAIN_PHASE_EVAL, step + 1);
       if ((s = eval_loss(&r, &info.val_loss))) break;
       result.last_val_loss = info.val_loss;
@@ -501,19 +501,19 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     }
     if (!s)
       s = zt__run_log_step(r.log, &info,
-                           !r.dp.ddp && !r.dp.fsdp ? "single" : r.dp.ddp ? "ddp" : zt_shard_strategy_name(c->shard),
+                           !r.dp.ddp && !r.dp.fsdp ? "single" : r.dp.ddp ? "ddp" : zt_shard_strategy_name(c->parallel.shard),
                            all ? all : mine);
     free(all);
     if (s) break;
     if (on_step) on_step(&info, user_data);
-    if (c->save[0] && ((c->save_every && (step + 1) % c->save_every == 0) || last)) {
+    if (c->checkpoint.save[0] && ((c->checkpoint.save_every && (step + 1) % c->checkpoint.save_every == 0) || last)) {
       phase(&r, ZT_TRAIN_PHASE_SAVE, step + 1);
       if ((s = save_checkpoint(&r, step + 1))) break;
     }
     if (step + 1 == c->stop_at) break;
   }
   result.seconds = zt_clock_now() - t_start;
-  if (result.seconds > 0) result.tokens_per_s = (double)(result.steps_done * c->batch * c->seq) / result.seconds;
+  if (result.seconds > 0) result.tokens_per_s = (double)(result.steps_done * c->data.batch * c->data.seq) / result.seconds;
 done:
   if (res) *res = result;
   if (s == ZT_OK && model_out) s = zt__train_dp_gather_full(&r.dp); // the caller gets usable full parameters

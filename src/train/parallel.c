@@ -18,33 +18,33 @@ zt_status zt__train_dp_open(zt__train_dp *dp, const zt_train_config *c, zt_comm 
   dp->comm = comm;
   dp->rank = zt_comm_rank(comm);
   dp->world = zt_comm_size(comm);
-  if (c->batch % dp->world)
+  if (c->data.batch % dp->world)
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
                   "--batch %lld is the global batch and must divide evenly over the %d ranks; use a multiple of %d",
-                  (long long)c->batch, dp->world, dp->world);
-  if (c->mixed_precision != ZT_DTYPE_F32 && c->shard == ZT_SHARD_NONE)
+                  (long long)c->data.batch, dp->world, dp->world);
+  if (c->parallel.mixed_precision != ZT_DTYPE_F32 && c->parallel.shard == ZT_SHARD_NONE)
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
                   "--mixed-precision %s needs an FSDP strategy (it sets the dtype FSDP gathers parameters and reduces "
                   "gradients in): add --shard full, grad_op, opt or hybrid:G (one rank works too)",
-                  c->mixed_precision == ZT_DTYPE_BF16 ? "bf16" : "fp16");
-  if (c->shard == ZT_SHARD_HYBRID && (c->hybrid_group < 1 || dp->world % c->hybrid_group))
+                  c->parallel.mixed_precision == ZT_DTYPE_BF16 ? "bf16" : "fp16");
+  if (c->parallel.shard == ZT_SHARD_HYBRID && (c->parallel.hybrid_group < 1 || dp->world % c->parallel.hybrid_group))
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "--shard hybrid:%d needs a group size that divides the %d ranks",
-                  c->hybrid_group, dp->world);
+                  c->parallel.hybrid_group, dp->world);
   return ZT_OK;
 }
 
 zt_status zt__train_dp_wrap(zt__train_dp *dp, const zt_train_config *c, zt_gpt2 *m) {
   dp->n_params = zt_gpt2_params(m, &dp->params);
-  if (c->shard == ZT_SHARD_NONE) {
+  if (c->parallel.shard == ZT_SHARD_NONE) {
     if (dp->world == 1) return ZT_OK;
     zt_ddp_options o = zt_ddp_options_default();
     return zt_ddp_new(dp->comm, dp->n_params, dp->params, &o, &dp->ddp);
   }
   zt_fsdp_options o = zt_fsdp_options_default();
-  o.strategy = c->shard;
-  o.hybrid_group = c->hybrid_group;
-  o.backward_prefetch = o.forward_prefetch = c->prefetch;
-  o.param_dtype = o.reduce_dtype = c->mixed_precision;
+  o.strategy = c->parallel.shard;
+  o.hybrid_group = c->parallel.hybrid_group;
+  o.backward_prefetch = o.forward_prefetch = c->parallel.prefetch;
+  o.param_dtype = o.reduce_dtype = c->parallel.mixed_precision;
   ZT_TRY(zt_fsdp_new(dp->comm, zt_gpt2_module(m), &o, &dp->fsdp));
   ZT_TRY(zt_fsdp_auto_wrap(dp->fsdp, NULL, NULL));
   ZT_TRY(zt_fsdp_init(dp->fsdp));
@@ -134,7 +134,7 @@ zt_status zt__train_dp_gather(zt__train_dp *dp, const double *mine, int n, doubl
 zt_status zt__train_dp_save(zt__train_dp *dp, const zt_train_config *c, const char *dir, zt_gpt2 *m, zt_optim *o,
                             const zt_train_state *st) {
   if (dp->fsdp)
-    return c->save_full ? zt_snapshot_save_full(dir, m, dp->fsdp, o, st)
+    return c->checkpoint.save_full ? zt_snapshot_save_full(dir, m, dp->fsdp, o, st)
                         : zt_snapshot_save_sharded(dir, dp->fsdp, o, st);
   // plain and DDP: every rank holds the same values; rank 0 writes, the others wait for it
   zt_status s = ZT_OK;

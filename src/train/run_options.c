@@ -46,24 +46,24 @@ static void add_f64(zt__run_opts *o, const char *name, double v) {
 void zt__run_options(const zt_train_config *c, const zt_gpt2_config *g, int world, zt__run_opts *o) {
   memset(o, 0, sizeof *o);
   add(o, "seed", "%llu", (unsigned long long)c->seed);
-  add(o, "batch", "%lld", (long long)c->batch);
-  add(o, "seq", "%lld", (long long)c->seq);
+  add(o, "batch", "%lld", (long long)c->data.batch);
+  add(o, "seq", "%lld", (long long)c->data.seq);
   add(o, "steps", "%lld", (long long)c->steps);
-  add_f64(o, "lr", c->lr);
-  add_f64(o, "min-lr", c->min_lr >= 0 ? c->min_lr : c->lr / 10);
-  add(o, "warmup", "%lld", (long long)(c->warmup >= 0 ? c->warmup : (c->steps / 10 < 100 ? c->steps / 10 : 100)));
-  add(o, "optimizer", "%s", c->optimizer == ZT_OPTIM_SGD ? "sgd" : "adamw");
-  add_f64(o, "weight-decay", c->weight_decay);
-  add_f64(o, "beta1", c->beta1);
-  add_f64(o, "beta2", c->beta2);
-  add_f64(o, "momentum", c->momentum);
-  add_f64(o, "grad-clip", c->grad_clip);
+  add_f64(o, "lr", c->optim.lr);
+  add_f64(o, "min-lr", c->optim.min_lr >= 0 ? c->optim.min_lr : c->optim.lr / 10);
+  add(o, "warmup", "%lld", (long long)(c->optim.warmup >= 0 ? c->optim.warmup : (c->steps / 10 < 100 ? c->steps / 10 : 100)));
+  add(o, "optimizer", "%s", c->optim.kind == ZT_OPTIM_SGD ? "sgd" : "adamw");
+  add_f64(o, "weight-decay", c->optim.weight_decay);
+  add_f64(o, "beta1", c->optim.beta1);
+  add_f64(o, "beta2", c->optim.beta2);
+  add_f64(o, "momentum", c->optim.momentum);
+  add_f64(o, "grad-clip", c->optim.grad_clip);
   add_f64(o, "dropout", g->dropout);
-  add(o, "data", "%s", c->data[0] ? c->data : "(built-in)");
-  add(o, "mixed-precision", "%s", c->mixed_precision == ZT_DTYPE_F32 ? "none" : zt_dtype_name(c->mixed_precision));
-  add(o, "val-data", "%s", c->val_data[0] ? c->val_data : "(split)");
+  add(o, "data", "%s", c->data.path[0] ? c->data.path : "(built-in)");
+  add(o, "mixed-precision", "%s", c->parallel.mixed_precision == ZT_DTYPE_F32 ? "none" : zt_dtype_name(c->parallel.mixed_precision));
+  add(o, "val-data", "%s", c->data.val_path[0] ? c->data.val_path : "(split)");
   add(o, "ranks", "%d", world);
-  add(o, "shard", "%s", c->shard == ZT_SHARD_NONE ? "none" : zt_shard_strategy_name(c->shard));
+  add(o, "shard", "%s", c->parallel.shard == ZT_SHARD_NONE ? "none" : zt_shard_strategy_name(c->parallel.shard));
   o->n_recorded = o->n;
   /* the rest must agree between ranks, and is not recorded */
   add(o, "layers", "%d", g->n_layer);
@@ -71,21 +71,21 @@ void zt__run_options(const zt_train_config *c, const zt_gpt2_config *g, int worl
   add(o, "dim", "%d", g->n_embd);
   add(o, "vocab", "%d", g->vocab_size);
   add(o, "ctx", "%d", g->block_size);
-  add(o, "hybrid-group", "%d", c->hybrid_group);
-  add(o, "prefetch", "%d", c->prefetch);
-  add(o, "recompute", "%s", zt_recompute_name(c->recompute));
-  add(o, "recompute-budget", "%lld", (long long)c->recompute_budget);
-  add(o, "checkpoint-every", "%d", c->checkpoint_every);
-  add(o, "save", "%s", c->save);
-  add(o, "save-every", "%lld", (long long)c->save_every);
-  add(o, "save-format", "%s", c->save_full ? "full" : "sharded");
-  add(o, "resume", "%s", c->resume);
-  add(o, "init-from", "%s", c->init_from);
+  add(o, "hybrid-group", "%d", c->parallel.hybrid_group);
+  add(o, "prefetch", "%d", c->parallel.prefetch);
+  add(o, "recompute", "%s", zt_recompute_name(c->memory.recompute));
+  add(o, "recompute-budget", "%lld", (long long)c->memory.recompute_budget);
+  add(o, "checkpoint-every", "%d", c->memory.checkpoint_every);
+  add(o, "save", "%s", c->checkpoint.save);
+  add(o, "save-every", "%lld", (long long)c->checkpoint.save_every);
+  add(o, "save-format", "%s", c->checkpoint.save_full ? "full" : "sharded");
+  add(o, "resume", "%s", c->checkpoint.resume);
+  add(o, "init-from", "%s", c->model.init_from);
   add(o, "stop-at", "%lld", (long long)c->stop_at);
   add(o, "inject-nan-at", "%lld", (long long)c->inject_nan_at);
-  add(o, "eval-every", "%lld", (long long)c->eval_every);
-  add(o, "eval-batches", "%lld", (long long)c->eval_batches);
-  add_f64(o, "comm-timeout", c->comm_timeout);
+  add(o, "eval-every", "%lld", (long long)c->log.eval_every);
+  add(o, "eval-batches", "%lld", (long long)c->log.eval_batches);
+  add_f64(o, "comm-timeout", c->parallel.comm_timeout);
 }
 
 /* FNV-1a over the ids, with the count: tells two different token files apart. */
