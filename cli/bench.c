@@ -23,7 +23,7 @@ int zt_cli_bench_options(const char *cmd, int argc, char **argv, zt_train_config
     if (rc) return rc;
     if (!strcmp(name, "steps")) rc = zt_cli_i64(cmd, name, v, 1, 1000, steps);
     else if (!strcmp(name, "warmup-steps")) rc = zt_cli_i64(cmd, name, v, 0, 1000, warm);
-    else if (zt_train_config_set(c, name, v)) rc = (fprintf(stderr, "zt %s: %s\n", cmd, zt_last_error()), 2);
+    else if (zt_train_config_set(c, name, v)) rc = (zt_cli_fail(cmd), 2);
     if (rc) return rc;
   }
   return 0;

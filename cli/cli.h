@@ -2,6 +2,8 @@
 #ifndef ZT_CLI_H
 #define ZT_CLI_H
 
+#include <stdio.h>
+
 #include "zt/train.h"
 
 int zt_cmd_train(int argc, char **argv);
@@ -21,7 +23,8 @@ int zt_cmd_consolidate(int argc, char **argv);
 
 /* "1.5 GiB" style; buf of 32 bytes. */
 const char *zt_cli_bytes(double b, char *buf);
-/* Print zt_last_error() after "zt CMD: " and return the exit code 1. */
+/* Print zt_last_error() (fields written as flags: zt_cli_train_message) after "zt CMD: " and
+ * return the exit code 1. */
 int zt_cli_fail(const char *cmd);
 /* Is "--help" or "-h" among the arguments? */
 bool zt_cli_wants_help(int argc, char **argv);
@@ -35,6 +38,19 @@ bool zt_cli_wants_help(int argc, char **argv);
 int zt_cli_arg(const char *cmd, int argc, char **argv, int *i, const char *flags, char name[64], const char **value);
 /* zt_cli_arg for commands that take options only: a positional argument is refused (2). */
 int zt_cli_option(const char *cmd, int argc, char **argv, int *i, char name[64], const char **value);
+/* zt train's options (cli/train_options.c: one table gives --help, flags, config-file keys
+ * and the flag names in messages). The command's own options, beside zt_train_config: */
+typedef struct zt_cli_train_opts {
+  int64_t log_every, sample_len;
+} zt_cli_train_opts;
+zt_cli_train_opts zt_cli_train_opts_default(void);
+/* Set the option `name` (a flag without dashes, or a config-file key) from a string. */
+zt_status zt_cli_train_set(zt_train_config *c, zt_cli_train_opts *own, const char *name, const char *value);
+/* Every option with its default and help. */
+void zt_cli_train_usage(FILE *f);
+/* A library message with the zt_train_config fields it names ("zt_train_config.data.batch")
+ * written as the flags that set them ("--batch"). */
+void zt_cli_train_message(const char *msg, char *out, size_t cap);
 /* An integer option in [lo, hi]: 0, or 2 after printing what was wrong. */
 int zt_cli_i64(const char *cmd, const char *name, const char *value, int64_t lo, int64_t hi, int64_t *out);
 

@@ -26,7 +26,9 @@ const char *zt_cli_bytes(double b, char *buf) {
 }
 
 int zt_cli_fail(const char *cmd) {
-  fprintf(stderr, "zt %s: %s\n", cmd, zt_last_error());
+  char m[4096];
+  zt_cli_train_message(zt_last_error(), m, sizeof m);
+  fprintf(stderr, "zt %s: %s\n", cmd, m);
   return 1;
 }
 

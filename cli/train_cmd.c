@@ -1,5 +1,5 @@
-/* zt train: flags and an optional config file (same names) into a zt_train_config, a
- * progress line every N steps (with elapsed time and ETA), progress inside steps that take
+/* zt train: flags and an optional config file (same names; cli/train_options.c) into a
+ * zt_train_config, a progress line every N steps (with elapsed time and ETA), progress inside steps that take
  * long (a live status line on a terminal, plain lines otherwise), a summary, and
  * (byte-level models) a sample of text. Under mpirun, an error that did not reach every
  * rank at once ends the whole job, so no rank is left waiting. */
@@ -12,82 +12,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-
-static void train_usage(FILE *f) {
-  zt_train_config d;
-  zt_train_config_default(&d);
-  fprintf(f,
-          "usage: zt train [--config FILE] [options]\n"
-          "Every option can also be given in a config file as 'name = value' lines (# comments);\n"
-          "flags given on the command line override the file.\n"
-          "model:\n"
-          "  --model NAME        preset: gpt2-tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m (default %s)\n"
-          "  --layers N --heads N --dim N --vocab N --ctx N   override the preset's shape\n"
-          "  --dropout P         dropout probability (default: the preset's)\n"
-          "  --init-from FILE    start from a transformers GPT-2 model.safetensors\n"
-          "data:\n"
-          "  --data FILE         token file (zt tokenize); default: the built-in dataset\n"
-          "  --val-data FILE     validation token file (default: last 10%% of --data)\n"
-          "  --batch B           sequences per step (default %lld)\n"
-          "  --seq T             tokens per sequence (default %lld)\n"
-          "memory:\n"
-          "  --recompute MODE    recompute the blocks' activations in backward instead of keeping them\n"
-          "                      (bitwise the same results, less activation memory; default none):\n"
-          "                      none | full | selective (keep QKV and MLP up-projection outputs,\n"
-          "                      recompute the rest; also selective:gemm, selective:attention) |\n"
-          "                      budget=SIZE (per-block plan that fits SIZE bytes of activations, e.g. 300M)\n"
-          "  --checkpoint-every K  blocks per recomputed region (default %d)\n"
-          "  --offload-activations TIER  none | bf16 (compressed in memory, lossy) | disk (a spill file,\n"
-          "                      lossless) | host: saved activations of the blocks go there in forward and\n"
-          "                      come back, prefetched, in backward (default none)\n"
-          "  --offload-dir DIR   where the disk tier's spill file goes (default $TMPDIR or /tmp)\n"
-          "data parallel (run under mpirun -np N; --batch is the global batch, B/N rows per rank):\n"
-          "  --shard MODE        none: DDP (replicated, bucketed gradient all-reduce; the default) |\n"
-          "                      full: FSDP ZeRO-3 (parameters, grads, optimizer state sharded) |\n"
-          "                      grad_op: ZeRO-2 (full parameters kept through backward) |\n"
-          "                      opt: ZeRO-1 (optimizer state sharded) | hybrid:G (full shard in groups\n"
-          "                      of G ranks, replicated across groups); one transformer block per unit\n"
-          "  --prefetch on|off   FSDP: gather the next unit while this one computes (default on)\n"
-          "  --save-format F     FSDP checkpoints: sharded (a file per rank + index.json; loads at any\n"
-          "                      rank count; zt consolidate makes a single one) or full (default sharded)\n"
-          "  --mixed-precision P FSDP (needs --shard other than none; one rank works): none | bf16 | fp16:\n"
-          "                      gather parameters and reduce gradients in P, f32 master shards (fp16 adds\n"
-          "                      dynamic loss scaling); the CPU kernels compute in f32 on the rounded values\n"
-          "optimisation:\n"
-          "  --steps N           training steps (default %lld)\n"
-          "  --lr LR             peak learning rate (default %g)\n"
-          "  --min-lr LR         final learning rate of the cosine schedule (default lr/10)\n"
-          "  --warmup N          warm-up steps (default min(100, steps/10))\n"
-          "  --optimizer NAME    adamw or sgd (default adamw)\n"
-          "  --weight-decay W    decoupled weight decay on matrices and embeddings (default %g)\n"
-          "  --beta1 B --beta2 B AdamW betas (default %g, %g)\n"
-          "  --momentum M        SGD momentum (default %g)\n"
-          "  --grad-clip C       clip the global grad norm to C, 0 = off (default %g)\n"
-          "run:\n"
-          "  --seed S            random seed (default %llu)\n"
-          "  --threads N         kernel threads, 0 = all cores (default 0)\n"
-          "  --log-every N       progress line every N steps (default 10); a step that takes longer than\n"
-          "                      ZT_STEP_PROGRESS_S seconds (default 3) also shows its parts as it goes\n"
-          "  --eval-every N      validation loss every N steps, 0 = at the end only (default %lld)\n"
-          "  --eval-batches N    batches per validation (default %lld)\n"
-          "  --metrics FILE      one JSON object per step (step, loss, lr, tokens_per_s, mem, val_loss)\n"
-          "  --tensorboard DIR   TensorBoard event files (the same figures; tensorboard --logdir DIR)\n"
-          "  --save DIR          checkpoints: DIR/step-N per save, DIR/latest links the newest; each save is\n"
-          "                      atomic (a crash leaves the previous one current)\n"
-          "  --save-every N      checkpoint every N steps, 0 = at the end only (default 0)\n"
-          "  --keep-checkpoints K  versions kept in DIR, older ones are removed (default %d)\n"
-          "  --resume DIR        continue from a checkpoint (bitwise the same as not stopping); options that\n"
-          "                      change the run's course (seed, batch, lr...) must be the checkpoint's\n"
-          "  --allow-config-change on  resume although such options differ (the changes are printed)\n"
-          "  --comm-timeout S    seconds a rank waits for the others in a collective before the job ends\n"
-          "                      with an error naming the missing ranks, 0 = forever (default %g)\n"
-          "  --stop-at N         stop (and checkpoint) after step N; the schedule still spans --steps\n"
-          "  --inject-nan-at N   testing aid: pretend the loss is NaN at step N\n"
-          "  --sample-len N      characters of sample text at the end, 0 = none (default 300)\n",
-          d.model.preset, (long long)d.data.batch, (long long)d.data.seq, d.memory.checkpoint_every, (long long)d.steps, d.optim.lr, d.optim.weight_decay, d.optim.beta1, d.optim.beta2,
-          d.optim.momentum, d.optim.grad_clip, (unsigned long long)d.seed, (long long)d.log.eval_every, (long long)d.log.eval_batches,
-          d.checkpoint.keep_checkpoints, d.parallel.comm_timeout);
-}
 
 /* Shown state, shared by the training thread (callbacks) and, on a terminal, the ticker thread. */
 typedef struct progress {
@@ -184,28 +108,27 @@ static void on_step(const zt_train_step_info *in, void *ud) {
   pthread_mutex_unlock(&p->mu);
 }
 
-/* Options of zt train that only the command has (the rest are the library's config). */
+/* Config-file lines and flags alike go through the option table (cli/train_options.c). */
 typedef struct cli_opts {
   zt_train_config *c;
-  progress *p;
+  zt_cli_train_opts own;
 } cli_opts;
 
 static zt_status set_option(const char *name, const char *value, void *ud) {
   cli_opts *o = ud;
-  if (!strcmp(name, "log-every")) return zt_config_parse_i64(name, value, 1, 1ll << 40, &o->p->log_every);
-  if (!strcmp(name, "sample-len")) return zt_config_parse_i64(name, value, 0, 1 << 20, &o->p->sample_len);
-  return zt_train_config_set(o->c, name, value);
+  return zt_cli_train_set(o->c, &o->own, name, value);
 }
+
+static int usage_error(void) { return (zt_cli_fail("train"), 2); }
 
 static int run_train(zt_train_config *c, zt_comm *world, progress *p);
 
 int zt_cmd_train(int argc, char **argv) {
   zt_train_config c;
   zt_train_config_default(&c);
-  progress p = {.log_every = 10, .sample_len = 300};
-  cli_opts o = {&c, &p};
+  cli_opts o = {&c, zt_cli_train_opts_default()};
   if (zt_cli_wants_help(argc, argv)) {
-    train_usage(stdout);
+    zt_cli_train_usage(stdout);
     return 0;
   }
   char name[64];
@@ -214,20 +137,15 @@ int zt_cmd_train(int argc, char **argv) {
   /* the config files first, so flags override them */
   for (int i = 0; (rc = zt_cli_option("train", argc, argv, &i, name, &v)) != 1;) {
     if (rc) return rc;
-    if (!strcmp(name, "config") && zt_config_file_read(v, set_option, &o)) {
-      fprintf(stderr, "zt train: %s\n", zt_last_error());
-      return 2;
-    }
+    if (!strcmp(name, "config") && zt_config_file_read(v, set_option, &o)) return usage_error();
   }
   for (int i = 0; (rc = zt_cli_option("train", argc, argv, &i, name, &v)) != 1;) {
     if (rc) return rc;
-    if (strcmp(name, "config") && set_option(name, v, &o)) {
-      fprintf(stderr, "zt train: %s\n", zt_last_error());
-      return 2;
-    }
+    if (strcmp(name, "config") && set_option(name, v, &o)) return usage_error();
   }
   zt_comm *world = NULL;
   if (zt_comm_world(&world)) return zt_cli_fail("train");
+  progress p = {.log_every = o.own.log_every, .sample_len = o.own.sample_len};
   int code = run_train(&c, world, &p);
   zt_comm_free(world);
   return code;
@@ -318,8 +236,9 @@ static int run_train(zt_train_config *c, zt_comm *world, progress *p) {
     if (ranks == 1) return zt_cli_fail("train");
     if (r.failed_together) return rank == 0 ? zt_cli_fail("train") : 1; /* every rank knows; rank 0 says it */
     /* the other ranks may be waiting for this one in a collective: end the job */
-    fprintf(stderr, "zt train (rank %d of %d): %s\nzt train: ending every rank of the job\n", rank, ranks,
-            zt_last_error());
+    char m[4096];
+    zt_cli_train_message(zt_last_error(), m, sizeof m);
+    fprintf(stderr, "zt train (rank %d of %d): %s\nzt train: ending every rank of the job\n", rank, ranks, m);
     fflush(stderr);
     zt_comm_abort(world, 1);
     return 1;

@@ -292,12 +292,14 @@ typedef struct zt_train_config {
 } zt_train_config;
 /* Defaults: gpt2-tiny on the default data (the values `zt train` shows in --help). */
 void zt_train_config_default(zt_train_config *c);
-/* Set one option by its flag name without dashes ("batch", "lr", ...) from a string;
- * unknown names and bad values are errors naming them. Used for flags and config files. */
+/* Set one option by its name ("batch", "lr", "keep-checkpoints", ...; zt train's flags and
+ * config keys are these names) from a string; unknown names and bad values are errors naming
+ * them. Messages of the library name options by their field ("zt_train_config.data.batch"),
+ * which a front end may rewrite as its own option names. */
 zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *value);
 /* The model config a training config asks for: the preset plus explicit overrides. */
 zt_status zt_train_model_config(const zt_train_config *c, zt_gpt2_config *out);
-/* Read a config file: "name = value" lines (the flag names, with or without the dashes), in
+/* Read a config file: "name = value" lines (a leading "--" on a name is dropped), in
  * file order, calling set for each. '#' starts a comment at the start of a line or after a
  * blank ("run#1.jsonl" is a value); a value may be double-quoted ("a #b", with \" and \\).
  * The file must be a regular text file of at most 1 MiB, without NUL bytes; a name given twice

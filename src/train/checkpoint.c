@@ -536,7 +536,7 @@ zt_status zt_snapshot_load(const char *dir_in, zt_gpt2 *m, zt_optim *o, zt_train
   if (o && !k.has_optim)
     return ZT_ERR(ZT_STATUS_STATE,
                   "checkpoint '%s' holds no optimizer state (it was saved without one), so training cannot resume "
-                  "from it; load the weights only (--init-from %s/%s)",
+                  "from it; load the weights only (zt_train_config.model.init_from %s/%s)",
                   dir, dir, CK_MODEL);
   /* Everything checkable is checked before the first tensor is overwritten. */
   ZT_TRY(check_save_id(dir, CK_MODEL, k.save_id));

@@ -1,6 +1,6 @@
-/* Training configuration: defaults, one setter shared by command-line flags and config
- * files (so both accept exactly the same names and values, each range-checked), and the
- * config-file reader (whole file, any line length, quoted values, a key once). */
+/* Training configuration: defaults, one typed, range-checked setter by option name (zt
+ * train's table of options, cli/train_options.c, calls it for flags and config files alike),
+ * and the config-file reader (whole file, any line length, quoted values, a key once). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -225,7 +225,7 @@ zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v
       }
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'mixed-precision' is bf16, fp16 or none (got '%s')", v ? v : "");
   }
-  return ZT_ERR(ZT_STATUS_INVALID_ARG, "unknown option '%s' (see zt train --help)", key);
+  return ZT_ERR(ZT_STATUS_INVALID_ARG, "unknown option '%s'", key);
 }
 
 /* ------------------------------------------------------------------ config files */

@@ -185,7 +185,7 @@ zt_status zt_tokens_check_range(const zt_tokens *t, int32_t vocab_size) {
     if (t->ids[i] < 0 || t->ids[i] >= vocab_size)
       return ZT_ERR(ZT_STATUS_INVALID_ARG,
                     "token id %d at position %lld is outside the model's vocabulary [0, %d): tokenize the data with "
-                    "the model's tokenizer, or use a model with a larger --vocab",
+                    "the model's tokenizer, or use a model with a larger vocabulary (zt_train_config.model.vocab_size)",
                     t->ids[i], (long long)i, vocab_size);
   return ZT_OK;
 }

@@ -51,8 +51,8 @@ zt_status zt_loader_new(const zt_tokens *tokens, const zt_loader_config *c, zt_l
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_loader_new: rank %d is not in [0, world = %d)", c->rank, c->world);
   if (tokens->count < c->seq + 1)
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
-                  "the dataset has %lld tokens, fewer than one window of seq + 1 = %lld tokens: use a shorter --seq "
-                  "or more data",
+                  "the dataset has %lld tokens, fewer than one window of seq + 1 = %lld tokens: use a shorter sequence "
+                  "(zt_train_config.data.seq) or more data",
                   (long long)tokens->count, (long long)c->seq + 1);
   zt_loader *l = calloc(1, sizeof *l);
   if (!l) return ZT_ERR(ZT_STATUS_OOM, "zt_loader_new: out of host memory");
@@ -136,7 +136,7 @@ zt_status zt_loader_set_pos(zt_loader *l, zt_loader_pos pos) {
   if (pos.index < 0 || pos.index >= l->n_windows)
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
                   "data position %lld is outside the %lld windows of an epoch (was the checkpoint made with other "
-                  "data or another --seq?)",
+                  "data or another sequence length (zt_train_config.data.seq)?)",
                   (long long)pos.index, (long long)l->n_windows);
   l->pos = pos;
   return ZT_OK;

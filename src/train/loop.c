@@ -140,7 +140,7 @@ static zt_status load_data(run *r) {
     ZT_TRY(split_tail(r->train, &r->val));
   }
   const char *train_name = c->data.path[0] ? c->data.path : "(built-in)";
-  const char *val_name = c->data.val_path[0] ? c->data.val_path : c->data.path[0] ? "(last tenth of --data)" : "(built-in)";
+  const char *val_name = c->data.val_path[0] ? c->data.val_path : c->data.path[0] ? "(last tenth of zt_train_config.data.path)" : "(built-in)";
   zt_status s = zt_tokens_check_range(r->train, r->g.vocab_size);
   if (s) return zt__error_prefix(s, "training data '%s'", train_name);
   s = zt_tokens_check_range(r->val, r->g.vocab_size);
@@ -153,8 +153,8 @@ static zt_status load_data(run *r) {
   zt_loader_config vc = {rows, c->data.seq, c->seed ^ 0x5a17u, r->dp.rank, r->dp.world};
   if ((s = zt_loader_new(r->val, &vc, &r->val_loader)))
     return zt__error_prefix(s,
-                            "validation data '%s' is too small for batch %lld x seq %lld (give --val-data, or lower "
-                            "--batch or --seq)",
+                            "validation data '%s' is too small for batch %lld x seq %lld (give zt_train_config.data.val_path, or "
+                            "lower zt_train_config.data.batch or zt_train_config.data.seq)",
                             val_name, (long long)c->data.batch, (long long)c->data.seq);
   int64_t xs[] = {rows, c->data.seq};
   ZT_TRY(zt_tensor_empty_tagged(2, xs, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &r->x));
@@ -193,7 +193,7 @@ static zt_status check_save_dir(const char *dir) {
     return ZT_ERR(ZT_STATUS_IO, "cannot create checkpoint folder '%s': %s; name a folder whose parent exists", dir,
                   strerror(errno));
   if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-    return ZT_ERR(ZT_STATUS_IO, "--save '%s' exists and is not a folder; name a folder", dir);
+    return ZT_ERR(ZT_STATUS_IO, "zt_train_config.checkpoint.save '%s' exists and is not a folder; name a folder", dir);
   if (access(dir, W_OK | X_OK) != 0)
     return ZT_ERR(ZT_STATUS_IO, "cannot write into checkpoint folder '%s': %s", dir, strerror(errno));
   return ZT_OK;
@@ -273,7 +273,7 @@ zt_status zt_train_setup_memory(zt_gpt2 *m, const zt_train_config *c, zt_train_r
   zt_status s = zt_gpt2_set_selective_policy(m, (zt_checkpoint_policy){c->memory.selective_policy, NULL});
   if (!s && c->memory.recompute_budget > 0) {
     s = zt_gpt2_plan_recompute(m, c->data.batch, c->data.seq, c->memory.recompute_budget, modes, NULL);
-    if (s) zt__error_prefix(s, "--recompute budget=%lld", (long long)c->memory.recompute_budget);
+    if (s) zt__error_prefix(s, "zt_train_config.memory.recompute_budget=%lld", (long long)c->memory.recompute_budget);
     if (!s) s = zt_gpt2_set_recompute_blocks(m, modes, 1);
   } else if (!s) {
     s = zt_gpt2_set_recompute(m, c->memory.recompute, c->memory.checkpoint_every);
@@ -317,11 +317,12 @@ static zt_status prepare(run *r, zt_train_state *st, zt_train_result *result) {
         k->vocab_size != r->g.vocab_size || k->block_size != r->g.block_size)
       return ZT_ERR(ZT_STATUS_INVALID_ARG,
                     "checkpoint '%s' is of another model shape (layers %d heads %d dim %d vocab %d ctx %d) than asked "
-                    "(layers %d heads %d dim %d vocab %d ctx %d); resume with the same --model/--layers/... flags",
+                    "(layers %d heads %d dim %d vocab %d ctx %d); resume with the same model options ("
+                    "zt_train_config.model)",
                     c->checkpoint.resume, k->n_layer, k->n_head, k->n_embd, k->vocab_size, k->block_size, r->g.n_layer,
                     r->g.n_head, r->g.n_embd, r->g.vocab_size, r->g.block_size);
     if (st->step > c->steps)
-      return ZT_ERR(ZT_STATUS_INVALID_ARG, "checkpoint '%s' is at step %lld, beyond --steps %lld", c->checkpoint.resume,
+      return ZT_ERR(ZT_STATUS_INVALID_ARG, "checkpoint '%s' is at step %lld, beyond zt_train_config.steps %lld", c->checkpoint.resume,
                     (long long)st->step, (long long)c->steps);
     char changes[1024];
     bool course = false;
@@ -329,7 +330,8 @@ static zt_status prepare(run *r, zt_train_state *st, zt_train_result *result) {
     if (course && !c->checkpoint.allow_config_change)
       return ZT_ERR(ZT_STATUS_INVALID_ARG,
                     "resuming '%s' with options other than its run's (%s): the continuation would not be the run "
-                    "it was; give the same options, or --allow-config-change on to continue anyway",
+                    "it was; give the same options, or "
+                    "zt_train_config.checkpoint.allow_config_change = true to continue anyway",
                     c->checkpoint.resume, changes);
     r->start = st->step;
   }
@@ -355,7 +357,8 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   if (res) *res = result;
   ZT_TRY(zt_train_model_config(c, &r.g));
   if (c->data.seq > r.g.block_size)
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "--seq %lld is longer than the model's context (%d); use --seq <= %d or --ctx",
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.data.seq %lld is longer than the model's context (%d); use "
+                  "zt_train_config.data.seq <= %d or zt_train_config.model.block_size",
                   (long long)c->data.seq, r.g.block_size, r.g.block_size);
   zt_train_state st = {0};
   s = zt__train_dp_open(&r.dp, c, comm);
@@ -409,7 +412,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   }
   if (c->checkpoint.resume[0] || c->model.init_from[0]) {
     char what[600];
-    snprintf(what, sizeof what, "%s '%s'", c->checkpoint.resume[0] ? "checkpoint" : "--init-from",
+    snprintf(what, sizeof what, "%s '%s'", c->checkpoint.resume[0] ? "checkpoint" : "zt_train_config.model.init_from",
              c->checkpoint.resume[0] ? c->checkpoint.resume : c->model.init_from);
     s = check_params_finite(&r, what);
     if (r.dp.world > 1) s = zt_comm_agree_status(r.dp.comm, s);
@@ -446,10 +449,10 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     double lv = sr.loss, gnorm = sr.grad_norm, scale = sr.loss_scale;
     bool skipped = sr.skipped;
     if (sr.bad_loss)
-      s = ZT_ERR(ZT_STATUS_STATE, "loss is %g at step %lld: training stopped%s; lower --lr or check the data", lv,
+      s = ZT_ERR(ZT_STATUS_STATE, "loss is %g at step %lld: training stopped%s; lower zt_train_config.optim.lr or check the data", lv,
                  (long long)step + 1, survivors(&r, why, sizeof why));
     else if (sr.bad_grad)
-      s = ZT_ERR(ZT_STATUS_STATE, "gradient norm is %g at step %lld: training stopped%s; lower --lr", gnorm,
+      s = ZT_ERR(ZT_STATUS_STATE, "gradient norm is %g at step %lld: training stopped%s; lower zt_train_config.optim.lr", gnorm,
                  (long long)step + 1, survivors(&r, why, sizeof why));
     if (sr.bad_loss || sr.bad_grad) result.failed_together = true;
     if (s) break;

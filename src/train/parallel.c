@@ -20,15 +20,15 @@ zt_status zt__train_dp_open(zt__train_dp *dp, const zt_train_config *c, zt_comm 
   dp->world = zt_comm_size(comm);
   if (c->data.batch % dp->world)
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
-                  "--batch %lld is the global batch and must divide evenly over the %d ranks; use a multiple of %d",
+                  "zt_train_config.data.batch %lld is the global batch and must divide evenly over the %d ranks; use a multiple of %d",
                   (long long)c->data.batch, dp->world, dp->world);
   if (c->parallel.mixed_precision != ZT_DTYPE_F32 && c->parallel.shard == ZT_SHARD_NONE)
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
-                  "--mixed-precision %s needs an FSDP strategy (it sets the dtype FSDP gathers parameters and reduces "
-                  "gradients in): add --shard full, grad_op, opt or hybrid:G (one rank works too)",
+                  "zt_train_config.parallel.mixed_precision %s needs an FSDP strategy (it sets the dtype FSDP gathers parameters and reduces "
+                  "gradients in): set zt_train_config.parallel.shard to full, grad_op, opt or hybrid:G (one rank works too)",
                   c->parallel.mixed_precision == ZT_DTYPE_BF16 ? "bf16" : "fp16");
   if (c->parallel.shard == ZT_SHARD_HYBRID && (c->parallel.hybrid_group < 1 || dp->world % c->parallel.hybrid_group))
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "--shard hybrid:%d needs a group size that divides the %d ranks",
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.parallel.shard hybrid:%d needs a group size that divides the %d ranks",
                   c->parallel.hybrid_group, dp->world);
   return ZT_OK;
 }
