@@ -49,15 +49,19 @@ static bool is_ck_file(const char *name) {
 }
 
 /* Remove a folder that zerotrain wrote: its checkpoint files, then the folder (which stays
- * when it holds anything else: a user's file is never deleted). */
+ * when it holds anything else: a user's file is never deleted). state.json goes last: a
+ * removal cut short (a kill) leaves a folder that still reads as a version, which the next
+ * prune finishes; without its state it would be kept for ever as a save that never finished. */
 static bool remove_ck_folder(const char *path) {
   DIR *d = opendir(path);
   if (!d) return errno == ENOENT;
   struct dirent *e;
   char p[CK_PATH_CAP];
   while ((e = readdir(d)))
-    if (is_ck_file(e->d_name) && !zt__path_join(p, CK_PATH_CAP, path, e->d_name)) unlink(p);
+    if (is_ck_file(e->d_name) && strcmp(e->d_name, CK_STATE) && !zt__path_join(p, CK_PATH_CAP, path, e->d_name))
+      unlink(p);
   closedir(d);
+  if (!zt__path_join(p, CK_PATH_CAP, path, CK_STATE)) unlink(p);
   return rmdir(path) == 0;
 }
 
@@ -164,8 +168,7 @@ zt_status zt_snapshot_resolve(const char *dir_in, char *out, size_t cap) {
   if (stat(dir, &sb) != 0) return ZT_ERR(ZT_STATUS_IO, "cannot open checkpoint '%s': %s", dir, strerror(errno));
   if (!S_ISDIR(sb.st_mode))
     return ZT_ERR(ZT_STATUS_IO,
-                  "checkpoint '%s' is not a folder (a checkpoint is a folder written by a training run "
-                  "(zt_train_config.checkpoint.save), holding "
+                  "checkpoint '%s' is not a folder (a checkpoint is a folder written by zt train --save, holding "
                   "'latest' and step-N folders, or one step-N folder itself)",
                   dir);
   ZT_TRY(zt__path_join(path, CK_PATH_CAP, dir, CK_LATEST));
@@ -197,8 +200,8 @@ zt_status zt_snapshot_resolve(const char *dir_in, char *out, size_t cap) {
                     "before it finished",
                     dir, partial);
     return ZT_ERR(ZT_STATUS_IO,
-                  "'%s' holds no checkpoint (no 'latest' link and no state.json): name a folder written by a training "
-                  "run (zt_train_config.checkpoint.save)",
+                  "'%s' holds no checkpoint (no 'latest' link and no state.json): name a folder written by zt train "
+                  "--save",
                   dir);
   }
   if (strlen(res) >= cap) return ZT_ERR(ZT_STATUS_INVALID_ARG, "checkpoint path '%s' is too long", res);
