@@ -7,7 +7,9 @@ set -u
 zt="$1"
 w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
-fail=0; pass=0
+fail=0; pass=0; out=""
+# no in-step progress lines (a loaded machine makes steps slow; line counts are checked)
+export ZT_STEP_PROGRESS_S=100000
 # the tensor bytes of a safetensors file (after its header, which holds a per-save id)
 tensors() { local hl; hl=$(od -An -t u8 -N8 "$1" | tr -d ' '); tail -c +$((9 + hl)) "$1"; }
 check() { if eval "$2"; then pass=$((pass+1)); echo "PASS $1"; else fail=$((fail+1)); echo "FAIL $1"; echo "$out" | tail -5; fi; }

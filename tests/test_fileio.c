@@ -273,11 +273,12 @@ static void test_json_errors(void) {
            "duplicate key \"a\"");
 }
 
-/* An object of 300,000 members: parsing it, finding a duplicate key at its end and looking
- * up every member take O(n log n). The pairwise check took ~70 s for 300k keys (and ~1.5M
+/* An object of 600,000 members: parsing it, finding a duplicate key at its end and looking
+ * up every member take O(n log n) (~1 s; the bound below is loose for sanitizer builds on a
+ * loaded machine). The pairwise check took ~70 s for 300k keys, ~4x that for 600k (and ~1.5M
  * keys fit a safetensors header), as did looking up every member. */
 static void test_json_large_object(void) {
-  enum { N = 300000 };
+  enum { N = 600000 };
   zt__buf b = {0};
   zt__buf_put(&b, "{", 1);
   for (int i = 0; i < N; i++) zt__buf_printf(&b, "%s\"tensor.%07d\": %d", i ? ", " : "", (int)((int64_t)i * 7919 % N), i);
@@ -286,7 +287,7 @@ static void test_json_large_object(void) {
   ZT_CHECK(!b.oom);
   double t0 = zt_clock_now();
   zt__json *j = NULL;
-  ZT_CHECK_ERR(zt__json_parse(b.data, b.len, "'big.json'", &j), ZT_STATUS_IO, "duplicate key \"tensor.0074037\"");
+  ZT_CHECK_ERR(zt__json_parse(b.data, b.len, "'big.json'", &j), ZT_STATUS_IO, "duplicate key \"tensor.0374037\"");
   double t_dup = zt_clock_now() - t0;
   b.data[valid_len] = '}';
   t0 = zt_clock_now();
@@ -303,8 +304,8 @@ static void test_json_large_object(void) {
   double t_get = zt_clock_now() - t0;
   zt__json_free(j);
   zt__buf_free(&b);
-  printf("  300k keys: duplicate found in %.2f s, parse + 300k lookups in %.2f s\n", t_dup, t_get);
-  ZT_CHECK(t_dup < 10 && t_get < 10);
+  printf("  600k keys: duplicate found in %.2f s, parse + 600k lookups in %.2f s\n", t_dup, t_get);
+  ZT_CHECK(t_dup < 60 && t_get < 60);
 }
 
 int main(void) {

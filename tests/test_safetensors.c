@@ -398,7 +398,7 @@ static void test_large_header(void) {
                "and 299997 more that were not asked for");
   double t_ok = zt_clock_now() - t0;
   printf("  300k tensors: duplicate found in %.2f s; names, a load and a strict load in %.2f s\n", t_dup, t_ok);
-  ZT_CHECK(t_dup < 10 && t_ok < 20);
+  ZT_CHECK(t_dup < 60 && t_ok < 120); /* loose: sanitizer builds on a loaded machine */
   zt_tensor_free(t);
   zt__buf_free(&h);
   zt_test_tmpdir_remove();

@@ -168,7 +168,8 @@ zt_status zt_snapshot_resolve(const char *dir_in, char *out, size_t cap) {
   if (stat(dir, &sb) != 0) return ZT_ERR(ZT_STATUS_IO, "cannot open checkpoint '%s': %s", dir, strerror(errno));
   if (!S_ISDIR(sb.st_mode))
     return ZT_ERR(ZT_STATUS_IO,
-                  "checkpoint '%s' is not a folder (a checkpoint is a folder written by zt train --save, holding "
+                  "checkpoint '%s' is not a folder (a checkpoint is a folder written by a training run "
+                  "(zt_train_config.checkpoint.save), holding "
                   "'latest' and step-N folders, or one step-N folder itself)",
                   dir);
   ZT_TRY(zt__path_join(path, CK_PATH_CAP, dir, CK_LATEST));
@@ -200,8 +201,8 @@ zt_status zt_snapshot_resolve(const char *dir_in, char *out, size_t cap) {
                     "before it finished",
                     dir, partial);
     return ZT_ERR(ZT_STATUS_IO,
-                  "'%s' holds no checkpoint (no 'latest' link and no state.json): name a folder written by zt train "
-                  "--save",
+                  "'%s' holds no checkpoint (no 'latest' link and no state.json): name a folder written by a training "
+                  "run (zt_train_config.checkpoint.save)",
                   dir);
   }
   if (strlen(res) >= cap) return ZT_ERR(ZT_STATUS_INVALID_ARG, "checkpoint path '%s' is too long", res);
