@@ -39,7 +39,11 @@ static _Thread_local zt__sac_scope tl_scope; /* zero: no scope */
 
 zt__sac *zt__sac_new(zt_checkpoint_policy policy) {
   zt__sac *s = calloc(1, sizeof *s);
-  ZT_ASSERT(s);
+  if (!s) {
+    (void)ZT_ERR(ZT_STATUS_OOM, "zt_checkpoint: out of host memory (%zu bytes) for a selective checkpoint's cache",
+                 sizeof *s);
+    return NULL;
+  }
   s->policy = policy;
   return s;
 }

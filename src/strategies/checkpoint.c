@@ -241,11 +241,18 @@ static zt_status recompute(frame *f, int64_t gid, recomputed **out) {
   recomputed *r = calloc(1, sizeof *r);
   zt_tensor **args = calloc((size_t)(f->n_in ? f->n_in : 1), sizeof *args);
   zt_tensor **outs = calloc((size_t)f->n_out, sizeof *outs);
-  ZT_ASSERT(r && args && outs);
+  if (r) r->t = calloc((size_t)(f->n_saved ? f->n_saved : 1), sizeof *r->t);
+  if (!r || !r->t || !args || !outs) {
+    size_t bytes = sizeof *r + (size_t)(f->n_saved ? f->n_saved : 1) * sizeof(zt_tensor *) +
+                   (size_t)(f->n_in ? f->n_in : 1) * sizeof *args + (size_t)f->n_out * sizeof *outs;
+    if (r) free(r->t);
+    free(r);
+    free(args);
+    free(outs);
+    return ZT_ERR(ZT_STATUS_OOM, "zt_checkpoint: out of host memory (%zu bytes) for the recomputation of a region", bytes);
+  }
   r->gid = gid;
   r->n = f->n_saved;
-  r->t = calloc((size_t)(r->n ? r->n : 1), sizeof *r->t);
-  ZT_ASSERT(r->t);
   /* linked now: a holder released while fn runs drops its slot (ckpt_release) */
   if (gid >= 0) {
     r->next = f->recs;
@@ -378,7 +385,10 @@ static zt_status checkpoint_impl(zt_checkpoint_fn fn, void *user_data, void (*us
     return s;
   }
   frame *f = calloc(1, sizeof *f);
-  ZT_ASSERT(f);
+  if (!f) {
+    if (user_data_free) user_data_free(user_data);
+    return ZT_ERR(ZT_STATUS_OOM, "zt_checkpoint: out of host memory (%zu bytes) for a region's frame", sizeof *f);
+  }
   f->refs = 1;
   f->fn = fn;
   f->user_data = user_data;
@@ -390,12 +400,22 @@ static zt_status checkpoint_impl(zt_checkpoint_fn fn, void *user_data, void (*us
   f->determinism_check = o.determinism_check;
   f->preserve_rng = o.preserve_rng_state;
   if (f->preserve_rng) f->rng = zt_rng_get_state();
-  if (o.policy.fn) f->sac = zt__sac_new(o.policy);
+  if (o.policy.fn && !(f->sac = zt__sac_new(o.policy))) {
+    frame_release(f); /* frees user_data with it */
+    return ZT_STATUS_OOM; /* message recorded by zt__sac_new */
+  }
   f->autocast = zt_autocast_get();
   f->input_slot = calloc((size_t)(n_in ? n_in : 1), sizeof *f->input_slot);
   f->input_requires_grad = calloc((size_t)(n_in ? n_in : 1), sizeof *f->input_requires_grad);
   zt_tensor **saver_in = calloc((size_t)n_in + 1, sizeof *saver_in);
-  ZT_ASSERT(f->input_slot && f->input_requires_grad && saver_in);
+  if (!f->input_slot || !f->input_requires_grad || !saver_in) {
+    size_t bytes = (size_t)(n_in ? n_in : 1) * (sizeof *f->input_slot + sizeof *f->input_requires_grad) +
+                   ((size_t)n_in + 1) * sizeof *saver_in;
+    free(saver_in);
+    frame_release(f); /* frees user_data with it */
+    return ZT_ERR(ZT_STATUS_OOM, "zt_checkpoint: out of host memory (%zu bytes) for the input lists of a region of %d inputs",
+                  bytes, n_in);
+  }
   for (int i = 0; i < n_in; i++) {
     saver_in[i + 1] = inputs[i];
     f->input_requires_grad[i] = inputs[i] && inputs[i]->requires_grad;
@@ -473,7 +493,11 @@ zt_status zt_checkpoint_sequential(const zt_checkpoint_stage *stages, int n, int
   for (int k = 0; k + 1 < segments && s == ZT_OK; k++, start += size) {
     /* the descriptor must outlive this call: keep it with the region's recomputation */
     segment *g = malloc(sizeof *g);
-    ZT_ASSERT(g);
+    if (!g) {
+      s = ZT_ERR(ZT_STATUS_OOM, "zt_checkpoint_sequential: out of host memory (%zu bytes) for segment %d's descriptor",
+                 sizeof *g, k);
+      break;
+    }
     *g = (segment){stages, start, start + size};
     zt_tensor *next = NULL;
     s = checkpoint_impl(segment_fn, g, free, 1, &cur, 1, &next, opts);
@@ -537,7 +561,14 @@ static zt_status reentrant_backward(zt_node *ctx, int n_outputs, zt_tensor *cons
   zt_tensor **outs = calloc((size_t)n_outputs, sizeof *outs);
   zt_tensor **roots = calloc((size_t)n_outputs, sizeof *roots);
   zt_tensor **grads = calloc((size_t)n_outputs, sizeof *grads);
-  ZT_ASSERT(args && outs && roots && grads);
+  if (!args || !outs || !roots || !grads) {
+    free(args);
+    free(outs);
+    free(roots);
+    free(grads);
+    return ZT_ERR(ZT_STATUS_OOM, "zt_checkpoint_reentrant: out of host memory (%zu bytes) for the lists of a backward",
+                  (size_t)(rc->n_in ? rc->n_in : 1) * sizeof *args + 3 * (size_t)n_outputs * sizeof *outs);
+  }
   zt_status s = ZT_OK;
   for (int i = 0; i < rc->n_in && s == ZT_OK; i++) {
     if (rc->slot[i] < 0) continue;
@@ -595,7 +626,7 @@ zt_status zt_checkpoint_reentrant(zt_checkpoint_fn fn, void *user_data, int n_in
                   "grad or use zt_checkpoint (non-reentrant)",
                   n_in);
   reentrant_ctx *rc = calloc(1, sizeof *rc);
-  ZT_ASSERT(rc);
+  if (!rc) return ZT_ERR(ZT_STATUS_OOM, "zt_checkpoint_reentrant: out of host memory (%zu bytes) for a region's context", sizeof *rc);
   rc->fn = fn;
   rc->user_data = user_data;
   rc->n_in = n_in;
@@ -605,7 +636,13 @@ zt_status zt_checkpoint_reentrant(zt_checkpoint_fn fn, void *user_data, int n_in
   rc->slot = calloc((size_t)(n_in ? n_in : 1), sizeof *rc->slot);
   rc->requires_grad = calloc((size_t)(n_in ? n_in : 1), sizeof *rc->requires_grad);
   zt_tensor **in = calloc((size_t)n_in + 1, sizeof *in);
-  ZT_ASSERT(rc->slot && rc->requires_grad && in);
+  if (!rc->slot || !rc->requires_grad || !in) {
+    size_t bytes = (size_t)(n_in ? n_in : 1) * (sizeof *rc->slot + sizeof *rc->requires_grad) + ((size_t)n_in + 1) * sizeof *in;
+    free(in);
+    reentrant_ctx_free(rc);
+    return ZT_ERR(ZT_STATUS_OOM, "zt_checkpoint_reentrant: out of host memory (%zu bytes) for the input lists of a region of %d inputs",
+                  bytes, n_in);
+  }
   for (int i = 0; i < n_in; i++) {
     in[i] = inputs[i];
     rc->requires_grad[i] = inputs[i] && inputs[i]->requires_grad;
