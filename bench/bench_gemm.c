@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 
+#include "core/tensor_internal.h"
 #include "bench_util.h"
 #include "zt/ops.h"
 

@@ -60,8 +60,9 @@ static zt_status comm_alone(zt_comm *w, zt_shard_strategy s, bool ddp, int64_t p
   int n = zt_comm_size(w);
   int64_t pad = (psi + n - 1) / n * n;
   zt_tensor *full = NULL, *shard = NULL;
-  ZT_TRY(zt_tensor_zeros(1, (int64_t[]){pad}, ZT_DTYPE_F32, ZT_CPU, &full));
-  zt_status st = zt_tensor_zeros(1, (int64_t[]){pad / n}, ZT_DTYPE_F32, ZT_CPU, &shard);
+  zt_status st = zt_tensor_zeros(1, (int64_t[]){pad}, ZT_DTYPE_F32, ZT_CPU, &full);
+  if (st) return st;
+  st = zt_tensor_zeros(1, (int64_t[]){pad / n}, ZT_DTYPE_F32, ZT_CPU, &shard);
   double t[3];
   for (int r = 0; r < 3 && !st; r++) {
     st = zt_barrier(w);

@@ -155,7 +155,7 @@ static const train_option *find(const char *name) {
 zt_status zt_cli_train_set(zt_train_config *c, zt_cli_train_opts *own, const char *name, const char *value) {
   const train_option *o = find(name);
   if (!o || !strcmp(name, "config"))
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "unknown option '%s' (see zt train --help)", name);
+    return zt_set_error(ZT_STATUS_INVALID_ARG, "unknown option '%s' (see zt train --help)", name);
   if (o->field) return zt_train_config_set(c, name, value);
   return zt_config_parse_i64(name, value, o->lo, o->hi, (int64_t *)((char *)own + o->offset));
 }

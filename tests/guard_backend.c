@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "core/status_internal.h"
 #include "guard_backend.h"
 #include "core/backend.h"
 

@@ -3,6 +3,7 @@
  * backwards have their own queue; queueing outside backward is ZT_STATUS_STATE. */
 #include <stdlib.h>
 
+#include "core/status_internal.h"
 #include "zt_test.h"
 
 typedef struct log {

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "core/status_internal.h"
 #include "zt_test.h"
 #include "zt/comm.h"
 #include "comm/comm_internal.h"

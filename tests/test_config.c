@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/status_internal.h"
 #include "train/run_log.h"
 #include "zt_test.h"
 

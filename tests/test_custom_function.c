@@ -3,6 +3,7 @@
  * grads, and a reentrant backward (checkpointing); grads checked by finite differences. */
 #include <stdlib.h>
 
+#include "core/status_internal.h"
 #include "zt_test.h"
 
 /* ------------------------------------------------ y = scale * x * w (+ x if in[2] given),

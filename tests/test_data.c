@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/tensor_internal.h"
 #include "zt/train.h"
 #include "zt_test.h"
 

@@ -5,6 +5,7 @@
  * parameters (on every rank, or on one rank only), no_sync, stats and failure recovery. */
 #include <stdlib.h>
 
+#include "core/status_internal.h"
 #include "zt_test.h"
 #include "zt/fsdp.h"
 

@@ -3,6 +3,7 @@
  * too), needs-input-grad mask, task ids, reverse-seq_nr order, and in-place checks. */
 #include <stdlib.h>
 
+#include "core/status_internal.h"
 #include "zt_test.h"
 
 /* ------------------------------------------------ a probe function: y = x (copy),

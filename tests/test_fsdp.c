@@ -8,6 +8,7 @@
  * the state machine's errors and recovery after a failed backward. */
 #include <stdlib.h>
 
+#include "core/tensor_internal.h"
 #include "zt_test.h"
 #include "zt/fsdp.h"
 

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/tensor_internal.h"
 #include "train/checkpoint_sharded.h"
 #include "train/fileio.h"
 #include "zt/autograd.h"

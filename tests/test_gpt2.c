@@ -5,6 +5,7 @@
  * and the loss path's memory staying far below B*T*V floats. */
 #include <stdlib.h>
 
+#include "core/tensor_internal.h"
 #include "zt/nn.h"
 #include "zt_test.h"
 

@@ -3,6 +3,7 @@
  * (tensor hooks first), and errors that stop backward. */
 #include <stdlib.h>
 
+#include "core/status_internal.h"
 #include "zt_test.h"
 
 typedef struct pre_rec {

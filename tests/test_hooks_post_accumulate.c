@@ -3,6 +3,7 @@
  * (as a data-parallel reduce-scatter does). */
 #include <stdlib.h>
 
+#include "core/status_internal.h"
 #include "zt_test.h"
 
 typedef struct acc_rec {

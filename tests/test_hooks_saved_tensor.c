@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "core/status_internal.h"
 #include "zt_test.h"
 
 /* A "store": pack copies the tensor into slot i (as an offload would) and returns i. */

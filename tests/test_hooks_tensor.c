@@ -3,6 +3,7 @@
  * result, are removed by handle, and are seen by zt_grad captures as well as accumulation. */
 #include <stdlib.h>
 
+#include "core/status_internal.h"
 #include "zt_test.h"
 
 typedef struct rec {

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/status_internal.h"
 #include "zt/fsdp.h"
 #include "zt_test.h"
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <dirent.h>
 
+#include "core/status_internal.h"
 #include "zt/nn.h"
 #include "zt/offload.h"
 #include "zt/optim.h"

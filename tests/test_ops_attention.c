@@ -3,6 +3,7 @@
  * cases), memory accounting (only qkv, out and lse are kept), determinism, errors. */
 #include <stdlib.h>
 
+#include "core/status_internal.h"
 #include "zt_test.h"
 
 /* ------------------------------------------------ naive reference (in double) */

@@ -5,6 +5,7 @@
  * bitwise independent of the thread count, NaN/inf edge cases, and error messages. */
 #include <stdlib.h>
 
+#include "core/status_internal.h"
 #include "zt_test.h"
 
 /* ------------------------------------------------------------------ the ops */

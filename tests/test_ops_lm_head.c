@@ -4,6 +4,7 @@
  * counts for frozen inputs, retained graphs, peak memory far below N x V, and errors. */
 #include <stdlib.h>
 
+#include "core/status_internal.h"
 #include "ops/cpu/lm_head.h"
 #include "zt_test.h"
 

@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/tensor_internal.h"
 #include "zt_test.h"
 #include "zt/train.h"
 #include "train/fileio.h"

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 
+#include "core/tensor_internal.h"
 #include "zt_test.h"
 
 int zt_test_failed_checks = 0;

@@ -18,7 +18,7 @@ typedef struct zt_ddp_options {
                           * parameter order (the order backward produces them); default 25 MiB */
   bool broadcast_params; /* at creation, every rank takes rank 0's parameter values; default true */
 } zt_ddp_options;
-zt_ddp_options zt_ddp_options_default(void);
+ZT_API zt_ddp_options zt_ddp_options_default(void);
 
 typedef struct zt_ddp zt_ddp;
 /* Data parallel over comm (borrowed; outlives d) for params (borrowed; the parameter
@@ -30,12 +30,12 @@ typedef struct zt_ddp zt_ddp;
  * get no grad. The end-of-backward callback starts what is left (a parameter without a
  * grad counts as zeros; its .grad is then created), waits for everything and writes the
  * averaged values back into each .grad. */
-zt_status zt_ddp_new(zt_comm *comm, int n_params, const zt_param *params, const zt_ddp_options *o, zt_ddp **out);
-void zt_ddp_free(zt_ddp *d); /* removes the hooks; NULL is a no-op */
+ZT_API zt_status zt_ddp_new(zt_comm *comm, int n_params, const zt_param *params, const zt_ddp_options *o, zt_ddp **out);
+ZT_API void zt_ddp_free(zt_ddp *d); /* removes the hooks; NULL is a no-op */
 /* no_sync: with sync off, backward only accumulates into .grad locally (no communication);
  * the next backward with sync on reduces the accumulated sums. Default on. */
-void zt_ddp_set_sync(zt_ddp *d, bool sync);
-bool zt_ddp_sync(const zt_ddp *d);
+ZT_API void zt_ddp_set_sync(zt_ddp *d, bool sync);
+ZT_API bool zt_ddp_sync(const zt_ddp *d);
 
 /* Communication and overlap counters of a strategy, summed since creation or the last
  * reset. wait_s: time spent blocked waiting for communication (what was not overlapped
@@ -45,8 +45,8 @@ typedef struct zt_dp_stats {
   double wait_s;
   int64_t all_gathers, reduce_scatters, all_reduces;
 } zt_dp_stats;
-void zt_ddp_stats_get(const zt_ddp *d, zt_dp_stats *out);
-void zt_ddp_stats_reset(zt_ddp *d);
+ZT_API void zt_ddp_stats_get(const zt_ddp *d, zt_dp_stats *out);
+ZT_API void zt_ddp_stats_reset(zt_ddp *d);
 
 /* ================================================================ FSDP */
 typedef enum zt_shard_strategy {
@@ -66,10 +66,10 @@ typedef enum zt_shard_strategy {
   ZT_SHARD_STRATEGY_COUNT
 } zt_shard_strategy;
 /* "full", "grad_op", "opt", "none", "hybrid" */
-const char *zt_shard_strategy_name(zt_shard_strategy s);
+ZT_API const char *zt_shard_strategy_name(zt_shard_strategy s);
 /* Parse "full|grad_op|opt|none|hybrid:G" (G >= 1 ranks per shard group; *group is 0 for
  * the others). Errors list the accepted forms. */
-zt_status zt_shard_strategy_parse(const char *text, zt_shard_strategy *s, int *group);
+ZT_API zt_status zt_shard_strategy_parse(const char *text, zt_shard_strategy *s, int *group);
 
 /* The per-unit state machine (PyTorch FSDP's training states):
  *   IDLE -> FORWARD (pre-forward) -> IDLE (post-forward)
@@ -84,7 +84,7 @@ typedef enum zt_fsdp_state {
   ZT_FSDP_STATE_BACKWARD_PRE,
   ZT_FSDP_STATE_BACKWARD_POST
 } zt_fsdp_state;
-const char *zt_fsdp_state_name(zt_fsdp_state s); /* "IDLE", ... */
+ZT_API const char *zt_fsdp_state_name(zt_fsdp_state s); /* "IDLE", ... */
 
 typedef struct zt_fsdp_options {
   zt_shard_strategy strategy; /* default FULL */
@@ -106,13 +106,13 @@ typedef struct zt_fsdp_options {
   zt_dtype param_dtype;
   zt_dtype reduce_dtype;
 } zt_fsdp_options;
-zt_fsdp_options zt_fsdp_options_default(void);
+ZT_API zt_fsdp_options zt_fsdp_options_default(void);
 
 typedef struct zt_fsdp zt_fsdp;
 /* FSDP over comm (borrowed; outlives f) for the module tree root (borrowed; outlives f):
  * root is the root unit, which holds every parameter no other unit holds. Nothing changes
  * until zt_fsdp_init. */
-zt_status zt_fsdp_new(zt_comm *comm, zt_module *root, const zt_fsdp_options *o, zt_fsdp **out);
+ZT_API zt_status zt_fsdp_new(zt_comm *comm, zt_module *root, const zt_fsdp_options *o, zt_fsdp **out);
 /* Make module m (inside root's tree, not root, not inside or around another unit) a unit.
  * Before zt_fsdp_init only. Every rank must wrap the same modules and, in each backward,
  * use the same units (parameters unused on every rank are fine): the collectives of a
@@ -120,12 +120,12 @@ zt_status zt_fsdp_new(zt_comm *comm, zt_module *root, const zt_fsdp_options *o, 
  * checkpointing (a nested backward) is not supported inside a unit; the non-reentrant
  * zt_checkpoint is (the recomputed forward gathers again). Free f only once no graph
  * recorded through its units is alive. */
-zt_status zt_fsdp_wrap(zt_fsdp *f, zt_module *m);
+ZT_API zt_status zt_fsdp_wrap(zt_fsdp *f, zt_module *m);
 /* Auto-wrap: a unit for every module of the tree for which policy returns true (the
  * search does not descend into a wrapped module). NULL policy: zt_fsdp_policy_blocks. */
 typedef bool (*zt_fsdp_wrap_policy)(const zt_module *m, void *user_data);
-bool zt_fsdp_policy_blocks(const zt_module *m, void *user_data); /* kind "Block": one unit per transformer block */
-zt_status zt_fsdp_auto_wrap(zt_fsdp *f, zt_fsdp_wrap_policy policy, void *user_data);
+ZT_API bool zt_fsdp_policy_blocks(const zt_module *m, void *user_data); /* kind "Block": one unit per transformer block */
+ZT_API zt_status zt_fsdp_auto_wrap(zt_fsdp *f, zt_fsdp_wrap_policy policy, void *user_data);
 /* Flatten and shard. For each unit (in module order) its parameters (module order; a
  * tensor shared by two names, e.g. tied weights, once) are laid out in one flat f32 buffer
  * padded to a multiple of the shard group size; the parameter tensors become views of it
@@ -137,10 +137,10 @@ zt_status zt_fsdp_auto_wrap(zt_fsdp *f, zt_fsdp_wrap_policy policy, void *user_d
  * FULL, HYBRID and GRAD_OP release the full buffers at once (gathered by the next forward).
  * A shard group of one in f32 (NONE, one rank) keeps no separate shard: the flat buffer is
  * the shard. All parameters must be f32, contiguous, and not views of another tensor. */
-zt_status zt_fsdp_init(zt_fsdp *f);
+ZT_API zt_status zt_fsdp_init(zt_fsdp *f);
 /* Restores nothing: the parameter tensors stay views (of released storage for FULL,
  * HYBRID); call zt_fsdp_gather_full_params first to keep usable values. Removes the hooks. */
-void zt_fsdp_free(zt_fsdp *f);
+ZT_API void zt_fsdp_free(zt_fsdp *f);
 
 /* The optimizer's view: one entry per (parameter, this rank) overlap that requires grad,
  * named like the parameter, with its decay flag, a 1-D tensor viewing the local shard,
@@ -153,44 +153,44 @@ typedef struct zt_fsdp_piece {
   const int64_t *shape;        /* the parameter's full shape */
   int64_t start, count;        /* elements [start, start + count) of the flattened parameter */
 } zt_fsdp_piece;
-int zt_fsdp_params(zt_fsdp *f, zt_param **params, const zt_fsdp_piece **pieces);
+ZT_API int zt_fsdp_params(zt_fsdp *f, zt_param **params, const zt_fsdp_piece **pieces);
 /* Free the gradient shards (set_to_none; use instead of zt_optim_zero_grad). */
-void zt_fsdp_zero_grad(zt_fsdp *f);
+ZT_API void zt_fsdp_zero_grad(zt_fsdp *f);
 /* Global L2 norm of the gradient shards over all ranks (padding excluded; each element
  * counted once, also under HYBRID), clipping like zt_clip_grad_norm. Collective. A
  * non-finite norm (an inf or NaN in any rank's shard: the global check of loss scaling) is
  * returned with ZT_OK and nothing scaled. */
-zt_status zt_fsdp_clip_grad_norm(zt_fsdp *f, double max_norm, double *norm);
+ZT_API zt_status zt_fsdp_clip_grad_norm(zt_fsdp *f, double max_norm, double *norm);
 /* Multiply every gradient shard by factor (unscaling after loss scaling). Local. */
-zt_status zt_fsdp_scale_grads(zt_fsdp *f, double factor);
+ZT_API zt_status zt_fsdp_scale_grads(zt_fsdp *f, double factor);
 /* After zt_optim_step on the pieces: OPT all-gathers the updated shards into the full
  * parameters; the others have nothing to do (the next forward gathers). Collective. */
-zt_status zt_fsdp_after_step(zt_fsdp *f);
+ZT_API zt_status zt_fsdp_after_step(zt_fsdp *f);
 /* no_sync: with sync off, backward keeps each unit's full (unsharded) gradient and
  * accumulates into it without communicating; the next backward with sync on reduces the
  * sums. Memory: every unit's full gradient. Default on. */
-void zt_fsdp_set_sync(zt_fsdp *f, bool sync);
+ZT_API void zt_fsdp_set_sync(zt_fsdp *f, bool sync);
 
 /* Gather every unit's full parameters into the parameter tensors (for evaluation outside
  * training, sampling or a full checkpoint) until zt_fsdp_release_full_params. IDLE units
  * only. Collective. */
-zt_status zt_fsdp_gather_full_params(zt_fsdp *f);
-zt_status zt_fsdp_release_full_params(zt_fsdp *f);
+ZT_API zt_status zt_fsdp_gather_full_params(zt_fsdp *f);
+ZT_API zt_status zt_fsdp_release_full_params(zt_fsdp *f);
 /* Write values into the local shards from full parameter values (e.g. after loading a
  * full checkpoint into the gathered parameters): every rank copies its slices from the
  * parameter tensors, which must hold the full values (between gather and release). */
-zt_status zt_fsdp_shard_from_full(zt_fsdp *f);
+ZT_API zt_status zt_fsdp_shard_from_full(zt_fsdp *f);
 
 /* Introspection (tests, metrics). Units are numbered in module order, the root last. */
-int zt_fsdp_num_units(const zt_fsdp *f);
-zt_fsdp_state zt_fsdp_unit_state(const zt_fsdp *f, int unit);
-const char *zt_fsdp_unit_name(const zt_fsdp *f, int unit); /* the module's full name ("" for the root) */
-int64_t zt_fsdp_unit_numel(const zt_fsdp *f, int unit);  /* unpadded elements of its flat parameter */
-bool zt_fsdp_unit_gathered(const zt_fsdp *f, int unit);  /* full parameters present now */
-zt_comm *zt_fsdp_shard_comm(const zt_fsdp *f);    /* the group a shard is split over */
-zt_comm *zt_fsdp_replicate_comm(const zt_fsdp *f); /* the ranks holding equal shards (HYBRID: across the
+ZT_API int zt_fsdp_num_units(const zt_fsdp *f);
+ZT_API zt_fsdp_state zt_fsdp_unit_state(const zt_fsdp *f, int unit);
+ZT_API const char *zt_fsdp_unit_name(const zt_fsdp *f, int unit); /* the module's full name ("" for the root) */
+ZT_API int64_t zt_fsdp_unit_numel(const zt_fsdp *f, int unit);  /* unpadded elements of its flat parameter */
+ZT_API bool zt_fsdp_unit_gathered(const zt_fsdp *f, int unit);  /* full parameters present now */
+ZT_API zt_comm *zt_fsdp_shard_comm(const zt_fsdp *f);    /* the group a shard is split over */
+ZT_API zt_comm *zt_fsdp_replicate_comm(const zt_fsdp *f); /* the ranks holding equal shards (HYBRID: across the
                                                     * groups; NONE: every rank); NULL for the others */
-void zt_fsdp_stats_get(const zt_fsdp *f, zt_dp_stats *out);
-void zt_fsdp_stats_reset(zt_fsdp *f);
+ZT_API void zt_fsdp_stats_get(const zt_fsdp *f, zt_dp_stats *out);
+ZT_API void zt_fsdp_stats_reset(zt_fsdp *f);
 
 #endif

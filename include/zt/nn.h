@@ -58,34 +58,34 @@ struct zt_module {
 };
 
 /* A new empty container module (heap, free with zt_module_free). */
-zt_status zt_module_new(const char *kind, const char *name, zt_module **out);
+ZT_API zt_status zt_module_new(const char *kind, const char *name, zt_module **out);
 /* Initialise an embedded module (layers call this on their first member). */
-zt_status zt_module_init(zt_module *m, const char *kind, const char *name);
+ZT_API zt_status zt_module_init(zt_module *m, const char *kind, const char *name);
 /* A new parameter owned by m: zero-filled, tag PARAM, requires_grad. *out (may be NULL)
  * gets a borrowed pointer. Names must be unique within m. */
-zt_status zt_module_new_param(zt_module *m, const char *name, int ndim, const int64_t *shape, zt_dtype dt,
+ZT_API zt_status zt_module_new_param(zt_module *m, const char *name, int ndim, const int64_t *shape, zt_dtype dt,
                               bool decay, zt_tensor **out);
 /* Adopt child (m frees it from now on, also when this call fails). */
-zt_status zt_module_add_child(zt_module *m, zt_module *child);
+ZT_API zt_status zt_module_add_child(zt_module *m, zt_module *child);
 /* The direct child with this name, or NULL. */
-zt_module *zt_module_child(const zt_module *m, const char *name);
+ZT_API zt_module *zt_module_child(const zt_module *m, const char *name);
 /* All parameters of the tree with full dotted names ("h.0.attn.c_attn.weight", after
  * prefix + "." when prefix is not empty). *out is a new array (free() it); the tensors
  * are borrowed from the modules. */
-zt_status zt_module_named_params(const zt_module *m, const char *prefix, int *n, zt_param **out);
-int64_t zt_module_num_params(const zt_module *m); /* elements, whole tree */
-void zt_module_set_training(zt_module *m, bool training); /* whole tree */
-void zt_module_free(zt_module *m); /* NULL is a no-op */
+ZT_API zt_status zt_module_named_params(const zt_module *m, const char *prefix, int *n, zt_param **out);
+ZT_API int64_t zt_module_num_params(const zt_module *m); /* elements, whole tree */
+ZT_API void zt_module_set_training(zt_module *m, bool training); /* whole tree */
+ZT_API void zt_module_free(zt_module *m); /* NULL is a no-op */
 /* Append forward hooks to m's list; *id (may be NULL) gets the id that removes them (ids
  * are > 0 and unique within m). Do not add or remove a module's hooks while its forward runs. */
-zt_status zt_module_add_hooks(zt_module *m, const zt_module_hooks *h, int *id);
+ZT_API zt_status zt_module_add_hooks(zt_module *m, const zt_module_hooks *h, int *id);
 /* Remove the hooks added under id (an unknown id is a no-op); the others keep their order. */
-void zt_module_remove_hooks(zt_module *m, int id);
+ZT_API void zt_module_remove_hooks(zt_module *m, int id);
 /* Whether m holds hooks whose pre is fn (for strategies that must not hook a module twice). */
-bool zt_module_has_pre_hook(const zt_module *m, zt_status (*fn)(zt_module *m, void *user_data));
+ZT_API bool zt_module_has_pre_hook(const zt_module *m, zt_status (*fn)(zt_module *m, void *user_data));
 /* Run every pre / post hook in order (called by forwards that support hooks). */
-zt_status zt_module_pre_forward(zt_module *m);
-zt_status zt_module_post_forward(zt_module *m, int n_outputs, zt_tensor *const *outputs);
+ZT_API zt_status zt_module_pre_forward(zt_module *m);
+ZT_API zt_status zt_module_post_forward(zt_module *m, int n_outputs, zt_tensor *const *outputs);
 
 /* ------------------------------------------------ layers */
 /* Every forward takes its input borrowed and gives a new tensor (caller frees), except
@@ -98,9 +98,9 @@ typedef struct zt_nn_linear {
   zt_module base;
   zt_tensor *weight, *bias;
 } zt_nn_linear;
-zt_status zt_nn_linear_new(const char *name, int64_t in, int64_t out, bool bias, zt_dtype dt, double init_std,
+ZT_API zt_status zt_nn_linear_new(const char *name, int64_t in, int64_t out, bool bias, zt_dtype dt, double init_std,
                            zt_nn_linear **out_layer);
-zt_status zt_nn_linear_forward(zt_nn_linear *l, zt_tensor *x, zt_tensor **out);
+ZT_API zt_status zt_nn_linear_forward(zt_nn_linear *l, zt_tensor *x, zt_tensor **out);
 
 /* Layer norm over the last dim (C): weight 1, bias 0 at init (no decay). */
 typedef struct zt_nn_layer_norm {
@@ -108,17 +108,17 @@ typedef struct zt_nn_layer_norm {
   zt_tensor *weight, *bias;
   double eps;
 } zt_nn_layer_norm;
-zt_status zt_nn_layer_norm_new(const char *name, int64_t C, double eps, zt_dtype dt, zt_nn_layer_norm **out_layer);
-zt_status zt_nn_layer_norm_forward(zt_nn_layer_norm *l, zt_tensor *x, zt_tensor **out);
+ZT_API zt_status zt_nn_layer_norm_new(const char *name, int64_t C, double eps, zt_dtype dt, zt_nn_layer_norm **out_layer);
+ZT_API zt_status zt_nn_layer_norm_forward(zt_nn_layer_norm *l, zt_tensor *x, zt_tensor **out);
 
 /* Embedding table weight (V, C) (decay). */
 typedef struct zt_nn_embedding {
   zt_module base;
   zt_tensor *weight;
 } zt_nn_embedding;
-zt_status zt_nn_embedding_new(const char *name, int64_t V, int64_t C, zt_dtype dt, double init_std,
+ZT_API zt_status zt_nn_embedding_new(const char *name, int64_t V, int64_t C, zt_dtype dt, double init_std,
                               zt_nn_embedding **out_layer);
-zt_status zt_nn_embedding_forward(zt_nn_embedding *e, zt_tensor *ids, zt_tensor **out);
+ZT_API zt_status zt_nn_embedding_forward(zt_nn_embedding *e, zt_tensor *ids, zt_tensor **out);
 
 /* Dropout with probability p, active only in training mode with p > 0. When active, *x
  * is replaced by the result and the old tensor freed; otherwise *x is left as it is (no
@@ -127,8 +127,8 @@ typedef struct zt_nn_dropout {
   zt_module base;
   double p;
 } zt_nn_dropout;
-zt_status zt_nn_dropout_new(const char *name, double p, zt_nn_dropout **out_layer);
-zt_status zt_nn_dropout_forward(zt_nn_dropout *d, zt_tensor **x);
+ZT_API zt_status zt_nn_dropout_new(const char *name, double p, zt_nn_dropout **out_layer);
+ZT_API zt_status zt_nn_dropout_forward(zt_nn_dropout *d, zt_tensor **x);
 
 /* GPT-2 MLP: c_fc (C, 4C), GELU (tanh), c_proj (4C, C), dropout. */
 typedef struct zt_nn_mlp {
@@ -136,9 +136,9 @@ typedef struct zt_nn_mlp {
   zt_nn_linear *c_fc, *c_proj;
   zt_nn_dropout *dropout;
 } zt_nn_mlp;
-zt_status zt_nn_mlp_new(const char *name, int64_t C, double dropout, zt_dtype dt, double init_std,
+ZT_API zt_status zt_nn_mlp_new(const char *name, int64_t C, double dropout, zt_dtype dt, double init_std,
                         double proj_std, zt_nn_mlp **out_layer);
-zt_status zt_nn_mlp_forward(zt_nn_mlp *m, zt_tensor *x, zt_tensor **out);
+ZT_API zt_status zt_nn_mlp_forward(zt_nn_mlp *m, zt_tensor *x, zt_tensor **out);
 
 /* Causal self-attention: c_attn (C, 3C) makes q, k, v side by side, the fused
  * zt_causal_attention, then c_proj (C, C) and the residual dropout. */
@@ -148,9 +148,9 @@ typedef struct zt_nn_attention {
   zt_nn_dropout *resid_dropout;
   int n_head;
 } zt_nn_attention;
-zt_status zt_nn_attention_new(const char *name, int64_t C, int n_head, double dropout, zt_dtype dt,
+ZT_API zt_status zt_nn_attention_new(const char *name, int64_t C, int n_head, double dropout, zt_dtype dt,
                               double init_std, double proj_std, zt_nn_attention **out_layer);
-zt_status zt_nn_attention_forward(zt_nn_attention *a, zt_tensor *x, zt_tensor **out);
+ZT_API zt_status zt_nn_attention_forward(zt_nn_attention *a, zt_tensor *x, zt_tensor **out);
 
 /* Pre-LN transformer block: x + attn(ln_1(x)), then + mlp(ln_2(.)). x (B, T, C). */
 typedef struct zt_nn_block {
@@ -159,9 +159,9 @@ typedef struct zt_nn_block {
   zt_nn_attention *attn;
   zt_nn_mlp *mlp;
 } zt_nn_block;
-zt_status zt_nn_block_new(const char *name, int64_t C, int n_head, double dropout, zt_dtype dt, double init_std,
+ZT_API zt_status zt_nn_block_new(const char *name, int64_t C, int n_head, double dropout, zt_dtype dt, double init_std,
                           double proj_std, zt_nn_block **out_layer);
-zt_status zt_nn_block_forward(zt_nn_block *b, zt_tensor *x, zt_tensor **out);
+ZT_API zt_status zt_nn_block_forward(zt_nn_block *b, zt_tensor *x, zt_tensor **out);
 
 /* ------------------------------------------------ GPT-2 */
 typedef struct zt_gpt2_config {
@@ -175,37 +175,37 @@ typedef struct zt_gpt2_config {
 
 /* Presets: "gpt2-tiny", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1558m". Unknown
  * names are ZT_STATUS_INVALID_ARG listing the presets. */
-zt_status zt_gpt2_preset(const char *name, zt_gpt2_config *out);
+ZT_API zt_status zt_gpt2_preset(const char *name, zt_gpt2_config *out);
 /* Parameters a model of this config has (tied embedding once), without building it. */
-int64_t zt_gpt2_config_num_params(const zt_gpt2_config *c);
+ZT_API int64_t zt_gpt2_config_num_params(const zt_gpt2_config *c);
 /* Check a config (positive sizes, n_embd divisible by n_head, ...). */
-zt_status zt_gpt2_config_validate(const zt_gpt2_config *c);
+ZT_API zt_status zt_gpt2_config_validate(const zt_gpt2_config *c);
 
 typedef struct zt_gpt2 zt_gpt2;
 
 /* Build a model with GPT-2 initialisation (N(0, 0.02); residual projections scaled by
  * 1/sqrt(2 n_layer); biases 0; layer norms 1/0) from the default Philox generator. */
-zt_status zt_gpt2_new(const zt_gpt2_config *c, zt_gpt2 **out);
+ZT_API zt_status zt_gpt2_new(const zt_gpt2_config *c, zt_gpt2 **out);
 /* Same, with parameters of dtype dt (f32 or f64; f64 for finite-difference tests). */
-zt_status zt_gpt2_new_dtype(const zt_gpt2_config *c, zt_dtype dt, zt_gpt2 **out);
-void zt_gpt2_free(zt_gpt2 *m);
+ZT_API zt_status zt_gpt2_new_dtype(const zt_gpt2_config *c, zt_dtype dt, zt_gpt2 **out);
+ZT_API void zt_gpt2_free(zt_gpt2 *m);
 /* The root module (name "", child "transformer"): for generic module code. Owned by m. */
-zt_module *zt_gpt2_module(zt_gpt2 *m);
-const zt_gpt2_config *zt_gpt2_get_config(const zt_gpt2 *m);
+ZT_API zt_module *zt_gpt2_module(zt_gpt2 *m);
+ZT_API const zt_gpt2_config *zt_gpt2_get_config(const zt_gpt2 *m);
 /* The parameters in a fixed order with HF names; the tied wte/lm_head is listed once
  * ("transformer.wte.weight"). The array is owned by the model. */
-int zt_gpt2_params(zt_gpt2 *m, zt_param **params);
-int64_t zt_gpt2_num_params(const zt_gpt2 *m); /* all parameters, tied embedding once */
-void zt_gpt2_set_training(zt_gpt2 *m, bool training); /* dropout on/off */
+ZT_API int zt_gpt2_params(zt_gpt2 *m, zt_param **params);
+ZT_API int64_t zt_gpt2_num_params(const zt_gpt2 *m); /* all parameters, tied embedding once */
+ZT_API void zt_gpt2_set_training(zt_gpt2 *m, bool training); /* dropout on/off */
 /* m through the model interface (zt/model.h), borrowed: forward_loss is zt_gpt2_forward with
  * targets, params zt_gpt2_params, the blocks are the transformer layers "transformer.h.<i>". */
-zt_model zt_gpt2_model(zt_gpt2 *m);
+ZT_API zt_model zt_gpt2_model(zt_gpt2 *m);
 
 /* Forward. ids (B, T) i32 with T <= block_size and ids in [0, vocab). With targets (B, T)
  * i32 (ignore index -1), *loss receives the mean cross-entropy (0-d) computed by the fused
  * chunked output layer, which never holds all B*T*V logits, and logits may be NULL. Without
  * targets, *logits receives (B, T, V) (for sampling; pass loss NULL). */
-zt_status zt_gpt2_forward(zt_gpt2 *m, zt_tensor *ids, zt_tensor *targets, zt_tensor **logits, zt_tensor **loss);
+ZT_API zt_status zt_gpt2_forward(zt_gpt2 *m, zt_tensor *ids, zt_tensor *targets, zt_tensor **logits, zt_tensor **loss);
 
 /* Activation recomputation (checkpointing) of the transformer blocks in training. Per
  * block: NONE keeps every activation for backward; FULL runs the block inside a
@@ -225,24 +225,24 @@ typedef enum zt_recompute {
 /* One mode for every block. every >= 1 (values above n_layer make one region of all
  * blocks). Set it between steps, never between a forward and its backward
  * (recomputation reads the current grouping). */
-zt_status zt_gpt2_set_recompute(zt_gpt2 *m, zt_recompute mode, int every);
+ZT_API zt_status zt_gpt2_set_recompute(zt_gpt2 *m, zt_recompute mode, int every);
 /* A mode per block (modes has n_layer entries, each NONE, FULL or SELECTIVE). */
-zt_status zt_gpt2_set_recompute_blocks(zt_gpt2 *m, const zt_recompute *modes, int every);
+ZT_API zt_status zt_gpt2_set_recompute_blocks(zt_gpt2 *m, const zt_recompute *modes, int every);
 /* The common mode of all blocks, or PLAN when they differ; every may be NULL. */
-zt_recompute zt_gpt2_get_recompute(const zt_gpt2 *m, int *every);
-void zt_gpt2_get_recompute_blocks(const zt_gpt2 *m, zt_recompute *modes); /* n_layer entries */
+ZT_API zt_recompute zt_gpt2_get_recompute(const zt_gpt2 *m, int *every);
+ZT_API void zt_gpt2_get_recompute_blocks(const zt_gpt2 *m, zt_recompute *modes); /* n_layer entries */
 /* "none", "full", "selective", "plan" */
-const char *zt_recompute_name(zt_recompute mode);
+ZT_API const char *zt_recompute_name(zt_recompute mode);
 /* The policy of SELECTIVE blocks (fn NULL restores the default, save_wide_gemm). */
-zt_status zt_gpt2_set_selective_policy(zt_gpt2 *m, zt_checkpoint_policy policy);
-zt_checkpoint_policy zt_gpt2_get_selective_policy(const zt_gpt2 *m);
+ZT_API zt_status zt_gpt2_set_selective_policy(zt_gpt2 *m, zt_checkpoint_policy policy);
+ZT_API zt_checkpoint_policy zt_gpt2_get_selective_policy(const zt_gpt2 *m);
 /* Activation offload of the blocks (include/zt/offload.h): in training forwards, what the
  * blocks save for backward goes to the tier (inside checkpoint regions, only the region
  * inputs), and comes back, prefetched, in backward. The model makes and owns the store;
  * NULL options turn it off. Combines with every recompute mode; losses and grads are
  * bitwise those without offload for the lossless tiers (DISK, HOST). */
-zt_status zt_gpt2_set_activation_offload(zt_gpt2 *m, const zt_offload_options *o);
-zt_offload *zt_gpt2_activation_offload(const zt_gpt2 *m); /* NULL when off; for its stats */
+ZT_API zt_status zt_gpt2_set_activation_offload(zt_gpt2 *m, const zt_offload_options *o);
+ZT_API zt_offload *zt_gpt2_activation_offload(const zt_gpt2 *m); /* NULL when off; for its stats */
 
 /* Memory-budget planning (src/models/gpt2_plan.c). The activation model counts, per
  * token, what each block keeps from forward to backward (NONE: 16C + 4 + n_head values;
@@ -252,7 +252,7 @@ zt_offload *zt_gpt2_activation_offload(const zt_gpt2 *m); /* NULL when off; for 
  * recomputed activations of one region at a time; the peak is the larger of the end of
  * forward and the worst region's backward. Other policies are counted as save_wide_gemm.
  * modes: n_layer entries, NULL for the model's current setting. */
-int64_t zt_gpt2_predict_activation_peak(const zt_gpt2 *m, int64_t B, int64_t T, const zt_recompute *modes, int every);
+ZT_API int64_t zt_gpt2_predict_activation_peak(const zt_gpt2 *m, int64_t B, int64_t T, const zt_recompute *modes, int every);
 /* Choose a mode per block (NONE, SELECTIVE or FULL; every 1) so that the predicted peak is
  * within budget bytes at the least recomputation: greedily, the change that frees the
  * most bytes per unit of recomputed work first (SELECTIVE redoes about 0.15 of a block's
@@ -260,10 +260,10 @@ int64_t zt_gpt2_predict_activation_peak(const zt_gpt2 *m, int64_t B, int64_t T, 
  * modes (n_layer entries) and the predicted peak.
  * A budget below what full recomputation of every block needs is ZT_STATUS_OOM, naming
  * that minimum. */
-zt_status zt_gpt2_plan_recompute(const zt_gpt2 *m, int64_t B, int64_t T, int64_t budget, zt_recompute *modes,
+ZT_API zt_status zt_gpt2_plan_recompute(const zt_gpt2 *m, int64_t B, int64_t T, int64_t budget, zt_recompute *modes,
                                  int64_t *predicted);
 
 /* Training FLOPs per step by the formula 6 N B T + 12 L T d B T. */
-double zt_gpt2_flops_per_step(const zt_gpt2 *m, int64_t B, int64_t T);
+ZT_API double zt_gpt2_flops_per_step(const zt_gpt2 *m, int64_t B, int64_t T);
 
 #endif

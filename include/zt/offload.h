@@ -51,7 +51,7 @@ typedef struct zt_offload_options {
 } zt_offload_options;
 
 /* min_bytes 64 KiB, prefetch 2, dir NULL. */
-zt_offload_options zt_offload_options_default(zt_offload_tier tier);
+ZT_API zt_offload_options zt_offload_options_default(zt_offload_tier tier);
 
 typedef struct zt_offload zt_offload;
 
@@ -59,22 +59,22 @@ typedef struct zt_offload zt_offload;
  * unwritable directory fails now: ZT_STATUS_IO naming the directory. A bad tier, a
  * negative min_bytes or a prefetch outside [0, 64] is ZT_STATUS_INVALID_ARG. The caller
  * owns *out and frees it with zt_offload_free. */
-zt_status zt_offload_new(const zt_offload_options *o, zt_offload **out);
+ZT_API zt_status zt_offload_new(const zt_offload_options *o, zt_offload **out);
 
 /* Push its saved-tensor hooks on this thread's stack: what ops save from now on goes to
  * the tier (inside a zt_checkpoint region the checkpoint's hooks are on top, so only the
  * region's inputs reach the store). Pair with zt_offload_pop before zt_backward: backward
  * itself saves nothing. */
-zt_status zt_offload_push(zt_offload *o);
+ZT_API zt_status zt_offload_push(zt_offload *o);
 /* Pop its hooks; ZT_STATUS_STATE if the top of this thread's stack is not this store's. */
-zt_status zt_offload_pop(zt_offload *o);
+ZT_API zt_status zt_offload_pop(zt_offload *o);
 
 /* Drop the caller's handle. Graphs still holding records keep the store (tier bytes, spill
  * file, helper thread) alive until they are freed; the last one frees it. Freeing while
  * its hooks are still pushed is a broken invariant (ZT_ASSERT). NULL is a no-op.
  * A store is used from one thread (the one that runs forward and backward); only its
  * helper thread runs beside it. */
-void zt_offload_free(zt_offload *o);
+ZT_API void zt_offload_free(zt_offload *o);
 
 typedef struct zt_offload_stats {
   int64_t tensors_offloaded, bytes_offloaded; /* cumulative: saves sent to the tier (sharing an entry included) /
@@ -91,8 +91,8 @@ typedef struct zt_offload_stats {
   double wait_ms;                             /* time backward spent waiting for loads */
 } zt_offload_stats;
 /* A snapshot (NULL o: zeros). Call on the thread that uses the store. */
-void zt_offload_stats_get(const zt_offload *o, zt_offload_stats *out);
+ZT_API void zt_offload_stats_get(const zt_offload *o, zt_offload_stats *out);
 /* Counters to zero; peak to current (bytes_in_tier is a state, not a counter: kept). */
-void zt_offload_reset_stats(zt_offload *o);
+ZT_API void zt_offload_reset_stats(zt_offload *o);
 
 #endif

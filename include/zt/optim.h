@@ -16,13 +16,13 @@ typedef struct zt_optim_config {
   double momentum;          /* SGD */
 } zt_optim_config;
 /* AdamW defaults: lr 6e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1. */
-zt_optim_config zt_optim_default(zt_optim_kind kind);
+ZT_API zt_optim_config zt_optim_default(zt_optim_kind kind);
 
 typedef struct zt_optim zt_optim;
 
 /* params: borrowed; must outlive the optimizer. State is created lazily at first step. */
-zt_status zt_optim_new(const zt_optim_config *c, int n_params, const zt_param *params, zt_optim **out);
-void zt_optim_free(zt_optim *o);
+ZT_API zt_status zt_optim_new(const zt_optim_config *c, int n_params, const zt_param *params, zt_optim **out);
+ZT_API void zt_optim_free(zt_optim *o);
 /* One update with learning rate lr (the schedule's value for this step). Parameters
  * whose .grad is NULL are skipped. Runs with grad mode off; bumps each updated
  * parameter's version. Every grad is checked before anything is written, so a failing
@@ -32,25 +32,25 @@ void zt_optim_free(zt_optim *o);
  * per-parameter counts, which differ only for parameters that missed a step). SGD: the
  * same decoupled decay, then buf = momentum buf + g (buf starts at 0, so buf = g at first),
  * w -= lr buf; momentum 0 keeps no state; no dampening or Nesterov. */
-zt_status zt_optim_step(zt_optim *o, double lr);
+ZT_API zt_status zt_optim_step(zt_optim *o, double lr);
 /* Free every parameter's .grad (set_to_none semantics). */
-void zt_optim_zero_grad(zt_optim *o);
-int64_t zt_optim_step_count(const zt_optim *o);
+ZT_API void zt_optim_zero_grad(zt_optim *o);
+ZT_API int64_t zt_optim_step_count(const zt_optim *o);
 
 /* State for checkpoints: n named tensors (e.g. "exp_avg.transformer.wte.weight"),
  * owned by the optimizer (created if missing), plus the step count. Loading copies values
  * into them. Order: per parameter, "exp_avg.<name>", "exp_avg_sq.<name>" (AdamW) or
  * "momentum_buffer.<name>" (SGD with momentum); f32, shaped like the parameter, tag
  * OPTIM, zero until the first update. The arrays stay valid until zt_optim_free. */
-zt_status zt_optim_state(zt_optim *o, int *n, const char *const **names, zt_tensor *const **tensors);
-void zt_optim_set_step_count(zt_optim *o, int64_t step);
+ZT_API zt_status zt_optim_state(zt_optim *o, int *n, const char *const **names, zt_tensor *const **tensors);
+ZT_API void zt_optim_set_step_count(zt_optim *o, int64_t step);
 
 /* Global L2 norm of all grads; if max_norm > 0 and the norm exceeds it, scale every grad
  * by max_norm / (norm + 1e-6). Returns the norm before clipping in *norm. Parameters
  * without a grad are skipped. The norm is summed in double in a fixed order (the same
  * bits for any thread count). A non-finite norm is returned with ZT_OK and the grads left
  * as they are: the caller decides (e.g. skip the step). */
-zt_status zt_clip_grad_norm(int n_params, const zt_param *params, double max_norm, double *norm);
+ZT_API zt_status zt_clip_grad_norm(int n_params, const zt_param *params, double max_norm, double *norm);
 
 /* Dynamic loss scaling for f16 gradients (torch.cuda.amp.GradScaler's rule): the loss is
  * multiplied by `scale` before backward, the grads divided by it after; a step whose grads
@@ -64,10 +64,10 @@ typedef struct zt_loss_scaler {
   int64_t good_steps;      /* finite steps since the scale last changed */
   int64_t skipped;         /* steps skipped so far */
 } zt_loss_scaler;
-zt_loss_scaler zt_loss_scaler_default(void);
+ZT_API zt_loss_scaler zt_loss_scaler_default(void);
 /* Record one step's outcome (finite: no inf/NaN in any grad after unscaling) and adjust
  * the scale; returns whether to take the optimizer step. */
-bool zt_loss_scaler_update(zt_loss_scaler *s, bool finite);
+ZT_API bool zt_loss_scaler_update(zt_loss_scaler *s, bool finite);
 
 /* Cosine schedule (nanoGPT's), step counting from 0:
  *   step < warmup:          max_lr * (step + 1) / warmup (linear; step warmup-1 has max_lr)
@@ -75,6 +75,6 @@ bool zt_loss_scaler_update(zt_loss_scaler *s, bool finite);
  *                           * (max_lr - min_lr)  (max_lr at step == warmup)
  *   step >= total:          min_lr
  * warmup <= 0: no warm-up; a negative step counts as 0. */
-double zt_lr_cosine(int64_t step, int64_t warmup, int64_t total, double max_lr, double min_lr);
+ZT_API double zt_lr_cosine(int64_t step, int64_t warmup, int64_t total, double max_lr, double min_lr);
 
 #endif

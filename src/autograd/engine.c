@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/status_internal.h"
 #include "node.h"
 #include "../core/grow.h"
 #include "../core/tensor_internal.h"

@@ -3,6 +3,7 @@
  * state with zt_fn_ctx_set_data. Forward runs with grad mode off. */
 #include <stdlib.h>
 
+#include "core/status_internal.h"
 #include "node.h"
 
 typedef struct fn_payload {

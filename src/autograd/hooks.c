@@ -3,6 +3,7 @@
  * removing it later is a no-op. Registration functions for tensors and nodes live here. */
 #include <stdlib.h>
 
+#include "core/status_internal.h"
 #include "node.h"
 #include "../core/grow.h"
 

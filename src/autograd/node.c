@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/status_internal.h"
 #include "node.h"
 #include "../core/backend.h"
 #include "../core/tensor_internal.h"

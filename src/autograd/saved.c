@@ -3,6 +3,7 @@
  * at save time, so backward can detect in-place changes made after the save. */
 #include <stdlib.h>
 
+#include "core/status_internal.h"
 #include "node.h"
 #include "../core/grow.h"
 #include "../core/tensor_internal.h"

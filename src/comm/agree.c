@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/status_internal.h"
 #include "comm/comm_internal.h"
 
 /* 64-bit FNV-1a: values are compared by (length, hash), not sent whole. */

@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/status_internal.h"
 #include "comm/comm_internal.h"
 
 /* Odd while writing, even after, whatever ver held before (fresh shared memory is not zeroed). */

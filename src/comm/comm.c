@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/status_internal.h"
 #include "comm/comm_internal.h"
 #include "core/backend.h"
 

@@ -4,6 +4,7 @@
  * nothing waits (no timeouts, no board); abort has no other rank to end. No ctx. */
 #include <string.h>
 
+#include "core/status_internal.h"
 #include "comm/comm_internal.h"
 
 static zt_status local_all_reduce(void *ctx, void *buf, int64_t count, zt_dtype dt, void **req) {

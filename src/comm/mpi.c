@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/status_internal.h"
 #include "comm/comm_internal.h"
 #include "zt_config.h"
 

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <sys/resource.h>
 
+#include "core/status_internal.h"
 #include "zt/tensor.h"
 #include "backend.h"
 

@@ -3,6 +3,7 @@
  * returns). Its numeric helpers are in backend_cpu_math.c, its kernels in src/ops/cpu/. */
 #include <string.h>
 
+#include "core/tensor_internal.h"
 #include "backend.h"
 #include "tensor_internal.h"
 

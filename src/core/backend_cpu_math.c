@@ -1,6 +1,7 @@
 /* The cpu backend's numeric helpers for code outside the kernels: gradient accumulation,
  * scaling, sum-to-shape (broadcast grads), the grad-norm sum of squares and the optimizer
  * updates. Every loop gives the same bits for any thread count. */
+#include "core/tensor_internal.h"
 #include "backend.h"
 #include "tensor_internal.h"
 

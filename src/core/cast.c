@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/status_internal.h"
 #include "backend.h"
 
 /* ------------------------------------------------ dtype conversion */

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/status_internal.h"
 #include "zt/tensor.h"
 
 static const struct {

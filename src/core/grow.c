@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "core/status_internal.h"
 #include "core/grow.h"
 
 void *zt__grow(void *items, int *cap, int need, size_t elem, const char *what) {

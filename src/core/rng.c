@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "core/status_internal.h"
 #include "zt/tensor.h"
 #include "backend.h"
 #include "tensor_internal.h"

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "zt/status.h"
+#include "core/status_internal.h"
 
 #define ZT_MSG_CAP 2048
 static _Thread_local char tl_msg[ZT_MSG_CAP];
@@ -33,6 +33,14 @@ zt_status zt__error(zt_status code, const char *file, int line, const char *fmt,
   int n = snprintf(tl_msg, sizeof tl_msg, "%s", body);
   if (n >= 0 && (size_t)n < sizeof tl_msg)
     snprintf(tl_msg + n, sizeof tl_msg - (size_t)n, " [%s:%d]", base ? base + 1 : file, line);
+  return code;
+}
+
+zt_status zt_set_error(zt_status code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(tl_msg, sizeof tl_msg, fmt, ap);
+  va_end(ap);
   return code;
 }
 

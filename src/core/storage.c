@@ -2,6 +2,7 @@
  * tensor viewing it) lives on; that is how FSDP reshards and offload evicts. */
 #include <stdlib.h>
 
+#include "core/status_internal.h"
 #include "zt/tensor.h"
 
 static uint64_t next_id(void) {

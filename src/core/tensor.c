@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/tensor_internal.h"
 #include "zt/tensor.h"
 #include "backend.h"
 #include "tensor_internal.h"

@@ -3,6 +3,10 @@
 #define ZT_CORE_TENSOR_INTERNAL_H
 
 #include "zt/tensor.h"
+#include "core/status_internal.h"
+
+/* zt_tensor_data for code that has already checked (asserts). */
+void *zt__tensor_ptr(const zt_tensor *t);
 
 /* Installed by the autograd layer: drop grad_fn / accumulator references of t. */
 extern void (*zt__tensor_autograd_release)(zt_tensor *t);

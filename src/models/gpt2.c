@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/status_internal.h"
 #include "zt/checkpoint.h"
 #include "core/backend.h"
 #include "zt/nn.h"

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/status_internal.h"
 #include "zt/nn.h"
 
 /* Values per token, for one block: what its region keeps as input (once per region),

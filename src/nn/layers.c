@@ -4,6 +4,7 @@
  * tensors hold their own storage references), nothing else stays alive. */
 #include <stdlib.h>
 
+#include "core/status_internal.h"
 #include "zt/nn.h"
 
 /* A layer struct whose first member is its module; freed by zt_module_free. */

@@ -1,11 +1,12 @@
 /* Registry entry of fused causal self-attention: qkv (B,T,3C) -> (B,T,C). Forward saves
  * qkv, the output and a per-row logsumexp (B,n_head,T), never a T x T matrix; backward
  * recomputes the scores from them block by block (kernels in cpu/attention.c). */
+#include "core/status_internal.h"
 #include "op.h"
 
 #define K(x) ((const zt__attention_kernels *)(x)->kernels)
 
-static zt_status attn_shape(zt_op_call *c) {
+static zt_status attn_shape(zt__op_call *c) {
   zt_tensor *x = c->in[0];
   int n_head = (int)c->attrs.i[0];
   char sh[128];
@@ -33,7 +34,7 @@ static zt_status attn_shape(zt_op_call *c) {
   return ZT_OK;
 }
 
-static zt_status attn_forward(zt_op_call *c) {
+static zt_status attn_forward(zt__op_call *c) {
   zt_tensor *qkv = c->in[0], *lse = NULL;
   int n_head = (int)c->attrs.i[0];
   int64_t shape[3] = {qkv->shape[0], n_head, qkv->shape[1]};
@@ -58,7 +59,7 @@ static zt_status contiguous_or_self(zt_tensor *t, zt_tensor **tmp, zt_tensor **u
   return ZT_OK;
 }
 
-static zt_status attn_backward(zt_op_bwd *b) {
+static zt_status attn_backward(zt__op_bwd *b) {
   if (!b->needs_input_grad[0]) return ZT_OK;
   zt_tensor *saved[3], *tmp[3] = {NULL, NULL, NULL}, *use[3];
   zt_status s = ZT_OK;
@@ -78,11 +79,11 @@ static zt_status attn_backward(zt_op_bwd *b) {
   return s;
 }
 
-static const zt_op op_causal_attention = {"causal_attention", "CausalAttentionBackward", 1, 0, 0,
+static const zt__op op_causal_attention = {"causal_attention", "CausalAttentionBackward", 1, 0, 0,
                                           attn_shape, attn_forward, attn_backward, {[ZT_DEVICE_CPU] = &zt__cpu_attention_kernels}};
 
 zt_status zt_causal_attention(zt_tensor *qkv, int n_head, zt_tensor **out) {
-  zt_op_attrs at = {0};
+  zt__op_attrs at = {0};
   at.i[0] = n_head;
   return zt__op_run(&op_causal_attention, 1, &qkv, &at, out);
 }

@@ -2,12 +2,13 @@
  * tensor, also for the same dtype). Differentiable between float dtypes: the grad is
  * converted back to the input's dtype. Integer outputs carry no grad (the dispatcher
  * attaches only float outputs to the graph). Rounding rules: src/ops/cpu/shape.h. */
+#include "core/tensor_internal.h"
 #include "op.h"
 
 #define K(x) ((const zt__cast_kernels *)(x)->kernels)
 
 /* attrs: i[0] = the target dtype. */
-static zt_status cast_shape(zt_op_call *c) {
+static zt_status cast_shape(zt__op_call *c) {
   const zt_tensor *a = c->in[0];
   if (!a) return ZT_ERR(ZT_STATUS_INVALID_ARG, "input is NULL");
   zt_dtype dt = (zt_dtype)c->attrs.i[0];
@@ -20,13 +21,13 @@ static zt_status cast_shape(zt_op_call *c) {
   return ZT_OK;
 }
 
-static zt_status cast_forward(zt_op_call *c) {
+static zt_status cast_forward(zt__op_call *c) {
   const zt_tensor *a = c->in[0];
   K(c)->cast(zt__tensor_ptr(c->out[0]), c->out[0]->dtype, zt__tensor_ptr(a), a->dtype, zt_tensor_numel(a));
   return ZT_OK;
 }
 
-static zt_status cast_backward(zt_op_bwd *b) {
+static zt_status cast_backward(zt__op_bwd *b) {
   if (!b->needs_input_grad[0]) return ZT_OK;
   const zt_tensor *g = b->grad_out[0];
   if (g->dtype == b->in_meta[0].dtype) return zt_tensor_alias(g, &b->grad_in[0]);
@@ -35,11 +36,11 @@ static zt_status cast_backward(zt_op_bwd *b) {
   return ZT_OK;
 }
 
-static const zt_op op_cast = {"cast", "CastBackward", 1, ZT_OP_FLAG_ANY_DTYPE, 0, cast_shape, cast_forward,
+static const zt__op op_cast = {"cast", "CastBackward", 1, ZT_OP_FLAG_ANY_DTYPE, 0, cast_shape, cast_forward,
                               cast_backward, {[ZT_DEVICE_CPU] = &zt__cpu_cast_kernels}};
 
 zt_status zt_cast(zt_tensor *a, zt_dtype dtype, zt_tensor **out) {
-  zt_op_attrs at = {0};
+  zt__op_attrs at = {0};
   at.i[0] = (int)dtype; /* via int: the enum may be unsigned, and -1 should read as -1 */
   return zt__op_run(&op_cast, 1, &a, &at, out);
 }

@@ -4,6 +4,7 @@
  * draws nothing from the generator. */
 #include <string.h>
 
+#include "core/tensor_internal.h"
 #include "op.h"
 
 #define K(x) ((const zt__dropout_kernels *)(x)->kernels)
@@ -12,7 +13,7 @@ typedef enum dropout_mode { DROPOUT_MODE_COPY, DROPOUT_MODE_MASK } dropout_mode;
 /* attrs.i: mode, seed, offset (uint64 stored as int64); attrs.f[0] = p, attrs.i[3] = train */
 enum { ATTR_MODE, ATTR_SEED, ATTR_OFFSET, ATTR_TRAIN };
 
-static zt_status dropout_shape(zt_op_call *c) {
+static zt_status dropout_shape(zt__op_call *c) {
   zt_tensor *x = c->in[0];
   if (!x) return ZT_ERR(ZT_STATUS_INVALID_ARG, "x is NULL");
   double p = c->attrs.f[0];
@@ -35,11 +36,11 @@ static zt_status dropout_shape(zt_op_call *c) {
   return ZT_OK;
 }
 
-static zt_rng_state attrs_state(const zt_op_attrs *a) {
+static zt_rng_state attrs_state(const zt__op_attrs *a) {
   return (zt_rng_state){(uint64_t)a->i[ATTR_SEED], (uint64_t)a->i[ATTR_OFFSET]};
 }
 
-static zt_status dropout_forward(zt_op_call *c) {
+static zt_status dropout_forward(zt__op_call *c) {
   if (c->attrs.i[ATTR_MODE] == DROPOUT_MODE_MASK)
     K(c)->dropout(attrs_state(&c->attrs), c->attrs.f[0], c->in[0], c->out[0]);
   else if (zt_tensor_numel(c->in[0]) > 0)
@@ -47,7 +48,7 @@ static zt_status dropout_forward(zt_op_call *c) {
   return ZT_OK;
 }
 
-static zt_status dropout_backward(zt_op_bwd *b) {
+static zt_status dropout_backward(zt__op_bwd *b) {
   if (!b->needs_input_grad[0]) return ZT_OK;
   ZT_TRY(zt__op_grad_like_input(b, 0, false, &b->grad_in[0]));
   const zt_tensor *g = b->grad_out[0];
@@ -58,11 +59,11 @@ static zt_status dropout_backward(zt_op_bwd *b) {
   return ZT_OK;
 }
 
-static const zt_op op_dropout = {"dropout", "DropoutBackward", 1, 0, 0, dropout_shape, dropout_forward,
+static const zt__op op_dropout = {"dropout", "DropoutBackward", 1, 0, 0, dropout_shape, dropout_forward,
                                  dropout_backward, {[ZT_DEVICE_CPU] = &zt__cpu_dropout_kernels}};
 
 zt_status zt_dropout(zt_tensor *x, double p, bool train, zt_tensor **out) {
-  zt_op_attrs at = {0};
+  zt__op_attrs at = {0};
   at.f[0] = p;
   at.i[ATTR_TRAIN] = train;
   return zt__op_run(&op_dropout, 1, &x, &at, out);

@@ -3,11 +3,12 @@
  * read. Backward saves only ids and scatter-adds the grad rows into a zeroed dweight. */
 #include <stdio.h>
 
+#include "core/status_internal.h"
 #include "op.h"
 
 #define K(x) ((const zt__embedding_kernels *)(x)->kernels)
 
-static zt_status emb_shape(zt_op_call *c) {
+static zt_status emb_shape(zt__op_call *c) {
   zt_tensor *w = c->in[0], *ids = c->in[1];
   if (!w) return ZT_ERR(ZT_STATUS_INVALID_ARG, "weight is NULL");
   if (!ids) return ZT_ERR(ZT_STATUS_INVALID_ARG, "ids is NULL");
@@ -45,7 +46,7 @@ static const char *position_str(const zt_tensor *ids, int64_t pos, char *buf, si
   return buf;
 }
 
-static zt_status emb_forward(zt_op_call *c) {
+static zt_status emb_forward(zt__op_call *c) {
   zt_tensor *w = c->in[0], *ids = c->in[1];
   int64_t V = w->shape[0], bad = 0;
   int64_t pos = K(c)->find_bad_id(ids, V, &bad);
@@ -60,7 +61,7 @@ static zt_status emb_forward(zt_op_call *c) {
   return zt__op_save(c, ids);
 }
 
-static zt_status emb_backward(zt_op_bwd *b) {
+static zt_status emb_backward(zt__op_bwd *b) {
   if (!b->needs_input_grad[0]) return ZT_OK;
   zt_tensor *ids;
   ZT_TRY(zt__op_saved(b, 0, &ids));
@@ -70,7 +71,7 @@ static zt_status emb_backward(zt_op_bwd *b) {
 }
 
 /* nondiff_inputs bit 1: ids get no edge and no grad */
-static const zt_op op_embedding = {"embedding", "EmbeddingBackward", 2, 0, 1u << 1, emb_shape, emb_forward,
+static const zt__op op_embedding = {"embedding", "EmbeddingBackward", 2, 0, 1u << 1, emb_shape, emb_forward,
                                    emb_backward, {[ZT_DEVICE_CPU] = &zt__cpu_embedding_kernels}};
 
 zt_status zt_embedding(zt_tensor *weight, zt_tensor *ids, zt_tensor **out) {

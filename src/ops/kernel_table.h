@@ -2,8 +2,8 @@
  * family; each device that has kernels defines one table of each type (the cpu's are in
  * src/ops/cpu/tables.c) and an op entry points its slot for that device at it:
  *
- *   static const zt_op op_gelu = {..., .kernels = {[ZT_DEVICE_CPU] = &zt__cpu_unary_kernels}};
- *   static zt_status gelu_forward(zt_op_call *c) {
+ *   static const zt__op op_gelu = {..., .kernels = {[ZT_DEVICE_CPU] = &zt__cpu_unary_kernels}};
+ *   static zt_status gelu_forward(zt__op_call *c) {
  *     const zt__unary_kernels *k = c->kernels;   // the slot the dispatcher picked
  *     k->unary(ZT_UNOP_GELU, 0, c->in[0], c->out[0]);
  *
@@ -15,9 +15,9 @@
 
 #include "zt/tensor.h"
 
-typedef enum zt_binop { ZT_BINOP_ADD, ZT_BINOP_SUB, ZT_BINOP_MUL, ZT_BINOP_DIV } zt_binop;
+typedef enum zt__binop { ZT_BINOP_ADD, ZT_BINOP_SUB, ZT_BINOP_MUL, ZT_BINOP_DIV } zt__binop;
 
-typedef enum zt_unop {
+typedef enum zt__unop {
   ZT_UNOP_NEG,
   ZT_UNOP_EXP,
   ZT_UNOP_LOG,
@@ -29,7 +29,7 @@ typedef enum zt_unop {
   ZT_UNOP_MUL_SCALAR, /* x * s */
   ZT_UNOP_DIV_SCALAR, /* x / s */
   ZT_UNOP_POW,        /* x ^ s */
-} zt_unop;
+} zt__unop;
 
 /* A broadcast batch of GEMMs (see gemm_batched below). */
 typedef struct zt__gemm_batch {
@@ -41,14 +41,14 @@ typedef struct zt__gemm_batch {
 /* Signatures (and their shapes and =/+= contracts) are those of the cpu kernels in
  * src/ops/cpu/ headers, which document them. */
 typedef struct zt__unary_kernels {
-  void (*unary)(zt_unop op, double s, const zt_tensor *a, zt_tensor *out);
-  void (*unary_backward)(zt_unop op, double s, const zt_tensor *x, const zt_tensor *y, const zt_tensor *g,
+  void (*unary)(zt__unop op, double s, const zt_tensor *a, zt_tensor *out);
+  void (*unary_backward)(zt__unop op, double s, const zt_tensor *x, const zt_tensor *y, const zt_tensor *g,
                          zt_tensor *gx);
 } zt__unary_kernels;
 
 typedef struct zt__binary_kernels {
-  void (*binary)(zt_binop op, const zt_tensor *a, const zt_tensor *b, zt_tensor *out);
-  void (*unary)(zt_unop op, double s, const zt_tensor *a, zt_tensor *out); /* negation in backward */
+  void (*binary)(zt__binop op, const zt_tensor *a, const zt_tensor *b, zt_tensor *out);
+  void (*unary)(zt__unop op, double s, const zt_tensor *a, zt_tensor *out); /* negation in backward */
 } zt__binary_kernels;
 
 typedef struct zt__cast_kernels {

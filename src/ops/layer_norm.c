@@ -1,6 +1,7 @@
 /* Registry entry for layer norm over the last dim, with optional weight and bias (NULL
  * inputs). Forward saves x, the per-row mean and rstd (R = numel / C each) and the weight;
  * backward is one fused kernel that skips dx, dw and db when they are not needed. */
+#include "core/tensor_internal.h"
 #include "op.h"
 
 #define K(x) ((const zt__layer_norm_kernels *)(x)->kernels)
@@ -23,7 +24,7 @@ static zt_status check_param(const zt_tensor *x, const zt_tensor *p, const char 
   return ZT_OK;
 }
 
-static zt_status ln_shape(zt_op_call *c) {
+static zt_status ln_shape(zt__op_call *c) {
   zt_tensor *x = c->in[0], *w = c->in[1], *b = c->in[2];
   if (!x) return ZT_ERR(ZT_STATUS_INVALID_ARG, "x is NULL");
   ZT_TRY(zt__check_float("layer_norm", x, "x"));
@@ -42,7 +43,7 @@ static zt_status ln_shape(zt_op_call *c) {
   return ZT_OK;
 }
 
-static zt_status ln_forward(zt_op_call *c) {
+static zt_status ln_forward(zt__op_call *c) {
   zt_tensor *x = c->in[0];
   if (!c->node) { /* no graph: mean and rstd are not kept */
     K(c)->layer_norm(x, c->in[1], c->in[2], c->attrs.f[0], c->out[0], NULL, NULL);
@@ -65,7 +66,7 @@ static zt_status ln_forward(zt_op_call *c) {
   return s;
 }
 
-static zt_status ln_backward(zt_op_bwd *b) {
+static zt_status ln_backward(zt__op_bwd *b) {
   const bool *need = b->needs_input_grad;
   bool has_w = b->attrs->i[ATTR_HAS_WEIGHT], has_b = b->attrs->i[ATTR_HAS_BIAS];
   bool want_dx = need[0], want_dw = has_w && need[1], want_db = has_b && need[2];
@@ -92,10 +93,10 @@ static zt_status ln_backward(zt_op_bwd *b) {
   return ZT_OK;
 }
 
-static const zt_op op_layer_norm = {"layer_norm", "LayerNormBackward", 3, 0, 0, ln_shape, ln_forward, ln_backward, {[ZT_DEVICE_CPU] = &zt__cpu_layer_norm_kernels}};
+static const zt__op op_layer_norm = {"layer_norm", "LayerNormBackward", 3, 0, 0, ln_shape, ln_forward, ln_backward, {[ZT_DEVICE_CPU] = &zt__cpu_layer_norm_kernels}};
 
 zt_status zt_layer_norm(zt_tensor *x, zt_tensor *weight, zt_tensor *bias, double eps, zt_tensor **out) {
-  zt_op_attrs at = {0};
+  zt__op_attrs at = {0};
   at.f[0] = eps;
   return zt__op_run(&op_layer_norm, 3, (zt_tensor *[]){x, weight, bias}, &at, out);
 }

@@ -7,6 +7,7 @@
  * the logits computed once and no N x V tensor ever alive. */
 #include <limits.h>
 
+#include "core/tensor_internal.h"
 #include "op.h"
 #include "../core/backend.h"
 
@@ -39,7 +40,7 @@ static int64_t chunk_rows(int64_t N, int64_t V, size_t es) {
   return rows < N ? rows : N;
 }
 
-static zt_status lmh_shape(zt_op_call *c) {
+static zt_status lmh_shape(zt__op_call *c) {
   zt_tensor *x = c->in[0], *w = c->in[1], *t = c->in[2];
   if (!x) return ZT_ERR(ZT_STATUS_INVALID_ARG, "x is NULL");
   if (!w) return ZT_ERR(ZT_STATUS_INVALID_ARG, "weight is NULL");
@@ -113,7 +114,7 @@ static zt_status bad_target(int64_t pos, int64_t val, int64_t V, int64_t ignore)
                 (long long)val, (long long)V, (long long)ignore);
 }
 
-static zt_status lmh_forward(zt_op_call *c) {
+static zt_status lmh_forward(zt__op_call *c) {
   zt_tensor *x = c->in[0], *w = c->in[1], *t = c->in[2];
   int64_t ignore = c->attrs.i[LMH_IGNORE], N = x->shape[0], C = x->shape[1], V = w->shape[0];
   int64_t bad_val = 0, count = 0, bad = K(c)->check_targets(t, V, ignore, &bad_val, &count);
@@ -165,7 +166,7 @@ static zt_status lmh_forward(zt_op_call *c) {
  * bytes: no copy, and once the node drops its saved tensors after backward, the leaf's
  * accumulator can adopt them. Otherwise a new scaled tensor, so a retained graph still
  * holds the unscaled grad for the next backward. */
-static zt_status scaled_grad(zt_op_bwd *b, int64_t idx, double g, zt_tensor **out) {
+static zt_status scaled_grad(zt__op_bwd *b, int64_t idx, double g, zt_tensor **out) {
   ZT_ASSERT(idx >= 0); /* an input that needs a grad had an edge in forward */
   zt_tensor *sv;
   ZT_TRY(zt__op_saved(b, (int)idx, &sv));
@@ -175,7 +176,7 @@ static zt_status scaled_grad(zt_op_bwd *b, int64_t idx, double g, zt_tensor **ou
   return ZT_OK;
 }
 
-static zt_status lmh_backward(zt_op_bwd *b) {
+static zt_status lmh_backward(zt__op_bwd *b) {
   double g = zt_tensor_get(b->grad_out[0], 0);
   if (b->needs_input_grad[0]) ZT_TRY(scaled_grad(b, b->attrs->i[LMH_SAVE_DX], g, &b->grad_in[0]));
   if (b->needs_input_grad[1]) ZT_TRY(scaled_grad(b, b->attrs->i[LMH_SAVE_DW], g, &b->grad_in[1]));
@@ -183,12 +184,12 @@ static zt_status lmh_backward(zt_op_bwd *b) {
 }
 
 /* Input 2 (targets) is integer: never a grad. */
-static const zt_op op_lm_head_ce = {"lm_head_cross_entropy", "LmHeadCrossEntropyBackward", 3, ZT_OP_FLAG_ANY_DTYPE,
+static const zt__op op_lm_head_ce = {"lm_head_cross_entropy", "LmHeadCrossEntropyBackward", 3, ZT_OP_FLAG_ANY_DTYPE,
                                     1u << 2, lmh_shape, lmh_forward, lmh_backward, {[ZT_DEVICE_CPU] = &zt__cpu_lm_head_kernels}};
 
 zt_status zt_lm_head_cross_entropy(zt_tensor *x, zt_tensor *weight, zt_tensor *targets, int64_t ignore_index,
                                    zt_tensor **out) {
-  zt_op_attrs at = {0};
+  zt__op_attrs at = {0};
   at.i[LMH_IGNORE] = ignore_index;
   return zt__op_run(&op_lm_head_ce, 3, (zt_tensor *[]){x, weight, targets}, &at, out);
 }

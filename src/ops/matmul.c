@@ -5,6 +5,7 @@
  * saved activation nor a weight-grad GEMM. */
 #include <limits.h>
 
+#include "core/tensor_internal.h"
 #include "op.h"
 
 #define K(x) ((const zt__matmul_kernels *)(x)->kernels)
@@ -17,7 +18,7 @@ enum { LIN_SAVE_X, LIN_SAVE_W, LIN_LAYOUT };
 /* Which of (first, second) must be saved, decided before the node exists (the dispatcher
  * copies attrs into the node right after the shape rule): the grad of one input reads
  * the other, so `first` is needed exactly when `second` will get a grad. */
-static void plan_saves(zt_op_call *c, const zt_tensor *first, const zt_tensor *second, int slot_first,
+static void plan_saves(zt__op_call *c, const zt_tensor *first, const zt_tensor *second, int slot_first,
                        int slot_second) {
   bool rec = zt_grad_enabled();
   bool need_first = rec && second && second->requires_grad;
@@ -35,7 +36,7 @@ static zt_status check_blas_size(const char *what, int64_t v) {
 
 /* Saved tensor i (-1: not saved, a broken invariant). Unpacked saved tensors are
  * contiguous (the engine copies a strided result of an unpack hook). */
-static zt_status saved(zt_op_bwd *bw, int64_t i, zt_tensor **out) {
+static zt_status saved(zt__op_bwd *bw, int64_t i, zt_tensor **out) {
   ZT_ASSERT(i >= 0);
   ZT_TRY(zt__op_saved(bw, (int)i, out));
   ZT_ASSERT(zt_tensor_is_contiguous(*out));
@@ -119,7 +120,7 @@ static zt__gemm_batch mm_batch(const mm_geom *g, const int64_t *xs, const int64_
 
 /* ------------------------------------------------------------------ matmul */
 
-static zt_status matmul_shape(zt_op_call *c) {
+static zt_status matmul_shape(zt__op_call *c) {
   zt_tensor *a = c->in[0], *b = c->in[1];
   if (!a || !b) return ZT_ERR(ZT_STATUS_INVALID_ARG, "input %s is NULL", a ? "b" : "a");
   ZT_TRY(zt__check_float(c->op->name, a, "input a"));
@@ -141,7 +142,7 @@ static zt_status matmul_shape(zt_op_call *c) {
   return ZT_OK;
 }
 
-static zt_status matmul_forward(zt_op_call *c) {
+static zt_status matmul_forward(zt__op_call *c) {
   zt_tensor *a = c->in[0], *b = c->in[1], *y = c->out[0];
   bool ta = c->attrs.i[MM_TA], tb = c->attrs.i[MM_TB];
   mm_geom g;
@@ -163,7 +164,7 @@ static zt_status matmul_forward(zt_op_call *c) {
 }
 
 /* dA = g . op(b)^T (stored transposed when ta), summed over the batch dims a broadcasts. */
-static zt_status matmul_grad_a(zt_op_bwd *bw, const mm_geom *g, bool ta, bool tb, const zt_tensor *b,
+static zt_status matmul_grad_a(zt__op_bwd *bw, const mm_geom *g, bool ta, bool tb, const zt_tensor *b,
                                const zt_tensor *gy) {
   ZT_TRY(zt__op_grad_like_input(bw, 0, g->nb == 0, &bw->grad_in[0]));
   zt_dtype dt = gy->dtype;
@@ -185,7 +186,7 @@ static zt_status matmul_grad_a(zt_op_bwd *bw, const mm_geom *g, bool ta, bool tb
 }
 
 /* dB = op(a)^T . g (stored transposed when tb), summed over the batch dims b broadcasts. */
-static zt_status matmul_grad_b(zt_op_bwd *bw, const mm_geom *g, bool ta, bool tb, const zt_tensor *a,
+static zt_status matmul_grad_b(zt__op_bwd *bw, const mm_geom *g, bool ta, bool tb, const zt_tensor *a,
                                const zt_tensor *gy) {
   ZT_TRY(zt__op_grad_like_input(bw, 1, g->nb == 0, &bw->grad_in[1]));
   zt_dtype dt = gy->dtype;
@@ -211,7 +212,7 @@ static zt_status matmul_grad_b(zt_op_bwd *bw, const mm_geom *g, bool ta, bool tb
   return ZT_OK;
 }
 
-static zt_status matmul_backward(zt_op_bwd *bw) {
+static zt_status matmul_backward(zt__op_bwd *bw) {
   bool ta = bw->attrs->i[MM_TA], tb = bw->attrs->i[MM_TB];
   const zt__tensor_meta *ma = &bw->in_meta[0], *mb = &bw->in_meta[1];
   mm_geom g;
@@ -228,10 +229,10 @@ static zt_status matmul_backward(zt_op_bwd *bw) {
   return ZT_OK;
 }
 
-static const zt_op op_matmul = {"matmul", "MatmulBackward", 2, 0, 0, matmul_shape, matmul_forward, matmul_backward, {[ZT_DEVICE_CPU] = &zt__cpu_matmul_kernels}};
+static const zt__op op_matmul = {"matmul", "MatmulBackward", 2, 0, 0, matmul_shape, matmul_forward, matmul_backward, {[ZT_DEVICE_CPU] = &zt__cpu_matmul_kernels}};
 
 zt_status zt_matmul(zt_tensor *a, zt_tensor *b, bool trans_a, bool trans_b, zt_tensor **out) {
-  zt_op_attrs at = {0};
+  zt__op_attrs at = {0};
   at.i[MM_TA] = trans_a;
   at.i[MM_TB] = trans_b;
   return zt__op_run(&op_matmul, 2, (zt_tensor *[]){a, b}, &at, out);
@@ -259,7 +260,7 @@ static void lin_dims(lin_layout lay, const int64_t *wshape, int64_t *nin, int64_
   *nout = wshape[oi ? 0 : 1];
 }
 
-static zt_status linear_shape(zt_op_call *c) {
+static zt_status linear_shape(zt__op_call *c) {
   zt_tensor *x = c->in[0], *w = c->in[1], *bias = c->in[2];
   lin_layout lay = (lin_layout)c->attrs.i[LIN_LAYOUT];
   if (!x || !w) return ZT_ERR(ZT_STATUS_INVALID_ARG, "input %s is NULL (only bias may be NULL)", x ? "weight" : "x");
@@ -287,7 +288,7 @@ static zt_status linear_shape(zt_op_call *c) {
   return ZT_OK;
 }
 
-static zt_status linear_forward(zt_op_call *c) {
+static zt_status linear_forward(zt__op_call *c) {
   zt_tensor *x = c->in[0], *w = c->in[1], *bias = c->in[2], *y = c->out[0];
   bool oi = c->attrs.i[LIN_LAYOUT] == LIN_LAYOUT_OUT_IN;
   int64_t R = lin_rows(x->ndim, x->shape), nin, nout;
@@ -304,7 +305,7 @@ static zt_status linear_forward(zt_op_call *c) {
   return ZT_OK;
 }
 
-static zt_status linear_backward(zt_op_bwd *bw) {
+static zt_status linear_backward(zt__op_bwd *bw) {
   const zt__tensor_meta *mx = &bw->in_meta[0], *mw = &bw->in_meta[1];
   bool oi = bw->attrs->i[LIN_LAYOUT] == LIN_LAYOUT_OUT_IN;
   int64_t R = lin_rows(mx->ndim, mx->shape), nin, nout;
@@ -341,13 +342,13 @@ static zt_status linear_backward(zt_op_bwd *bw) {
   return ZT_OK;
 }
 
-static const zt_op op_linear = {"linear", "LinearBackward", 3, 0, 0, linear_shape, linear_forward, linear_backward, {[ZT_DEVICE_CPU] = &zt__cpu_matmul_kernels}};
-static const zt_op op_linear_io = {"linear_io", "LinearIoBackward", 3, 0, 0, linear_shape, linear_forward,
+static const zt__op op_linear = {"linear", "LinearBackward", 3, 0, 0, linear_shape, linear_forward, linear_backward, {[ZT_DEVICE_CPU] = &zt__cpu_matmul_kernels}};
+static const zt__op op_linear_io = {"linear_io", "LinearIoBackward", 3, 0, 0, linear_shape, linear_forward,
                                    linear_backward, {[ZT_DEVICE_CPU] = &zt__cpu_matmul_kernels}};
 
-static zt_status linear_run(const zt_op *op, lin_layout lay, zt_tensor *x, zt_tensor *weight, zt_tensor *bias,
+static zt_status linear_run(const zt__op *op, lin_layout lay, zt_tensor *x, zt_tensor *weight, zt_tensor *bias,
                             zt_tensor **out) {
-  zt_op_attrs at = {0};
+  zt__op_attrs at = {0};
   at.i[LIN_LAYOUT] = lay;
   return zt__op_run(op, 3, (zt_tensor *[]){x, weight, bias}, &at, out);
 }

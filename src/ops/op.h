@@ -12,30 +12,30 @@
 #include "kernel_table.h"
 
 #define ZT_OP_MAX_ATTRS 12
-typedef struct zt_op_attrs {
+typedef struct zt__op_attrs {
   int64_t i[ZT_OP_MAX_ATTRS];
   double f[4];
-} zt_op_attrs;
+} zt__op_attrs;
 
-typedef struct zt_op zt_op;
+typedef struct zt__op zt__op;
 
-typedef struct zt_op_call {
-  const zt_op *op;
+typedef struct zt__op_call {
+  const zt__op *op;
   int n_in;
   zt_tensor **in;       /* contiguous (copies where the caller's were not), borrowed */
   zt_tensor *const *orig; /* the caller's tensors (views: forward may view these) */
   int n_out;
   zt__tensor_meta out_meta[ZT_OP_MAX_ATTRS]; /* filled by the shape rule */
   zt_tensor **out;      /* allocated by the dispatcher unless the op is a view op */
-  zt_op_attrs attrs;
+  zt__op_attrs attrs;
   const void *kernels;  /* the op's kernel table for the inputs' device (kernel_table.h) */
   zt_node *node;        /* NULL when no grad will be needed: nothing to save */
   struct zt__sac_entry *sac_capture; /* selective checkpointing records this op's saves */
-} zt_op_call;
+} zt__op_call;
 
-typedef struct zt_op_bwd {
+typedef struct zt__op_bwd {
   zt_node *node;
-  const zt_op_attrs *attrs;
+  const zt__op_attrs *attrs;
   int n_in;
   const zt__tensor_meta *in_meta;
   const bool *needs_input_grad;
@@ -43,37 +43,37 @@ typedef struct zt_op_bwd {
   int n_out;
   zt_tensor *const *grad_out;   /* contiguous, never NULL */
   const void *kernels;          /* the op's kernel table for the device forward ran on */
-} zt_op_bwd;
+} zt__op_bwd;
 
 enum {
   ZT_OP_FLAG_VIEW = 1u << 0,   /* forward makes outputs as views of orig inputs */
   ZT_OP_FLAG_ANY_DTYPE = 1u << 1, /* marks ops taking non-float inputs; shape rules check dtypes */
 };
 
-struct zt_op {
+struct zt__op {
   const char *name;         /* "add"; the node is named "AddBackward" style by the dispatcher */
   const char *node_name;
   int n_in;                 /* -1: variable */
   unsigned flags;
   uint32_t nondiff_inputs;  /* bit i: input i never gets a grad (indices, targets) */
   /* Validate inputs and attrs, set c->n_out and c->out_meta. Errors name what was wrong. */
-  zt_status (*shape)(zt_op_call *c);
-  zt_status (*forward)(zt_op_call *c);
-  zt_status (*backward)(zt_op_bwd *b);
+  zt_status (*shape)(zt__op_call *c);
+  zt_status (*forward)(zt__op_call *c);
+  zt_status (*backward)(zt__op_bwd *b);
   /* Per-device kernel slots: the op's kernel table (kernel_table.h) for each device type
    * that has kernels for it; an empty slot is a clear error at dispatch. */
   const void *kernels[ZT_DEVICE_TYPE_COUNT];
 };
 
 /* Run op. inputs may contain NULL only where the op allows it (optional bias). */
-zt_status zt__op_run(const zt_op *op, int n_in, zt_tensor *const *in, const zt_op_attrs *attrs, zt_tensor **out);
+zt_status zt__op_run(const zt__op *op, int n_in, zt_tensor *const *in, const zt__op_attrs *attrs, zt_tensor **out);
 
 /* Save a tensor in forward (no-op when c->node is NULL). */
-zt_status zt__op_save(zt_op_call *c, const zt_tensor *t);
+zt_status zt__op_save(zt__op_call *c, const zt_tensor *t);
 /* Saved tensor i in backward (borrowed until backward returns). */
-zt_status zt__op_saved(zt_op_bwd *b, int i, zt_tensor **out);
+zt_status zt__op_saved(zt__op_bwd *b, int i, zt_tensor **out);
 /* New contiguous tensor for a grad, shaped like input i (tag: current). */
-zt_status zt__op_grad_like_input(zt_op_bwd *b, int i, bool zero, zt_tensor **out);
+zt_status zt__op_grad_like_input(zt__op_bwd *b, int i, bool zero, zt_tensor **out);
 zt_status zt__tensor_from_meta(const zt__tensor_meta *m, bool zero, zt_tensor **out);
 /* Reduce g (broadcast result shape) to meta's shape by summing; new tensor. */
 zt_status zt__sum_to_shape(const zt_tensor *g, const zt__tensor_meta *m, zt_tensor **out);

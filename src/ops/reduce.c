@@ -2,6 +2,7 @@
  * The shape rules normalise dims into attrs (a bit mask / one dim), which the node keeps
  * for backward. sum/mean save nothing (backward needs only the input's shape); max
  * saves its i64 indices, its second output, which gets no grad. */
+#include "core/status_internal.h"
 #include "op.h"
 
 #define K(x) ((const zt__reduce_kernels *)(x)->kernels)
@@ -10,7 +11,7 @@
  * i[11] reduced-dims mask (set by the shape rule). */
 enum { A_MEAN = 0, A_KEEP = 1, A_NDIMS = 2, A_DIMS = 3, A_MASK = 11 };
 
-static zt_status sum_shape(zt_op_call *c) {
+static zt_status sum_shape(zt__op_call *c) {
   zt_tensor *a = c->in[0];
   if (!a) return ZT_ERR(ZT_STATUS_INVALID_ARG, "input is NULL");
   ZT_TRY(zt__check_float(c->op->name, a, "the input"));
@@ -41,7 +42,7 @@ static zt_status sum_shape(zt_op_call *c) {
 }
 
 /* 1 for sum, 1 / (number of elements reduced into each output) for mean. */
-static double sum_scale(const zt_op_attrs *at, int ndim, const int64_t *shape) {
+static double sum_scale(const zt__op_attrs *at, int ndim, const int64_t *shape) {
   if (!at->i[A_MEAN]) return 1.0;
   int64_t count = 1;
   for (int d = 0; d < ndim; d++)
@@ -49,12 +50,12 @@ static double sum_scale(const zt_op_attrs *at, int ndim, const int64_t *shape) {
   return 1.0 / (double)count; /* count 0: inf, so the mean of nothing is NaN */
 }
 
-static zt_status sum_forward(zt_op_call *c) {
+static zt_status sum_forward(zt__op_call *c) {
   zt_tensor *a = c->in[0];
   return K(c)->sum(a, (uint32_t)c->attrs.i[A_MASK], sum_scale(&c->attrs, a->ndim, a->shape), c->out[0]);
 }
 
-static zt_status sum_backward(zt_op_bwd *b) {
+static zt_status sum_backward(zt__op_bwd *b) {
   if (!b->needs_input_grad[0]) return ZT_OK;
   const zt__tensor_meta *m = &b->in_meta[0];
   ZT_TRY(zt__op_grad_like_input(b, 0, false, &b->grad_in[0]));
@@ -63,10 +64,10 @@ static zt_status sum_backward(zt_op_bwd *b) {
   return ZT_OK;
 }
 
-static const zt_op op_sum = {"sum", "SumBackward", 1, 0, 0, sum_shape, sum_forward, sum_backward, {[ZT_DEVICE_CPU] = &zt__cpu_reduce_kernels}};
-static const zt_op op_mean = {"mean", "MeanBackward", 1, 0, 0, sum_shape, sum_forward, sum_backward, {[ZT_DEVICE_CPU] = &zt__cpu_reduce_kernels}};
+static const zt__op op_sum = {"sum", "SumBackward", 1, 0, 0, sum_shape, sum_forward, sum_backward, {[ZT_DEVICE_CPU] = &zt__cpu_reduce_kernels}};
+static const zt__op op_mean = {"mean", "MeanBackward", 1, 0, 0, sum_shape, sum_forward, sum_backward, {[ZT_DEVICE_CPU] = &zt__cpu_reduce_kernels}};
 
-static zt_status run_sum(const zt_op *op, bool mean, zt_tensor *a, int n_dims, const int *dims, bool keepdim,
+static zt_status run_sum(const zt__op *op, bool mean, zt_tensor *a, int n_dims, const int *dims, bool keepdim,
                          zt_tensor **out) {
   if (n_dims < 0 || (n_dims > 0 && !dims))
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "op '%s': n_dims is %d and dims is %s; pass n_dims >= 0 dims (0: all)",
@@ -75,7 +76,7 @@ static zt_status run_sum(const zt_op *op, bool mean, zt_tensor *a, int n_dims, c
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
                   "op '%s': %d dims given but tensors have at most %d, so some are repeated or out of range",
                   op->name, n_dims, ZT_MAX_DIMS);
-  zt_op_attrs at = {0};
+  zt__op_attrs at = {0};
   at.i[A_MEAN] = mean;
   at.i[A_KEEP] = keepdim;
   at.i[A_NDIMS] = n_dims;
@@ -103,7 +104,7 @@ static void split_at(int ndim, const int64_t *shape, int d, int64_t *outer, int6
   for (int k = d + 1; k < ndim; k++) *inner *= shape[k];
 }
 
-static zt_status max_shape(zt_op_call *c) {
+static zt_status max_shape(zt__op_call *c) {
   zt_tensor *a = c->in[0];
   if (!a) return ZT_ERR(ZT_STATUS_INVALID_ARG, "input is NULL");
   ZT_TRY(zt__check_float(c->op->name, a, "the input"));
@@ -130,7 +131,7 @@ static zt_status max_shape(zt_op_call *c) {
   return ZT_OK;
 }
 
-static zt_status max_forward(zt_op_call *c) {
+static zt_status max_forward(zt__op_call *c) {
   zt_tensor *a = c->in[0];
   int64_t outer, n, inner;
   split_at(a->ndim, a->shape, (int)c->attrs.i[2], &outer, &n, &inner);
@@ -138,7 +139,7 @@ static zt_status max_forward(zt_op_call *c) {
   return zt__op_save(c, c->out[1]);
 }
 
-static zt_status max_backward(zt_op_bwd *b) {
+static zt_status max_backward(zt__op_bwd *b) {
   if (!b->needs_input_grad[0]) return ZT_OK;
   zt_tensor *idx;
   ZT_TRY(zt__op_saved(b, 0, &idx));
@@ -150,11 +151,11 @@ static zt_status max_backward(zt_op_bwd *b) {
   return ZT_OK;
 }
 
-static const zt_op op_max = {"max", "MaxBackward", 1, 0, 0, max_shape, max_forward, max_backward, {[ZT_DEVICE_CPU] = &zt__cpu_reduce_kernels}};
+static const zt__op op_max = {"max", "MaxBackward", 1, 0, 0, max_shape, max_forward, max_backward, {[ZT_DEVICE_CPU] = &zt__cpu_reduce_kernels}};
 
 zt_status zt_max(zt_tensor *a, int dim, bool keepdim, zt_tensor **values, zt_tensor **indices) {
   if (!values) return ZT_ERR(ZT_STATUS_INVALID_ARG, "op 'max': the values pointer is NULL");
-  zt_op_attrs at = {0};
+  zt__op_attrs at = {0};
   at.i[0] = dim;
   at.i[1] = keepdim;
   zt_tensor *outs[2] = {NULL, NULL};

@@ -5,21 +5,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/status_internal.h"
 #include "op.h"
 #include "sac.h"
 #include "../core/backend.h"
 #include "../core/tensor_internal.h"
 
 typedef struct op_payload {
-  const zt_op *op;
-  zt_op_attrs attrs;
+  const zt__op *op;
+  zt__op_attrs attrs;
   zt_device device;     /* where forward ran: backward runs the same device's kernels */
   const void *kernels;
 } op_payload;
 
 static zt_status op_apply(zt_node *n, zt_tensor *const *grad_outputs, const bool *needs, zt_tensor **grad_inputs) {
   op_payload *p = n->payload;
-  zt_op_bwd b = {n, &p->attrs, n->n_inputs, n->in_meta, needs, grad_inputs, n->n_outputs, grad_outputs, p->kernels};
+  zt__op_bwd b = {n, &p->attrs, n->n_inputs, n->in_meta, needs, grad_inputs, n->n_outputs, grad_outputs, p->kernels};
   zt__dev_enter(p->device);
   zt_status s = p->op->backward(&b);
   zt__dev_exit(p->device);
@@ -29,7 +30,7 @@ static zt_status op_apply(zt_node *n, zt_tensor *const *grad_outputs, const bool
 
 /* The op's kernel table for dev: through dev's backend (which may run another device
  * type's kernels), with an error naming the op and the device when there is none. */
-static zt_status pick_kernels(const zt_op *op, zt_device dev, const void **out) {
+static zt_status pick_kernels(const zt__op *op, zt_device dev, const void **out) {
   const zt__backend *b = zt__backend_get(dev.type);
   const void *k = b ? op->kernels[b->kernel_type] : NULL;
   if (!k) {
@@ -52,17 +53,17 @@ zt_status zt__tensor_from_meta(const zt__tensor_meta *m, bool zero, zt_tensor **
               : zt_tensor_empty(m->ndim, m->shape, m->dtype, m->device, out);
 }
 
-zt_status zt__op_grad_like_input(zt_op_bwd *b, int i, bool zero, zt_tensor **out) {
+zt_status zt__op_grad_like_input(zt__op_bwd *b, int i, bool zero, zt_tensor **out) {
   return zt__tensor_from_meta(&b->in_meta[i], zero, out);
 }
 
-zt_status zt__op_save(zt_op_call *c, const zt_tensor *t) {
+zt_status zt__op_save(zt__op_call *c, const zt_tensor *t) {
   if (!c->node) return ZT_OK;
   if (c->sac_capture) ZT_TRY(zt__sac_capture_save(c, c->sac_capture, t));
   return zt_node_save(c->node, t, NULL);
 }
 
-zt_status zt__op_saved(zt_op_bwd *b, int i, zt_tensor **out) { return zt_node_saved(b->node, i, out); }
+zt_status zt__op_saved(zt__op_bwd *b, int i, zt_tensor **out) { return zt_node_saved(b->node, i, out); }
 
 zt_status zt__norm_dim(const char *op, int dim, int ndim, int *out) {
   int n = ndim ? ndim : 1; /* a 0-d tensor takes dim 0 and -1, as in PyTorch */
@@ -94,9 +95,9 @@ zt_status zt__sum_to_shape(const zt_tensor *g, const zt__tensor_meta *m, zt_tens
   return ZT_OK;
 }
 
-static bool nondiff(const zt_op *op, int i) { return i < 32 && ((op->nondiff_inputs >> i) & 1u); }
+static bool nondiff(const zt__op *op, int i) { return i < 32 && ((op->nondiff_inputs >> i) & 1u); }
 
-zt_status zt__op_run(const zt_op *op, int n_in, zt_tensor *const *in, const zt_op_attrs *attrs, zt_tensor **out) {
+zt_status zt__op_run(const zt__op *op, int n_in, zt_tensor *const *in, const zt__op_attrs *attrs, zt_tensor **out) {
   if (!out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "op '%s': the output pointer is NULL", op->name);
   if (op->n_in >= 0 && n_in != op->n_in)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "op '%s' takes %d inputs, got %d", op->name, op->n_in, n_in);
@@ -121,7 +122,7 @@ zt_status zt__op_run(const zt_op *op, int n_in, zt_tensor *const *in, const zt_o
   const void *kernels = NULL;
   ZT_TRY(pick_kernels(op, dev, &kernels));
 
-  zt_op_call c = {0};
+  zt__op_call c = {0};
   c.op = op;
   c.n_in = n_in;
   c.orig = in;

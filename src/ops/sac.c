@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/status_internal.h"
 #include "sac.h"
 #include "op.h"
 
@@ -16,14 +17,14 @@ typedef struct save_step {
 } save_step;
 
 struct zt__sac_entry {
-  const zt_op *op;
+  const zt__op *op;
   zt_checkpoint_decision decision;
   int n_out;
   zt_tensor *out[ZT_OP_MAX_ATTRS];
   uint64_t out_version[ZT_OP_MAX_ATTRS];
   save_step *steps;
   int n_steps, cap_steps;
-  zt_op_attrs attrs;
+  zt__op_attrs attrs;
   zt_rng_state rng_after;
   bool complete; /* the forward of the op succeeded */
 };
@@ -83,7 +84,7 @@ int64_t zt__sac_cached_bytes(const zt__sac *s) {
   return b;
 }
 
-static zt_status op_info(zt_op_call *c, int index, zt_checkpoint_op_info *info) {
+static zt_status op_info(zt__op_call *c, int index, zt_checkpoint_op_info *info) {
   int64_t bytes = 0;
   for (int k = 0; k < c->n_out; k++) {
     int64_t n = 1;
@@ -95,7 +96,7 @@ static zt_status op_info(zt_op_call *c, int index, zt_checkpoint_op_info *info) 
   return ZT_OK;
 }
 
-zt_status zt__sac_before(zt_op_call *c, zt__sac_entry **entry, bool *replay) {
+zt_status zt__sac_before(zt__op_call *c, zt__sac_entry **entry, bool *replay) {
   *entry = NULL;
   *replay = false;
   zt__sac *s = tl_scope.sac;
@@ -140,7 +141,7 @@ zt_status zt__sac_before(zt_op_call *c, zt__sac_entry **entry, bool *replay) {
   return ZT_OK;
 }
 
-zt_status zt__sac_capture_save(zt_op_call *c, zt__sac_entry *e, const zt_tensor *t) {
+zt_status zt__sac_capture_save(zt__op_call *c, zt__sac_entry *e, const zt_tensor *t) {
   if (e->n_steps == e->cap_steps) {
     int cap = e->cap_steps ? 2 * e->cap_steps : 4;
     save_step *st = realloc(e->steps, sizeof *st * (size_t)cap);
@@ -158,7 +159,7 @@ zt_status zt__sac_capture_save(zt_op_call *c, zt__sac_entry *e, const zt_tensor 
   return ZT_OK;
 }
 
-zt_status zt__sac_capture_done(zt_op_call *c, zt__sac_entry *e) {
+zt_status zt__sac_capture_done(zt__op_call *c, zt__sac_entry *e) {
   e->n_out = c->n_out;
   for (int k = 0; k < c->n_out; k++) {
     ZT_TRY(zt_tensor_alias(c->out[k], &e->out[k]));
@@ -170,7 +171,7 @@ zt_status zt__sac_capture_done(zt_op_call *c, zt__sac_entry *e) {
   return ZT_OK;
 }
 
-zt_status zt__sac_replay(zt_op_call *c, zt__sac_entry *e) {
+zt_status zt__sac_replay(zt__op_call *c, zt__sac_entry *e) {
   ZT_ASSERT(e->n_out == c->n_out);
   for (int k = 0; k < c->n_out; k++)
     if (e->out[k]->storage->version != e->out_version[k])

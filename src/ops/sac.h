@@ -32,18 +32,18 @@ void zt__sac_leave(const zt__sac_scope *saved);
 int64_t zt__sac_cached_bytes(const zt__sac *s);
 
 /* ---- used by the dispatcher (registry.c) */
-typedef struct zt_op_call zt_op_call;
+typedef struct zt__op_call zt__op_call;
 typedef struct zt__sac_entry zt__sac_entry;
 /* Before an op that records a node runs: in record mode asks the policy and returns the
  * entry to capture into (SAVE) or NULL; in replay mode checks the op sequence and returns
  * the entry to replay (SAVE) or NULL (run the op). *replay tells which. */
-zt_status zt__sac_before(zt_op_call *c, zt__sac_entry **entry, bool *replay);
+zt_status zt__sac_before(zt__op_call *c, zt__sac_entry **entry, bool *replay);
 /* Record mode: a tensor op c saved in forward (classified as input, output or extra). */
-zt_status zt__sac_capture_save(zt_op_call *c, zt__sac_entry *e, const zt_tensor *t);
+zt_status zt__sac_capture_save(zt__op_call *c, zt__sac_entry *e, const zt_tensor *t);
 /* Record mode, after a successful forward: keep the outputs, attrs and RNG state. */
-zt_status zt__sac_capture_done(zt_op_call *c, zt__sac_entry *e);
+zt_status zt__sac_capture_done(zt__op_call *c, zt__sac_entry *e);
 /* Replay mode, instead of the op's forward: outputs from the cache, saves replayed on
  * c->node, attrs and RNG state as after the forward's run. */
-zt_status zt__sac_replay(zt_op_call *c, zt__sac_entry *e);
+zt_status zt__sac_replay(zt__op_call *c, zt__sac_entry *e);
 
 #endif

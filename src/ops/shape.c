@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/tensor_internal.h"
 #include "op.h"
 
 #define K(x) ((const zt__shape_kernels *)(x)->kernels)
@@ -38,7 +39,7 @@ static zt_status relabel(const zt_tensor *g, int ndim, const int64_t *shape, zt_
  * reason, to copy straight from the strided input once, and then clear is_view. */
 #define VIEW_FLAGS (ZT_OP_FLAG_VIEW | ZT_OP_FLAG_ANY_DTYPE)
 
-static zt_status need_input(const zt_op_call *c) {
+static zt_status need_input(const zt__op_call *c) {
   for (int i = 0; i < c->n_in; i++)
     if (!c->in[i]) return ZT_ERR(ZT_STATUS_INVALID_ARG, "input %d is NULL", i);
   return ZT_OK;
@@ -49,7 +50,7 @@ static void fix_is_view(zt_tensor *out, const zt_tensor *in) { out->is_view = ou
 
 /* ------------------------------------------------ reshape
  * attrs: i[0] = ndim, i[1..ndim] = requested shape (one entry may be -1). */
-static zt_status reshape_shape(zt_op_call *c) {
+static zt_status reshape_shape(zt__op_call *c) {
   ZT_TRY(need_input(c));
   const zt_tensor *a = c->in[0];
   int nd = (int)c->attrs.i[0];
@@ -89,7 +90,7 @@ static zt_status reshape_shape(zt_op_call *c) {
   return ZT_OK;
 }
 
-static zt_status reshape_forward(zt_op_call *c) {
+static zt_status reshape_forward(zt__op_call *c) {
   const zt_tensor *a = c->orig[0];
   const zt__tensor_meta *m = &c->out_meta[0];
   if (zt_tensor_is_contiguous(a))
@@ -102,19 +103,19 @@ static zt_status reshape_forward(zt_op_call *c) {
   return s;
 }
 
-static zt_status reshape_backward(zt_op_bwd *b) {
+static zt_status reshape_backward(zt__op_bwd *b) {
   if (!b->needs_input_grad[0]) return ZT_OK;
   return relabel(b->grad_out[0], b->in_meta[0].ndim, b->in_meta[0].shape, &b->grad_in[0]);
 }
 
-static const zt_op op_reshape = {"reshape", "ReshapeBackward", 1, VIEW_FLAGS, 0,
+static const zt__op op_reshape = {"reshape", "ReshapeBackward", 1, VIEW_FLAGS, 0,
                                  reshape_shape, reshape_forward, reshape_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}};
 
 zt_status zt_reshape(zt_tensor *a, int ndim, const int64_t *shape, zt_tensor **out) {
   if (ndim < 0 || ndim > ZT_MAX_DIMS)
     return ZT_ERR(ZT_STATUS_SHAPE, "reshape: %d dims requested; tensors have 0 to %d dims", ndim, ZT_MAX_DIMS);
   if (ndim > 0 && !shape) return ZT_ERR(ZT_STATUS_INVALID_ARG, "reshape: shape is NULL");
-  zt_op_attrs at = {0};
+  zt__op_attrs at = {0};
   at.i[0] = ndim;
   for (int d = 0; d < ndim; d++) at.i[1 + d] = shape[d];
   ZT_TRY(zt__op_run(&op_reshape, 1, &a, &at, out));
@@ -124,7 +125,7 @@ zt_status zt_reshape(zt_tensor *a, int ndim, const int64_t *shape, zt_tensor **o
 
 /* ------------------------------------------------ permute and transpose
  * attrs: i[0..ndim-1] = the permutation (normalised): out dim k is input dim i[k]. */
-static zt_status permute_shape(zt_op_call *c) {
+static zt_status permute_shape(zt__op_call *c) {
   ZT_TRY(need_input(c));
   const zt_tensor *a = c->in[0];
   bool seen[ZT_MAX_DIMS] = {false};
@@ -149,7 +150,7 @@ static zt_status permute_shape(zt_op_call *c) {
   return ZT_OK;
 }
 
-static zt_status permute_forward(zt_op_call *c) {
+static zt_status permute_forward(zt__op_call *c) {
   const zt_tensor *a = c->orig[0];
   int64_t shape[ZT_MAX_DIMS], stride[ZT_MAX_DIMS];
   for (int k = 0; k < a->ndim; k++) {
@@ -160,7 +161,7 @@ static zt_status permute_forward(zt_op_call *c) {
 }
 
 /* grad_in = permute(g, inverse), copied contiguous: input dim p[k] takes g's dim k. */
-static zt_status permute_backward(zt_op_bwd *b) {
+static zt_status permute_backward(zt__op_bwd *b) {
   if (!b->needs_input_grad[0]) return ZT_OK;
   const zt_tensor *g = b->grad_out[0];
   const zt__tensor_meta *m = &b->in_meta[0];
@@ -173,16 +174,16 @@ static zt_status permute_backward(zt_op_bwd *b) {
   return s;
 }
 
-static const zt_op op_permute = {"permute", "PermuteBackward", 1, VIEW_FLAGS, 0,
+static const zt__op op_permute = {"permute", "PermuteBackward", 1, VIEW_FLAGS, 0,
                                  permute_shape, permute_forward, permute_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}};
 /* transpose is a permutation swapping two dims: the same entry under its own names. */
-static const zt_op op_transpose = {"transpose", "TransposeBackward", 1, VIEW_FLAGS, 0,
+static const zt__op op_transpose = {"transpose", "TransposeBackward", 1, VIEW_FLAGS, 0,
                                    permute_shape, permute_forward, permute_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}};
 
 zt_status zt_permute(zt_tensor *a, const int *dims, zt_tensor **out) {
   if (!a) return ZT_ERR(ZT_STATUS_INVALID_ARG, "permute: input is NULL");
   if (a->ndim > 0 && !dims) return ZT_ERR(ZT_STATUS_INVALID_ARG, "permute: dims is NULL");
-  zt_op_attrs at = {0};
+  zt__op_attrs at = {0};
   for (int k = 0; k < a->ndim; k++) at.i[k] = dims[k];
   return zt__op_run(&op_permute, 1, &a, &at, out);
 }
@@ -192,14 +193,14 @@ zt_status zt_transpose(zt_tensor *a, int dim0, int dim1, zt_tensor **out) {
   int d0, d1;
   ZT_TRY(zt__norm_dim("transpose", dim0, a->ndim, &d0));
   ZT_TRY(zt__norm_dim("transpose", dim1, a->ndim, &d1));
-  zt_op_attrs at = {0};
+  zt__op_attrs at = {0};
   for (int k = 0; k < a->ndim; k++) at.i[k] = k == d0 ? d1 : k == d1 ? d0 : k;
   return zt__op_run(&op_transpose, 1, &a, &at, out);
 }
 
 /* ------------------------------------------------ narrow
  * attrs: i[0] = dim, i[1] = start (both normalised), i[2] = length. */
-static zt_status narrow_shape(zt_op_call *c) {
+static zt_status narrow_shape(zt__op_call *c) {
   ZT_TRY(need_input(c));
   const zt_tensor *a = c->in[0];
   char buf[128];
@@ -223,7 +224,7 @@ static zt_status narrow_shape(zt_op_call *c) {
   return ZT_OK;
 }
 
-static zt_status narrow_forward(zt_op_call *c) {
+static zt_status narrow_forward(zt__op_call *c) {
   const zt_tensor *a = c->orig[0];
   int d = (int)c->attrs.i[0];
   return zt__tensor_new_view(a->storage, a->offset + c->attrs.i[1] * a->stride[d], a->ndim, c->out_meta[0].shape,
@@ -231,7 +232,7 @@ static zt_status narrow_forward(zt_op_call *c) {
 }
 
 /* grad_in = zeros, with g copied into the slice [start, start + length) of dim. */
-static zt_status narrow_backward(zt_op_bwd *b) {
+static zt_status narrow_backward(zt__op_bwd *b) {
   if (!b->needs_input_grad[0]) return ZT_OK;
   const zt__tensor_meta *m = &b->in_meta[0];
   const zt_tensor *g = b->grad_out[0];
@@ -245,11 +246,11 @@ static zt_status narrow_backward(zt_op_bwd *b) {
   return ZT_OK;
 }
 
-static const zt_op op_narrow = {"narrow", "NarrowBackward", 1, VIEW_FLAGS, 0,
+static const zt__op op_narrow = {"narrow", "NarrowBackward", 1, VIEW_FLAGS, 0,
                                 narrow_shape, narrow_forward, narrow_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}};
 
 zt_status zt_narrow(zt_tensor *a, int dim, int64_t start, int64_t length, zt_tensor **out) {
-  zt_op_attrs at = {0};
+  zt__op_attrs at = {0};
   at.i[0] = dim;
   at.i[1] = start;
   at.i[2] = length;
@@ -257,21 +258,21 @@ zt_status zt_narrow(zt_tensor *a, int dim, int64_t start, int64_t length, zt_ten
 }
 
 /* ------------------------------------------------ contiguous */
-static zt_status contiguous_shape(zt_op_call *c) {
+static zt_status contiguous_shape(zt__op_call *c) {
   ZT_TRY(need_input(c));
   zt__meta_of(c->in[0], &c->out_meta[0]);
   c->n_out = 1;
   return ZT_OK;
 }
 
-static zt_status contiguous_forward(zt_op_call *c) { return copy_of_view(K(c), c->orig[0], &c->out[0]); }
+static zt_status contiguous_forward(zt__op_call *c) { return copy_of_view(K(c), c->orig[0], &c->out[0]); }
 
-static zt_status contiguous_backward(zt_op_bwd *b) {
+static zt_status contiguous_backward(zt__op_bwd *b) {
   if (!b->needs_input_grad[0]) return ZT_OK;
   return zt_tensor_alias(b->grad_out[0], &b->grad_in[0]);
 }
 
-static const zt_op op_contiguous = {"contiguous", "ContiguousBackward", 1, VIEW_FLAGS, 0,
+static const zt__op op_contiguous = {"contiguous", "ContiguousBackward", 1, VIEW_FLAGS, 0,
                                     contiguous_shape, contiguous_forward, contiguous_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}};
 
 zt_status zt_contiguous(zt_tensor *a, zt_tensor **out) {
@@ -285,7 +286,7 @@ zt_status zt_contiguous(zt_tensor *a, zt_tensor **out) {
  * Along dim, input i occupies [off_i, off_i + size_i) of the output; with
  * rows = prod(shape[:dim]) and inner = prod(shape[dim+1:]), every op here is a block copy
  * of rows x (size_i * inner) elements. */
-static zt_status cat_shape(zt_op_call *c) {
+static zt_status cat_shape(zt__op_call *c) {
   if (c->n_in < 1) return ZT_ERR(ZT_STATUS_INVALID_ARG, "no tensors given");
   ZT_TRY(need_input(c));
   const zt_tensor *a = c->in[0];
@@ -330,13 +331,13 @@ static void concat_into(const zt__shape_kernels *k, const zt__tensor_meta *m, in
   }
 }
 
-static zt_status cat_forward(zt_op_call *c) {
+static zt_status cat_forward(zt__op_call *c) {
   concat_into(K(c), &c->out_meta[0], (int)c->attrs.i[0], c->out[0], c->n_in, c->in);
   return ZT_OK;
 }
 
 /* grad_in[i] = the slice of g that input i filled. */
-static zt_status cat_backward(zt_op_bwd *b) {
+static zt_status cat_backward(zt__op_bwd *b) {
   const zt_tensor *g = b->grad_out[0];
   int d = (int)b->attrs->i[0];
   int64_t es = (int64_t)zt_dtype_size(g->dtype), inner = prod(d + 1, g->ndim, g->shape) * es;
@@ -353,11 +354,11 @@ static zt_status cat_backward(zt_op_bwd *b) {
   return ZT_OK;
 }
 
-static const zt_op op_cat = {"cat", "CatBackward", -1, ZT_OP_FLAG_ANY_DTYPE, 0, cat_shape, cat_forward, cat_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}};
+static const zt__op op_cat = {"cat", "CatBackward", -1, ZT_OP_FLAG_ANY_DTYPE, 0, cat_shape, cat_forward, cat_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}};
 
 zt_status zt_cat(int n, zt_tensor *const *xs, int dim, zt_tensor **out) {
   if (n < 1 || !xs) return ZT_ERR(ZT_STATUS_INVALID_ARG, "cat: no tensors given (n = %d)", n);
-  zt_op_attrs at = {0};
+  zt__op_attrs at = {0};
   at.i[0] = dim;
   return zt__op_run(&op_cat, n, xs, &at, out);
 }
@@ -369,13 +370,13 @@ zt_status zt_cat(int n, zt_tensor *const *xs, int dim, zt_tensor **out) {
  * of views), so any n works; backward of each node concatenates its parts' grads. */
 #define SPLIT_MAX (ZT_OP_MAX_ATTRS - 1)
 
-static int split_count(const zt_op_attrs *at) {
+static int split_count(const zt__op_attrs *at) {
   int n = 0;
   while (n < SPLIT_MAX && at->i[1 + n] >= 0) n++;
   return n;
 }
 
-static zt_status split_shape(zt_op_call *c) {
+static zt_status split_shape(zt__op_call *c) {
   ZT_TRY(need_input(c));
   const zt_tensor *a = c->in[0];
   int d = (int)c->attrs.i[0], n = split_count(&c->attrs);
@@ -391,7 +392,7 @@ static zt_status split_shape(zt_op_call *c) {
   return ZT_OK;
 }
 
-static zt_status split_forward(zt_op_call *c) {
+static zt_status split_forward(zt__op_call *c) {
   const zt_tensor *a = c->orig[0];
   int d = (int)c->attrs.i[0];
   int64_t start = 0;
@@ -405,18 +406,18 @@ static zt_status split_forward(zt_op_call *c) {
 
 /* grad_in = cat(grads of the parts) along dim (the engine gives zeros for parts that
  * got no grad). */
-static zt_status split_backward(zt_op_bwd *b) {
+static zt_status split_backward(zt__op_bwd *b) {
   if (!b->needs_input_grad[0]) return ZT_OK;
   ZT_TRY(zt__op_grad_like_input(b, 0, false, &b->grad_in[0]));
   concat_into(K(b), &b->in_meta[0], (int)b->attrs->i[0], b->grad_in[0], b->n_out, b->grad_out);
   return ZT_OK;
 }
 
-static const zt_op op_split = {"split", "SplitBackward", 1, VIEW_FLAGS, 0, split_shape, split_forward, split_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}};
+static const zt__op op_split = {"split", "SplitBackward", 1, VIEW_FLAGS, 0, split_shape, split_forward, split_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}};
 
 /* One node: n <= SPLIT_MAX parts. */
 static zt_status split_node(zt_tensor *a, int dim, int n, const int64_t *sizes, zt_tensor **outs) {
-  zt_op_attrs at;
+  zt__op_attrs at;
   for (int k = 0; k < ZT_OP_MAX_ATTRS; k++) at.i[k] = -1;
   at.i[0] = dim;
   for (int k = 0; k < n; k++) at.i[1 + k] = sizes[k];

@@ -4,6 +4,7 @@
  * each softmax row from them. */
 #include <stdio.h>
 
+#include "core/status_internal.h"
 #include "op.h"
 #include "../core/backend.h"
 
@@ -19,7 +20,7 @@ static void split_at(int ndim, const int64_t *shape, int d, int64_t *outer, int6
 }
 
 /* attrs: i[0] dim as given, i[1] log?, i[2] normalised dim (set by the shape rule). */
-static zt_status softmax_shape(zt_op_call *c) {
+static zt_status softmax_shape(zt__op_call *c) {
   zt_tensor *a = c->in[0];
   if (!a) return ZT_ERR(ZT_STATUS_INVALID_ARG, "input is NULL");
   ZT_TRY(zt__check_float(c->op->name, a, "the input"));
@@ -31,7 +32,7 @@ static zt_status softmax_shape(zt_op_call *c) {
   return ZT_OK;
 }
 
-static zt_status softmax_forward(zt_op_call *c) {
+static zt_status softmax_forward(zt__op_call *c) {
   zt_tensor *a = c->in[0];
   int64_t outer, n, inner;
   split_at(a->ndim, a->shape, (int)c->attrs.i[2], &outer, &n, &inner);
@@ -39,7 +40,7 @@ static zt_status softmax_forward(zt_op_call *c) {
   return zt__op_save(c, c->out[0]);
 }
 
-static zt_status softmax_backward(zt_op_bwd *b) {
+static zt_status softmax_backward(zt__op_bwd *b) {
   if (!b->needs_input_grad[0]) return ZT_OK;
   zt_tensor *y;
   ZT_TRY(zt__op_saved(b, 0, &y));
@@ -51,13 +52,13 @@ static zt_status softmax_backward(zt_op_bwd *b) {
   return ZT_OK;
 }
 
-static const zt_op op_softmax = {"softmax", "SoftmaxBackward", 1, 0, 0, softmax_shape, softmax_forward,
+static const zt__op op_softmax = {"softmax", "SoftmaxBackward", 1, 0, 0, softmax_shape, softmax_forward,
                                  softmax_backward, {[ZT_DEVICE_CPU] = &zt__cpu_softmax_kernels}};
-static const zt_op op_log_softmax = {"log_softmax", "LogSoftmaxBackward", 1, 0, 0, softmax_shape, softmax_forward,
+static const zt__op op_log_softmax = {"log_softmax", "LogSoftmaxBackward", 1, 0, 0, softmax_shape, softmax_forward,
                                      softmax_backward, {[ZT_DEVICE_CPU] = &zt__cpu_softmax_kernels}};
 
-static zt_status run_softmax(const zt_op *op, bool log, zt_tensor *a, int dim, zt_tensor **out) {
-  zt_op_attrs at = {0};
+static zt_status run_softmax(const zt__op *op, bool log, zt_tensor *a, int dim, zt_tensor **out) {
+  zt__op_attrs at = {0};
   at.i[0] = dim;
   at.i[1] = log;
   return zt__op_run(op, 1, &a, &at, out);
@@ -72,7 +73,7 @@ zt_status zt_log_softmax(zt_tensor *a, int dim, zt_tensor **out) {
 /* inputs: logits (..., V) f32/f64, targets (...) i32/i64; attrs: i[0] ignore_index.
  * saved: 0 logits, 1 targets, 2 lse (rows). */
 
-static zt_status ce_shape(zt_op_call *c) {
+static zt_status ce_shape(zt__op_call *c) {
   zt_tensor *x = c->in[0], *t = c->in[1];
   if (!x) return ZT_ERR(ZT_STATUS_INVALID_ARG, "cross_entropy: logits is NULL");
   if (!t) return ZT_ERR(ZT_STATUS_INVALID_ARG, "cross_entropy: targets is NULL");
@@ -113,7 +114,7 @@ static const char *pos_str(int ndim, const int64_t *shape, int64_t pos, char *bu
   return buf;
 }
 
-static zt_status ce_forward(zt_op_call *c) {
+static zt_status ce_forward(zt__op_call *c) {
   zt_tensor *x = c->in[0], *t = c->in[1];
   int64_t ignore = c->attrs.i[0], V = x->shape[x->ndim - 1], R = zt_tensor_numel(t), bad_val = 0, count = 0;
   int64_t bad = K(c)->check_targets(t, V, ignore, &bad_val, &count);
@@ -141,7 +142,7 @@ static zt_status ce_forward(zt_op_call *c) {
   return s;
 }
 
-static zt_status ce_backward(zt_op_bwd *b) {
+static zt_status ce_backward(zt__op_bwd *b) {
   if (!b->needs_input_grad[0]) return ZT_OK;
   zt_tensor *x, *t, *lse;
   ZT_TRY(zt__op_saved(b, 0, &x));
@@ -160,11 +161,11 @@ static zt_status ce_backward(zt_op_bwd *b) {
 }
 
 /* Input 1 (targets) is integer: no float check on it, and never a grad. */
-static const zt_op op_cross_entropy = {"cross_entropy", "CrossEntropyBackward", 2, ZT_OP_FLAG_ANY_DTYPE, 1u << 1,
+static const zt__op op_cross_entropy = {"cross_entropy", "CrossEntropyBackward", 2, ZT_OP_FLAG_ANY_DTYPE, 1u << 1,
                                        ce_shape, ce_forward, ce_backward, {[ZT_DEVICE_CPU] = &zt__cpu_softmax_kernels}};
 
 zt_status zt_cross_entropy(zt_tensor *logits, zt_tensor *targets, int64_t ignore_index, zt_tensor **out) {
-  zt_op_attrs at = {0};
+  zt__op_attrs at = {0};
   at.i[0] = ignore_index;
   return zt__op_run(&op_cross_entropy, 2, (zt_tensor *[]){logits, targets}, &at, out);
 }

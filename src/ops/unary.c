@@ -1,13 +1,14 @@
 /* Registry entries for unary and scalar elementwise ops. Each saves what its derivative
  * needs: the input (log, relu, gelu, pow), the output (exp, sqrt, tanh) or nothing
  * (neg and the scalar add/mul/div). */
+#include "core/status_internal.h"
 #include "op.h"
 
 #define K(x) ((const zt__unary_kernels *)(x)->kernels)
 
 enum { SAVE_NONE, SAVE_INPUT, SAVE_OUTPUT };
 
-static int save_kind(zt_unop op) {
+static int save_kind(zt__unop op) {
   switch (op) {
   case ZT_UNOP_EXP: case ZT_UNOP_SQRT: case ZT_UNOP_TANH: return SAVE_OUTPUT;
   case ZT_UNOP_LOG: case ZT_UNOP_RELU: case ZT_UNOP_GELU: case ZT_UNOP_POW: return SAVE_INPUT;
@@ -15,7 +16,7 @@ static int save_kind(zt_unop op) {
   }
 }
 
-static zt_status unary_shape(zt_op_call *c) {
+static zt_status unary_shape(zt__op_call *c) {
   zt_tensor *a = c->in[0];
   if (!a) return ZT_ERR(ZT_STATUS_INVALID_ARG, "the input is NULL");
   ZT_TRY(zt__check_float(c->op->name, a, "the input"));
@@ -24,8 +25,8 @@ static zt_status unary_shape(zt_op_call *c) {
   return ZT_OK;
 }
 
-static zt_status unary_forward(zt_op_call *c) {
-  zt_unop op = (zt_unop)c->attrs.i[0];
+static zt_status unary_forward(zt__op_call *c) {
+  zt__unop op = (zt__unop)c->attrs.i[0];
   K(c)->unary(op, c->attrs.f[0], c->in[0], c->out[0]);
   int k = save_kind(op);
   if (k == SAVE_INPUT) ZT_TRY(zt__op_save(c, c->in[0]));
@@ -33,9 +34,9 @@ static zt_status unary_forward(zt_op_call *c) {
   return ZT_OK;
 }
 
-static zt_status unary_backward(zt_op_bwd *b) {
+static zt_status unary_backward(zt__op_bwd *b) {
   if (!b->needs_input_grad[0]) return ZT_OK;
-  zt_unop op = (zt_unop)b->attrs->i[0];
+  zt__unop op = (zt__unop)b->attrs->i[0];
   zt_tensor *saved = NULL;
   int k = save_kind(op);
   if (k != SAVE_NONE) ZT_TRY(zt__op_saved(b, 0, &saved));
@@ -45,7 +46,7 @@ static zt_status unary_backward(zt_op_bwd *b) {
   return ZT_OK;
 }
 
-#define ZT_UNARY_OP(NAME, NODE) static const zt_op op_##NAME = {#NAME, NODE, 1, 0, 0, unary_shape, unary_forward, unary_backward, {[ZT_DEVICE_CPU] = &zt__cpu_unary_kernels}};
+#define ZT_UNARY_OP(NAME, NODE) static const zt__op op_##NAME = {#NAME, NODE, 1, 0, 0, unary_shape, unary_forward, unary_backward, {[ZT_DEVICE_CPU] = &zt__cpu_unary_kernels}};
 ZT_UNARY_OP(neg, "NegBackward")
 ZT_UNARY_OP(exp, "ExpBackward")
 ZT_UNARY_OP(log, "LogBackward")
@@ -59,8 +60,8 @@ ZT_UNARY_OP(mul_scalar, "MulScalarBackward")
 ZT_UNARY_OP(div_scalar, "DivScalarBackward")
 ZT_UNARY_OP(pow, "PowBackward")
 
-static zt_status run_unary(const zt_op *op, zt_unop kind, double s, zt_tensor *a, zt_tensor **out) {
-  zt_op_attrs at = {0};
+static zt_status run_unary(const zt__op *op, zt__unop kind, double s, zt_tensor *a, zt_tensor **out) {
+  zt__op_attrs at = {0};
   at.i[0] = kind;
   at.f[0] = s;
   return zt__op_run(op, 1, &a, &at, out);

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/status_internal.h"
 #include "core/backend.h"
 #include "zt/optim.h"
 

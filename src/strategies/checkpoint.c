@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/status_internal.h"
 #include "zt/checkpoint.h"
 #include "../ops/sac.h"
 

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/status_internal.h"
 #include "offload_internal.h"
 
 /* What one saved tensor keeps: its view geometry and its entry, or an alias when kept. */

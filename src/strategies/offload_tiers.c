@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/status_internal.h"
 #include "offload_internal.h"
 
 static const zt_device disk_dev = {ZT_DEVICE_DISK, 0};

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/tensor_internal.h"
 #include "train/fileio.h"
 #include "core/backend.h"
 

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/status_internal.h"
 #include "train/fileio.h"
 #include "core/grow.h"
 

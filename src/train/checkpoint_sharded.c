@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/tensor_internal.h"
 #include "train/checkpoint_sharded.h"
 #include "train/fileio.h"
 #include "core/backend.h"

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/status_internal.h"
 #include "train/fileio.h"
 
 void zt_train_config_default(zt_train_config *c) {

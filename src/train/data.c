@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/status_internal.h"
 #include "train/fileio.h"
 #include "zt/train.h"
 

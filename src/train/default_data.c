@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/status_internal.h"
 #include "zt/train.h"
 
 #define ZT_DEFAULT_DATA_BYTES 2000000

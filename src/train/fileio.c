@@ -2,6 +2,7 @@
  * folder: a reader sees the old file or the new one, never a mix, and a failed write leaves
  * the old file as it was), whole-file reads, and the small JSON reader used by the
  * safetensors and checkpoint code (see fileio.h). */
+#include "core/status_internal.h"
 #include "train/fileio.h"
 
 #include <errno.h>

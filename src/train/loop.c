@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/status_internal.h"
 #include "train/parallel.h"
 #include "train/run_log.h"
 #include "train/run_options.h"

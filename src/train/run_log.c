@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/status_internal.h"
 #include "train/fileio.h"
 #include "train/run_log.h"
 #include "train/tensorboard.h"

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/status_internal.h"
 #include "train/checkpoint_sharded.h"
 #include "train/fileio.h"
 

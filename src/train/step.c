@@ -5,6 +5,7 @@
  * ranks share, so they stop or go on together. */
 #include <math.h>
 
+#include "core/status_internal.h"
 #include "zt/train.h"
 
 zt_train_step_options zt_train_step_options_default(void) {

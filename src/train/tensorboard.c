@@ -2,6 +2,7 @@
  * masked CRC-32C (the format is described in tensorboard.h). The writer owns one FILE;
  * encoding buffers are kept in the writer and reused, so a step allocates nothing once
  * they have grown. After a failed write the writer is broken and refuses further writes. */
+#include "core/status_internal.h"
 #include "train/tensorboard.h"
 
 #include <dirent.h>

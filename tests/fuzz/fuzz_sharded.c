@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/tensor_internal.h"
 #include "fuzz_util.h"
 #include "train/checkpoint_sharded.h"
 #include "train/fileio.h"

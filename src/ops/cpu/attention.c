@@ -7,6 +7,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "core/tensor_internal.h"
 #include "attention.h"
 
 /* The micro-kernels rely on a*b+c becoming one FMA; -std=c11 turns contraction off. */

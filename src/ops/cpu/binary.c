@@ -6,6 +6,7 @@
  * Work is split by flat element ranges; each element's value does not depend on the split. */
 #include <omp.h>
 
+#include "core/tensor_internal.h"
 #include "kernels.h"
 
 /* The simplified problem: nd >= 1 dims, per-input element strides (0 = broadcast). The
@@ -78,7 +79,7 @@ static void plan_build(const zt_tensor *a, const zt_tensor *b, const zt_tensor *
   } while (0)
 
 #define ZT_DEFINE_BINARY(T, SUF)                                                                       \
-  static void run_##SUF(zt_binop op, const T *restrict a, int64_t ia, const T *restrict b, int64_t ib,  \
+  static void run_##SUF(zt__binop op, const T *restrict a, int64_t ia, const T *restrict b, int64_t ib,  \
                         T *restrict o, int64_t len) {                                                  \
     switch (op) {                                                                                      \
     case ZT_BINOP_ADD: RUN_LOOPS(T, +); break;                                                         \
@@ -89,7 +90,7 @@ static void plan_build(const zt_tensor *a, const zt_tensor *b, const zt_tensor *
   }                                                                                                    \
   /* o[lo, hi) of the plan's flat output: find where lo falls, then walk inner runs with   \
    * an odometer over the outer dims (no division per run). */                                         \
-  static void range_##SUF(zt_binop op, const T *a, const T *b, T *o, const bplan *p, int64_t lo,       \
+  static void range_##SUF(zt__binop op, const T *a, const T *b, T *o, const bplan *p, int64_t lo,       \
                           int64_t hi) {                                                                \
     int nd = p->nd, last = nd - 1;                                                                     \
     int64_t idx[ZT_MAX_DIMS], oa = 0, ob = 0, rem = lo;                                                \
@@ -119,7 +120,7 @@ static void plan_build(const zt_tensor *a, const zt_tensor *b, const zt_tensor *
       }                                                                                                \
     }                                                                                                  \
   }                                                                                                    \
-  static void binary_##SUF(zt_binop op, const T *a, const T *b, T *o, const bplan *p, int64_t n) {     \
+  static void binary_##SUF(zt__binop op, const T *a, const T *b, T *o, const bplan *p, int64_t n) {     \
     _Pragma("omp parallel if (n > ZT_PAR_MIN)") {                                                      \
       int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();                                    \
       /* split on 16-element boundaries: whole cache lines per thread */                               \
@@ -133,7 +134,7 @@ ZT_DEFINE_BINARY(float, f32)
 ZT_DEFINE_BINARY(double, f64)
 
 /* out (S) = a (broadcastable to S) op b (broadcastable to S); all contiguous, one dtype. */
-void zt__cpu_binary(zt_binop op, const zt_tensor *a, const zt_tensor *b, zt_tensor *out) {
+void zt__cpu_binary(zt__binop op, const zt_tensor *a, const zt_tensor *b, zt_tensor *out) {
   int64_t n = zt_tensor_numel(out);
   if (n == 0) return;
   bplan p;

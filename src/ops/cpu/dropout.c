@@ -3,6 +3,7 @@
  * any thread count gives the same mask, and backward regenerates it instead of storing it. */
 #include <math.h>
 
+#include "core/tensor_internal.h"
 #include "kernels.h"
 #include "nn.h"
 

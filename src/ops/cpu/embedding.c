@@ -5,6 +5,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "core/tensor_internal.h"
 #include "kernels.h"
 #include "nn.h"
 

@@ -5,6 +5,7 @@
 #include <cblas.h>
 #include <string.h>
 
+#include "core/status_internal.h"
 #include "gemm.h"
 #include "kernels.h"
 

@@ -6,15 +6,15 @@
 
 #include "zt/tensor.h"
 #include "../../core/backend.h" /* ZT_PAR_MIN */
-#include "../kernel_table.h"   /* zt_binop, zt_unop */
+#include "../kernel_table.h"   /* zt__binop, zt__unop */
 
 /* out = a (op) b, with numpy broadcasting of a and b to out's shape. */
-void zt__cpu_binary(zt_binop op, const zt_tensor *a, const zt_tensor *b, zt_tensor *out);
+void zt__cpu_binary(zt__binop op, const zt_tensor *a, const zt_tensor *b, zt_tensor *out);
 
 /* out (n) = f(a (n)) with scalar s where the op takes one. out may alias a. */
-void zt__cpu_unary(zt_unop op, double s, const zt_tensor *a, zt_tensor *out);
+void zt__cpu_unary(zt__unop op, double s, const zt_tensor *a, zt_tensor *out);
 /* gx (n) = g * f'(x) for the unary ops: uses x, or y = f(x) for exp/sqrt/tanh. */
-void zt__cpu_unary_backward(zt_unop op, double s, const zt_tensor *x, const zt_tensor *y, const zt_tensor *g,
+void zt__cpu_unary_backward(zt__unop op, double s, const zt_tensor *x, const zt_tensor *y, const zt_tensor *g,
                             zt_tensor *gx);
 
 #endif

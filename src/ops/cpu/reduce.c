@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/tensor_internal.h"
 #include "kernels.h"
 #include "reduce.h"
 

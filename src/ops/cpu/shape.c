@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/tensor_internal.h"
 #include "kernels.h"
 #include "shape.h"
 

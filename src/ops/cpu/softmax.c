@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/tensor_internal.h"
 #include "fast_math.h"
 #include "kernels.h"
 #include "softmax.h"

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "core/tensor_internal.h"
 #include "fast_math.h"
 #include "kernels.h"
 
@@ -51,7 +52,7 @@ static inline double gelu_sig_f64(double x) {
 
 #define ZT_DEFINE_UNARY(T, SUF, EXP, LOG, SQRT, TANH, POW)                                          \
   /* o (n) = f(a (n)); o may be a (same element read then written). */                            \
-  static void unary_##SUF(zt_unop op, T s, const T *a, T *o, int64_t n) {                          \
+  static void unary_##SUF(zt__unop op, T s, const T *a, T *o, int64_t n) {                          \
     switch (op) {                                                                                   \
     case ZT_UNOP_NEG: EW_LOOP(o[i] = -a[i]); break;                                                 \
     case ZT_UNOP_EXP: EW_LOOP(o[i] = EXP(a[i])); break;                                             \
@@ -73,7 +74,7 @@ static inline double gelu_sig_f64(double x) {
     }                                                                                               \
   }                                                                                                 \
   /* gx (n) = g * f'(x), from x or y = f(x) (whichever the op saved; the other is NULL). */       \
-  static void unary_bwd_##SUF(zt_unop op, T s, const T *x, const T *y, const T *restrict g,        \
+  static void unary_bwd_##SUF(zt__unop op, T s, const T *x, const T *y, const T *restrict g,        \
                               T *restrict gx, int64_t n) {                                          \
     switch (op) {                                                                                   \
     case ZT_UNOP_NEG: EW_LOOP(gx[i] = -g[i]); break;                                                \
@@ -106,7 +107,7 @@ ZT_DEFINE_UNARY(float, f32, expf, logf, sqrtf, tanh_f32, powf)
 ZT_DEFINE_UNARY(double, f64, exp, log, sqrt, tanh, pow)
 
 /* out (n) = f(a (n)); out may alias a. */
-void zt__cpu_unary(zt_unop op, double s, const zt_tensor *a, zt_tensor *out) {
+void zt__cpu_unary(zt__unop op, double s, const zt_tensor *a, zt_tensor *out) {
   int64_t n = zt_tensor_numel(a);
   if (a->dtype == ZT_DTYPE_F32)
     unary_f32(op, (float)s, zt__tensor_ptr(a), zt__tensor_ptr(out), n);
@@ -115,7 +116,7 @@ void zt__cpu_unary(zt_unop op, double s, const zt_tensor *a, zt_tensor *out) {
 }
 
 /* gx (n) = g (n) * f'(x (n)), using y (n) = f(x) instead of x for exp / sqrt / tanh. */
-void zt__cpu_unary_backward(zt_unop op, double s, const zt_tensor *x, const zt_tensor *y, const zt_tensor *g,
+void zt__cpu_unary_backward(zt__unop op, double s, const zt_tensor *x, const zt_tensor *y, const zt_tensor *g,
                             zt_tensor *gx) {
   int64_t n = zt_tensor_numel(g);
   const void *xp = x ? zt__tensor_ptr(x) : NULL, *yp = y ? zt__tensor_ptr(y) : NULL;

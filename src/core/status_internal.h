@@ -1,0 +1,26 @@
+/* Internal error plumbing of the library (not installed, not exported): the calls behind
+ * ZT_ERR/ZT_TRY/ZT_ASSERT. Users of the public API report errors through zt_set_error. */
+#ifndef ZT_CORE_STATUS_INTERNAL_H
+#define ZT_CORE_STATUS_INTERNAL_H
+
+#include "zt/status.h"
+
+/* Record a message for zt_last_error() and return code. */
+zt_status zt__error(zt_status code, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Prefix the current message with more context ("in op 'add': ..."). */
+zt_status zt__error_prefix(zt_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void zt__assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
+
+#define ZT_ERR(code, ...) zt__error((code), __FILE__, __LINE__, __VA_ARGS__)
+#define ZT_TRY(expr)                 \
+  do {                               \
+    zt_status zt__s_ = (expr);       \
+    if (zt__s_ != ZT_OK) return zt__s_; \
+  } while (0)
+#define ZT_ASSERT(cond) \
+  do {                  \
+    if (!(cond)) zt__assert_fail(#cond, __FILE__, __LINE__); \
+  } while (0)
+
+#endif
