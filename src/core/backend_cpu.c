@@ -5,7 +5,6 @@
 
 #include "core/tensor_internal.h"
 #include "backend.h"
-#include "tensor_internal.h"
 
 /* Copies below this many bytes stay on one thread. */
 #define PAR_BYTES ((int64_t)ZT_PAR_MIN * 8)
@@ -24,24 +23,13 @@ void zt__host_memcpy(void *dst, const void *src, int64_t bytes) {
   }
 }
 
-/* Offset (in elements, from t's offset) of logical row-major index i. */
-static int64_t strided_index(const zt_tensor *t, int64_t i) {
-  int64_t off = 0;
-  for (int d = t->ndim - 1; d >= 0; d--) {
-    int64_t n = t->shape[d];
-    off += (i % n) * t->stride[d];
-    i /= n;
-  }
-  return off;
-}
-
 static void cpu_fill(void *ctx, zt_tensor *t, double v) {
   (void)ctx;
   int64_t n = zt_tensor_numel(t);
   if (n == 0) return;
   void *p = zt__tensor_ptr(t);
   if (!zt_tensor_is_contiguous(t)) {
-    for (int64_t i = 0; i < n; i++) zt__store(t->dtype, p, strided_index(t, i), v);
+    for (int64_t i = 0; i < n; i++) zt__store(t->dtype, p, zt__strided_index(t, i), v);
   } else if (t->dtype == ZT_DTYPE_F32) {
     float f = (float)v;
     for (int64_t i = 0; i < n; i++) ((float *)p)[i] = f;

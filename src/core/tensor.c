@@ -9,7 +9,6 @@
 #include "core/tensor_internal.h"
 #include "zt/tensor.h"
 #include "backend.h"
-#include "tensor_internal.h"
 
 void (*zt__tensor_autograd_release)(zt_tensor *t) = NULL;
 bool (*zt__grad_mode_query)(void) = NULL;
@@ -230,17 +229,6 @@ void zt__store(zt_dtype dt, void *p, int64_t i, double v) {
   }
 }
 
-/* Offset (in elements, from t's offset) of logical row-major index i. */
-static int64_t strided_index(const zt_tensor *t, int64_t i) {
-  int64_t off = 0;
-  for (int d = t->ndim - 1; d >= 0; d--) {
-    int64_t n = t->shape[d];
-    off += (i % n) * t->stride[d];
-    i /= n;
-  }
-  return off;
-}
-
 /* Bad reads are user errors, not broken invariants: NaN and a message, no abort. */
 double zt_tensor_get(const zt_tensor *t, int64_t i) {
   void *p;
@@ -254,7 +242,7 @@ double zt_tensor_get(const zt_tensor *t, int64_t i) {
     double d;
     int64_t i;
   } e; /* one element of any dtype, read back through t's backend */
-  zt__dev_read_range(t, strided_index(t, i), 1, &e);
+  zt__dev_read_range(t, zt__strided_index(t, i), 1, &e);
   return zt__load(t->dtype, &e, 0);
 }
 
@@ -270,7 +258,7 @@ zt_status zt_tensor_set(zt_tensor *t, int64_t i, double v) {
     int64_t i;
   } e;
   zt__store(t->dtype, &e, 0, v);
-  zt__dev_write_range(t, strided_index(t, i), 1, &e);
+  zt__dev_write_range(t, zt__strided_index(t, i), 1, &e);
   zt_tensor_bump_version(t);
   return ZT_OK;
 }

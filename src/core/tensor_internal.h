@@ -26,4 +26,15 @@ zt_status zt__check_inplace(const zt_tensor *t, const char *fn);
 double zt__load(zt_dtype dt, const void *p, int64_t i);
 void zt__store(zt_dtype dt, void *p, int64_t i, double v);
 
+/* Offset (in elements, from t's offset) of logical row-major index i. */
+static inline int64_t zt__strided_index(const zt_tensor *t, int64_t i) {
+  int64_t off = 0;
+  for (int d = t->ndim - 1; d >= 0; d--) {
+    int64_t n = t->shape[d];
+    off += (i % n) * t->stride[d];
+    i /= n;
+  }
+  return off;
+}
+
 #endif
