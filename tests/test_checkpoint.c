@@ -354,6 +354,11 @@ static void test_series_folder(void) {
   ZT_CHECK_OK(zt_snapshot_prune(ck, 2));
   ZT_CHECK(exists(ck, "step-00000003") && exists(ck, "step-00000002-1") && !exists(ck, "step-00000002"));
   ZT_CHECK(exists(ck, "step-00000001/notes.txt") && !exists(ck, "step-00000001/model.safetensors"));
+  /* a prune cut short (state.json removed, the rest not): the next prune finishes it */
+  snprintf(path, sizeof path, "%s/step-00000002-1/state.json", ck);
+  ZT_CHECK(unlink(path) == 0);
+  ZT_CHECK_OK(zt_snapshot_prune(ck, 2));
+  ZT_CHECK(!exists(ck, "step-00000002-1") && exists(ck, "step-00000003"));
   ZT_CHECK_OK(zt_snapshot_prune(ck, 1));
   ZT_CHECK(exists(ck, "step-00000003") && !exists(ck, "step-00000002-1") && exists(ck, "metrics.jsonl"));
   ZT_CHECK_OK(zt_snapshot_load(ck, b, ob, &got));

@@ -245,9 +245,12 @@ zt_status zt_snapshot_prune(const char *dir_in, int keep) {
       continue;
     char id[64];
     unsigned long long step, ns;
-    /* a version whose state cannot be read is not one zerotrain finished writing: left alone */
+    /* A step-N folder without a readable state.json is what a prune cut short left (a save
+     * renames its stage to step-N only once complete, and a prune removes state.json last):
+     * finish removing it (remove_ck_folder leaves it if it holds anything of the user's). */
     if (zt__ck_read_state(path, NULL, id, NULL) || sscanf(id, "%llx-%llx", &step, &ns) != 2) {
       zt_clear_error();
+      remove_ck_folder(path);
       continue;
     }
     version *g = zt__grow(v, &cap, n + 1, sizeof *v, "the list of checkpoint versions");
