@@ -64,7 +64,8 @@ static int bench_step(int argc, char **argv) {
   double *t = calloc((size_t)steps, sizeof *t);
   rc = 1;
   zt_train_result plan = {0};
-  if (zt_gpt2_new(&g, &m) || zt_train_setup_memory(m, &c, &plan)) goto fail;
+  zt_train_memory mem = {0};
+  if (zt_gpt2_new(&g, &m) || zt_train_memory_attach(m, &c, &mem, &plan)) goto fail;
   zt_param *params;
   int np = zt_gpt2_params(m, &params);
   zt_optim_config oc = zt_optim_default(c.optim.kind);
@@ -123,6 +124,7 @@ done:
   free(t);
   zt_tensor_free(x), zt_tensor_free(y);
   zt_optim_free(o);
+  zt_train_memory_free(&mem);
   zt_gpt2_free(m);
   return rc;
 }

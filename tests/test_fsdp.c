@@ -62,7 +62,8 @@ static zt_tensor *find_param(zt_module *root, const char *name) {
   return t;
 }
 
-static zt_gpt2 *make_model(const fcase *c, bool perturb) {
+/* The model with the case's memory strategies (*rc, *off: NULL when not asked for). */
+static zt_gpt2 *make_model(const fcase *c, bool perturb, zt_recompute_plan **rc, zt_offload **off) {
   zt_rng_seed(1234);
   zt_gpt2 *m = NULL;
   ZT_CHECK_OK(zt_gpt2_new(&CFG, &m));
@@ -84,11 +85,11 @@ static zt_gpt2 *make_model(const fcase *c, bool perturb) {
     ZT_CHECK_OK(zt_tensor_set_requires_grad(find_param(root, "transformer.h.0.ln_1.weight"), false));
     ZT_CHECK_OK(zt_tensor_set_requires_grad(find_param(root, "transformer.h.0.ln_1.bias"), false));
   }
-  if (c->every) ZT_CHECK_OK(zt_gpt2_set_recompute(m, ZT_RECOMPUTE_FULL, c->every));
+  if (c->every) *rc = zt_test_recompute(m, ZT_RECOMPUTE_FULL, c->every);
   if (c->offload) {
     zt_offload_options o = zt_offload_options_default(ZT_OFFLOAD_DISK);
     o.min_bytes = 0;
-    ZT_CHECK_OK(zt_gpt2_set_activation_offload(m, &o));
+    *off = zt_test_offload(m, &o);
   }
   if (perturb) { /* ranks other than 0 start elsewhere: zt_fsdp_init's broadcast must fix it */
     bool prev = zt_set_grad_enabled(false);
@@ -100,6 +101,8 @@ static zt_gpt2 *make_model(const fcase *c, bool perturb) {
 
 typedef struct side {
   zt_gpt2 *m;
+  zt_recompute_plan *rc; /* the case's memory strategies (NULL: none) */
+  zt_offload *off;
   zt_fsdp *f;    /* NULL: plain single-process training */
   zt_comm *own;  /* a local comm made for a one-rank FSDP reference */
   zt_optim *o;
@@ -109,7 +112,7 @@ typedef struct side {
 
 static void side_open(side *s, const fcase *c, zt_comm *comm, bool fsdp, bool perturb) {
   memset(s, 0, sizeof *s);
-  s->m = make_model(c, perturb);
+  s->m = make_model(c, perturb, &s->rc, &s->off);
   if (!s->m) return;
   zt_param *p = NULL;
   int n = 0;
@@ -139,6 +142,8 @@ static void side_open(side *s, const fcase *c, zt_comm *comm, bool fsdp, bool pe
 static void side_close(side *s) {
   zt_optim_free(s->o);
   zt_fsdp_free(s->f);
+  zt_recompute_plan_free(s->rc);
+  zt_offload_free(s->off);
   zt_gpt2_free(s->m);
   zt_comm_free(s->own);
   free(s->ps);

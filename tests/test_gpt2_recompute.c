@@ -1,4 +1,5 @@
-/* GPT-2 with activation recomputation (zt_gpt2_set_recompute): with dropout on, three
+/* GPT-2 with activation recomputation (a recompute plan attached as a strategy,
+ * zt/strategy.h): with dropout on, three
  * AdamW steps give bitwise the same losses, grads, parameters and RNG state with FULL
  * (every 1, 2 and a grouping that does not divide n_layer) as with NONE; eval mode is
  * unchanged; bad settings are clear errors; and the peak ACTIVATION bytes of FULL stay
@@ -7,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "zt/checkpoint.h"
 #include "zt/nn.h"
+#include "zt/strategy.h"
 #include "zt/optim.h"
 #include "zt_test.h"
 
@@ -56,6 +59,19 @@ static zt_status outer_region(zt_tensor *const *in, int n_in, zt_tensor **out, i
   return zt_gpt2_forward(o->m, o->ids, o->tg, NULL, out);
 }
 
+/* A recompute plan attached to m: a mode per block (plan, n entries) or mode for all. */
+static zt_recompute_plan *attach(zt_gpt2 *m, zt_recompute mode, const zt_recompute *plan, int n, int every,
+                                 zt_checkpoint_policy_fn policy) {
+  zt_recompute_options o = zt_recompute_options_default();
+  o.mode = mode, o.modes = plan, o.n_modes = plan ? n : 0, o.every = every;
+  if (policy) o.policy = (zt_checkpoint_policy){policy, NULL};
+  zt_recompute_plan *p = NULL;
+  ZT_CHECK_OK(zt_recompute_plan_new(&o, &p));
+  zt_model model = zt_gpt2_model(m);
+  if (p) ZT_CHECK_OK(zt_strategy_attach(zt_recompute_plan_strategy(p), &model));
+  return p;
+}
+
 /* STEPS AdamW steps of a 6-layer model with dropout 0.1 on fixed data. */
 static void train_with(const run_cfg *rc, result *r) {
   *r = (result){0};
@@ -64,11 +80,7 @@ static void train_with(const run_cfg *rc, result *r) {
   zt_gpt2 *m = NULL;
   ZT_CHECK_OK(zt_gpt2_new(&c, &m));
   if (!m) return;
-  if (rc->plan)
-    ZT_CHECK_OK(zt_gpt2_set_recompute_blocks(m, rc->plan, rc->every));
-  else
-    ZT_CHECK_OK(zt_gpt2_set_recompute(m, rc->mode, rc->every));
-  if (rc->policy) ZT_CHECK_OK(zt_gpt2_set_selective_policy(m, (zt_checkpoint_policy){rc->policy, NULL}));
+  zt_recompute_plan *p = attach(m, rc->mode, rc->plan, c.n_layer, rc->every, rc->policy);
   bool es_was = zt_checkpoint_set_early_stop(!rc->early_stop_off);
   zt_param *ps;
   int np = zt_gpt2_params(m, &ps);
@@ -101,6 +113,7 @@ static void train_with(const run_cfg *rc, result *r) {
   zt_tensor_free(ids);
   zt_tensor_free(tg);
   zt_optim_free(o);
+  zt_recompute_plan_free(p);
   zt_gpt2_free(m);
 }
 
@@ -182,11 +195,12 @@ static void test_eval_mode(void) {
   zt_tensor *ids = zt_test_rand_ids(B, T, c.vocab_size, 1), *tg = zt_test_rand_ids(B, T, c.vocab_size, 2), *a = NULL, *b = NULL;
   bool prev = zt_set_grad_enabled(false);
   ZT_CHECK_OK(zt_gpt2_forward(m, ids, tg, NULL, &a));
-  ZT_CHECK_OK(zt_gpt2_set_recompute(m, ZT_RECOMPUTE_FULL, 2));
+  zt_recompute_plan *p = attach(m, ZT_RECOMPUTE_FULL, NULL, 0, 2, NULL);
   ZT_CHECK_OK(zt_gpt2_forward(m, ids, tg, NULL, &b));
   zt_set_grad_enabled(prev);
   ZT_CHECK(a && b && zt_test_bitwise_equal(a, b));
   zt_test_free_all((zt_tensor *[]){a, b, ids, tg}, 4);
+  zt_recompute_plan_free(p);
   zt_gpt2_free(m);
 }
 
@@ -195,34 +209,63 @@ static void test_settings_and_errors(void) {
   zt_gpt2 *m = NULL;
   ZT_CHECK_OK(zt_gpt2_new(&c, &m));
   if (!m) return;
+  zt_model model = zt_gpt2_model(m);
+  zt_recompute_options o = zt_recompute_options_default();
+  zt_recompute_plan *p = NULL;
+  ZT_CHECK_OK(zt_recompute_plan_new(&o, &p));
+  if (!p) return;
   int every = 0;
-  ZT_CHECK(zt_gpt2_get_recompute(m, &every) == ZT_RECOMPUTE_NONE && every == 1);
-  ZT_CHECK_ERR(zt_gpt2_set_recompute(m, ZT_RECOMPUTE_FULL, 0), ZT_STATUS_INVALID_ARG, "it must be >= 1");
-  ZT_CHECK_ERR(zt_gpt2_set_recompute(m, (zt_recompute)7, 1), ZT_STATUS_INVALID_ARG, "mode 7 is not none, full or selective");
-  ZT_CHECK_ERR(zt_gpt2_set_recompute(m, ZT_RECOMPUTE_PLAN, 1), ZT_STATUS_INVALID_ARG, "zt_gpt2_set_recompute_blocks");
-  ZT_CHECK_ERR(zt_gpt2_set_recompute_blocks(m, (zt_recompute[]){ZT_RECOMPUTE_NONE, ZT_RECOMPUTE_PLAN, ZT_RECOMPUTE_FULL}, 1),
-               ZT_STATUS_INVALID_ARG, "block 1 has mode 3");
-  ZT_CHECK_ERR(zt_gpt2_set_recompute(NULL, ZT_RECOMPUTE_FULL, 1), ZT_STATUS_INVALID_ARG, "model is NULL");
-  ZT_CHECK(zt_gpt2_get_recompute(m, &every) == ZT_RECOMPUTE_NONE && every == 1); /* failed calls changed nothing */
-  ZT_CHECK_OK(zt_gpt2_set_recompute(m, ZT_RECOMPUTE_FULL, 10));                  /* one region of all 3 blocks */
-  ZT_CHECK(zt_gpt2_get_recompute(m, &every) == ZT_RECOMPUTE_FULL && every == 3);
+  ZT_CHECK(zt_recompute_plan_mode(p, &every) == ZT_RECOMPUTE_NONE && every == 1);
+  o.mode = ZT_RECOMPUTE_FULL, o.every = 0;
+  ZT_CHECK_ERR(zt_recompute_plan_set(p, &o), ZT_STATUS_INVALID_ARG, "every is 0: blocks per region must be >= 1");
+  o.mode = (zt_recompute)7, o.every = 1;
+  ZT_CHECK_ERR(zt_recompute_plan_set(p, &o), ZT_STATUS_INVALID_ARG, "mode is 7, not none, full or selective");
+  o.mode = ZT_RECOMPUTE_PLAN;
+  ZT_CHECK_ERR(zt_recompute_plan_set(p, &o), ZT_STATUS_INVALID_ARG, "zt_recompute_options.modes");
+  o.modes = (zt_recompute[]){ZT_RECOMPUTE_NONE, ZT_RECOMPUTE_PLAN, ZT_RECOMPUTE_FULL}, o.n_modes = 3;
+  ZT_CHECK_ERR(zt_recompute_plan_set(p, &o), ZT_STATUS_INVALID_ARG, "block 1 has mode 3");
+  ZT_CHECK_ERR(zt_recompute_plan_set(NULL, &o), ZT_STATUS_INVALID_ARG, "plan is NULL");
+  ZT_CHECK(zt_recompute_plan_mode(p, &every) == ZT_RECOMPUTE_NONE && every == 1); /* failed calls changed nothing */
+  /* a per-block plan of another length than the model's blocks: refused at attach, and
+   * once attached, by set */
+  o.modes = (zt_recompute[]){ZT_RECOMPUTE_FULL, ZT_RECOMPUTE_FULL}, o.n_modes = 2;
+  ZT_CHECK_OK(zt_recompute_plan_set(p, &o));
+  ZT_CHECK_ERR(zt_strategy_attach(zt_recompute_plan_strategy(p), &model), ZT_STATUS_INVALID_ARG,
+               "2 per-block modes but the model has 3 blocks");
+  o = zt_recompute_options_default();
+  o.mode = ZT_RECOMPUTE_FULL, o.every = 10;
+  ZT_CHECK_OK(zt_recompute_plan_set(p, &o));
+  ZT_CHECK_OK(zt_strategy_attach(zt_recompute_plan_strategy(p), &model));
+  ZT_CHECK_ERR(zt_strategy_attach(zt_recompute_plan_strategy(p), &model), ZT_STATUS_STATE, "attached to a model already");
+  ZT_CHECK(zt_recompute_plan_mode(p, &every) == ZT_RECOMPUTE_FULL && every == 3); /* one region of all 3 blocks */
+  o.modes = (zt_recompute[]){ZT_RECOMPUTE_FULL}, o.n_modes = 1;
+  ZT_CHECK_ERR(zt_recompute_plan_set(p, &o), ZT_STATUS_INVALID_ARG, "1 per-block modes but the model has 3 blocks");
+  ZT_CHECK(zt_recompute_plan_mode(p, &every) == ZT_RECOMPUTE_FULL && every == 3);
   ZT_CHECK(!strcmp(zt_recompute_name(ZT_RECOMPUTE_FULL), "full"));
   ZT_CHECK(!strcmp(zt_recompute_name(ZT_RECOMPUTE_NONE), "none"));
   ZT_CHECK(!strcmp(zt_recompute_name(ZT_RECOMPUTE_SELECTIVE), "selective"));
   zt_recompute mixed[3] = {ZT_RECOMPUTE_SELECTIVE, ZT_RECOMPUTE_NONE, ZT_RECOMPUTE_FULL}, back[3];
-  ZT_CHECK_OK(zt_gpt2_set_recompute_blocks(m, mixed, 1));
-  ZT_CHECK(zt_gpt2_get_recompute(m, NULL) == ZT_RECOMPUTE_PLAN);
-  zt_gpt2_get_recompute_blocks(m, back);
+  o = zt_recompute_options_default();
+  o.modes = mixed, o.n_modes = 3;
+  ZT_CHECK_OK(zt_recompute_plan_set(p, &o));
+  ZT_CHECK(zt_recompute_plan_mode(p, NULL) == ZT_RECOMPUTE_PLAN);
+  zt_recompute_plan_modes(p, 3, back);
   ZT_CHECK(!memcmp(mixed, back, sizeof mixed));
-  ZT_CHECK(zt_gpt2_get_selective_policy(m).fn == zt_checkpoint_policy_save_wide_gemm); /* the default */
-  ZT_CHECK_OK(zt_gpt2_set_selective_policy(m, (zt_checkpoint_policy){zt_checkpoint_policy_save_gemm, NULL}));
-  ZT_CHECK(zt_gpt2_get_selective_policy(m).fn == zt_checkpoint_policy_save_gemm);
+  ZT_CHECK(zt_recompute_plan_policy(p).fn == zt_checkpoint_policy_save_wide_gemm); /* the default */
+  o.policy = (zt_checkpoint_policy){zt_checkpoint_policy_save_gemm, NULL};
+  ZT_CHECK_OK(zt_recompute_plan_set(p, &o));
+  ZT_CHECK(zt_recompute_plan_policy(p).fn == zt_checkpoint_policy_save_gemm);
+  /* detached: the model runs its blocks plainly again */
+  zt_strategy_detach(zt_recompute_plan_strategy(p));
+  ZT_CHECK(zt_model_blocks(&model)->n_wrappers == 0);
   zt_recompute pm[3];
   int64_t pred = 0;
-  ZT_CHECK_ERR(zt_gpt2_plan_recompute(m, 4, T, 1000, pm, &pred), ZT_STATUS_OOM, "what recomputing every block needs");
-  ZT_CHECK_ERR(zt_gpt2_plan_recompute(m, 0, T, 1 << 30, pm, &pred), ZT_STATUS_INVALID_ARG, "must be positive");
-  ZT_CHECK_OK(zt_gpt2_plan_recompute(m, 4, T, (int64_t)1 << 40, pm, &pred)); /* ample: nothing recomputed */
+  zt_checkpoint_policy wide = {zt_checkpoint_policy_save_wide_gemm, NULL};
+  ZT_CHECK_ERR(zt_gpt2_plan_recompute(m, 4, T, 1000, wide, pm, &pred), ZT_STATUS_OOM, "what recomputing every block needs");
+  ZT_CHECK_ERR(zt_gpt2_plan_recompute(m, 0, T, 1 << 30, wide, pm, &pred), ZT_STATUS_INVALID_ARG, "must be positive");
+  ZT_CHECK_OK(zt_gpt2_plan_recompute(m, 4, T, (int64_t)1 << 40, wide, pm, &pred)); /* ample: nothing recomputed */
   for (int i = 0; i < 3; i++) ZT_CHECK(pm[i] == ZT_RECOMPUTE_NONE);
+  zt_recompute_plan_free(p);
   zt_gpt2_free(m);
 }
 
@@ -235,9 +278,8 @@ static int64_t peak_plan(int L, const zt_recompute *plan, int every, zt_checkpoi
   zt_gpt2 *m = NULL;
   ZT_CHECK_OK(zt_gpt2_new(&c, &m));
   if (!m) return 0;
-  ZT_CHECK_OK(zt_gpt2_set_recompute_blocks(m, plan, every));
-  if (policy) ZT_CHECK_OK(zt_gpt2_set_selective_policy(m, (zt_checkpoint_policy){policy, NULL}));
-  *predicted = zt_gpt2_predict_activation_peak(m, B, T, NULL, 0);
+  zt_recompute_plan *p = attach(m, ZT_RECOMPUTE_NONE, plan, L, every, policy);
+  *predicted = zt_gpt2_predict_activation_peak(m, B, T, plan, every, zt_recompute_plan_policy(p));
   zt_tensor *ids = zt_test_rand_ids(B, T, c.vocab_size, 1), *tg = zt_test_rand_ids(B, T, c.vocab_size, 2), *loss = NULL;
   zt_mem_stats st;
   zt_mem_stats_get(ZT_CPU, &st);
@@ -247,6 +289,7 @@ static int64_t peak_plan(int L, const zt_recompute *plan, int every, zt_checkpoi
   if (loss) ZT_CHECK_OK(zt_backward(1, &loss, NULL, false));
   zt_mem_stats_get(ZT_CPU, &st);
   zt_test_free_all((zt_tensor *[]){loss, ids, tg}, 3);
+  zt_recompute_plan_free(p);
   zt_gpt2_free(m);
   return st.peak[ZT_MEM_TAG_ACTIVATION] - base;
 }
@@ -321,7 +364,8 @@ static void test_memory_model_and_budget(void) {
   double fracs[] = {0.3, 0.5, 0.75};
   for (int k = 0; k < 3; k++) {
     int64_t budget = (int64_t)(fracs[k] * (double)none), p2 = 0;
-    ZT_CHECK_OK(zt_gpt2_plan_recompute(m, B, T, budget, plan, &p2));
+    ZT_CHECK_OK(zt_gpt2_plan_recompute(m, B, T, budget, (zt_checkpoint_policy){zt_checkpoint_policy_save_wide_gemm, NULL},
+                                       plan, &p2));
     got = peak_plan(L, plan, 1, NULL, &pred);
     char modes[L + 1];
     for (int i = 0; i < L; i++) modes[i] = "nfsp"[plan[i]];

@@ -285,15 +285,17 @@ static void train(zt_device dev, mode md, run *r) {
   ZT_CHECK_OK(zt_gpt2_new(&c, &m));
   if (!m) return;
   params_to(m, dev);
-  if (md == MODE_FULL) ZT_CHECK_OK(zt_gpt2_set_recompute(m, ZT_RECOMPUTE_FULL, 1));
-  if (md == MODE_SELECTIVE) ZT_CHECK_OK(zt_gpt2_set_recompute(m, ZT_RECOMPUTE_SELECTIVE, 1));
+  zt_recompute_plan *rc = md == MODE_FULL        ? zt_test_recompute(m, ZT_RECOMPUTE_FULL, 1)
+                          : md == MODE_SELECTIVE ? zt_test_recompute(m, ZT_RECOMPUTE_SELECTIVE, 1)
+                                                 : NULL;
+  zt_offload *off = NULL;
   if (md >= MODE_OFFLOAD_HOST) {
     zt_offload_tier tier = md == MODE_OFFLOAD_HOST ? ZT_OFFLOAD_HOST
                            : md == MODE_OFFLOAD_BF16 ? ZT_OFFLOAD_BF16
                                                      : ZT_OFFLOAD_DISK;
     zt_offload_options oo = zt_offload_options_default(tier);
     oo.min_bytes = 0; /* tiny GPT-2's activations are small: offload them all */
-    ZT_CHECK_OK(zt_gpt2_set_activation_offload(m, &oo));
+    off = zt_test_offload(m, &oo);
   }
   zt_param *ps;
   int np = zt_gpt2_params(m, &ps);
@@ -311,7 +313,7 @@ static void train(zt_device dev, mode md, run *r) {
     zt_tensor_free(loss);
     if (md >= MODE_OFFLOAD_HOST) { /* the tier was used, and its loads ran (on the helper thread too) */
       zt_offload_stats st;
-      zt_offload_stats_get(zt_gpt2_activation_offload(m), &st);
+      zt_offload_stats_get(off, &st);
       ZT_CHECK(st.tensors_offloaded > 0 && st.unpacks > 0 && st.threads_started > 0 && st.bytes_in_tier == 0);
     }
     double norm = 0;
@@ -324,6 +326,8 @@ static void train(zt_device dev, mode md, run *r) {
   zt_tensor *all[] = {ids0, tg0, ids, tg};
   zt_test_free_all(all, 4);
   zt_optim_free(o);
+  zt_recompute_plan_free(rc);
+  zt_offload_free(off);
   zt_gpt2_free(m);
 }
 

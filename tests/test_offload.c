@@ -561,7 +561,7 @@ static void train(zt_offload_tier tier, zt_recompute mode, result *r) {
   zt_gpt2 *m = NULL;
   ZT_CHECK_OK(zt_gpt2_new(&c, &m));
   if (!m) return;
-  ZT_CHECK_OK(zt_gpt2_set_recompute(m, mode, 1));
+  zt_recompute_plan *rc = zt_test_recompute(m, mode, 1);
   zt_offload *o = tier ? store_new(tier, 4096, 2) : NULL;
   zt_param *ps;
   int np = zt_gpt2_params(m, &ps);
@@ -592,6 +592,7 @@ static void train(zt_offload_tier tier, zt_recompute mode, result *r) {
   zt_tensor_free(tg);
   zt_optim_free(opt);
   zt_offload_free(o);
+  zt_recompute_plan_free(rc);
   zt_gpt2_free(m);
 }
 

@@ -4,6 +4,9 @@
 #include <stdlib.h>
 
 #include "core/tensor_internal.h"
+#include "zt/nn.h"
+#include "zt/offload.h"
+#include "zt/strategy.h"
 #include "zt_test.h"
 
 int zt_test_failed_checks = 0;
@@ -120,6 +123,25 @@ zt_tensor *zt_test_rand_ids(int64_t B, int64_t T, int V, uint64_t seed) {
   ZT_CHECK_OK(zt_tensor_from_data(2, (int64_t[]){B, T}, ZT_DTYPE_I32, v, &t));
   free(v);
   return t;
+}
+
+zt_recompute_plan *zt_test_recompute(zt_gpt2 *g, zt_recompute mode, int every) {
+  zt_recompute_options o = zt_recompute_options_default();
+  o.mode = mode;
+  o.every = every;
+  zt_recompute_plan *p = NULL;
+  ZT_CHECK_OK(zt_recompute_plan_new(&o, &p));
+  zt_model m = zt_gpt2_model(g);
+  if (p) ZT_CHECK_OK(zt_strategy_attach(zt_recompute_plan_strategy(p), &m));
+  return p;
+}
+
+zt_offload *zt_test_offload(zt_gpt2 *g, const zt_offload_options *o) {
+  zt_offload *s = NULL;
+  ZT_CHECK_OK(zt_offload_new(o, &s));
+  zt_model m = zt_gpt2_model(g);
+  if (s) ZT_CHECK_OK(zt_strategy_attach(zt_offload_strategy(s), &m));
+  return s;
 }
 
 void zt_test_free_all(zt_tensor **ts, int n) {

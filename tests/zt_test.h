@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "zt/comm.h"
+#include "zt/offload.h"
+#include "zt/strategy.h"
 #include "zt/optim.h"
 
 extern int zt_test_failed_checks;
@@ -72,6 +74,14 @@ zt_tensor *zt_test_ones_like(const zt_tensor *t);
 void zt_test_free_all(zt_tensor **ts, int n);
 /* (B, T) i32 token ids uniform in [0, V), from Philox stream (seed, 0); a new tensor. */
 zt_tensor *zt_test_rand_ids(int64_t B, int64_t T, int V, uint64_t seed);
+
+/* Memory strategies attached to GPT-2 g for a test (zt/strategy.h), counted as a failure
+ * when that fails (NULL then): a recompute plan of one mode for every block, `every` blocks
+ * per region; an activation offload store made from o. Free them (zt_recompute_plan_free,
+ * zt_offload_free: each detaches itself) before g. */
+typedef struct zt_gpt2 zt_gpt2;
+zt_recompute_plan *zt_test_recompute(zt_gpt2 *g, zt_recompute mode, int every);
+zt_offload *zt_test_offload(zt_gpt2 *g, const zt_offload_options *o);
 
 /* Rows [rank*B/world, (rank+1)*B/world) of t (B, ...), contiguous, as a new tensor (B must
  * be divisible by world): this rank's part of a global batch. */

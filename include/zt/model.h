@@ -11,6 +11,16 @@
 typedef struct zt_module zt_module; /* zt/nn.h */
 typedef struct zt_param zt_param;   /* zt/nn.h */
 
+/* How a strategy may run a block (recompute, zt/strategy.h): NONE keeps every activation for
+ * backward; FULL runs it inside a checkpoint region (only the region's input stays between
+ * forward and backward, the rest is recomputed in backward); SELECTIVE likewise under a
+ * selective policy that keeps some outputs. PLAN names a mix of modes across blocks. */
+typedef enum zt_recompute {
+  ZT_RECOMPUTE_NONE = 0,
+  ZT_RECOMPUTE_FULL,
+  ZT_RECOMPUTE_SELECTIVE,
+  ZT_RECOMPUTE_PLAN
+} zt_recompute;
 typedef struct zt_model {
   /* Required: *loss gets the mean loss (0-d, recorded for backward when grad mode is on) of
    * the model on inputs against targets (borrowed). */
@@ -19,9 +29,10 @@ typedef struct zt_model {
   int (*params)(void *ctx, zt_param **params);
   /* Required: the root module (strategies walk and hook the tree from it). */
   zt_module *(*module)(void *ctx);
-  /* Required: the ordered blocks (a transformer's layers): count and block i in [0, count). */
-  int (*n_blocks)(void *ctx);
-  zt_module *(*block)(void *ctx, int i);
+  /* Required: the ordered blocks (a transformer's layers) as a sequence module (zt/nn.h):
+   * its children are the blocks, and forward runs them through zt_module_run_sequence, so
+   * memory strategies wrap spans of them (zt/strategy.h). */
+  zt_module *(*blocks)(void *ctx);
   /* Optional (NULL: unknown, 0): training FLOPs of one step of B rows of T tokens. */
   double (*flops_per_step)(void *ctx, int64_t B, int64_t T);
   void *ctx;
@@ -34,8 +45,7 @@ static inline zt_status zt_model_forward_loss(const zt_model *m, zt_tensor *inpu
 }
 static inline int zt_model_params(const zt_model *m, zt_param **params) { return m->params(m->ctx, params); }
 static inline zt_module *zt_model_module(const zt_model *m) { return m->module(m->ctx); }
-static inline int zt_model_n_blocks(const zt_model *m) { return m->n_blocks(m->ctx); }
-static inline zt_module *zt_model_block(const zt_model *m, int i) { return m->block(m->ctx, i); }
+static inline zt_module *zt_model_blocks(const zt_model *m) { return m->blocks(m->ctx); }
 static inline double zt_model_flops_per_step(const zt_model *m, int64_t B, int64_t T) {
   return m->flops_per_step ? m->flops_per_step(m->ctx, B, T) : 0;
 }

@@ -7,8 +7,6 @@
 #define ZT_NN_H
 
 #include "zt/ops.h"
-#include "zt/checkpoint.h"
-#include "zt/offload.h"
 #include "zt/model.h"
 
 /* A named parameter. `decay`: whether weight decay applies (2-D weights and embeddings
@@ -44,6 +42,31 @@ typedef struct zt_module_hook_entry {
   zt_module_hooks hooks;
   int id;
 } zt_module_hook_entry;
+/* Sequences: a module whose children run in order, each one's output the next one's input
+ * (GPT-2's blocks). Its owner gives it the function that runs a span of its children
+ * (zt_module_set_span_fn) and runs it with zt_module_run_sequence; strategies wrap the run
+ * from outside (zt_module_add_wrapper), so a model never calls them: recompute regions over
+ * groups of blocks, activation offload around the blocks. A wrapper runs a span further in
+ * with zt_span_run(next, ...): the next wrapper inward, or the span function at the core.
+ * Wrappers nest by `order` (lower outside; equal orders in the order added). */
+typedef zt_status (*zt_span_fn)(void *ctx, int first, int count, zt_tensor *x, zt_tensor **y);
+/* Where a wrapper's run goes on: a plain value, valid while the sequence's wrappers stay as
+ * they are (a checkpoint region keeps it to recompute its span in backward). */
+typedef struct zt_span_next {
+  zt_module *seq;
+  int level; /* the wrapper to run, or the span function when level == the wrapper count */
+} zt_span_next;
+typedef struct zt_module_wrapper {
+  /* Runs children [first, first + count) on x (borrowed) into *y (new), through next. */
+  zt_status (*run)(void *user_data, zt_span_next next, int first, int count, zt_tensor *x, zt_tensor **y);
+  int order;
+  void *user_data;
+} zt_module_wrapper;
+typedef struct zt_module_wrapper_entry {
+  zt_module_wrapper wrapper;
+  int id;
+} zt_module_wrapper_entry;
+
 struct zt_module {
   char name[48];
   const char *kind; /* "Linear", "LayerNorm", ..., "Module" for plain containers */
@@ -54,7 +77,11 @@ struct zt_module {
   bool training;                   /* true after init */
   void (*destroy)(zt_module *self); /* optional: frees what a layer holds besides params/children */
   zt_module_hook_entry *hooks;      /* forward hooks in the order added (zt_module_add_hooks) */
-  int n_hooks, cap_hooks, next_hook_id;
+  int n_hooks, cap_hooks, next_hook_id; /* ids of hooks and wrappers */
+  zt_span_fn span;                  /* sequences: runs a span of the children (NULL: not a sequence) */
+  void *span_ctx;
+  zt_module_wrapper_entry *wrappers; /* by order (zt_module_add_wrapper) */
+  int n_wrappers, cap_wrappers;
 };
 
 /* A new empty container module (heap, free with zt_module_free). */
@@ -86,6 +113,17 @@ ZT_API bool zt_module_has_pre_hook(const zt_module *m, zt_status (*fn)(zt_module
 /* Run every pre / post hook in order (called by forwards that support hooks). */
 ZT_API zt_status zt_module_pre_forward(zt_module *m);
 ZT_API zt_status zt_module_post_forward(zt_module *m, int n_outputs, zt_tensor *const *outputs);
+
+/* Make m a sequence whose spans run through span(ctx, ...) (the owner's function). */
+ZT_API zt_status zt_module_set_span_fn(zt_module *m, zt_span_fn span, void *ctx);
+/* Add a wrapper to sequence m; *id (may be NULL) removes it. As with hooks, do not change a
+ * sequence's wrappers between a forward and its backward (regions recompute through them). */
+ZT_API zt_status zt_module_add_wrapper(zt_module *m, const zt_module_wrapper *w, int *id);
+ZT_API void zt_module_remove_wrapper(zt_module *m, int id); /* unknown id: a no-op */
+/* Run a span through next (what wrappers call). */
+ZT_API zt_status zt_span_run(zt_span_next next, int first, int count, zt_tensor *x, zt_tensor **y);
+/* Run all of sequence m's children on x (borrowed) into *y (new), through its wrappers. */
+ZT_API zt_status zt_module_run_sequence(zt_module *m, zt_tensor *x, zt_tensor **y);
 
 /* ------------------------------------------------ layers */
 /* Every forward takes its input borrowed and gives a new tensor (caller frees), except
@@ -198,7 +236,8 @@ ZT_API int zt_gpt2_params(zt_gpt2 *m, zt_param **params);
 ZT_API int64_t zt_gpt2_num_params(const zt_gpt2 *m); /* all parameters, tied embedding once */
 ZT_API void zt_gpt2_set_training(zt_gpt2 *m, bool training); /* dropout on/off */
 /* m through the model interface (zt/model.h), borrowed: forward_loss is zt_gpt2_forward with
- * targets, params zt_gpt2_params, the blocks are the transformer layers "transformer.h.<i>". */
+ * targets, params zt_gpt2_params, blocks the sequence "transformer.h" of the transformer
+ * layers, through which forward runs them (so recompute and offload strategies wrap it). */
 ZT_API zt_model zt_gpt2_model(zt_gpt2 *m);
 
 /* Forward. ids (B, T) i32 with T <= block_size and ids in [0, vocab). With targets (B, T)
@@ -207,43 +246,6 @@ ZT_API zt_model zt_gpt2_model(zt_gpt2 *m);
  * targets, *logits receives (B, T, V) (for sampling; pass loss NULL). */
 ZT_API zt_status zt_gpt2_forward(zt_gpt2 *m, zt_tensor *ids, zt_tensor *targets, zt_tensor **logits, zt_tensor **loss);
 
-/* Activation recomputation (checkpointing) of the transformer blocks in training. Per
- * block: NONE keeps every activation for backward; FULL runs the block inside a
- * non-reentrant zt_checkpoint region, so only the region's input stays alive between
- * forward and backward and the region is recomputed (dropout masks included, RNG
- * restored) when backward reaches it; SELECTIVE does the same under a selective policy
- * (zt_gpt2_set_selective_policy; default zt_checkpoint_policy_save_wide_gemm: the QKV and
- * MLP up-projection outputs are kept, the rest is recomputed). Consecutive blocks of one
- * mode form regions of up to `every` blocks. Losses and grads are bitwise those of NONE.
- * Default NONE, every 1. PLAN is what zt_gpt2_get_recompute says of mixed modes. */
-typedef enum zt_recompute {
-  ZT_RECOMPUTE_NONE = 0,
-  ZT_RECOMPUTE_FULL,
-  ZT_RECOMPUTE_SELECTIVE,
-  ZT_RECOMPUTE_PLAN
-} zt_recompute;
-/* One mode for every block. every >= 1 (values above n_layer make one region of all
- * blocks). Set it between steps, never between a forward and its backward
- * (recomputation reads the current grouping). */
-ZT_API zt_status zt_gpt2_set_recompute(zt_gpt2 *m, zt_recompute mode, int every);
-/* A mode per block (modes has n_layer entries, each NONE, FULL or SELECTIVE). */
-ZT_API zt_status zt_gpt2_set_recompute_blocks(zt_gpt2 *m, const zt_recompute *modes, int every);
-/* The common mode of all blocks, or PLAN when they differ; every may be NULL. */
-ZT_API zt_recompute zt_gpt2_get_recompute(const zt_gpt2 *m, int *every);
-ZT_API void zt_gpt2_get_recompute_blocks(const zt_gpt2 *m, zt_recompute *modes); /* n_layer entries */
-/* "none", "full", "selective", "plan" */
-ZT_API const char *zt_recompute_name(zt_recompute mode);
-/* The policy of SELECTIVE blocks (fn NULL restores the default, save_wide_gemm). */
-ZT_API zt_status zt_gpt2_set_selective_policy(zt_gpt2 *m, zt_checkpoint_policy policy);
-ZT_API zt_checkpoint_policy zt_gpt2_get_selective_policy(const zt_gpt2 *m);
-/* Activation offload of the blocks (include/zt/offload.h): in training forwards, what the
- * blocks save for backward goes to the tier (inside checkpoint regions, only the region
- * inputs), and comes back, prefetched, in backward. The model makes and owns the store;
- * NULL options turn it off. Combines with every recompute mode; losses and grads are
- * bitwise those without offload for the lossless tiers (DISK, HOST). */
-ZT_API zt_status zt_gpt2_set_activation_offload(zt_gpt2 *m, const zt_offload_options *o);
-ZT_API zt_offload *zt_gpt2_activation_offload(const zt_gpt2 *m); /* NULL when off; for its stats */
-
 /* Memory-budget planning (src/models/gpt2_plan.c). The activation model counts, per
  * token, what each block keeps from forward to backward (NONE: 16C + 4 + n_head values;
  * SELECTIVE with save_wide_gemm: 8C, with save_gemm: 10C, with recompute_attention:
@@ -251,8 +253,10 @@ ZT_API zt_offload *zt_gpt2_activation_offload(const zt_gpt2 *m); /* NULL when of
  * final layer norm's input and statistics, the embedding's output) and, in backward, the
  * recomputed activations of one region at a time; the peak is the larger of the end of
  * forward and the worst region's backward. Other policies are counted as save_wide_gemm.
- * modes: n_layer entries, NULL for the model's current setting. */
-ZT_API int64_t zt_gpt2_predict_activation_peak(const zt_gpt2 *m, int64_t B, int64_t T, const zt_recompute *modes, int every);
+ * modes: n_layer entries (a recompute plan's, zt/strategy.h), every: blocks per region,
+ * policy: of the SELECTIVE blocks (fn NULL: save_wide_gemm). */
+ZT_API int64_t zt_gpt2_predict_activation_peak(const zt_gpt2 *m, int64_t B, int64_t T, const zt_recompute *modes,
+                                               int every, zt_checkpoint_policy policy);
 /* Choose a mode per block (NONE, SELECTIVE or FULL; every 1) so that the predicted peak is
  * within budget bytes at the least recomputation: greedily, the change that frees the
  * most bytes per unit of recomputed work first (SELECTIVE redoes about 0.15 of a block's
@@ -260,8 +264,8 @@ ZT_API int64_t zt_gpt2_predict_activation_peak(const zt_gpt2 *m, int64_t B, int6
  * modes (n_layer entries) and the predicted peak.
  * A budget below what full recomputation of every block needs is ZT_STATUS_OOM, naming
  * that minimum. */
-ZT_API zt_status zt_gpt2_plan_recompute(const zt_gpt2 *m, int64_t B, int64_t T, int64_t budget, zt_recompute *modes,
-                                 int64_t *predicted);
+ZT_API zt_status zt_gpt2_plan_recompute(const zt_gpt2 *m, int64_t B, int64_t T, int64_t budget,
+                                        zt_checkpoint_policy policy, zt_recompute *modes, int64_t *predicted);
 
 /* Training FLOPs per step by the formula 6 N B T + 12 L T d B T. */
 ZT_API double zt_gpt2_flops_per_step(const zt_gpt2 *m, int64_t B, int64_t T);

@@ -6,6 +6,7 @@
 #define ZT_OFFLOAD_H
 
 #include "zt/autograd.h"
+#include "zt/strategy.h"
 
 /* What the hooks do:
  * - pack keeps a saved tensor as it is (an alias) when it is empty, not float, a leaf that
@@ -69,7 +70,14 @@ ZT_API zt_status zt_offload_push(zt_offload *o);
 /* Pop its hooks; ZT_STATUS_STATE if the top of this thread's stack is not this store's. */
 ZT_API zt_status zt_offload_pop(zt_offload *o);
 
-/* Drop the caller's handle. Graphs still holding records keep the store (tier bytes, spill
+/* The store as a strategy (zt/strategy.h): attaching wraps the model's block sequence so
+ * that in training forwards (grad mode on) what the blocks save goes to the tier: the
+ * hooks are pushed around the blocks' run and popped after it. Composed outside recompute,
+ * so inside a checkpoint region only the region's input reaches the tier. Losses and grads
+ * are bitwise those without offload for the lossless tiers (DISK, HOST). */
+ZT_API zt_strategy zt_offload_strategy(zt_offload *o);
+
+/* Drop the caller's handle (detaching it first if it is attached as a strategy). Graphs still holding records keep the store (tier bytes, spill
  * file, helper thread) alive until they are freed; the last one frees it. Freeing while
  * its hooks are still pushed is a broken invariant (ZT_ASSERT). NULL is a no-op.
  * A store is used from one thread (the one that runs forward and backward); only its

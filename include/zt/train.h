@@ -5,7 +5,9 @@
 #define ZT_TRAIN_H
 
 #include "zt/fsdp.h"
+#include "zt/offload.h"
 #include "zt/optim.h"
+#include "zt/strategy.h"
 
 /* ------------------------------------------------ token files (src/train/data.c)
  * Layout (little-endian): magic "ZTOK", u32 version (1), u32 token width in bytes (2 or
@@ -365,10 +367,18 @@ ZT_API zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step
 ZT_API zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step_fn on_step, void *user_data,
                           zt_train_result *res, zt_gpt2 **model_out);
 
-/* Apply c's memory options to m: recomputation (the per-block plan of --recompute
- * budget=SIZE at c's batch and seq, else one mode for all blocks), the selective policy and
- * activation offload; fills res's recompute_plan and act_peak_predicted. */
-ZT_API zt_status zt_train_setup_memory(zt_gpt2 *m, const zt_train_config *c, zt_train_result *res);
+/* The memory strategies of a run (zt/strategy.h), made from c's memory options and attached
+ * to a GPT-2: a recompute plan (the per-block plan of recompute_budget at c's batch and seq,
+ * else one mode for all blocks, under the selective policy) and activation offload (NULL
+ * when off). res (may be NULL) gets recompute_plan and act_peak_predicted. Detach (and free)
+ * them with zt_train_memory_free before freeing the model. */
+typedef struct zt_train_memory {
+  zt_recompute_plan *recompute;
+  zt_offload *offload;
+} zt_train_memory;
+ZT_API zt_status zt_train_memory_attach(zt_gpt2 *m, const zt_train_config *c, zt_train_memory *mem,
+                                        zt_train_result *res);
+ZT_API void zt_train_memory_free(zt_train_memory *mem); /* zeroes *mem; a zeroed one is a no-op */
 
 /* GFLOP/s of raw OpenBLAS sgemm at n x n x n on the current threads (median of reps runs
  * after one warm-up): the ceiling that model FLOP utilisation is measured against. */

@@ -1,8 +1,9 @@
 /* GPT-2 (pre-LN, GELU tanh, learned positions, tied input/output embedding) built from
  * the nn modules, with Hugging Face GPT2LMHeadModel's parameter names, order and Conv1D
  * layouts. The loss path never holds B*T*V logits: the output layer and cross-entropy
- * run fused and chunked (zt_lm_head_cross_entropy) against the tied wte. With recompute
- * FULL or SELECTIVE, groups of blocks run inside zt_checkpoint regions (zt_gpt2_set_recompute). */
+ * run fused and chunked (zt_lm_head_cross_entropy) against the tied wte. The blocks run as
+ * the sequence "transformer.h" (zt_module_run_sequence), which memory strategies wrap from
+ * outside (zt/strategy.h); the model knows none of them. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,24 +11,8 @@
 #include <string.h>
 
 #include "core/status_internal.h"
-#include "zt/checkpoint.h"
 #include "core/backend.h"
 #include "zt/nn.h"
-#include "zt/offload.h"
-
-/* Layering: the model calls zt_checkpoint (src/strategies) directly rather than through a
- * runner hook set by the training layer. checkpoint.c depends only on the autograd layer
- * (its header includes zt/autograd.h alone, it knows nothing of nn or models), so this
- * adds no cycle and no upward call; a hook would only move the same call into train/
- * and make every other user of the model (bench, tests) re-install it. */
-
-/* One checkpoint region: blocks [first, first + count). Its address is the region's
- * user_data, so it must outlive backward: the model owns one per group. */
-typedef struct block_group {
-  zt_gpt2 *m;
-  int first, count;
-  zt_recompute mode; /* NONE, FULL or SELECTIVE */
-} block_group;
 
 struct zt_gpt2 {
   zt_module *root; /* "" -> "transformer" -> wte, wpe, drop, h (0..L-1), ln_f */
@@ -37,14 +22,9 @@ struct zt_gpt2 {
   zt_nn_dropout *drop;
   zt_nn_block **blocks;
   zt_nn_layer_norm *ln_f;
+  zt_module *h;     /* the blocks as a sequence (its span function: run_blocks) */
   zt_param *params; /* full HF names, state_dict order */
   int n_params;
-  zt_recompute *block_mode; /* per block: NONE, FULL or SELECTIVE */
-  int checkpoint_every;
-  zt_checkpoint_policy policy; /* of SELECTIVE regions */
-  block_group *groups; /* n_layer entries (at most that many groups), filled by set_recompute */
-  int n_groups;
-  zt_offload *offload; /* activation offload of the blocks (NULL: none), owned */
 };
 
 /* ------------------------------------------------------------------ configs */
@@ -117,14 +97,12 @@ void zt_gpt2_free(zt_gpt2 *m) {
   if (!m) return;
   zt_module_free(m->root);
   free(m->blocks);
-  free(m->groups);
-  free(m->block_mode);
-  zt_offload_free(m->offload);
   free(m->params);
   free(m);
 }
 
 static zt_status add(zt_module *parent, void *child) { return zt_module_add_child(parent, (zt_module *)child); }
+static zt_status run_blocks(void *ctx, int first, int count, zt_tensor *x, zt_tensor **out);
 
 /* Modules are made in state_dict order, so the Philox draws of the initialisation follow
  * that order too (reproducible from the seed alone). */
@@ -132,7 +110,7 @@ static zt_status build(zt_gpt2 *m) {
   const zt_gpt2_config *c = &m->cfg;
   zt_dtype dt = m->dtype;
   double std = 0.02, proj_std = 0.02 / sqrt(2.0 * c->n_layer);
-  zt_module *tr = NULL, *h = NULL;
+  zt_module *tr = NULL;
   ZT_TRY(zt_module_new("GPT2LMHeadModel", "", &m->root));
   ZT_TRY(zt_module_new("GPT2Model", "transformer", &tr));
   ZT_TRY(add(m->root, tr));
@@ -142,18 +120,16 @@ static zt_status build(zt_gpt2 *m) {
   ZT_TRY(add(tr, m->wpe));
   ZT_TRY(zt_nn_dropout_new("drop", c->dropout, &m->drop));
   ZT_TRY(add(tr, m->drop));
-  ZT_TRY(zt_module_new("ModuleList", "h", &h));
-  ZT_TRY(add(tr, h));
+  ZT_TRY(zt_module_new("ModuleList", "h", &m->h));
+  ZT_TRY(add(tr, m->h));
+  ZT_TRY(zt_module_set_span_fn(m->h, run_blocks, m));
   m->blocks = calloc((size_t)c->n_layer, sizeof *m->blocks);
-  m->groups = calloc((size_t)c->n_layer, sizeof *m->groups);
-  m->block_mode = calloc((size_t)c->n_layer, sizeof *m->block_mode);
-  m->policy = (zt_checkpoint_policy){zt_checkpoint_policy_save_wide_gemm, NULL};
-  if (!m->blocks || !m->groups || !m->block_mode) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  if (!m->blocks) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
   for (int i = 0; i < c->n_layer; i++) {
     char name[16];
     snprintf(name, sizeof name, "%d", i);
     ZT_TRY(zt_nn_block_new(name, c->n_embd, c->n_head, c->dropout, dt, std, proj_std, &m->blocks[i]));
-    ZT_TRY(add(h, m->blocks[i]));
+    ZT_TRY(add(m->h, m->blocks[i]));
   }
   ZT_TRY(zt_nn_layer_norm_new("ln_f", c->n_embd, 1e-5, dt, &m->ln_f));
   ZT_TRY(add(tr, m->ln_f));
@@ -171,7 +147,6 @@ zt_status zt_gpt2_new_dtype(const zt_gpt2_config *c, zt_dtype dt, zt_gpt2 **out)
   m->cfg = *c;
   m->dtype = dt;
   zt_status s = build(m);
-  if (!s) s = zt_gpt2_set_recompute(m, ZT_RECOMPUTE_NONE, 1);
   if (s) {
     zt_gpt2_free(m);
     return zt__error_prefix(s, "zt_gpt2_new");
@@ -197,89 +172,6 @@ void zt_gpt2_set_training(zt_gpt2 *m, bool training) {
   if (m) zt_module_set_training(m->root, training);
 }
 
-const char *zt_recompute_name(zt_recompute mode) {
-  switch (mode) {
-  case ZT_RECOMPUTE_NONE: return "none";
-  case ZT_RECOMPUTE_FULL: return "full";
-  case ZT_RECOMPUTE_SELECTIVE: return "selective";
-  case ZT_RECOMPUTE_PLAN: return "plan";
-  }
-  return "?";
-}
-
-zt_status zt_gpt2_set_recompute_blocks(zt_gpt2 *m, const zt_recompute *modes, int every) {
-  if (!m || !modes) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_set_recompute_blocks: model or modes is NULL");
-  int L = m->cfg.n_layer;
-  for (int i = 0; i < L; i++)
-    if (modes[i] != ZT_RECOMPUTE_NONE && modes[i] != ZT_RECOMPUTE_FULL && modes[i] != ZT_RECOMPUTE_SELECTIVE)
-      return ZT_ERR(ZT_STATUS_INVALID_ARG,
-                    "zt_gpt2_set_recompute: block %d has mode %d; a block's mode is none, full or selective", i,
-                    (int)modes[i]);
-  if (every < 1)
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_set_recompute: checkpoint every %d blocks; it must be >= 1", every);
-  if (every > L) every = L;
-  memmove(m->block_mode, modes, sizeof *modes * (size_t)L);
-  m->checkpoint_every = every;
-  /* groups: runs of blocks with one mode, cut every `every` blocks */
-  m->n_groups = 0;
-  for (int i = 0; i < L;) {
-    int n = 1;
-    while (i + n < L && n < every && modes[i + n] == modes[i]) n++;
-    m->groups[m->n_groups++] = (block_group){m, i, n, modes[i]};
-    i += n;
-  }
-  return ZT_OK;
-}
-
-zt_status zt_gpt2_set_recompute(zt_gpt2 *m, zt_recompute mode, int every) {
-  if (!m) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_set_recompute: model is NULL");
-  if (mode != ZT_RECOMPUTE_NONE && mode != ZT_RECOMPUTE_FULL && mode != ZT_RECOMPUTE_SELECTIVE)
-    return ZT_ERR(ZT_STATUS_INVALID_ARG,
-                  "zt_gpt2_set_recompute: mode %d is not none, full or selective (per-block plans: "
-                  "zt_gpt2_set_recompute_blocks)",
-                  (int)mode);
-  int L = m->cfg.n_layer;
-  zt_recompute *modes = malloc(sizeof *modes * (size_t)L);
-  if (!modes) return ZT_ERR(ZT_STATUS_OOM, "zt_gpt2_set_recompute: out of host memory");
-  for (int i = 0; i < L; i++) modes[i] = mode;
-  zt_status s = zt_gpt2_set_recompute_blocks(m, modes, every);
-  free(modes);
-  return s;
-}
-
-zt_recompute zt_gpt2_get_recompute(const zt_gpt2 *m, int *every) {
-  if (every) *every = m ? m->checkpoint_every : 1;
-  if (!m) return ZT_RECOMPUTE_NONE;
-  for (int i = 1; i < m->cfg.n_layer; i++)
-    if (m->block_mode[i] != m->block_mode[0]) return ZT_RECOMPUTE_PLAN;
-  return m->block_mode[0];
-}
-
-void zt_gpt2_get_recompute_blocks(const zt_gpt2 *m, zt_recompute *modes) {
-  if (m && modes) memcpy(modes, m->block_mode, sizeof *modes * (size_t)m->cfg.n_layer);
-}
-
-zt_status zt_gpt2_set_selective_policy(zt_gpt2 *m, zt_checkpoint_policy policy) {
-  if (!m) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_set_selective_policy: model is NULL");
-  m->policy = policy.fn ? policy : (zt_checkpoint_policy){zt_checkpoint_policy_save_wide_gemm, NULL};
-  return ZT_OK;
-}
-
-zt_status zt_gpt2_set_activation_offload(zt_gpt2 *m, const zt_offload_options *o) {
-  if (!m) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_set_activation_offload: model is NULL");
-  zt_offload *next = NULL;
-  if (o) ZT_TRY(zt_offload_new(o, &next));
-  zt_offload_free(m->offload); /* graphs still holding its records keep it alive */
-  m->offload = next;
-  return ZT_OK;
-}
-
-zt_offload *zt_gpt2_activation_offload(const zt_gpt2 *m) { return m ? m->offload : NULL; }
-
-zt_checkpoint_policy zt_gpt2_get_selective_policy(const zt_gpt2 *m) {
-  return m ? m->policy : (zt_checkpoint_policy){zt_checkpoint_policy_save_wide_gemm, NULL};
-}
-
 double zt_gpt2_flops_per_step(const zt_gpt2 *m, int64_t B, int64_t T) {
   if (!m) return 0;
   double N = (double)zt_gpt2_num_params(m), L = m->cfg.n_layer, d = m->cfg.n_embd, bt = (double)B * (double)T;
@@ -293,15 +185,11 @@ static zt_status model_forward_loss(void *ctx, zt_tensor *inputs, zt_tensor *tar
 }
 static int model_params(void *ctx, zt_param **params) { return zt_gpt2_params(ctx, params); }
 static zt_module *model_module(void *ctx) { return zt_gpt2_module(ctx); }
-static int model_n_blocks(void *ctx) { return ((zt_gpt2 *)ctx)->cfg.n_layer; }
-static zt_module *model_block(void *ctx, int i) {
-  zt_gpt2 *m = ctx;
-  return i >= 0 && i < m->cfg.n_layer ? &m->blocks[i]->base : NULL;
-}
+static zt_module *model_blocks(void *ctx) { return ((zt_gpt2 *)ctx)->h; }
 static double model_flops(void *ctx, int64_t B, int64_t T) { return zt_gpt2_flops_per_step(ctx, B, T); }
 
 zt_model zt_gpt2_model(zt_gpt2 *m) {
-  return (zt_model){model_forward_loss, model_params, model_module, model_n_blocks, model_block, model_flops, m};
+  return (zt_model){model_forward_loss, model_params, model_module, model_blocks, model_flops, m};
 }
 
 /* ------------------------------------------------------------------ forward */
@@ -353,8 +241,9 @@ static zt_status embed(zt_gpt2 *m, zt_tensor *ids, zt_tensor **out) {
   return s;
 }
 
-/* Blocks [first, first + count) on x (borrowed); *out is new. */
-static zt_status run_blocks(zt_gpt2 *m, int first, int count, zt_tensor *x, zt_tensor **out) {
+/* The sequence's span function: blocks [first, first + count) on x (borrowed); *out is new. */
+static zt_status run_blocks(void *ctx, int first, int count, zt_tensor *x, zt_tensor **out) {
+  zt_gpt2 *m = ctx;
   zt_tensor *cur = x;
   for (int i = first; i < first + count; i++) {
     zt_tensor *y = NULL;
@@ -367,40 +256,13 @@ static zt_status run_blocks(zt_gpt2 *m, int first, int count, zt_tensor *x, zt_t
   return ZT_OK;
 }
 
-/* The checkpoint region of one group: a pure function of its input, the parameters and
- * the RNG (dropout), as zt_checkpoint requires. */
-static zt_status group_region(zt_tensor *const *in, int n_in, zt_tensor **out, int n_out, void *ud) {
-  (void)n_in, (void)n_out;
-  const block_group *g = ud;
-  return run_blocks(g->m, g->first, g->count, in[0], out);
-}
-
 static zt_status forward(zt_gpt2 *m, zt_tensor *ids, zt_tensor *targets, zt_tensor **logits, zt_tensor **loss) {
   ZT_TRY(check_inputs(m, ids, targets, logits, loss));
-  zt_tensor *x = NULL, *h = NULL, *h2 = NULL, *t2 = NULL, *lg = NULL, *ls = NULL;
+  zt_tensor *x = NULL, *y = NULL, *h = NULL, *h2 = NULL, *t2 = NULL, *lg = NULL, *ls = NULL;
   zt_status s = embed(m, ids, &x);
-  // the blocks' saved tensors go to the offload tier (a checkpoint region's own hooks sit
-  // above it: only region inputs reach the tier); with grad mode off nothing is saved
-  bool offloading = !s && m->offload && zt_grad_enabled();
-  if (offloading) s = zt_offload_push(m->offload);
-  // with grad mode off (eval, sampling) zt_checkpoint just runs the region
-  for (int g = 0; s == ZT_OK && g < m->n_groups; g++) {
-    block_group *grp = &m->groups[g];
-    zt_tensor *y = NULL;
-    if (grp->mode == ZT_RECOMPUTE_NONE) {
-      s = run_blocks(m, grp->first, grp->count, x, &y);
-    } else {
-      zt_checkpoint_options o = zt_checkpoint_options_default();
-      if (grp->mode == ZT_RECOMPUTE_SELECTIVE) o.policy = m->policy;
-      s = zt_checkpoint(group_region, grp, 1, &x, 1, &y, &o);
-    }
-    zt_tensor_free(x);
-    x = y;
-  }
-  if (offloading) {
-    zt_status p = zt_offload_pop(m->offload);
-    if (!s) s = p;
-  }
+  if (!s) s = zt_module_run_sequence(m->h, x, &y); /* through the strategies' wrappers */
+  zt_tensor_free(x);
+  x = y;
   if (!s) s = zt_nn_layer_norm_forward(m->ln_f, x, &h);
   zt_tensor_free(x);
   int64_t B = ids->shape[0], T = ids->shape[1], C = m->cfg.n_embd;

@@ -15,7 +15,7 @@ typedef struct block_cost {
   double input, kept, recomp;
 } block_cost;
 
-static block_cost cost_of(const zt_gpt2 *m, zt_recompute mode) {
+static block_cost cost_of(const zt_gpt2 *m, zt_recompute mode, zt_checkpoint_policy p) {
   const zt_gpt2_config *c = zt_gpt2_get_config(m);
   double C = c->n_embd, H = c->n_head;
   /* NONE: ln_1 input x, its mean/rstd, c_attn input, qkv, attention output and its
@@ -27,7 +27,6 @@ static block_cost cost_of(const zt_gpt2 *m, zt_recompute mode) {
    * saved tensors while the residual add runs: recomputation peaks at `none` (the input,
    * kept by the region, counted again) */
   if (mode == ZT_RECOMPUTE_FULL) return (block_cost){C, 0, none};
-  zt_checkpoint_policy p = zt_gpt2_get_selective_policy(m);
   if (p.fn == zt_checkpoint_policy_save_gemm) /* qkv, both projections, c_fc */
     return (block_cost){C, 9 * C, none - 8 * C};
   if (p.fn == zt_checkpoint_policy_recompute_attention) {
@@ -40,25 +39,18 @@ static block_cost cost_of(const zt_gpt2 *m, zt_recompute mode) {
   return (block_cost){C, 7 * C, none - 7 * C};
 }
 
-int64_t zt_gpt2_predict_activation_peak(const zt_gpt2 *m, int64_t B, int64_t T, const zt_recompute *modes, int every) {
-  if (!m || B < 1 || T < 1) return 0;
+int64_t zt_gpt2_predict_activation_peak(const zt_gpt2 *m, int64_t B, int64_t T, const zt_recompute *modes, int every,
+                                        zt_checkpoint_policy policy) {
+  if (!m || !modes || B < 1 || T < 1) return 0;
   const zt_gpt2_config *c = zt_gpt2_get_config(m);
   int L = c->n_layer;
-  zt_recompute *own = NULL;
-  if (!modes) {
-    own = malloc(sizeof *own * (size_t)L);
-    if (!own) return 0;
-    zt_gpt2_get_recompute_blocks(m, own);
-    zt_gpt2_get_recompute(m, &every);
-    modes = own;
-  }
   if (every < 1) every = 1;
   double C = c->n_embd, tokens = (double)B * (double)T, es = 4; /* f32 */
   double kept = 0, worst = 0;
-  for (int i = 0; i < L;) { /* regions as zt_gpt2_set_recompute_blocks makes them */
+  for (int i = 0; i < L;) { /* regions as a recompute plan makes them */
     int n = 1;
     while (i + n < L && n < every && modes[i + n] == modes[i]) n++;
-    block_cost one = cost_of(m, modes[i]);
+    block_cost one = cost_of(m, modes[i], policy);
     double region_kept = one.input + n * one.kept, region_recomp = n * one.recomp;
     /* backward of this region: the regions before it still hold theirs */
     double bwd = kept + region_kept + region_recomp;
@@ -69,7 +61,6 @@ int64_t zt_gpt2_predict_activation_peak(const zt_gpt2 *m, int64_t B, int64_t T, 
   /* end of forward: ln_f's input and stats, its output and the output layer's input grad */
   double fwd = kept + 3 * C + 2;
   double peak = (fwd > worst ? fwd : worst) * tokens * es;
-  free(own);
   return (int64_t)(peak + tokens * 4 + (double)T * 4); /* + the token and position ids (i32) */
 }
 
@@ -87,8 +78,8 @@ static double work_of(zt_recompute mode) {
  * overlaps fewer kept regions); otherwise a change that removes recomputation and still
  * fits the budget, the most work removed first (ties to the lower peak). Returns the
  * block, or -1 when no change qualifies. */
-static int best_change(const zt_gpt2 *m, int64_t B, int64_t T, zt_recompute *modes, int64_t peak, int64_t budget,
-                       bool more_work, zt_recompute *mode_out, int64_t *peak_out) {
+static int best_change(const zt_gpt2 *m, int64_t B, int64_t T, zt_checkpoint_policy policy, zt_recompute *modes,
+                       int64_t peak, int64_t budget, bool more_work, zt_recompute *mode_out, int64_t *peak_out) {
   static const zt_recompute all[3] = {ZT_RECOMPUTE_NONE, ZT_RECOMPUTE_SELECTIVE, ZT_RECOMPUTE_FULL};
   int L = zt_gpt2_get_config(m)->n_layer, best = -1;
   double best_score = -1e300;
@@ -98,7 +89,7 @@ static int best_change(const zt_gpt2 *m, int64_t B, int64_t T, zt_recompute *mod
       double dw = work_of(all[k]) - work_of(was);
       if (more_work ? dw <= 0 : dw >= 0) continue;
       modes[i] = all[k];
-      int64_t p = zt_gpt2_predict_activation_peak(m, B, T, modes, 1);
+      int64_t p = zt_gpt2_predict_activation_peak(m, B, T, modes, 1, policy);
       double score;
       if (more_work) {
         if (p >= peak) continue;
@@ -119,27 +110,27 @@ static int best_change(const zt_gpt2 *m, int64_t B, int64_t T, zt_recompute *mod
   return best;
 }
 
-zt_status zt_gpt2_plan_recompute(const zt_gpt2 *m, int64_t B, int64_t T, int64_t budget, zt_recompute *modes,
-                                 int64_t *predicted) {
+zt_status zt_gpt2_plan_recompute(const zt_gpt2 *m, int64_t B, int64_t T, int64_t budget, zt_checkpoint_policy policy,
+                                 zt_recompute *modes, int64_t *predicted) {
   if (!m || !modes) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_plan_recompute: model or modes is NULL");
   if (B < 1 || T < 1 || budget < 1)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_plan_recompute: batch %lld, length %lld and budget %lld must be positive",
                   (long long)B, (long long)T, (long long)budget);
   int L = zt_gpt2_get_config(m)->n_layer;
   for (int i = 0; i < L; i++) modes[i] = ZT_RECOMPUTE_FULL;
-  int64_t floor_bytes = zt_gpt2_predict_activation_peak(m, B, T, modes, 1);
+  int64_t floor_bytes = zt_gpt2_predict_activation_peak(m, B, T, modes, 1, policy);
   if (floor_bytes > budget)
     return ZT_ERR(ZT_STATUS_OOM,
                   "activation budget %.1f MiB is below %.1f MiB, what recomputing every block needs at batch %lld x "
                   "length %lld; raise the budget, or lower the batch or sequence length",
                   (double)budget / 1048576.0, (double)floor_bytes / 1048576.0, (long long)B, (long long)T);
   for (int i = 0; i < L; i++) modes[i] = ZT_RECOMPUTE_NONE;
-  int64_t peak = zt_gpt2_predict_activation_peak(m, B, T, modes, 1);
+  int64_t peak = zt_gpt2_predict_activation_peak(m, B, T, modes, 1, policy);
   /* greedy: add the recomputation that frees the most per unit of work until it fits */
   while (peak > budget) {
     zt_recompute mode;
     int64_t p;
-    int i = best_change(m, B, T, modes, peak, budget, true, &mode, &p);
+    int i = best_change(m, B, T, policy, modes, peak, budget, true, &mode, &p);
     if (i < 0) break; /* nothing helps any more (cannot happen above the floor) */
     modes[i] = mode;
     peak = p;
@@ -153,7 +144,7 @@ zt_status zt_gpt2_plan_recompute(const zt_gpt2 *m, int64_t B, int64_t T, int64_t
   for (;;) {
     zt_recompute mode;
     int64_t p;
-    int i = best_change(m, B, T, modes, peak, budget, false, &mode, &p);
+    int i = best_change(m, B, T, policy, modes, peak, budget, false, &mode, &p);
     if (i < 0) break;
     modes[i] = mode;
     peak = p;

@@ -165,6 +165,7 @@ void zt_module_free(zt_module *m) {
   free(m->children);
   free(m->params);
   free(m->hooks);
+  free(m->wrappers);
   if (m->destroy) m->destroy(m);
   free(m); /* the layer struct that embeds m as its first member */
 }
@@ -211,4 +212,65 @@ zt_status zt_module_post_forward(zt_module *m, int n_outputs, zt_tensor *const *
     if (h->post) ZT_TRY(h->post(m, n_outputs, outputs, h->user_data));
   }
   return ZT_OK;
+}
+
+/* ------------------------------------------------------------------ sequences */
+
+zt_status zt_module_set_span_fn(zt_module *m, zt_span_fn span, void *ctx) {
+  if (!m || !span) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_module_set_span_fn: %s is NULL", m ? "span" : "module");
+  m->span = span;
+  m->span_ctx = ctx;
+  return ZT_OK;
+}
+
+zt_status zt_module_add_wrapper(zt_module *m, const zt_module_wrapper *w, int *id) {
+  if (!m || !w || !w->run)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_module_add_wrapper: %s is NULL", !m ? "module" : !w ? "wrapper" : "run");
+  if (!m->span)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "zt_module_add_wrapper: module \"%s\" (%s) is not a sequence; only a sequence's runs can be wrapped",
+                  m->name, m->kind);
+  zt_module_wrapper_entry *e =
+      zt__grow(m->wrappers, &m->cap_wrappers, m->n_wrappers + 1, sizeof *e, "a sequence's wrapper list");
+  if (!e) return ZT_STATUS_OOM;
+  m->wrappers = e;
+  int at = m->n_wrappers;
+  while (at > 0 && m->wrappers[at - 1].wrapper.order > w->order) at--;
+  memmove(&m->wrappers[at + 1], &m->wrappers[at], sizeof *e * (size_t)(m->n_wrappers - at));
+  int k = ++m->next_hook_id;
+  m->wrappers[at] = (zt_module_wrapper_entry){*w, k};
+  m->n_wrappers++;
+  if (id) *id = k;
+  return ZT_OK;
+}
+
+void zt_module_remove_wrapper(zt_module *m, int id) {
+  if (!m) return;
+  for (int i = 0; i < m->n_wrappers; i++)
+    if (m->wrappers[i].id == id) {
+      memmove(&m->wrappers[i], &m->wrappers[i + 1], sizeof *m->wrappers * (size_t)(m->n_wrappers - i - 1));
+      m->n_wrappers--;
+      return;
+    }
+}
+
+zt_status zt_span_run(zt_span_next next, int first, int count, zt_tensor *x, zt_tensor **y) {
+  zt_module *m = next.seq;
+  if (!m || !m->span || !x || !y) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_span_run: no sequence, input or output");
+  if (first < 0 || count < 1 || first > m->n_children - count)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_span_run: span [%d, %d) is outside sequence \"%s\" of %d modules",
+                  first, first + count, m->name, m->n_children);
+  if (next.level < 0 || next.level > m->n_wrappers)
+    return ZT_ERR(ZT_STATUS_STATE, "zt_span_run: wrapper %d of sequence \"%s\" is gone (it has %d); wrappers "
+                  "changed between a forward and its backward", next.level, m->name, m->n_wrappers);
+  if (next.level == m->n_wrappers) return m->span(m->span_ctx, first, count, x, y);
+  const zt_module_wrapper *w = &m->wrappers[next.level].wrapper;
+  return w->run(w->user_data, (zt_span_next){m, next.level + 1}, first, count, x, y);
+}
+
+zt_status zt_module_run_sequence(zt_module *m, zt_tensor *x, zt_tensor **y) {
+  if (!m || !m->span)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_module_run_sequence: %s", m ? "the module is not a sequence" : "module is NULL");
+  if (m->n_children < 1) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_module_run_sequence: sequence \"%s\" is empty", m->name);
+  return zt_span_run((zt_span_next){m, 0}, 0, m->n_children, x, y);
 }

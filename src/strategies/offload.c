@@ -211,8 +211,11 @@ zt_status zt_offload_new(const zt_offload_options *opt, zt_offload **out) {
   return ZT_OK;
 }
 
+static void strategy_detach(void *self);
+
 void zt_offload_free(zt_offload *o) {
   if (!o) return;
+  if (!o->handle_freed) strategy_detach(o);
   ZT_ASSERT(!o->handle_freed);
   ZT_ASSERT(o->pushed == 0); /* its hooks would point at a freed handle: pop them first */
   o->handle_freed = true;
@@ -409,3 +412,40 @@ void zt_offload_reset_stats(zt_offload *o) {
   o->st.peak_bytes_in_tier = cur;
   pthread_mutex_unlock(&o->mu);
 }
+
+/* ---------------------------------------------------------------- as a strategy */
+
+static zt_status wrap_run(void *ud, zt_span_next next, int first, int count, zt_tensor *x, zt_tensor **y) {
+  zt_offload *o = ud;
+  if (!zt_grad_enabled()) return zt_span_run(next, first, count, x, y); /* nothing is saved */
+  ZT_TRY(zt_offload_push(o));
+  zt_status s = zt_span_run(next, first, count, x, y);
+  zt_status p = zt_offload_pop(o);
+  if (s) return s;
+  if (p) zt_tensor_free(*y), *y = NULL;
+  return p;
+}
+
+static zt_status strategy_attach(void *self, const zt_model *m) {
+  zt_offload *o = self;
+  if (o->handle_freed) return ZT_ERR(ZT_STATUS_STATE, "the offload store was freed");
+  if (o->seq) return ZT_ERR(ZT_STATUS_STATE, "the offload store is attached to a model already; detach it first");
+  zt_module *seq = zt_model_blocks(m);
+  if (!seq) return ZT_ERR(ZT_STATUS_INVALID_ARG, "the model has no block sequence");
+  zt_module_wrapper w = {wrap_run, ZT_STRATEGY_ORDER_OFFLOAD, o};
+  ZT_TRY(zt_module_add_wrapper(seq, &w, &o->wrapper_id));
+  o->seq = seq;
+  return ZT_OK;
+}
+
+static void strategy_detach(void *self) {
+  zt_offload *o = self;
+  if (!o->seq) return;
+  zt_module_remove_wrapper(o->seq, o->wrapper_id);
+  o->seq = NULL;
+}
+
+static const zt_strategy_ops strategy_ops = {"activation-offload", ZT_STRATEGY_ORDER_OFFLOAD, strategy_attach,
+                                             strategy_detach};
+
+zt_strategy zt_offload_strategy(zt_offload *o) { return (zt_strategy){&strategy_ops, o}; }

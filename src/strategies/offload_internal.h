@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "zt/nn.h"
 #include "zt/offload.h"
 #include "../core/backend.h"
 #include "../core/tensor_internal.h"
@@ -80,6 +81,8 @@ struct zt_offload {
   int refs;         /* the handle + one per live record */
   bool handle_freed;
   int pushed;
+  zt_module *seq;   /* attached as a strategy: the model's block sequence it wraps (NULL: not) */
+  int wrapper_id;
   zt__offload_entry *head, *tail;
   zt__offload_entry **buckets;
   size_t nbuckets, n_live;

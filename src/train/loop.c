@@ -68,6 +68,7 @@ typedef struct run {
   zt_tensor *x, *y;
   zt__run_log *log;
   zt__train_dp dp;
+  zt_train_memory mem;   /* recompute and activation offload, attached to model */
   bool scaling;          /* f16: dynamic loss scaling */
   zt_loss_scaler scaler;
   int64_t start;         /* steps done before this run (resumed) */
@@ -83,7 +84,8 @@ static void run_free(run *r) {
   zt_tokens_free(r->train);
   zt_tokens_free(r->val);
   zt_optim_free(r->opt);
-  zt__train_dp_free(&r->dp); // before the model: FSDP's hooks sit on its modules
+  zt__train_dp_free(&r->dp); // before the model: the strategies' hooks sit on its modules
+  zt_train_memory_free(&r->mem);
   zt_gpt2_free(r->model);
   zt__run_log_close(r->log);
 }
@@ -267,39 +269,62 @@ static const char *survivors(const run *r, char *buf, size_t cap) {
   return buf;
 }
 
-zt_status zt_train_setup_memory(zt_gpt2 *m, const zt_train_config *c, zt_train_result *res) {
+/* "f", "s", "n" per block ("..." when it does not fit). */
+static void plan_string(const zt_recompute *modes, int L, char *out, size_t cap) {
+  size_t n = 0;
+  for (int i = 0; i < L; i++) {
+    if (n + 4 >= cap) {
+      strcpy(out + n, "...");
+      n += 3;
+      break;
+    }
+    out[n++] = modes[i] == ZT_RECOMPUTE_FULL ? 'f' : modes[i] == ZT_RECOMPUTE_SELECTIVE ? 's' : 'n';
+  }
+  out[n] = 0;
+}
+
+zt_status zt_train_memory_attach(zt_gpt2 *m, const zt_train_config *c, zt_train_memory *mem, zt_train_result *res) {
+  if (!m || !c || !mem) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_memory_attach: model, config or out is NULL");
+  *mem = (zt_train_memory){0};
   int L = zt_gpt2_get_config(m)->n_layer;
   zt_recompute *modes = calloc((size_t)L, sizeof *modes);
   if (!modes) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
-  zt_status s = zt_gpt2_set_selective_policy(m, (zt_checkpoint_policy){c->memory.selective_policy, NULL});
-  if (!s && c->memory.recompute_budget > 0) {
-    s = zt_gpt2_plan_recompute(m, c->data.batch, c->data.seq, c->memory.recompute_budget, modes, NULL);
+  zt_recompute_options ro = zt_recompute_options_default();
+  ro.policy = (zt_checkpoint_policy){c->memory.selective_policy, NULL};
+  ro.mode = c->memory.recompute;
+  ro.every = c->memory.checkpoint_every;
+  zt_status s = ZT_OK;
+  if (c->memory.recompute_budget > 0) {
+    s = zt_gpt2_plan_recompute(m, c->data.batch, c->data.seq, c->memory.recompute_budget, ro.policy, modes, NULL);
     if (s) zt__error_prefix(s, "zt_train_config.memory.recompute_budget=%lld", (long long)c->memory.recompute_budget);
-    if (!s) s = zt_gpt2_set_recompute_blocks(m, modes, 1);
-  } else if (!s) {
-    s = zt_gpt2_set_recompute(m, c->memory.recompute, c->memory.checkpoint_every);
+    ro.modes = modes, ro.n_modes = L, ro.every = 1;
   }
+  if (!s) s = zt_recompute_plan_new(&ro, &mem->recompute);
   if (!s && c->memory.offload_activations) {
     zt_offload_options o = zt_offload_options_default((zt_offload_tier)c->memory.offload_activations);
     if (c->memory.offload_dir[0]) o.dir = c->memory.offload_dir;
-    s = zt_gpt2_set_activation_offload(m, &o);
+    s = zt_offload_new(&o, &mem->offload);
   }
-  if (!s) {
-    zt_gpt2_get_recompute_blocks(m, modes);
-    size_t cap = sizeof res->recompute_plan, n = 0;
-    for (int i = 0; i < L; i++) {
-      if (n + 4 >= cap) {
-        strcpy(res->recompute_plan + n, "...");
-        n += 3;
-        break;
-      }
-      res->recompute_plan[n++] = modes[i] == ZT_RECOMPUTE_FULL ? 'f' : modes[i] == ZT_RECOMPUTE_SELECTIVE ? 's' : 'n';
-    }
-    res->recompute_plan[n] = 0;
-    res->act_peak_predicted = zt_gpt2_predict_activation_peak(m, c->data.batch, c->data.seq, NULL, 0);
+  zt_model model = zt_gpt2_model(m);
+  zt_strategy st[2] = {zt_recompute_plan_strategy(mem->recompute), zt_offload_strategy(mem->offload)};
+  if (!s) s = zt_strategies_attach(mem->offload ? 2 : 1, st, &model);
+  if (!s && res) {
+    int every = 1;
+    zt_recompute_plan_modes(mem->recompute, L, modes);
+    zt_recompute_plan_mode(mem->recompute, &every);
+    plan_string(modes, L, res->recompute_plan, sizeof res->recompute_plan);
+    res->act_peak_predicted = zt_gpt2_predict_activation_peak(m, c->data.batch, c->data.seq, modes, every, ro.policy);
   }
   free(modes);
+  if (s) zt_train_memory_free(mem);
   return s;
+}
+
+void zt_train_memory_free(zt_train_memory *mem) {
+  if (!mem) return;
+  zt_recompute_plan_free(mem->recompute); /* each detaches itself first */
+  zt_offload_free(mem->offload);
+  *mem = (zt_train_memory){0};
 }
 
 zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void *user_data, zt_train_result *res,
@@ -342,7 +367,7 @@ static zt_status prepare(run *r, zt_train_state *st, zt_train_result *result) {
   // every rank builds the same model from the seed (and the strategies broadcast rank 0's anyway)
   zt_rng_seed(c->seed);
   ZT_TRY(zt_gpt2_new(&r->g, &r->model));
-  ZT_TRY(zt_train_setup_memory(r->model, c, result));
+  ZT_TRY(zt_train_memory_attach(r->model, c, &r->mem, result));
   if (c->model.init_from[0]) ZT_TRY(zt_gpt2_load_hf(r->model, c->model.init_from));
   return ZT_OK;
 }
@@ -497,10 +522,9 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
       s = zt__train_dp_gather(&r.dp, mine, ZT__RANK_FIG_N, all);
     }
     result.act_peak = info.mem.peak[ZT_MEM_TAG_ACTIVATION];
-    zt_offload *off = zt_gpt2_activation_offload(r.model);
-    if (off) {
+    if (r.mem.offload) {
       zt_offload_stats os;
-      zt_offload_stats_get(off, &os);
+      zt_offload_stats_get(r.mem.offload, &os);
       result.offload_peak_bytes = os.peak_bytes_in_tier;
     }
     if (!s)
