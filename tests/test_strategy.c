@@ -5,11 +5,14 @@
  * - on GPT-2, recompute and activation offload attached in either list order give bitwise
  *   the losses and parameters of plain training over three AdamW steps, with the same
  *   offload traffic (recompute inside offload: only region inputs reach the tier);
+ * - DDP and FSDP through the same interface (one-rank group), composed with both, give
+ *   the same results;
  * - a failing zt_strategies_attach leaves nothing attached, and detaching restores the
  *   plain run. */
 #include <string.h>
 
 #include "core/status_internal.h"
+#include "zt/fsdp.h"
 #include "zt/nn.h"
 #include "zt/offload.h"
 #include "zt/optim.h"
@@ -123,8 +126,9 @@ typedef struct result {
 
 /* STEPS AdamW steps of a 3-layer GPT-2 with dropout; with_rc / with_off attach a FULL
  * recompute plan (regions of 2 blocks) and a lossless offload store, listed in the given
- * order (reversed: offload first). */
-static void train(bool with_rc, bool with_off, bool reversed, result *r) {
+ * order (reversed: offload first); dp (NULL: none) a data-parallel strategy on a one-rank
+ * group, listed last, whose parameters the optimizer then updates. */
+static void train_dp(bool with_rc, bool with_off, bool reversed, const zt_data_parallel_options *dpo, result *r) {
   *r = (result){0};
   zt_gpt2_config c = {3, 2, 32, 64, T, 0.1};
   zt_rng_seed(5);
@@ -136,8 +140,10 @@ static void train(bool with_rc, bool with_off, bool reversed, result *r) {
   ro.mode = ZT_RECOMPUTE_FULL, ro.every = 2;
   zt_recompute_plan *rc = NULL;
   zt_offload *off = NULL;
-  zt_strategy s[2];
+  zt_strategy s[3];
   int n = 0;
+  zt_comm *comm = NULL;
+  zt_data_parallel *dp = NULL;
   if (with_rc) ZT_CHECK_OK(zt_recompute_plan_new(&ro, &rc));
   if (with_off) {
     zt_offload_options oo = zt_offload_options_default(ZT_OFFLOAD_HOST);
@@ -147,9 +153,23 @@ static void train(bool with_rc, bool with_off, bool reversed, result *r) {
   if (rc && !reversed) s[n++] = zt_recompute_plan_strategy(rc);
   if (off) s[n++] = zt_offload_strategy(off);
   if (rc && reversed) s[n++] = zt_recompute_plan_strategy(rc);
+  if (dpo) {
+    ZT_CHECK_OK(zt_comm_init_local(&comm));
+    ZT_CHECK_OK(zt_data_parallel_new(comm, dpo, &dp));
+    s[n++] = zt_data_parallel_strategy(dp);
+  }
   ZT_CHECK_OK(zt_strategies_attach(n, s, &model));
+  if (dp) ZT_CHECK_ERR(zt_strategy_attach(zt_data_parallel_strategy(dp), &model), ZT_STATUS_STATE, "attached to a model already");
   zt_param *ps;
   int np = zt_gpt2_params(g, &ps);
+  if (dp) {
+    ZT_CHECK(dpo->fsdp ? zt_data_parallel_fsdp(dp) && !zt_data_parallel_ddp(dp)
+                       : zt_data_parallel_ddp(dp) && !zt_data_parallel_fsdp(dp));
+    zt_param *dps = NULL;
+    int dn = zt_data_parallel_params(dp, &dps);
+    ZT_CHECK(dn > 0 && dps);
+    np = dn, ps = dps;
+  }
   zt_optim_config oc = zt_optim_default(ZT_OPTIM_ADAMW);
   zt_optim *o = NULL;
   ZT_CHECK_OK(zt_optim_new(&oc, np, ps, &o));
@@ -162,12 +182,17 @@ static void train(bool with_rc, bool with_off, bool reversed, result *r) {
     r->loss[k] = zt_tensor_get(loss, 0);
     zt_tensor_free(loss);
     ZT_CHECK_OK(zt_optim_step(o, 1e-2));
-    zt_optim_zero_grad(o);
+    zt_optim_zero_grad(o); /* under FSDP too: the next reduction replaces the dropped grads */
   }
+  if (dp && dpo->fsdp) ZT_CHECK_OK(zt_fsdp_gather_full_params(zt_data_parallel_fsdp(dp)));
+  np = zt_gpt2_params(g, &ps); /* the model's full parameters, whatever the optimizer saw */
   for (int i = 0; i < np && i < MAXP; i++) ZT_CHECK_OK(zt_tensor_clone_data(ps[i].tensor, ZT_MEM_TAG_TEMP, &r->param[i]));
   r->n = np < MAXP ? np : MAXP;
   zt_offload_stats_get(off, &r->st);
   zt_strategies_detach(n, s);
+  ZT_CHECK(!zt_data_parallel_fsdp(dp) && !zt_data_parallel_ddp(dp));
+  zt_data_parallel_free(dp);
+  zt_comm_free(comm);
   ZT_CHECK(zt_model_blocks(&model)->n_wrappers == 0);
   zt_test_free_all((zt_tensor *[]){ids, tg}, 2);
   zt_optim_free(o);
@@ -175,6 +200,8 @@ static void train(bool with_rc, bool with_off, bool reversed, result *r) {
   zt_offload_free(off);
   zt_gpt2_free(g);
 }
+
+static void train(bool with_rc, bool with_off, bool reversed, result *r) { train_dp(with_rc, with_off, reversed, NULL, r); }
 
 static void check_same(const result *want, const result *got, const char *what) {
   for (int k = 0; k < STEPS; k++)
@@ -208,6 +235,22 @@ static void test_gpt2_composition(void) {
   free_result(&plain), free_result(&rc), free_result(&off), free_result(&both), free_result(&both_rev);
 }
 
+/* DDP and FSDP (full) on one rank, listed after recompute and offload: each attaches first
+ * (by order) and training gives plain training's losses and parameters, bitwise. */
+static void test_data_parallel_strategy(void) {
+  result plain, ddp, fsdp;
+  train(false, false, false, &plain);
+  zt_data_parallel_options o = {0};
+  o.ddp = zt_ddp_options_default();
+  o.fsdp_options = zt_fsdp_options_default();
+  train_dp(true, true, false, &o, &ddp);
+  o.fsdp = true;
+  train_dp(true, true, false, &o, &fsdp);
+  check_same(&plain, &ddp, "DDP + recompute + offload");
+  check_same(&plain, &fsdp, "FSDP full + recompute + offload");
+  free_result(&plain), free_result(&ddp), free_result(&fsdp);
+}
+
 static void test_failed_attach_leaves_nothing(void) {
   zt_gpt2_config c = {3, 2, 32, 64, T, 0.0};
   zt_gpt2 *g = NULL;
@@ -236,6 +279,7 @@ static void test_failed_attach_leaves_nothing(void) {
 int main(void) {
   ZT_RUN(test_sequence_wrappers);
   ZT_RUN(test_gpt2_composition);
+  ZT_RUN(test_data_parallel_strategy);
   ZT_RUN(test_failed_attach_leaves_nothing);
   return zt_test_finish();
 }

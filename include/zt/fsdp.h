@@ -11,6 +11,7 @@
 
 #include "zt/comm.h"
 #include "zt/optim.h"
+#include "zt/strategy.h"
 
 /* ================================================================ DDP */
 typedef struct zt_ddp_options {
@@ -192,5 +193,29 @@ ZT_API zt_comm *zt_fsdp_replicate_comm(const zt_fsdp *f); /* the ranks holding e
                                                     * groups; NONE: every rank); NULL for the others */
 ZT_API void zt_fsdp_stats_get(const zt_fsdp *f, zt_dp_stats *out);
 ZT_API void zt_fsdp_stats_reset(zt_fsdp *f);
+
+/* ================================================================ as a strategy */
+/* DDP or FSDP applied to a model through the strategy interface (zt/strategy.h), order 100
+ * (outermost): attaching makes the zt_ddp over the model's parameters, or the zt_fsdp over
+ * its module tree with one unit per block of its block sequence, initialised (flattened,
+ * sharded, rank 0's values broadcast when the options say so); detaching frees it (its
+ * hooks go; under FSDP the parameters stay views of the shards' storage: gather the full
+ * parameters first to keep usable values, as zt_fsdp_free says). */
+typedef struct zt_data_parallel_options {
+  bool fsdp;                 /* false: DDP */
+  zt_ddp_options ddp;        /* DDP's */
+  zt_fsdp_options fsdp_options; /* FSDP's (sharding strategy, prefetch, mixed precision, ...) */
+} zt_data_parallel_options;
+typedef struct zt_data_parallel zt_data_parallel;
+/* comm is borrowed (outlives d). */
+ZT_API zt_status zt_data_parallel_new(zt_comm *comm, const zt_data_parallel_options *o, zt_data_parallel **out);
+ZT_API zt_strategy zt_data_parallel_strategy(zt_data_parallel *d);
+/* While attached: the DDP or FSDP object (NULL for the other kind, or detached). */
+ZT_API zt_ddp *zt_data_parallel_ddp(const zt_data_parallel *d);
+ZT_API zt_fsdp *zt_data_parallel_fsdp(const zt_data_parallel *d);
+/* While attached: what the optimizer updates (the model's parameters under DDP, FSDP's
+ * pieces under FSDP); the array is owned by d or the model. */
+ZT_API int zt_data_parallel_params(const zt_data_parallel *d, zt_param **params);
+ZT_API void zt_data_parallel_free(zt_data_parallel *d); /* detaches first; NULL is a no-op */
 
 #endif

@@ -220,12 +220,27 @@ static zt_status fold_grad(zt__fsdp_param *p) {
   return ZT_OK;
 }
 
+/* Whether the optimizer's views of u's gradient shard were all dropped since the last
+ * backward made them (zt_optim_zero_grad on the pieces, set_to_none): the shard's values are
+ * then stale, and the next reduction must replace them, not add to them (PyTorch: a grad set
+ * to None is replaced). */
+static bool views_dropped(const zt_fsdp *f, const zt__fsdp_unit *u) {
+  for (int j = 0; j < f->n_pieces; j++)
+    if (f->piece_of[j]->u == u && f->piece_params[j].tensor->grad) return false;
+  return true;
+}
+
 /* Wait for reduction k and add its result into the unit's gradient shard. */
 static zt_status finish_reduce(zt_fsdp *f, zt__fsdp_reduction *r) {
   zt__fsdp_unit *u = r->u;
   zt_status s = r->work ? timed_wait(f, r->work) : ZT_OK;
   r->work = NULL;
   if (!s && f->rep_comm) s = zt__fsdp_all_reduce(f, f->rep_comm, r->out, &f->stats.all_reduces);
+  if (!s && u->grad_shard && views_dropped(f, u)) {
+    zt_tensor_free(u->grad_shard);
+    u->grad_shard = NULL;
+    for (int i = 0; i < u->n_ps; i++) u->ps[i].has_grad = false;
+  }
   if (!s && !u->grad_shard) s = grad_zeros(f->dev, u->S, &u->grad_shard);
   if (!s) {
     zt__dev_add_div(u->grad_shard, r->out, f->post_div); /* += (float)(widen(out) / post_div) */

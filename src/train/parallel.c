@@ -36,26 +36,26 @@ zt_status zt__train_dp_open(zt__train_dp *dp, const zt_train_config *c, zt_comm 
 
 zt_status zt__train_dp_wrap(zt__train_dp *dp, const zt_train_config *c, zt_gpt2 *m) {
   dp->n_params = zt_gpt2_params(m, &dp->params);
-  if (c->parallel.shard == ZT_SHARD_NONE) {
-    if (dp->world == 1) return ZT_OK;
-    zt_ddp_options o = zt_ddp_options_default();
-    return zt_ddp_new(dp->comm, dp->n_params, dp->params, &o, &dp->ddp);
-  }
-  zt_fsdp_options o = zt_fsdp_options_default();
-  o.strategy = c->parallel.shard;
-  o.hybrid_group = c->parallel.hybrid_group;
-  o.backward_prefetch = o.forward_prefetch = c->parallel.prefetch;
-  o.param_dtype = o.reduce_dtype = c->parallel.mixed_precision;
-  ZT_TRY(zt_fsdp_new(dp->comm, zt_gpt2_module(m), &o, &dp->fsdp));
-  ZT_TRY(zt_fsdp_auto_wrap(dp->fsdp, NULL, NULL));
-  ZT_TRY(zt_fsdp_init(dp->fsdp));
-  dp->n_params = zt_fsdp_params(dp->fsdp, &dp->params, NULL);
+  if (c->parallel.shard == ZT_SHARD_NONE && dp->world == 1) return ZT_OK; /* plain training */
+  zt_data_parallel_options o = {0};
+  o.fsdp = c->parallel.shard != ZT_SHARD_NONE;
+  o.ddp = zt_ddp_options_default();
+  o.fsdp_options = zt_fsdp_options_default();
+  o.fsdp_options.strategy = c->parallel.shard;
+  o.fsdp_options.hybrid_group = c->parallel.hybrid_group;
+  o.fsdp_options.backward_prefetch = o.fsdp_options.forward_prefetch = c->parallel.prefetch;
+  o.fsdp_options.param_dtype = o.fsdp_options.reduce_dtype = c->parallel.mixed_precision;
+  ZT_TRY(zt_data_parallel_new(dp->comm, &o, &dp->strategy));
+  zt_model model = zt_gpt2_model(m);
+  ZT_TRY(zt_strategy_attach(zt_data_parallel_strategy(dp->strategy), &model));
+  dp->ddp = zt_data_parallel_ddp(dp->strategy);
+  dp->fsdp = zt_data_parallel_fsdp(dp->strategy);
+  dp->n_params = zt_data_parallel_params(dp->strategy, &dp->params);
   return ZT_OK;
 }
 
 void zt__train_dp_free(zt__train_dp *dp) {
-  zt_ddp_free(dp->ddp);
-  zt_fsdp_free(dp->fsdp);
+  zt_data_parallel_free(dp->strategy);
   if (dp->own_comm) zt_comm_free(dp->comm);
   memset(dp, 0, sizeof *dp);
 }

@@ -10,8 +10,9 @@ typedef struct zt__train_dp {
   zt_comm *comm; /* the data-parallel group */
   bool own_comm; /* made by setup (freed by zt__train_dp_free) */
   int rank, world;
-  zt_ddp *ddp;   /* DDP: --shard none on N > 1 ranks */
-  zt_fsdp *fsdp; /* FSDP: any other --shard */
+  zt_data_parallel *strategy; /* attached to the model (NULL: plain training) */
+  zt_ddp *ddp;   /* its DDP: --shard none on N > 1 ranks */
+  zt_fsdp *fsdp; /* its FSDP: any other --shard */
   zt_param *params; /* what the optimizer updates: the model's parameters or FSDP's pieces */
   int n_params;
   zt_dp_stats last; /* strategy counters at the end of the previous step */
