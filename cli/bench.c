@@ -29,7 +29,7 @@ int zt_cli_bench_options(const char *cmd, int argc, char **argv, zt_train_config
   return 0;
 }
 
-/* Every step trains on the same random batch. */
+/* Every microbatch of every step trains on the same random rows. */
 typedef struct bench_batch {
   zt_tensor *x, *y;
 } bench_batch;
@@ -57,6 +57,11 @@ static int bench_step(int argc, char **argv) {
     fprintf(stderr, "zt bench step: --seq %lld is longer than the model's context %d\n", (long long)c.data.seq, g.block_size);
     return 2;
   }
+  int64_t M = c.data.microbatches, rows = c.data.batch / M;
+  if (c.data.batch % M) {
+    fprintf(stderr, "zt bench step: --microbatches %lld does not divide --batch %lld\n", (long long)M, (long long)c.data.batch);
+    return 2;
+  }
   zt_rng_seed(c.seed);
   zt_gpt2 *m = NULL;
   zt_optim *o = NULL;
@@ -65,13 +70,13 @@ static int bench_step(int argc, char **argv) {
   rc = 1;
   zt_train_result plan = {0};
   zt_train_memory mem = {0};
-  if (zt_gpt2_new(&g, &m) || zt_train_memory_attach(m, &c, &mem, &plan)) goto fail;
+  if (zt_gpt2_new(&g, &m) || zt_train_memory_attach(m, &c, rows, &mem, &plan)) goto fail;
   zt_param *params;
   int np = zt_gpt2_params(m, &params);
   zt_optim_config oc = zt_optim_default(c.optim.kind);
   oc.lr = c.optim.lr;
   if (zt_optim_new(&oc, np, params, &o)) goto fail;
-  int64_t xs[] = {c.data.batch, c.data.seq}, n_tok = c.data.batch * c.data.seq;
+  int64_t xs[] = {rows, c.data.seq}, n_tok = rows * c.data.seq;
   /* token ids made on the host, then copied into tensors by the library (the CLI never
    * touches tensor bytes) */
   int32_t *ids = malloc(sizeof *ids * (size_t)(2 * n_tok));
@@ -88,6 +93,7 @@ static int bench_step(int argc, char **argv) {
   bench_batch batch = {x, y};
   zt_train_step_options so = zt_train_step_options_default();
   so.lr = c.optim.lr;
+  so.microbatches = M;
   so.grad_clip = -1; /* forward, backward and update only, as measured since the first version */
   for (int64_t s = 0; s < warm + steps; s++) {
     if (s == warm) zt_mem_reset_peaks();
@@ -103,12 +109,12 @@ static int bench_step(int argc, char **argv) {
   double sg = zt_sgemm_gflops(2048, 3);
   zt_mem_stats ms;
   zt_mem_stats_get(ZT_CPU, &ms);
-  printf("{\"bench\":\"step\",\"model\":\"%s\",\"params\":%lld,\"batch\":%lld,\"seq\":%lld,\"threads\":%d,"
+  printf("{\"bench\":\"step\",\"model\":\"%s\",\"params\":%lld,\"batch\":%lld,\"microbatches\":%lld,\"seq\":%lld,\"threads\":%d,"
          "\"recompute\":\"%s\",\"recompute_budget\":%lld,\"plan\":\"%s\",\"checkpoint_every\":%d,"
          "\"offload\":%d,\"act_peak_predicted\":%lld,\"steps\":%lld,\"ms_per_step\":%.1f,\"tokens_per_s\":%.1f,"
          "\"model_gflops\":%.1f,\"sgemm_gflops\":%.1f,"
          "\"ratio_to_sgemm\":%.3f,\"peak_rss_bytes\":%lld,\"peak_bytes\":{",
-         c.model.preset, (long long)zt_gpt2_num_params(m), (long long)c.data.batch, (long long)c.data.seq, zt_get_num_threads(),
+         c.model.preset, (long long)zt_gpt2_num_params(m), (long long)c.data.batch, (long long)M, (long long)c.data.seq, zt_get_num_threads(),
          c.memory.recompute_budget ? "budget" : zt_recompute_name(c.memory.recompute), (long long)c.memory.recompute_budget, plan.recompute_plan,
          c.memory.checkpoint_every, c.memory.offload_activations, (long long)plan.act_peak_predicted, (long long)steps, med * 1e3,
          (double)(c.data.batch * c.data.seq) / med, flops / med / 1e9, sg, flops / med / 1e9 / sg,

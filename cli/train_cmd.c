@@ -163,6 +163,7 @@ static void print_start(const zt_train_config *c, int ranks) {
          c->model.preset, c->model.n_layer || c->model.n_head || c->model.n_embd || c->model.vocab_size || c->model.block_size ? " (shape overridden)" : "",
          c->data.path[0] ? c->data.path : "built-in", (long long)c->data.batch, (long long)c->data.seq, (long long)c->steps, c->optim.lr,
          (unsigned long long)c->seed, rc, tiers[c->memory.offload_activations]);
+  if (c->data.microbatches > 1) printf(", %lld microbatches", (long long)c->data.microbatches);
   if (ranks > 1 || c->parallel.shard != ZT_SHARD_NONE)
     printf(", %d ranks, %s", ranks, c->parallel.shard == ZT_SHARD_NONE ? "ddp" : zt_shard_strategy_name(c->parallel.shard));
   printf("\n");

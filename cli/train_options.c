@@ -56,6 +56,9 @@ static const train_option k_options[] = {
      "validation token file"},
     {NULL, "batch", "B", CFG(data.batch), TRAIN_OPT_I64, 0, 0, NULL, "sequences per step"},
     {NULL, "seq", "T", CFG(data.seq), TRAIN_OPT_I64, 0, 0, NULL, "tokens per sequence"},
+    {NULL, "microbatches", "M", CFG(data.microbatches), TRAIN_OPT_I64, 0, 0, NULL,
+     "run each step's batch as M microbatches (gradient accumulation:\n"
+     "one update per step, about 1/M of the activation memory)"},
     {"memory:", "recompute", "MODE", CFG(memory.recompute), TRAIN_OPT_TEXT, 0, 0, "none",
      "recompute the blocks' activations in backward instead of keeping them\n"
      "(bitwise the same results, less activation memory):\n"

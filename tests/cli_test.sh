@@ -73,6 +73,11 @@ printf 'steps = many\n' > "$w/badcfg"
 out=$("$zt" train --config "$w/badcfg" 2>&1); rc=$?
 check "bad config value names file and line" '[ $rc -eq 2 ] && grep -q "badcfg:1" <<<"$out"'
 
+out=$("$zt" train --batch 4 --seq 16 --steps 2 --microbatches 2 --sample-len 0 2>&1); rc=$?
+check "train with microbatches" '[ $rc -eq 0 ]'
+out=$("$zt" train --batch 4 --seq 16 --steps 2 --microbatches 3 --sample-len 0 2>&1); rc=$?
+check "microbatches that do not divide the batch name the flags" '[ $rc -ne 0 ] && grep -q -- "--microbatches 3 does not divide" <<<"$out" && grep -q -- "--batch" <<<"$out"'
+
 out=$("$zt" bench step --model gpt2-tiny --batch 2 --seq 32 --steps 2 2>&1); rc=$?
 check "bench step prints one JSON object" '[ $rc -eq 0 ] && grep -q "\"ms_per_step\"" <<<"$out" && grep -q "\"ratio_to_sgemm\"" <<<"$out"'
 

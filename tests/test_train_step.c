@@ -3,6 +3,7 @@
  * a non-finite loss stops the step before the update; bad arguments are named. GPT-2 is
  * seen only through the model interface. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -174,9 +175,47 @@ static void test_bad_loss_stops_before_the_update_and_errors(void) {
   side_close(&a);
 }
 
+/* zt_train_run with --microbatches: M microbatches of B/M rows give the losses of one batch
+ * of B rows to rounding, with a lower activation peak (predicted and measured); a count
+ * that does not divide the batch is refused before step 1, naming the option. */
+static void record_loss(const zt_train_step_info *info, void *ud) {
+  double *l = ud;
+  if (info->step >= 1 && info->step <= 3) l[info->step - 1] = info->loss;
+}
+
+static void run_with(int64_t M, double *loss, zt_train_result *res, zt_status *st) {
+  zt_train_config c;
+  zt_train_config_default(&c);
+  c.data.batch = 8, c.data.seq = 32, c.data.microbatches = M;
+  c.model.n_layer = 2, c.model.n_embd = 32, c.model.n_head = 2;
+  c.steps = 3, c.log.eval_every = 0, c.log.eval_batches = 1, c.threads = 1;
+  *st = zt_train_run(&c, record_loss, loss, res, NULL);
+}
+
+static void test_train_run_microbatches(void) {
+  double l1[3] = {0}, l4[3] = {0}, l3[3] = {0};
+  zt_train_result r1, r4, r3;
+  zt_status s;
+  run_with(1, l1, &r1, &s);
+  ZT_CHECK(s == ZT_OK);
+  run_with(4, l4, &r4, &s);
+  ZT_CHECK(s == ZT_OK);
+  for (int k = 0; k < 3; k++)
+    if (!(fabs(l1[k] - l4[k]) <= 1e-5 * fabs(l1[k])))
+      zt_test_fail(__FILE__, __LINE__, "step %d: loss %.9g with 4 microbatches, %.9g with one batch", k + 1, l4[k], l1[k]);
+  printf("  activation peak: one batch %lld (predicted %lld), 4 microbatches %lld (predicted %lld)\n",
+         (long long)r1.act_peak, (long long)r1.act_peak_predicted, (long long)r4.act_peak, (long long)r4.act_peak_predicted);
+  ZT_CHECK(r4.act_peak_predicted * 3 < r1.act_peak_predicted);
+  ZT_CHECK(r4.act_peak * 2 < r1.act_peak);
+  run_with(3, l3, &r3, &s);
+  ZT_CHECK(s == ZT_STATUS_INVALID_ARG && strstr(zt_last_error(), "zt_train_config.data.microbatches 3 does not divide"));
+  ZT_CHECK(r3.steps_done == 0);
+}
+
 int main(void) {
   ZT_RUN(test_one_microbatch_is_the_hand_written_step);
   ZT_RUN(test_two_microbatches_make_the_whole_batch);
   ZT_RUN(test_bad_loss_stops_before_the_update_and_errors);
+  ZT_RUN(test_train_run_microbatches);
   return zt_test_finish();
 }

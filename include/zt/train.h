@@ -235,6 +235,8 @@ typedef struct zt_train_data_options {
   char path[512];        /* token file; "" = built-in default data */
   char val_path[512];    /* token file for validation; "" = last 10% of path (or the default split) */
   int64_t batch, seq;    /* the global batch: each of N ranks runs batch/N rows */
+  int64_t microbatches;  /* each rank's rows run as this many microbatches of batch/(N*microbatches) rows,
+                          * gradients accumulated, one update per step (default 1) */
 } zt_train_data_options;
 typedef struct zt_train_optim_options {
   zt_optim_kind kind;
@@ -368,15 +370,16 @@ ZT_API zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_tra
                           zt_train_result *res, zt_gpt2 **model_out);
 
 /* The memory strategies of a run (zt/strategy.h), made from c's memory options and attached
- * to a GPT-2: a recompute plan (the per-block plan of recompute_budget at c's batch and seq,
- * else one mode for all blocks, under the selective policy) and activation offload (NULL
- * when off). res (may be NULL) gets recompute_plan and act_peak_predicted. Detach (and free)
- * them with zt_train_memory_free before freeing the model. */
+ * to a GPT-2: a recompute plan (the per-block plan of recompute_budget for one forward of
+ * `rows` rows of c's seq: a microbatch on this rank, else one mode for all blocks, under the
+ * selective policy) and activation offload (NULL when off). res (may be NULL) gets
+ * recompute_plan and act_peak_predicted (for `rows` rows). Detach (and free) them with
+ * zt_train_memory_free before freeing the model. */
 typedef struct zt_train_memory {
   zt_recompute_plan *recompute;
   zt_offload *offload;
 } zt_train_memory;
-ZT_API zt_status zt_train_memory_attach(zt_gpt2 *m, const zt_train_config *c, zt_train_memory *mem,
+ZT_API zt_status zt_train_memory_attach(zt_gpt2 *m, const zt_train_config *c, int64_t rows, zt_train_memory *mem,
                                         zt_train_result *res);
 ZT_API void zt_train_memory_free(zt_train_memory *mem); /* zeroes *mem; a zeroed one is a no-op */
 

@@ -16,6 +16,7 @@ void zt_train_config_default(zt_train_config *c) {
   c->model.dropout = -1;
   c->data.batch = 8;
   c->data.seq = 256;
+  c->data.microbatches = 1;
   c->steps = 600;
   c->optim.lr = 1e-3;
   c->optim.min_lr = -1;
@@ -154,6 +155,7 @@ zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v
   if (!strcmp(key, "val-data")) return parse_str(key, v, c->data.val_path, sizeof c->data.val_path);
   if (!strcmp(key, "batch")) return zt_config_parse_i64(key, v, 1, ZT_MAX_ROWS, &c->data.batch);
   if (!strcmp(key, "seq")) return zt_config_parse_i64(key, v, 1, ZT_MAX_ROWS, &c->data.seq);
+  if (!strcmp(key, "microbatches")) return zt_config_parse_i64(key, v, 1, ZT_MAX_ROWS, &c->data.microbatches);
   if (!strcmp(key, "steps")) return zt_config_parse_i64(key, v, 1, ZT_MAX_STEPS, &c->steps);
   if (!strcmp(key, "lr")) return zt_config_parse_f64(key, v, 0, 10, &c->optim.lr);
   if (!strcmp(key, "min-lr")) return zt_config_parse_f64(key, v, 0, 10, &c->optim.min_lr);

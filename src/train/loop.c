@@ -65,7 +65,8 @@ typedef struct run {
   zt_optim *opt;
   zt_tokens *train, *val;
   zt_loader *loader, *val_loader;
-  zt_tensor *x, *y;
+  zt_tensor *x, *y;      /* a training microbatch */
+  zt_tensor *vx, *vy;    /* a validation batch */
   zt__run_log *log;
   zt__train_dp dp;
   zt_train_memory mem;   /* recompute and activation offload, attached to model */
@@ -79,6 +80,8 @@ typedef struct run {
 static void run_free(run *r) {
   zt_tensor_free(r->x);
   zt_tensor_free(r->y);
+  zt_tensor_free(r->vx);
+  zt_tensor_free(r->vy);
   zt_loader_free(r->loader);
   zt_loader_free(r->val_loader);
   zt_tokens_free(r->train);
@@ -149,7 +152,14 @@ static zt_status load_data(run *r) {
   s = zt_tokens_check_range(r->val, r->g.vocab_size);
   if (s) return zt__error_prefix(s, "validation data '%s'", val_name);
   int64_t rows = c->data.batch / r->dp.world; // --batch is global: this rank's rows of it
-  zt_loader_config lc = {rows, c->data.seq, c->seed, r->dp.rank, r->dp.world};
+  int64_t M = c->data.microbatches;
+  if (M < 1 || rows % M)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "zt_train_config.data.microbatches %lld does not divide this rank's %lld rows (zt_train_config.data.batch "
+                  "%lld over %d ranks); use a batch that is a multiple of ranks x microbatches (%lld)",
+                  (long long)M, (long long)rows, (long long)c->data.batch, r->dp.world, (long long)(M > 0 ? M : 1) * r->dp.world);
+  // each loader call gives one microbatch: rows / M of this rank, B / M of the global batch
+  zt_loader_config lc = {rows / M, c->data.seq, c->seed, r->dp.rank, r->dp.world};
   if ((s = zt_loader_new(r->train, &lc, &r->loader)))
     return zt__error_prefix(s, "training data '%s' is too small for batch %lld x seq %lld", train_name,
                             (long long)c->data.batch, (long long)c->data.seq);
@@ -159,9 +169,11 @@ static zt_status load_data(run *r) {
                             "validation data '%s' is too small for batch %lld x seq %lld (give zt_train_config.data.val_path, or "
                             "lower zt_train_config.data.batch or zt_train_config.data.seq)",
                             val_name, (long long)c->data.batch, (long long)c->data.seq);
-  int64_t xs[] = {rows, c->data.seq};
+  int64_t xs[] = {rows / M, c->data.seq}, vs[] = {rows, c->data.seq};
   ZT_TRY(zt_tensor_empty_tagged(2, xs, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &r->x));
-  return zt_tensor_empty_tagged(2, xs, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &r->y);
+  ZT_TRY(zt_tensor_empty_tagged(2, xs, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &r->y));
+  ZT_TRY(zt_tensor_empty_tagged(2, vs, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &r->vx));
+  return zt_tensor_empty_tagged(2, vs, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &r->vy);
 }
 
 /* The same validation batches every time: the loader starts over. */
@@ -178,8 +190,8 @@ static zt_status eval_loss(run *r, double *out) {
   zt_status s = ZT_OK;
   for (int64_t b = 0; b < nb && s == ZT_OK; b++) {
     zt_tensor *loss = NULL;
-    s = zt_loader_next(r->val_loader, r->x, r->y);
-    if (!s) s = zt_gpt2_forward(r->model, r->x, r->y, NULL, &loss);
+    s = zt_loader_next(r->val_loader, r->vx, r->vy);
+    if (!s) s = zt_gpt2_forward(r->model, r->vx, r->vy, NULL, &loss);
     if (!s) acc += zt_tensor_get(loss, 0);
     zt_tensor_free(loss);
   }
@@ -283,8 +295,10 @@ static void plan_string(const zt_recompute *modes, int L, char *out, size_t cap)
   out[n] = 0;
 }
 
-zt_status zt_train_memory_attach(zt_gpt2 *m, const zt_train_config *c, zt_train_memory *mem, zt_train_result *res) {
+zt_status zt_train_memory_attach(zt_gpt2 *m, const zt_train_config *c, int64_t rows, zt_train_memory *mem,
+                                 zt_train_result *res) {
   if (!m || !c || !mem) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_memory_attach: model, config or out is NULL");
+  if (rows < 1) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_memory_attach: %lld rows", (long long)rows);
   *mem = (zt_train_memory){0};
   int L = zt_gpt2_get_config(m)->n_layer;
   zt_recompute *modes = calloc((size_t)L, sizeof *modes);
@@ -295,7 +309,7 @@ zt_status zt_train_memory_attach(zt_gpt2 *m, const zt_train_config *c, zt_train_
   ro.every = c->memory.checkpoint_every;
   zt_status s = ZT_OK;
   if (c->memory.recompute_budget > 0) {
-    s = zt_gpt2_plan_recompute(m, c->data.batch, c->data.seq, c->memory.recompute_budget, ro.policy, modes, NULL);
+    s = zt_gpt2_plan_recompute(m, rows, c->data.seq, c->memory.recompute_budget, ro.policy, modes, NULL);
     if (s) zt__error_prefix(s, "zt_train_config.memory.recompute_budget=%lld", (long long)c->memory.recompute_budget);
     ro.modes = modes, ro.n_modes = L, ro.every = 1;
   }
@@ -313,7 +327,7 @@ zt_status zt_train_memory_attach(zt_gpt2 *m, const zt_train_config *c, zt_train_
     zt_recompute_plan_modes(mem->recompute, L, modes);
     zt_recompute_plan_mode(mem->recompute, &every);
     plan_string(modes, L, res->recompute_plan, sizeof res->recompute_plan);
-    res->act_peak_predicted = zt_gpt2_predict_activation_peak(m, c->data.batch, c->data.seq, modes, every, ro.policy);
+    res->act_peak_predicted = zt_gpt2_predict_activation_peak(m, rows, c->data.seq, modes, every, ro.policy);
   }
   free(modes);
   if (s) zt_train_memory_free(mem);
@@ -367,7 +381,8 @@ static zt_status prepare(run *r, zt_train_state *st, zt_train_result *result) {
   // every rank builds the same model from the seed (and the strategies broadcast rank 0's anyway)
   zt_rng_seed(c->seed);
   ZT_TRY(zt_gpt2_new(&r->g, &r->model));
-  ZT_TRY(zt_train_memory_attach(r->model, c, &r->mem, result));
+  // load_data checked that the batch divides into ranks x microbatches
+  ZT_TRY(zt_train_memory_attach(r->model, c, c->data.batch / r->dp.world / c->data.microbatches, &r->mem, result));
   if (c->model.init_from[0]) ZT_TRY(zt_gpt2_load_hf(r->model, c->model.init_from));
   return ZT_OK;
 }
@@ -454,6 +469,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   result.num_params = zt_gpt2_num_params(r.model);
   double flops = zt_gpt2_flops_per_step(r.model, c->data.batch, c->data.seq);
   double t_start = zt_clock_now();
+  zt_mem_reset_peaks(); /* the peaks reported (per step, act_peak) are this run's, from its first step */
   result.first_loss = NAN;
   result.last_val_loss = NAN;
   char why[700];
@@ -464,6 +480,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     double lr = zt_lr_cosine(step, warmup, c->steps, c->optim.lr, min_lr);
     zt_train_step_options so = zt_train_step_options_default();
     so.lr = lr;
+    so.microbatches = c->data.microbatches;
     so.grad_clip = c->optim.grad_clip;
     so.scaler = r.scaling ? &r.scaler : NULL;
     so.poison_loss = c->inject_nan_at == step + 1;

@@ -17,9 +17,10 @@ static const char *const k_course[] = {"seed",     "batch",     "seq",     "lr",
                                        "dropout",  "data",      "mixed-precision"};
 /* Recorded and reported, never refused: the step count (extending a run is what resuming is
  * for; the cosine schedule then stretches from the checkpoint on, and a warm-up that follows
- * the step count shows as a course change of its own), evaluation data and the data-parallel
- * layout (a sharded checkpoint resumes at any rank count, equal up to reduction-order rounding). */
-static const char *const k_info[] = {"steps", "val-data", "ranks", "shard"};
+ * the step count shows as a course change of its own), evaluation data, the data-parallel
+ * layout (a sharded checkpoint resumes at any rank count, equal up to reduction-order rounding)
+ * and the microbatch count (the same rows and mean loss, up to summation-order rounding). */
+static const char *const k_info[] = {"steps", "val-data", "ranks", "shard", "microbatches"};
 
 static bool in_list(const char *name, const char *const *list, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -65,6 +66,7 @@ void zt__run_options(const zt_train_config *c, const zt_gpt2_config *g, int worl
   add(o, "val-data", "%s", c->data.val_path[0] ? c->data.val_path : "(split)");
   add(o, "ranks", "%d", world);
   add(o, "shard", "%s", c->parallel.shard == ZT_SHARD_NONE ? "none" : zt_shard_strategy_name(c->parallel.shard));
+  add(o, "microbatches", "%lld", (long long)c->data.microbatches);
   o->n_recorded = o->n;
   /* the rest must agree between ranks, and is not recorded */
   add(o, "layers", "%d", g->n_layer);
