@@ -65,7 +65,7 @@ bool zt_gradcheck_at(const char *file, int line, zt_gc_fn fn, int n, zt_tensor *
       double f[2];
       for (int sgn = 0; sgn < 2; sgn++) {
         x->requires_grad = false;
-        zt_tensor_set(x, j, v + (sgn ? -o.eps : o.eps));
+        ZT_CHECK_OK(zt_tensor_set(x, j, v + (sgn ? -o.eps : o.eps)));
         x->requires_grad = true;
         zt_tensor *y = NULL;
         if (fn(inputs, &y, ud)) {
@@ -77,7 +77,7 @@ bool zt_gradcheck_at(const char *file, int line, zt_gc_fn fn, int n, zt_tensor *
         zt_tensor_free(y);
       }
       x->requires_grad = false;
-      zt_tensor_set(x, j, v);
+      ZT_CHECK_OK(zt_tensor_set(x, j, v));
       x->requires_grad = true;
       double num = (f[0] - f[1]) / (2 * o.eps);
       double ana = zt_tensor_get(g[k], j);

@@ -488,7 +488,7 @@ static void test_hf_roundtrip_and_variants(void) {
   ZT_CHECK_OK(zt_gpt2_load_hf(b, path));
   ZT_CHECK(params_equal(a, b));
   /* an untied lm_head is another model */
-  zt_tensor_set(lm, 5, 123.0);
+  ZT_CHECK_OK(zt_tensor_set(lm, 5, 123.0));
   ZT_CHECK_OK(zt_safetensors_save(path, np + 3, names, ts, 0, NULL, NULL));
   ZT_CHECK_ERR(zt_gpt2_load_hf(b, path), ZT_STATUS_INVALID_ARG, "lm_head.weight differs from the embedding wte");
   /* a tensor that is no GPT-2 parameter */

@@ -149,7 +149,7 @@ static void test_metrics_resume(void) {
   in.world = 1;
   double figs[ZT__RANK_FIG_N] = {0};
   ZT_CHECK_OK(zt__run_log_step(l, &in, "single", figs));
-  zt__run_log_close(l);
+  ZT_CHECK_OK(zt__run_log_close(l));
   void *d = NULL;
   size_t n = 0;
   ZT_CHECK_OK(zt_read_file(path, &d, &n));
@@ -157,7 +157,7 @@ static void test_metrics_resume(void) {
   ZT_CHECK(d && !strncmp(d, "{\"step\":1,\"loss\":3}\n{\"step\":2,\"loss\":2}\n{\"step\":3,\"loss\":0.5,", 58));
   free(d);
   ZT_CHECK_OK(zt__run_log_open(path, "", 0, &l));
-  zt__run_log_close(l);
+  ZT_CHECK_OK(zt__run_log_close(l));
   ZT_CHECK(count_lines(path) == 0);
   ZT_CHECK_ERR(zt__run_log_open("/nonexistent/d/m.jsonl", "", 0, &l), ZT_STATUS_IO, "/nonexistent/d/m.jsonl");
   zt_test_tmpdir_remove();

@@ -106,12 +106,12 @@ static void test_status_names_and_clearing(void) {
   ZT_CHECK(!strcmp(zt_status_name((zt_status)-1), "ZT_STATUS_UNKNOWN"));
   for (int s = 0; s < ZT_STATUS_COUNT; s++) ZT_CHECK(!strncmp(zt_status_name((zt_status)s), "ZT_", 3));
   zt_dtype d;
-  (void)zt_dtype_parse("nope", &d);
+  ZT_CHECK(zt_dtype_parse("nope", &d) != ZT_OK);
   ZT_CHECK(zt_last_error()[0] != '\0');
   zt_clear_error();
   ZT_CHECK(zt_last_error()[0] == '\0');
   /* a successful call does not touch the message */
-  (void)zt_dtype_parse("nope", &d);
+  ZT_CHECK(zt_dtype_parse("nope", &d) != ZT_OK);
   ZT_CHECK_OK(zt_dtype_parse("f32", &d));
   ZT_CHECK(strstr(zt_last_error(), "nope") != NULL);
   /* very long messages are truncated safely */
@@ -125,13 +125,13 @@ static void test_status_names_and_clearing(void) {
 static void *thread_error(void *arg) {
   zt_dtype d;
   *(int *)arg = zt_last_error()[0] == '\0'; /* a fresh thread has no message */
-  (void)zt_dtype_parse("thread-local", &d);
+  ZT_CHECK(zt_dtype_parse("thread-local", &d) != ZT_OK);
   return NULL;
 }
 
 static void test_messages_per_thread(void) {
   zt_dtype d;
-  (void)zt_dtype_parse("main-thread", &d);
+  ZT_CHECK(zt_dtype_parse("main-thread", &d) != ZT_OK);
   int fresh = 0;
   pthread_t th;
   ZT_CHECK(pthread_create(&th, NULL, thread_error, &fresh) == 0);

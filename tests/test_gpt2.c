@@ -172,10 +172,10 @@ static void test_forward_errors(void) {
   ZT_CHECK_ERR(zt_gpt2_forward(m, ids, tg, NULL, NULL), ZT_STATUS_INVALID_ARG, "loss is NULL");
   ZT_CHECK_OK(zt_tensor_zeros(1, (int64_t[]){8}, ZT_DTYPE_I32, ZT_CPU, &ids1));
   ZT_CHECK_ERR(zt_gpt2_forward(m, ids1, NULL, &lg, NULL), ZT_STATUS_SHAPE, "must be (B, T)");
-  zt_tensor_set(ids, 5, 32);
+  ZT_CHECK_OK(zt_tensor_set(ids, 5, 32));
   ZT_CHECK_ERR(zt_gpt2_forward(m, ids, tg, NULL, &loss), ZT_STATUS_INVALID_ARG, "id 32 at position (0, 5)");
-  zt_tensor_set(ids, 5, 1);
-  zt_tensor_set(tg, 3, 40);
+  ZT_CHECK_OK(zt_tensor_set(ids, 5, 1));
+  ZT_CHECK_OK(zt_tensor_set(tg, 3, 40));
   ZT_CHECK_ERR(zt_gpt2_forward(m, ids, tg, NULL, &loss), ZT_STATUS_INVALID_ARG, "is 40, outside [0, 32)");
   ZT_CHECK(lg == NULL && loss == NULL);
   zt_tensor *ts[] = {ids, tg, long_ids, short_tg, fids, ids1};
@@ -190,7 +190,7 @@ static void test_forward_backward(void) {
   ZT_CHECK_OK(zt_gpt2_new(&tiny_cfg, &m));
   if (!m) return;
   zt_tensor *ids = zt_test_rand_ids(3, 8, 32, 1), *tg = zt_test_rand_ids(3, 8, 32, 2), *loss = NULL;
-  zt_tensor_set(tg, 4, -1);
+  ZT_CHECK_OK(zt_tensor_set(tg, 4, -1));
   ZT_CHECK_OK(zt_gpt2_forward(m, ids, tg, NULL, &loss));
   if (loss) {
     ZT_CHECK(loss->ndim == 0);
@@ -226,7 +226,7 @@ static void test_finite_differences_f64(void) {
   zt_param *ps;
   int n = zt_gpt2_params(m, &ps);
   bool prev = zt_set_grad_enabled(false);
-  for (int i = 0; i < n; i++) zt_tensor_normal_(ps[i].tensor, 0.1, 0.3);
+  for (int i = 0; i < n; i++) ZT_CHECK_OK(zt_tensor_normal_(ps[i].tensor, 0.1, 0.3));
   zt_set_grad_enabled(prev);
   zt_tensor *ids = zt_test_rand_ids(2, 8, 32, 3), *tg = zt_test_rand_ids(2, 8, 32, 4), *loss = NULL;
   ZT_CHECK_OK(zt_gpt2_forward(m, ids, tg, NULL, &loss));
@@ -243,11 +243,11 @@ static void test_finite_differences_f64(void) {
       int64_t k = (int64_t)(j * 7919 + i * 31) % numel;
       double v = zt_tensor_get(t, k), eps = 1e-5;
       prev = zt_set_grad_enabled(false);
-      zt_tensor_set(t, k, v + eps);
+      ZT_CHECK_OK(zt_tensor_set(t, k, v + eps));
       double lp = loss_of(m, ids, tg);
-      zt_tensor_set(t, k, v - eps);
+      ZT_CHECK_OK(zt_tensor_set(t, k, v - eps));
       double lm = loss_of(m, ids, tg);
-      zt_tensor_set(t, k, v);
+      ZT_CHECK_OK(zt_tensor_set(t, k, v));
       zt_set_grad_enabled(prev);
       double num = (lp - lm) / (2 * eps), ana = zt_tensor_get(t->grad, k);
       if (!(fabs(num - ana) <= 1e-7 + 1e-5 * fabs(num)))
@@ -330,7 +330,7 @@ static void test_logits_match_loss(void) {
   bool prev = zt_set_grad_enabled(false);
   zt_param *ps;
   int n = zt_gpt2_params(m, &ps);
-  for (int i = 0; i < n; i++) zt_tensor_normal_(ps[i].tensor, 0.2, 0.5); /* a non-uniform output */
+  for (int i = 0; i < n; i++) ZT_CHECK_OK(zt_tensor_normal_(ps[i].tensor, 0.2, 0.5)); /* a non-uniform output */
   zt_set_grad_enabled(prev);
   zt_tensor *ids = zt_test_rand_ids(2, 6, 32, 9), *tg = zt_test_rand_ids(2, 6, 32, 10), *lg = NULL, *ce = NULL, *loss = NULL;
   ZT_CHECK_OK(zt_gpt2_forward(m, ids, NULL, &lg, NULL));

@@ -98,7 +98,7 @@ static void test_layer_norm_and_embedding(void) {
   ZT_CHECK_OK(zt_tensor_from_data(1, (int64_t[]){3}, ZT_DTYPE_I32, (int32_t[]){5, 0, 99}, &ids));
   ZT_CHECK_OK(zt_nn_embedding_forward(e, ids, &emb));
   if (emb) ZT_CHECK(zt_tensor_get(emb, 2 * 8 + 1) == zt_tensor_get(e->weight, 99 * 8 + 1));
-  zt_tensor_set(ids, 1, 100);
+  ZT_CHECK_OK(zt_tensor_set(ids, 1, 100));
   ZT_CHECK_ERR(zt_nn_embedding_forward(e, ids, &ebad), ZT_STATUS_INVALID_ARG, "id 100 at position (1)");
   zt_tensor *ts[] = {x, y, ref, ids, emb};
   for (int i = 0; i < 5; i++) zt_tensor_free(ts[i]);
@@ -210,7 +210,7 @@ static void test_block_gradcheck(void) {
   /* non-trivial layer-norm parameters, so their grads are checked off the 1/0 point */
   bool prev = zt_set_grad_enabled(false);
   for (int i = 0; i < n; i++)
-    if (ps[i].tensor->ndim == 1) zt_tensor_normal_(ps[i].tensor, 0.5, 0.3);
+    if (ps[i].tensor->ndim == 1) ZT_CHECK_OK(zt_tensor_normal_(ps[i].tensor, 0.5, 0.3));
   zt_set_grad_enabled(prev);
   zt_tensor *in[13];
   in[0] = zt_test_rand_leaf(3, (int64_t[]){2, 3, 4}, ZT_DTYPE_F64, -1, 1, 7);

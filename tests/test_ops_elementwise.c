@@ -112,7 +112,7 @@ static const ucase ucases[] = {
 static zt_tensor *from_vals(int nd, const int64_t *shape, zt_dtype dt, const double *v) {
   zt_tensor *t = NULL;
   ZT_CHECK_OK(zt_tensor_empty(nd, shape, dt, ZT_CPU, &t));
-  for (int64_t i = 0; i < zt_tensor_numel(t); i++) zt_tensor_set(t, i, v[i]);
+  for (int64_t i = 0; i < zt_tensor_numel(t); i++) ZT_CHECK_OK(zt_tensor_set(t, i, v[i]));
   return t;
 }
 
@@ -141,7 +141,7 @@ static zt_tensor *copy_of(const zt_tensor *t) {
 static void away_from_zero(zt_tensor *t, double margin) {
   for (int64_t i = 0; i < zt_tensor_numel(t); i++) {
     double v = zt_tensor_get(t, i);
-    if (fabs(v) < margin) zt_tensor_set(t, i, v < 0 ? v - margin : v + margin);
+    if (fabs(v) < margin) ZT_CHECK_OK(zt_tensor_set(t, i, v < 0 ? v - margin : v + margin));
   }
 }
 
@@ -149,7 +149,7 @@ static void away_from_zero(zt_tensor *t, double margin) {
 static zt_tensor *ucase_input(const ucase *c, int nd, const int64_t *shape, zt_dtype dt, uint64_t seed, bool leaf) {
   zt_tensor *t = zt_test_rand(nd, shape, dt, c->lo, c->hi, seed);
   if (c->k == K_RELU) away_from_zero(t, 0.1);
-  if (leaf) zt_tensor_set_requires_grad(t, true);
+  if (leaf) ZT_CHECK_OK(zt_tensor_set_requires_grad(t, true));
   return t;
 }
 
@@ -223,8 +223,8 @@ static void binary_inputs(op_kind k, const bpat *p, zt_dtype dt, uint64_t seed, 
   *a = zt_test_rand(p->na, p->sa, dt, -1, 1, seed);
   *b = k == K_DIV ? zt_test_rand(p->nb, p->sb, dt, 0.5, 2, seed + 1) : zt_test_rand(p->nb, p->sb, dt, -1, 1, seed + 1);
   if (leaves) {
-    zt_tensor_set_requires_grad(*a, true);
-    zt_tensor_set_requires_grad(*b, true);
+    ZT_CHECK_OK(zt_tensor_set_requires_grad(*a, true));
+    ZT_CHECK_OK(zt_tensor_set_requires_grad(*b, true));
   }
 }
 
@@ -366,7 +366,7 @@ static void test_f32_tanh_gelu_accuracy(void) {
   v[7] = 9.0;
   v[8] = 8.99f;
   zt_tensor *x = from_vals(1, &n, ZT_DTYPE_F32, v);
-  zt_tensor_set_requires_grad(x, true);
+  ZT_CHECK_OK(zt_tensor_set_requires_grad(x, true));
   op_kind ks[] = {K_TANH, K_GELU};
   for (int j = 0; j < 2; j++) {
     zt_tensor *y = NULL, *g = NULL;
@@ -444,7 +444,7 @@ static void test_pow_zero_exponent_grad(void) {
   for (int dt = 0; dt < 2; dt++) {
     double v[] = {0, -1, 2};
     zt_tensor *x = from_vals(1, (int64_t[]){3}, dt ? ZT_DTYPE_F64 : ZT_DTYPE_F32, v), *y = NULL, *l = NULL;
-    zt_tensor_set_requires_grad(x, true);
+    ZT_CHECK_OK(zt_tensor_set_requires_grad(x, true));
     ZT_CHECK_OK(zt_pow(x, 0, &y));
     ZT_CHECK_OK(zt_sum(y, 0, NULL, false, &l));
     ZT_CHECK_OK(zt_backward(1, &l, NULL, false));
@@ -541,8 +541,8 @@ static void test_only_one_input_requires_grad(void) {
       zt_tensor *ref[2] = {NULL, NULL};
       for (int which = 2; which >= 0; which--) { /* both first: the reference grads */
         zt_tensor *a = copy_of(a0), *b = copy_of(b0), *o = NULL;
-        if (which != 1) zt_tensor_set_requires_grad(a, true);
-        if (which != 0) zt_tensor_set_requires_grad(b, true);
+        if (which != 1) ZT_CHECK_OK(zt_tensor_set_requires_grad(a, true));
+        if (which != 0) ZT_CHECK_OK(zt_tensor_set_requires_grad(b, true));
         ZT_CHECK_OK(call_binary(k, a, b, &o));
         if (!o) break;
         ZT_CHECK(o->requires_grad && zt_tensor_grad_fn(o));
@@ -571,7 +571,7 @@ static void test_only_one_input_requires_grad(void) {
       /* and through the gradcheck with one leaf */
       for (int which = 0; which < 2; which++) {
         zt_tensor *a = copy_of(a0), *b = copy_of(b0);
-        zt_tensor_set_requires_grad(which ? b : a, true);
+        ZT_CHECK_OK(zt_tensor_set_requires_grad(which ? b : a, true));
         gc_ud u = {k, 0, VIEW_NONE};
         ZT_GRADCHECK(gc_fn, 2, ((zt_tensor *[]){a, b}), &u, NULL);
         ZT_CHECK((which ? a : b)->grad == NULL);
@@ -632,8 +632,8 @@ static void test_f32_matches_f64(void) {
       zt_tensor *a32, *b32;
       binary_inputs(k, bp, ZT_DTYPE_F32, 140 + p, true, &a32, &b32);
       zt_tensor *a64 = cast_to(a32, ZT_DTYPE_F64), *b64 = cast_to(b32, ZT_DTYPE_F64);
-      zt_tensor_set_requires_grad(a64, true);
-      zt_tensor_set_requires_grad(b64, true);
+      ZT_CHECK_OK(zt_tensor_set_requires_grad(a64, true));
+      ZT_CHECK_OK(zt_tensor_set_requires_grad(b64, true));
       zt_tensor *g32 = zt_test_rand(bp->no, bp->so, ZT_DTYPE_F32, -1, 1, 5), *g64 = cast_to(g32, ZT_DTYPE_F64);
       zt_tensor *o32 = NULL, *o64 = NULL;
       ZT_CHECK_OK(call_binary(k, a32, b32, &o32));
@@ -651,7 +651,7 @@ static void test_f32_matches_f64(void) {
     const ucase *uc = &ucases[c];
     zt_tensor *x32 = ucase_input(uc, 2, (int64_t[]){9, 31}, ZT_DTYPE_F32, 160 + c, true);
     zt_tensor *x64 = cast_to(x32, ZT_DTYPE_F64);
-    zt_tensor_set_requires_grad(x64, true);
+    ZT_CHECK_OK(zt_tensor_set_requires_grad(x64, true));
     zt_tensor *g32 = zt_test_rand(2, (int64_t[]){9, 31}, ZT_DTYPE_F32, -1, 1, 6), *g64 = cast_to(g32, ZT_DTYPE_F64);
     zt_tensor *o32 = NULL, *o64 = NULL;
     ZT_CHECK_OK(call_unary(uc->k, uc->s, x32, &o32));

@@ -63,16 +63,16 @@ static void test_linear_io_partial_grads(void) {
   zt_tensor_free(y);
   y = NULL;
   /* only the bias trains: nothing saved */
-  zt_tensor_set_requires_grad(x, false);
-  zt_tensor_set_requires_grad(b, true);
+  ZT_CHECK_OK(zt_tensor_set_requires_grad(x, false));
+  ZT_CHECK_OK(zt_tensor_set_requires_grad(b, true));
   ZT_CHECK_OK(zt_linear_io(x, w, b, &y));
   if (y) ZT_CHECK(zt_node_n_saved(zt_tensor_grad_fn(y)) == 0);
   ZT_GRADCHECK(f_linear_io, 3, ((zt_tensor *[]){x, w, b}), NULL, NULL);
   zt_tensor_free(y);
   y = NULL;
   /* only the weight trains: x saved */
-  zt_tensor_set_requires_grad(b, false);
-  zt_tensor_set_requires_grad(w, true);
+  ZT_CHECK_OK(zt_tensor_set_requires_grad(b, false));
+  ZT_CHECK_OK(zt_tensor_set_requires_grad(w, true));
   ZT_CHECK_OK(zt_linear_io(x, w, b, &y));
   if (y) ZT_CHECK(zt_node_n_saved(zt_tensor_grad_fn(y)) == 1);
   ZT_GRADCHECK(f_linear_io, 3, ((zt_tensor *[]){x, w, b}), NULL, NULL);
@@ -144,7 +144,7 @@ static zt_tensor *make_targets(int64_t N, int64_t V, uint64_t seed, int64_t igno
     if (every && i % every == every - 1) v[i] = (int32_t)ignore;
   }
   zt_tensor *t = NULL;
-  zt_tensor_from_data(1, (int64_t[]){N}, ZT_DTYPE_I32, v, &t);
+  ZT_CHECK_OK(zt_tensor_from_data(1, (int64_t[]){N}, ZT_DTYPE_I32, v, &t));
   free(v);
   return t;
 }
@@ -154,8 +154,8 @@ static void lmh_gradcheck_case(int64_t N, int64_t C, int64_t V, int64_t chunk, b
   zt__lm_head_set_chunk_rows(chunk);
   zt_tensor *x = zt_test_rand(2, (int64_t[]){N, C}, ZT_DTYPE_F64, -1, 1, seed);
   zt_tensor *w = zt_test_rand(2, (int64_t[]){V, C}, ZT_DTYPE_F64, -1, 1, seed + 1);
-  if (gx) zt_tensor_set_requires_grad(x, true);
-  if (gw) zt_tensor_set_requires_grad(w, true);
+  if (gx) ZT_CHECK_OK(zt_tensor_set_requires_grad(x, true));
+  if (gw) ZT_CHECK_OK(zt_tensor_set_requires_grad(w, true));
   lmh_ud u = {make_targets(N, V, seed + 2, -1, every), -1};
   if (!ZT_GRADCHECK(f_lmh, 2, ((zt_tensor *[]){x, w}), &u, NULL))
     fprintf(stderr, "  (N %lld C %lld V %lld chunk %lld gx %d gw %d)\n", (long long)N, (long long)C, (long long)V,
@@ -316,10 +316,10 @@ static void test_lm_head_errors(void) {
   ZT_CHECK_ERR(zt_lm_head_cross_entropy(x, w64, t, -1, &y), ZT_STATUS_DTYPE, "different dtypes");
   ZT_CHECK_ERR(zt_lm_head_cross_entropy(x, w, tf, -1, &y), ZT_STATUS_DTYPE, "i32 or i64");
   ZT_CHECK_ERR(zt_lm_head_cross_entropy(x, w, NULL, -1, &y), ZT_STATUS_INVALID_ARG, "targets is NULL");
-  zt_tensor_set(t, 2, 5);
+  ZT_CHECK_OK(zt_tensor_set(t, 2, 5));
   ZT_CHECK_ERR(zt_lm_head_cross_entropy(x, w, t, -1, &y), ZT_STATUS_INVALID_ARG,
                "target at position 2 is 5, outside [0, 5)");
-  zt_tensor_set(t, 2, -1); /* ignored: fine */
+  ZT_CHECK_OK(zt_tensor_set(t, 2, -1)); /* ignored: fine */
   ZT_CHECK_OK(zt_lm_head_cross_entropy(x, w, t, -1, &y));
   zt_tensor *ts[] = {x, w, w2, w64, x3, t, t3, tf, y};
   for (int i = 0; i < 9; i++) zt_tensor_free(ts[i]);

@@ -146,7 +146,7 @@ static void test_matmul_one_input_requires_grad(void) {
   zt_tensor_free(a->grad);
   a->grad = NULL;
   /* the other way round, transposed b */
-  zt_tensor_set_requires_grad(a, false);
+  ZT_CHECK_OK(zt_tensor_set_requires_grad(a, false));
   int64_t sbt[] = {5, 4};
   zt_tensor *bt = zt_test_rand_leaf(2, sbt, ZT_DTYPE_F64, -1, 1, 72);
   u.tb = true;
@@ -203,8 +203,8 @@ static void test_linear_frozen_weights(void) {
   zt_tensor_free(y);
   ZT_CHECK(w->grad == NULL && bias->grad == NULL);
   /* only the bias trains: nothing is saved at all */
-  zt_tensor_set_requires_grad(x, false);
-  zt_tensor_set_requires_grad(bias, true);
+  ZT_CHECK_OK(zt_tensor_set_requires_grad(x, false));
+  ZT_CHECK_OK(zt_tensor_set_requires_grad(bias, true));
   ZT_GRADCHECK(f_linear, 3, ((zt_tensor *[]){x, w, bias}), NULL, NULL);
   y = NULL;
   ZT_CHECK_OK(zt_linear(x, w, bias, &y));
@@ -277,7 +277,7 @@ static zt_status pack_swapped(const zt_tensor *t, void **packed, void *ud) {
   int64_t n = zt_tensor_numel(t), r = nd >= 2 ? t->shape[nd - 2] : 1, c = nd >= 1 ? t->shape[nd - 1] : 1;
   for (int64_t i = 0; i < n; i++) {
     int64_t mat = i / (r * c), ii = (i / c) % r, jj = i % c;
-    zt_tensor_set(p, mat * r * c + jj * r + ii, zt_tensor_get(t, i));
+    ZT_CHECK_OK(zt_tensor_set(p, mat * r * c + jj * r + ii, zt_tensor_get(t, i)));
   }
   *packed = p;
   return ZT_OK;
@@ -344,7 +344,7 @@ static void check_f32_vs_f64(zt_gc_fn fn, int n, zt_tensor *const *in64, void *u
   for (int i = 0; i < n; i++)
     if (in64[i]) {
       in32[i] = to_f32(in64[i]);
-      zt_tensor_set_requires_grad(in32[i], true);
+      ZT_CHECK_OK(zt_tensor_set_requires_grad(in32[i], true));
     }
   zt_tensor *y64 = NULL, *y32 = NULL;
   ZT_CHECK_OK(fn(in64, &y64, ud));

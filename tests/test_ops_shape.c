@@ -12,7 +12,7 @@
 static zt_tensor *arange(int nd, const int64_t *shape, zt_dtype dt) {
   zt_tensor *t = NULL;
   ZT_CHECK_OK(zt_tensor_empty(nd, shape, dt, ZT_CPU, &t));
-  for (int64_t i = 0; i < zt_tensor_numel(t); i++) zt_tensor_set(t, i, (double)i);
+  for (int64_t i = 0; i < zt_tensor_numel(t); i++) ZT_CHECK_OK(zt_tensor_set(t, i, (double)i));
   return t;
 }
 
@@ -427,7 +427,7 @@ static void test_copy_kernel_paths(void) {
     if (dts[k] == ZT_DTYPE_BF16) { /* small integers are exact in bf16 */
       zt_tensor *m = NULL, *b = NULL;
       ZT_CHECK_OK(zt_tensor_full(3, a->shape, ZT_DTYPE_F32, ZT_CPU, 0, &m));
-      for (int64_t i = 0; i < zt_tensor_numel(m); i++) zt_tensor_set(m, i, (double)(i % 200));
+      for (int64_t i = 0; i < zt_tensor_numel(m); i++) ZT_CHECK_OK(zt_tensor_set(m, i, (double)(i % 200)));
       ZT_CHECK_OK(zt_cast(m, ZT_DTYPE_BF16, &b));
       zt_tensor_free(m);
       zt_tensor_free(a);

@@ -164,7 +164,7 @@ static void test_softmax_errors(void) {
 static zt_tensor *targets_of(int ndim, const int64_t *shape, const int64_t *v, bool i32) {
   zt_tensor *t = NULL;
   ZT_CHECK_OK(zt_tensor_empty(ndim, shape, i32 ? ZT_DTYPE_I32 : ZT_DTYPE_I64, ZT_CPU, &t));
-  for (int64_t k = 0; k < zt_tensor_numel(t); k++) zt_tensor_set(t, k, (double)v[k]);
+  for (int64_t k = 0; k < zt_tensor_numel(t); k++) ZT_CHECK_OK(zt_tensor_set(t, k, (double)v[k]));
   return t;
 }
 

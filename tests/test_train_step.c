@@ -29,7 +29,7 @@ static zt_tensor *rows(zt_tensor *t, int64_t r0, int64_t n) {
   int64_t T = t->shape[1];
   zt_tensor *o = NULL;
   ZT_CHECK_OK(zt_tensor_empty(2, (int64_t[]){n, T}, ZT_DTYPE_I32, ZT_CPU, &o));
-  for (int64_t i = 0; o && i < n * T; i++) zt_tensor_set(o, i, zt_tensor_get(t, r0 * T + i));
+  for (int64_t i = 0; o && i < n * T; i++) ZT_CHECK_OK(zt_tensor_set(o, i, zt_tensor_get(t, r0 * T + i)));
   return o;
 }
 

@@ -63,13 +63,13 @@ zt_tensor *zt_test_rand(int ndim, const int64_t *shape, zt_dtype dt, double lo, 
   }
   zt_rng_state st = {seed, 0};
   int64_t n = zt_tensor_numel(t);
-  for (int64_t i = 0; i < n; i++) zt_tensor_set(t, i, lo + (hi - lo) * zt_rng_uniform_at(st, (uint64_t)i));
+  for (int64_t i = 0; i < n; i++) ZT_CHECK_OK(zt_tensor_set(t, i, lo + (hi - lo) * zt_rng_uniform_at(st, (uint64_t)i)));
   return t;
 }
 
 zt_tensor *zt_test_rand_leaf(int ndim, const int64_t *shape, zt_dtype dt, double lo, double hi, uint64_t seed) {
   zt_tensor *t = zt_test_rand(ndim, shape, dt, lo, hi, seed);
-  zt_tensor_set_requires_grad(t, true);
+  ZT_CHECK_OK(zt_tensor_set_requires_grad(t, true));
   return t;
 }
 

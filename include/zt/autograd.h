@@ -33,12 +33,12 @@ ZT_API zt_autocast_state zt_autocast_set(zt_autocast_state s);
  * grad_roots may be NULL, or have NULL entries, for scalar roots (grad = 1).
  * Without retain_graph the saved tensors of every node run are freed, and a later
  * backward through them is a ZT_STATUS_AUTOGRAD error. */
-ZT_API zt_status zt_backward(int n_roots, zt_tensor *const *roots, zt_tensor *const *grad_roots, bool retain_graph);
+ZT_API ZT_NODISCARD zt_status zt_backward(int n_roots, zt_tensor *const *roots, zt_tensor *const *grad_roots, bool retain_graph);
 /* Gradients of outputs w.r.t. inputs only: nothing is accumulated into any .grad, and
  * nodes that do not lead to an input are not run (their op backward is told which of
  * its inputs need grads). grads_out[i] is a new tensor owned by the caller, or NULL when
  * inputs[i] is not reachable from the outputs. */
-ZT_API zt_status zt_grad(int n_outputs, zt_tensor *const *outputs, zt_tensor *const *grad_outputs, int n_inputs,
+ZT_API ZT_NODISCARD zt_status zt_grad(int n_outputs, zt_tensor *const *outputs, zt_tensor *const *grad_outputs, int n_inputs,
                   zt_tensor *const *inputs, bool retain_graph, zt_tensor **grads_out);
 /* Id of the backward running on this thread (a graph task), -1 outside backward. */
 ZT_API int64_t zt_autograd_graph_task_id(void);
@@ -52,11 +52,11 @@ ZT_API void zt_hook_remove(zt_hook_handle *h);
  * (accumulated into a leaf's .grad, captured by zt_grad, or passed to t's grad_fn). To
  * replace it, store a new tensor (the engine takes ownership) in *replacement. */
 typedef zt_status (*zt_tensor_hook_fn)(const zt_tensor *grad, zt_tensor **replacement, void *user_data);
-ZT_API zt_status zt_tensor_register_hook(zt_tensor *t, zt_tensor_hook_fn fn, void *user_data, zt_hook_handle **handle);
+ZT_API ZT_NODISCARD zt_status zt_tensor_register_hook(zt_tensor *t, zt_tensor_hook_fn fn, void *user_data, zt_hook_handle **handle);
 
 /* Post-accumulate-grad hook on a leaf that requires grad: runs after .grad is updated. */
 typedef zt_status (*zt_post_acc_hook_fn)(zt_tensor *leaf, void *user_data);
-ZT_API zt_status zt_tensor_register_post_accumulate_grad_hook(zt_tensor *leaf, zt_post_acc_hook_fn fn, void *user_data,
+ZT_API ZT_NODISCARD zt_status zt_tensor_register_post_accumulate_grad_hook(zt_tensor *leaf, zt_post_acc_hook_fn fn, void *user_data,
                                                        zt_hook_handle **handle);
 
 /* Node pre-hook: sees (and may replace, freeing the old) the grads of the node's outputs
@@ -68,15 +68,15 @@ typedef zt_status (*zt_node_pre_hook_fn)(zt_node *node, int n_grad_outputs, zt_t
                                          void *user_data);
 typedef zt_status (*zt_node_post_hook_fn)(zt_node *node, int n_grad_inputs, zt_tensor **grad_inputs,
                                           int n_grad_outputs, zt_tensor *const *grad_outputs, void *user_data);
-ZT_API zt_status zt_node_register_pre_hook(zt_node *node, zt_node_pre_hook_fn fn, void *user_data, zt_hook_handle **handle);
-ZT_API zt_status zt_node_register_post_hook(zt_node *node, zt_node_post_hook_fn fn, void *user_data,
+ZT_API ZT_NODISCARD zt_status zt_node_register_pre_hook(zt_node *node, zt_node_pre_hook_fn fn, void *user_data, zt_hook_handle **handle);
+ZT_API ZT_NODISCARD zt_status zt_node_register_post_hook(zt_node *node, zt_node_post_hook_fn fn, void *user_data,
                                      zt_hook_handle **handle);
 
 /* End-of-backward callback: queued while a backward runs (also from inside hooks and
  * callbacks), run once, in order, when that backward has finished. Outside backward it
  * is a ZT_STATUS_STATE error. */
 typedef zt_status (*zt_callback_fn)(void *user_data);
-ZT_API zt_status zt_autograd_queue_callback(zt_callback_fn fn, void *user_data);
+ZT_API ZT_NODISCARD zt_status zt_autograd_queue_callback(zt_callback_fn fn, void *user_data);
 
 /* Saved-tensor hooks: a per-thread stack. While non-empty, every tensor an op or custom
  * function saves for backward is given to the top pack(), which returns any object;
@@ -89,8 +89,8 @@ typedef struct zt_saved_tensor_hooks {
   void (*release)(void *packed, void *user_data); /* optional */
   void *user_data;
 } zt_saved_tensor_hooks;
-ZT_API zt_status zt_saved_tensor_hooks_push(const zt_saved_tensor_hooks *hooks);
-ZT_API zt_status zt_saved_tensor_hooks_pop(void);
+ZT_API ZT_NODISCARD zt_status zt_saved_tensor_hooks_push(const zt_saved_tensor_hooks *hooks);
+ZT_API ZT_NODISCARD zt_status zt_saved_tensor_hooks_pop(void);
 ZT_API int zt_saved_tensor_hooks_depth(void);
 /* This thread's top hooks (NULL when the stack is empty); a store checks it is on top
  * before it pops. */
@@ -111,7 +111,7 @@ ZT_API int zt_node_n_next(const zt_node *node);
 ZT_API zt_node *zt_node_next(const zt_node *node, int i, int *input_nr);
 ZT_API int64_t zt_node_seq_nr(const zt_node *node);
 /* The accumulator node of a leaf that requires grad (created on first use). */
-ZT_API zt_status zt_tensor_grad_accumulator(zt_tensor *leaf, zt_node **out);
+ZT_API ZT_NODISCARD zt_status zt_tensor_grad_accumulator(zt_tensor *leaf, zt_node **out);
 /* Eager accumulation (off by default): while the leaf has a .grad, each gradient
  * contribution is added into it as soon as it is computed, instead of being summed in a
  * buffer that lives until the last contribution arrives (a weight used early and late in
@@ -120,14 +120,14 @@ ZT_API zt_status zt_tensor_grad_accumulator(zt_tensor *leaf, zt_node **out);
  * post-accumulate-grad hooks still run once, after the last contribution. The sum is
  * (g + c1) + c2 rather than g + (c1 + c2): bitwise the same when .grad starts at zero
  * (FSDP's flat-gradient views), rounding apart otherwise. */
-ZT_API zt_status zt_tensor_set_eager_accumulation(zt_tensor *leaf, bool eager);
+ZT_API ZT_NODISCARD zt_status zt_tensor_set_eager_accumulation(zt_tensor *leaf, bool eager);
 
 /* Save a tensor for backward on a node (through the saved-tensor hooks); returns its
  * index. The node keeps no reference to t itself. */
-ZT_API zt_status zt_node_save(zt_node *node, const zt_tensor *t, int *index);
+ZT_API ZT_NODISCARD zt_status zt_node_save(zt_node *node, const zt_tensor *t, int *index);
 /* Unpack saved tensor i for use in backward (checks the version counter). The tensor is
  * owned by the node until its backward returns. */
-ZT_API zt_status zt_node_saved(zt_node *node, int i, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_node_saved(zt_node *node, int i, zt_tensor **out);
 ZT_API int zt_node_n_saved(const zt_node *node);
 /* Free the tensors zt_node_saved unpacked on node now, instead of after its backward
  * returns (the engine does it then); a later zt_node_saved unpacks again. Checkpoint
@@ -147,7 +147,7 @@ typedef struct zt_function {
   zt_status (*backward)(zt_node *ctx, int n_outputs, zt_tensor *const *grad_outputs, int n_inputs,
                         const bool *needs_input_grad, zt_tensor **grad_inputs);
 } zt_function;
-ZT_API zt_status zt_function_apply(const zt_function *fn, int n_inputs, zt_tensor *const *inputs, int n_outputs,
+ZT_API ZT_NODISCARD zt_status zt_function_apply(const zt_function *fn, int n_inputs, zt_tensor *const *inputs, int n_outputs,
                             zt_tensor **outputs, void *user_data);
 /* Attach non-tensor state to a custom function's ctx; free_fn (optional) runs when the
  * node is freed. */

@@ -58,7 +58,7 @@ ZT_API bool zt_checkpoint_set_early_stop(bool enable);
  * were active), 4 (recomputed tensors freed on unpack), 5 (early stop), 6 (backward inside
  * fn). Recomputed tensors that a partial backward (zt_grad) never unpacks live until the
  * graph that saved them is freed, as in PyTorch. */
-ZT_API zt_status zt_checkpoint(zt_checkpoint_fn fn, void *user_data, int n_in, zt_tensor *const *inputs, int n_out,
+ZT_API ZT_NODISCARD zt_status zt_checkpoint(zt_checkpoint_fn fn, void *user_data, int n_in, zt_tensor *const *inputs, int n_out,
                         zt_tensor **outputs, const zt_checkpoint_options *opts);
 
 /* Reentrant checkpoint: a custom function whose forward runs fn with grad off and keeps
@@ -71,7 +71,7 @@ ZT_API zt_status zt_checkpoint(zt_checkpoint_fn fn, void *user_data, int n_in, z
  *    parameters): found in forward;
  *  - some recomputed output must require grad: found in backward.
  * early_stop, determinism_check and policy do not apply (a policy is an error). */
-ZT_API zt_status zt_checkpoint_reentrant(zt_checkpoint_fn fn, void *user_data, int n_in, zt_tensor *const *inputs,
+ZT_API ZT_NODISCARD zt_status zt_checkpoint_reentrant(zt_checkpoint_fn fn, void *user_data, int n_in, zt_tensor *const *inputs,
                                   int n_out, zt_tensor **outputs, const zt_checkpoint_options *opts);
 
 /* One stage of a sequential model: out = forward(self, x), a new tensor owned by the caller. */
@@ -85,7 +85,7 @@ typedef struct zt_checkpoint_stage {
  * but the last is one zt_checkpoint region (non-reentrant, opts as for zt_checkpoint), the
  * last runs plainly. input is borrowed; *out is new. 1 <= segments <= n. The stages array
  * must stay valid until backward has run (recomputation calls the stages again). */
-ZT_API zt_status zt_checkpoint_sequential(const zt_checkpoint_stage *stages, int n, int segments, zt_tensor *input,
+ZT_API ZT_NODISCARD zt_status zt_checkpoint_sequential(const zt_checkpoint_stage *stages, int n, int segments, zt_tensor *input,
                                    zt_tensor **out, const zt_checkpoint_options *opts);
 
 #endif

@@ -20,19 +20,19 @@ typedef enum zt_reduce_op {
 typedef struct zt_comm zt_comm;
 
 /* A group of one rank (rank 0, size 1): collectives are copies or no-ops. */
-ZT_API zt_status zt_comm_init_local(zt_comm **out);
+ZT_API ZT_NODISCARD zt_status zt_comm_init_local(zt_comm **out);
 /* The MPI world (a duplicate of MPI_COMM_WORLD). Calls MPI_Init if MPI is not initialised
  * yet (argc/argv may be NULL). ZT_STATUS_UNSUPPORTED, naming the fix, in a build without
  * MPI. */
-ZT_API zt_status zt_comm_init_mpi(int *argc, char ***argv, zt_comm **out);
+ZT_API ZT_NODISCARD zt_status zt_comm_init_mpi(int *argc, char ***argv, zt_comm **out);
 /* mpi when launched by mpirun (OMPI_COMM_WORLD_SIZE or PMI_SIZE set) in a build with MPI,
  * else local. */
-ZT_API zt_status zt_comm_world(zt_comm **out);
+ZT_API ZT_NODISCARD zt_status zt_comm_world(zt_comm **out);
 /* Split c into sub-groups: ranks with the same color (>= 0) form one group, ordered by
  * key (ties by rank in c). Collective over c (timed: every rank must arrive within c's
  * timeout). The sub-group inherits c's debug mode and timeout. The caller frees *out
  * (before or after c). */
-ZT_API zt_status zt_comm_split_at(zt_comm *c, int color, int key, zt_comm **out, const char *file, int line);
+ZT_API ZT_NODISCARD zt_status zt_comm_split_at(zt_comm *c, int color, int key, zt_comm **out, const char *file, int line);
 #define zt_comm_split(c, color, key, out) zt_comm_split_at((c), (color), (key), (out), __FILE__, __LINE__)
 /* Frees the group. When zerotrain initialised MPI, freeing the last MPI group calls
  * MPI_Finalize (MPI cannot be initialised again in this process). NULL is a no-op.
@@ -83,7 +83,7 @@ ZT_API void zt_comm_abort(zt_comm *c, int code);
  * "ranks disagree on 'batch': rank 0 has '8', rank 1 has '4'; start every rank with the
  * same options". Different n or names across ranks are reported too. Values are compared
  * by length and a 64-bit hash. NULL values read as "(null)". Strings stay the caller's. */
-ZT_API zt_status zt_comm_check_same_at(zt_comm *c, int n, const char *const *names, const char *const *values,
+ZT_API ZT_NODISCARD zt_status zt_comm_check_same_at(zt_comm *c, int n, const char *const *names, const char *const *values,
                                 const char *file, int line);
 #define zt_comm_check_same(...) zt_comm_check_same_at(__VA_ARGS__, __FILE__, __LINE__)
 /* agree_status: every rank passes its own status s (with its zt_last_error() when s !=
@@ -91,7 +91,7 @@ ZT_API zt_status zt_comm_check_same_at(zt_comm *c, int n, const char *const *nam
  * rank returns its own s and keeps its message; the others return the lowest failing rank
  * R's status with its message (first ~480 bytes) prefixed by "rank R: ". Lets ranks
  * validate inputs locally and fail together before the first real collective. */
-ZT_API zt_status zt_comm_agree_status_at(zt_comm *c, zt_status s, const char *file, int line);
+ZT_API ZT_NODISCARD zt_status zt_comm_agree_status_at(zt_comm *c, zt_status s, const char *file, int line);
 #define zt_comm_agree_status(c, s) zt_comm_agree_status_at((c), (s), __FILE__, __LINE__)
 
 /* Per-group counters for benchmarks. bytes_sent is what this rank sends by the ring
@@ -111,15 +111,15 @@ ZT_API void zt_comm_stats_reset(zt_comm *c);
  * and sizes on every rank. The call site (file:line)
  * is passed by the macros for debug mode's messages. */
 /* t = reduce(t over ranks), in place. */
-ZT_API zt_status zt_all_reduce_at(zt_comm *c, zt_tensor *t, zt_reduce_op op, const char *file, int line);
+ZT_API ZT_NODISCARD zt_status zt_all_reduce_at(zt_comm *c, zt_tensor *t, zt_reduce_op op, const char *file, int line);
 /* out = concat of every rank's in, rank order; numel(out) = size * numel(in). */
-ZT_API zt_status zt_all_gather_at(zt_comm *c, const zt_tensor *in, zt_tensor *out, const char *file, int line);
+ZT_API ZT_NODISCARD zt_status zt_all_gather_at(zt_comm *c, const zt_tensor *in, zt_tensor *out, const char *file, int line);
 /* out = reduce over ranks of this rank's chunk of in; numel(in) = size * numel(out). */
-ZT_API zt_status zt_reduce_scatter_at(zt_comm *c, const zt_tensor *in, zt_tensor *out, zt_reduce_op op, const char *file,
+ZT_API ZT_NODISCARD zt_status zt_reduce_scatter_at(zt_comm *c, const zt_tensor *in, zt_tensor *out, zt_reduce_op op, const char *file,
                                int line);
 /* t = root's t. */
-ZT_API zt_status zt_broadcast_at(zt_comm *c, zt_tensor *t, int root, const char *file, int line);
-ZT_API zt_status zt_barrier_at(zt_comm *c, const char *file, int line);
+ZT_API ZT_NODISCARD zt_status zt_broadcast_at(zt_comm *c, zt_tensor *t, int root, const char *file, int line);
+ZT_API ZT_NODISCARD zt_status zt_barrier_at(zt_comm *c, const char *file, int line);
 #define zt_all_reduce(c, t, op) zt_all_reduce_at((c), (t), (op), __FILE__, __LINE__)
 #define zt_all_gather(c, in, out) zt_all_gather_at((c), (in), (out), __FILE__, __LINE__)
 #define zt_reduce_scatter(c, in, out, op) zt_reduce_scatter_at((c), (in), (out), (op), __FILE__, __LINE__)
@@ -128,8 +128,8 @@ ZT_API zt_status zt_barrier_at(zt_comm *c, const char *file, int line);
 
 /* Point to point (blocking, timed; dst/src != own rank; tag >= 0). Not checked by debug
  * mode. A small send may complete before the receiver posts its receive. */
-ZT_API zt_status zt_send_at(zt_comm *c, const zt_tensor *t, int dst, int tag, const char *file, int line);
-ZT_API zt_status zt_recv_at(zt_comm *c, zt_tensor *t, int src, int tag, const char *file, int line);
+ZT_API ZT_NODISCARD zt_status zt_send_at(zt_comm *c, const zt_tensor *t, int dst, int tag, const char *file, int line);
+ZT_API ZT_NODISCARD zt_status zt_recv_at(zt_comm *c, zt_tensor *t, int src, int tag, const char *file, int line);
 #define zt_send(c, t, dst, tag) zt_send_at((c), (t), (dst), (tag), __FILE__, __LINE__)
 #define zt_recv(c, t, src, tag) zt_recv_at((c), (t), (src), (tag), __FILE__, __LINE__)
 
@@ -140,16 +140,16 @@ ZT_API zt_status zt_recv_at(zt_comm *c, zt_tensor *t, int src, int tag, const ch
  * group's timeout (counted from the wait); on timeout it frees the handle but not the
  * operation's buffers (MPI may still write them) and the group is unusable. */
 typedef struct zt_comm_work zt_comm_work;
-ZT_API zt_status zt_all_reduce_async_at(zt_comm *c, zt_tensor *t, zt_reduce_op op, zt_comm_work **w, const char *file,
+ZT_API ZT_NODISCARD zt_status zt_all_reduce_async_at(zt_comm *c, zt_tensor *t, zt_reduce_op op, zt_comm_work **w, const char *file,
                                  int line);
-ZT_API zt_status zt_all_gather_async_at(zt_comm *c, const zt_tensor *in, zt_tensor *out, zt_comm_work **w,
+ZT_API ZT_NODISCARD zt_status zt_all_gather_async_at(zt_comm *c, const zt_tensor *in, zt_tensor *out, zt_comm_work **w,
                                  const char *file, int line);
-ZT_API zt_status zt_reduce_scatter_async_at(zt_comm *c, const zt_tensor *in, zt_tensor *out, zt_reduce_op op,
+ZT_API ZT_NODISCARD zt_status zt_reduce_scatter_async_at(zt_comm *c, const zt_tensor *in, zt_tensor *out, zt_reduce_op op,
                                      zt_comm_work **w, const char *file, int line);
 #define zt_all_reduce_async(c, t, op, w) zt_all_reduce_async_at((c), (t), (op), (w), __FILE__, __LINE__)
 #define zt_all_gather_async(c, in, out, w) zt_all_gather_async_at((c), (in), (out), (w), __FILE__, __LINE__)
 #define zt_reduce_scatter_async(c, in, out, op, w) \
   zt_reduce_scatter_async_at((c), (in), (out), (op), (w), __FILE__, __LINE__)
-ZT_API zt_status zt_comm_wait(zt_comm_work *w);
+ZT_API ZT_NODISCARD zt_status zt_comm_wait(zt_comm_work *w);
 
 #endif

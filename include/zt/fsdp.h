@@ -31,7 +31,7 @@ typedef struct zt_ddp zt_ddp;
  * get no grad. The end-of-backward callback starts what is left (a parameter without a
  * grad counts as zeros; its .grad is then created), waits for everything and writes the
  * averaged values back into each .grad. */
-ZT_API zt_status zt_ddp_new(zt_comm *comm, int n_params, const zt_param *params, const zt_ddp_options *o, zt_ddp **out);
+ZT_API ZT_NODISCARD zt_status zt_ddp_new(zt_comm *comm, int n_params, const zt_param *params, const zt_ddp_options *o, zt_ddp **out);
 ZT_API void zt_ddp_free(zt_ddp *d); /* removes the hooks; NULL is a no-op */
 /* no_sync: with sync off, backward only accumulates into .grad locally (no communication);
  * the next backward with sync on reduces the accumulated sums. Default on. */
@@ -70,7 +70,7 @@ typedef enum zt_shard_strategy {
 ZT_API const char *zt_shard_strategy_name(zt_shard_strategy s);
 /* Parse "full|grad_op|opt|none|hybrid:G" (G >= 1 ranks per shard group; *group is 0 for
  * the others). Errors list the accepted forms. */
-ZT_API zt_status zt_shard_strategy_parse(const char *text, zt_shard_strategy *s, int *group);
+ZT_API ZT_NODISCARD zt_status zt_shard_strategy_parse(const char *text, zt_shard_strategy *s, int *group);
 
 /* The per-unit state machine (PyTorch FSDP's training states):
  *   IDLE -> FORWARD (pre-forward) -> IDLE (post-forward)
@@ -113,7 +113,7 @@ typedef struct zt_fsdp zt_fsdp;
 /* FSDP over comm (borrowed; outlives f) for the module tree root (borrowed; outlives f):
  * root is the root unit, which holds every parameter no other unit holds. Nothing changes
  * until zt_fsdp_init. */
-ZT_API zt_status zt_fsdp_new(zt_comm *comm, zt_module *root, const zt_fsdp_options *o, zt_fsdp **out);
+ZT_API ZT_NODISCARD zt_status zt_fsdp_new(zt_comm *comm, zt_module *root, const zt_fsdp_options *o, zt_fsdp **out);
 /* Make module m (inside root's tree, not root, not inside or around another unit) a unit.
  * Before zt_fsdp_init only. Every rank must wrap the same modules and, in each backward,
  * use the same units (parameters unused on every rank are fine): the collectives of a
@@ -121,12 +121,12 @@ ZT_API zt_status zt_fsdp_new(zt_comm *comm, zt_module *root, const zt_fsdp_optio
  * checkpointing (a nested backward) is not supported inside a unit; the non-reentrant
  * zt_checkpoint is (the recomputed forward gathers again). Free f only once no graph
  * recorded through its units is alive. */
-ZT_API zt_status zt_fsdp_wrap(zt_fsdp *f, zt_module *m);
+ZT_API ZT_NODISCARD zt_status zt_fsdp_wrap(zt_fsdp *f, zt_module *m);
 /* Auto-wrap: a unit for every module of the tree for which policy returns true (the
  * search does not descend into a wrapped module). NULL policy: zt_fsdp_policy_blocks. */
 typedef bool (*zt_fsdp_wrap_policy)(const zt_module *m, void *user_data);
 ZT_API bool zt_fsdp_policy_blocks(const zt_module *m, void *user_data); /* kind "Block": one unit per transformer block */
-ZT_API zt_status zt_fsdp_auto_wrap(zt_fsdp *f, zt_fsdp_wrap_policy policy, void *user_data);
+ZT_API ZT_NODISCARD zt_status zt_fsdp_auto_wrap(zt_fsdp *f, zt_fsdp_wrap_policy policy, void *user_data);
 /* Flatten and shard. For each unit (in module order) its parameters (module order; a
  * tensor shared by two names, e.g. tied weights, once) are laid out in one flat f32 buffer
  * padded to a multiple of the shard group size; the parameter tensors become views of it
@@ -138,7 +138,7 @@ ZT_API zt_status zt_fsdp_auto_wrap(zt_fsdp *f, zt_fsdp_wrap_policy policy, void 
  * FULL, HYBRID and GRAD_OP release the full buffers at once (gathered by the next forward).
  * A shard group of one in f32 (NONE, one rank) keeps no separate shard: the flat buffer is
  * the shard. All parameters must be f32, contiguous, and not views of another tensor. */
-ZT_API zt_status zt_fsdp_init(zt_fsdp *f);
+ZT_API ZT_NODISCARD zt_status zt_fsdp_init(zt_fsdp *f);
 /* Restores nothing: the parameter tensors stay views (of released storage for FULL,
  * HYBRID); call zt_fsdp_gather_full_params first to keep usable values. Removes the hooks. */
 ZT_API void zt_fsdp_free(zt_fsdp *f);
@@ -161,12 +161,12 @@ ZT_API void zt_fsdp_zero_grad(zt_fsdp *f);
  * counted once, also under HYBRID), clipping like zt_clip_grad_norm. Collective. A
  * non-finite norm (an inf or NaN in any rank's shard: the global check of loss scaling) is
  * returned with ZT_OK and nothing scaled. */
-ZT_API zt_status zt_fsdp_clip_grad_norm(zt_fsdp *f, double max_norm, double *norm);
+ZT_API ZT_NODISCARD zt_status zt_fsdp_clip_grad_norm(zt_fsdp *f, double max_norm, double *norm);
 /* Multiply every gradient shard by factor (unscaling after loss scaling). Local. */
-ZT_API zt_status zt_fsdp_scale_grads(zt_fsdp *f, double factor);
+ZT_API ZT_NODISCARD zt_status zt_fsdp_scale_grads(zt_fsdp *f, double factor);
 /* After zt_optim_step on the pieces: OPT all-gathers the updated shards into the full
  * parameters; the others have nothing to do (the next forward gathers). Collective. */
-ZT_API zt_status zt_fsdp_after_step(zt_fsdp *f);
+ZT_API ZT_NODISCARD zt_status zt_fsdp_after_step(zt_fsdp *f);
 /* no_sync: with sync off, backward keeps each unit's full (unsharded) gradient and
  * accumulates into it without communicating; the next backward with sync on reduces the
  * sums. Memory: every unit's full gradient. Default on. */
@@ -175,12 +175,12 @@ ZT_API void zt_fsdp_set_sync(zt_fsdp *f, bool sync);
 /* Gather every unit's full parameters into the parameter tensors (for evaluation outside
  * training, sampling or a full checkpoint) until zt_fsdp_release_full_params. IDLE units
  * only. Collective. */
-ZT_API zt_status zt_fsdp_gather_full_params(zt_fsdp *f);
-ZT_API zt_status zt_fsdp_release_full_params(zt_fsdp *f);
+ZT_API ZT_NODISCARD zt_status zt_fsdp_gather_full_params(zt_fsdp *f);
+ZT_API ZT_NODISCARD zt_status zt_fsdp_release_full_params(zt_fsdp *f);
 /* Write values into the local shards from full parameter values (e.g. after loading a
  * full checkpoint into the gathered parameters): every rank copies its slices from the
  * parameter tensors, which must hold the full values (between gather and release). */
-ZT_API zt_status zt_fsdp_shard_from_full(zt_fsdp *f);
+ZT_API ZT_NODISCARD zt_status zt_fsdp_shard_from_full(zt_fsdp *f);
 
 /* Introspection (tests, metrics). Units are numbered in module order, the root last. */
 ZT_API int zt_fsdp_num_units(const zt_fsdp *f);
@@ -208,7 +208,7 @@ typedef struct zt_data_parallel_options {
 } zt_data_parallel_options;
 typedef struct zt_data_parallel zt_data_parallel;
 /* comm is borrowed (outlives d). */
-ZT_API zt_status zt_data_parallel_new(zt_comm *comm, const zt_data_parallel_options *o, zt_data_parallel **out);
+ZT_API ZT_NODISCARD zt_status zt_data_parallel_new(zt_comm *comm, const zt_data_parallel_options *o, zt_data_parallel **out);
 ZT_API zt_strategy zt_data_parallel_strategy(zt_data_parallel *d);
 /* While attached: the DDP or FSDP object (NULL for the other kind, or detached). */
 ZT_API zt_ddp *zt_data_parallel_ddp(const zt_data_parallel *d);

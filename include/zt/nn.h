@@ -85,45 +85,45 @@ struct zt_module {
 };
 
 /* A new empty container module (heap, free with zt_module_free). */
-ZT_API zt_status zt_module_new(const char *kind, const char *name, zt_module **out);
+ZT_API ZT_NODISCARD zt_status zt_module_new(const char *kind, const char *name, zt_module **out);
 /* Initialise an embedded module (layers call this on their first member). */
-ZT_API zt_status zt_module_init(zt_module *m, const char *kind, const char *name);
+ZT_API ZT_NODISCARD zt_status zt_module_init(zt_module *m, const char *kind, const char *name);
 /* A new parameter owned by m: zero-filled, tag PARAM, requires_grad. *out (may be NULL)
  * gets a borrowed pointer. Names must be unique within m. */
-ZT_API zt_status zt_module_new_param(zt_module *m, const char *name, int ndim, const int64_t *shape, zt_dtype dt,
+ZT_API ZT_NODISCARD zt_status zt_module_new_param(zt_module *m, const char *name, int ndim, const int64_t *shape, zt_dtype dt,
                               bool decay, zt_tensor **out);
 /* Adopt child (m frees it from now on, also when this call fails). */
-ZT_API zt_status zt_module_add_child(zt_module *m, zt_module *child);
+ZT_API ZT_NODISCARD zt_status zt_module_add_child(zt_module *m, zt_module *child);
 /* The direct child with this name, or NULL. */
 ZT_API zt_module *zt_module_child(const zt_module *m, const char *name);
 /* All parameters of the tree with full dotted names ("h.0.attn.c_attn.weight", after
  * prefix + "." when prefix is not empty). *out is a new array (free() it); the tensors
  * are borrowed from the modules. */
-ZT_API zt_status zt_module_named_params(const zt_module *m, const char *prefix, int *n, zt_param **out);
+ZT_API ZT_NODISCARD zt_status zt_module_named_params(const zt_module *m, const char *prefix, int *n, zt_param **out);
 ZT_API int64_t zt_module_num_params(const zt_module *m); /* elements, whole tree */
 ZT_API void zt_module_set_training(zt_module *m, bool training); /* whole tree */
 ZT_API void zt_module_free(zt_module *m); /* NULL is a no-op */
 /* Append forward hooks to m's list; *id (may be NULL) gets the id that removes them (ids
  * are > 0 and unique within m). Do not add or remove a module's hooks while its forward runs. */
-ZT_API zt_status zt_module_add_hooks(zt_module *m, const zt_module_hooks *h, int *id);
+ZT_API ZT_NODISCARD zt_status zt_module_add_hooks(zt_module *m, const zt_module_hooks *h, int *id);
 /* Remove the hooks added under id (an unknown id is a no-op); the others keep their order. */
 ZT_API void zt_module_remove_hooks(zt_module *m, int id);
 /* Whether m holds hooks whose pre is fn (for strategies that must not hook a module twice). */
 ZT_API bool zt_module_has_pre_hook(const zt_module *m, zt_status (*fn)(zt_module *m, void *user_data));
 /* Run every pre / post hook in order (called by forwards that support hooks). */
-ZT_API zt_status zt_module_pre_forward(zt_module *m);
-ZT_API zt_status zt_module_post_forward(zt_module *m, int n_outputs, zt_tensor *const *outputs);
+ZT_API ZT_NODISCARD zt_status zt_module_pre_forward(zt_module *m);
+ZT_API ZT_NODISCARD zt_status zt_module_post_forward(zt_module *m, int n_outputs, zt_tensor *const *outputs);
 
 /* Make m a sequence whose spans run through span(ctx, ...) (the owner's function). */
-ZT_API zt_status zt_module_set_span_fn(zt_module *m, zt_span_fn span, void *ctx);
+ZT_API ZT_NODISCARD zt_status zt_module_set_span_fn(zt_module *m, zt_span_fn span, void *ctx);
 /* Add a wrapper to sequence m; *id (may be NULL) removes it. As with hooks, do not change a
  * sequence's wrappers between a forward and its backward (regions recompute through them). */
-ZT_API zt_status zt_module_add_wrapper(zt_module *m, const zt_module_wrapper *w, int *id);
+ZT_API ZT_NODISCARD zt_status zt_module_add_wrapper(zt_module *m, const zt_module_wrapper *w, int *id);
 ZT_API void zt_module_remove_wrapper(zt_module *m, int id); /* unknown id: a no-op */
 /* Run a span through next (what wrappers call). */
-ZT_API zt_status zt_span_run(zt_span_next next, int first, int count, zt_tensor *x, zt_tensor **y);
+ZT_API ZT_NODISCARD zt_status zt_span_run(zt_span_next next, int first, int count, zt_tensor *x, zt_tensor **y);
 /* Run all of sequence m's children on x (borrowed) into *y (new), through its wrappers. */
-ZT_API zt_status zt_module_run_sequence(zt_module *m, zt_tensor *x, zt_tensor **y);
+ZT_API ZT_NODISCARD zt_status zt_module_run_sequence(zt_module *m, zt_tensor *x, zt_tensor **y);
 
 /* ------------------------------------------------ layers */
 /* Every forward takes its input borrowed and gives a new tensor (caller frees), except
@@ -136,9 +136,9 @@ typedef struct zt_nn_linear {
   zt_module base;
   zt_tensor *weight, *bias;
 } zt_nn_linear;
-ZT_API zt_status zt_nn_linear_new(const char *name, int64_t in, int64_t out, bool bias, zt_dtype dt, double init_std,
+ZT_API ZT_NODISCARD zt_status zt_nn_linear_new(const char *name, int64_t in, int64_t out, bool bias, zt_dtype dt, double init_std,
                            zt_nn_linear **out_layer);
-ZT_API zt_status zt_nn_linear_forward(zt_nn_linear *l, zt_tensor *x, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_nn_linear_forward(zt_nn_linear *l, zt_tensor *x, zt_tensor **out);
 
 /* Layer norm over the last dim (C): weight 1, bias 0 at init (no decay). */
 typedef struct zt_nn_layer_norm {
@@ -146,17 +146,17 @@ typedef struct zt_nn_layer_norm {
   zt_tensor *weight, *bias;
   double eps;
 } zt_nn_layer_norm;
-ZT_API zt_status zt_nn_layer_norm_new(const char *name, int64_t C, double eps, zt_dtype dt, zt_nn_layer_norm **out_layer);
-ZT_API zt_status zt_nn_layer_norm_forward(zt_nn_layer_norm *l, zt_tensor *x, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_nn_layer_norm_new(const char *name, int64_t C, double eps, zt_dtype dt, zt_nn_layer_norm **out_layer);
+ZT_API ZT_NODISCARD zt_status zt_nn_layer_norm_forward(zt_nn_layer_norm *l, zt_tensor *x, zt_tensor **out);
 
 /* Embedding table weight (V, C) (decay). */
 typedef struct zt_nn_embedding {
   zt_module base;
   zt_tensor *weight;
 } zt_nn_embedding;
-ZT_API zt_status zt_nn_embedding_new(const char *name, int64_t V, int64_t C, zt_dtype dt, double init_std,
+ZT_API ZT_NODISCARD zt_status zt_nn_embedding_new(const char *name, int64_t V, int64_t C, zt_dtype dt, double init_std,
                               zt_nn_embedding **out_layer);
-ZT_API zt_status zt_nn_embedding_forward(zt_nn_embedding *e, zt_tensor *ids, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_nn_embedding_forward(zt_nn_embedding *e, zt_tensor *ids, zt_tensor **out);
 
 /* Dropout with probability p, active only in training mode with p > 0. When active, *x
  * is replaced by the result and the old tensor freed; otherwise *x is left as it is (no
@@ -165,8 +165,8 @@ typedef struct zt_nn_dropout {
   zt_module base;
   double p;
 } zt_nn_dropout;
-ZT_API zt_status zt_nn_dropout_new(const char *name, double p, zt_nn_dropout **out_layer);
-ZT_API zt_status zt_nn_dropout_forward(zt_nn_dropout *d, zt_tensor **x);
+ZT_API ZT_NODISCARD zt_status zt_nn_dropout_new(const char *name, double p, zt_nn_dropout **out_layer);
+ZT_API ZT_NODISCARD zt_status zt_nn_dropout_forward(zt_nn_dropout *d, zt_tensor **x);
 
 /* GPT-2 MLP: c_fc (C, 4C), GELU (tanh), c_proj (4C, C), dropout. */
 typedef struct zt_nn_mlp {
@@ -174,9 +174,9 @@ typedef struct zt_nn_mlp {
   zt_nn_linear *c_fc, *c_proj;
   zt_nn_dropout *dropout;
 } zt_nn_mlp;
-ZT_API zt_status zt_nn_mlp_new(const char *name, int64_t C, double dropout, zt_dtype dt, double init_std,
+ZT_API ZT_NODISCARD zt_status zt_nn_mlp_new(const char *name, int64_t C, double dropout, zt_dtype dt, double init_std,
                         double proj_std, zt_nn_mlp **out_layer);
-ZT_API zt_status zt_nn_mlp_forward(zt_nn_mlp *m, zt_tensor *x, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_nn_mlp_forward(zt_nn_mlp *m, zt_tensor *x, zt_tensor **out);
 
 /* Causal self-attention: c_attn (C, 3C) makes q, k, v side by side, the fused
  * zt_causal_attention, then c_proj (C, C) and the residual dropout. */
@@ -186,9 +186,9 @@ typedef struct zt_nn_attention {
   zt_nn_dropout *resid_dropout;
   int n_head;
 } zt_nn_attention;
-ZT_API zt_status zt_nn_attention_new(const char *name, int64_t C, int n_head, double dropout, zt_dtype dt,
+ZT_API ZT_NODISCARD zt_status zt_nn_attention_new(const char *name, int64_t C, int n_head, double dropout, zt_dtype dt,
                               double init_std, double proj_std, zt_nn_attention **out_layer);
-ZT_API zt_status zt_nn_attention_forward(zt_nn_attention *a, zt_tensor *x, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_nn_attention_forward(zt_nn_attention *a, zt_tensor *x, zt_tensor **out);
 
 /* Pre-LN transformer block: x + attn(ln_1(x)), then + mlp(ln_2(.)). x (B, T, C). */
 typedef struct zt_nn_block {
@@ -197,9 +197,9 @@ typedef struct zt_nn_block {
   zt_nn_attention *attn;
   zt_nn_mlp *mlp;
 } zt_nn_block;
-ZT_API zt_status zt_nn_block_new(const char *name, int64_t C, int n_head, double dropout, zt_dtype dt, double init_std,
+ZT_API ZT_NODISCARD zt_status zt_nn_block_new(const char *name, int64_t C, int n_head, double dropout, zt_dtype dt, double init_std,
                           double proj_std, zt_nn_block **out_layer);
-ZT_API zt_status zt_nn_block_forward(zt_nn_block *b, zt_tensor *x, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_nn_block_forward(zt_nn_block *b, zt_tensor *x, zt_tensor **out);
 
 /* ------------------------------------------------ GPT-2 */
 typedef struct zt_gpt2_config {
@@ -213,19 +213,19 @@ typedef struct zt_gpt2_config {
 
 /* Presets: "gpt2-tiny", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1558m". Unknown
  * names are ZT_STATUS_INVALID_ARG listing the presets. */
-ZT_API zt_status zt_gpt2_preset(const char *name, zt_gpt2_config *out);
+ZT_API ZT_NODISCARD zt_status zt_gpt2_preset(const char *name, zt_gpt2_config *out);
 /* Parameters a model of this config has (tied embedding once), without building it. */
 ZT_API int64_t zt_gpt2_config_num_params(const zt_gpt2_config *c);
 /* Check a config (positive sizes, n_embd divisible by n_head, ...). */
-ZT_API zt_status zt_gpt2_config_validate(const zt_gpt2_config *c);
+ZT_API ZT_NODISCARD zt_status zt_gpt2_config_validate(const zt_gpt2_config *c);
 
 typedef struct zt_gpt2 zt_gpt2;
 
 /* Build a model with GPT-2 initialisation (N(0, 0.02); residual projections scaled by
  * 1/sqrt(2 n_layer); biases 0; layer norms 1/0) from the default Philox generator. */
-ZT_API zt_status zt_gpt2_new(const zt_gpt2_config *c, zt_gpt2 **out);
+ZT_API ZT_NODISCARD zt_status zt_gpt2_new(const zt_gpt2_config *c, zt_gpt2 **out);
 /* Same, with parameters of dtype dt (f32 or f64; f64 for finite-difference tests). */
-ZT_API zt_status zt_gpt2_new_dtype(const zt_gpt2_config *c, zt_dtype dt, zt_gpt2 **out);
+ZT_API ZT_NODISCARD zt_status zt_gpt2_new_dtype(const zt_gpt2_config *c, zt_dtype dt, zt_gpt2 **out);
 ZT_API void zt_gpt2_free(zt_gpt2 *m);
 /* The root module (name "", child "transformer"): for generic module code. Owned by m. */
 ZT_API zt_module *zt_gpt2_module(zt_gpt2 *m);
@@ -244,7 +244,7 @@ ZT_API zt_model zt_gpt2_model(zt_gpt2 *m);
  * i32 (ignore index -1), *loss receives the mean cross-entropy (0-d) computed by the fused
  * chunked output layer, which never holds all B*T*V logits, and logits may be NULL. Without
  * targets, *logits receives (B, T, V) (for sampling; pass loss NULL). */
-ZT_API zt_status zt_gpt2_forward(zt_gpt2 *m, zt_tensor *ids, zt_tensor *targets, zt_tensor **logits, zt_tensor **loss);
+ZT_API ZT_NODISCARD zt_status zt_gpt2_forward(zt_gpt2 *m, zt_tensor *ids, zt_tensor *targets, zt_tensor **logits, zt_tensor **loss);
 
 /* Memory-budget planning (src/models/gpt2_plan.c). The activation model counts, per
  * token, what each block keeps from forward to backward (NONE: 16C + 4 + n_head values;
@@ -264,7 +264,7 @@ ZT_API int64_t zt_gpt2_predict_activation_peak(const zt_gpt2 *m, int64_t B, int6
  * modes (n_layer entries) and the predicted peak.
  * A budget below what full recomputation of every block needs is ZT_STATUS_OOM, naming
  * that minimum. */
-ZT_API zt_status zt_gpt2_plan_recompute(const zt_gpt2 *m, int64_t B, int64_t T, int64_t budget,
+ZT_API ZT_NODISCARD zt_status zt_gpt2_plan_recompute(const zt_gpt2 *m, int64_t B, int64_t T, int64_t budget,
                                         zt_checkpoint_policy policy, zt_recompute *modes, int64_t *predicted);
 
 /* Training FLOPs per step by the formula 6 N B T + 12 L T d B T. */

@@ -60,15 +60,15 @@ typedef struct zt_offload zt_offload;
  * unwritable directory fails now: ZT_STATUS_IO naming the directory. A bad tier, a
  * negative min_bytes or a prefetch outside [0, 64] is ZT_STATUS_INVALID_ARG. The caller
  * owns *out and frees it with zt_offload_free. */
-ZT_API zt_status zt_offload_new(const zt_offload_options *o, zt_offload **out);
+ZT_API ZT_NODISCARD zt_status zt_offload_new(const zt_offload_options *o, zt_offload **out);
 
 /* Push its saved-tensor hooks on this thread's stack: what ops save from now on goes to
  * the tier (inside a zt_checkpoint region the checkpoint's hooks are on top, so only the
  * region's inputs reach the store). Pair with zt_offload_pop before zt_backward: backward
  * itself saves nothing. */
-ZT_API zt_status zt_offload_push(zt_offload *o);
+ZT_API ZT_NODISCARD zt_status zt_offload_push(zt_offload *o);
 /* Pop its hooks; ZT_STATUS_STATE if the top of this thread's stack is not this store's. */
-ZT_API zt_status zt_offload_pop(zt_offload *o);
+ZT_API ZT_NODISCARD zt_status zt_offload_pop(zt_offload *o);
 
 /* The store as a strategy (zt/strategy.h): attaching wraps the model's block sequence so
  * that in training forwards (grad mode on) what the blocks save goes to the tier: the

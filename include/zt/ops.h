@@ -12,89 +12,89 @@
 #include "zt/autograd.h"
 
 /* ------------------------------------------------ elementwise (broadcasting, numpy rules) */
-ZT_API zt_status zt_add(zt_tensor *a, zt_tensor *b, zt_tensor **out);
-ZT_API zt_status zt_sub(zt_tensor *a, zt_tensor *b, zt_tensor **out);
-ZT_API zt_status zt_mul(zt_tensor *a, zt_tensor *b, zt_tensor **out);
-ZT_API zt_status zt_div(zt_tensor *a, zt_tensor *b, zt_tensor **out);
-ZT_API zt_status zt_add_scalar(zt_tensor *a, double s, zt_tensor **out); /* a + s */
-ZT_API zt_status zt_sub_scalar(zt_tensor *a, double s, zt_tensor **out); /* a - s */
-ZT_API zt_status zt_mul_scalar(zt_tensor *a, double s, zt_tensor **out); /* a * s */
-ZT_API zt_status zt_div_scalar(zt_tensor *a, double s, zt_tensor **out); /* a / s */
-ZT_API zt_status zt_neg(zt_tensor *a, zt_tensor **out);
-ZT_API zt_status zt_exp(zt_tensor *a, zt_tensor **out);
-ZT_API zt_status zt_log(zt_tensor *a, zt_tensor **out);
-ZT_API zt_status zt_sqrt(zt_tensor *a, zt_tensor **out);
-ZT_API zt_status zt_pow(zt_tensor *a, double exponent, zt_tensor **out);
-ZT_API zt_status zt_tanh(zt_tensor *a, zt_tensor **out);
-ZT_API zt_status zt_relu(zt_tensor *a, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_add(zt_tensor *a, zt_tensor *b, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_sub(zt_tensor *a, zt_tensor *b, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_mul(zt_tensor *a, zt_tensor *b, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_div(zt_tensor *a, zt_tensor *b, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_add_scalar(zt_tensor *a, double s, zt_tensor **out); /* a + s */
+ZT_API ZT_NODISCARD zt_status zt_sub_scalar(zt_tensor *a, double s, zt_tensor **out); /* a - s */
+ZT_API ZT_NODISCARD zt_status zt_mul_scalar(zt_tensor *a, double s, zt_tensor **out); /* a * s */
+ZT_API ZT_NODISCARD zt_status zt_div_scalar(zt_tensor *a, double s, zt_tensor **out); /* a / s */
+ZT_API ZT_NODISCARD zt_status zt_neg(zt_tensor *a, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_exp(zt_tensor *a, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_log(zt_tensor *a, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_sqrt(zt_tensor *a, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_pow(zt_tensor *a, double exponent, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_tanh(zt_tensor *a, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_relu(zt_tensor *a, zt_tensor **out);
 /* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
-ZT_API zt_status zt_gelu(zt_tensor *a, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_gelu(zt_tensor *a, zt_tensor **out);
 
 /* ------------------------------------------------ reductions */
 /* Sum / mean over dims (n_dims == 0: over all dims, giving a 0-d tensor). Negative dims
  * count from the end. keepdim keeps reduced dims with size 1. */
-ZT_API zt_status zt_sum(zt_tensor *a, int n_dims, const int *dims, bool keepdim, zt_tensor **out);
-ZT_API zt_status zt_mean(zt_tensor *a, int n_dims, const int *dims, bool keepdim, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_sum(zt_tensor *a, int n_dims, const int *dims, bool keepdim, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_mean(zt_tensor *a, int n_dims, const int *dims, bool keepdim, zt_tensor **out);
 /* Max over one dim: values (differentiable; grad goes to the first maximal element) and
  * indices (i64, may be NULL if not wanted). */
-ZT_API zt_status zt_max(zt_tensor *a, int dim, bool keepdim, zt_tensor **values, zt_tensor **indices);
+ZT_API ZT_NODISCARD zt_status zt_max(zt_tensor *a, int dim, bool keepdim, zt_tensor **values, zt_tensor **indices);
 
 /* ------------------------------------------------ softmax family and losses */
-ZT_API zt_status zt_softmax(zt_tensor *a, int dim, zt_tensor **out);
-ZT_API zt_status zt_log_softmax(zt_tensor *a, int dim, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_softmax(zt_tensor *a, int dim, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_log_softmax(zt_tensor *a, int dim, zt_tensor **out);
 /* Mean cross-entropy of logits (..., V) against integer targets (...) (i32 or i64),
  * ignoring positions whose target is ignore_index; fused (log-softmax is not kept:
  * backward recomputes it from logits and the saved per-row logsumexp). 0-d output.
  * Targets out of [0, V) (other than ignore_index) are an error. If every target is
  * ignored the loss is 0. */
-ZT_API zt_status zt_cross_entropy(zt_tensor *logits, zt_tensor *targets, int64_t ignore_index, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_cross_entropy(zt_tensor *logits, zt_tensor *targets, int64_t ignore_index, zt_tensor **out);
 
 /* ------------------------------------------------ linear algebra */
 /* Batched matmul: a (..., M, K) or (..., K, M) when trans_a, b (..., K, N) or (..., N, K)
  * when trans_b; batch dims broadcast (b may be 2-D). OpenBLAS sgemm/dgemm. */
-ZT_API zt_status zt_matmul(zt_tensor *a, zt_tensor *b, bool trans_a, bool trans_b, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_matmul(zt_tensor *a, zt_tensor *b, bool trans_a, bool trans_b, zt_tensor **out);
 /* x (..., in) . W^T (out, in) + bias (out) (bias may be NULL). */
-ZT_API zt_status zt_linear(zt_tensor *x, zt_tensor *weight, zt_tensor *bias, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_linear(zt_tensor *x, zt_tensor *weight, zt_tensor *bias, zt_tensor **out);
 
 /* x (..., in) . W (in, out) + bias (out): the Conv1D layout of GPT-2 checkpoints. */
-ZT_API zt_status zt_linear_io(zt_tensor *x, zt_tensor *weight, zt_tensor *bias, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_linear_io(zt_tensor *x, zt_tensor *weight, zt_tensor *bias, zt_tensor **out);
 
 /* Mean cross-entropy of the logits x (N, C) . weight (V, C)^T against targets (N) (i32,
  * ignore_index skipped), without ever holding all N x V logits: rows are processed in
  * chunks; when grads are needed they are computed chunk by chunk during forward (for the
  * inputs that need them) and scaled by the incoming grad in backward. 0-d output. */
-ZT_API zt_status zt_lm_head_cross_entropy(zt_tensor *x, zt_tensor *weight, zt_tensor *targets, int64_t ignore_index,
+ZT_API ZT_NODISCARD zt_status zt_lm_head_cross_entropy(zt_tensor *x, zt_tensor *weight, zt_tensor *targets, int64_t ignore_index,
                                    zt_tensor **out);
 
 /* ------------------------------------------------ nn ops */
 /* Layer norm over the last dim; weight and bias (C) may be NULL. */
-ZT_API zt_status zt_layer_norm(zt_tensor *x, zt_tensor *weight, zt_tensor *bias, double eps, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_layer_norm(zt_tensor *x, zt_tensor *weight, zt_tensor *bias, double eps, zt_tensor **out);
 /* weight (V, C), ids (...) of i32/i64 -> (..., C). Ids out of range are an error. */
-ZT_API zt_status zt_embedding(zt_tensor *weight, zt_tensor *ids, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_embedding(zt_tensor *weight, zt_tensor *ids, zt_tensor **out);
 /* Inverted dropout with probability p (0 <= p < 1), mask drawn from the default Philox
  * generator; identity (an alias-free copy) when !train or p == 0. The mask is not
  * stored: backward regenerates it from the saved (seed, offset). */
-ZT_API zt_status zt_dropout(zt_tensor *x, double p, bool train, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_dropout(zt_tensor *x, double p, bool train, zt_tensor **out);
 /* Fused causal self-attention. qkv (B, T, 3C) holding q, k, v for n_head heads of
  * size C/n_head (GPT-2 layout) -> (B, T, C). Keeps only qkv, the output and a per-row
  * logsumexp (B, n_head, T) for backward: no T x T matrix is stored. */
-ZT_API zt_status zt_causal_attention(zt_tensor *qkv, int n_head, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_causal_attention(zt_tensor *qkv, int n_head, zt_tensor **out);
 
 /* ------------------------------------------------ shape ops */
 /* View when a is contiguous, copy otherwise. One dim may be -1. */
-ZT_API zt_status zt_reshape(zt_tensor *a, int ndim, const int64_t *shape, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_reshape(zt_tensor *a, int ndim, const int64_t *shape, zt_tensor **out);
 /* Views (no copy): they share a's storage. */
-ZT_API zt_status zt_transpose(zt_tensor *a, int dim0, int dim1, zt_tensor **out);
-ZT_API zt_status zt_permute(zt_tensor *a, const int *dims, zt_tensor **out);
-ZT_API zt_status zt_narrow(zt_tensor *a, int dim, int64_t start, int64_t length, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_transpose(zt_tensor *a, int dim0, int dim1, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_permute(zt_tensor *a, const int *dims, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_narrow(zt_tensor *a, int dim, int64_t start, int64_t length, zt_tensor **out);
 /* Copies. */
-ZT_API zt_status zt_contiguous(zt_tensor *a, zt_tensor **out);
-ZT_API zt_status zt_cat(int n, zt_tensor *const *xs, int dim, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_contiguous(zt_tensor *a, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_cat(int n, zt_tensor *const *xs, int dim, zt_tensor **out);
 /* Split a along dim into n parts of the given sizes (summing to the dim's size); outs
  * gets n views. */
-ZT_API zt_status zt_split(zt_tensor *a, int dim, int n, const int64_t *sizes, zt_tensor **outs);
+ZT_API ZT_NODISCARD zt_status zt_split(zt_tensor *a, int dim, int n, const int64_t *sizes, zt_tensor **outs);
 /* Convert to another dtype (differentiable between float dtypes). */
-ZT_API zt_status zt_cast(zt_tensor *a, zt_dtype dtype, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_cast(zt_tensor *a, zt_dtype dtype, zt_tensor **out);
 
 /* ------------------------------------------------ threads */
 /* Threads used by kernels (OpenMP and OpenBLAS share one pool). 0 = all cores. */

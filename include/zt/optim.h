@@ -21,7 +21,7 @@ ZT_API zt_optim_config zt_optim_default(zt_optim_kind kind);
 typedef struct zt_optim zt_optim;
 
 /* params: borrowed; must outlive the optimizer. State is created lazily at first step. */
-ZT_API zt_status zt_optim_new(const zt_optim_config *c, int n_params, const zt_param *params, zt_optim **out);
+ZT_API ZT_NODISCARD zt_status zt_optim_new(const zt_optim_config *c, int n_params, const zt_param *params, zt_optim **out);
 ZT_API void zt_optim_free(zt_optim *o);
 /* One update with learning rate lr (the schedule's value for this step). Parameters
  * whose .grad is NULL are skipped. Runs with grad mode off; bumps each updated
@@ -32,7 +32,7 @@ ZT_API void zt_optim_free(zt_optim *o);
  * per-parameter counts, which differ only for parameters that missed a step). SGD: the
  * same decoupled decay, then buf = momentum buf + g (buf starts at 0, so buf = g at first),
  * w -= lr buf; momentum 0 keeps no state; no dampening or Nesterov. */
-ZT_API zt_status zt_optim_step(zt_optim *o, double lr);
+ZT_API ZT_NODISCARD zt_status zt_optim_step(zt_optim *o, double lr);
 /* Free every parameter's .grad (set_to_none semantics). */
 ZT_API void zt_optim_zero_grad(zt_optim *o);
 ZT_API int64_t zt_optim_step_count(const zt_optim *o);
@@ -42,7 +42,7 @@ ZT_API int64_t zt_optim_step_count(const zt_optim *o);
  * into them. Order: per parameter, "exp_avg.<name>", "exp_avg_sq.<name>" (AdamW) or
  * "momentum_buffer.<name>" (SGD with momentum); f32, shaped like the parameter, tag
  * OPTIM, zero until the first update. The arrays stay valid until zt_optim_free. */
-ZT_API zt_status zt_optim_state(zt_optim *o, int *n, const char *const **names, zt_tensor *const **tensors);
+ZT_API ZT_NODISCARD zt_status zt_optim_state(zt_optim *o, int *n, const char *const **names, zt_tensor *const **tensors);
 ZT_API void zt_optim_set_step_count(zt_optim *o, int64_t step);
 
 /* Global L2 norm of all grads; if max_norm > 0 and the norm exceeds it, scale every grad
@@ -50,7 +50,7 @@ ZT_API void zt_optim_set_step_count(zt_optim *o, int64_t step);
  * without a grad are skipped. The norm is summed in double in a fixed order (the same
  * bits for any thread count). A non-finite norm is returned with ZT_OK and the grads left
  * as they are: the caller decides (e.g. skip the step). */
-ZT_API zt_status zt_clip_grad_norm(int n_params, const zt_param *params, double max_norm, double *norm);
+ZT_API ZT_NODISCARD zt_status zt_clip_grad_norm(int n_params, const zt_param *params, double max_norm, double *norm);
 
 /* Dynamic loss scaling for f16 gradients (torch.cuda.amp.GradScaler's rule): the loss is
  * multiplied by `scale` before backward, the grads divided by it after; a step whose grads

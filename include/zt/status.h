@@ -10,6 +10,9 @@
 #include <stdint.h>
 
 #define ZT_API __attribute__((visibility("default")))
+/* On every function that returns a zt_status: ignoring one is a compile error (-Werror); a
+ * caller that has nothing to do with a failure says why (ZT_IGNORE in the library). */
+#define ZT_NODISCARD __attribute__((warn_unused_result))
 
 typedef enum zt_status {
   ZT_OK = 0,
@@ -42,6 +45,6 @@ ZT_API double zt_clock_now(void);
 
 /* Record a message for zt_last_error() and return code: callers of the library (the CLI,
  * applications) that report their own failures the same way. */
-ZT_API zt_status zt_set_error(zt_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+ZT_API ZT_NODISCARD zt_status zt_set_error(zt_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

@@ -46,11 +46,11 @@ typedef struct zt_strategy {
 
 enum { ZT_STRATEGY_ORDER_DATA_PARALLEL = 100, ZT_STRATEGY_ORDER_OFFLOAD = 200, ZT_STRATEGY_ORDER_RECOMPUTE = 300 };
 
-ZT_API zt_status zt_strategy_attach(zt_strategy s, const zt_model *m);
+ZT_API ZT_NODISCARD zt_status zt_strategy_attach(zt_strategy s, const zt_model *m);
 ZT_API void zt_strategy_detach(zt_strategy s);
 /* Attach s[0..n) in order of composition (stable by ops->order); on a failure the ones
  * attached are detached again and the status says which strategy failed. */
-ZT_API zt_status zt_strategies_attach(int n, const zt_strategy *s, const zt_model *m);
+ZT_API ZT_NODISCARD zt_status zt_strategies_attach(int n, const zt_strategy *s, const zt_model *m);
 /* Detach s[0..n) in the reverse order of composition. */
 ZT_API void zt_strategies_detach(int n, const zt_strategy *s);
 
@@ -72,10 +72,10 @@ ZT_API zt_recompute_options zt_recompute_options_default(void);
 
 typedef struct zt_recompute_plan zt_recompute_plan;
 /* A plan (bad modes, every < 1: ZT_STATUS_INVALID_ARG naming the field). *out is the caller's. */
-ZT_API zt_status zt_recompute_plan_new(const zt_recompute_options *o, zt_recompute_plan **out);
+ZT_API ZT_NODISCARD zt_status zt_recompute_plan_new(const zt_recompute_options *o, zt_recompute_plan **out);
 /* Change the plan, attached or not; between steps, never between a forward and its backward
  * (recomputation reads the current regions). A failed call changes nothing. */
-ZT_API zt_status zt_recompute_plan_set(zt_recompute_plan *p, const zt_recompute_options *o);
+ZT_API ZT_NODISCARD zt_status zt_recompute_plan_set(zt_recompute_plan *p, const zt_recompute_options *o);
 /* The common mode of all blocks, or PLAN when they differ; *every (may be NULL) the region
  * size in use (capped at the block count once attached). */
 ZT_API zt_recompute zt_recompute_plan_mode(const zt_recompute_plan *p, int *every);

@@ -24,7 +24,7 @@ ZT_API const char *zt_dtype_name(zt_dtype dt); /* "f32", ...; "invalid" for unkn
 ZT_API bool zt_dtype_valid(zt_dtype dt);
 ZT_API bool zt_dtype_is_float(zt_dtype dt);
 /* Parse "f32", "float32", "bf16", ...; unknown names are ZT_STATUS_DTYPE. */
-ZT_API zt_status zt_dtype_parse(const char *name, zt_dtype *out);
+ZT_API ZT_NODISCARD zt_status zt_dtype_parse(const char *name, zt_dtype *out);
 
 /* bf16 / f16 conversion (round to nearest even, NaN kept). */
 ZT_API uint16_t zt_f32_to_bf16(float x);
@@ -77,10 +77,10 @@ typedef struct zt_allocator {
 
 /* Install an allocator for one device type (NULL restores the default). Only legal while
  * nothing allocated through the previous one is alive on that device type. */
-ZT_API zt_status zt_mem_set_allocator(zt_device_type type, const zt_allocator *a);
+ZT_API ZT_NODISCARD zt_status zt_mem_set_allocator(zt_device_type type, const zt_allocator *a);
 
 /* Allocate / free accounted bytes. bytes == 0 gives a valid unique pointer-free NULL. */
-ZT_API zt_status zt_mem_alloc(size_t bytes, zt_device dev, zt_mem_tag tag, void **out);
+ZT_API ZT_NODISCARD zt_status zt_mem_alloc(size_t bytes, zt_device dev, zt_mem_tag tag, void **out);
 ZT_API void zt_mem_free(void *ptr, size_t bytes, zt_device dev, zt_mem_tag tag);
 /* Count bytes that live outside the allocator (files on the disk device): delta > 0 adds,
  * < 0 removes; peaks update as for allocations. */
@@ -132,17 +132,17 @@ typedef struct zt_storage {
   uint64_t id;     /* unique in the process, never reused (identifies a storage after it is freed) */
 } zt_storage;
 
-ZT_API zt_status zt_storage_new(size_t nbytes, zt_device dev, zt_mem_tag tag, zt_storage **out);
+ZT_API ZT_NODISCARD zt_status zt_storage_new(size_t nbytes, zt_device dev, zt_mem_tag tag, zt_storage **out);
 /* Wrap caller memory (not accounted, never freed); caller keeps it alive. */
-ZT_API zt_status zt_storage_wrap(void *data, size_t nbytes, zt_device dev, zt_storage **out);
+ZT_API ZT_NODISCARD zt_status zt_storage_wrap(void *data, size_t nbytes, zt_device dev, zt_storage **out);
 ZT_API void zt_storage_retain(zt_storage *s);
 ZT_API void zt_storage_release_ref(zt_storage *s); /* drops one reference; frees at zero */
 /* Free the bytes, keep the object. Views stay valid objects; their data is unreadable. */
-ZT_API zt_status zt_storage_release(zt_storage *s);
+ZT_API ZT_NODISCARD zt_status zt_storage_release(zt_storage *s);
 /* Allocate the bytes again (contents undefined: the caller fills them). The version is
  * not bumped (a refill with the same values keeps saved tensors valid); a caller that
  * writes different values must call zt_tensor_bump_version. */
-ZT_API zt_status zt_storage_rematerialize(zt_storage *s);
+ZT_API ZT_NODISCARD zt_status zt_storage_rematerialize(zt_storage *s);
 ZT_API void zt_storage_retag(zt_storage *s, zt_mem_tag tag);
 
 /* ---------------------------------------------------------------- tensors */
@@ -169,14 +169,14 @@ typedef struct zt_tensor {
 } zt_tensor;
 
 /* New contiguous tensor, uninitialised / zero-filled, with tag zt_mem_tag_current(). */
-ZT_API zt_status zt_tensor_empty(int ndim, const int64_t *shape, zt_dtype dt, zt_device dev, zt_tensor **out);
-ZT_API zt_status zt_tensor_zeros(int ndim, const int64_t *shape, zt_dtype dt, zt_device dev, zt_tensor **out);
-ZT_API zt_status zt_tensor_full(int ndim, const int64_t *shape, zt_dtype dt, zt_device dev, double value, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_tensor_empty(int ndim, const int64_t *shape, zt_dtype dt, zt_device dev, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_tensor_zeros(int ndim, const int64_t *shape, zt_dtype dt, zt_device dev, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_tensor_full(int ndim, const int64_t *shape, zt_dtype dt, zt_device dev, double value, zt_tensor **out);
 /* Same with an explicit tag. */
-ZT_API zt_status zt_tensor_empty_tagged(int ndim, const int64_t *shape, zt_dtype dt, zt_device dev, zt_mem_tag tag,
+ZT_API ZT_NODISCARD zt_status zt_tensor_empty_tagged(int ndim, const int64_t *shape, zt_dtype dt, zt_device dev, zt_mem_tag tag,
                                  zt_tensor **out);
 /* New contiguous tensor holding a copy of data (n = product of shape elements of dt). */
-ZT_API zt_status zt_tensor_from_data(int ndim, const int64_t *shape, zt_dtype dt, const void *data, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_tensor_from_data(int ndim, const int64_t *shape, zt_dtype dt, const void *data, zt_tensor **out);
 /* Frees the struct, its .grad, drops its storage ref and autograd refs. NULL is a no-op. */
 ZT_API void zt_tensor_free(zt_tensor *t);
 
@@ -190,25 +190,25 @@ ZT_API bool zt_shape_equal(int na, const int64_t *a, int nb, const int64_t *b);
 ZT_API const char *zt_shape_str(int ndim, const int64_t *shape, char *buf);
 
 /* Pointer to the first element; ZT_STATUS_RELEASED if the storage bytes are gone. */
-ZT_API zt_status zt_tensor_data(const zt_tensor *t, void **out);
+ZT_API ZT_NODISCARD zt_status zt_tensor_data(const zt_tensor *t, void **out);
 
 /* A new tensor struct over the same storage and view (no autograd history). */
-ZT_API zt_status zt_tensor_alias(const zt_tensor *t, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_tensor_alias(const zt_tensor *t, zt_tensor **out);
 /* A contiguous copy (no autograd history), with the given tag. */
-ZT_API zt_status zt_tensor_clone_data(const zt_tensor *t, zt_mem_tag tag, zt_tensor **out);
+ZT_API ZT_NODISCARD zt_status zt_tensor_clone_data(const zt_tensor *t, zt_mem_tag tag, zt_tensor **out);
 /* Copy values src -> dst (same shape; dtype conversion allowed); bumps dst's version. */
-ZT_API zt_status zt_tensor_copy_(zt_tensor *dst, const zt_tensor *src);
-ZT_API zt_status zt_tensor_fill_(zt_tensor *t, double value);
+ZT_API ZT_NODISCARD zt_status zt_tensor_copy_(zt_tensor *dst, const zt_tensor *src);
+ZT_API ZT_NODISCARD zt_status zt_tensor_fill_(zt_tensor *t, double value);
 /* Element i (row-major logical index) as double; for tests and small reads. NaN (and a
  * message for zt_last_error) when the storage is released or i is out of range. */
 ZT_API double zt_tensor_get(const zt_tensor *t, int64_t i);
 /* Integer dtypes truncate and saturate (NaN gives 0). Like copy_ and fill_, refused for a
  * tensor that requires grad while grad mode is on. */
-ZT_API zt_status zt_tensor_set(zt_tensor *t, int64_t i, double v);
+ZT_API ZT_NODISCARD zt_status zt_tensor_set(zt_tensor *t, int64_t i, double v);
 /* Bump the version counter (call after writing through zt_tensor_data). */
 ZT_API void zt_tensor_bump_version(zt_tensor *t);
 /* Mark a leaf as requiring grad (error for non-leaves and integer dtypes). */
-ZT_API zt_status zt_tensor_set_requires_grad(zt_tensor *t, bool requires_grad);
+ZT_API ZT_NODISCARD zt_status zt_tensor_set_requires_grad(zt_tensor *t, bool requires_grad);
 
 /* ---------------------------------------------------------------- RNG */
 /* Philox4x32-10, counter based: the stream is a pure function of (seed, offset), so
@@ -232,7 +232,7 @@ ZT_API void zt_philox4x32(uint64_t seed, uint64_t counter_lo, uint64_t counter_h
 ZT_API float zt_rng_uniform_at(zt_rng_state s, uint64_t i);
 /* Fill t with U[lo,hi) / N(mean,std) from the default generator. Refused for a tensor
  * that requires grad while grad mode is on (initialise under zt_set_grad_enabled(false)). */
-ZT_API zt_status zt_tensor_uniform_(zt_tensor *t, double lo, double hi);
-ZT_API zt_status zt_tensor_normal_(zt_tensor *t, double mean, double std);
+ZT_API ZT_NODISCARD zt_status zt_tensor_uniform_(zt_tensor *t, double lo, double hi);
+ZT_API ZT_NODISCARD zt_status zt_tensor_normal_(zt_tensor *t, double mean, double std);
 
 #endif

@@ -18,32 +18,32 @@ typedef struct zt_tokens {
   int64_t count;
   int32_t vocab_size; /* from the header; 0 if unknown */
 } zt_tokens;
-ZT_API zt_status zt_tokens_load(const char *path, zt_tokens **out);
+ZT_API ZT_NODISCARD zt_status zt_tokens_load(const char *path, zt_tokens **out);
 /* Written atomically (temp file, fsync, rename). width 0: 2 if every id < 65536, else 4. */
-ZT_API zt_status zt_tokens_save(const char *path, const zt_tokens *t, int width);
+ZT_API ZT_NODISCARD zt_status zt_tokens_save(const char *path, const zt_tokens *t, int width);
 ZT_API void zt_tokens_free(zt_tokens *t);
 /* Error if any id is outside [0, vocab_size), naming the first one and its position. */
-ZT_API zt_status zt_tokens_check_range(const zt_tokens *t, int32_t vocab_size);
+ZT_API ZT_NODISCARD zt_status zt_tokens_check_range(const zt_tokens *t, int32_t vocab_size);
 
 /* ------------------------------------------------ tokenizers (src/train/tokenizer.c) */
 typedef struct zt_tokenizer zt_tokenizer;
 /* Byte-level: one token per byte, vocab 256. */
-ZT_API zt_status zt_tokenizer_byte(zt_tokenizer **out);
+ZT_API ZT_NODISCARD zt_status zt_tokenizer_byte(zt_tokenizer **out);
 /* GPT-2 byte-pair encoding from the user's encoder.json and vocab.bpe (merges). */
-ZT_API zt_status zt_tokenizer_gpt2(const char *encoder_json_path, const char *merges_path, zt_tokenizer **out);
+ZT_API ZT_NODISCARD zt_status zt_tokenizer_gpt2(const char *encoder_json_path, const char *merges_path, zt_tokenizer **out);
 ZT_API void zt_tokenizer_free(zt_tokenizer *t);
 ZT_API int32_t zt_tokenizer_vocab_size(const zt_tokenizer *t);
 /* *ids is malloc'd (caller frees). */
-ZT_API zt_status zt_tokenizer_encode(const zt_tokenizer *t, const char *text, size_t len, int32_t **ids, int64_t *n);
+ZT_API ZT_NODISCARD zt_status zt_tokenizer_encode(const zt_tokenizer *t, const char *text, size_t len, int32_t **ids, int64_t *n);
 /* *text is malloc'd and NUL-terminated (caller frees). */
-ZT_API zt_status zt_tokenizer_decode(const zt_tokenizer *t, const int32_t *ids, int64_t n, char **text, size_t *len);
+ZT_API ZT_NODISCARD zt_status zt_tokenizer_decode(const zt_tokenizer *t, const int32_t *ids, int64_t n, char **text, size_t *len);
 /* Tokenize a text file into a token file. */
-ZT_API zt_status zt_tokenize_file(const zt_tokenizer *t, const char *text_path, const char *out_path);
+ZT_API ZT_NODISCARD zt_status zt_tokenize_file(const zt_tokenizer *t, const char *text_path, const char *out_path);
 
 /* ------------------------------------------------ default data (src/train/default_data.c) */
 /* The built-in dataset: needs no download and no file (see README for what it is),
  * byte-level tokens, split into train and validation parts. */
-ZT_API zt_status zt_default_dataset(zt_tokens **train, zt_tokens **val);
+ZT_API ZT_NODISCARD zt_status zt_default_dataset(zt_tokens **train, zt_tokens **val);
 
 /* ------------------------------------------------ batching (src/train/loader.c) */
 typedef struct zt_loader_config {
@@ -60,36 +60,36 @@ typedef struct zt_loader_pos {
 typedef struct zt_loader zt_loader;
 /* Windows of seq+1 tokens at multiples of seq, shuffled per epoch with the seed.
  * tokens is borrowed. */
-ZT_API zt_status zt_loader_new(const zt_tokens *tokens, const zt_loader_config *c, zt_loader **out);
+ZT_API ZT_NODISCARD zt_status zt_loader_new(const zt_tokens *tokens, const zt_loader_config *c, zt_loader **out);
 ZT_API void zt_loader_free(zt_loader *l);
 /* Fill x and y (B, T) i32 (y = x shifted by one). */
-ZT_API zt_status zt_loader_next(zt_loader *l, zt_tensor *x, zt_tensor *y);
+ZT_API ZT_NODISCARD zt_status zt_loader_next(zt_loader *l, zt_tensor *x, zt_tensor *y);
 ZT_API zt_loader_pos zt_loader_get_pos(const zt_loader *l);
-ZT_API zt_status zt_loader_set_pos(zt_loader *l, zt_loader_pos pos);
+ZT_API ZT_NODISCARD zt_status zt_loader_set_pos(zt_loader *l, zt_loader_pos pos);
 ZT_API int64_t zt_loader_windows_per_epoch(const zt_loader *l);
 
 /* ------------------------------------------------ files (src/train/fileio.c) */
 /* Write bytes to path atomically: a temp file in the same folder, fsync, rename, fsync
  * of the folder. On failure the old file (if any) is intact. */
-ZT_API zt_status zt_write_file_atomic(const char *path, const void *const *chunks, const size_t *sizes, int n_chunks);
+ZT_API ZT_NODISCARD zt_status zt_write_file_atomic(const char *path, const void *const *chunks, const size_t *sizes, int n_chunks);
 /* Read a whole file (malloc'd, caller frees). */
-ZT_API zt_status zt_read_file(const char *path, void **data, size_t *size);
+ZT_API ZT_NODISCARD zt_status zt_read_file(const char *path, void **data, size_t *size);
 
 /* ------------------------------------------------ safetensors (src/train/safetensors.c) */
 /* Save tensors (f32/f64/bf16/f16/i32/i64) with their names, plus optional string
  * metadata pairs, atomically. */
-ZT_API zt_status zt_safetensors_save(const char *path, int n, const char *const *names, zt_tensor *const *tensors,
+ZT_API ZT_NODISCARD zt_status zt_safetensors_save(const char *path, int n, const char *const *names, zt_tensor *const *tensors,
                               int n_meta, const char *const *meta_keys, const char *const *meta_values);
 /* Load the named tensors into existing tensors (shapes must match; dtypes are converted).
  * strict: every name must be present in the file and the file must hold no others.
  * Errors name the file, the tensor and what differs. */
-ZT_API zt_status zt_safetensors_load_into(const char *path, int n, const char *const *names, zt_tensor *const *tensors,
+ZT_API ZT_NODISCARD zt_status zt_safetensors_load_into(const char *path, int n, const char *const *names, zt_tensor *const *tensors,
                                    bool strict);
 /* Read one metadata value (malloc'd string, caller frees; NULL if absent). */
-ZT_API zt_status zt_safetensors_metadata(const char *path, const char *key, char **value);
+ZT_API ZT_NODISCARD zt_status zt_safetensors_metadata(const char *path, const char *key, char **value);
 /* The tensor names in a file, in header order. *names is one malloc'd block (the array,
  * NULL-terminated, followed by the strings): free it with free(). */
-ZT_API zt_status zt_safetensors_names(const char *path, int *n, char ***names);
+ZT_API ZT_NODISCARD zt_status zt_safetensors_names(const char *path, int *n, char ***names);
 
 /* ------------------------------------------------ training checkpoints (src/train/checkpoint.c,
  * src/train/checkpoint_dir.c)
@@ -114,23 +114,23 @@ typedef struct zt_train_state {
 } zt_train_state;
 /* A new version in the series folder dir (created if missing), made current when complete.
  * o may be NULL (no optimizer state: the checkpoint cannot resume training). */
-ZT_API zt_status zt_snapshot_save(const char *dir, zt_gpt2 *m, zt_optim *o, const zt_train_state *st);
+ZT_API ZT_NODISCARD zt_status zt_snapshot_save(const char *dir, zt_gpt2 *m, zt_optim *o, const zt_train_state *st);
 /* Loads into an existing model/optimizer of the same config (error naming what differs). */
-ZT_API zt_status zt_snapshot_load(const char *dir, zt_gpt2 *m, zt_optim *o, zt_train_state *st);
+ZT_API ZT_NODISCARD zt_status zt_snapshot_load(const char *dir, zt_gpt2 *m, zt_optim *o, zt_train_state *st);
 /* Read only the state (to build the right model before loading). */
-ZT_API zt_status zt_snapshot_read_state(const char *dir, zt_train_state *st);
+ZT_API ZT_NODISCARD zt_status zt_snapshot_read_state(const char *dir, zt_train_state *st);
 /* The checkpoint folder dir names: the target of dir/latest (read once) when dir is a series,
  * else dir itself when it holds a state.json. Errors say why there is none (nothing saved yet,
  * or a first save that was interrupted). */
-ZT_API zt_status zt_snapshot_resolve(const char *dir, char *out, size_t cap);
+ZT_API ZT_NODISCARD zt_status zt_snapshot_resolve(const char *dir, char *out, size_t cap);
 /* Remove the versions of a series beyond the newest keep (by save time; the one 'latest'
  * names is always kept). Versions that hold files zerotrain did not write are left. */
-ZT_API zt_status zt_snapshot_prune(const char *dir, int keep);
+ZT_API ZT_NODISCARD zt_status zt_snapshot_prune(const char *dir, int keep);
 /* Load GPT-2 weights from a transformers safetensors file (model.safetensors of
  * GPT2LMHeadModel: zerotrain keeps HF's layouts, so no transposes; lm_head is tied to
  * wte). Save writes the same format plus an HF config.json beside it. */
-ZT_API zt_status zt_gpt2_load_hf(zt_gpt2 *m, const char *path);
-ZT_API zt_status zt_gpt2_save_hf(zt_gpt2 *m, const char *path);
+ZT_API ZT_NODISCARD zt_status zt_gpt2_load_hf(zt_gpt2 *m, const char *path);
+ZT_API ZT_NODISCARD zt_status zt_gpt2_save_hf(zt_gpt2 *m, const char *path);
 
 /* ------------------------------------------------ FSDP checkpoints (src/train/checkpoint_sharded.c) */
 /* A sharded checkpoint folder: shard-<r>-of-<N>.safetensors for each rank r of the shard group
@@ -141,22 +141,22 @@ ZT_API zt_status zt_gpt2_save_hf(zt_gpt2 *m, const char *path);
  * size and strategy it was saved at). Collective over f's ranks; under HYBRID the first shard
  * group writes. Atomic as a whole like zt_snapshot_save: a crash leaves the complete old
  * folder or the complete new one. */
-ZT_API zt_status zt_snapshot_save_sharded(const char *dir, zt_fsdp *f, zt_optim *o, const zt_train_state *st);
+ZT_API ZT_NODISCARD zt_status zt_snapshot_save_sharded(const char *dir, zt_fsdp *f, zt_optim *o, const zt_train_state *st);
 /* Load into f's shards and o's state (o may be NULL) at any world size and strategy: each
  * rank reads, for each of its pieces, the overlapping ranges of whichever shard files hold
  * them (N -> M resharding). Errors name the file and what is missing or differs. */
-ZT_API zt_status zt_snapshot_load_sharded(const char *dir, zt_fsdp *f, zt_optim *o, zt_train_state *st);
+ZT_API ZT_NODISCARD zt_status zt_snapshot_load_sharded(const char *dir, zt_fsdp *f, zt_optim *o, zt_train_state *st);
 /* Whether dir holds a sharded checkpoint (an index.json). */
 ZT_API bool zt_snapshot_is_sharded(const char *dir);
 /* Offline: turn a sharded checkpoint into a single-process one (model.safetensors,
  * config.json, optim.safetensors, state.json), which zt_snapshot_load and transformers read. */
-ZT_API zt_status zt_snapshot_consolidate(const char *sharded_dir, const char *out_dir);
+ZT_API ZT_NODISCARD zt_status zt_snapshot_consolidate(const char *sharded_dir, const char *out_dir);
 /* A full checkpoint of an FSDP model: parameters and optimizer state gathered to rank 0,
  * which writes exactly what zt_snapshot_save writes. Collective. */
-ZT_API zt_status zt_snapshot_save_full(const char *dir, zt_gpt2 *m, zt_fsdp *f, zt_optim *o, const zt_train_state *st);
+ZT_API ZT_NODISCARD zt_status zt_snapshot_save_full(const char *dir, zt_gpt2 *m, zt_fsdp *f, zt_optim *o, const zt_train_state *st);
 /* Load a single-process checkpoint into an FSDP model at any world size: every rank reads the
  * files and keeps its slices. */
-ZT_API zt_status zt_snapshot_load_full(const char *dir, zt_gpt2 *m, zt_fsdp *f, zt_optim *o, zt_train_state *st);
+ZT_API ZT_NODISCARD zt_status zt_snapshot_load_full(const char *dir, zt_gpt2 *m, zt_fsdp *f, zt_optim *o, zt_train_state *st);
 
 /* ------------------------------------------------ the training loop (src/train/loop.c) */
 /* The parts of a training step, in order (EVAL and SAVE only at the steps that do them). */
@@ -221,7 +221,7 @@ typedef struct zt_train_step_result {
  * update compute (no division by 1). A non-finite loss or grad norm stops the step with
  * ZT_STATUS_STATE and out->bad_loss / bad_grad set, before the update: the parameters are
  * unchanged (the grads are not). The same on every rank, since both values are global. */
-ZT_API zt_status zt_train_step(const zt_model *m, const zt_dp_strategy *dp, zt_optim *o, zt_batch_fn next,
+ZT_API ZT_NODISCARD zt_status zt_train_step(const zt_model *m, const zt_dp_strategy *dp, zt_optim *o, zt_batch_fn next,
                         void *user_data, const zt_train_step_options *opt, zt_train_step_result *out);
 
 /* The options of a training run, one struct per concern. */
@@ -300,22 +300,22 @@ ZT_API void zt_train_config_default(zt_train_config *c);
  * config keys are these names) from a string; unknown names and bad values are errors naming
  * them. Messages of the library name options by their field ("zt_train_config.data.batch"),
  * which a front end may rewrite as its own option names. */
-ZT_API zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *value);
+ZT_API ZT_NODISCARD zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *value);
 /* The model config a training config asks for: the preset plus explicit overrides. */
-ZT_API zt_status zt_train_model_config(const zt_train_config *c, zt_gpt2_config *out);
+ZT_API ZT_NODISCARD zt_status zt_train_model_config(const zt_train_config *c, zt_gpt2_config *out);
 /* Read a config file: "name = value" lines (a leading "--" on a name is dropped), in
  * file order, calling set for each. '#' starts a comment at the start of a line or after a
  * blank ("run#1.jsonl" is a value); a value may be double-quoted ("a #b", with \" and \\).
  * The file must be a regular text file of at most 1 MiB, without NUL bytes; a name given twice
  * is an error. Errors name the file and line. */
 typedef zt_status (*zt_config_set_fn)(const char *name, const char *value, void *user_data);
-ZT_API zt_status zt_config_file_read(const char *path, zt_config_set_fn set, void *user_data);
+ZT_API ZT_NODISCARD zt_status zt_config_file_read(const char *path, zt_config_set_fn set, void *user_data);
 /* zt_config_file_read with zt_train_config_set. */
-ZT_API zt_status zt_train_config_load(zt_train_config *c, const char *path);
+ZT_API ZT_NODISCARD zt_status zt_train_config_load(zt_train_config *c, const char *path);
 /* The option parsers behind zt_train_config_set, for other commands' options: a decimal
  * integer in [lo, hi]; a finite number in [lo, hi] (NaN refused). Errors name the option. */
-ZT_API zt_status zt_config_parse_i64(const char *name, const char *value, int64_t lo, int64_t hi, int64_t *out);
-ZT_API zt_status zt_config_parse_f64(const char *name, const char *value, double lo, double hi, double *out);
+ZT_API ZT_NODISCARD zt_status zt_config_parse_i64(const char *name, const char *value, int64_t lo, int64_t hi, int64_t *out);
+ZT_API ZT_NODISCARD zt_status zt_config_parse_f64(const char *name, const char *value, double lo, double hi, double *out);
 
 typedef struct zt_train_step_info {
   int64_t step;           /* steps completed (1-based) */
@@ -355,18 +355,18 @@ typedef struct zt_train_result {
  * and its settings, clipping, dropout, the training data, mixed precision. Changes of the step
  * count, the validation data, the rank count or the sharding are reported but are not course
  * changes. */
-ZT_API zt_status zt_train_resume_changes(const zt_train_config *c, int world, const zt_train_state *st, char *buf,
+ZT_API ZT_NODISCARD zt_status zt_train_resume_changes(const zt_train_config *c, int world, const zt_train_state *st, char *buf,
                                   size_t cap, bool *course);
 
 /* Train as configured, calling on_step after every step (the library prints nothing).
  * On NaN/inf loss it stops with ZT_STATUS_STATE and leaves the last checkpoint intact.
  * If model_out is not NULL it receives the trained model (caller frees). */
-ZT_API zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void *user_data, zt_train_result *res,
+ZT_API ZT_NODISCARD zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void *user_data, zt_train_result *res,
                        zt_gpt2 **model_out);
 /* The same over a given process group (borrowed; NULL: zt_comm_world for the run, freed
  * at its end, which finalizes MPI when the run started it). With a model_out under FSDP
  * the returned model holds the full parameters (gathered on every rank). */
-ZT_API zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step_fn on_step, void *user_data,
+ZT_API ZT_NODISCARD zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step_fn on_step, void *user_data,
                           zt_train_result *res, zt_gpt2 **model_out);
 
 /* The memory strategies of a run (zt/strategy.h), made from c's memory options and attached
@@ -379,7 +379,7 @@ typedef struct zt_train_memory {
   zt_recompute_plan *recompute;
   zt_offload *offload;
 } zt_train_memory;
-ZT_API zt_status zt_train_memory_attach(zt_gpt2 *m, const zt_train_config *c, int64_t rows, zt_train_memory *mem,
+ZT_API ZT_NODISCARD zt_status zt_train_memory_attach(zt_gpt2 *m, const zt_train_config *c, int64_t rows, zt_train_memory *mem,
                                         zt_train_result *res);
 ZT_API void zt_train_memory_free(zt_train_memory *mem); /* zeroes *mem; a zeroed one is a no-op */
 
@@ -392,7 +392,7 @@ ZT_API double zt_sgemm_gflops(int n, int reps);
 /* Generate n tokens after the prompt (autoregressive, eval mode, grad off), with
  * temperature (0: greedy, else in (0, 100]) and top-k (0: all), from a private Philox stream (seed): the
  * default generator is not touched. *out is malloc'd (prompt + generated ids). */
-ZT_API zt_status zt_gpt2_sample(zt_gpt2 *m, const int32_t *prompt, int64_t n_prompt, int64_t n, double temperature,
+ZT_API ZT_NODISCARD zt_status zt_gpt2_sample(zt_gpt2 *m, const int32_t *prompt, int64_t n_prompt, int64_t n, double temperature,
                          int top_k, uint64_t seed, int32_t **out, int64_t *n_out);
 
 #endif

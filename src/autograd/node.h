@@ -29,7 +29,7 @@ typedef struct zt__hook_list {
   zt__hook_entry *items;
   int n, cap;
 } zt__hook_list;
-zt_status zt__hook_list_add(zt__hook_list *l, void *fn, void *user_data, zt_hook_handle **handle);
+ZT_NODISCARD zt_status zt__hook_list_add(zt__hook_list *l, void *fn, void *user_data, zt_hook_handle **handle);
 void zt__hook_list_free(zt__hook_list *l); /* detaches live handles */
 
 typedef struct zt__saved {
@@ -81,7 +81,7 @@ void zt__node_retain(zt_node *n);
 void zt__node_release(zt_node *n);
 /* Point edge i of n at the grad path of t (its grad_fn, or its accumulator if it is a
  * leaf that requires grad); records t's meta as input meta i. */
-zt_status zt__node_set_edge_from(zt_node *n, int i, zt_tensor *t);
+ZT_NODISCARD zt_status zt__node_set_edge_from(zt_node *n, int i, zt_tensor *t);
 void zt__node_set_out_meta(zt_node *n, int i, const zt_tensor *t);
 /* Make t an output of n (sets grad_fn, output_nr, requires_grad). */
 void zt__node_attach_output(zt_node *n, int i, zt_tensor *t);
@@ -93,11 +93,11 @@ void zt__meta_of(const zt_tensor *t, zt__tensor_meta *m);
  * storage as its .grad (the caller knows no one else will write it). */
 /* grad NULL: the grad was added into .grad already (the engine's eager accumulation); only
  * the post-accumulate-grad hooks run. */
-zt_status zt__accumulate_into_leaf(zt_node *acc, zt_tensor *grad, bool adopt);
+ZT_NODISCARD zt_status zt__accumulate_into_leaf(zt_node *acc, zt_tensor *grad, bool adopt);
 extern const zt__node_vtable zt__accumulate_grad_vt;
 
 /* Hooks registered on a tensor before it had a grad_fn/accumulator (not possible:
  * registration creates the accumulator for leaves). */
-zt_status zt__run_tensor_hooks(zt__hook_list *l, zt_tensor **grad);
+ZT_NODISCARD zt_status zt__run_tensor_hooks(zt__hook_list *l, zt_tensor **grad);
 
 #endif

@@ -63,7 +63,7 @@ typedef struct zt__timeout_info {
 /* The message of a timeout (ZT_STATUS_COMM): the operation, call site, rank, size and
  * timeout, and, from views[size] (one per rank of the group), the ranks that did not
  * arrive and what they were doing. Pure: tested with synthetic views. */
-zt_status zt__comm_timeout_error(const zt__timeout_info *op, const zt__board_view *views);
+ZT_NODISCARD zt_status zt__comm_timeout_error(const zt__timeout_info *op, const zt__board_view *views);
 
 /* ------------------------------------------------------------ backends */
 typedef struct zt__comm_backend {
@@ -105,13 +105,13 @@ extern const zt__comm_backend zt__comm_mpi_backend;
 
 /* mpi.c: whether this build has MPI, and the world ctx (initialising MPI if needed). */
 bool zt__comm_mpi_available(void);
-zt_status zt__comm_mpi_world(int *argc, char ***argv, void **ctx, int *rank, int *size);
+ZT_NODISCARD zt_status zt__comm_mpi_world(int *argc, char ***argv, void **ctx, int *rank, int *size);
 
 /* comm.c: make a group around a backend ctx (takes ownership of ctx). Reads
  * ZT_COMM_DEBUG and ZT_COMM_TIMEOUT (a bad value is ZT_STATUS_INVALID_ARG). */
-zt_status zt__comm_new(const zt__comm_backend *be, void *ctx, int rank, int size, zt_comm **out);
+ZT_NODISCARD zt_status zt__comm_new(const zt__comm_backend *be, void *ctx, int rank, int size, zt_comm **out);
 /* The timeout in ZT_COMM_TIMEOUT (default 600 s when unset). */
-zt_status zt__comm_env_timeout(double *out);
+ZT_NODISCARD zt_status zt__comm_env_timeout(double *out);
 
 /* Kinds of operation, for debug mode's records and the board. */
 typedef enum zt__coll_kind {
@@ -130,7 +130,7 @@ typedef enum zt__coll_kind {
 
 /* comm.c: every rank's bytes_per_rank bytes (a multiple of 4) into out, rank order:
  * a collective of this kind on the board, timed like the others. For agree.c. */
-zt_status zt__comm_gather_bytes(zt_comm *c, zt__coll_kind kind, const void *in, void *out, size_t bytes_per_rank,
+ZT_NODISCARD zt_status zt__comm_gather_bytes(zt_comm *c, zt__coll_kind kind, const void *in, void *out, size_t bytes_per_rank,
                                 const char *file, int line);
 
 /* Debug mode: one fixed-size record per rank (multiple of 4 bytes, no padding). */
@@ -147,7 +147,7 @@ typedef struct zt__coll_record {
 const char *zt__coll_kind_name(int kind);
 /* Compare n records against recs[0]; on the first rank that differs, ZT_STATUS_COMM with
  * a message naming that rank, both call sites and what differed. ZT_OK when all agree. */
-zt_status zt__comm_debug_compare(const zt__coll_record *recs, int n);
+ZT_NODISCARD zt_status zt__comm_debug_compare(const zt__coll_record *recs, int n);
 
 /* ------------------------------------------------------------ agreement (agree.c) */
 #define ZT__SAME_NAME 32  /* name bytes kept (truncated) */
@@ -164,7 +164,7 @@ typedef struct zt__same_record {
 void zt__same_record_set(zt__same_record *r, const char *name, const char *value);
 /* recs[rank * m + i]: field i of each of n ranks. ZT_STATUS_INVALID_ARG naming the first
  * field that differs and every rank's value of it; ZT_OK when all agree. */
-zt_status zt__comm_same_compare(const zt__same_record *recs, int n, int m);
+ZT_NODISCARD zt_status zt__comm_same_compare(const zt__same_record *recs, int n, int m);
 
 #define ZT__AGREE_MSG 480
 typedef struct zt__agree_record {
@@ -174,6 +174,6 @@ typedef struct zt__agree_record {
 /* The verdict for rank `rank` from every rank's record: ZT_OK, or its own status (its
  * message left as it is), or the lowest failing rank's status with "rank R: " + its
  * message. Pure. */
-zt_status zt__comm_agree_pick(const zt__agree_record *recs, int n, int rank);
+ZT_NODISCARD zt_status zt__comm_agree_pick(const zt__agree_record *recs, int n, int rank);
 
 #endif

@@ -100,9 +100,9 @@ const zt__backend *zt__backend_get(zt_device_type type);
 /* Register (or with b NULL, remove) the backend of a device type; b is borrowed and must
  * stay alive while registered. Refused while memory allocated on that type is alive.
  * Tests use it to add the guarded device; the cpu backend is built in. */
-zt_status zt__backend_register(zt_device_type type, const zt__backend *b);
+ZT_NODISCARD zt_status zt__backend_register(zt_device_type type, const zt__backend *b);
 /* The backend of dev, or a ZT_STATUS_DEVICE error naming fn and the device. */
-zt_status zt__backend_of(zt_device dev, const char *fn, const zt__backend **out);
+ZT_NODISCARD zt_status zt__backend_of(zt_device dev, const char *fn, const zt__backend **out);
 
 /* The built-in CPU backend; host allocation (64-byte aligned, with the large-block
  * cache described in alloc.c). */
@@ -122,7 +122,7 @@ void zt__dev_exit(zt_device dev);
 /* ---- tensor-level byte moves, routed to the tensor's backend (tensors not released) */
 void zt__dev_fill(zt_tensor *t, double v);
 /* dst = src: any devices (across devices staged through host memory), shapes equal. */
-zt_status zt__dev_copy(zt_tensor *dst, const zt_tensor *src);
+ZT_NODISCARD zt_status zt__dev_copy(zt_tensor *dst, const zt_tensor *src);
 /* Contiguous t's elements [0, bytes) to / from host memory. */
 void zt__dev_read(const zt_tensor *t, void *host_dst, size_t bytes);
 void zt__dev_write(zt_tensor *t, const void *host_src, size_t bytes);
@@ -154,9 +154,9 @@ void *zt__storage_host_data(const zt_storage *s);
 void *zt__tensor_host_ptr(const zt_tensor *t);
 
 /* A new contiguous tensor on dev holding host_src (ndim/shape/dtype as zt_tensor_empty). */
-zt_status zt__tensor_from_host(int ndim, const int64_t *shape, zt_dtype dt, zt_device dev, zt_mem_tag tag,
+ZT_NODISCARD zt_status zt__tensor_from_host(int ndim, const int64_t *shape, zt_dtype dt, zt_device dev, zt_mem_tag tag,
                                const void *host_src, zt_tensor **out);
 /* A contiguous copy of t on another device (same dtype and shape), tag as given. */
-zt_status zt__tensor_to_device(const zt_tensor *t, zt_device dev, zt_mem_tag tag, zt_tensor **out);
+ZT_NODISCARD zt_status zt__tensor_to_device(const zt_tensor *t, zt_device dev, zt_mem_tag tag, zt_tensor **out);
 
 #endif

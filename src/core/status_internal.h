@@ -18,6 +18,14 @@ void zt__assert_fail(const char *expr, const char *file, int line) __attribute__
     zt_status zt__s_ = (expr);       \
     if (zt__s_ != ZT_OK) return zt__s_; \
   } while (0)
+/* A status the caller can do nothing with (while freeing, or after an earlier failure that
+ * is the one reported): dropped on purpose; `why` says why, in the source. */
+#define ZT_IGNORE(expr, why)           \
+  do {                                 \
+    zt_status zt__ignored_ = (expr);   \
+    (void)zt__ignored_;                \
+    (void)sizeof(why);                 \
+  } while (0)
 #define ZT_ASSERT(cond) \
   do {                  \
     if (!(cond)) zt__assert_fail(#cond, __FILE__, __LINE__); \

@@ -270,8 +270,9 @@ zt_status zt_tensor_clone_data(const zt_tensor *t, zt_mem_tag tag, zt_tensor **o
   void *p;
   ZT_TRY(zt_tensor_data(t, &p));
   ZT_TRY(zt_tensor_empty_tagged(t->ndim, t->shape, t->dtype, zt_tensor_device(t), tag, out));
-  zt__dev_copy(*out, t); /* same device: cannot fail */
-  return ZT_OK;
+  zt_status s = zt__dev_copy(*out, t);
+  if (s) zt_tensor_free(*out), *out = NULL;
+  return s;
 }
 
 zt_status zt__check_inplace(const zt_tensor *t, const char *fn) {

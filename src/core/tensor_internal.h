@@ -13,7 +13,7 @@ extern void (*zt__tensor_autograd_release)(zt_tensor *t);
 /* Installed by the autograd layer: is grad mode on (for in-place checks)? */
 extern bool (*zt__grad_mode_query)(void);
 
-zt_status zt__tensor_new_view(zt_storage *st, int64_t offset, int ndim, const int64_t *shape, const int64_t *stride,
+ZT_NODISCARD zt_status zt__tensor_new_view(zt_storage *st, int64_t offset, int ndim, const int64_t *shape, const int64_t *stride,
                               zt_dtype dt, zt_tensor **out);
 void zt__set_contiguous_strides(zt_tensor *t);
 /* Make t a contiguous view of st at offset (elements), keeping its shape, dtype and autograd
@@ -22,7 +22,7 @@ void zt__set_contiguous_strides(zt_tensor *t);
 void zt__tensor_rebind(zt_tensor *t, zt_storage *st, int64_t offset);
 /* In-place writes to a tensor that requires grad are refused while grad mode is on
  * (the write would not be recorded); fn names the caller in the message. */
-zt_status zt__check_inplace(const zt_tensor *t, const char *fn);
+ZT_NODISCARD zt_status zt__check_inplace(const zt_tensor *t, const char *fn);
 double zt__load(zt_dtype dt, const void *p, int64_t i);
 void zt__store(zt_dtype dt, void *p, int64_t i, double v);
 

@@ -66,23 +66,23 @@ struct zt__op {
 };
 
 /* Run op. inputs may contain NULL only where the op allows it (optional bias). */
-zt_status zt__op_run(const zt__op *op, int n_in, zt_tensor *const *in, const zt__op_attrs *attrs, zt_tensor **out);
+ZT_NODISCARD zt_status zt__op_run(const zt__op *op, int n_in, zt_tensor *const *in, const zt__op_attrs *attrs, zt_tensor **out);
 
 /* Save a tensor in forward (no-op when c->node is NULL). */
-zt_status zt__op_save(zt__op_call *c, const zt_tensor *t);
+ZT_NODISCARD zt_status zt__op_save(zt__op_call *c, const zt_tensor *t);
 /* Saved tensor i in backward (borrowed until backward returns). */
-zt_status zt__op_saved(zt__op_bwd *b, int i, zt_tensor **out);
+ZT_NODISCARD zt_status zt__op_saved(zt__op_bwd *b, int i, zt_tensor **out);
 /* New contiguous tensor for a grad, shaped like input i (tag: current). */
-zt_status zt__op_grad_like_input(zt__op_bwd *b, int i, bool zero, zt_tensor **out);
-zt_status zt__tensor_from_meta(const zt__tensor_meta *m, bool zero, zt_tensor **out);
+ZT_NODISCARD zt_status zt__op_grad_like_input(zt__op_bwd *b, int i, bool zero, zt_tensor **out);
+ZT_NODISCARD zt_status zt__tensor_from_meta(const zt__tensor_meta *m, bool zero, zt_tensor **out);
 /* Reduce g (broadcast result shape) to meta's shape by summing; new tensor. */
-zt_status zt__sum_to_shape(const zt_tensor *g, const zt__tensor_meta *m, zt_tensor **out);
+ZT_NODISCARD zt_status zt__sum_to_shape(const zt_tensor *g, const zt__tensor_meta *m, zt_tensor **out);
 /* Normalise a dim (negative counts from the end); error names the op. */
-zt_status zt__norm_dim(const char *op, int dim, int ndim, int *out);
+ZT_NODISCARD zt_status zt__norm_dim(const char *op, int dim, int ndim, int *out);
 /* Common shape-rule helpers. */
-zt_status zt__check_float(const char *op, const zt_tensor *t, const char *what);
-zt_status zt__check_same_dtype(const char *op, const zt_tensor *a, const zt_tensor *b);
+ZT_NODISCARD zt_status zt__check_float(const char *op, const zt_tensor *t, const char *what);
+ZT_NODISCARD zt_status zt__check_same_dtype(const char *op, const zt_tensor *a, const zt_tensor *b);
 /* Contiguous copy of any strided tensor (no autograd). */
-zt_status zt__make_contiguous(const zt_tensor *t, zt_tensor **out);
+ZT_NODISCARD zt_status zt__make_contiguous(const zt_tensor *t, zt_tensor **out);
 
 #endif

@@ -37,13 +37,13 @@ typedef struct zt__sac_entry zt__sac_entry;
 /* Before an op that records a node runs: in record mode asks the policy and returns the
  * entry to capture into (SAVE) or NULL; in replay mode checks the op sequence and returns
  * the entry to replay (SAVE) or NULL (run the op). *replay tells which. */
-zt_status zt__sac_before(zt__op_call *c, zt__sac_entry **entry, bool *replay);
+ZT_NODISCARD zt_status zt__sac_before(zt__op_call *c, zt__sac_entry **entry, bool *replay);
 /* Record mode: a tensor op c saved in forward (classified as input, output or extra). */
-zt_status zt__sac_capture_save(zt__op_call *c, zt__sac_entry *e, const zt_tensor *t);
+ZT_NODISCARD zt_status zt__sac_capture_save(zt__op_call *c, zt__sac_entry *e, const zt_tensor *t);
 /* Record mode, after a successful forward: keep the outputs, attrs and RNG state. */
-zt_status zt__sac_capture_done(zt__op_call *c, zt__sac_entry *e);
+ZT_NODISCARD zt_status zt__sac_capture_done(zt__op_call *c, zt__sac_entry *e);
 /* Replay mode, instead of the op's forward: outputs from the cache, saves replayed on
  * c->node, attrs and RNG state as after the forward's run. */
-zt_status zt__sac_replay(zt__op_call *c, zt__sac_entry *e);
+ZT_NODISCARD zt_status zt__sac_replay(zt__op_call *c, zt__sac_entry *e);
 
 #endif

@@ -280,7 +280,8 @@ static zt_status recompute(frame *f, int64_t gid, recomputed **out) {
     s = zt_saved_tensor_hooks_push(&h);
     if (s == ZT_OK) {
       s = f->fn(args, f->n_in, outs, f->n_out, f->user_data);
-      zt_saved_tensor_hooks_pop();
+      zt_status p = zt_saved_tensor_hooks_pop();
+      if (!s) s = p;
     }
     zt_saved_tensor_hooks_unstash(&stash);
     env_leave(&env);
@@ -437,7 +438,8 @@ static zt_status checkpoint_impl(zt_checkpoint_fn fn, void *user_data, void (*us
       s = fn(inputs, n_in, outputs, n_out, user_data);
       f->in_forward = false;
       zt__sac_leave(&outer);
-      zt_saved_tensor_hooks_pop();
+      zt_status p = zt_saved_tensor_hooks_pop();
+      if (!s) s = p;
     }
   }
   frame_release(f);

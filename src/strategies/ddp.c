@@ -175,7 +175,7 @@ static zt_status finish_cb(void *user_data) {
 static zt_status begin_round(zt_ddp *d, int64_t task) {
   /* A round still active here belongs to a backward that failed before its callbacks ran:
    * finish its communication and forget it. */
-  if (d->active) (void)end_round(d);
+  if (d->active) ZT_IGNORE(end_round(d), "the failed backward's own error was reported");
   ZT_TRY(zt_autograd_queue_callback(finish_cb, d));
   d->active = true;
   d->task = task;
@@ -322,7 +322,7 @@ zt_status zt_ddp_new(zt_comm *comm, int n_params, const zt_param *params, const 
 
 void zt_ddp_free(zt_ddp *d) {
   if (!d) return;
-  if (d->active) (void)end_round(d);
+  if (d->active) ZT_IGNORE(end_round(d), "freeing: its communication is only finished, not used");
   for (int i = 0; i < d->n_ps; i++) zt_hook_remove(d->ps[i].hook);
   for (int k = 0; d->bs && k < d->n_bs; k++) zt_tensor_free(d->bs[k].buf);
   free(d->bs);

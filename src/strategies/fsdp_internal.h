@@ -102,13 +102,13 @@ struct zt_fsdp {
 };
 
 /* fsdp_run.c */
-zt_status zt__fsdp_pre_forward(zt_module *m, void *user_data);
-zt_status zt__fsdp_post_forward(zt_module *m, int n_outputs, zt_tensor *const *outputs, void *user_data);
-zt_status zt__fsdp_grad_ready(zt_tensor *leaf, void *user_data);
-zt_status zt__fsdp_start_gather(zt__fsdp_unit *u);
-zt_status zt__fsdp_finish_gather(zt__fsdp_unit *u);
-zt_status zt__fsdp_gather(zt__fsdp_unit *u);
-zt_status zt__fsdp_reshard(zt__fsdp_unit *u);
+ZT_NODISCARD zt_status zt__fsdp_pre_forward(zt_module *m, void *user_data);
+ZT_NODISCARD zt_status zt__fsdp_post_forward(zt_module *m, int n_outputs, zt_tensor *const *outputs, void *user_data);
+ZT_NODISCARD zt_status zt__fsdp_grad_ready(zt_tensor *leaf, void *user_data);
+ZT_NODISCARD zt_status zt__fsdp_start_gather(zt__fsdp_unit *u);
+ZT_NODISCARD zt_status zt__fsdp_finish_gather(zt__fsdp_unit *u);
+ZT_NODISCARD zt_status zt__fsdp_gather(zt__fsdp_unit *u);
+ZT_NODISCARD zt_status zt__fsdp_reshard(zt__fsdp_unit *u);
 /* Whether the unit's full values are current (gathered from the shard as it is now). */
 bool zt__fsdp_fresh(const zt__fsdp_unit *u);
 /* Free the unit's flat gradient (and the parameters' views of it) and its pending flags. */
@@ -116,6 +116,6 @@ void zt__fsdp_drop_grads(zt__fsdp_unit *u);
 /* Finish what a backward that failed left behind (its end-of-backward never ran). */
 void zt__fsdp_recover(zt_fsdp *f);
 /* Collective on comm; counted in f's stats (kind: the counter to bump, NULL for none). */
-zt_status zt__fsdp_all_reduce(zt_fsdp *f, zt_comm *c, zt_tensor *t, int64_t *kind);
+ZT_NODISCARD zt_status zt__fsdp_all_reduce(zt_fsdp *f, zt_comm *c, zt_tensor *t, int64_t *kind);
 
 #endif

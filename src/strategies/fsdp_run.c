@@ -410,10 +410,10 @@ static zt_status ensure_callback(zt_fsdp *f) {
 }
 
 void zt__fsdp_recover(zt_fsdp *f) {
-  (void)finish_all(f);
+  ZT_IGNORE(finish_all(f), "recovering from an earlier failure, which is the one reported");
   for (int k = 0; k < f->n_units; k++) {
     zt__fsdp_unit *u = f->units[k];
-    (void)zt__fsdp_finish_gather(u);
+    ZT_IGNORE(zt__fsdp_finish_gather(u), "as above");
     zt__fsdp_drop_grads(u);
   }
   reset_states(f);

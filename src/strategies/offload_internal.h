@@ -125,12 +125,12 @@ typedef struct zt__offload_load_src {
 /* ---------------------------------------------------------------- tiers (offload_tiers.c) */
 extern const zt__offload_tier_ops zt__offload_host_tier, zt__offload_bf16_tier, zt__offload_disk_tier;
 /* A new spill file in dir, unlinked at once (the disk tier's ctx). */
-zt_status zt__offload_spill_open(const char *dir, zt__offload_spill **out);
+ZT_NODISCARD zt_status zt__offload_spill_open(const char *dir, zt__offload_spill **out);
 zt__offload_load_src zt__offload_src_of(const zt_offload *o, const zt__offload_entry *e);
 /* A new storage (on the saved storage's device, with its tag) holding the entry's span.
  * Thread-safe: the allocator and the backends' byte moves are, and the tier bytes are not
  * dropped while this runs. */
-zt_status zt__offload_load(const zt__offload_load_src *src, zt_storage **out);
+ZT_NODISCARD zt_status zt__offload_load(const zt__offload_load_src *src, zt_storage **out);
 
 /* ---------------------------------------------------------------- spill extents (offload_extent.c) */
 /* First fit among freed extents, else the end of the file. */

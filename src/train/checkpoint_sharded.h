@@ -40,11 +40,11 @@ typedef struct zt__shard_piece {
 const char *zt__shard_file_name(char *buf, int rank, int n);
 /* One rank's shard file in folder `into`: tensors "<kind>.<param>", metadata with the save id
  * and the pieces (the index is built from it). At most one piece per (param, kind). */
-zt_status zt__shard_write(const char *into, int rank, int n_ranks, int n, const zt__shard_piece *p,
+ZT_NODISCARD zt_status zt__shard_write(const char *into, int rank, int n_ranks, int n, const zt__shard_piece *p,
                           const char *save_id);
 /* The commit of a sharded save, after every shard file is in `into`: index.json (from the
  * shard files) then state.json (last). strategy: a name for the record. */
-zt_status zt__shard_write_index(const char *into, int n_ranks, const char *strategy, const zt_train_state *st,
+ZT_NODISCARD zt_status zt__shard_write_index(const char *into, int n_ranks, const char *strategy, const zt_train_state *st,
                                 bool has_optim, int64_t optim_step, const char *save_id);
 
 typedef struct zt__shard_entry {
@@ -75,21 +75,21 @@ int64_t zt__shard_numel(int ndim, const int64_t *shape);
 bool zt__shard_range_ok(int64_t start, int64_t count, int64_t numel);
 /* One entry of a piece list (a shard file's metadata or the index; `what` names the file, i is
  * the entry's position), checked; zt__shard_entry_free frees its strings, entries_free an array. */
-zt_status zt__shard_entry_parse(const char *what, int i, const zt__json *v, zt__shard_entry *e);
+ZT_NODISCARD zt_status zt__shard_entry_parse(const char *what, int i, const zt__json *v, zt__shard_entry *e);
 void zt__shard_entry_free(zt__shard_entry *e);
 void zt__shard_entries_free(zt__shard_entry *e, int n);
 /* A shard file's own record of its pieces (its zt_pieces metadata), each entry checked, and
  * its save id (malloc'd; NULL if it has none). */
-zt_status zt__shard_pieces_read(const char *path, char **save_id, zt__shard_entry **out, int *n);
+ZT_NODISCARD zt_status zt__shard_pieces_read(const char *path, char **save_id, zt__shard_entry **out, int *n);
 /* Read index.json and state.json of a sharded checkpoint (checks they are of one save). */
-zt_status zt__shard_index_read(const char *dir, zt__shard_index **out);
+ZT_NODISCARD zt_status zt__shard_index_read(const char *dir, zt__shard_index **out);
 void zt__shard_index_free(zt__shard_index *ix);
 /* Whether the index holds any entry of (param, kind). */
 bool zt__shard_index_has(const zt__shard_index *ix, const char *param, zt__shard_kind kind);
 /* Read elements [start, start + count) of (param, kind), whose full shape must be
  * (ndim, shape), into dst (count elements, contiguous f32) from whichever shard files hold
  * them. Errors name the checkpoint, the parameter and what is missing or differs. */
-zt_status zt__shard_read(zt__shard_index *ix, const char *param, zt__shard_kind kind, int ndim,
+ZT_NODISCARD zt_status zt__shard_read(zt__shard_index *ix, const char *param, zt__shard_kind kind, int ndim,
                          const int64_t *shape, int64_t start, int64_t count, zt_tensor *dst);
 
 #endif

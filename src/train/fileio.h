@@ -12,7 +12,7 @@ int zt__fsync_dir(const char *dir);
 
 /* dir + "/" + name into buf (cap bytes); a path longer than that is ZT_STATUS_INVALID_ARG
  * naming it. */
-zt_status zt__path_join(char *buf, size_t cap, const char *dir, const char *name);
+ZT_NODISCARD zt_status zt__path_join(char *buf, size_t cap, const char *dir, const char *name);
 
 /* ------------------------------------------------ reading files */
 /* What zt_read_file reads at most: 16 GiB (text to tokenize is the large case; the ids it
@@ -26,11 +26,11 @@ zt_status zt__path_join(char *buf, size_t cap, const char *dir, const char *name
  * refuse anything but a regular file, naming what it is (a folder, a FIFO, a device...).
  * what names the file's role in messages ("token file"). On success *fd is open (the caller
  * closes it) and *size is the file's size. */
-zt_status zt__open_regular_file(const char *path, const char *what, int *fd, uint64_t *size);
+ZT_NODISCARD zt_status zt__open_regular_file(const char *path, const char *what, int *fd, uint64_t *size);
 /* Read a whole regular file of at most max_bytes bytes (larger ones are refused, naming the
  * limit) into a malloc'd buffer with a NUL after the last byte (text can be used as a C
  * string); the caller frees *data. Non-regular files are refused as above. */
-zt_status zt__read_regular_file(const char *path, size_t max_bytes, const char *what, void **data, size_t *size);
+ZT_NODISCARD zt_status zt__read_regular_file(const char *path, size_t max_bytes, const char *what, void **data, size_t *size);
 
 /* ------------------------------------------------ text buffer */
 /* Appends never fail visibly: on OOM the buffer sets .oom and ignores further text, so
@@ -47,7 +47,7 @@ void zt__buf_json_string(zt__buf *b, const char *s);
 void zt__buf_free(zt__buf *b);
 /* The text of b as the whole of file path, written atomically (zt_write_file_atomic); a
  * buffer that ran out of memory while it was filled is ZT_STATUS_OOM instead. */
-zt_status zt__buf_write_atomic(const zt__buf *b, const char *path);
+ZT_NODISCARD zt_status zt__buf_write_atomic(const zt__buf *b, const char *path);
 
 /* ------------------------------------------------ JSON */
 typedef enum zt__json_kind {
@@ -73,7 +73,7 @@ typedef struct zt__json {
  * input in error messages ("header of 'a.safetensors'"); errors give line and column.
  * Strings may not contain NUL (\u0000); nesting deeper than 64 is refused. Duplicate keys
  * are found by sorting (O(n log n) per object); the error names the key and its line. */
-zt_status zt__json_parse(const char *text, size_t len, const char *what, zt__json **out);
+ZT_NODISCARD zt_status zt__json_parse(const char *text, size_t len, const char *what, zt__json **out);
 void zt__json_free(zt__json *j);
 /* The members of a top-level JSON object, streamed: fn(key, value, ctx) for each in file order,
  * the key unescaped and the value parsed as by zt__json_parse (both freed after the call), so
@@ -81,7 +81,7 @@ void zt__json_free(zt__json *j);
  * except that duplicate keys are not looked for (fn sees each member); a status other than
  * ZT_OK from fn stops the walk and is returned as is. */
 typedef zt_status (*zt__json_member_fn)(const char *key, const zt__json *value, void *ctx);
-zt_status zt__json_each_member(const char *text, size_t len, const char *what, zt__json_member_fn fn, void *ctx);
+ZT_NODISCARD zt_status zt__json_each_member(const char *text, size_t len, const char *what, zt__json_member_fn fn, void *ctx);
 /* Member of an object (NULL if j is not an object or has no such key): a binary search,
  * O(log n), so looking up every member of a large object is O(n log n). */
 const zt__json *zt__json_get(const zt__json *j, const char *key);
@@ -102,7 +102,7 @@ typedef struct zt__st_info {
 } zt__st_info;
 /* Every tensor of a (validated) safetensors file with its dtype and shape, sorted by name
  * (zt__st_find looks one up); one malloc'd block, free it with free(). */
-zt_status zt__safetensors_list(const char *path, int *n, zt__st_info **out);
+ZT_NODISCARD zt_status zt__safetensors_list(const char *path, int *n, zt__st_info **out);
 const zt__st_info *zt__st_find(const zt__st_info *info, int n, const char *name);
 
 /* ------------------------------------------------ checkpoint folders (src/train/checkpoint.c)
@@ -113,7 +113,7 @@ const char *zt__fmt_double(char buf[32], double v);
 void zt__ck_state_json(zt__buf *b, const zt_train_state *st, const char *save_id, bool has_optim, const char *extra);
 /* Read dir/state.json of one checkpoint folder (a series is resolved first: zt_snapshot_resolve);
  * errors name the file and field; outputs may be NULL. */
-zt_status zt__ck_read_state(const char *dir, zt_train_state *st, char save_id[64], bool *has_optim);
+ZT_NODISCARD zt_status zt__ck_read_state(const char *dir, zt_train_state *st, char save_id[64], bool *has_optim);
 /* A fresh save id for a save at this step (unique per save; its second field is the save
  * time in ns, which orders the versions of a series). */
 void zt__ck_new_save_id(char id[64], int64_t step);
@@ -129,13 +129,13 @@ typedef struct zt__ck_stage {
   char stage[4096]; /* dir/.<name>.saving: where the files are written */
   char final[4096]; /* dir/<name> */
 } zt__ck_stage;
-zt_status zt__ck_stage_begin(const char *dir, int64_t step, zt__ck_stage *k);
-zt_status zt__ck_stage_join(const char *dir, const char *name, zt__ck_stage *k);
-zt_status zt__ck_stage_commit(zt__ck_stage *k);
+ZT_NODISCARD zt_status zt__ck_stage_begin(const char *dir, int64_t step, zt__ck_stage *k);
+ZT_NODISCARD zt_status zt__ck_stage_join(const char *dir, const char *name, zt__ck_stage *k);
+ZT_NODISCARD zt_status zt__ck_stage_commit(zt__ck_stage *k);
 void zt__ck_stage_abort(zt__ck_stage *k);
 /* zt_snapshot_save with the optimizer state given as arrays (full-shaped, named
  * "exp_avg.<param>", ...): the full checkpoint of an FSDP model writes through this. */
-zt_status zt__snapshot_save_arrays(const char *dir, zt_gpt2 *m, bool has_optim, int n_opt,
+ZT_NODISCARD zt_status zt__snapshot_save_arrays(const char *dir, zt_gpt2 *m, bool has_optim, int n_opt,
                                      const char *const *opt_names, zt_tensor *const *opt_tensors, int64_t opt_step,
                                      const zt_train_state *st);
 

@@ -77,7 +77,8 @@ typedef struct run {
   char options[4096];    /* recorded in checkpoints */
 } run;
 
-static void run_free(run *r) {
+/* Frees everything; the status is the logs' (their last bytes written or not). */
+static zt_status run_free(run *r) {
   zt_tensor_free(r->x);
   zt_tensor_free(r->y);
   zt_tensor_free(r->vx);
@@ -90,7 +91,7 @@ static void run_free(run *r) {
   zt__train_dp_free(&r->dp); // before the model: the strategies' hooks sit on its modules
   zt_train_memory_free(&r->mem);
   zt_gpt2_free(r->model);
-  zt__run_log_close(r->log);
+  return zt__run_log_close(r->log);
 }
 
 const char *zt_train_phase_name(zt_train_phase p) {
@@ -566,6 +567,6 @@ done:
     *model_out = r.model;
     r.model = NULL;
   }
-  run_free(&r);
-  return s;
+  zt_status closed = run_free(&r);
+  return s ? s : closed;
 }

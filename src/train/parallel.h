@@ -19,32 +19,32 @@ typedef struct zt__train_dp {
 } zt__train_dp;
 
 /* Pick the group (comm NULL: zt_comm_world) and check the batch divides by its size. */
-zt_status zt__train_dp_open(zt__train_dp *dp, const zt_train_config *c, zt_comm *comm);
+ZT_NODISCARD zt_status zt__train_dp_open(zt__train_dp *dp, const zt_train_config *c, zt_comm *comm);
 /* Wrap m as c asks (after the model's weights are final: init-from loaded). */
-zt_status zt__train_dp_wrap(zt__train_dp *dp, const zt_train_config *c, zt_gpt2 *m);
+ZT_NODISCARD zt_status zt__train_dp_wrap(zt__train_dp *dp, const zt_train_config *c, zt_gpt2 *m);
 void zt__train_dp_free(zt__train_dp *dp);
 /* *v = mean of *v over the ranks (every rank gets it). */
-zt_status zt__train_dp_mean(zt__train_dp *dp, double *v);
+ZT_NODISCARD zt_status zt__train_dp_mean(zt__train_dp *dp, double *v);
 /* Global grad-norm clipping over what the optimizer sees. */
-zt_status zt__train_dp_clip(zt__train_dp *dp, double max_norm, double *norm);
+ZT_NODISCARD zt_status zt__train_dp_clip(zt__train_dp *dp, double max_norm, double *norm);
 /* Multiply the grads by factor (undoing loss scaling). */
-zt_status zt__train_dp_scale_grads(zt__train_dp *dp, double factor);
+ZT_NODISCARD zt_status zt__train_dp_scale_grads(zt__train_dp *dp, double factor);
 /* After the optimizer step: FSDP's after-step, then zero the grads. */
-zt_status zt__train_dp_after_step(zt__train_dp *dp, zt_optim *o);
+ZT_NODISCARD zt_status zt__train_dp_after_step(zt__train_dp *dp, zt_optim *o);
 /* dp as the training step sees it (zt_train_step), borrowed. */
 zt_dp_strategy zt__train_dp_strategy(zt__train_dp *dp);
 /* This step's communication (counter delta since the last call). */
 void zt__train_dp_step_stats(zt__train_dp *dp, zt_dp_stats *out);
 /* Per-rank figures for the metrics line: every rank sends n values, rank 0 gets
  * world * n in rank order in all (others may pass NULL). Collective. */
-zt_status zt__train_dp_gather(zt__train_dp *dp, const double *mine, int n, double *all);
+ZT_NODISCARD zt_status zt__train_dp_gather(zt__train_dp *dp, const double *mine, int n, double *all);
 /* Checkpoints: DDP / plain: rank 0 writes; FSDP: sharded (or full with save_full). */
-zt_status zt__train_dp_save(zt__train_dp *dp, const zt_train_config *c, const char *dir, zt_gpt2 *m, zt_optim *o,
+ZT_NODISCARD zt_status zt__train_dp_save(zt__train_dp *dp, const zt_train_config *c, const char *dir, zt_gpt2 *m, zt_optim *o,
                             const zt_train_state *st);
-zt_status zt__train_dp_load(zt__train_dp *dp, const char *dir, zt_gpt2 *m, zt_optim *o, zt_train_state *st);
+ZT_NODISCARD zt_status zt__train_dp_load(zt__train_dp *dp, const char *dir, zt_gpt2 *m, zt_optim *o, zt_train_state *st);
 /* Before eval/sampling outside training and before handing the model out: FSDP gathers the
  * full parameters (release undoes it). No-ops otherwise. */
-zt_status zt__train_dp_gather_full(zt__train_dp *dp);
-zt_status zt__train_dp_release_full(zt__train_dp *dp);
+ZT_NODISCARD zt_status zt__train_dp_gather_full(zt__train_dp *dp);
+ZT_NODISCARD zt_status zt__train_dp_release_full(zt__train_dp *dp);
 
 #endif

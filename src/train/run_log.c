@@ -81,7 +81,7 @@ zt_status zt__run_log_open(const char *metrics, const char *tensorboard, int64_t
   }
   if (!s && tensorboard && *tensorboard) s = zt__tb_open(tensorboard, resume_step, &l->tb);
   if (s) {
-    zt__run_log_close(l);
+    ZT_IGNORE(zt__run_log_close(l), "the open's own failure is the one reported");
     return s;
   }
   *out = l;
@@ -124,9 +124,13 @@ zt_status zt__run_log_step(zt__run_log *l, const zt_train_step_info *in, const c
   return l->tb ? zt__tb_write_step(l->tb, in) : ZT_OK;
 }
 
-void zt__run_log_close(zt__run_log *l) {
-  if (!l) return;
-  if (l->metrics) fclose(l->metrics);
-  zt__tb_close(l->tb);
+zt_status zt__run_log_close(zt__run_log *l) {
+  if (!l) return ZT_OK;
+  zt_status s = ZT_OK;
+  if (l->metrics && fclose(l->metrics) != 0)
+    s = ZT_ERR(ZT_STATUS_IO, "closing metrics file '%s' failed: %s (is the disk full? its last lines may be missing)",
+               l->metrics_path, strerror(errno));
+  zt_status t = zt__tb_close(l->tb);
   free(l);
+  return s ? s : t;
 }

@@ -17,11 +17,12 @@ typedef struct zt__run_log zt__run_log;
  * that was stopped before its next checkpoint, are dropped: the file is rewritten atomically)
  * and new lines are appended; TensorBoard's readers drop the later events the same way.
  * resume_step 0: the metrics file starts empty. */
-zt_status zt__run_log_open(const char *metrics, const char *tensorboard, int64_t resume_step, zt__run_log **out);
+ZT_NODISCARD zt_status zt__run_log_open(const char *metrics, const char *tensorboard, int64_t resume_step, zt__run_log **out);
 /* One step: the metrics line (shard names the strategy; ranks holds world * ZT__RANK_FIG_N
  * figures) and the TensorBoard event. */
-zt_status zt__run_log_step(zt__run_log *l, const zt_train_step_info *in, const char *shard, const double *ranks);
-/* NULL is a no-op. */
-void zt__run_log_close(zt__run_log *l);
+ZT_NODISCARD zt_status zt__run_log_step(zt__run_log *l, const zt_train_step_info *in, const char *shard, const double *ranks);
+/* Flush and close both files (NULL is a no-op): a failure to write their last bytes is
+ * ZT_STATUS_IO naming the file; l is freed either way. */
+ZT_NODISCARD zt_status zt__run_log_close(zt__run_log *l);
 
 #endif

@@ -72,18 +72,18 @@ typedef struct zt__tb zt__tb;
  * at step resume_step + 1, and flushes. resume_step: the steps already completed (a
  * resumed run's checkpoint step; 0 for a fresh run). *out is owned by the caller
  * (zt__tb_close). */
-zt_status zt__tb_open(const char *dir, int64_t resume_step, zt__tb **out);
+ZT_NODISCARD zt_status zt__tb_open(const char *dir, int64_t resume_step, zt__tb **out);
 /* The path of the file being written (owned by w). */
 const char *zt__tb_path(const zt__tb *w);
 /* One Event with one Value (tag: non-empty UTF-8, at most 1024 bytes) at step. Buffered:
  * zt__tb_flush (or the next zt__tb_write_step) pushes it to the file. */
-zt_status zt__tb_scalar(zt__tb *w, const char *tag, int64_t step, double value);
+ZT_NODISCARD zt_status zt__tb_scalar(zt__tb *w, const char *tag, int64_t step, double value);
 /* One Event at in->step holding every figure of the step (tags above), then a flush. */
-zt_status zt__tb_write_step(zt__tb *w, const zt_train_step_info *in);
+ZT_NODISCARD zt_status zt__tb_write_step(zt__tb *w, const zt_train_step_info *in);
 /* fflush (not fsync): the events reach the OS, where TensorBoard can read them. */
-zt_status zt__tb_flush(zt__tb *w);
+ZT_NODISCARD zt_status zt__tb_flush(zt__tb *w);
 /* Flushes, closes and frees w (NULL: nothing, ZT_OK). w is freed even when the final
  * flush fails (the status says so). */
-zt_status zt__tb_close(zt__tb *w);
+ZT_NODISCARD zt_status zt__tb_close(zt__tb *w);
 
 #endif

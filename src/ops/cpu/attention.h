@@ -9,11 +9,11 @@
 /* out (B,T,C) = softmax(mask(q k^T / sqrt(hs))) v for every head (=);
  * lse (B,n_head,T) = logsumexp of each row of the scaled, masked scores (=).
  * qkv (B,T,3C). Fails only when scratch memory cannot be allocated. */
-zt_status zt__cpu_attention_forward(const zt_tensor *qkv, int n_head, zt_tensor *out, zt_tensor *lse);
+ZT_NODISCARD zt_status zt__cpu_attention_forward(const zt_tensor *qkv, int n_head, zt_tensor *out, zt_tensor *lse);
 
 /* dqkv (B,T,3C) = gradient of the loss w.r.t. qkv (=), from dout (B,T,C), qkv, and the
  * forward's out (B,T,C) and lse (B,n_head,T). Scores are recomputed block by block. */
-zt_status zt__cpu_attention_backward(const zt_tensor *qkv, const zt_tensor *out, const zt_tensor *lse,
+ZT_NODISCARD zt_status zt__cpu_attention_backward(const zt_tensor *qkv, const zt_tensor *out, const zt_tensor *lse,
                                      const zt_tensor *dout, int n_head, zt_tensor *dqkv);
 
 #endif

@@ -236,8 +236,7 @@ zt_status zt__cpu_sum(const zt_tensor *a, uint32_t mask, double scale, zt_tensor
   int64_t nout = zt_tensor_numel(out);
   if (nout == 0) return ZT_OK;
   if (zt_tensor_numel(a) == 0) { /* reducing an empty dim: sum 0, mean 0 * inf = NaN */
-    zt_tensor_fill_(out, 0.0 * scale);
-    return ZT_OK;
+    return zt_tensor_fill_(out, 0.0 * scale);
   }
   geom g;
   geom_build(a->ndim, a->shape, mask, &g);

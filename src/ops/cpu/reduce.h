@@ -9,7 +9,7 @@
 
 /* out (kept dims of a) = scale * sum of a over the dims whose bit is set in mask.
  * f32 input is accumulated in f64. Fails only when a temporary buffer cannot be had. */
-zt_status zt__cpu_sum(const zt_tensor *a, uint32_t mask, double scale, zt_tensor *out);
+ZT_NODISCARD zt_status zt__cpu_sum(const zt_tensor *a, uint32_t mask, double scale, zt_tensor *out);
 /* gx (shape of a) = scale * g broadcast along the dims in mask (g: kept dims of gx). */
 void zt__cpu_sum_backward(const zt_tensor *g, uint32_t mask, double scale, zt_tensor *gx);
 

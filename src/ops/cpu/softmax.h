@@ -22,7 +22,7 @@ int64_t zt__cpu_ce_check_targets(const zt_tensor *targets, int64_t V, int64_t ig
 /* logits (R, V), targets (R) (checked) -> *loss_sum = sum over non-ignored rows of
  * logsumexp(row) - row[target], accumulated in f64; lse (R) = logsumexp per row (left
  * unset on ignored rows) when not NULL. Fails only when a temporary cannot be had. */
-zt_status zt__cpu_cross_entropy(const zt_tensor *logits, const zt_tensor *targets, int64_t ignore, zt_tensor *lse,
+ZT_NODISCARD zt_status zt__cpu_cross_entropy(const zt_tensor *logits, const zt_tensor *targets, int64_t ignore, zt_tensor *lse,
                                 double *loss_sum);
 /* gx (R, V) = scale * (softmax(row) - onehot(target)), recomputed from logits and the
  * saved lse; rows with an ignored target get 0. Writes (=) every element. */
