@@ -1,13 +1,36 @@
 /* Out of memory is a status, not an abort: a backward whose allocations start failing at
  * every possible point returns ZT_STATUS_OOM with a message, leaks nothing, and leaves the
  * graph usable (the same backward then gives the grads of a run that never failed); the
- * grow-array helper reports the size and purpose and leaves the array as it was. */
+ * checkpointed regions (non-reentrant full and selective, reentrant) do the same when the
+ * host allocations of their bookkeeping fail at every point, in forward and in
+ * recomputation (the test links with --wrap=malloc,calloc,realloc); the grow-array helper
+ * reports the size and purpose and leaves the array as it was. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/grow.h"
+#include "zt/checkpoint.h"
 #include "zt_test.h"
+
+/* Host allocations of the code linked into this test (the library included) fail once
+ * host_left of them have been made (host_left < 0: never). */
+static int host_left = -1, host_failed = 0;
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t n, size_t k);
+void *__real_realloc(void *p, size_t n);
+void *__wrap_malloc(size_t n);
+void *__wrap_calloc(size_t n, size_t k);
+void *__wrap_realloc(void *p, size_t n);
+static bool host_fails(void) {
+  if (host_left == 0) return ++host_failed, true;
+  if (host_left > 0) host_left--;
+  return false;
+}
+void *__wrap_malloc(size_t n) { return host_fails() ? NULL : __real_malloc(n); }
+void *__wrap_calloc(size_t n, size_t k) { return host_fails() ? NULL : __real_calloc(n, k); }
+void *__wrap_realloc(void *p, size_t n) { return host_fails() ? NULL : __real_realloc(p, n); }
 
 /* A backing allocator that fails once `left` allocations have been made (left < 0: never). */
 typedef struct failing {
@@ -95,6 +118,89 @@ static void test_backward_oom_at_every_allocation(void) {
   ZT_CHECK_OK(zt_mem_set_allocator(ZT_DEVICE_CPU, NULL));
 }
 
+/* The region: tanh(x @ w) * x. */
+static zt_status region(zt_tensor *const *in, int n_in, zt_tensor **out, int n_out, void *ud) {
+  (void)n_in, (void)n_out, (void)ud;
+  zt_tensor *y = NULL, *t = NULL;
+  zt_status s = zt_matmul(in[0], in[1], false, false, &y);
+  if (!s) s = zt_tanh(y, &t);
+  if (!s) s = zt_mul(t, in[0], out);
+  zt_tensor_free(y), zt_tensor_free(t);
+  return s;
+}
+
+enum { CK_FULL, CK_SELECTIVE, CK_REENTRANT };
+
+/* sum(region(x, w)) through a checkpoint of kind k, and the grads of x and w. */
+static zt_status ck_forward_backward(int k, zt_tensor *x, zt_tensor *w, zt_tensor **gx, zt_tensor **gw) {
+  zt_checkpoint_options o = zt_checkpoint_options_default();
+  if (k == CK_SELECTIVE) o.policy = (zt_checkpoint_policy){zt_checkpoint_policy_save_gemm, NULL};
+  zt_tensor *in[2] = {x, w}, *out = NULL, *loss = NULL;
+  zt_status s = k == CK_REENTRANT ? zt_checkpoint_reentrant(region, NULL, 2, in, 1, &out, &o)
+                                  : zt_checkpoint(region, NULL, 2, in, 1, &out, &o);
+  if (!s) s = zt_sum(out, 0, NULL, false, &loss);
+  if (!s && k == CK_REENTRANT) { /* reentrant: grads accumulate into .grad (zt_grad is refused) */
+    s = zt_backward(1, &loss, NULL, false);
+    if (!s) s = zt_tensor_clone_data(x->grad, ZT_MEM_TAG_TEMP, gx);
+    if (!s) s = zt_tensor_clone_data(w->grad, ZT_MEM_TAG_TEMP, gw);
+    zt_tensor_free(x->grad), zt_tensor_free(w->grad);
+    x->grad = w->grad = NULL;
+  } else if (!s) {
+    zt_tensor *g[2] = {NULL, NULL};
+    s = zt_grad(1, &loss, NULL, 2, in, false, g);
+    *gx = g[0], *gw = g[1];
+  }
+  zt_tensor_free(loss), zt_tensor_free(out);
+  return s;
+}
+
+static void test_checkpoint_host_oom_at_every_allocation(void) {
+  static const char *const names[] = {"full", "selective", "reentrant"};
+  failing f = {-1, 0, 0}; /* counts live tensor allocations */
+  zt_allocator al = {failing_alloc, failing_free, &f};
+  ZT_CHECK_OK(zt_mem_set_allocator(ZT_DEVICE_CPU, &al));
+  int64_t sx[] = {5, 5};
+  zt_tensor *x = zt_test_rand_leaf(2, sx, ZT_DTYPE_F32, -1, 1, 3);
+  zt_tensor *w = zt_test_rand_leaf(2, sx, ZT_DTYPE_F32, -1, 1, 4);
+  for (int k = CK_FULL; k <= CK_REENTRANT; k++) {
+    zt_tensor *rx = NULL, *rw = NULL;
+    ZT_CHECK_OK(ck_forward_backward(k, x, w, &rx, &rw));
+    int baseline = f.live, oom = 0;
+    host_failed = 0;
+    bool done = false;
+    for (int budget = 0; budget < 4000 && !done; budget++) {
+      zt_tensor *gx = NULL, *gw = NULL;
+      zt_clear_error();
+      host_left = budget;
+      zt_status s = ck_forward_backward(k, x, w, &gx, &gw);
+      host_left = -1;
+      zt_tensor_free(x->grad), zt_tensor_free(w->grad); /* what a failed reentrant backward left */
+      x->grad = w->grad = NULL;
+      if (s) {
+        if (s != ZT_STATUS_OOM || !strstr(zt_last_error(), "out of host memory"))
+          zt_test_fail(__FILE__, __LINE__, "%s, host allocation %d failing: status %d, \"%s\"", names[k], budget, (int)s,
+                       zt_last_error());
+        zt_tensor_free(gx), zt_tensor_free(gw); /* reentrant: a grad cloned before the other's clone failed */
+        if (f.live != baseline) /* no tensor of the failed step is left */
+          zt_test_fail(__FILE__, __LINE__, "%s, host allocation %d failing: %d tensors left (\"%s\")", names[k], budget,
+                       f.live - baseline, zt_last_error());
+        oom++;
+        continue;
+      }
+      if (!(zt_test_bitwise_equal(gx, rx) && zt_test_bitwise_equal(gw, rw)))
+        zt_test_fail(__FILE__, __LINE__, "%s: grads after %d failing runs differ", names[k], oom);
+      zt_tensor_free(gx), zt_tensor_free(gw);
+      done = true;
+    }
+    printf("  %s: %d host allocations failed in turn, each an OOM status (%d failed)\n", names[k], oom, host_failed);
+    ZT_CHECK(done && oom > 5 && host_failed >= oom); /* after the first, cleanup's allocations fail too */
+    zt_tensor_free(rx), zt_tensor_free(rw);
+  }
+  zt_tensor_free(x), zt_tensor_free(w);
+  ZT_CHECK(f.live == 0);
+  ZT_CHECK_OK(zt_mem_set_allocator(ZT_DEVICE_CPU, NULL));
+}
+
 static void test_grow_array(void) {
   int cap = 0;
   int *a = zt__grow(NULL, &cap, 3, sizeof *a, "a test list");
@@ -122,6 +228,7 @@ const char *__asan_default_options(void) { return "allocator_may_return_null=1";
 
 int main(void) {
   ZT_RUN(test_backward_oom_at_every_allocation);
+  ZT_RUN(test_checkpoint_host_oom_at_every_allocation);
   ZT_RUN(test_grow_array);
   return zt_test_finish();
 }

@@ -123,6 +123,7 @@ zt_status zt_tensor_grad_accumulator(zt_tensor *leaf, zt_node **out) {
     return ZT_ERR(ZT_STATUS_AUTOGRAD, "only leaf tensors that require grad have a grad accumulator");
   if (!leaf->grad_acc) {
     zt_node *acc = zt__node_new(&zt__accumulate_grad_vt, 0, 1);
+    if (!acc) return ZT_STATUS_OOM; /* message recorded by zt__node_new */
     acc->leaf = leaf;
     zt__meta_of(leaf, &acc->out_meta[0]);
     leaf->grad_acc = acc;
