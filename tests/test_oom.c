@@ -5,6 +5,7 @@
  * host allocations of their bookkeeping fail at every point, in forward and in
  * recomputation (the test links with --wrap=malloc,calloc,realloc); the grow-array helper
  * reports the size and purpose and leaves the array as it was. */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,11 +13,12 @@
 
 #include "core/grow.h"
 #include "zt/checkpoint.h"
+#include "zt/train.h"
 #include "zt_test.h"
 
 /* Host allocations of the code linked into this test (the library included) fail once
  * host_left of them have been made (host_left < 0: never). */
-static int host_left = -1, host_failed = 0;
+static _Atomic int host_left = -1, host_failed = 0; /* the offload helper thread allocates too */
 void *__real_malloc(size_t n);
 void *__real_calloc(size_t n, size_t k);
 void *__real_realloc(void *p, size_t n);
@@ -24,9 +26,12 @@ void *__wrap_malloc(size_t n);
 void *__wrap_calloc(size_t n, size_t k);
 void *__wrap_realloc(void *p, size_t n);
 static bool host_fails(void) {
-  if (host_left == 0) return ++host_failed, true;
-  if (host_left > 0) host_left--;
-  return false;
+  int left = atomic_load(&host_left);
+  while (left > 0 && !atomic_compare_exchange_weak(&host_left, &left, left - 1)) {
+  }
+  if (left != 0) return false;
+  atomic_fetch_add(&host_failed, 1);
+  return true;
 }
 void *__wrap_malloc(size_t n) { return host_fails() ? NULL : __real_malloc(n); }
 void *__wrap_calloc(size_t n, size_t k) { return host_fails() ? NULL : __real_calloc(n, k); }
@@ -201,6 +206,106 @@ static void test_checkpoint_host_oom_at_every_allocation(void) {
   ZT_CHECK_OK(zt_mem_set_allocator(ZT_DEVICE_CPU, NULL));
 }
 
+/* A whole training step of GPT-2 (zt_train_step: forward, backward, clipping, AdamW) with
+ * recompute and activation offload attached, host allocations failing at every point in
+ * turn: each failure is ZT_STATUS_OOM, the parameters stay as they were, and once the step
+ * succeeds its loss and parameters are bitwise those of a step that never failed. */
+typedef struct one_batch {
+  zt_tensor *x, *y;
+} one_batch;
+static zt_status give(void *ud, zt_tensor **x, zt_tensor **y) {
+  one_batch *b = ud;
+  *x = b->x, *y = b->y;
+  return ZT_OK;
+}
+
+typedef struct stack {
+  zt_gpt2 *g;
+  zt_recompute_plan *rc;
+  zt_offload *off;
+  zt_optim *o;
+  zt_param *ps;
+  int np;
+} stack;
+
+static void stack_open(stack *st) {
+  *st = (stack){0};
+  zt_gpt2_config c = {2, 2, 16, 32, 8, 0.1};
+  zt_rng_seed(9);
+  ZT_CHECK_OK(zt_gpt2_new(&c, &st->g));
+  if (!st->g) return;
+  st->rc = zt_test_recompute(st->g, ZT_RECOMPUTE_FULL, 1);
+  zt_offload_options oo = zt_offload_options_default(ZT_OFFLOAD_HOST);
+  oo.min_bytes = 0, oo.prefetch = 1;
+  st->off = zt_test_offload(st->g, &oo);
+  st->np = zt_gpt2_params(st->g, &st->ps);
+  zt_optim_config oc = zt_optim_default(ZT_OPTIM_ADAMW);
+  ZT_CHECK_OK(zt_optim_new(&oc, st->np, st->ps, &st->o));
+}
+
+static void stack_close(stack *st) {
+  zt_optim_free(st->o);
+  zt_recompute_plan_free(st->rc);
+  zt_offload_free(st->off);
+  zt_gpt2_free(st->g);
+}
+
+static zt_status step(stack *st, one_batch *b, zt_train_step_result *r) {
+  zt_model m = zt_gpt2_model(st->g);
+  zt_train_step_options so = zt_train_step_options_default();
+  so.lr = 1e-2, so.grad_clip = 1.0, so.step = 1;
+  return zt_train_step(&m, NULL, st->o, give, b, &so, r);
+}
+
+static void test_train_step_host_oom_at_every_allocation(void) {
+  one_batch b = {zt_test_rand_ids(2, 8, 32, 1), zt_test_rand_ids(2, 8, 32, 2)};
+  stack ref, st;
+  zt_train_step_result rr, r;
+  stack_open(&ref);
+  zt_rng_state rng0 = zt_rng_get_state();
+  ZT_CHECK_OK(step(&ref, &b, &rr));
+  stack_open(&st);
+  if (!ref.g || !st.g) return;
+  zt_tensor *before[64] = {0};
+  for (int i = 0; i < st.np && i < 64; i++) ZT_CHECK_OK(zt_tensor_clone_data(st.ps[i].tensor, ZT_MEM_TAG_TEMP, &before[i]));
+  int oom = 0;
+  bool done = false;
+  host_failed = 0;
+  for (int budget = 0; budget < 20000 && !done; budget++) {
+    zt_rng_set_state(rng0); /* a retry starts from the same RNG state (dropout) */
+    zt_clear_error();
+    host_left = budget;
+    zt_status s = step(&st, &b, &r);
+    host_left = -1;
+    if (s) {
+      if (s != ZT_STATUS_OOM || !strstr(zt_last_error(), "out of host memory")) {
+        zt_test_fail(__FILE__, __LINE__, "host allocation %d failing: status %d, \"%s\"", budget, (int)s, zt_last_error());
+        break;
+      }
+      for (int i = 0; i < st.np && i < 64; i++)
+        if (!zt_test_bitwise_equal(before[i], st.ps[i].tensor)) {
+          zt_test_fail(__FILE__, __LINE__, "host allocation %d failing: parameter %d changed", budget, i);
+          budget = 1 << 30;
+          break;
+        }
+      zt_optim_zero_grad(st.o); /* the grads of the failed step are partial */
+      oom++;
+      continue;
+    }
+    done = true;
+  }
+  printf("  training step: %d host allocations failed in turn, each an OOM status\n", oom);
+  ZT_CHECK(done && oom > 100);
+  ZT_CHECK(done && !memcmp(&r.loss, &rr.loss, sizeof r.loss));
+  for (int i = 0; done && i < st.np; i++)
+    if (!zt_test_bitwise_equal(ref.ps[i].tensor, st.ps[i].tensor))
+      zt_test_fail(__FILE__, __LINE__, "parameter %d differs from the reference step", i);
+  zt_test_free_all(before, 64);
+  zt_test_free_all((zt_tensor *[]){b.x, b.y}, 2);
+  stack_close(&ref);
+  stack_close(&st);
+}
+
 static void test_grow_array(void) {
   int cap = 0;
   int *a = zt__grow(NULL, &cap, 3, sizeof *a, "a test list");
@@ -229,6 +334,7 @@ const char *__asan_default_options(void) { return "allocator_may_return_null=1";
 int main(void) {
   ZT_RUN(test_backward_oom_at_every_allocation);
   ZT_RUN(test_checkpoint_host_oom_at_every_allocation);
+  ZT_RUN(test_train_step_host_oom_at_every_allocation);
   ZT_RUN(test_grow_array);
   return zt_test_finish();
 }
