@@ -34,6 +34,32 @@ ZT_API zt_autocast_state zt_autocast_set(zt_autocast_state s);
  * Without retain_graph the saved tensors of every node run are freed, and a later
  * backward through them is a ZT_STATUS_AUTOGRAD error. */
 ZT_API ZT_NODISCARD zt_status zt_backward(int n_roots, zt_tensor *const *roots, zt_tensor *const *grad_roots, bool retain_graph);
+/* Split backward, for pipeline schedules (reference: torch.distributed.pipelining's
+ * stage_backward_input / stage_backward_weight, the Zero Bubble paper's B and W passes).
+ * B = zt_backward_input: the part of backward that the inputs' gradients need; grads_out[i]
+ * is a new tensor (NULL when inputs[i] is unreachable or does not require grad, e.g. token
+ * ids). An op on that path whose backward also feeds weights (linear, matmul, layer norm,
+ * the fused lm-head loss, ...) computes only its input grads now; its output grads and the
+ * saved tensors its weight grads read are kept in *deferred (new, the caller's), everything
+ * else it saved is freed (without retain_graph). Nodes that lead only to weights (an
+ * embedding's backward, views of parameters) do not run in B.
+ * W = zt_backward_weight: runs the kept work, accumulates into every leaf's .grad and fires
+ * post-accumulate-grad hooks and the end-of-backward callbacks queued during B or W, as one
+ * backward does (the same graph task id as its B: a checkpointed region recomputed in B is
+ * not recomputed again). B then W gives bitwise the grads of one zt_backward; W of several
+ * microbatches in order, those of plain accumulation. Node pre/post hooks and tensor hooks
+ * run in B only (post hooks see the input grads). A record is spent by its W; free it with
+ * zt_deferred_free (freeing one whose W never ran drops its work and callbacks). Several
+ * may be alive at once, one per microbatch. */
+typedef struct zt_deferred zt_deferred;
+ZT_API ZT_NODISCARD zt_status zt_backward_input(int n_outputs, zt_tensor *const *outputs, zt_tensor *const *grad_outputs,
+                                                int n_inputs, zt_tensor *const *inputs, bool retain_graph,
+                                                zt_tensor **grads_out, zt_deferred **deferred);
+ZT_API ZT_NODISCARD zt_status zt_backward_weight(zt_deferred *d);
+ZT_API void zt_deferred_free(zt_deferred *d); /* NULL is a no-op */
+/* Bytes the record keeps alive for W: output grads and saved tensors (a snapshot). */
+ZT_API int64_t zt_deferred_bytes(const zt_deferred *d);
+
 /* Gradients of outputs w.r.t. inputs only: nothing is accumulated into any .grad, and
  * nodes that do not lead to an input are not run (their op backward is told which of
  * its inputs need grads). grads_out[i] is a new tensor owned by the caller, or NULL when

@@ -45,6 +45,26 @@ zt_status zt_autograd_queue_callback(zt_callback_fn fn, void *user_data) {
   return ZT_OK;
 }
 
+/* ------------------------------------------------ split backward's record (B -> W) */
+/* One node's weight-grad work: a B node whose apply still owes the grads of its weight
+ * edges (partial), or a root that leads only to weights (whole: it runs in W as in a plain
+ * backward, hooks included). */
+typedef struct deferred_item {
+  zt_node *node;    /* retained */
+  zt_tensor **bufs; /* its n_outputs output grads: as apply saw them in B (partial), the root grads (whole) */
+  bool *wmask;      /* partial: the edges W computes */
+  bool whole;
+} deferred_item;
+
+struct zt_deferred {
+  int64_t task_id; /* B's graph task: W runs as the same task */
+  bool retain_graph, spent;
+  deferred_item *items; /* in B's run order */
+  int n_items, cap_items;
+  cb_entry *cbs; /* end-of-backward callbacks queued during B: they run at the end of W */
+  int n_cbs, cap_cbs;
+};
+
 /* ------------------------------------------------ per-task node info (hash map) */
 typedef struct node_info {
   zt_node *node;
@@ -55,6 +75,7 @@ typedef struct node_info {
   zt_tensor **buf;    /* n_outputs input buffers */
   int capture_first;  /* index into captures, -1 if none */
   bool eager;         /* leaf accumulator: contributions went straight into the leaf's .grad */
+  const bool *wmask;  /* W of a split backward: a B node's weight edges (its hooks ran in B) */
 } node_info;
 
 typedef struct task_graph {
@@ -363,14 +384,18 @@ static void free_bufs(zt_tensor **bufs, int n) {
   free(bufs);
 }
 
+static zt_status defer_partial(zt_deferred *d, zt_node *n, zt_tensor **bufs, const bool *needs, bool retain_graph,
+                               bool *deferred);
+
 static zt_status run_node(task_graph *g, int idx, heap *ready, capture *caps, zt_tensor **cap_out,
-                          bool retain_graph) {
+                          bool retain_graph, zt_deferred *split) {
   node_info *in = &g->infos[idx];
   zt_node *n = in->node;
   zt_status s = ZT_OK;
+  bool partial = in->wmask != NULL; /* W: output grads, hooks and captures were B's */
   /* Missing grads become zeros; then tensor hooks, then captures. An eager accumulator has
    * its grad in the leaf already and only runs its post-accumulate-grad hooks. */
-  for (int k = 0; k < n->n_outputs && !in->eager; k++) {
+  for (int k = 0; k < n->n_outputs && !in->eager && !partial; k++) {
     if (!in->buf[k]) ZT_TRY(zt_tensor_zeros(n->out_meta[k].ndim, n->out_meta[k].shape, n->out_meta[k].dtype,
                                             n->out_meta[k].device, &in->buf[k]));
     ZT_TRY(zt__run_tensor_hooks(&n->tensor_hooks[k], &in->buf[k]));
@@ -386,7 +411,7 @@ static zt_status run_node(task_graph *g, int idx, heap *ready, capture *caps, zt
     return ZT_OK;
   }
 
-  for (int k = 0; s == ZT_OK && k < n->pre_hooks.n; k++) {
+  for (int k = 0; s == ZT_OK && !partial && k < n->pre_hooks.n; k++) {
     zt__hook_entry e = n->pre_hooks.items[k];
     if (!e.removed) s = ((zt_node_pre_hook_fn)e.fn)(n, n->n_outputs, bufs, e.user_data);
     if (s == ZT_OK) s = check_grad_outputs(n, bufs);
@@ -406,13 +431,20 @@ static zt_status run_node(task_graph *g, int idx, heap *ready, capture *caps, zt
   }
   for (int i = 0; i < ni; i++) {
     zt_node *m = n->next[i].node;
-    if (m) {
+    if (partial) {
+      needs[i] = in->wmask[i];
+    } else if (m) {
       int j = graph_find(g, m);
       needs[i] = j >= 0 && g->infos[j].needed;
     }
   }
   s = n->vt->apply(n, bufs, needs, gin);
-  zt_node_drop_unpacked(n);
+  /* B of a split backward: the weight edges' work waits for W, with the output grads and
+   * what it reads (bufs is then the record's) */
+  bool deferred = false;
+  if (!s && split) s = defer_partial(split, n, bufs, needs, retain_graph, &deferred);
+  if (deferred) bufs = NULL;
+  if (!deferred) zt_node_drop_unpacked(n);
   for (int i = 0; i < ni; i++)
     if (gin[i] && !needs[i]) {
       zt_tensor_free(gin[i]);
@@ -420,7 +452,7 @@ static zt_status run_node(task_graph *g, int idx, heap *ready, capture *caps, zt
     }
   for (int i = 0; i < ni && s == ZT_OK; i++)
     if (gin[i]) s = check_grad(n, i, gin[i]);
-  for (int k = 0; s == ZT_OK && k < n->post_hooks.n; k++) {
+  for (int k = 0; s == ZT_OK && !partial && k < n->post_hooks.n; k++) {
     zt__hook_entry e = n->post_hooks.items[k];
     if (!e.removed) s = ((zt_node_post_hook_fn)e.fn)(n, ni, gin, n->n_outputs, bufs, e.user_data);
     /* a post-hook may replace grad inputs */
@@ -428,7 +460,7 @@ static zt_status run_node(task_graph *g, int idx, heap *ready, capture *caps, zt
       if (gin[i]) s = check_grad(n, i, gin[i]);
   }
   free_bufs(bufs, n->n_outputs);
-  if (!retain_graph && n->n_saved > 0) {
+  if (!retain_graph && n->n_saved > 0 && !deferred) {
     zt__node_free_saved(n);
     n->saved_freed = true;
   }
@@ -454,6 +486,59 @@ static zt_status run_node(task_graph *g, int idx, heap *ready, capture *caps, zt
   return s;
 }
 
+/* ------------------------------------------------ split backward: recording in B */
+static deferred_item *add_item(zt_deferred *d) {
+  deferred_item *it = zt__grow(d->items, &d->cap_items, d->n_items + 1, sizeof *it, "a split backward's record");
+  if (!it) return NULL;
+  d->items = it;
+  it = &d->items[d->n_items];
+  *it = (deferred_item){0};
+  return it;
+}
+
+/* After n's apply in B: when n has edges to nodes B does not run (weights), keep its
+ * output grads (bufs, taken over: *deferred) and the saved slots those edges' grads read;
+ * release the other slots now (without retain_graph). */
+static zt_status defer_partial(zt_deferred *d, zt_node *n, zt_tensor **bufs, const bool *needs, bool retain_graph,
+                               bool *deferred) {
+  *deferred = false;
+  bool any = false;
+  for (int i = 0; i < n->n_inputs; i++) any |= n->next[i].node && !needs[i];
+  if (!any) return ZT_OK;
+  bool *wmask = calloc((size_t)n->n_inputs, sizeof *wmask);
+  deferred_item *it = wmask ? add_item(d) : NULL;
+  if (!it) {
+    free(wmask);
+    return ZT_ERR(ZT_STATUS_OOM, "out of host memory for the weight-grad record of %s", zt_node_name(n));
+  }
+  for (int i = 0; i < n->n_inputs; i++) wmask[i] = n->next[i].node && !needs[i];
+  zt__node_retain(n);
+  *it = (deferred_item){n, bufs, wmask, false};
+  d->n_items++;
+  uint64_t keep = zt__node_saved_read(n, wmask);
+  zt__node_drop_unpacked_except(n, keep);
+  if (!retain_graph) zt__node_release_saved_except(n, keep);
+  *deferred = true;
+  return ZT_OK;
+}
+
+/* Roots that lead only to weights run whole in W, from their root grads (taken over). */
+static zt_status defer_roots(zt_deferred *d, task_graph *g) {
+  for (int k = 0; k < g->n; k++) {
+    node_info *in = &g->infos[k];
+    bool seeded = false;
+    for (int j = 0; in->buf && j < in->node->n_outputs; j++) seeded |= in->buf[j] != NULL;
+    if (in->needed || !seeded) continue;
+    deferred_item *it = add_item(d);
+    if (!it) return ZT_STATUS_OOM;
+    zt__node_retain(in->node);
+    *it = (deferred_item){in->node, in->buf, NULL, true};
+    d->n_items++;
+    in->buf = NULL;
+  }
+  return ZT_OK;
+}
+
 /* Gradient edge of a tensor: its grad_fn slot, or its accumulator. */
 static zt_status grad_edge(zt_tensor *t, zt__edge *e) {
   if (t->grad_fn) {
@@ -466,9 +551,10 @@ static zt_status grad_edge(zt_tensor *t, zt__edge *e) {
   return ZT_OK;
 }
 
+/* zt_backward (inputs NULL), zt_grad, or the B of a split backward (split: the record). */
 static zt_status run_backward(int n_roots, zt_tensor *const *roots, zt_tensor *const *grad_roots, bool retain_graph,
-                              int n_inputs, zt_tensor *const *inputs, zt_tensor **grads_out) {
-  const char *fn = inputs ? "zt_grad" : "zt_backward";
+                              int n_inputs, zt_tensor *const *inputs, zt_tensor **grads_out, zt_deferred *split) {
+  const char *fn = split ? "zt_backward_input" : inputs ? "zt_grad" : "zt_backward";
   if (n_roots <= 0 || !roots) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: no output tensors given", fn);
   zt__edge *root_edges = calloc((size_t)n_roots, sizeof *root_edges);
   zt_tensor **root_grads = calloc((size_t)n_roots, sizeof *root_grads);
@@ -534,10 +620,12 @@ static zt_status run_backward(int n_roots, zt_tensor *const *roots, zt_tensor *c
     free(rn);
     if (s) goto done;
   }
-  if (inputs) {
+  if (inputs || split) {
     for (int i = 0; i < n_inputs; i++) {
       grads_out[i] = NULL;
       zt_tensor *t = inputs[i];
+      caps[i] = (capture){NULL, 0, i, -1};
+      if (split && t && !t->requires_grad) continue; /* token ids: no grad, not an error */
       if (!t || !t->requires_grad) {
         s = ZT_ERR(ZT_STATUS_AUTOGRAD, "zt_grad: input %d %s", i, t ? "does not require grad" : "is NULL");
         goto done;
@@ -578,6 +666,7 @@ static zt_status run_backward(int n_roots, zt_tensor *const *roots, zt_tensor *c
     s = buffer_add(&in->buf[root_edges[r].input_nr], root_grads[r]);
     root_grads[r] = NULL;
   }
+  if (!s && split) s = defer_roots(split, &g);
   if (s) goto done;
   for (int r = 0; r < n_roots; r++) {
     node_info *in = &g.infos[graph_find(&g, root_edges[r].node)];
@@ -589,14 +678,19 @@ static zt_status run_backward(int n_roots, zt_tensor *const *roots, zt_tensor *c
 
   task.id = atomic_fetch_add(&g_task_counter, 1) + 1;
   tl_task = &task;
-  while (ready.n && s == ZT_OK) s = run_node(&g, heap_pop(&ready, &g), &ready, caps, grads_out, retain_graph);
+  while (ready.n && s == ZT_OK) s = run_node(&g, heap_pop(&ready, &g), &ready, caps, grads_out, retain_graph, split);
+  if (split) { /* the callbacks wait for W, which runs as this same task */
+    split->task_id = task.id;
+    split->cbs = task.cbs, split->n_cbs = task.n_cbs, split->cap_cbs = task.cap_cbs;
+    task.cbs = NULL;
+  }
   /* End-of-backward callbacks, including those queued by callbacks. */
-  for (int c = 0; s == ZT_OK && c < task.n_cbs; c++) s = task.cbs[c].fn(task.cbs[c].user_data);
+  for (int c = 0; s == ZT_OK && c < task.n_cbs && !split; c++) s = task.cbs[c].fn(task.cbs[c].user_data);
   tl_task = prev_task;
 
 done:
   tl_task = prev_task;
-  if (s && inputs)
+  if (s && (inputs || split))
     for (int i = 0; i < n_inputs; i++) {
       zt_tensor_free(grads_out[i]);
       grads_out[i] = NULL;
@@ -617,7 +711,7 @@ done:
 zt_status zt_backward(int n_roots, zt_tensor *const *roots, zt_tensor *const *grad_roots, bool retain_graph) {
   zt_mem_tag prev = zt_mem_tag_push(ZT_MEM_TAG_TEMP);
   bool grad_was = zt_set_grad_enabled(false);
-  zt_status s = run_backward(n_roots, roots, grad_roots, retain_graph, 0, NULL, NULL);
+  zt_status s = run_backward(n_roots, roots, grad_roots, retain_graph, 0, NULL, NULL, NULL);
   zt_set_grad_enabled(grad_was);
   zt_mem_tag_pop(prev);
   return s;
@@ -629,8 +723,152 @@ zt_status zt_grad(int n_outputs, zt_tensor *const *outputs, zt_tensor *const *gr
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_grad: give at least one input and an array for its grads");
   zt_mem_tag prev = zt_mem_tag_push(ZT_MEM_TAG_TEMP);
   bool grad_was = zt_set_grad_enabled(false);
-  zt_status s = run_backward(n_outputs, outputs, grad_outputs, retain_graph, n_inputs, inputs, grads_out);
+  zt_status s = run_backward(n_outputs, outputs, grad_outputs, retain_graph, n_inputs, inputs, grads_out, NULL);
   zt_set_grad_enabled(grad_was);
   zt_mem_tag_pop(prev);
   return s;
+}
+
+/* ------------------------------------------------ split backward: B and W */
+
+void zt_deferred_free(zt_deferred *d) {
+  if (!d) return;
+  for (int k = 0; k < d->n_items; k++) {
+    deferred_item *it = &d->items[k];
+    free_bufs(it->bufs, it->node->n_outputs);
+    free(it->wmask);
+    zt__node_release(it->node);
+  }
+  free(d->items);
+  free(d->cbs);
+  free(d);
+}
+
+zt_status zt_backward_input(int n_outputs, zt_tensor *const *outputs, zt_tensor *const *grad_outputs, int n_inputs,
+                            zt_tensor *const *inputs, bool retain_graph, zt_tensor **grads_out, zt_deferred **deferred) {
+  if (!deferred) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_backward_input: deferred (the record for W) is NULL");
+  *deferred = NULL;
+  if (n_inputs < 0 || (n_inputs > 0 && (!inputs || !grads_out)))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_backward_input: %d inputs without the inputs or an array for their grads",
+                  n_inputs);
+  zt_deferred *d = calloc(1, sizeof *d);
+  if (!d) return ZT_ERR(ZT_STATUS_OOM, "zt_backward_input: out of host memory for the record");
+  d->retain_graph = retain_graph;
+  zt_mem_tag prev = zt_mem_tag_push(ZT_MEM_TAG_TEMP);
+  bool grad_was = zt_set_grad_enabled(false);
+  zt_status s = run_backward(n_outputs, outputs, grad_outputs, retain_graph, n_inputs, inputs, grads_out, d);
+  zt_set_grad_enabled(grad_was);
+  zt_mem_tag_pop(prev);
+  if (s) {
+    zt_deferred_free(d);
+    return s;
+  }
+  *deferred = d;
+  return ZT_OK;
+}
+
+/* W's graph: the nodes the record's weight edges and whole roots reach, plus the partial
+ * nodes themselves (ready at once, with their output grads from B). */
+static zt_status weight_graph(zt_deferred *d, task_graph *g) {
+  int n_roots = 0;
+  for (int k = 0; k < d->n_items; k++) {
+    deferred_item *it = &d->items[k];
+    for (int i = 0; i < it->node->n_inputs; i++) n_roots += it->whole ? 0 : it->wmask[i];
+    n_roots += it->whole;
+  }
+  zt_node **rn = malloc(sizeof *rn * (size_t)(n_roots ? n_roots : 1));
+  if (!rn) return ZT_ERR(ZT_STATUS_OOM, "zt_backward_weight: out of host memory for %d roots", n_roots);
+  int r = 0;
+  for (int k = 0; k < d->n_items; k++) {
+    deferred_item *it = &d->items[k];
+    if (it->whole) rn[r++] = it->node;
+    for (int i = 0; !it->whole && i < it->node->n_inputs; i++)
+      if (it->wmask[i]) rn[r++] = it->node->next[i].node;
+  }
+  zt_status s = discover(g, n_roots, rn);
+  free(rn);
+  for (int k = 0; k < g->n && !s; k++) {
+    node_info *in = &g->infos[k];
+    in->needed = in->runs = true;
+    in->buf = calloc((size_t)(in->node->n_outputs ? in->node->n_outputs : 1), sizeof *in->buf);
+    if (!in->buf) s = ZT_ERR(ZT_STATUS_OOM, "zt_backward_weight: out of host memory for the grad buffers of %d nodes", g->n);
+  }
+  int n_plain = g->n;
+  for (int k = 0; k < d->n_items && !s; k++) { /* the partial nodes: B ran their hooks already */
+    deferred_item *it = &d->items[k];
+    if (it->whole) continue;
+    int j = graph_add(g, it->node);
+    if (j < 0) {
+      s = ZT_STATUS_OOM;
+      break;
+    }
+    g->infos[j].needed = g->infos[j].runs = true;
+    g->infos[j].wmask = it->wmask;
+    g->infos[j].buf = it->bufs;
+    it->bufs = NULL;
+  }
+  for (int k = 0; k < g->n && !s; k++) {
+    node_info *in = &g->infos[k];
+    zt_node *n = in->node;
+    for (int i = 0; i < n->n_inputs; i++)
+      if (n->next[i].node && (k < n_plain || in->wmask[i])) g->infos[graph_find(g, n->next[i].node)].deps++;
+  }
+  for (int k = 0; k < d->n_items && !s; k++) { /* the whole roots' grads */
+    deferred_item *it = &d->items[k];
+    if (!it->whole) continue;
+    node_info *in = &g->infos[graph_find(g, it->node)];
+    for (int j = 0; j < it->node->n_outputs && !s; j++) {
+      if (it->bufs[j]) s = buffer_add(&in->buf[j], it->bufs[j]);
+      it->bufs[j] = NULL;
+    }
+  }
+  return s;
+}
+
+zt_status zt_backward_weight(zt_deferred *d) {
+  if (!d) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_backward_weight: the record is NULL");
+  if (d->spent)
+    return ZT_ERR(ZT_STATUS_STATE, "zt_backward_weight: this record's weight grads were computed already; a record "
+                                   "is spent by its W (run B again for another)");
+  d->spent = true;
+  zt_mem_tag prev = zt_mem_tag_push(ZT_MEM_TAG_TEMP);
+  bool grad_was = zt_set_grad_enabled(false);
+  task_graph g = {0};
+  heap ready = {0};
+  graph_task task = {d->task_id, d->cbs, d->n_cbs, d->cap_cbs}, *prev_task = tl_task;
+  d->cbs = NULL, d->n_cbs = d->cap_cbs = 0;
+  zt_status s = weight_graph(d, &g);
+  for (int k = 0; k < g.n && !s; k++)
+    if (g.infos[k].deps == 0 && !g.infos[k].queued) {
+      g.infos[k].queued = true;
+      s = heap_push(&ready, &g, k);
+    }
+  tl_task = &task;
+  while (ready.n && s == ZT_OK) s = run_node(&g, heap_pop(&ready, &g), &ready, NULL, NULL, d->retain_graph, NULL);
+  for (int c = 0; s == ZT_OK && c < task.n_cbs; c++) s = task.cbs[c].fn(task.cbs[c].user_data);
+  tl_task = prev_task;
+  for (int k = 0; k < g.n; k++) free_bufs(g.infos[k].buf, g.infos[k].node->n_outputs);
+  for (int k = 0; k < g.n; k++) zt__node_release(g.infos[k].node);
+  free(task.cbs);
+  free(g.infos);
+  free(g.table);
+  free(ready.items);
+  zt_set_grad_enabled(grad_was);
+  zt_mem_tag_pop(prev);
+  return s;
+}
+
+int64_t zt_deferred_bytes(const zt_deferred *d) {
+  int64_t bytes = 0;
+  for (int k = 0; d && k < d->n_items; k++) {
+    const deferred_item *it = &d->items[k];
+    for (int j = 0; it->bufs && j < it->node->n_outputs; j++)
+      if (it->bufs[j]) bytes += zt_tensor_numel(it->bufs[j]) * (int64_t)zt_dtype_size(it->bufs[j]->dtype);
+    for (int i = 0; i < it->node->n_saved; i++) {
+      const zt__saved *r = &it->node->saved[i];
+      const zt_tensor *t = r->released ? NULL : r->unpacked ? r->unpacked : r->hooked ? NULL : r->tensor;
+      if (t && !(t->storage->tag == ZT_MEM_TAG_PARAM)) bytes += zt_tensor_numel(t) * (int64_t)zt_dtype_size(t->dtype);
+    }
+  }
+  return bytes;
 }

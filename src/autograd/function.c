@@ -27,7 +27,7 @@ static void fn_destroy(zt_node *n) {
   n->payload = NULL;
 }
 
-static const zt__node_vtable fn_vt = {"CustomFunction", fn_apply, fn_destroy};
+static const zt__node_vtable fn_vt = {"CustomFunction", fn_apply, fn_destroy, NULL};
 
 /* ctx must be a custom function's node (ops' nodes carry another payload). */
 static fn_payload *payload_of(zt_node *ctx) {

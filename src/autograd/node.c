@@ -115,7 +115,7 @@ static zt_status acc_apply(zt_node *n, zt_tensor *const *grad_outputs, const boo
   ZT_TRY(zt_tensor_alias(grad_outputs[0], &g));
   return zt__accumulate_into_leaf(n, g, adopt);
 }
-const zt__node_vtable zt__accumulate_grad_vt = {"AccumulateGrad", acc_apply, NULL};
+const zt__node_vtable zt__accumulate_grad_vt = {"AccumulateGrad", acc_apply, NULL, NULL};
 
 zt_status zt_tensor_grad_accumulator(zt_tensor *leaf, zt_node **out) {
   if (!leaf || !out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_grad_accumulator: tensor or out is NULL");

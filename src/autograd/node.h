@@ -39,7 +39,8 @@ typedef struct zt__saved {
   bool hooked;
   uint64_t version;       /* storage version at save time */
   zt__tensor_meta meta;   /* shape/dtype at save time: unpack must give the same */
-  zt_tensor *unpacked;    /* set during backward, freed after apply */
+  zt_tensor *unpacked;    /* set during backward, freed after apply (kept for W by a split backward) */
+  bool released;          /* freed at the end of a split backward's B: only B read it */
 } zt__saved;
 
 typedef struct zt__node_vtable {
@@ -49,6 +50,9 @@ typedef struct zt__node_vtable {
   zt_status (*apply)(zt_node *n, zt_tensor *const *grad_outputs, const bool *needs_input_grad,
                      zt_tensor **grad_inputs);
   void (*destroy)(zt_node *n); /* optional: free the payload */
+  /* optional: the saved slots (bit i: slot i; slots >= 64 always count) that apply reads
+   * to compute the grads of the inputs in needs; NULL: every slot */
+  uint64_t (*saved_read)(const zt_node *n, const bool *needs);
 } zt__node_vtable;
 
 struct zt_node {
@@ -86,6 +90,13 @@ void zt__node_set_out_meta(zt_node *n, int i, const zt_tensor *t);
 /* Make t an output of n (sets grad_fn, output_nr, requires_grad). */
 void zt__node_attach_output(zt_node *n, int i, zt_tensor *t);
 void zt__node_free_saved(zt_node *n);
+/* Free the unpacked tensors of the slots not in keep (after apply). */
+void zt__node_drop_unpacked_except(zt_node *n, uint64_t keep);
+/* The slots that computing grads for needs reads (vtable saved_read, else all). */
+uint64_t zt__node_saved_read(const zt_node *n, const bool *needs);
+/* Release the saved slots not in keep (their unpacked tensors too); kept slots keep their
+ * unpacked tensor, for W to read without unpacking again. */
+void zt__node_release_saved_except(zt_node *n, uint64_t keep);
 bool zt__any_requires_grad(int n, zt_tensor *const *ts);
 void zt__meta_of(const zt_tensor *t, zt__tensor_meta *m);
 

@@ -88,6 +88,11 @@ zt_status zt_node_saved(zt_node *n, int i, zt_tensor **out) {
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: saved tensor %d requested but %d were saved", zt_node_name(n), i,
                   n->n_saved);
   zt__saved *rec = &n->saved[i];
+  if (rec->released)
+    return ZT_ERR(ZT_STATUS_AUTOGRAD,
+                  "%s: saved tensor %d was freed at the end of the input-grad pass (B) of a split backward, which "
+                  "alone read it; the weight-grad pass (W) cannot use it",
+                  zt_node_name(n), i);
   if (rec->unpacked) {
     *out = rec->unpacked;
     return ZT_OK;
@@ -140,24 +145,41 @@ zt_status zt_node_saved(zt_node *n, int i, zt_tensor **out) {
   return ZT_OK;
 }
 
-void zt_node_drop_unpacked(zt_node *n) {
+void zt_node_drop_unpacked(zt_node *n) { zt__node_drop_unpacked_except(n, 0); }
+
+void zt__node_drop_unpacked_except(zt_node *n, uint64_t keep) {
   if (!n) return;
   for (int i = 0; i < n->n_saved; i++)
-    if (n->saved[i].unpacked) {
+    if (n->saved[i].unpacked && !(i < 64 && keep >> i & 1)) {
       zt_tensor_free(n->saved[i].unpacked);
       n->saved[i].unpacked = NULL;
     }
 }
 
-void zt__node_free_saved(zt_node *n) {
-  for (int i = 0; i < n->n_saved; i++) {
-    zt__saved *r = &n->saved[i];
-    if (r->unpacked) zt_tensor_free(r->unpacked);
-    if (r->hooked) {
-      if (r->hooks.release) r->hooks.release(r->packed, r->hooks.user_data);
-    } else {
-      zt_tensor_free(r->tensor);
-    }
+static void release_slot(zt__saved *r) {
+  if (r->released) return;
+  zt_tensor_free(r->unpacked);
+  r->unpacked = NULL;
+  if (r->hooked) {
+    if (r->hooks.release) r->hooks.release(r->packed, r->hooks.user_data);
+    r->packed = NULL;
+  } else {
+    zt_tensor_free(r->tensor);
+    r->tensor = NULL;
   }
+  r->released = true;
+}
+
+uint64_t zt__node_saved_read(const zt_node *n, const bool *needs) {
+  return n->vt->saved_read ? n->vt->saved_read(n, needs) : ~(uint64_t)0;
+}
+
+void zt__node_release_saved_except(zt_node *n, uint64_t keep) {
+  for (int i = 0; i < n->n_saved && i < 64; i++)
+    if (!(keep >> i & 1)) release_slot(&n->saved[i]);
+}
+
+void zt__node_free_saved(zt_node *n) {
+  for (int i = 0; i < n->n_saved; i++) release_slot(&n->saved[i]);
   n->n_saved = 0;
 }

@@ -80,7 +80,7 @@ static zt_status attn_backward(zt__op_bwd *b) {
 }
 
 static const zt__op op_causal_attention = {"causal_attention", "CausalAttentionBackward", 1, 0, 0,
-                                          attn_shape, attn_forward, attn_backward, {[ZT_DEVICE_CPU] = &zt__cpu_attention_kernels}};
+                                          attn_shape, attn_forward, attn_backward, {[ZT_DEVICE_CPU] = &zt__cpu_attention_kernels}, NULL};
 
 zt_status zt_causal_attention(zt_tensor *qkv, int n_head, zt_tensor **out) {
   zt__op_attrs at = {0};

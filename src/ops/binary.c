@@ -132,10 +132,10 @@ static zt_status div_backward(zt__op_bwd *b) {
   return ZT_OK;
 }
 
-static const zt__op op_add = {"add", "AddBackward", 2, 0, 0, binary_shape, add_forward, add_backward, {[ZT_DEVICE_CPU] = &zt__cpu_binary_kernels}};
-static const zt__op op_sub = {"sub", "SubBackward", 2, 0, 0, binary_shape, sub_forward, sub_backward, {[ZT_DEVICE_CPU] = &zt__cpu_binary_kernels}};
-static const zt__op op_mul = {"mul", "MulBackward", 2, 0, 0, binary_shape, mul_forward, mul_backward, {[ZT_DEVICE_CPU] = &zt__cpu_binary_kernels}};
-static const zt__op op_div = {"div", "DivBackward", 2, 0, 0, binary_shape, div_forward, div_backward, {[ZT_DEVICE_CPU] = &zt__cpu_binary_kernels}};
+static const zt__op op_add = {"add", "AddBackward", 2, 0, 0, binary_shape, add_forward, add_backward, {[ZT_DEVICE_CPU] = &zt__cpu_binary_kernels}, NULL};
+static const zt__op op_sub = {"sub", "SubBackward", 2, 0, 0, binary_shape, sub_forward, sub_backward, {[ZT_DEVICE_CPU] = &zt__cpu_binary_kernels}, NULL};
+static const zt__op op_mul = {"mul", "MulBackward", 2, 0, 0, binary_shape, mul_forward, mul_backward, {[ZT_DEVICE_CPU] = &zt__cpu_binary_kernels}, NULL};
+static const zt__op op_div = {"div", "DivBackward", 2, 0, 0, binary_shape, div_forward, div_backward, {[ZT_DEVICE_CPU] = &zt__cpu_binary_kernels}, NULL};
 
 zt_status zt_add(zt_tensor *a, zt_tensor *b, zt_tensor **out) { return zt__op_run(&op_add, 2, (zt_tensor *[]){a, b}, NULL, out); }
 zt_status zt_sub(zt_tensor *a, zt_tensor *b, zt_tensor **out) { return zt__op_run(&op_sub, 2, (zt_tensor *[]){a, b}, NULL, out); }

@@ -37,7 +37,7 @@ static zt_status cast_backward(zt__op_bwd *b) {
 }
 
 static const zt__op op_cast = {"cast", "CastBackward", 1, ZT_OP_FLAG_ANY_DTYPE, 0, cast_shape, cast_forward,
-                              cast_backward, {[ZT_DEVICE_CPU] = &zt__cpu_cast_kernels}};
+                              cast_backward, {[ZT_DEVICE_CPU] = &zt__cpu_cast_kernels}, NULL};
 
 zt_status zt_cast(zt_tensor *a, zt_dtype dtype, zt_tensor **out) {
   zt__op_attrs at = {0};

@@ -60,7 +60,7 @@ static zt_status dropout_backward(zt__op_bwd *b) {
 }
 
 static const zt__op op_dropout = {"dropout", "DropoutBackward", 1, 0, 0, dropout_shape, dropout_forward,
-                                 dropout_backward, {[ZT_DEVICE_CPU] = &zt__cpu_dropout_kernels}};
+                                 dropout_backward, {[ZT_DEVICE_CPU] = &zt__cpu_dropout_kernels}, NULL};
 
 zt_status zt_dropout(zt_tensor *x, double p, bool train, zt_tensor **out) {
   zt__op_attrs at = {0};

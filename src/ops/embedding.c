@@ -72,7 +72,7 @@ static zt_status emb_backward(zt__op_bwd *b) {
 
 /* nondiff_inputs bit 1: ids get no edge and no grad */
 static const zt__op op_embedding = {"embedding", "EmbeddingBackward", 2, 0, 1u << 1, emb_shape, emb_forward,
-                                   emb_backward, {[ZT_DEVICE_CPU] = &zt__cpu_embedding_kernels}};
+                                   emb_backward, {[ZT_DEVICE_CPU] = &zt__cpu_embedding_kernels}, NULL};
 
 zt_status zt_embedding(zt_tensor *weight, zt_tensor *ids, zt_tensor **out) {
   return zt__op_run(&op_embedding, 2, (zt_tensor *[]){weight, ids}, NULL, out);

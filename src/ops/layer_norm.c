@@ -93,7 +93,7 @@ static zt_status ln_backward(zt__op_bwd *b) {
   return ZT_OK;
 }
 
-static const zt__op op_layer_norm = {"layer_norm", "LayerNormBackward", 3, 0, 0, ln_shape, ln_forward, ln_backward, {[ZT_DEVICE_CPU] = &zt__cpu_layer_norm_kernels}};
+static const zt__op op_layer_norm = {"layer_norm", "LayerNormBackward", 3, 0, 0, ln_shape, ln_forward, ln_backward, {[ZT_DEVICE_CPU] = &zt__cpu_layer_norm_kernels}, NULL};
 
 zt_status zt_layer_norm(zt_tensor *x, zt_tensor *weight, zt_tensor *bias, double eps, zt_tensor **out) {
   zt__op_attrs at = {0};

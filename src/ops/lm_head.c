@@ -184,8 +184,14 @@ static zt_status lmh_backward(zt__op_bwd *b) {
 }
 
 /* Input 2 (targets) is integer: never a grad. */
+/* dx and dW were made in forward: each grad reads its own slot. */
+static uint64_t lmh_saves_read(const zt__op_attrs *a, int input) {
+  int64_t i = input == 0 ? a->i[LMH_SAVE_DX] : input == 1 ? a->i[LMH_SAVE_DW] : -1;
+  return i >= 0 && i < 64 ? (uint64_t)1 << i : 0;
+}
+
 static const zt__op op_lm_head_ce = {"lm_head_cross_entropy", "LmHeadCrossEntropyBackward", 3, ZT_OP_FLAG_ANY_DTYPE,
-                                    1u << 2, lmh_shape, lmh_forward, lmh_backward, {[ZT_DEVICE_CPU] = &zt__cpu_lm_head_kernels}};
+                                    1u << 2, lmh_shape, lmh_forward, lmh_backward, {[ZT_DEVICE_CPU] = &zt__cpu_lm_head_kernels}, lmh_saves_read};
 
 zt_status zt_lm_head_cross_entropy(zt_tensor *x, zt_tensor *weight, zt_tensor *targets, int64_t ignore_index,
                                    zt_tensor **out) {

@@ -229,7 +229,14 @@ static zt_status matmul_backward(zt__op_bwd *bw) {
   return ZT_OK;
 }
 
-static const zt__op op_matmul = {"matmul", "MatmulBackward", 2, 0, 0, matmul_shape, matmul_forward, matmul_backward, {[ZT_DEVICE_CPU] = &zt__cpu_matmul_kernels}};
+/* The slot of saved index i as a mask (none when not saved). */
+static uint64_t slot_bit(int64_t i) { return i >= 0 && i < 64 ? (uint64_t)1 << i : 0; }
+/* da reads b, db reads a. */
+static uint64_t matmul_saves_read(const zt__op_attrs *a, int input) {
+  return slot_bit(a->i[input == 0 ? MM_SAVE_B : MM_SAVE_A]);
+}
+
+static const zt__op op_matmul = {"matmul", "MatmulBackward", 2, 0, 0, matmul_shape, matmul_forward, matmul_backward, {[ZT_DEVICE_CPU] = &zt__cpu_matmul_kernels}, matmul_saves_read};
 
 zt_status zt_matmul(zt_tensor *a, zt_tensor *b, bool trans_a, bool trans_b, zt_tensor **out) {
   zt__op_attrs at = {0};
@@ -342,9 +349,14 @@ static zt_status linear_backward(zt__op_bwd *bw) {
   return ZT_OK;
 }
 
-static const zt__op op_linear = {"linear", "LinearBackward", 3, 0, 0, linear_shape, linear_forward, linear_backward, {[ZT_DEVICE_CPU] = &zt__cpu_matmul_kernels}};
+/* dx reads W, dW reads x, db only the output grad. */
+static uint64_t linear_saves_read(const zt__op_attrs *a, int input) {
+  return input == 0 ? slot_bit(a->i[LIN_SAVE_W]) : input == 1 ? slot_bit(a->i[LIN_SAVE_X]) : 0;
+}
+
+static const zt__op op_linear = {"linear", "LinearBackward", 3, 0, 0, linear_shape, linear_forward, linear_backward, {[ZT_DEVICE_CPU] = &zt__cpu_matmul_kernels}, linear_saves_read};
 static const zt__op op_linear_io = {"linear_io", "LinearIoBackward", 3, 0, 0, linear_shape, linear_forward,
-                                   linear_backward, {[ZT_DEVICE_CPU] = &zt__cpu_matmul_kernels}};
+                                   linear_backward, {[ZT_DEVICE_CPU] = &zt__cpu_matmul_kernels}, linear_saves_read};
 
 static zt_status linear_run(const zt__op *op, lin_layout lay, zt_tensor *x, zt_tensor *weight, zt_tensor *bias,
                             zt_tensor **out) {

@@ -63,6 +63,9 @@ struct zt__op {
   /* Per-device kernel slots: the op's kernel table (kernel_table.h) for each device type
    * that has kernels for it; an empty slot is a clear error at dispatch. */
   const void *kernels[ZT_DEVICE_TYPE_COUNT];
+  /* Optional: the saved slots (bit i: slot i) backward reads for the grad of input i alone.
+   * A split backward keeps for W only the slots of the weight inputs' grads; NULL: all. */
+  uint64_t (*saves_read)(const zt__op_attrs *a, int input);
 };
 
 /* Run op. inputs may contain NULL only where the op allows it (optional bias). */

@@ -64,8 +64,8 @@ static zt_status sum_backward(zt__op_bwd *b) {
   return ZT_OK;
 }
 
-static const zt__op op_sum = {"sum", "SumBackward", 1, 0, 0, sum_shape, sum_forward, sum_backward, {[ZT_DEVICE_CPU] = &zt__cpu_reduce_kernels}};
-static const zt__op op_mean = {"mean", "MeanBackward", 1, 0, 0, sum_shape, sum_forward, sum_backward, {[ZT_DEVICE_CPU] = &zt__cpu_reduce_kernels}};
+static const zt__op op_sum = {"sum", "SumBackward", 1, 0, 0, sum_shape, sum_forward, sum_backward, {[ZT_DEVICE_CPU] = &zt__cpu_reduce_kernels}, NULL};
+static const zt__op op_mean = {"mean", "MeanBackward", 1, 0, 0, sum_shape, sum_forward, sum_backward, {[ZT_DEVICE_CPU] = &zt__cpu_reduce_kernels}, NULL};
 
 static zt_status run_sum(const zt__op *op, bool mean, zt_tensor *a, int n_dims, const int *dims, bool keepdim,
                          zt_tensor **out) {
@@ -151,7 +151,7 @@ static zt_status max_backward(zt__op_bwd *b) {
   return ZT_OK;
 }
 
-static const zt__op op_max = {"max", "MaxBackward", 1, 0, 0, max_shape, max_forward, max_backward, {[ZT_DEVICE_CPU] = &zt__cpu_reduce_kernels}};
+static const zt__op op_max = {"max", "MaxBackward", 1, 0, 0, max_shape, max_forward, max_backward, {[ZT_DEVICE_CPU] = &zt__cpu_reduce_kernels}, NULL};
 
 zt_status zt_max(zt_tensor *a, int dim, bool keepdim, zt_tensor **values, zt_tensor **indices) {
   if (!values) return ZT_ERR(ZT_STATUS_INVALID_ARG, "op 'max': the values pointer is NULL");

@@ -42,7 +42,17 @@ static zt_status pick_kernels(const zt__op *op, zt_device dev, const void **out)
   return ZT_OK;
 }
 static void op_destroy(zt_node *n) { free(n->payload); }
-static const zt__node_vtable op_vt = {"OpBackward", op_apply, op_destroy};
+/* The saved slots the grads of the inputs in needs read: the union of the op's per-input
+ * sets (an op without saves_read reads them all). */
+static uint64_t op_saved_read(const zt_node *n, const bool *needs) {
+  const op_payload *p = n->payload;
+  if (!p->op->saves_read) return ~(uint64_t)0;
+  uint64_t m = 0;
+  for (int i = 0; i < n->n_inputs; i++)
+    if (needs[i]) m |= p->op->saves_read(&p->attrs, i);
+  return m;
+}
+static const zt__node_vtable op_vt = {"OpBackward", op_apply, op_destroy, op_saved_read};
 
 zt_status zt__make_contiguous(const zt_tensor *t, zt_tensor **out) {
   return zt_tensor_clone_data(t, ZT_MEM_TAG_TEMP, out);

@@ -109,7 +109,7 @@ static zt_status reshape_backward(zt__op_bwd *b) {
 }
 
 static const zt__op op_reshape = {"reshape", "ReshapeBackward", 1, VIEW_FLAGS, 0,
-                                 reshape_shape, reshape_forward, reshape_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}};
+                                 reshape_shape, reshape_forward, reshape_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}, NULL};
 
 zt_status zt_reshape(zt_tensor *a, int ndim, const int64_t *shape, zt_tensor **out) {
   if (ndim < 0 || ndim > ZT_MAX_DIMS)
@@ -175,10 +175,10 @@ static zt_status permute_backward(zt__op_bwd *b) {
 }
 
 static const zt__op op_permute = {"permute", "PermuteBackward", 1, VIEW_FLAGS, 0,
-                                 permute_shape, permute_forward, permute_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}};
+                                 permute_shape, permute_forward, permute_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}, NULL};
 /* transpose is a permutation swapping two dims: the same entry under its own names. */
 static const zt__op op_transpose = {"transpose", "TransposeBackward", 1, VIEW_FLAGS, 0,
-                                   permute_shape, permute_forward, permute_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}};
+                                   permute_shape, permute_forward, permute_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}, NULL};
 
 zt_status zt_permute(zt_tensor *a, const int *dims, zt_tensor **out) {
   if (!a) return ZT_ERR(ZT_STATUS_INVALID_ARG, "permute: input is NULL");
@@ -247,7 +247,7 @@ static zt_status narrow_backward(zt__op_bwd *b) {
 }
 
 static const zt__op op_narrow = {"narrow", "NarrowBackward", 1, VIEW_FLAGS, 0,
-                                narrow_shape, narrow_forward, narrow_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}};
+                                narrow_shape, narrow_forward, narrow_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}, NULL};
 
 zt_status zt_narrow(zt_tensor *a, int dim, int64_t start, int64_t length, zt_tensor **out) {
   zt__op_attrs at = {0};
@@ -273,7 +273,7 @@ static zt_status contiguous_backward(zt__op_bwd *b) {
 }
 
 static const zt__op op_contiguous = {"contiguous", "ContiguousBackward", 1, VIEW_FLAGS, 0,
-                                    contiguous_shape, contiguous_forward, contiguous_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}};
+                                    contiguous_shape, contiguous_forward, contiguous_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}, NULL};
 
 zt_status zt_contiguous(zt_tensor *a, zt_tensor **out) {
   ZT_TRY(zt__op_run(&op_contiguous, 1, &a, NULL, out));
@@ -354,7 +354,7 @@ static zt_status cat_backward(zt__op_bwd *b) {
   return ZT_OK;
 }
 
-static const zt__op op_cat = {"cat", "CatBackward", -1, ZT_OP_FLAG_ANY_DTYPE, 0, cat_shape, cat_forward, cat_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}};
+static const zt__op op_cat = {"cat", "CatBackward", -1, ZT_OP_FLAG_ANY_DTYPE, 0, cat_shape, cat_forward, cat_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}, NULL};
 
 zt_status zt_cat(int n, zt_tensor *const *xs, int dim, zt_tensor **out) {
   if (n < 1 || !xs) return ZT_ERR(ZT_STATUS_INVALID_ARG, "cat: no tensors given (n = %d)", n);
@@ -413,7 +413,7 @@ static zt_status split_backward(zt__op_bwd *b) {
   return ZT_OK;
 }
 
-static const zt__op op_split = {"split", "SplitBackward", 1, VIEW_FLAGS, 0, split_shape, split_forward, split_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}};
+static const zt__op op_split = {"split", "SplitBackward", 1, VIEW_FLAGS, 0, split_shape, split_forward, split_backward, {[ZT_DEVICE_CPU] = &zt__cpu_shape_kernels}, NULL};
 
 /* One node: n <= SPLIT_MAX parts. */
 static zt_status split_node(zt_tensor *a, int dim, int n, const int64_t *sizes, zt_tensor **outs) {

@@ -53,9 +53,9 @@ static zt_status softmax_backward(zt__op_bwd *b) {
 }
 
 static const zt__op op_softmax = {"softmax", "SoftmaxBackward", 1, 0, 0, softmax_shape, softmax_forward,
-                                 softmax_backward, {[ZT_DEVICE_CPU] = &zt__cpu_softmax_kernels}};
+                                 softmax_backward, {[ZT_DEVICE_CPU] = &zt__cpu_softmax_kernels}, NULL};
 static const zt__op op_log_softmax = {"log_softmax", "LogSoftmaxBackward", 1, 0, 0, softmax_shape, softmax_forward,
-                                     softmax_backward, {[ZT_DEVICE_CPU] = &zt__cpu_softmax_kernels}};
+                                     softmax_backward, {[ZT_DEVICE_CPU] = &zt__cpu_softmax_kernels}, NULL};
 
 static zt_status run_softmax(const zt__op *op, bool log, zt_tensor *a, int dim, zt_tensor **out) {
   zt__op_attrs at = {0};
@@ -162,7 +162,7 @@ static zt_status ce_backward(zt__op_bwd *b) {
 
 /* Input 1 (targets) is integer: no float check on it, and never a grad. */
 static const zt__op op_cross_entropy = {"cross_entropy", "CrossEntropyBackward", 2, ZT_OP_FLAG_ANY_DTYPE, 1u << 1,
-                                       ce_shape, ce_forward, ce_backward, {[ZT_DEVICE_CPU] = &zt__cpu_softmax_kernels}};
+                                       ce_shape, ce_forward, ce_backward, {[ZT_DEVICE_CPU] = &zt__cpu_softmax_kernels}, NULL};
 
 zt_status zt_cross_entropy(zt_tensor *logits, zt_tensor *targets, int64_t ignore_index, zt_tensor **out) {
   zt__op_attrs at = {0};

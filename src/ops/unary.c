@@ -46,7 +46,7 @@ static zt_status unary_backward(zt__op_bwd *b) {
   return ZT_OK;
 }
 
-#define ZT_UNARY_OP(NAME, NODE) static const zt__op op_##NAME = {#NAME, NODE, 1, 0, 0, unary_shape, unary_forward, unary_backward, {[ZT_DEVICE_CPU] = &zt__cpu_unary_kernels}};
+#define ZT_UNARY_OP(NAME, NODE) static const zt__op op_##NAME = {#NAME, NODE, 1, 0, 0, unary_shape, unary_forward, unary_backward, {[ZT_DEVICE_CPU] = &zt__cpu_unary_kernels}, NULL};
 ZT_UNARY_OP(neg, "NegBackward")
 ZT_UNARY_OP(exp, "ExpBackward")
 ZT_UNARY_OP(log, "LogBackward")
