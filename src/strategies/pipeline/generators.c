@@ -1,0 +1,274 @@
+/* Schedule generators. gpipe, 1f1b, interleaved and dualpipev follow their papers' fixed
+ * orders; zb-h1, zb-h2, zb-v, v-half, v-min and auto are the list scheduler of greedy.c with
+ * each family's placement and activation limit. All produce the compute-only form. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status_internal.h"
+#include "pipeline_internal.h"
+
+static const char NAMES[] = "gpipe 1f1b interleaved zb-h1 zb-h2 zb-v v-half v-min dualpipev auto";
+
+const char *zt_pipeline_generator_names(void) { return NAMES; }
+
+#define PUSH(r, op, st, mb) ZT_TRY(zt_pipeline_schedule_push(s, (r), (zt_pipeline_action){(op), (st), (mb)}))
+
+/* GPipe: all forwards, then all backwards (memory M per rank). */
+static zt_status gen_gpipe(zt_pipeline_schedule *s) {
+  for (int r = 0; r < s->ranks; r++) {
+    for (int m = 0; m < s->microbatches; m++) PUSH(r, ZT_PIPELINE_OP_F, r, m);
+    for (int m = 0; m < s->microbatches; m++) PUSH(r, ZT_PIPELINE_OP_BW, r, m);
+  }
+  return ZT_OK;
+}
+
+/* 1F1B and its interleaved form: on rank r, virtual microbatch k (of M*V) is chunk
+ * (k / P) % V of microbatch (k / (P*V)) * P + k % P, backwards with the chunks reversed; a
+ * warmup of forwards, then one forward and one backward in turn, then the remaining backwards. */
+static zt_status gen_1f1b(zt_pipeline_schedule *s) {
+  int P = s->ranks, V = s->chunks, M = s->microbatches, total = M * V;
+  for (int r = 0; r < P; r++) {
+    int warm = V == 1 ? P - 1 - r : 2 * (P - 1 - r) + (V - 1) * P;
+    if (warm > total) warm = total;
+    int nf = 0, nb = 0;
+#define VMB(k) (V == 1 ? (k) : ((k) / (P * V)) * P + (k) % P)
+#define FWD_CHUNK(k) (((k) / P) % V)
+#define BWD_CHUNK(k) (V - 1 - ((k) / P) % V)
+    for (; nf < warm; nf++) PUSH(r, ZT_PIPELINE_OP_F, FWD_CHUNK(nf) * P + r, VMB(nf));
+    for (; nf < total; nf++, nb++) {
+      PUSH(r, ZT_PIPELINE_OP_F, FWD_CHUNK(nf) * P + r, VMB(nf));
+      PUSH(r, ZT_PIPELINE_OP_BW, BWD_CHUNK(nb) * P + r, VMB(nb));
+    }
+    for (; nb < total; nb++) PUSH(r, ZT_PIPELINE_OP_BW, BWD_CHUNK(nb) * P + r, VMB(nb));
+#undef VMB
+#undef FWD_CHUNK
+#undef BWD_CHUNK
+  }
+  return ZT_OK;
+}
+
+/* ZB-H1: 1F1B's order of F and B, each B followed by the W of the oldest pending
+ * microbatch once rank r has more than r pending: the later ranks push their W's towards the
+ * tail, where they would otherwise wait, and every rank holds at most 1F1B's peak (P). */
+static zt_status gen_zbh1(zt_pipeline_schedule *s) {
+  int P = s->ranks, M = s->microbatches;
+  for (int r = 0; r < P; r++) {
+    int warm = P - 1 - r < M ? P - 1 - r : M, nf = 0, nb = 0, nw = 0;
+    for (; nf < warm; nf++) PUSH(r, ZT_PIPELINE_OP_F, r, nf);
+    while (nb < M) {
+      if (nf < M) {
+        PUSH(r, ZT_PIPELINE_OP_F, r, nf);
+        nf++;
+      }
+      PUSH(r, ZT_PIPELINE_OP_B, r, nb);
+      if (++nb - nw > r) {
+        PUSH(r, ZT_PIPELINE_OP_W, r, nw);
+        nw++;
+      }
+    }
+    for (; nw < M; nw++) PUSH(r, ZT_PIPELINE_OP_W, r, nw);
+  }
+  return ZT_OK;
+}
+
+/* DualPipeV's phases on rank r (chunk 0 = stage r, chunk 1 = stage 2P-1-r; each chunk's
+ * microbatches in order): 2(P-r-1) forwards of chunk 0; r+1 pairs F0 F1; P-r-1 of B1 W1 F1;
+ * M-2P+r+1 of F0 B1 W1 F1 B0 W0 (DualPipe overlaps each F with the B next to it; here they
+ * run one after the other); P-r-1 of B1 W1 F1 B0 W0; r+1 of B1 B0 with their W's deferred;
+ * P-r-1 of W B0 (W deferred); then the deferred W's. */
+typedef struct dpv {
+  zt_pipeline_schedule *s;
+  int r, next_f[2], next_b[2];
+  int *queue, q_head, q_tail; /* deferred W's: stage * M + mb */
+} dpv;
+
+static int dpv_stage(const dpv *d, int c) { return c == 0 ? d->r : 2 * d->s->ranks - 1 - d->r; }
+static zt_status dpv_f(dpv *d, int c) {
+  return zt_pipeline_schedule_push(d->s, d->r, (zt_pipeline_action){ZT_PIPELINE_OP_F, dpv_stage(d, c), d->next_f[c]++});
+}
+/* B of chunk c; its W now (defer false) or queued. */
+static zt_status dpv_b(dpv *d, int c, bool defer) {
+  int st = dpv_stage(d, c), mb = d->next_b[c]++;
+  ZT_TRY(zt_pipeline_schedule_push(d->s, d->r, (zt_pipeline_action){ZT_PIPELINE_OP_B, st, mb}));
+  if (!defer) return zt_pipeline_schedule_push(d->s, d->r, (zt_pipeline_action){ZT_PIPELINE_OP_W, st, mb});
+  d->queue[d->q_tail++] = st * d->s->microbatches + mb;
+  return ZT_OK;
+}
+static zt_status dpv_w(dpv *d) {
+  if (d->q_head == d->q_tail) return ZT_OK;
+  int k = d->queue[d->q_head++];
+  return zt_pipeline_schedule_push(d->s, d->r,
+                                   (zt_pipeline_action){ZT_PIPELINE_OP_W, k / d->s->microbatches, k % d->s->microbatches});
+}
+
+/* One step of a phase: a list of moves, 'f'/'g' forward of chunk 0/1, 'b'/'c' B and W of
+ * chunk 0/1, 'B'/'C' B of chunk 0/1 with its W deferred, 'w' a deferred W. */
+static zt_status dpv_steps(dpv *d, int times, const char *moves) {
+  for (int i = 0; i < times; i++)
+    for (const char *m = moves; *m; m++) {
+      zt_status st = *m == 'f' || *m == 'g' ? dpv_f(d, *m == 'g')
+                     : *m == 'w'            ? dpv_w(d)
+                                            : dpv_b(d, *m == 'c' || *m == 'C', *m == 'B' || *m == 'C');
+      ZT_TRY(st);
+    }
+  return ZT_OK;
+}
+
+static zt_status gen_dualpipev_rank(dpv *d) {
+  int P = d->s->ranks, M = d->s->microbatches, r = d->r;
+  ZT_TRY(dpv_steps(d, 2 * (P - r - 1), "f"));
+  ZT_TRY(dpv_steps(d, r + 1, "fg"));
+  ZT_TRY(dpv_steps(d, P - r - 1, "cg"));
+  ZT_TRY(dpv_steps(d, M - 2 * P + r + 1, "fcgb"));
+  ZT_TRY(dpv_steps(d, P - r - 1, "cgb"));
+  ZT_TRY(dpv_steps(d, r + 1, "CB"));
+  ZT_TRY(dpv_steps(d, P - r - 1, "wB"));
+  while (d->q_head < d->q_tail) ZT_TRY(dpv_w(d));
+  return ZT_OK;
+}
+
+static zt_status gen_dualpipev(zt_pipeline_schedule *s) {
+  int *queue = malloc(2 * (size_t)s->microbatches * sizeof *queue);
+  if (!queue) return ZT_ERR(ZT_STATUS_OOM, "out of host memory generating dualpipev");
+  zt_status st = ZT_OK;
+  for (int r = 0; r < s->ranks && st == ZT_OK; r++) {
+    dpv d = {.s = s, .r = r, .queue = queue};
+    st = gen_dualpipev_rank(&d);
+  }
+  free(queue);
+  return st;
+}
+
+/* The list-scheduled families: placement, split and per-rank limit in chunk units. */
+static zt_status gen_greedy(const zt_pipeline_gen_options *o, zt_pipeline_placement pl, int V, const int *limit,
+                            const zt_pipeline_costs *c, zt_pipeline_schedule **out) {
+  zt__pp_greedy g = {o->ranks, V, o->microbatches, pl, limit, true, *c};
+  return zt__pp_greedy_run(&g, out);
+}
+
+/* The smallest M a family takes (and M's other conditions): INVALID_ARG saying so. */
+static zt_status check_m(const char *name, int P, int M) {
+  if (!strcmp(name, "interleaved") && (M < P || M % P))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "schedule interleaved needs microbatches to be a multiple of the ranks, at least %d (got %d)", P, M);
+  if (!strcmp(name, "dualpipev") && M < 2 * P)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "schedule dualpipev needs at least %d microbatches (2 x %d ranks; got %d)",
+                  2 * P, P, M);
+  return ZT_OK;
+}
+
+/* auto: the list scheduler under the given costs and limit, with one chunk per rank (ZB-H
+ * placement) and with two in a V; the shorter step wins (then the lower peak). */
+static zt_status gen_auto(const zt_pipeline_gen_options *o, const zt_pipeline_costs *c, zt_pipeline_schedule **out) {
+  int P = o->ranks, M = o->microbatches;
+  if (o->mem_limit != 0 && !(o->mem_limit >= 1))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "auto's memory limit must be at least 1 (one microbatch's activations per rank) or 0 for none (got %g)",
+                  o->mem_limit);
+  int lim[2][P];
+  zt_pipeline_schedule *best = NULL;
+  double best_t = INFINITY, best_peak = INFINITY;
+  zt_status last = ZT_OK;
+  for (int v = 1; v <= 2; v++) {
+    for (int r = 0; r < P; r++)
+      lim[v - 1][r] = o->mem_limit > 0 ? (int)floor(o->mem_limit * v + 1e-9) : M * v;
+    zt_pipeline_schedule *s;
+    zt_status st = gen_greedy(o, v == 1 ? ZT_PIPELINE_PLACEMENT_LOOP : ZT_PIPELINE_PLACEMENT_V, v, lim[v - 1], c, &s);
+    if (st != ZT_OK) {
+      last = st;
+      continue;
+    }
+    zt_pipeline_sim *sim;
+    st = zt_pipeline_simulate(s, c, &sim);
+    if (st != ZT_OK) {
+      zt_pipeline_schedule_free(s);
+      zt_pipeline_schedule_free(best);
+      return st;
+    }
+    double peak = 0;
+    for (int r = 0; r < P; r++) peak = fmax(peak, sim->peak_activations[r]);
+    bool better = sim->step_time < best_t - 1e-9 || (sim->step_time < best_t + 1e-9 && peak < best_peak);
+    if (better) {
+      zt_pipeline_schedule_free(best);
+      best = s, best_t = sim->step_time, best_peak = peak;
+    } else {
+      zt_pipeline_schedule_free(s);
+    }
+    zt_pipeline_sim_free(sim);
+  }
+  if (!best) return last;
+  *out = best;
+  return ZT_OK;
+}
+
+static zt_status generate(const zt_pipeline_gen_options *o, int V, zt_pipeline_schedule **out) {
+  const char *n = o->name;
+  int P = o->ranks, M = o->microbatches;
+  zt_pipeline_costs unit = zt_pipeline_costs_default();
+  zt_pipeline_costs c = o->costs;
+  if (c.f == 0 && c.b == 0 && c.w == 0 && c.comm == 0) c = unit;
+  int lim[P];
+  zt_pipeline_placement pl = ZT_PIPELINE_PLACEMENT_LOOP;
+  if (!strcmp(n, "zb-h2")) {
+    /* about twice 1F1B's peak on every rank: room for the extra warmup forwards */
+    for (int r = 0; r < P; r++) lim[r] = 2 * P - 1;
+    return gen_greedy(o, pl, 1, lim, &unit, out);
+  }
+  pl = ZT_PIPELINE_PLACEMENT_V;
+  if (!strcmp(n, "zb-v") || !strcmp(n, "v-half") || !strcmp(n, "v-min")) {
+    /* in chunk units (2 per microbatch): ZB-V 1F1B's P plus one microbatch (the list
+     * scheduler needs it to keep the bubble to the fill ramp at P = 8), V-Half P/2, V-Min P/3 */
+    for (int r = 0; r < P; r++) {
+      lim[r] = !strcmp(n, "zb-v") ? 2 * P + 2 : !strcmp(n, "v-half") ? P : (2 * P + 2) / 3;
+      if (lim[r] < 2) lim[r] = 2;
+    }
+    return gen_greedy(o, pl, V, lim, &unit, out);
+  }
+  if (!strcmp(n, "auto")) return gen_auto(o, &c, out);
+  zt_status st = zt_pipeline_schedule_new(P, V, M, !strcmp(n, "dualpipev") ? pl : ZT_PIPELINE_PLACEMENT_LOOP, out);
+  if (st != ZT_OK) return st;
+  st = !strcmp(n, "gpipe") ? gen_gpipe(*out) : !strcmp(n, "zb-h1") ? gen_zbh1(*out) : !strcmp(n, "dualpipev") ? gen_dualpipev(*out) : gen_1f1b(*out);
+  if (st != ZT_OK) {
+    zt_pipeline_schedule_free(*out);
+    *out = NULL;
+  }
+  return st;
+}
+
+zt_status zt_pipeline_generate(const zt_pipeline_gen_options *o, zt_pipeline_schedule **out) {
+  *out = NULL;
+  const char *n = o->name ? o->name : "";
+  size_t len = strlen(n);
+  bool known = false;
+  for (const char *w = NAMES; *w;) {
+    const char *e = strchr(w, ' ');
+    size_t l = e ? (size_t)(e - w) : strlen(w);
+    if (l == len && !strncmp(w, n, l)) known = true;
+    w += l + (e ? 1 : 0);
+  }
+  if (!known) return ZT_ERR(ZT_STATUS_INVALID_ARG, "unknown schedule '%s' (schedules: %s)", n, NAMES);
+  if (o->ranks < 1 || o->ranks > 1024 || o->microbatches < 1 || o->microbatches > 100000)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "schedule %s needs ranks in [1, 1024] and microbatches in [1, 100000] (got %d, %d)",
+                  n, o->ranks, o->microbatches);
+  bool vshape = !strcmp(n, "zb-v") || !strcmp(n, "v-half") || !strcmp(n, "v-min") || !strcmp(n, "dualpipev");
+  int V = o->chunks;
+  if (!strcmp(n, "interleaved")) {
+    if (V == 0) V = 2;
+    if (V < 2) return ZT_ERR(ZT_STATUS_INVALID_ARG, "schedule interleaved needs chunks >= 2 (got %d)", V);
+  } else if (vshape) {
+    if (V != 0 && V != 2)
+      return ZT_ERR(ZT_STATUS_INVALID_ARG, "schedule %s puts 2 chunks on each rank in a V (got chunks=%d)", n, V);
+    V = 2;
+  } else if (!strcmp(n, "auto")) {
+    if (V != 0) return ZT_ERR(ZT_STATUS_INVALID_ARG, "schedule auto chooses its chunks itself (drop chunks=%d)", V);
+  } else {
+    if (V != 0 && V != 1) return ZT_ERR(ZT_STATUS_INVALID_ARG, "schedule %s has 1 chunk per rank (got chunks=%d)", n, V);
+    V = 1;
+  }
+  ZT_TRY(check_m(n, o->ranks, o->microbatches));
+  ZT_TRY(generate(o, V, out));
+  snprintf((*out)->name, sizeof (*out)->name, "%s", n);
+  return ZT_OK;
+}

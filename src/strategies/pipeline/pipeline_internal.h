@@ -1,0 +1,61 @@
+/* What the files of src/strategies/pipeline/ share: a growable text buffer (formatting,
+ * rendering), per-(stage, microbatch) indexing, and the dependency rules the validator, the
+ * simulator and the generators agree on. */
+#ifndef ZT_STRATEGIES_PIPELINE_INTERNAL_H
+#define ZT_STRATEGIES_PIPELINE_INTERNAL_H
+
+#include "zt/pipeline.h"
+
+/* A malloc'd, NUL-terminated text that grows; a failed allocation sticks (oom) and is
+ * reported once, by zt__pp_buf_take. */
+typedef struct zt__pp_buf {
+  char *p;
+  size_t len, cap;
+  bool oom;
+} zt__pp_buf;
+void zt__pp_buf_printf(zt__pp_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Hand the text to *out (ZT_STATUS_OOM, and the buffer freed, when an append failed). */
+ZT_NODISCARD zt_status zt__pp_buf_take(zt__pp_buf *b, char **out);
+
+/* The index of (stage, mb) in arrays of S*M entries. */
+static inline int zt__pp_slot(const zt_pipeline_schedule *s, int stage, int mb) {
+  return stage * s->microbatches + mb;
+}
+/* The chunk (0 .. V-1) that stage is on its rank. */
+int zt__pp_stage_chunk(const zt_pipeline_schedule *s, int stage);
+/* Whether op is F, B, W or BW. */
+static inline bool zt__pp_is_compute(zt_pipeline_op op) { return op <= ZT_PIPELINE_OP_BW; }
+
+/* Simulate without building the result (the validator's deadlock check); on a deadlock the
+ * error names what each rank waits for. */
+ZT_NODISCARD zt_status zt__pp_check_progress(const zt_pipeline_schedule *s);
+
+
+/* Where each (op, stage, mb) is in s: rank and index of its first occurrence, or rank -1. */
+typedef struct zt__pp_index {
+  int *rank, *idx; /* [op * S * M + slot] */
+} zt__pp_index;
+ZT_NODISCARD zt_status zt__pp_index_build(const zt_pipeline_schedule *s, zt__pp_index *ix);
+void zt__pp_index_free(zt__pp_index *ix);
+/* Rank r's action i in ix (-1 for the rank when absent). */
+static inline int zt__pp_find(const zt_pipeline_schedule *s, const zt__pp_index *ix, zt_pipeline_op op, int stage,
+                              int mb, int *idx) {
+  int k = (int)op * zt_pipeline_stage_count(s) * s->microbatches + zt__pp_slot(s, stage, mb);
+  *idx = ix->idx[k];
+  return ix->rank[k];
+}
+
+/* The list scheduler behind zb-h1, zb-h2, zb-v, v-half, v-min and auto (greedy.c): every rank
+ * runs, at each moment, the ready backward of its oldest microbatch, else its oldest ready
+ * forward if its live activations stay within limit[r] (chunk units; on a V rank the first
+ * chunk's forward leaves one unit free for the second chunk's), else a deferred W; it waits
+ * otherwise. split false: BW instead of B then W. costs are those of a rank's share. */
+typedef struct zt__pp_greedy {
+  int ranks, chunks, microbatches;
+  zt_pipeline_placement placement;
+  const int *limit; /* per rank */
+  bool split;
+  zt_pipeline_costs costs;
+} zt__pp_greedy;
+ZT_NODISCARD zt_status zt__pp_greedy_run(const zt__pp_greedy *g, zt_pipeline_schedule **out);
+#endif
