@@ -1,0 +1,434 @@
+/* Pipeline schedules as data (zt/pipeline.h): every generator validates (plain and lowered)
+ * at P = 2, 4, 8 and M = P, 2P, 4P or names its minimum M; the text form round-trips; the
+ * validator names each broken rule; the simulator reproduces the papers' bubbles and the
+ * V-shape families' memory ratios with zero communication. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "zt/pipeline.h"
+#include "zt_test.h"
+
+static const char *const FAMILIES[] = {"gpipe", "1f1b",  "interleaved", "zb-h1",     "zb-h2",
+                                       "zb-v",  "v-half", "v-min",      "dualpipev", "auto"};
+enum { N_FAMILIES = sizeof FAMILIES / sizeof *FAMILIES };
+
+static zt_pipeline_schedule *gen(const char *name, int P, int M) {
+  zt_pipeline_schedule *s = NULL;
+  ZT_CHECK_OK(zt_pipeline_generate(&(zt_pipeline_gen_options){.name = name, .ranks = P, .microbatches = M}, &s));
+  return s;
+}
+
+static zt_pipeline_sim *sim_of(const zt_pipeline_schedule *s, double f, double b, double w) {
+  zt_pipeline_costs c = zt_pipeline_costs_default();
+  c.f = f, c.b = b, c.w = w;
+  zt_pipeline_sim *sim = NULL;
+  ZT_CHECK_OK(zt_pipeline_simulate(s, &c, &sim));
+  return sim;
+}
+
+static double max_peak(const zt_pipeline_sim *sim) {
+  double m = 0;
+  for (int r = 0; r < sim->ranks; r++) m = sim->peak_activations[r] > m ? sim->peak_activations[r] : m;
+  return m;
+}
+
+static void test_every_generator_validates(void) {
+  for (int k = 0; k < N_FAMILIES; k++)
+    for (int P = 2; P <= 8; P *= 2)
+      for (int mul = 1; mul <= 4; mul *= 2) {
+        int M = P * mul;
+        zt_pipeline_schedule *s = NULL;
+        zt_pipeline_gen_options o = {.name = FAMILIES[k], .ranks = P, .microbatches = M};
+        if (!strcmp(FAMILIES[k], "dualpipev") && M < 2 * P) {
+          char want[64];
+          snprintf(want, sizeof want, "at least %d microbatches", 2 * P);
+          ZT_CHECK_ERR(zt_pipeline_generate(&o, &s), ZT_STATUS_INVALID_ARG, want);
+          continue;
+        }
+        ZT_CHECK_OK(zt_pipeline_generate(&o, &s));
+        if (!s) continue;
+        ZT_CHECK_OK(zt_pipeline_validate(s));
+        ZT_CHECK(!zt_pipeline_has_comm(s));
+        zt_pipeline_schedule *l = NULL;
+        ZT_CHECK_OK(zt_pipeline_lower(s, &l));
+        if (l) {
+          ZT_CHECK(zt_pipeline_has_comm(l));
+          ZT_CHECK_OK(zt_pipeline_validate(l));
+          /* with free communication the lowered form runs as the compute-only one */
+          zt_pipeline_sim *a = sim_of(s, 1, 1, 1), *b = sim_of(l, 1, 1, 1);
+          if (a && b) ZT_CHECK_NEAR(a->step_time, b->step_time, 1e-9);
+          zt_pipeline_sim_free(a);
+          zt_pipeline_sim_free(b);
+        }
+        zt_pipeline_schedule_free(l);
+        zt_pipeline_schedule_free(s);
+      }
+}
+
+static void test_minimum_microbatches(void) {
+  zt_pipeline_schedule *s = NULL;
+  ZT_CHECK_ERR(zt_pipeline_generate(&(zt_pipeline_gen_options){.name = "interleaved", .ranks = 4, .microbatches = 2},
+                                    &s),
+               ZT_STATUS_INVALID_ARG, "at least 4");
+  ZT_CHECK_ERR(zt_pipeline_generate(&(zt_pipeline_gen_options){.name = "interleaved", .ranks = 4, .microbatches = 6},
+                                    &s),
+               ZT_STATUS_INVALID_ARG, "multiple of the ranks");
+  ZT_CHECK_ERR(zt_pipeline_generate(&(zt_pipeline_gen_options){.name = "dualpipev", .ranks = 4, .microbatches = 7}, &s),
+               ZT_STATUS_INVALID_ARG, "needs at least 8 microbatches");
+  ZT_CHECK_ERR(zt_pipeline_generate(&(zt_pipeline_gen_options){.name = "zb-h3", .ranks = 4, .microbatches = 8}, &s),
+               ZT_STATUS_INVALID_ARG, "unknown schedule 'zb-h3'");
+  ZT_CHECK_ERR(
+      zt_pipeline_generate(&(zt_pipeline_gen_options){.name = "zb-v", .ranks = 4, .microbatches = 8, .chunks = 3}, &s),
+      ZT_STATUS_INVALID_ARG, "2 chunks");
+  ZT_CHECK(s == NULL);
+}
+
+static void test_text_round_trip(void) {
+  for (int k = 0; k < N_FAMILIES; k++) {
+    zt_pipeline_schedule *s = gen(FAMILIES[k], 4, 8), *l = NULL, *back = NULL;
+    if (!s) continue;
+    ZT_CHECK_OK(zt_pipeline_lower(s, &l));
+    const zt_pipeline_schedule *forms[2] = {s, l};
+    for (int f = 0; f < 2 && l; f++) {
+      char *text = NULL, *again = NULL;
+      ZT_CHECK_OK(zt_pipeline_schedule_format(forms[f], &text));
+      ZT_CHECK_OK(zt_pipeline_schedule_parse(text, &back));
+      if (back) {
+        ZT_CHECK(back->ranks == 4 && back->microbatches == 8 && back->chunks == forms[f]->chunks);
+        ZT_CHECK(back->placement == forms[f]->placement && !strcmp(back->name, FAMILIES[k]));
+        for (int r = 0; r < 4; r++) {
+          ZT_CHECK(back->n_actions[r] == forms[f]->n_actions[r]);
+          ZT_CHECK(!memcmp(back->actions[r], forms[f]->actions[r], sizeof(zt_pipeline_action) * back->n_actions[r]));
+        }
+        ZT_CHECK_OK(zt_pipeline_schedule_format(back, &again));
+        ZT_CHECK(again && !strcmp(text, again));
+      }
+      free(text);
+      free(again);
+      zt_pipeline_schedule_free(back);
+      back = NULL;
+    }
+    zt_pipeline_schedule_free(l);
+    zt_pipeline_schedule_free(s);
+  }
+  /* tokens, comments, blank lines */
+  zt_pipeline_action a;
+  char buf[32];
+  ZT_CHECK_OK(zt_pipeline_action_parse("1SEND_B3", &a));
+  ZT_CHECK(a.op == ZT_PIPELINE_OP_SEND_B && a.stage == 1 && a.mb == 3);
+  ZT_CHECK(!strcmp(zt_pipeline_action_str(a, buf), "1SEND_B3"));
+  ZT_CHECK_OK(zt_pipeline_action_parse("12BW40", &a));
+  ZT_CHECK(a.op == ZT_PIPELINE_OP_BW && a.stage == 12 && a.mb == 40);
+  zt_pipeline_schedule *s = NULL;
+  ZT_CHECK_OK(zt_pipeline_schedule_parse("# mine\n\nzt-pipeline ranks=2 chunks=1 microbatches=1\n0: 0F0 0BW0 # r0\n"
+                                         "1: 1F0 1B0 1W0\n",
+                                         &s));
+  if (s) ZT_CHECK_OK(zt_pipeline_validate(s));
+  zt_pipeline_schedule_free(s);
+}
+
+static void test_parse_errors(void) {
+  zt_pipeline_schedule *s = NULL;
+  const char *h = "zt-pipeline ranks=2 chunks=1 microbatches=2 placement=loop\n";
+  char t[512];
+  snprintf(t, sizeof t, "%s0: 0F0 0F1 0X0\n1: 1F0\n", h);
+  ZT_CHECK_ERR(zt_pipeline_schedule_parse(t, &s), ZT_STATUS_INVALID_ARG, "line 2, token 3: '0X0' has the unknown kind 'X'");
+  snprintf(t, sizeof t, "%s0: 0F0\n1: 1F\n", h);
+  ZT_CHECK_ERR(zt_pipeline_schedule_parse(t, &s), ZT_STATUS_INVALID_ARG, "line 3, token 1: '1F' does not end with a microbatch");
+  snprintf(t, sizeof t, "%s0: F0\n1: 1F0\n", h);
+  ZT_CHECK_ERR(zt_pipeline_schedule_parse(t, &s), ZT_STATUS_INVALID_ARG, "'F0' does not start with a stage number");
+  snprintf(t, sizeof t, "%s1: 1F0\n0: 0F0\n", h);
+  ZT_CHECK_ERR(zt_pipeline_schedule_parse(t, &s), ZT_STATUS_INVALID_ARG, "line 2: expected rank 0's line");
+  snprintf(t, sizeof t, "%s0: 0F0\n", h);
+  ZT_CHECK_ERR(zt_pipeline_schedule_parse(t, &s), ZT_STATUS_INVALID_ARG, "1 rank lines, the header says ranks=2");
+  ZT_CHECK_ERR(zt_pipeline_schedule_parse("zt-pipeline ranks=2 chunks=1\n", &s), ZT_STATUS_INVALID_ARG, "no microbatches=");
+  ZT_CHECK_ERR(zt_pipeline_schedule_parse("zt-pipeline ranks=2 chunks=1 microbatches=2 placement=v\n", &s),
+               ZT_STATUS_INVALID_ARG, "chunks=2");
+  ZT_CHECK_ERR(zt_pipeline_schedule_parse("0: 0F0\n", &s), ZT_STATUS_INVALID_ARG, "line 1: a schedule file starts with the header");
+  ZT_CHECK(s == NULL);
+}
+
+/* Parse text (which must parse) and expect the validator's message. */
+static void expect_invalid(const char *text, const char *substr) {
+  zt_pipeline_schedule *s = NULL;
+  ZT_CHECK_OK(zt_pipeline_schedule_parse(text, &s));
+  if (!s) return;
+  ZT_CHECK_ERR(zt_pipeline_validate(s), ZT_STATUS_INVALID_ARG, substr);
+  zt_pipeline_schedule_free(s);
+}
+
+static void test_validator_rules(void) {
+  const char *h = "zt-pipeline ranks=2 chunks=1 microbatches=2\n";
+  char t[1024];
+  /* a missing W */
+  snprintf(t, sizeof t, "%s0: 0F0 0F1 0B0 0W0 0B1\n1: 1F0 1B0 1W0 1F1 1B1 1W1\n", h);
+  expect_invalid(t, "rank 0: 0B1 has no 0W1 (W is missing");
+  /* a W before its B */
+  snprintf(t, sizeof t, "%s0: 0F0 0F1 0B0 0W0 0W1 0B1\n1: 1F0 1B0 1W0 1F1 1B1 1W1\n", h);
+  expect_invalid(t, "rank 0, action 4: 0W1 comes before 0B1 (W runs after the B of its stage and microbatch)");
+  /* twice, and on the wrong rank */
+  snprintf(t, sizeof t, "%s0: 0F0 0F1 0BW0 0BW1 0F1\n1: 1F0 1BW0 1F1 1BW1\n", h);
+  expect_invalid(t, "rank 0, action 4: 0F1 appears again");
+  snprintf(t, sizeof t, "%s0: 0F0 0F1 0BW0 0BW1 1F0\n1: 1BW0 1F1 1BW1\n", h);
+  expect_invalid(t, "rank 0, action 4 (1F0): stage 1 is placed on rank 1, not rank 0");
+  snprintf(t, sizeof t, "%s0: 0F0 0F1 0BW0 0B1 0W1 0BW1\n1: 1F0 1BW0 1F1 1BW1\n", h);
+  expect_invalid(t, "has both BW and 0B1");
+  snprintf(t, sizeof t, "%s0: 0F0 0F1 0BW0 0BW1 0F2\n1: 1F0 1BW0 1F1 1BW1\n", h);
+  expect_invalid(t, "microbatch 2 is out of range");
+  /* a cycle between the ranks: rank 0 waits at 0BW0 for rank 1's backward of microbatch 0,
+   * which rank 1 runs after 1F1, which needs 0F1, which rank 0 runs after 0BW0 */
+  snprintf(t, sizeof t, "%s0: 0F0 0BW0 0F1 0BW1\n1: 1F1 1F0 1BW0 1BW1\n", h);
+  expect_invalid(t, "the schedule deadlocks: rank 0 waits at 0BW0 for 1BW0 on rank 1 (B of stage s runs after B of "
+                    "stage s+1); rank 1 waits at 1F1 for 0F1 on rank 0 (F of stage s runs after F of stage s-1)");
+  /* a reordered send/receive pair: rank 0 sends microbatch 1's activations first */
+  snprintf(t, sizeof t,
+           "%s0: 0F0 0F1 0SEND_F1 0SEND_F0 0RECV_B0 0BW0 0RECV_B1 0BW1\n"
+           "1: 1RECV_F0 1F0 1BW0 1SEND_B0 1RECV_F1 1F1 1BW1 1SEND_B1\n",
+           h);
+  expect_invalid(t, "rank 0, action 2: 0SEND_F1 is send number 1 from rank 0 to rank 1, but rank 1's receive number 1 is "
+                    "1RECV_F0, not 1RECV_F1 (sends and receives between two ranks match in order");
+  /* the same, in order, is fine; a receive after its consumer and a missing one are not */
+  snprintf(t, sizeof t,
+           "%s0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0BW0 0RECV_B1 0BW1\n"
+           "1: 1RECV_F0 1F0 1BW0 1SEND_B0 1RECV_F1 1F1 1BW1 1SEND_B1\n",
+           h);
+  zt_pipeline_schedule *s = NULL;
+  ZT_CHECK_OK(zt_pipeline_schedule_parse(t, &s));
+  if (s) ZT_CHECK_OK(zt_pipeline_validate(s));
+  zt_pipeline_schedule_free(s);
+  snprintf(t, sizeof t,
+           "%s0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0BW0 0RECV_B1 0BW1\n"
+           "1: 1F0 1RECV_F0 1BW0 1SEND_B0 1RECV_F1 1F1 1BW1 1SEND_B1\n",
+           h);
+  expect_invalid(t, "rank 1, action 1: 1RECV_F0 comes after 1F0 (a receive precedes the action that needs it)");
+  snprintf(t, sizeof t,
+           "%s0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0BW0 0BW1\n"
+           "1: 1RECV_F0 1F0 1BW0 1SEND_B0 1RECV_F1 1F1 1BW1 1SEND_B1\n",
+           h);
+  expect_invalid(t, "rank 0: 0BW1 has no 0RECV_B1");
+  /* a receive that waits for a send that comes after a receive of the other rank */
+  snprintf(t, sizeof t,
+           "%s0: 0F0 0RECV_B0 0SEND_F0 0BW0 0F1 0SEND_F1 0RECV_B1 0BW1\n"
+           "1: 1RECV_F0 1F0 1BW0 1SEND_B0 1RECV_F1 1F1 1BW1 1SEND_B1\n",
+           h);
+  expect_invalid(t, "rank 0 waits at 0RECV_B0 for 1SEND_B0 on rank 1 (a receive waits for its send)");
+  /* V placement: rank 1 holds stages 1 and 2 */
+  expect_invalid("zt-pipeline ranks=2 chunks=2 microbatches=1 placement=v\n0: 0F0 3F0 3BW0 0BW0\n1: 2F0 1F0 2BW0 1BW0\n",
+                 "rank 1 waits at 2F0 for 1F0 on rank 1 (F of stage s runs after F of stage s-1)");
+}
+
+static void test_m_too_small_for_a_file(void) {
+  /* a hand-written file that names microbatches the header does not have */
+  expect_invalid("zt-pipeline ranks=2 chunks=1 microbatches=1\n0: 0F0 0BW0 0F1 0BW1\n1: 1F0 1BW0 1F1 1BW1\n",
+                 "microbatch 1 is out of range (the schedule has microbatches=1)");
+}
+
+/* Bubble per rank (step - busy) and rate, with F, B, W costs and no communication. */
+static void test_bubbles(void) {
+  const double costs[3][3] = {{1, 1, 1}, {1, 2, 1}, {2, 3, 1}};
+  for (int P = 2; P <= 8; P *= 2)
+    for (int mul = 1; mul <= 4; mul *= 2)
+      for (int c = 0; c < 3; c++) {
+        int M = P * mul;
+        double F = costs[c][0], B = costs[c][1], W = costs[c][2];
+        zt_pipeline_schedule *s = gen("1f1b", P, M);
+        zt_pipeline_sim *sim = s ? sim_of(s, F, B, W) : NULL;
+        if (sim) {
+          for (int r = 0; r < P; r++) ZT_CHECK_NEAR(sim->idle[r], (P - 1) * (F + B + W), 1e-9);
+          ZT_CHECK_NEAR(sim->step_time, (M + P - 1) * (F + B + W), 1e-9);
+          ZT_CHECK_NEAR(sim->bubble_rate, (double)(P - 1) / (M + P - 1), 1e-12);
+          ZT_CHECK_NEAR(max_peak(sim), P, 0);
+        }
+        zt_pipeline_sim_free(sim);
+        zt_pipeline_schedule_free(s);
+        /* ZB-H1: (P-1)(F+B-W), a third of 1F1B's at F = B = W, with 1F1B's peak */
+        s = gen("zb-h1", P, M);
+        sim = s ? sim_of(s, F, B, W) : NULL;
+        if (sim) {
+          for (int r = 0; r < P; r++) ZT_CHECK_NEAR(sim->idle[r], (P - 1) * (F + B - W), 1e-9);
+          ZT_CHECK_NEAR(max_peak(sim), P, 0);
+        }
+        zt_pipeline_sim_free(sim);
+        zt_pipeline_schedule_free(s);
+      }
+  /* ZB-H2, ZB-V and DualPipeV at M >= 2P, F = B = W: no bubble but the fill ramp, (P-1) F/V,
+   * which no schedule avoids when all ranks start together; with steps overlapping (no
+   * synchronisation between them) ZB-H2 and DualPipeV have none at all */
+  const char *zero[] = {"zb-h2", "zb-v", "dualpipev"};
+  for (int k = 0; k < 3; k++)
+    for (int P = 2; P <= 8; P *= 2)
+      for (int mul = 2; mul <= 4; mul *= 2) {
+        int M = P * mul;
+        zt_pipeline_schedule *s = gen(zero[k], P, M);
+        zt_pipeline_sim *sim = s ? sim_of(s, 1, 1, 1) : NULL;
+        if (!sim) continue;
+        double ramp = (P - 1) * 1.0 / s->chunks;
+        ZT_CHECK_NEAR(sim->step_time, M * 3.0 + ramp, 1e-9);
+        for (int r = 0; r < P; r++) {
+          ZT_CHECK_NEAR(sim->idle[r], ramp, 1e-9);
+          if (k != 1) ZT_CHECK_NEAR(sim->idle_in_span[r], 0, 1e-9);
+        }
+        zt_pipeline_sim_free(sim);
+        zt_pipeline_schedule_free(s);
+      }
+}
+
+/* Peak activations: GPipe holds M; 1F1B P on rank 0 (P - r on rank r); V-Half about half
+ * of 1F1B's, V-Min about a third, ZB-V 1F1B's plus one microbatch at most. */
+static void test_memory(void) {
+  for (int P = 4; P <= 16; P *= 2) {
+    int M = 4 * P;
+    zt_pipeline_schedule *s = gen("1f1b", P, M);
+    zt_pipeline_sim *base = s ? sim_of(s, 1, 1, 1) : NULL;
+    if (base)
+      for (int r = 0; r < P; r++) ZT_CHECK_NEAR(base->peak_activations[r], P - r, 0);
+    zt_pipeline_schedule_free(s);
+    s = gen("gpipe", P, M);
+    zt_pipeline_sim *g = s ? sim_of(s, 1, 1, 1) : NULL;
+    if (g) ZT_CHECK_NEAR(max_peak(g), M, 0);
+    zt_pipeline_sim_free(g);
+    zt_pipeline_schedule_free(s);
+    const char *names[3] = {"v-half", "v-min", "zb-v"};
+    const double lo[3] = {0.45, 0.28, 0.99}, hi[3] = {0.55, 0.4, 1.0 + 1.0 / P + 1e-9};
+    for (int k = 0; k < 3 && base; k++) {
+      s = gen(names[k], P, M);
+      zt_pipeline_sim *v = s ? sim_of(s, 1, 1, 1) : NULL;
+      if (v) {
+        double ratio = max_peak(v) / max_peak(base);
+        if (!(ratio >= lo[k] && ratio <= hi[k]))
+          zt_test_fail(__FILE__, __LINE__, "%s at P=%d: peak ratio to 1F1B %.3f not in [%.2f, %.2f]", names[k], P, ratio,
+                       lo[k], hi[k]);
+      }
+      zt_pipeline_sim_free(v);
+      zt_pipeline_schedule_free(s);
+    }
+    zt_pipeline_sim_free(base);
+  }
+  /* bytes when given bytes per unit */
+  zt_pipeline_schedule *s = gen("1f1b", 4, 8);
+  zt_pipeline_costs c = zt_pipeline_costs_default();
+  c.bytes_per_unit = 1 << 20;
+  zt_pipeline_sim *sim = NULL;
+  if (s) ZT_CHECK_OK(zt_pipeline_simulate(s, &c, &sim));
+  if (sim) ZT_CHECK_NEAR(sim->peak_bytes[0], 4.0 * (1 << 20), 0);
+  zt_pipeline_sim_free(sim);
+  zt_pipeline_schedule_free(s);
+}
+
+static void test_interleaved_and_comm(void) {
+  /* interleaved: the bubble shrinks by V: (P-1)(F+B+W)/V per rank */
+  for (int V = 2; V <= 4; V++) {
+    zt_pipeline_schedule *s = NULL;
+    ZT_CHECK_OK(zt_pipeline_generate(
+        &(zt_pipeline_gen_options){.name = "interleaved", .ranks = 4, .microbatches = 16, .chunks = V}, &s));
+    if (!s) continue;
+    ZT_CHECK_OK(zt_pipeline_validate(s));
+    zt_pipeline_sim *sim = sim_of(s, 1, 1, 1);
+    if (sim) ZT_CHECK_NEAR(sim->idle[0], 3 * 3.0 / V, 1e-9);
+    zt_pipeline_sim_free(sim);
+    zt_pipeline_schedule_free(s);
+  }
+  /* a hop's cost: 1F1B's step grows by 2(P-1) hops (the first forward and the last backward) */
+  zt_pipeline_schedule *s = gen("1f1b", 4, 8), *l = NULL;
+  if (s) ZT_CHECK_OK(zt_pipeline_lower(s, &l));
+  zt_pipeline_costs c = zt_pipeline_costs_default();
+  c.comm = 0.25;
+  zt_pipeline_sim *a = NULL, *b = NULL;
+  if (l) ZT_CHECK_OK(zt_pipeline_simulate(s, &c, &a));
+  if (l) ZT_CHECK_OK(zt_pipeline_simulate(l, &c, &b));
+  if (a && b) {
+    ZT_CHECK_NEAR(a->step_time, b->step_time, 1e-9);
+    ZT_CHECK(a->step_time >= 11 * 3 + 6 * 0.25 - 1e-9);
+  }
+  zt_pipeline_sim_free(a);
+  zt_pipeline_sim_free(b);
+  zt_pipeline_schedule_free(l);
+  zt_pipeline_schedule_free(s);
+}
+
+/* Receives right before their consumer: in the lowered 1F1B, every RECV is followed by the
+ * action that needs it, every SEND follows the action that produced it. */
+static void test_lowering_placement(void) {
+  zt_pipeline_schedule *s = gen("zb-v", 4, 8), *l = NULL;
+  if (s) ZT_CHECK_OK(zt_pipeline_lower(s, &l));
+  for (int r = 0; l && r < 4; r++)
+    for (int i = 0; i < l->n_actions[r]; i++) {
+      zt_pipeline_action a = l->actions[r][i];
+      if (a.op == ZT_PIPELINE_OP_RECV_F || a.op == ZT_PIPELINE_OP_RECV_B) {
+        ZT_CHECK(i + 1 < l->n_actions[r]);
+        zt_pipeline_action n = l->actions[r][i + 1];
+        ZT_CHECK(n.stage == a.stage && n.mb == a.mb &&
+                 (a.op == ZT_PIPELINE_OP_RECV_F ? n.op == ZT_PIPELINE_OP_F : n.op == ZT_PIPELINE_OP_B));
+      }
+      if (a.op == ZT_PIPELINE_OP_SEND_F || a.op == ZT_PIPELINE_OP_SEND_B) {
+        zt_pipeline_action p = l->actions[r][i - 1];
+        ZT_CHECK(p.stage == a.stage && p.mb == a.mb);
+      }
+      /* the V's turn (stages P-1 and P on rank P-1) needs no message */
+      ZT_CHECK(!(r == 3 && (a.op == ZT_PIPELINE_OP_SEND_F && a.stage == 3)));
+    }
+  zt_pipeline_schedule *again = NULL;
+  if (l) ZT_CHECK_ERR(zt_pipeline_lower(l, &again), ZT_STATUS_INVALID_ARG, "has sends and receives already");
+  zt_pipeline_schedule_free(l);
+  zt_pipeline_schedule_free(s);
+}
+
+static void test_auto(void) {
+  zt_pipeline_gen_options o = {.name = "auto", .ranks = 4, .microbatches = 16, .costs = {1, 1.5, 1, 0.1, 0}};
+  zt_pipeline_schedule *s = NULL;
+  ZT_CHECK_OK(zt_pipeline_generate(&o, &s));
+  if (s) {
+    ZT_CHECK_OK(zt_pipeline_validate(s));
+    zt_pipeline_sim *sim = NULL;
+    ZT_CHECK_OK(zt_pipeline_simulate(s, &o.costs, &sim));
+    /* within 5% of the lower bound M(F+B+W) */
+    if (sim) ZT_CHECK(sim->step_time <= 1.05 * 16 * 3.5);
+    zt_pipeline_sim_free(sim);
+  }
+  zt_pipeline_schedule_free(s);
+  /* a memory limit is kept */
+  for (int lim = 1; lim <= 4; lim++) {
+    o.mem_limit = lim;
+    ZT_CHECK_OK(zt_pipeline_generate(&o, &s));
+    zt_pipeline_sim *sim = NULL;
+    if (s) ZT_CHECK_OK(zt_pipeline_simulate(s, &o.costs, &sim));
+    if (sim) ZT_CHECK(max_peak(sim) <= lim);
+    zt_pipeline_sim_free(sim);
+    zt_pipeline_schedule_free(s);
+    s = NULL;
+  }
+  o.mem_limit = 0.5;
+  ZT_CHECK_ERR(zt_pipeline_generate(&o, &s), ZT_STATUS_INVALID_ARG, "must be at least 1");
+}
+
+static void test_render(void) {
+  zt_pipeline_schedule *s = gen("zb-h1", 4, 8);
+  zt_pipeline_sim *sim = s ? sim_of(s, 1, 1, 1) : NULL;
+  char *t = NULL, *svg = NULL;
+  if (sim) {
+    ZT_CHECK_OK(zt_pipeline_render_text(s, sim, 90, &t));
+    ZT_CHECK_OK(zt_pipeline_render_svg(s, sim, &svg));
+  }
+  if (t) ZT_CHECK(strstr(t, "rank  0 |F0") && strstr(t, "rank  3 |") && strstr(t, "W7"));
+  if (svg) ZT_CHECK(!strncmp(svg, "<svg ", 5) && strstr(svg, "</svg>") && strstr(svg, "B stage 2 microbatch 5"));
+  free(t);
+  free(svg);
+  zt_pipeline_sim_free(sim);
+  zt_pipeline_schedule_free(s);
+}
+
+int main(void) {
+  ZT_RUN(test_every_generator_validates);
+  ZT_RUN(test_minimum_microbatches);
+  ZT_RUN(test_text_round_trip);
+  ZT_RUN(test_parse_errors);
+  ZT_RUN(test_validator_rules);
+  ZT_RUN(test_m_too_small_for_a_file);
+  ZT_RUN(test_bubbles);
+  ZT_RUN(test_memory);
+  ZT_RUN(test_interleaved_and_comm);
+  ZT_RUN(test_lowering_placement);
+  ZT_RUN(test_auto);
+  ZT_RUN(test_render);
+  return zt_test_finish();
+}
