@@ -20,6 +20,8 @@ int zt_cli_bench_options(const char *cmd, int argc, char **argv, zt_train_config
 int zt_cli_bench_dp(int argc, char **argv);
 /* zt consolidate SHARDED_DIR OUT_DIR (cli/consolidate_cmd.c) */
 int zt_cmd_consolidate(int argc, char **argv);
+/* zt schedule: pipeline schedules generated or read, validated, simulated, rendered (cli/schedule_cmd.c) */
+int zt_cmd_schedule(int argc, char **argv);
 
 /* "1.5 GiB" style; buf of 32 bytes. */
 const char *zt_cli_bytes(double b, char *buf);

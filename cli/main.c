@@ -14,6 +14,7 @@ static void usage(FILE *f) {
           "  plot       draw loss and memory curves from a metrics file as SVG\n"
           "  bench      benchmarks (zt bench step ...)\n"
           "  consolidate  turn a sharded (FSDP) checkpoint into a single-process one\n"
+          "  schedule   pipeline schedules: generate, check, simulate, draw\n"
           "run 'zt <command> --help' for a command's options\n");
 }
 
@@ -126,6 +127,7 @@ int main(int argc, char **argv) {
   if (!strcmp(c, "plot")) return zt_cmd_plot(argc - 2, argv + 2);
   if (!strcmp(c, "bench")) return zt_cmd_bench(argc - 2, argv + 2);
   if (!strcmp(c, "consolidate")) return zt_cmd_consolidate(argc - 2, argv + 2);
+  if (!strcmp(c, "schedule")) return zt_cmd_schedule(argc - 2, argv + 2);
   fprintf(stderr, "zt: unknown command '%s' (see zt help)\n", c);
   return 2;
 }
