@@ -157,28 +157,28 @@ static void expect_invalid(const char *text, const char *substr) {
   zt_pipeline_schedule_free(s);
 }
 
+/* The same for a 2-rank, 1-chunk, 2-microbatch schedule given by its two rank lines. */
+static void expect_invalid2(const char *rank0, const char *rank1, const char *substr) {
+  char t[1024];
+  snprintf(t, sizeof t, "zt-pipeline ranks=2 chunks=1 microbatches=2\n0: %s\n1: %s\n", rank0, rank1);
+  expect_invalid(t, substr);
+}
+
 static void test_validator_rules(void) {
   const char *h = "zt-pipeline ranks=2 chunks=1 microbatches=2\n";
   char t[1024];
   /* a missing W */
-  snprintf(t, sizeof t, "%s0: 0F0 0F1 0B0 0W0 0B1\n1: 1F0 1B0 1W0 1F1 1B1 1W1\n", h);
-  expect_invalid(t, "rank 0: 0B1 has no 0W1 (W is missing");
+  expect_invalid2("0F0 0F1 0B0 0W0 0B1", "1F0 1B0 1W0 1F1 1B1 1W1", "rank 0: 0B1 has no 0W1 (W is missing");
   /* a W before its B */
-  snprintf(t, sizeof t, "%s0: 0F0 0F1 0B0 0W0 0W1 0B1\n1: 1F0 1B0 1W0 1F1 1B1 1W1\n", h);
-  expect_invalid(t, "rank 0, action 4: 0W1 comes before 0B1 (W runs after the B of its stage and microbatch)");
+  expect_invalid2("0F0 0F1 0B0 0W0 0W1 0B1", "1F0 1B0 1W0 1F1 1B1 1W1", "rank 0, action 4: 0W1 comes before 0B1 (W runs after the B of its stage and microbatch)");
   /* twice, and on the wrong rank */
-  snprintf(t, sizeof t, "%s0: 0F0 0F1 0BW0 0BW1 0F1\n1: 1F0 1BW0 1F1 1BW1\n", h);
-  expect_invalid(t, "rank 0, action 4: 0F1 appears again");
-  snprintf(t, sizeof t, "%s0: 0F0 0F1 0BW0 0BW1 1F0\n1: 1BW0 1F1 1BW1\n", h);
-  expect_invalid(t, "rank 0, action 4 (1F0): stage 1 is placed on rank 1, not rank 0");
-  snprintf(t, sizeof t, "%s0: 0F0 0F1 0BW0 0B1 0W1 0BW1\n1: 1F0 1BW0 1F1 1BW1\n", h);
-  expect_invalid(t, "has both BW and 0B1");
-  snprintf(t, sizeof t, "%s0: 0F0 0F1 0BW0 0BW1 0F2\n1: 1F0 1BW0 1F1 1BW1\n", h);
-  expect_invalid(t, "microbatch 2 is out of range");
+  expect_invalid2("0F0 0F1 0BW0 0BW1 0F1", "1F0 1BW0 1F1 1BW1", "rank 0, action 4: 0F1 appears again");
+  expect_invalid2("0F0 0F1 0BW0 0BW1 1F0", "1BW0 1F1 1BW1", "rank 0, action 4 (1F0): stage 1 is placed on rank 1, not rank 0");
+  expect_invalid2("0F0 0F1 0BW0 0B1 0W1 0BW1", "1F0 1BW0 1F1 1BW1", "has both BW and 0B1");
+  expect_invalid2("0F0 0F1 0BW0 0BW1 0F2", "1F0 1BW0 1F1 1BW1", "microbatch 2 is out of range");
   /* a cycle between the ranks: rank 0 waits at 0BW0 for rank 1's backward of microbatch 0,
    * which rank 1 runs after 1F1, which needs 0F1, which rank 0 runs after 0BW0 */
-  snprintf(t, sizeof t, "%s0: 0F0 0BW0 0F1 0BW1\n1: 1F1 1F0 1BW0 1BW1\n", h);
-  expect_invalid(t, "the schedule deadlocks: rank 0 waits at 0BW0 for 1BW0 on rank 1 (B of stage s runs after B of "
+  expect_invalid2("0F0 0BW0 0F1 0BW1", "1F1 1F0 1BW0 1BW1", "the schedule deadlocks: rank 0 waits at 0BW0 for 1BW0 on rank 1 (B of stage s runs after B of "
                     "stage s+1); rank 1 waits at 1F1 for 0F1 on rank 0 (F of stage s runs after F of stage s-1)");
   /* a reordered send/receive pair: rank 0 sends microbatch 1's activations first */
   snprintf(t, sizeof t,
