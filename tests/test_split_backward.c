@@ -179,6 +179,33 @@ static void test_each_op(void) {
   }
 }
 
+/* A weight used twice in one stage, next to a weight that needs no grad:
+ * loss = sum(((x W^T) F^T) W^T * r). */
+typedef struct twice_ctx {
+  zt_tensor *w, *frozen, *r;
+} twice_ctx;
+static zt_status twice_stage(void *ud, zt_tensor *x, zt_tensor **loss) {
+  twice_ctx *c = ud;
+  zt_tensor *y = NULL, *z = NULL, *u = NULL, *m = NULL;
+  zt_status s = zt_linear(x, c->w, NULL, &y);
+  if (!s) s = zt_linear(y, c->frozen, NULL, &z);
+  if (!s) s = zt_linear(z, c->w, NULL, &u);
+  if (!s) s = zt_mul(u, c->r, &m);
+  if (!s) s = zt_sum(m, 0, NULL, false, loss);
+  zt_test_free_all((zt_tensor *[]){y, z, u, m}, 4);
+  return s;
+}
+
+static void test_weight_used_twice(void) {
+  twice_ctx c = {zt_test_rand_leaf(2, (int64_t[]){4, 4}, ZT_DTYPE_F32, -1, 1, 2),
+                 zt_test_rand(2, (int64_t[]){4, 4}, ZT_DTYPE_F32, -1, 1, 3),
+                 zt_test_rand(2, (int64_t[]){3, 4}, ZT_DTYPE_F32, -1, 1, 4)};
+  zt_tensor *x = zt_test_rand_leaf(2, (int64_t[]){3, 4}, ZT_DTYPE_F32, -1, 1, 1);
+  compare(twice_stage, &c, x, &c.w, 1, "a weight used twice, a frozen weight between");
+  ZT_CHECK(!c.frozen->grad);
+  zt_test_free_all((zt_tensor *[]){x, c.w, c.frozen, c.r}, 4);
+}
+
 /* ------------------------------------------------------------------ GPT-2 stages */
 
 typedef struct gpt_ctx {
@@ -452,6 +479,7 @@ static void test_hooks_fire_in_w(void) {
 
 int main(void) {
   ZT_RUN(test_each_op);
+  ZT_RUN(test_weight_used_twice);
   ZT_RUN(test_gpt2_stages);
   ZT_RUN(test_microbatches);
   ZT_RUN(test_memory_freed_at_end_of_b);

@@ -551,6 +551,29 @@ static zt_status grad_edge(zt_tensor *t, zt__edge *e) {
   return ZT_OK;
 }
 
+static void task_graph_free(task_graph *g) {
+  for (int k = 0; k < g->n; k++) free_bufs(g->infos[k].buf, g->infos[k].node->n_outputs);
+  for (int k = 0; k < g->n; k++) zt__node_release(g->infos[k].node);
+  free(g->infos);
+  free(g->table);
+}
+
+/* Backward runs with grad mode off and its temporaries tagged TEMP. */
+typedef struct bw_scope {
+  zt_mem_tag tag;
+  bool grad;
+} bw_scope;
+static bw_scope bw_enter(void) {
+  bw_scope b;
+  b.tag = zt_mem_tag_push(ZT_MEM_TAG_TEMP);
+  b.grad = zt_set_grad_enabled(false);
+  return b;
+}
+static void bw_leave(bw_scope b) {
+  zt_set_grad_enabled(b.grad);
+  zt_mem_tag_pop(b.tag);
+}
+
 /* zt_backward (inputs NULL), zt_grad, or the B of a split backward (split: the record). */
 static zt_status run_backward(int n_roots, zt_tensor *const *roots, zt_tensor *const *grad_roots, bool retain_graph,
                               int n_inputs, zt_tensor *const *inputs, zt_tensor **grads_out, zt_deferred *split) {
@@ -695,12 +718,9 @@ done:
       zt_tensor_free(grads_out[i]);
       grads_out[i] = NULL;
     }
-  for (int k = 0; k < g.n; k++) free_bufs(g.infos[k].buf, g.infos[k].node->n_outputs);
-  for (int k = 0; k < g.n; k++) zt__node_release(g.infos[k].node);
+  task_graph_free(&g);
   for (int r = 0; r < n_roots; r++) zt_tensor_free(root_grads[r]);
   free(task.cbs);
-  free(g.infos);
-  free(g.table);
   free(ready.items);
   free(root_edges);
   free(root_grads);
@@ -709,11 +729,9 @@ done:
 }
 
 zt_status zt_backward(int n_roots, zt_tensor *const *roots, zt_tensor *const *grad_roots, bool retain_graph) {
-  zt_mem_tag prev = zt_mem_tag_push(ZT_MEM_TAG_TEMP);
-  bool grad_was = zt_set_grad_enabled(false);
+  bw_scope b = bw_enter();
   zt_status s = run_backward(n_roots, roots, grad_roots, retain_graph, 0, NULL, NULL, NULL);
-  zt_set_grad_enabled(grad_was);
-  zt_mem_tag_pop(prev);
+  bw_leave(b);
   return s;
 }
 
@@ -721,11 +739,9 @@ zt_status zt_grad(int n_outputs, zt_tensor *const *outputs, zt_tensor *const *gr
                   zt_tensor *const *inputs, bool retain_graph, zt_tensor **grads_out) {
   if (n_inputs <= 0 || !inputs || !grads_out)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_grad: give at least one input and an array for its grads");
-  zt_mem_tag prev = zt_mem_tag_push(ZT_MEM_TAG_TEMP);
-  bool grad_was = zt_set_grad_enabled(false);
+  bw_scope b = bw_enter();
   zt_status s = run_backward(n_outputs, outputs, grad_outputs, retain_graph, n_inputs, inputs, grads_out, NULL);
-  zt_set_grad_enabled(grad_was);
-  zt_mem_tag_pop(prev);
+  bw_leave(b);
   return s;
 }
 
@@ -754,11 +770,9 @@ zt_status zt_backward_input(int n_outputs, zt_tensor *const *outputs, zt_tensor 
   zt_deferred *d = calloc(1, sizeof *d);
   if (!d) return ZT_ERR(ZT_STATUS_OOM, "zt_backward_input: out of host memory for the record");
   d->retain_graph = retain_graph;
-  zt_mem_tag prev = zt_mem_tag_push(ZT_MEM_TAG_TEMP);
-  bool grad_was = zt_set_grad_enabled(false);
+  bw_scope b = bw_enter();
   zt_status s = run_backward(n_outputs, outputs, grad_outputs, retain_graph, n_inputs, inputs, grads_out, d);
-  zt_set_grad_enabled(grad_was);
-  zt_mem_tag_pop(prev);
+  bw_leave(b);
   if (s) {
     zt_deferred_free(d);
     return s;
@@ -831,8 +845,7 @@ zt_status zt_backward_weight(zt_deferred *d) {
     return ZT_ERR(ZT_STATUS_STATE, "zt_backward_weight: this record's weight grads were computed already; a record "
                                    "is spent by its W (run B again for another)");
   d->spent = true;
-  zt_mem_tag prev = zt_mem_tag_push(ZT_MEM_TAG_TEMP);
-  bool grad_was = zt_set_grad_enabled(false);
+  bw_scope b = bw_enter();
   task_graph g = {0};
   heap ready = {0};
   graph_task task = {d->task_id, d->cbs, d->n_cbs, d->cap_cbs}, *prev_task = tl_task;
@@ -847,14 +860,10 @@ zt_status zt_backward_weight(zt_deferred *d) {
   while (ready.n && s == ZT_OK) s = run_node(&g, heap_pop(&ready, &g), &ready, NULL, NULL, d->retain_graph, NULL);
   for (int c = 0; s == ZT_OK && c < task.n_cbs; c++) s = task.cbs[c].fn(task.cbs[c].user_data);
   tl_task = prev_task;
-  for (int k = 0; k < g.n; k++) free_bufs(g.infos[k].buf, g.infos[k].node->n_outputs);
-  for (int k = 0; k < g.n; k++) zt__node_release(g.infos[k].node);
+  task_graph_free(&g);
   free(task.cbs);
-  free(g.infos);
-  free(g.table);
   free(ready.items);
-  zt_set_grad_enabled(grad_was);
-  zt_mem_tag_pop(prev);
+  bw_leave(b);
   return s;
 }
 
