@@ -1,6 +1,7 @@
-/* Schedule generators. gpipe, 1f1b, interleaved and dualpipev follow their papers' fixed
- * orders; zb-h1, zb-h2, zb-v, v-half, v-min and auto are the list scheduler of greedy.c with
- * each family's placement and activation limit. All produce the compute-only form. */
+/* Schedule generators. gpipe, 1f1b, interleaved, zb-h1, zb-v (M >= 2P) and dualpipev follow
+ * their papers' fixed orders; zb-h2, zb-v (M < 2P), v-half, v-min and auto are the list
+ * scheduler of greedy.c with each family's placement and activation limit. All produce the
+ * compute-only form. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,35 +86,56 @@ typedef struct dpv {
 } dpv;
 
 static int dpv_stage(const dpv *d, int c) { return c == 0 ? d->r : 2 * d->s->ranks - 1 - d->r; }
+/* F of chunk c's next microbatch; none left: nothing. */
 static zt_status dpv_f(dpv *d, int c) {
+  if (d->next_f[c] >= d->s->microbatches) return ZT_OK;
   return zt_pipeline_schedule_push(d->s, d->r, (zt_pipeline_action){ZT_PIPELINE_OP_F, dpv_stage(d, c), d->next_f[c]++});
 }
-/* B of chunk c; its W now (defer false) or queued. */
+/* B of chunk c; its W now (defer false) or queued. Nothing when the rank has not run the F
+ * it needs (a phase longer than M allows). */
 static zt_status dpv_b(dpv *d, int c, bool defer) {
+  if (d->next_b[c] >= d->next_f[c]) return ZT_OK;
   int st = dpv_stage(d, c), mb = d->next_b[c]++;
   ZT_TRY(zt_pipeline_schedule_push(d->s, d->r, (zt_pipeline_action){ZT_PIPELINE_OP_B, st, mb}));
   if (!defer) return zt_pipeline_schedule_push(d->s, d->r, (zt_pipeline_action){ZT_PIPELINE_OP_W, st, mb});
   d->queue[d->q_tail++] = st * d->s->microbatches + mb;
   return ZT_OK;
 }
-static zt_status dpv_w(dpv *d) {
-  if (d->q_head == d->q_tail) return ZT_OK;
-  int k = d->queue[d->q_head++];
-  return zt_pipeline_schedule_push(d->s, d->r,
-                                   (zt_pipeline_action){ZT_PIPELINE_OP_W, k / d->s->microbatches, k % d->s->microbatches});
+/* The oldest deferred W (chunk < 0) or the oldest of chunk c; none pending: nothing. Taken
+ * entries are marked -1 and skipped. */
+static zt_status dpv_w(dpv *d, int chunk) {
+  int M = d->s->microbatches;
+  while (d->q_head < d->q_tail && d->queue[d->q_head] < 0) d->q_head++;
+  for (int i = d->q_head; i < d->q_tail; i++) {
+    int k = d->queue[i];
+    if (k < 0 || (chunk >= 0 && k / M != dpv_stage(d, chunk))) continue;
+    d->queue[i] = -1;
+    return zt_pipeline_schedule_push(d->s, d->r, (zt_pipeline_action){ZT_PIPELINE_OP_W, k / M, k % M});
+  }
+  return ZT_OK;
 }
 
 /* One step of a phase: a list of moves, 'f'/'g' forward of chunk 0/1, 'b'/'c' B and W of
- * chunk 0/1, 'B'/'C' B of chunk 0/1 with its W deferred, 'w' a deferred W. */
+ * chunk 0/1, 'B'/'C' B of chunk 0/1 with its W deferred, 'w' the oldest deferred W, 'x'/'y'
+ * the oldest deferred W of chunk 0/1. */
 static zt_status dpv_steps(dpv *d, int times, const char *moves) {
   for (int i = 0; i < times; i++)
     for (const char *m = moves; *m; m++) {
       zt_status st = *m == 'f' || *m == 'g' ? dpv_f(d, *m == 'g')
-                     : *m == 'w'            ? dpv_w(d)
+                     : *m == 'w'            ? dpv_w(d, -1)
+                     : *m == 'x' || *m == 'y' ? dpv_w(d, *m == 'y')
                                             : dpv_b(d, *m == 'c' || *m == 'C', *m == 'B' || *m == 'C');
       ZT_TRY(st);
     }
   return ZT_OK;
+}
+
+/* Every B left (chunk 1 before chunk 0 of a microbatch), then the deferred W's, chunk 1's first. */
+static zt_status dpv_drain(dpv *d) {
+  int M = d->s->microbatches;
+  while (d->next_b[0] < M || d->next_b[1] < M) ZT_TRY(dpv_steps(d, 1, "CB"));
+  ZT_TRY(dpv_steps(d, M, "y"));
+  return dpv_steps(d, M, "x");
 }
 
 static zt_status gen_dualpipev_rank(dpv *d) {
@@ -125,17 +147,34 @@ static zt_status gen_dualpipev_rank(dpv *d) {
   ZT_TRY(dpv_steps(d, P - r - 1, "cgb"));
   ZT_TRY(dpv_steps(d, r + 1, "CB"));
   ZT_TRY(dpv_steps(d, P - r - 1, "wB"));
-  while (d->q_head < d->q_tail) ZT_TRY(dpv_w(d));
+  ZT_TRY(dpv_steps(d, 2 * d->s->microbatches, "w"));
   return ZT_OK;
 }
 
-static zt_status gen_dualpipev(zt_pipeline_schedule *s) {
+/* ZB-V (Zero Bubble PP's handcrafted V schedule) on rank r: 2(P-r)-1 forwards of chunk 0;
+ * r pairs F1 F0; P-r of F1 B1 W1 (the turn of the V comes back); then F0 B0 W0 F1 B1 W1 until
+ * every forward ran (F0 while any is left); r of B0 B1 and P-r of B0 W0 with the other W's
+ * deferred; the deferred W's last (chunk 1's, then chunk 0's). Every rank holds at most 2P
+ * chunks (P microbatches: 1F1B's peak), and at F = B = W with M >= 2P nothing idles but the
+ * fill ramp. Smaller M cuts the phases short; what they leave runs at the end. */
+static zt_status gen_zbv_rank(dpv *d) {
+  int P = d->s->ranks, M = d->s->microbatches, r = d->r;
+  ZT_TRY(dpv_steps(d, 2 * (P - r) - 1, "f"));
+  ZT_TRY(dpv_steps(d, r, "gf"));
+  ZT_TRY(dpv_steps(d, P - r, "gc"));
+  while (d->next_f[0] < M || d->next_f[1] < M) ZT_TRY(dpv_steps(d, 1, "fbgc"));
+  ZT_TRY(dpv_steps(d, r, "BC"));
+  ZT_TRY(dpv_steps(d, P - r, "Bx"));
+  return dpv_drain(d);
+}
+
+static zt_status gen_v_fixed(zt_pipeline_schedule *s, zt_status (*rank_fn)(dpv *)) {
   int *queue = malloc(2 * (size_t)s->microbatches * sizeof *queue);
-  if (!queue) return ZT_ERR(ZT_STATUS_OOM, "out of host memory generating dualpipev");
+  if (!queue) return ZT_ERR(ZT_STATUS_OOM, "out of host memory generating a V-shape schedule");
   zt_status st = ZT_OK;
   for (int r = 0; r < s->ranks && st == ZT_OK; r++) {
     dpv d = {.s = s, .r = r, .queue = queue};
-    st = gen_dualpipev_rank(&d);
+    st = rank_fn(&d);
   }
   free(queue);
   return st;
@@ -217,19 +256,25 @@ static zt_status generate(const zt_pipeline_gen_options *o, int V, zt_pipeline_s
     return gen_greedy(o, pl, 1, lim, &unit, out);
   }
   pl = ZT_PIPELINE_PLACEMENT_V;
-  if (!strcmp(n, "zb-v") || !strcmp(n, "v-half") || !strcmp(n, "v-min")) {
-    /* in chunk units (2 per microbatch): ZB-V 1F1B's P plus one microbatch (the list
-     * scheduler needs it to keep the bubble to the fill ramp at P = 8), V-Half P/2, V-Min P/3 */
+  bool zbv_short = !strcmp(n, "zb-v") && M < 2 * P;
+  if (zbv_short || !strcmp(n, "v-half") || !strcmp(n, "v-min")) {
+    /* in chunk units (2 per microbatch): ZB-V below 2P microbatches (where its phases do not
+     * fit) 1F1B's P, V-Half P/2, V-Min P/3 */
     for (int r = 0; r < P; r++) {
-      lim[r] = !strcmp(n, "zb-v") ? 2 * P + 2 : !strcmp(n, "v-half") ? P : (2 * P + 2) / 3;
+      lim[r] = zbv_short ? 2 * P : !strcmp(n, "v-half") ? P : (2 * P + 2) / 3;
       if (lim[r] < 2) lim[r] = 2;
     }
     return gen_greedy(o, pl, V, lim, &unit, out);
   }
   if (!strcmp(n, "auto")) return gen_auto(o, &c, out);
-  zt_status st = zt_pipeline_schedule_new(P, V, M, !strcmp(n, "dualpipev") ? pl : ZT_PIPELINE_PLACEMENT_LOOP, out);
+  bool dpv = !strcmp(n, "dualpipev"), zbv = !strcmp(n, "zb-v");
+  zt_status st = zt_pipeline_schedule_new(P, V, M, dpv || zbv ? pl : ZT_PIPELINE_PLACEMENT_LOOP, out);
   if (st != ZT_OK) return st;
-  st = !strcmp(n, "gpipe") ? gen_gpipe(*out) : !strcmp(n, "zb-h1") ? gen_zbh1(*out) : !strcmp(n, "dualpipev") ? gen_dualpipev(*out) : gen_1f1b(*out);
+  st = !strcmp(n, "gpipe") ? gen_gpipe(*out)
+       : !strcmp(n, "zb-h1") ? gen_zbh1(*out)
+       : dpv                 ? gen_v_fixed(*out, gen_dualpipev_rank)
+       : zbv                 ? gen_v_fixed(*out, gen_zbv_rank)
+                             : gen_1f1b(*out);
   if (st != ZT_OK) {
     zt_pipeline_schedule_free(*out);
     *out = NULL;
