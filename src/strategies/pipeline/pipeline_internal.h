@@ -45,7 +45,7 @@ static inline int zt__pp_find(const zt_pipeline_schedule *s, const zt__pp_index 
   return ix->rank[k];
 }
 
-/* The list scheduler behind zb-h1, zb-h2, zb-v, v-half, v-min and auto (greedy.c): every rank
+/* The list scheduler behind zb-h2, zb-v (M < 2P), v-half, v-min and auto (greedy.c): every rank
  * runs, at each moment, the ready backward of its oldest microbatch, else its oldest ready
  * forward if its live activations stay within limit[r] (chunk units; on a V rank the first
  * chunk's forward leaves one unit free for the second chunk's), else a deferred W; it waits
