@@ -4,7 +4,10 @@
  * every rank (never a hang). Timeouts' messages, the arrival board and the agreement
  * helpers are tested here; real timeouts (which end the job) in comm_fault_test.sh. */
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "core/status_internal.h"
 #include "zt_test.h"
@@ -305,6 +308,7 @@ static void test_board_entry(void) {
   zt__board_block(&e, ZT__BLOCKED_RECV, 3);
   zt__board_read(&e, &v);
   ZT_CHECK(v.blocked == ZT__BLOCKED_RECV && v.blocked_arg == 3);
+  ZT_CHECK(v.pid == (int)getpid()); /* what tells a stopped or dead rank from a slow one */
   zt__board_read(NULL, &v);
   ZT_CHECK(!v.known);
 }
@@ -352,9 +356,29 @@ static void test_timeout_message(void) {
   ZT_CHECK(strstr(m, "rank 2 did not arrive (3 calls behind") && strstr(m, "waiting for its call #3"));
   ZT_CHECK(strstr(m, "rank 3 did not arrive (2 calls behind") && strstr(m, "blocked in zt_recv from rank 1"));
   ZT_CHECK(!strstr(m, "rank 4") && !strstr(m, "unknown"));
-  /* everyone arrived */
-  for (int r = 0; r < 5; r++) v[r] = view(7, ZT__COLL_ALL_REDUCE, 40, ZT__BLOCKED_COLL, 7);
+  /* everyone arrived (running processes: this one) */
+  for (int r = 0; r < 5; r++) v[r] = view(7, ZT__COLL_ALL_REDUCE, 40, ZT__BLOCKED_COLL, 7), v[r].pid = (int)getpid();
   ZT_CHECK_ERR(zt__comm_timeout_error(&op, v), ZT_STATUS_COMM, "every rank reached this call");
+  /* everyone arrived, but rank 2's process is stopped inside the call, then dead (a child
+   * process stands for it; not under mpirun, where fork is best avoided) */
+  if (!g_world || zt_comm_size(g_world) == 1) {
+    pid_t child = fork();
+    if (child == 0) {
+      pause();
+      _exit(0);
+    }
+    ZT_CHECK(child > 0 && kill(child, SIGSTOP) == 0);
+    int st = 0;
+    ZT_CHECK(waitpid(child, &st, WUNTRACED) == child && WIFSTOPPED(st));
+    v[2].pid = (int)child;
+    char want[96];
+    snprintf(want, sizeof want, "rank 2 reached this call but its process (pid %d) is stopped", (int)child);
+    ZT_CHECK_ERR(zt__comm_timeout_error(&op, v), ZT_STATUS_COMM, want);
+    ZT_CHECK(!strstr(zt_last_error(), "every rank reached this call"));
+    ZT_CHECK(kill(child, SIGKILL) == 0 && waitpid(child, &st, 0) == child);
+    snprintf(want, sizeof want, "rank 2 reached this call but its process (pid %d) is dead", (int)child);
+    ZT_CHECK_ERR(zt__comm_timeout_error(&op, v), ZT_STATUS_COMM, want);
+  }
   /* point to point */
   zt__timeout_info p2p = {.kind = ZT__COLL_SEND, .file = "ckpt.c", .line = 9, .rank = 1, .size = 5,
                           .timeout_s = 3, .peer = 0, .tag = 7};

@@ -28,10 +28,12 @@
  * every word atomic), readers retry until they see one even ver before and after. A
  * publish is a handful of stores to a cache line only this rank writes: negligible next
  * to any collective. */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/status_internal.h"
 #include "comm/comm_internal.h"
@@ -54,6 +56,7 @@ void zt__board_reset(zt__board_entry *e) {
   atomic_store_explicit(&e->last, 0, memory_order_relaxed);
   for (int i = 0; i < ZT__BOARD_FILE / 8; i++) atomic_store_explicit(&e->file[i], 0, memory_order_relaxed);
   atomic_store_explicit(&e->blocked, 0, memory_order_relaxed);
+  atomic_store_explicit(&e->pid, (uint64_t)getpid(), memory_order_relaxed);
   end_write(e);
 }
 
@@ -80,7 +83,7 @@ void zt__board_read(const zt__board_entry *e, zt__board_view *out) {
   memset(out, 0, sizeof *out);
   if (!e) return;
   zt__board_entry *m = (zt__board_entry *)e; /* atomic loads take non-const pointers in C11 */
-  uint64_t w[ZT__BOARD_FILE / 8], started, last, blocked;
+  uint64_t w[ZT__BOARD_FILE / 8], started, last, blocked, pid;
   for (int tries = 0; tries < 100000; tries++) { /* a write takes nanoseconds */
     uint64_t v0 = atomic_load_explicit(&m->ver, memory_order_acquire);
     if (v0 & 1) continue;
@@ -88,6 +91,7 @@ void zt__board_read(const zt__board_entry *e, zt__board_view *out) {
     last = atomic_load_explicit(&m->last, memory_order_relaxed);
     for (int i = 0; i < ZT__BOARD_FILE / 8; i++) w[i] = atomic_load_explicit(&m->file[i], memory_order_relaxed);
     blocked = atomic_load_explicit(&m->blocked, memory_order_relaxed);
+    pid = atomic_load_explicit(&m->pid, memory_order_relaxed);
     atomic_thread_fence(memory_order_acquire);
     if (atomic_load_explicit(&m->ver, memory_order_relaxed) != v0) continue;
     out->known = true;
@@ -98,6 +102,7 @@ void zt__board_read(const zt__board_entry *e, zt__board_view *out) {
     out->last_file[ZT__BOARD_FILE] = '\0';
     out->blocked = (int)(blocked & 0xff);
     out->blocked_arg = blocked >> 8;
+    out->pid = (int)pid;
     return;
   }
   /* a writer stopped half-way (stopped inside a publish): leave it unknown */
@@ -150,6 +155,28 @@ static void doing(sbuf *b, const zt__board_view *v) {
   }
 }
 
+/* What the rank's process is doing, from /proc (the board covers ranks on this node):
+ * "stopped" (SIGSTOP, a debugger), "dead", or NULL (running, or unknown). */
+static const char *proc_state(int pid) {
+  if (pid <= 0) return NULL;
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return errno == ENOENT ? "dead" : NULL;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+  if (!p || p[1] != ' ') return NULL;
+  switch (p[2]) {
+  case 'T':
+  case 't': return "stopped";
+  case 'Z':
+  case 'X': return "dead";
+  default: return NULL;
+  }
+}
+
 static void seconds(char *buf, size_t cap, double s) {
   if (s == floor(s) && s < 1e9)
     snprintf(buf, cap, "%.0f s", s);
@@ -182,7 +209,7 @@ zt_status zt__comm_timeout_error(const zt__timeout_info *op, const zt__board_vie
   } else {
     put(&b, "%s at %s:%d timed out after %s on rank %d of %d (call #%llu on this group): ", op_label(op->kind), base,
         op->line, tbuf, op->rank, op->size, (unsigned long long)op->seq);
-    int missing = 0, other = 0, unknown = 0, shown = 0;
+    int missing = 0, other = 0, unknown = 0, shown = 0, stuck = 0;
     for (int r = 0; r < op->size; r++) {
       const zt__board_view *v = &views[r];
       if (r == op->rank) continue;
@@ -192,7 +219,15 @@ zt_status zt__comm_timeout_error(const zt__timeout_info *op, const zt__board_vie
       }
       bool behind = v->started < op->seq;
       bool elsewhere = v->started == op->seq && v->last_kind != op->kind;
-      if (!behind && !elsewhere) continue;
+      const char *state = proc_state(v->pid);
+      if (!behind && !elsewhere) { /* in this call too: name it when its process is not running */
+        if (state && shown++ < DETAIL_MAX) {
+          if (shown > 1) put(&b, "; ");
+          put(&b, "rank %d reached this call but its process (pid %d) is %s", r, v->pid, state);
+          stuck++;
+        }
+        continue;
+      }
       if (behind)
         missing++;
       else
@@ -203,6 +238,7 @@ zt_status zt__comm_timeout_error(const zt__timeout_info *op, const zt__board_vie
         put(&b, "rank %d did not arrive (%llu call%s behind: ", r, (unsigned long long)(op->seq - v->started),
             op->seq - v->started == 1 ? "" : "s");
         doing(&b, v);
+        if (state) put(&b, "; its process (pid %d) is %s", v->pid, state);
         put(&b, ")");
       } else {
         put(&b, "rank %d is at a different operation: %s at %s:%d (its call #%llu%s)", r, op_label(v->last_kind),
@@ -231,7 +267,7 @@ zt_status zt__comm_timeout_error(const zt__timeout_info *op, const zt__board_vie
       if (listed > 24) put(&b, " ... (%d in all)", listed);
       put(&b, " (not on this node: the arrival board covers the ranks that share a node)");
     }
-    if (!missing && !other && !unknown)
+    if (!missing && !other && !unknown && !stuck)
       put(&b, "every rank reached this call, so one of them stopped inside it (stopped or dead) or the transport "
               "failed");
   }

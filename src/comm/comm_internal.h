@@ -24,7 +24,7 @@ typedef struct zt__board_entry {
   _Atomic uint64_t last;    /* the latest started collective: kind | line << 8 */
   _Atomic uint64_t file[ZT__BOARD_FILE / 8];
   _Atomic uint64_t blocked; /* what it waits in now: zt__board_blocked | arg << 8 (call number or peer) */
-  _Atomic uint64_t spare;
+  _Atomic uint64_t pid;     /* its process, to tell a stopped or dead rank from a slow one */
 } zt__board_entry;
 
 typedef enum zt__board_blocked {
@@ -42,6 +42,7 @@ typedef struct zt__board_view {
   char last_file[ZT__BOARD_FILE + 1];
   int blocked; /* zt__board_blocked */
   uint64_t blocked_arg;
+  int pid;     /* 0: unknown */
 } zt__board_view;
 
 void zt__board_reset(zt__board_entry *e);
