@@ -114,7 +114,7 @@ static void test_broadcast(void) {
 static void test_send_recv_ring(void) {
   zt_tensor *s = vec(ZT_DTYPE_F32, 3, v_rank), *r = vec(ZT_DTYPE_F32, 3, NULL);
   if (N == 1) {
-    ZT_CHECK_ERR(zt_send(g_world, s, 0, 0), ZT_STATUS_INVALID_ARG, "deadlock");
+    ZT_CHECK_ERR(zt_send(g_world, s, 0, 0), ZT_STATUS_INVALID_ARG, "is this rank");
     ZT_CHECK_ERR(zt_recv(g_world, r, 1, 0), ZT_STATUS_INVALID_ARG, "not a rank");
   } else {
     int next = (R + 1) % N, prev = (R + N - 1) % N;
@@ -130,6 +130,52 @@ static void test_send_recv_ring(void) {
   }
   zt_tensor_free(s);
   zt_tensor_free(r);
+  ZT_CHECK_OK(zt_barrier(g_world));
+}
+
+/* Non-blocking point to point: every rank sends to the next and receives from the previous
+ * at once (no ordering needed), two messages with one tag arrive in order; tags are range
+ * checked; debug mode names both call sites of a mismatched pair instead of hanging. */
+static void test_isend_irecv(void) {
+  zt_tensor *s = vec(ZT_DTYPE_F32, 3, v_rank), *r1 = vec(ZT_DTYPE_F32, 3, NULL), *r2 = vec(ZT_DTYPE_F32, 3, NULL);
+  zt_comm_work *ws[2] = {NULL, NULL}, *wr[2] = {NULL, NULL};
+  if (N == 1) {
+    ZT_CHECK_ERR(zt_isend(g_world, s, 0, 0, &ws[0]), ZT_STATUS_INVALID_ARG, "is this rank");
+  } else {
+    int next = (R + 1) % N, prev = (R + N - 1) % N;
+    ZT_CHECK_ERR(zt_isend(g_world, s, next, ZT_COMM_MAX_TAG, &ws[0]), ZT_STATUS_INVALID_ARG, "outside [0, 16384)");
+    ZT_CHECK_OK(zt_irecv(g_world, r1, prev, 5, &wr[0]));
+    ZT_CHECK_OK(zt_irecv(g_world, r2, prev, 5, &wr[1]));
+    ZT_CHECK_OK(zt_isend(g_world, s, next, 5, &ws[0]));
+    zt_tensor *s2 = NULL;
+    ZT_CHECK_OK(zt_mul_scalar(s, 2.0, &s2));
+    ZT_CHECK_OK(zt_isend(g_world, s2, next, 5, &ws[1]));
+    for (int k = 0; k < 2; k++) {
+      ZT_CHECK_OK(zt_comm_wait(wr[k]));
+      ZT_CHECK_OK(zt_comm_wait(ws[k]));
+    }
+    for (int64_t i = 0; i < 3; i++)
+      ZT_CHECK(zt_tensor_get(r1, i) == prev * 10 + i && zt_tensor_get(r2, i) == 2 * (prev * 10 + i));
+    zt_tensor_free(s2);
+    /* debug mode: rank 0 sends 3 values, rank 1 expects 4 */
+    bool was = zt_comm_debug(g_world);
+    zt_comm_set_debug(g_world, true);
+    if (R == 0) {
+      zt_comm_work *w = NULL;
+      ZT_CHECK_OK(zt_isend(g_world, s, 1, 9, &w));
+      ZT_CHECK_OK(zt_comm_wait(w)); /* rank 1 takes the data after refusing it */
+    } else if (R == 1) {
+      zt_tensor *big = vec(ZT_DTYPE_F32, 4, NULL);
+      ZT_CHECK_ERR(zt_recv(g_world, big, 0, 9), ZT_STATUS_COMM,
+                   "expects 4 f32 from rank 0 (tag 9), but rank 0's zt_send at test_comm.c:");
+      ZT_CHECK(strstr(zt_last_error(), "sends 3 f32"));
+      zt_comm_set_debug(g_world, false);
+      ZT_CHECK_OK(zt_recv(g_world, r1, 0, 9)); /* the data, without the check */
+      zt_tensor_free(big);
+    }
+    zt_comm_set_debug(g_world, was);
+  }
+  zt_test_free_all((zt_tensor *[]){s, r1, r2}, 3);
   ZT_CHECK_OK(zt_barrier(g_world));
 }
 
@@ -511,6 +557,7 @@ int main(int argc, char **argv) {
   ZT_RUN(test_reduce_scatter);
   ZT_RUN(test_broadcast);
   ZT_RUN(test_send_recv_ring);
+  ZT_RUN(test_isend_irecv);
   ZT_RUN(test_async);
   ZT_RUN(test_split);
   ZT_RUN(test_bad_inputs);

@@ -126,8 +126,16 @@ ZT_API ZT_NODISCARD zt_status zt_barrier_at(zt_comm *c, const char *file, int li
 #define zt_broadcast(c, t, root) zt_broadcast_at((c), (t), (root), __FILE__, __LINE__)
 #define zt_barrier(c) zt_barrier_at((c), __FILE__, __LINE__)
 
-/* Point to point (blocking, timed; dst/src != own rank; tag >= 0). Not checked by debug
- * mode. A small send may complete before the receiver posts its receive. */
+/* Point to point (timed; dst/src another rank of the group; tag in [0, ZT_COMM_MAX_TAG)).
+ * Messages between two ranks with one tag arrive in the order sent. Blocking: zt_send,
+ * zt_recv (a small send may complete before the receiver posts its receive). Non-blocking:
+ * zt_isend / zt_irecv start the transfer and return a handle that zt_comm_wait completes
+ * (the tensor must stay alive and untouched until then; a received tensor holds the data
+ * after the wait). Debug mode (ZT_COMM_DEBUG=1) checks each receive against its send: the
+ * send carries a header (count, dtype, call site) that the receive compares with its own
+ * tensor before the data moves, and a mismatch is an error on the receiving rank naming
+ * both call sites, instead of a hang or silently wrong bytes. */
+#define ZT_COMM_MAX_TAG 16384
 ZT_API ZT_NODISCARD zt_status zt_send_at(zt_comm *c, const zt_tensor *t, int dst, int tag, const char *file, int line);
 ZT_API ZT_NODISCARD zt_status zt_recv_at(zt_comm *c, zt_tensor *t, int src, int tag, const char *file, int line);
 #define zt_send(c, t, dst, tag) zt_send_at((c), (t), (dst), (tag), __FILE__, __LINE__)
@@ -150,6 +158,12 @@ ZT_API ZT_NODISCARD zt_status zt_reduce_scatter_async_at(zt_comm *c, const zt_te
 #define zt_all_gather_async(c, in, out, w) zt_all_gather_async_at((c), (in), (out), (w), __FILE__, __LINE__)
 #define zt_reduce_scatter_async(c, in, out, op, w) \
   zt_reduce_scatter_async_at((c), (in), (out), (op), (w), __FILE__, __LINE__)
+ZT_API ZT_NODISCARD zt_status zt_isend_at(zt_comm *c, const zt_tensor *t, int dst, int tag, zt_comm_work **w,
+                                         const char *file, int line);
+ZT_API ZT_NODISCARD zt_status zt_irecv_at(zt_comm *c, zt_tensor *t, int src, int tag, zt_comm_work **w, const char *file,
+                                         int line);
+#define zt_isend(c, t, dst, tag, w) zt_isend_at((c), (t), (dst), (tag), (w), __FILE__, __LINE__)
+#define zt_irecv(c, t, src, tag, w) zt_irecv_at((c), (t), (src), (tag), (w), __FILE__, __LINE__)
 ZT_API ZT_NODISCARD zt_status zt_comm_wait(zt_comm_work *w);
 
 #endif

@@ -46,6 +46,15 @@ typedef struct host_bytes {
   size_t bytes;
 } host_bytes;
 
+/* Debug mode's header of a send: what it sends and from where, checked by the receive
+ * before the data moves (sent under tag + ZT_COMM_MAX_TAG: the same order as the data). */
+typedef struct p2p_header {
+  int64_t count;
+  int32_t dtype, tag, line, pad;
+  char file[32];
+} p2p_header;
+#define P2P_HEADER_I32 ((int64_t)(sizeof(p2p_header) / 4))
+
 struct zt_comm_work {
   zt_comm *c;
   opinfo op;
@@ -59,6 +68,9 @@ struct zt_comm_work {
   /* host copies of tensors on devices the host cannot address (COMM, owned by the work):
    * the input's, and the result's, written back to the device when the work completes */
   host_bytes in_stage, out_stage;
+  size_t bytes_sent;  /* a send's bytes, counted when it completes */
+  p2p_header header;  /* debug mode: a send's header, in flight until the wait */
+  void *header_req;
 };
 
 static bool env_debug(void) {
@@ -395,7 +407,7 @@ static zt_status work_new(zt_comm *c, zt_tensor *result, bool avg, zt_comm_work 
   if (!w) return ZT_ERR(ZT_STATUS_OOM, "out of host memory for a zt_comm_work");
   w->c = c;
   w->result = result;
-  w->n = zt_tensor_numel(result);
+  w->n = result ? zt_tensor_numel(result) : 0;
   w->avg = avg;
   *out = w;
   return ZT_OK;
@@ -426,9 +438,11 @@ static zt_status work_tmp_from_half(zt_comm_work *w, const uint16_t *src, zt_dty
 zt_status zt_comm_wait(zt_comm_work *w) {
   if (!w) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_comm_wait: work is NULL");
   zt_comm *c = w->c;
-  zt_status s = w->req ? check_comm(c, "zt_comm_wait") : ZT_OK;
+  zt_status s = w->req || w->header_req ? check_comm(c, "zt_comm_wait") : ZT_OK;
+  if (s == ZT_OK) s = wait_req(c, w->header_req, &w->op);
+  if (s == ZT_OK) w->header_req = NULL;
   if (s == ZT_OK) s = wait_req(c, w->req, &w->op);
-  if (s != ZT_OK && w->req) {
+  if (s != ZT_OK && (w->req || w->header_req)) {
     /* not complete (timed out, or the group was already unusable): MPI keeps the request
      * and may still write the buffers, so the f32 buffer stays allocated */
     free(w);
@@ -451,10 +465,12 @@ zt_status zt_comm_wait(zt_comm_work *w) {
       for (int64_t i = 0; i < w->n; i++) d[i] *= scale;
     }
   }
-  if (s == ZT_OK) {
+  if (s == ZT_OK && w->result) {
     stage_finish(&w->out_stage, w->result);
     zt_tensor_bump_version(w->result);
   }
+  if (s == ZT_OK && (w->op.kind == ZT__COLL_SEND || w->op.kind == ZT__COLL_RECV))
+    account(c, 1.0, w->bytes_sent); /* a receive sends nothing */
   work_free(w);
   return s;
 }
@@ -655,55 +671,126 @@ static zt_status check_peer(const zt_comm *c, const char *fn, const char *what, 
   if (peer < 0 || peer >= c->size)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: %s %d is not a rank of this group (size %d)", fn, what, peer, c->size);
   if (peer == c->rank)
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: %s %d is this rank; a blocking send to yourself would deadlock", fn,
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: %s %d is this rank; send to and receive from other ranks only", fn,
                   what, peer);
-  if (tag < 0) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: tag %d is negative; use a tag >= 0", fn, tag);
+  if (tag < 0 || tag >= ZT_COMM_MAX_TAG)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: tag %d is outside [0, %d); use a tag in that range", fn, tag,
+                  ZT_COMM_MAX_TAG);
   return ZT_OK;
 }
 
-zt_status zt_send_at(zt_comm *c, const zt_tensor *t, int dst, int tag, const char *file, int line) {
-  host_bytes hb;
-  ZT_TRY(check_comm(c, "zt_send"));
-  ZT_TRY(check_tensor(t, "zt_send", "t", false, ZT_REDUCE_SUM, false, &hb));
-  stage_free(&hb);
-  ZT_TRY(check_peer(c, "zt_send", "dst", dst, tag));
-  opinfo oi = enter(c, ZT__COLL_SEND, file, line);
-  oi.peer = dst;
-  oi.tag = tag;
+
+static p2p_header header_of(const zt_tensor *t, const opinfo *oi) {
+  p2p_header h;
+  memset(&h, 0, sizeof h);
+  h.count = zt_tensor_numel(t);
+  h.dtype = (int32_t)t->dtype;
+  h.tag = oi->tag;
+  h.line = oi->line;
+  const char *base = oi->file ? strrchr(oi->file, '/') : NULL;
+  snprintf(h.file, sizeof h.file, "%s", base ? base + 1 : oi->file ? oi->file : "?");
+  return h;
+}
+
+/* The receive's side of the debug check: the matching send's header, against t. */
+static zt_status check_header(zt_comm *c, const zt_tensor *t, const opinfo *oi) {
+  p2p_header got, want = header_of(t, oi);
   void *req = NULL;
-  zt_status s = check_tensor(t, "zt_send", "t", false, ZT_REDUCE_SUM, true, &hb);
-  if (s == ZT_OK) s = c->be->send(c->ctx, hb.data, zt_tensor_numel(t), t->dtype, dst, tag, &req);
-  if (s == ZT_OK) s = wait_req(c, req, &oi);
-  if (s != ZT_OK) {
-    if (!req) stage_free(&hb); /* a request MPI still holds keeps its buffer */
-    return c->broken ? s : zt__error_prefix(s, "zt_send");
-  }
-  stage_free(&hb);
-  account(c, 1.0, zt_tensor_nbytes(t));
+  opinfo hi = *oi;
+  zt_status s = c->be->recv(c->ctx, &got, P2P_HEADER_I32, ZT_DTYPE_I32, oi->peer, oi->tag + ZT_COMM_MAX_TAG, &req);
+  if (s == ZT_OK) s = wait_req(c, req, &hi);
+  if (s) return s;
+  got.file[sizeof got.file - 1] = '\0';
+  if (got.count != want.count || got.dtype != want.dtype)
+    return ZT_ERR(ZT_STATUS_COMM,
+                  "send/receive mismatch (comm debug mode): zt_recv at %s:%d on rank %d expects %lld %s from rank %d "
+                  "(tag %d), but rank %d's zt_send at %s:%d sends %lld %s; give both the same shape and dtype",
+                  want.file, want.line, c->rank, (long long)want.count, zt_dtype_name((zt_dtype)want.dtype), oi->peer,
+                  oi->tag, oi->peer, got.file, got.line, (long long)got.count,
+                  got.dtype >= 0 && got.dtype < ZT_DTYPE_COUNT ? zt_dtype_name((zt_dtype)got.dtype) : "?");
   return ZT_OK;
 }
 
-zt_status zt_recv_at(zt_comm *c, zt_tensor *t, int src, int tag, const char *file, int line) {
+static zt_status send_start(zt_comm *c, const zt_tensor *t, int dst, int tag, zt_comm_work **out, const char *file,
+                            int line) {
+  const char *fn = "zt_send";
   host_bytes hb;
-  ZT_TRY(check_comm(c, "zt_recv"));
-  ZT_TRY(check_tensor(t, "zt_recv", "t", false, ZT_REDUCE_SUM, false, &hb));
+  ZT_TRY(check_comm(c, fn));
+  ZT_TRY(check_tensor(t, fn, "t", false, ZT_REDUCE_SUM, false, &hb));
   stage_free(&hb);
-  ZT_TRY(check_peer(c, "zt_recv", "src", src, tag));
+  ZT_TRY(check_peer(c, fn, "dst", dst, tag));
+  zt_comm_work *w = NULL;
+  ZT_TRY(work_new(c, NULL, false, &w));
+  w->op = enter(c, ZT__COLL_SEND, file, line);
+  w->op.peer = dst;
+  w->op.tag = tag;
+  w->bytes_sent = zt_tensor_nbytes(t);
+  zt_status s = ZT_OK;
+  if (c->debug) {
+    w->header = header_of(t, &w->op);
+    s = c->be->send(c->ctx, &w->header, P2P_HEADER_I32, ZT_DTYPE_I32, dst, tag + ZT_COMM_MAX_TAG, &w->header_req);
+  }
+  if (!s) s = check_tensor(t, fn, "t", false, ZT_REDUCE_SUM, true, &w->in_stage);
+  if (!s) s = c->be->send(c->ctx, w->in_stage.data, zt_tensor_numel(t), t->dtype, dst, tag, &w->req);
+  if (s) {
+    work_free(w);
+    return zt__error_prefix(s, "%s", fn);
+  }
+  *out = w;
+  return ZT_OK;
+}
+
+static zt_status recv_start(zt_comm *c, zt_tensor *t, int src, int tag, zt_comm_work **out, const char *file,
+                            int line) {
+  const char *fn = "zt_recv";
+  host_bytes hb;
+  ZT_TRY(check_comm(c, fn));
+  ZT_TRY(check_tensor(t, fn, "t", false, ZT_REDUCE_SUM, false, &hb));
+  stage_free(&hb);
+  ZT_TRY(check_peer(c, fn, "src", src, tag));
   opinfo oi = enter(c, ZT__COLL_RECV, file, line);
   oi.peer = src;
   oi.tag = tag;
-  void *req = NULL;
-  zt_status s = check_tensor(t, "zt_recv", "t", false, ZT_REDUCE_SUM, false, &hb);
-  if (s == ZT_OK) s = c->be->recv(c->ctx, hb.data, zt_tensor_numel(t), t->dtype, src, tag, &req);
-  if (s == ZT_OK) s = wait_req(c, req, &oi);
-  if (s != ZT_OK) {
-    if (!req) stage_free(&hb); /* a request MPI still holds keeps its buffer */
-    return c->broken ? s : zt__error_prefix(s, "zt_recv");
+  if (c->debug) {
+    zt_status s = check_header(c, t, &oi);
+    if (s) return c->broken ? s : zt__error_prefix(s, "%s", fn);
   }
-  stage_finish(&hb, t);
-  c->stats.calls++;
-  zt_tensor_bump_version(t);
+  zt_comm_work *w = NULL;
+  ZT_TRY(work_new(c, t, false, &w));
+  w->op = oi;
+  w->n = 0; /* nothing to rescale: the result is the bytes received */
+  zt_status s = check_tensor(t, fn, "t", false, ZT_REDUCE_SUM, false, &w->out_stage);
+  if (!s) s = c->be->recv(c->ctx, w->out_stage.data, zt_tensor_numel(t), t->dtype, src, tag, &w->req);
+  if (s) {
+    work_free(w);
+    return zt__error_prefix(s, "%s", fn);
+  }
+  *out = w;
   return ZT_OK;
+}
+
+zt_status zt_isend_at(zt_comm *c, const zt_tensor *t, int dst, int tag, zt_comm_work **w, const char *file, int line) {
+  if (!w) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_isend: w is NULL");
+  *w = NULL;
+  return send_start(c, t, dst, tag, w, file, line);
+}
+
+zt_status zt_irecv_at(zt_comm *c, zt_tensor *t, int src, int tag, zt_comm_work **w, const char *file, int line) {
+  if (!w) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_irecv: w is NULL");
+  *w = NULL;
+  return recv_start(c, t, src, tag, w, file, line);
+}
+
+zt_status zt_send_at(zt_comm *c, const zt_tensor *t, int dst, int tag, const char *file, int line) {
+  zt_comm_work *w = NULL;
+  ZT_TRY(send_start(c, t, dst, tag, &w, file, line));
+  return zt_comm_wait(w);
+}
+
+zt_status zt_recv_at(zt_comm *c, zt_tensor *t, int src, int tag, const char *file, int line) {
+  zt_comm_work *w = NULL;
+  ZT_TRY(recv_start(c, t, src, tag, &w, file, line));
+  return zt_comm_wait(w);
 }
 
 /* A collective all-gather of raw records (for split and agree.c): published, debug-checked
