@@ -246,6 +246,16 @@ ZT_API zt_model zt_gpt2_model(zt_gpt2 *m);
  * targets, *logits receives (B, T, V) (for sampling; pass loss NULL). */
 ZT_API ZT_NODISCARD zt_status zt_gpt2_forward(zt_gpt2 *m, zt_tensor *ids, zt_tensor *targets, zt_tensor **logits, zt_tensor **loss);
 
+/* A pipeline stage's part of the forward: the embeddings when embed_first (in: token ids
+ * (B, T) i32; else in: the hidden state (B, T, C), borrowed), then blocks [first, first +
+ * count) through the block sequence's wrappers (count may be 0), then, when targets (B, T)
+ * are given, ln_f and the fused loss (*out: the mean loss, 0-d, as zt_gpt2_forward's);
+ * without targets *out is the hidden state after the blocks. The stages of a partition run
+ * in order compute exactly what zt_gpt2_forward computes. The root module's forward hooks
+ * (FSDP's root unit) are not run. */
+ZT_API ZT_NODISCARD zt_status zt_gpt2_forward_stage(zt_gpt2 *m, bool embed_first, int first, int count,
+                                                    zt_tensor *targets, zt_tensor *in, zt_tensor **out);
+
 /* Memory-budget planning (src/models/gpt2_plan.c). The activation model counts, per
  * token, what each block keeps from forward to backward (NONE: 16C + 4 + n_head values;
  * SELECTIVE with save_wide_gemm: 8C, with save_gemm: 10C, with recompute_attention:

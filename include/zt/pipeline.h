@@ -15,6 +15,7 @@
 #define ZT_PIPELINE_H
 
 #include "zt/status.h"
+#include "zt/tensor.h"
 
 /* What an action does. Stage numbers are global (0 .. ranks*chunks-1). B computes the input
  * gradients of a stage, W its weight gradients, BW both (a plain backward). SEND_F s m sends
@@ -153,6 +154,25 @@ typedef struct zt_pipeline_sim {
 ZT_API ZT_NODISCARD zt_status zt_pipeline_simulate(const zt_pipeline_schedule *s, const zt_pipeline_costs *costs,
                                                    zt_pipeline_sim **out);
 ZT_API void zt_pipeline_sim_free(zt_pipeline_sim *sim);
+
+/* ---- running a schedule in one process (execute.c) ----
+ * The stages of a model, for the executor: forward of stage `stage` for microbatch mb. in is
+ * the first stage's input as given (token ids), or the previous stage's output cut from its
+ * graph (a leaf that requires grad, borrowed); *out (new) is the stage's output, or for the
+ * last stage its loss (one element). */
+typedef struct zt_pipeline_stages {
+  zt_status (*forward)(void *ctx, int stage, int mb, zt_tensor *in, zt_tensor **out);
+  void *ctx;
+} zt_pipeline_stages;
+/* Run compute-only schedule s (validated first) with every stage in this process: the
+ * executor's semantics without transport (the ranks take turns, each keeping its list's
+ * order). F runs the stage's forward; B is zt_backward_input from the stage's output with the
+ * next stage's input grad (the last stage: its loss times loss_scale); W is
+ * zt_backward_weight of B's record; BW both. inputs[mb] feeds the first stage; losses (may be
+ * NULL) gets each microbatch's loss (unscaled). The parameters' .grad accumulate as
+ * microbatch accumulation does; nothing else is kept. */
+ZT_API ZT_NODISCARD zt_status zt_pipeline_run_local(const zt_pipeline_schedule *s, const zt_pipeline_stages *st,
+                                                    zt_tensor *const *inputs, double loss_scale, double *losses);
 
 /* ---- rendering (render.c): malloc'd strings, the caller frees them ---- */
 /* A text timeline: one row per rank, `width` columns (0: 100) for the step time; each action

@@ -256,16 +256,12 @@ static zt_status run_blocks(void *ctx, int first, int count, zt_tensor *x, zt_te
   return ZT_OK;
 }
 
-static zt_status forward(zt_gpt2 *m, zt_tensor *ids, zt_tensor *targets, zt_tensor **logits, zt_tensor **loss) {
-  ZT_TRY(check_inputs(m, ids, targets, logits, loss));
-  zt_tensor *x = NULL, *y = NULL, *h = NULL, *h2 = NULL, *t2 = NULL, *lg = NULL, *ls = NULL;
-  zt_status s = embed(m, ids, &x);
-  if (!s) s = zt_module_run_sequence(m->h, x, &y); /* through the strategies' wrappers */
-  zt_tensor_free(x);
-  x = y;
-  if (!s) s = zt_nn_layer_norm_forward(m->ln_f, x, &h);
-  zt_tensor_free(x);
-  int64_t B = ids->shape[0], T = ids->shape[1], C = m->cfg.n_embd;
+/* The head on the blocks' output x (borrowed): ln_f, then the loss against targets (B, T)
+ * and/or the logits. */
+static zt_status head(zt_gpt2 *m, zt_tensor *x, zt_tensor *targets, zt_tensor **logits, zt_tensor **loss) {
+  zt_tensor *h = NULL, *h2 = NULL, *t2 = NULL, *lg = NULL, *ls = NULL;
+  zt_status s = zt_nn_layer_norm_forward(m->ln_f, x, &h);
+  int64_t B = x->shape[0], T = x->shape[1], C = m->cfg.n_embd;
   if (!s && targets) {
     // loss = mean CE of h (B*T, C) . wte^T against targets (B*T), chunked: no (B*T, V) tensor
     s = zt_reshape(h, 2, (int64_t[]){B * T, C}, &h2);
@@ -285,6 +281,45 @@ static zt_status forward(zt_gpt2 *m, zt_tensor *ids, zt_tensor *targets, zt_tens
   if (logits) *logits = lg;
   if (loss) *loss = ls;
   return ZT_OK;
+}
+
+static zt_status forward(zt_gpt2 *m, zt_tensor *ids, zt_tensor *targets, zt_tensor **logits, zt_tensor **loss) {
+  ZT_TRY(check_inputs(m, ids, targets, logits, loss));
+  zt_tensor *x = NULL, *y = NULL;
+  zt_status s = embed(m, ids, &x);
+  if (!s) s = zt_module_run_sequence(m->h, x, &y); /* through the strategies' wrappers */
+  zt_tensor_free(x);
+  if (!s) s = head(m, y, targets, logits, loss);
+  zt_tensor_free(y);
+  return s;
+}
+
+zt_status zt_gpt2_forward_stage(zt_gpt2 *m, bool embed_first, int first, int count, zt_tensor *targets, zt_tensor *in,
+                                zt_tensor **out) {
+  if (!m || !in || !out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_forward_stage: model, in or out is NULL");
+  *out = NULL;
+  int L = m->cfg.n_layer;
+  if (first < 0 || count < 0 || first > L - count)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_forward_stage: blocks [%d, %d) are outside the model's %d", first,
+                  first + count, L);
+  if (embed_first) ZT_TRY(check_inputs(m, in, targets, targets ? NULL : out, targets ? out : NULL)); /* the ids */
+  zt_tensor *x = NULL, *y = NULL;
+  zt_status s = embed_first ? embed(m, in, &x) : ZT_OK;
+  zt_tensor *cur = embed_first ? x : in;
+  if (!s && count > 0) s = zt_span_run((zt_span_next){m->h, 0}, first, count, cur, &y); /* through the wrappers */
+  zt_tensor *hid = count > 0 ? y : cur;
+  if (!s && targets) {
+    s = head(m, hid, targets, NULL, out);
+  } else if (!s && count > 0) {
+    *out = y, y = NULL;
+  } else if (!s && embed_first) {
+    *out = x, x = NULL;
+  } else if (!s) {
+    s = ZT_ERR(ZT_STATUS_INVALID_ARG, "a stage with no blocks, no embedding and no head does nothing");
+  }
+  zt_tensor_free(x);
+  zt_tensor_free(y);
+  return s ? zt__error_prefix(s, "zt_gpt2_forward_stage") : ZT_OK;
 }
 
 zt_status zt_gpt2_forward(zt_gpt2 *m, zt_tensor *ids, zt_tensor *targets, zt_tensor **logits, zt_tensor **loss) {

@@ -1,25 +1,30 @@
 /* Recompute plans (zt/strategy.h): a mode per block, grouped into regions of up to `every`
  * blocks, run by a wrapper on the model's block sequence; FULL and SELECTIVE regions run
  * inside zt_checkpoint, whose recomputation runs the region's span again through the same
- * wrapper chain (the span's `next`, kept in the region). */
+ * wrapper chain (the span's `next`, kept in a part record). A span that cuts a region (a
+ * pipeline stage boundary inside it) runs the cut parts as regions of their own. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/grow.h"
 #include "core/status_internal.h"
 #include "zt/checkpoint.h"
 #include "zt/nn.h"
 #include "zt/strategy.h"
 
-/* One region: blocks [first, first + count) of one mode. Its address is the checkpoint's
- * user_data, so it lives as long as the plan; run fills next, lo and n (the part of the
- * region inside the span it was asked to run) before the region runs. */
+/* One region: blocks [first, first + count) of one mode. */
 typedef struct region {
   int first, count;
   zt_recompute mode;
   zt_checkpoint_policy policy;
+} region;
+
+/* What one checkpoint runs: blocks [lo, lo + n) through next. Its address is the checkpoint's
+ * user_data, so it lives as long as the plan's regions do; one per distinct part. */
+typedef struct part {
   zt_span_next next;
   int lo, n;
-} region;
+} part;
 
 struct zt_recompute_plan {
   zt_recompute mode;     /* when modes is NULL: every block's */
@@ -32,6 +37,8 @@ struct zt_recompute_plan {
   int wrapper_id;
   region *regions; /* up to seq->n_children */
   int n_regions;
+  part **parts;    /* the parts run so far (kept: recomputation in backward reads them) */
+  int n_parts, cap_parts;
 };
 
 const char *zt_recompute_name(zt_recompute mode) {
@@ -91,7 +98,7 @@ static zt_status make_regions(const zt_recompute_plan *p, int n, region **out, i
   for (int i = 0; i < n;) {
     int len = 1;
     while (i + len < n && len < p->every && mode_of(p, i + len) == mode_of(p, i)) len++;
-    r[k++] = (region){i, len, mode_of(p, i), p->policy, {NULL, 0}, 0, 0};
+    r[k++] = (region){i, len, mode_of(p, i), p->policy};
     i += len;
   }
   *out = r;
@@ -170,8 +177,31 @@ zt_checkpoint_policy zt_recompute_plan_policy(const zt_recompute_plan *p) {
 /* A region's checkpoint function: its part of the span, run further in. */
 static zt_status region_fn(zt_tensor *const *in, int n_in, zt_tensor **out, int n_out, void *ud) {
   (void)n_in, (void)n_out;
-  const region *r = ud;
-  return zt_span_run(r->next, r->lo, r->n, in[0], out);
+  const part *q = ud;
+  return zt_span_run(q->next, q->lo, q->n, in[0], out);
+}
+
+/* The part record for blocks [lo, lo + n) through next: the one made before, or a new one. */
+static part *part_of(zt_recompute_plan *p, zt_span_next next, int lo, int n) {
+  for (int i = 0; i < p->n_parts; i++) {
+    part *q = p->parts[i];
+    if (q->lo == lo && q->n == n && q->next.seq == next.seq && q->next.level == next.level) return q;
+  }
+  part **grown = zt__grow(p->parts, &p->cap_parts, p->n_parts + 1, sizeof *grown, "a recompute plan's parts");
+  part *q = grown ? malloc(sizeof *q) : NULL;
+  if (grown) p->parts = grown;
+  if (!q) {
+    if (grown) ZT_ERR(ZT_STATUS_OOM, "out of host memory for a recompute part");
+    return NULL;
+  }
+  *q = (part){next, lo, n};
+  p->parts[p->n_parts++] = q;
+  return q;
+}
+
+static void parts_free(zt_recompute_plan *p) {
+  for (int i = 0; i < p->n_parts; i++) free(p->parts[i]);
+  p->n_parts = 0;
 }
 
 static zt_status run(void *ud, zt_span_next next, int first, int count, zt_tensor *x, zt_tensor **y) {
@@ -188,10 +218,10 @@ static zt_status run(void *ud, zt_span_next next, int first, int count, zt_tenso
     if (r->mode == ZT_RECOMPUTE_NONE) {
       s = zt_span_run(next, lo, hi - lo, cur, &o);
     } else {
-      r->next = next, r->lo = lo, r->n = hi - lo;
+      part *q = part_of(p, next, lo, hi - lo);
       zt_checkpoint_options co = zt_checkpoint_options_default();
       if (r->mode == ZT_RECOMPUTE_SELECTIVE) co.policy = r->policy;
-      s = zt_checkpoint(region_fn, r, 1, &cur, 1, &o, &co);
+      s = q ? zt_checkpoint(region_fn, q, 1, &cur, 1, &o, &co) : ZT_STATUS_OOM;
     }
     if (cur != x) zt_tensor_free(cur);
     cur = s ? NULL : o;
@@ -241,5 +271,7 @@ void zt_recompute_plan_free(zt_recompute_plan *p) {
   detach(p);
   free(p->modes);
   free(p->regions);
+  parts_free(p);
+  free(p->parts);
   free(p);
 }
