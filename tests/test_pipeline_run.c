@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "zt/comm.h"
 #include "zt/nn.h"
 #include "zt/pipeline.h"
 #include "zt/strategy.h"
@@ -141,6 +142,69 @@ static void test_every_family(void) {
   }
 }
 
+/* Across the ranks of mpirun (P = the world size, 2 or 4): every family, run by
+ * zt_pipeline_run with sends and receives; each rank holds the grads of its stages' parameters,
+ * their sum over the ranks (the others add zeros) equals plain accumulation, bitwise but for
+ * the tied embedding (first and last stage). */
+static void test_across_ranks(void) {
+  int R = 0, P = 1;
+  zt_comm *w = zt_test_world(&R, &P);
+  if (!w) return;
+  if (P == 1) {
+    zt_comm_free(w);
+    return;
+  }
+  static const char *const names[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2",
+                                      "zb-v",  "v-half", "v-min",     "dualpipev", "auto"};
+  int M = 2 * P;
+  zt_tensor *ids[16], *tg[16];
+  for (int m = 0; m < M; m++) {
+    ids[m] = zt_test_rand_ids(B, T, CFG.vocab_size, 100 + (uint64_t)m);
+    tg[m] = zt_test_rand_ids(B, T, CFG.vocab_size, 200 + (uint64_t)m);
+  }
+  result want = {0};
+  plain(M, ids, tg, false, &want);
+  zt_pipeline_boundary bd = {3, {B, T, CFG.n_embd}, ZT_DTYPE_F32};
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+    zt_pipeline_gen_options o = {0};
+    o.name = names[k], o.ranks = P, o.microbatches = M;
+    zt_pipeline_schedule *s = NULL;
+    ZT_CHECK_OK(zt_pipeline_generate(&o, &s));
+    if (!s) continue;
+    zt_recompute_plan *rc = NULL;
+    zt_gpt2 *g = model(false, &rc);
+    stages_ctx c = {g, zt_pipeline_stage_count(s), tg};
+    zt_pipeline_stages st = {stage_forward, &c};
+    result got = {0};
+    for (int m = 0; m < M; m++) got.loss[m] = 0;
+    ZT_CHECK_OK(zt_pipeline_run(s, &st, w, &bd, ids, 1.0 / M, got.loss));
+    /* the losses live on the last stage's rank: sum them (the others hold zeros) */
+    zt_tensor *lt = NULL;
+    ZT_CHECK_OK(zt_tensor_from_data(1, (int64_t[]){M}, ZT_DTYPE_F64, got.loss, &lt));
+    ZT_CHECK_OK(zt_all_reduce(w, lt, ZT_REDUCE_SUM));
+    for (int m = 0; m < M; m++) got.loss[m] = zt_tensor_get(lt, m);
+    zt_tensor_free(lt);
+    zt_param *ps;
+    int np = zt_gpt2_params(g, &ps);
+    for (int i = 0; i < np; i++) { /* every rank takes part in every sum */
+      zt_tensor *t = ps[i].tensor;
+      if (!t->grad) ZT_CHECK_OK(zt_tensor_zeros(t->ndim, t->shape, t->dtype, ZT_CPU, &t->grad));
+      ZT_CHECK_OK(zt_all_reduce(w, t->grad, ZT_REDUCE_SUM));
+    }
+    take_grads(g, &got);
+    char what[96];
+    snprintf(what, sizeof what, "%s across %d ranks, %d microbatches", names[k], P, M);
+    compare(&want, &got, M, what);
+    result_free(&got);
+    zt_gpt2_free(g);
+    zt_pipeline_schedule_free(s);
+  }
+  result_free(&want);
+  zt_test_free_all(ids, M);
+  zt_test_free_all(tg, M);
+  zt_comm_free(w);
+}
+
 static void test_errors(void) {
   zt_pipeline_schedule *s = NULL;
   ZT_CHECK_OK(zt_pipeline_schedule_new(2, 1, 1, ZT_PIPELINE_PLACEMENT_LOOP, &s));
@@ -157,6 +221,7 @@ static void test_errors(void) {
 
 int main(void) {
   ZT_RUN(test_every_family);
+  ZT_RUN(test_across_ranks);
   ZT_RUN(test_errors);
   return zt_test_finish();
 }

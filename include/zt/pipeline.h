@@ -1,8 +1,9 @@
 /* zerotrain pipeline schedules as data (src/strategies/pipeline/): per rank, an ordered list
  * of actions (F, B, W, BW, sends and receives) that is generated or read from text, lowered
- * to explicit communication, validated before it runs, simulated and rendered. Nothing here
- * runs a model: the executor (a later part) takes a validated schedule. docs/pipeline-schedules.md
- * describes the text form, the generators and the simulator's model.
+ * to explicit communication, validated before it runs, simulated and rendered, and run by
+ * the executor (execute.c: every stage in one process, or across the ranks of a zt_comm).
+ * docs/pipeline-schedules.md describes the text form, the generators and the simulator's
+ * model.
  *
  *   zt_pipeline_schedule *s;  zt_pipeline_sim *sim;
  *   zt_pipeline_generate(&(zt_pipeline_gen_options){.name = "zb-h1", .ranks = 4, .microbatches = 8}, &s);
@@ -16,6 +17,7 @@
 
 #include "zt/status.h"
 #include "zt/tensor.h"
+#include "zt/comm.h"
 
 /* What an action does. Stage numbers are global (0 .. ranks*chunks-1). B computes the input
  * gradients of a stage, W its weight gradients, BW both (a plain backward). SEND_F s m sends
@@ -173,6 +175,24 @@ typedef struct zt_pipeline_stages {
  * microbatch accumulation does; nothing else is kept. */
 ZT_API ZT_NODISCARD zt_status zt_pipeline_run_local(const zt_pipeline_schedule *s, const zt_pipeline_stages *st,
                                                     zt_tensor *const *inputs, double loss_scale, double *losses);
+
+/* Run s across the ranks of comm (one rank per schedule rank; this rank runs its own list):
+ * the same semantics as zt_pipeline_run_local, with the hand-over between ranks by
+ * non-blocking sends and receives (zt_isend / zt_irecv): a compute-only s is lowered first
+ * (each receive right before the action that needs it, each send right after the action
+ * that produces it), and an action waits only for the transfer it needs. Every tensor that
+ * crosses a stage boundary has the boundary's shape and dtype (GPT-2: the hidden state
+ * (B, T, C) f32); a tag per (stage, microbatch, direction) keeps the messages apart. The
+ * first stage's inputs[mb] are read on its rank; losses (may be NULL) are filled on the rank
+ * of the last stage. Collective over comm. */
+typedef struct zt_pipeline_boundary {
+  int ndim;
+  int64_t shape[8];
+  zt_dtype dtype;
+} zt_pipeline_boundary;
+ZT_API ZT_NODISCARD zt_status zt_pipeline_run(const zt_pipeline_schedule *s, const zt_pipeline_stages *st, zt_comm *comm,
+                                              const zt_pipeline_boundary *b, zt_tensor *const *inputs,
+                                              double loss_scale, double *losses);
 
 /* ---- rendering (render.c): malloc'd strings, the caller frees them ---- */
 /* A text timeline: one row per rank, `width` columns (0: 100) for the step time; each action

@@ -10,6 +10,7 @@
 #include "core/status_internal.h"
 #include "pipeline_internal.h"
 #include "zt/autograd.h"
+#include "zt/comm.h"
 #include "zt/ops.h"
 
 typedef struct slot {
@@ -148,5 +149,190 @@ zt_status zt_pipeline_run_local(const zt_pipeline_schedule *s, const zt_pipeline
       st0 = ZT_ERR(ZT_STATUS_STATE, "zt_pipeline_run_local: rank %d cannot go on at its action %d", k, pc[k]);
   free(pc);
   slots_free(&r);
+  return st0;
+}
+
+/* ------------------------------------------------------------ across ranks */
+/* One rank's state: its slots as above, plus the transfers in flight. */
+typedef struct xslot {
+  zt_tensor *in, *out, *gin;
+  zt_tensor *gout;            /* the received grad of out (from stage + 1 on another rank) */
+  zt_comm_work *recv_in, *recv_gout, *send_out, *send_gin;
+  zt_deferred *rec;
+} xslot;
+
+typedef struct xrun {
+  const zt_pipeline_schedule *s;
+  const zt_pipeline_stages *st;
+  const zt_pipeline_boundary *bd;
+  zt_comm *comm;
+  zt_tensor *const *inputs;
+  double loss_scale;
+  double *losses;
+  int S, rank;
+  xslot *slots;
+} xrun;
+
+static xslot *xat(xrun *r, int stage, int mb) { return &r->slots[zt__pp_slot(r->s, stage, mb)]; }
+static bool local(xrun *r, int stage) { return zt_pipeline_stage_rank(r->s, stage) == r->rank; }
+/* A tag per (stage, microbatch, direction): 0 activations, 1 gradients. */
+static int tag_of(xrun *r, int stage, int mb, int dir) { return (stage * r->s->microbatches + mb) * 2 + dir; }
+
+static zt_status wait_work(zt_comm_work **w) {
+  if (!*w) return ZT_OK;
+  zt_status s = zt_comm_wait(*w);
+  *w = NULL;
+  return s;
+}
+
+static zt_status boundary_tensor(xrun *r, zt_tensor **out) {
+  return zt_tensor_empty_tagged(r->bd->ndim, r->bd->shape, r->bd->dtype, ZT_CPU, ZT_MEM_TAG_ACTIVATION, out);
+}
+
+static zt_status xforward(xrun *r, int stage, int mb) {
+  xslot *sl = xat(r, stage, mb);
+  zt_tensor *in = r->inputs[mb];
+  if (stage > 0) {
+    if (local(r, stage - 1)) {
+      ZT_TRY(zt_tensor_alias(xat(r, stage - 1, mb)->out, &sl->in));
+    } else {
+      ZT_TRY(wait_work(&sl->recv_in)); /* posted by RECV_F (sl->in is its buffer) */
+      if (!sl->in) return ZT_ERR(ZT_STATUS_STATE, "stage %d's input for microbatch %d was never received", stage, mb);
+    }
+    ZT_TRY(zt_tensor_set_requires_grad(sl->in, true));
+    in = sl->in;
+  }
+  zt_tensor *out = NULL;
+  ZT_TRY(r->st->forward(r->st->ctx, stage, mb, in, &out));
+  if (stage == r->S - 1) {
+    if (r->losses) r->losses[mb] = zt_tensor_get(out, 0);
+    zt_tensor *scaled = NULL;
+    zt_status s = r->loss_scale != 1.0 ? zt_mul_scalar(out, r->loss_scale, &scaled) : ZT_OK;
+    if (scaled) zt_tensor_free(out), out = scaled;
+    if (s) {
+      zt_tensor_free(out);
+      return s;
+    }
+  }
+  sl->out = out;
+  return ZT_OK;
+}
+
+static zt_status xbackward_input(xrun *r, int stage, int mb) {
+  xslot *sl = xat(r, stage, mb);
+  zt_tensor *g = NULL;
+  if (stage < r->S - 1) {
+    if (local(r, stage + 1)) {
+      g = xat(r, stage + 1, mb)->gin;
+    } else {
+      ZT_TRY(wait_work(&sl->recv_gout));
+      g = sl->gout;
+    }
+    if (!g) return ZT_ERR(ZT_STATUS_STATE, "stage %d's output grad for microbatch %d is missing", stage, mb);
+  }
+  ZT_TRY(wait_work(&sl->send_out)); /* its bytes must leave before the output goes */
+  ZT_TRY(zt_backward_input(1, &sl->out, g ? &g : NULL, stage > 0 ? 1 : 0, stage > 0 ? &sl->in : NULL, false,
+                           stage > 0 ? &sl->gin : NULL, &sl->rec));
+  if (stage < r->S - 1 && local(r, stage + 1)) {
+    xslot *next = xat(r, stage + 1, mb);
+    ZT_TRY(wait_work(&next->send_gin));
+    zt_tensor_free(next->gin), next->gin = NULL;
+  }
+  zt_tensor_free(sl->gout), sl->gout = NULL;
+  zt_tensor_free(sl->out), sl->out = NULL;
+  return ZT_OK;
+}
+
+static zt_status xbackward_weight(xrun *r, int stage, int mb) {
+  xslot *sl = xat(r, stage, mb);
+  zt_status s = zt_backward_weight(sl->rec);
+  zt_deferred_free(sl->rec), sl->rec = NULL;
+  return s;
+}
+
+static zt_status xaction(xrun *r, zt_pipeline_action a) {
+  xslot *sl = xat(r, a.stage, a.mb);
+  switch (a.op) {
+  case ZT_PIPELINE_OP_F: return xforward(r, a.stage, a.mb);
+  case ZT_PIPELINE_OP_B: return xbackward_input(r, a.stage, a.mb);
+  case ZT_PIPELINE_OP_W: return xbackward_weight(r, a.stage, a.mb);
+  case ZT_PIPELINE_OP_BW:
+    ZT_TRY(xbackward_input(r, a.stage, a.mb));
+    return xbackward_weight(r, a.stage, a.mb);
+  case ZT_PIPELINE_OP_SEND_F:
+    return zt_isend(r->comm, sl->out, zt_pipeline_stage_rank(r->s, a.stage + 1), tag_of(r, a.stage, a.mb, 0),
+                    &sl->send_out);
+  case ZT_PIPELINE_OP_RECV_F:
+    ZT_TRY(boundary_tensor(r, &sl->in));
+    return zt_irecv(r->comm, sl->in, zt_pipeline_stage_rank(r->s, a.stage - 1), tag_of(r, a.stage - 1, a.mb, 0),
+                    &sl->recv_in);
+  case ZT_PIPELINE_OP_SEND_B:
+    return zt_isend(r->comm, sl->gin, zt_pipeline_stage_rank(r->s, a.stage - 1), tag_of(r, a.stage, a.mb, 1),
+                    &sl->send_gin);
+  case ZT_PIPELINE_OP_RECV_B:
+    ZT_TRY(boundary_tensor(r, &sl->gout));
+    return zt_irecv(r->comm, sl->gout, zt_pipeline_stage_rank(r->s, a.stage + 1), tag_of(r, a.stage + 1, a.mb, 1),
+                    &sl->recv_gout);
+  default: return ZT_OK;
+  }
+}
+
+/* Waits for what is still in flight (the sends of the last actions; after a failure, also
+ * receives: each wait is bounded by the group's timeout), frees the rest; the first failure
+ * is kept. */
+static zt_status xslots_free(xrun *r, zt_status s) {
+  for (int k = 0; r->slots && k < r->S * r->s->microbatches; k++) {
+    xslot *sl = &r->slots[k];
+    zt_comm_work **ws[] = {&sl->send_out, &sl->send_gin, &sl->recv_in, &sl->recv_gout};
+    for (int i = 0; i < 4; i++) { /* a transfer's buffer may go only once it is done */
+      zt_status w = wait_work(ws[i]);
+      if (!s) s = w;
+    }
+    zt_tensor_free(sl->in);
+    zt_tensor_free(sl->out);
+    zt_tensor_free(sl->gin);
+    zt_tensor_free(sl->gout);
+    zt_deferred_free(sl->rec);
+  }
+  free(r->slots);
+  return s;
+}
+
+zt_status zt_pipeline_run(const zt_pipeline_schedule *s, const zt_pipeline_stages *st, zt_comm *comm,
+                          const zt_pipeline_boundary *bd, zt_tensor *const *inputs, double loss_scale, double *losses) {
+  if (!s || !st || !st->forward || !comm || !bd || !inputs)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "zt_pipeline_run: schedule, stages (with forward), comm, boundary and inputs are required");
+  if (zt_comm_size(comm) != s->ranks)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_pipeline_run: the schedule has %d ranks but the group %d", s->ranks,
+                  zt_comm_size(comm));
+  int S = zt_pipeline_stage_count(s);
+  if ((int64_t)S * s->microbatches * 2 > ZT_COMM_MAX_TAG)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "zt_pipeline_run: %d stages x %d microbatches need more message tags than the %d there are", S,
+                  s->microbatches, ZT_COMM_MAX_TAG / 2);
+  zt_pipeline_schedule *low = NULL;
+  ZT_TRY(zt_pipeline_has_comm(s) ? zt_pipeline_validate(s) : zt_pipeline_lower(s, &low));
+  if (low) {
+    zt_status v = zt_pipeline_validate(low);
+    if (v) {
+      zt_pipeline_schedule_free(low);
+      return v;
+    }
+  }
+  const zt_pipeline_schedule *run_s = low ? low : s;
+  xrun r = {run_s, st, bd, comm, inputs, loss_scale, losses, S, zt_comm_rank(comm), NULL};
+  r.slots = calloc((size_t)(S * s->microbatches), sizeof *r.slots);
+  zt_status st0 = r.slots ? ZT_OK : ZT_ERR(ZT_STATUS_OOM, "zt_pipeline_run: out of host memory");
+  for (int i = 0; !st0 && i < run_s->n_actions[r.rank]; i++) {
+    zt_pipeline_action a = run_s->actions[r.rank][i];
+    st0 = xaction(&r, a);
+    if (st0) {
+      char tok[32];
+      zt__error_prefix(st0, "rank %d, action %s", r.rank, zt_pipeline_action_str(a, tok));
+    }
+  }
+  st0 = xslots_free(&r, st0);
+  zt_pipeline_schedule_free(low);
   return st0;
 }
