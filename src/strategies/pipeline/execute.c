@@ -1,10 +1,11 @@
-/* Running a schedule with every stage in this process (zt_pipeline_run_local): the executor's
- * semantics without transport. Ranks take turns: each runs its next actions while their inputs
- * are there (F of stage s needs F of s-1; B of s needs B of s+1), so the order of each rank's
- * list is kept and the ranks interleave as the schedule lets them. A stage's input is the
- * previous stage's output cut from its graph (an alias made a leaf that requires grad), as a
- * receive would make it; B is zt_backward_input from the stage's output with the next stage's
- * input grad, W zt_backward_weight of B's record, BW both. */
+/* The pipeline executor: a schedule run on a model's stages, across the ranks of a zt_comm
+ * (zt_pipeline_run: each rank its own list, the hand-over by non-blocking sends and receives)
+ * or with every stage in this process (zt_pipeline_run_local: the ranks take turns, each
+ * running its next actions while their inputs are there, so each list keeps its order). A
+ * stage's input is the previous stage's output cut from its graph (an alias, or the received
+ * bytes, made a leaf that requires grad); B is zt_backward_input from the stage's output with
+ * the next stage's input grad (the last stage: its loss times the scale), W
+ * zt_backward_weight of B's record, BW both. */
 #include <stdlib.h>
 
 #include "core/status_internal.h"
@@ -13,159 +14,22 @@
 #include "zt/comm.h"
 #include "zt/ops.h"
 
-typedef struct slot {
-  zt_tensor *in;      /* the stage's input: a leaf (stage > 0) */
-  zt_tensor *out;     /* its output (the last stage: the scaled loss), graph alive until B */
-  zt_tensor *gin;     /* B's grad of the input: the previous stage's output grad */
-  zt_deferred *rec;   /* B's record, until W */
-  bool f, b, w;
-} slot;
-
-typedef struct run {
-  const zt_pipeline_schedule *s;
-  const zt_pipeline_stages *st;
-  zt_tensor *const *inputs;
-  double loss_scale;
-  double *losses;
-  int S;
-  slot *slots;
-} run;
-
-static slot *at(run *r, int stage, int mb) { return &r->slots[zt__pp_slot(r->s, stage, mb)]; }
-
-static bool ready(run *r, zt_pipeline_action a) {
-  switch (a.op) {
-  case ZT_PIPELINE_OP_F: return a.stage == 0 || at(r, a.stage - 1, a.mb)->f;
-  case ZT_PIPELINE_OP_B:
-  case ZT_PIPELINE_OP_BW: return at(r, a.stage, a.mb)->f && (a.stage == r->S - 1 || at(r, a.stage + 1, a.mb)->b);
-  case ZT_PIPELINE_OP_W: return at(r, a.stage, a.mb)->b;
-  default: return true; /* sends and receives: the hand-over is immediate here */
-  }
-}
-
-static zt_status forward(run *r, int stage, int mb) {
-  slot *sl = at(r, stage, mb);
-  zt_tensor *in = r->inputs[mb];
-  if (stage > 0) { /* the previous stage's output, cut from its graph */
-    ZT_TRY(zt_tensor_alias(at(r, stage - 1, mb)->out, &sl->in));
-    ZT_TRY(zt_tensor_set_requires_grad(sl->in, true));
-    in = sl->in;
-  }
-  zt_tensor *out = NULL;
-  ZT_TRY(r->st->forward(r->st->ctx, stage, mb, in, &out));
-  if (stage == r->S - 1) {
-    if (out->ndim != 0 && zt_tensor_numel(out) != 1) {
-      zt_tensor_free(out);
-      return ZT_ERR(ZT_STATUS_SHAPE, "the last stage must return a loss (one element)");
-    }
-    if (r->losses) r->losses[mb] = zt_tensor_get(out, 0);
-    zt_tensor *scaled = NULL;
-    zt_status s = r->loss_scale != 1.0 ? zt_mul_scalar(out, r->loss_scale, &scaled) : ZT_OK;
-    if (scaled) zt_tensor_free(out), out = scaled;
-    if (s) {
-      zt_tensor_free(out);
-      return s;
-    }
-  }
-  sl->out = out;
-  sl->f = true;
-  return ZT_OK;
-}
-
-static zt_status backward_input(run *r, int stage, int mb) {
-  slot *sl = at(r, stage, mb);
-  zt_tensor *g = stage == r->S - 1 ? NULL : at(r, stage + 1, mb)->gin;
-  zt_tensor *gin = NULL;
-  ZT_TRY(zt_backward_input(1, &sl->out, g ? &g : NULL, stage > 0 ? 1 : 0, stage > 0 ? &sl->in : NULL, false,
-                           stage > 0 ? &gin : NULL, &sl->rec));
-  sl->gin = gin;
-  sl->b = true;
-  /* what the next stage handed back, and this stage's output, are done with (the record
-   * keeps what W reads) */
-  if (stage < r->S - 1) {
-    slot *next = at(r, stage + 1, mb);
-    zt_tensor_free(next->gin), next->gin = NULL;
-  }
-  zt_tensor_free(sl->out), sl->out = NULL;
-  return ZT_OK;
-}
-
-static zt_status backward_weight(run *r, int stage, int mb) {
-  slot *sl = at(r, stage, mb);
-  zt_status s = zt_backward_weight(sl->rec);
-  zt_deferred_free(sl->rec), sl->rec = NULL;
-  if (!s) sl->w = true;
-  return s;
-}
-
-static zt_status run_action(run *r, zt_pipeline_action a) {
-  switch (a.op) {
-  case ZT_PIPELINE_OP_F: return forward(r, a.stage, a.mb);
-  case ZT_PIPELINE_OP_B: return backward_input(r, a.stage, a.mb);
-  case ZT_PIPELINE_OP_W: return backward_weight(r, a.stage, a.mb);
-  case ZT_PIPELINE_OP_BW:
-    ZT_TRY(backward_input(r, a.stage, a.mb));
-    return backward_weight(r, a.stage, a.mb);
-  default: return ZT_OK;
-  }
-}
-
-static void slots_free(run *r) {
-  for (int k = 0; r->slots && k < r->S * r->s->microbatches; k++) {
-    slot *sl = &r->slots[k];
-    zt_tensor_free(sl->in);
-    zt_tensor_free(sl->out);
-    zt_tensor_free(sl->gin);
-    zt_deferred_free(sl->rec);
-  }
-  free(r->slots);
-}
-
-zt_status zt_pipeline_run_local(const zt_pipeline_schedule *s, const zt_pipeline_stages *st, zt_tensor *const *inputs,
-                                double loss_scale, double *losses) {
-  if (!s || !st || !st->forward || !inputs)
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_pipeline_run_local: schedule, stages (with forward) and inputs are required");
-  ZT_TRY(zt_pipeline_validate(s));
-  run r = {s, st, inputs, loss_scale, losses, zt_pipeline_stage_count(s), NULL};
-  r.slots = calloc((size_t)(r.S * s->microbatches), sizeof *r.slots);
-  int *pc = calloc((size_t)s->ranks, sizeof *pc);
-  zt_status st0 = ZT_OK;
-  if (!r.slots || !pc) st0 = ZT_ERR(ZT_STATUS_OOM, "zt_pipeline_run_local: out of host memory");
-  for (bool progress = true; progress && !st0;) {
-    progress = false;
-    for (int k = 0; k < s->ranks && !st0; k++)
-      while (pc[k] < s->n_actions[k] && ready(&r, s->actions[k][pc[k]]) && !st0) {
-        zt_pipeline_action a = s->actions[k][pc[k]++];
-        st0 = run_action(&r, a);
-        if (st0) {
-          char tok[32];
-          zt__error_prefix(st0, "rank %d, action %s", k, zt_pipeline_action_str(a, tok));
-        }
-        progress = true;
-      }
-  }
-  for (int k = 0; k < s->ranks && !st0; k++)
-    if (pc[k] < s->n_actions[k]) /* the validator simulates the same rules: cannot happen */
-      st0 = ZT_ERR(ZT_STATUS_STATE, "zt_pipeline_run_local: rank %d cannot go on at its action %d", k, pc[k]);
-  free(pc);
-  slots_free(&r);
-  return st0;
-}
-
-/* ------------------------------------------------------------ across ranks */
-/* One rank's state: its slots as above, plus the transfers in flight. */
+/* Per (stage, microbatch): the tensors between actions and the transfers in flight. */
 typedef struct xslot {
-  zt_tensor *in, *out, *gin;
-  zt_tensor *gout;            /* the received grad of out (from stage + 1 on another rank) */
+  zt_tensor *in;   /* the stage's input: a leaf (stage > 0) */
+  zt_tensor *out;  /* its output (the last stage: the scaled loss), graph alive until B */
+  zt_tensor *gin;  /* B's grad of the input: the previous stage's output grad */
+  zt_tensor *gout; /* the received grad of out (from stage + 1 on another rank) */
   zt_comm_work *recv_in, *recv_gout, *send_out, *send_gin;
-  zt_deferred *rec;
+  zt_deferred *rec; /* B's record, until W */
+  bool f, b;        /* done (the in-process runner's readiness) */
 } xslot;
 
 typedef struct xrun {
   const zt_pipeline_schedule *s;
   const zt_pipeline_stages *st;
   const zt_pipeline_boundary *bd;
-  zt_comm *comm;
+  zt_comm *comm; /* NULL: every stage in this process */
   zt_tensor *const *inputs;
   double loss_scale;
   double *losses;
@@ -174,7 +38,7 @@ typedef struct xrun {
 } xrun;
 
 static xslot *xat(xrun *r, int stage, int mb) { return &r->slots[zt__pp_slot(r->s, stage, mb)]; }
-static bool local(xrun *r, int stage) { return zt_pipeline_stage_rank(r->s, stage) == r->rank; }
+static bool local(xrun *r, int stage) { return !r->comm || zt_pipeline_stage_rank(r->s, stage) == r->rank; }
 /* A tag per (stage, microbatch, direction): 0 activations, 1 gradients. */
 static int tag_of(xrun *r, int stage, int mb, int dir) { return (stage * r->s->microbatches + mb) * 2 + dir; }
 
@@ -205,6 +69,10 @@ static zt_status xforward(xrun *r, int stage, int mb) {
   zt_tensor *out = NULL;
   ZT_TRY(r->st->forward(r->st->ctx, stage, mb, in, &out));
   if (stage == r->S - 1) {
+    if (zt_tensor_numel(out) != 1) {
+      zt_tensor_free(out);
+      return ZT_ERR(ZT_STATUS_SHAPE, "the last stage must return a loss (one element)");
+    }
     if (r->losses) r->losses[mb] = zt_tensor_get(out, 0);
     zt_tensor *scaled = NULL;
     zt_status s = r->loss_scale != 1.0 ? zt_mul_scalar(out, r->loss_scale, &scaled) : ZT_OK;
@@ -215,6 +83,7 @@ static zt_status xforward(xrun *r, int stage, int mb) {
     }
   }
   sl->out = out;
+  sl->f = true;
   return ZT_OK;
 }
 
@@ -240,6 +109,7 @@ static zt_status xbackward_input(xrun *r, int stage, int mb) {
   }
   zt_tensor_free(sl->gout), sl->gout = NULL;
   zt_tensor_free(sl->out), sl->out = NULL;
+  sl->b = true;
   return ZT_OK;
 }
 
@@ -252,6 +122,7 @@ static zt_status xbackward_weight(xrun *r, int stage, int mb) {
 
 static zt_status xaction(xrun *r, zt_pipeline_action a) {
   xslot *sl = xat(r, a.stage, a.mb);
+  if (!r->comm && !zt__pp_is_compute(a.op)) return ZT_OK; /* in one process the hand-over is immediate */
   switch (a.op) {
   case ZT_PIPELINE_OP_F: return xforward(r, a.stage, a.mb);
   case ZT_PIPELINE_OP_B: return xbackward_input(r, a.stage, a.mb);
@@ -298,6 +169,51 @@ static zt_status xslots_free(xrun *r, zt_status s) {
   return s;
 }
 
+/* In one process: an action may run when its inputs are there. */
+static bool ready(xrun *r, zt_pipeline_action a) {
+  switch (a.op) {
+  case ZT_PIPELINE_OP_F: return a.stage == 0 || xat(r, a.stage - 1, a.mb)->f;
+  case ZT_PIPELINE_OP_B:
+  case ZT_PIPELINE_OP_BW: return xat(r, a.stage, a.mb)->f && (a.stage == r->S - 1 || xat(r, a.stage + 1, a.mb)->b);
+  case ZT_PIPELINE_OP_W: return xat(r, a.stage, a.mb)->b;
+  default: return true;
+  }
+}
+
+/* Run rank k's action i, naming it in a failure. */
+static zt_status step_action(xrun *r, int k, zt_pipeline_action a) {
+  zt_status s = xaction(r, a);
+  if (s) {
+    char tok[32];
+    zt__error_prefix(s, "rank %d, action %s", k, zt_pipeline_action_str(a, tok));
+  }
+  return s;
+}
+
+zt_status zt_pipeline_run_local(const zt_pipeline_schedule *s, const zt_pipeline_stages *st, zt_tensor *const *inputs,
+                                double loss_scale, double *losses) {
+  if (!s || !st || !st->forward || !inputs)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_pipeline_run_local: schedule, stages (with forward) and inputs are required");
+  ZT_TRY(zt_pipeline_validate(s));
+  xrun r = {s, st, NULL, NULL, inputs, loss_scale, losses, zt_pipeline_stage_count(s), 0, NULL};
+  r.slots = calloc((size_t)(r.S * s->microbatches), sizeof *r.slots);
+  int *pc = calloc((size_t)s->ranks, sizeof *pc);
+  zt_status st0 = r.slots && pc ? ZT_OK : ZT_ERR(ZT_STATUS_OOM, "zt_pipeline_run_local: out of host memory");
+  for (bool progress = true; progress && !st0;) {
+    progress = false;
+    for (int k = 0; k < s->ranks && !st0; k++)
+      while (!st0 && pc[k] < s->n_actions[k] && ready(&r, s->actions[k][pc[k]])) {
+        st0 = step_action(&r, k, s->actions[k][pc[k]++]);
+        progress = true;
+      }
+  }
+  for (int k = 0; k < s->ranks && !st0; k++)
+    if (pc[k] < s->n_actions[k]) /* the validator simulates the same rules: cannot happen */
+      st0 = ZT_ERR(ZT_STATUS_STATE, "zt_pipeline_run_local: rank %d cannot go on at its action %d", k, pc[k]);
+  free(pc);
+  return xslots_free(&r, st0);
+}
+
 zt_status zt_pipeline_run(const zt_pipeline_schedule *s, const zt_pipeline_stages *st, zt_comm *comm,
                           const zt_pipeline_boundary *bd, zt_tensor *const *inputs, double loss_scale, double *losses) {
   if (!s || !st || !st->forward || !comm || !bd || !inputs)
@@ -324,14 +240,7 @@ zt_status zt_pipeline_run(const zt_pipeline_schedule *s, const zt_pipeline_stage
   xrun r = {run_s, st, bd, comm, inputs, loss_scale, losses, S, zt_comm_rank(comm), NULL};
   r.slots = calloc((size_t)(S * s->microbatches), sizeof *r.slots);
   zt_status st0 = r.slots ? ZT_OK : ZT_ERR(ZT_STATUS_OOM, "zt_pipeline_run: out of host memory");
-  for (int i = 0; !st0 && i < run_s->n_actions[r.rank]; i++) {
-    zt_pipeline_action a = run_s->actions[r.rank][i];
-    st0 = xaction(&r, a);
-    if (st0) {
-      char tok[32];
-      zt__error_prefix(st0, "rank %d, action %s", r.rank, zt_pipeline_action_str(a, tok));
-    }
-  }
+  for (int i = 0; !st0 && i < run_s->n_actions[r.rank]; i++) st0 = step_action(&r, r.rank, run_s->actions[r.rank][i]);
   st0 = xslots_free(&r, st0);
   zt_pipeline_schedule_free(low);
   return st0;
