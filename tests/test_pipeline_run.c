@@ -11,9 +11,12 @@
 #include "zt/nn.h"
 #include "zt/pipeline.h"
 #include "zt/strategy.h"
+#include "zt/train.h"
 #include "zt_test.h"
 
 enum { L = 8, B = 2, T = 8, MAXP = 160 };
+static zt_comm *g_world; /* mpirun's ranks (a one-rank group otherwise) */
+static int g_rank, g_size = 1;
 static const zt_gpt2_config CFG = {L, 2, 16, 32, T, 0.0};
 
 typedef struct stages_ctx {
@@ -147,13 +150,9 @@ static void test_every_family(void) {
  * their sum over the ranks (the others add zeros) equals plain accumulation, bitwise but for
  * the tied embedding (first and last stage). */
 static void test_across_ranks(void) {
-  int R = 0, P = 1;
-  zt_comm *w = zt_test_world(&R, &P);
-  if (!w) return;
-  if (P == 1) {
-    zt_comm_free(w);
-    return;
-  }
+  int P = g_size;
+  zt_comm *w = g_world;
+  if (!w || P == 1) return;
   static const char *const names[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2",
                                       "zb-v",  "v-half", "v-min",     "dualpipev", "auto"};
   int M = 2 * P;
@@ -202,7 +201,114 @@ static void test_across_ranks(void) {
   result_free(&want);
   zt_test_free_all(ids, M);
   zt_test_free_all(tg, M);
-  zt_comm_free(w);
+}
+
+/* Three AdamW steps with clipping on a pipeline across the ranks against zt_train_step in
+ * one process with the same microbatches: losses and parameters agree to rounding (the norm
+ * and the tied grad are summed in another order), and the tied embedding's copies stay
+ * bitwise identical on every rank. */
+typedef struct mb_feed {
+  zt_tensor **ids, **tg;
+  int next, M;
+} mb_feed;
+static zt_status feed(void *ud, zt_tensor **x, zt_tensor **y) {
+  mb_feed *f = ud;
+  *x = f->ids[f->next % f->M], *y = f->tg[f->next % f->M];
+  f->next++;
+  return ZT_OK;
+}
+
+static void test_train_steps_across_ranks(void) {
+  int R = g_rank, P = g_size;
+  zt_comm *w = g_world;
+  if (!w || P == 1) return;
+  enum { STEPS = 3 };
+  int M = 2 * P;
+  zt_tensor *ids[16], *tg[16];
+  for (int m = 0; m < M; m++) {
+    ids[m] = zt_test_rand_ids(B, T, CFG.vocab_size, 300 + (uint64_t)m);
+    tg[m] = zt_test_rand_ids(B, T, CFG.vocab_size, 400 + (uint64_t)m);
+  }
+  zt_optim_config oc = zt_optim_default(ZT_OPTIM_ADAMW);
+  /* the reference: one process */
+  zt_recompute_plan *rc = NULL;
+  zt_gpt2 *ref = model(false, &rc);
+  zt_param *rp;
+  int np = zt_gpt2_params(ref, &rp);
+  zt_optim *ro = NULL;
+  ZT_CHECK_OK(zt_optim_new(&oc, np, rp, &ro));
+  zt_model rm = zt_gpt2_model(ref);
+  double want[STEPS];
+  mb_feed f = {ids, tg, 0, M};
+  for (int k = 0; k < STEPS; k++) {
+    zt_train_step_options so = zt_train_step_options_default();
+    so.microbatches = M, so.lr = 1e-2, so.grad_clip = 1.0;
+    zt_train_step_result r;
+    ZT_CHECK_OK(zt_train_step(&rm, NULL, ro, feed, &f, &so, &r));
+    want[k] = r.loss;
+  }
+  static const char *const names[] = {"1f1b", "zb-h1", "interleaved", "zb-v"};
+  for (size_t n = 0; n < sizeof names / sizeof names[0]; n++) {
+    zt_pipeline_gen_options go = {0};
+    go.name = names[n], go.ranks = P, go.microbatches = M;
+    zt_pipeline_schedule *s = NULL;
+    ZT_CHECK_OK(zt_pipeline_generate(&go, &s));
+    zt_gpt2 *g = model(false, &rc);
+    if (!s || !g) break;
+    zt_param *ps;
+    int n_ps = zt_gpt2_params(g, &ps);
+    zt_optim *o = NULL;
+    ZT_CHECK_OK(zt_optim_new(&oc, n_ps, ps, &o));
+    stages_ctx c = {g, zt_pipeline_stage_count(s), tg};
+    zt_pipeline_stages st = {stage_forward, &c};
+    zt_tensor *wte = ps[0].tensor;
+    zt_pipeline_step_options po = {s, w, {3, {B, T, CFG.n_embd}, ZT_DTYPE_F32}, 1e-2, 1.0, &wte, 1};
+    for (int k = 0; k < STEPS; k++) {
+      zt_train_step_result r;
+      ZT_CHECK_OK(zt_pipeline_train_step(&st, o, n_ps, ps, ids, &po, &r));
+      if (!(fabs(r.loss - want[k]) <= 1e-5 * fabs(want[k])))
+        zt_test_fail(__FILE__, __LINE__, "%s: loss of step %d is %.9g, one process %.9g", names[n], k + 1, r.loss, want[k]);
+    }
+    /* every rank's copy of wte is the same bits */
+    zt_tensor *all = NULL;
+    ZT_CHECK_OK(zt_tensor_empty(2, (int64_t[]){P, zt_tensor_numel(wte)}, ZT_DTYPE_F32, ZT_CPU, &all));
+    zt_tensor *flat = NULL;
+    ZT_CHECK_OK(zt_reshape(wte, 1, (int64_t[]){zt_tensor_numel(wte)}, &flat));
+    ZT_CHECK_OK(zt_all_gather(w, flat, all));
+    for (int q = 1; q < P; q++) {
+      zt_tensor *a = NULL, *b = NULL;
+      ZT_CHECK_OK(zt_narrow(all, 0, 0, 1, &a));
+      ZT_CHECK_OK(zt_narrow(all, 0, q, 1, &b));
+      if (!zt_test_bitwise_equal(a, b)) zt_test_fail(__FILE__, __LINE__, "%s: rank %d's wte differs from rank 0's", names[n], q);
+      zt_test_free_all((zt_tensor *[]){a, b}, 2);
+    }
+    zt_test_free_all((zt_tensor *[]){all, flat}, 2);
+    /* the parameters of this rank's stages (and wte) against the reference */
+    for (int i = 0; i < n_ps; i++) {
+      bool mine = i == 0;
+      for (int stg = 0; stg < c.S && !mine; stg++) {
+        if (zt_pipeline_stage_rank(s, stg) != R) continue;
+        int first = stg * L / c.S, count = (stg + 1) * L / c.S - first;
+        char pre[32];
+        for (int b = first; b < first + count && !mine; b++) {
+          snprintf(pre, sizeof pre, "transformer.h.%d.", b);
+          mine = !strncmp(ps[i].name, pre, strlen(pre));
+        }
+        if (stg == 0 && !strcmp(ps[i].name, "transformer.wpe.weight")) mine = true;
+        if (stg == c.S - 1 && !strncmp(ps[i].name, "transformer.ln_f.", 17)) mine = true;
+      }
+      if (!mine) continue;
+      double d = zt_test_max_abs_diff(ps[i].tensor, rp[i].tensor);
+      if (!(d <= 1e-5)) zt_test_fail(__FILE__, __LINE__, "%s: %s differs from one process by %g", names[n], ps[i].name, d);
+    }
+    zt_optim_free(o);
+    zt_gpt2_free(g);
+    zt_pipeline_schedule_free(s);
+  }
+  zt_optim_free(ro);
+  zt_gpt2_free(ref);
+  zt_test_free_all(ids, M);
+  zt_test_free_all(tg, M);
 }
 
 static void test_errors(void) {
@@ -220,8 +326,11 @@ static void test_errors(void) {
 }
 
 int main(void) {
+  g_world = zt_test_world(&g_rank, &g_size);
   ZT_RUN(test_every_family);
   ZT_RUN(test_across_ranks);
+  ZT_RUN(test_train_steps_across_ranks);
   ZT_RUN(test_errors);
+  zt_comm_free(g_world);
   return zt_test_finish();
 }

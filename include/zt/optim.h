@@ -51,6 +51,11 @@ ZT_API void zt_optim_set_step_count(zt_optim *o, int64_t step);
  * bits for any thread count). A non-finite norm is returned with ZT_OK and the grads left
  * as they are: the caller decides (e.g. skip the step). */
 ZT_API ZT_NODISCARD zt_status zt_clip_grad_norm(int n_params, const zt_param *params, double max_norm, double *norm);
+/* The two halves of zt_clip_grad_norm, for norms summed over ranks (each rank's part, then
+ * an all-reduce): *ss = the sum of squares of the grads (same order and checks), and every
+ * grad times coef. */
+ZT_API ZT_NODISCARD zt_status zt_grad_sum_squares(int n_params, const zt_param *params, double *ss);
+ZT_API ZT_NODISCARD zt_status zt_grads_scale(int n_params, const zt_param *params, double coef);
 
 /* Dynamic loss scaling for f16 gradients (torch.cuda.amp.GradScaler's rule): the loss is
  * multiplied by `scale` before backward, the grads divided by it after; a step whose grads

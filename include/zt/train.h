@@ -7,6 +7,7 @@
 #include "zt/fsdp.h"
 #include "zt/offload.h"
 #include "zt/optim.h"
+#include "zt/pipeline.h"
 #include "zt/strategy.h"
 
 /* ------------------------------------------------ token files (src/train/data.c)
@@ -223,6 +224,27 @@ typedef struct zt_train_step_result {
  * unchanged (the grads are not). The same on every rank, since both values are global. */
 ZT_API ZT_NODISCARD zt_status zt_train_step(const zt_model *m, const zt_dp_strategy *dp, zt_optim *o, zt_batch_fn next,
                         void *user_data, const zt_train_step_options *opt, zt_train_step_result *out);
+
+/* ------------------------------------------------ a pipeline step (src/train/pipeline_step.c) */
+/* One optimizer step of a pipeline run on this rank: the schedule over its microbatches
+ * (zt_pipeline_run: each microbatch's loss divided by M), then the mean loss (all ranks get
+ * it), the tied parameters' grads summed over the ranks (GPT-2's wte, held by the first and
+ * the last stage: every copy takes the same update and they stay identical), the global
+ * grad norm (each rank's own grads, a tied one counted once) with clipping (grad_clip > 0;
+ * 0: measure only; < 0: neither), and the update of opt at lr (parameters without a grad on
+ * this rank, those of other ranks' stages, are left alone). params: those opt updates. The
+ * grads are zeroed after. Collective over the schedule's comm. */
+typedef struct zt_pipeline_step_options {
+  const zt_pipeline_schedule *schedule;
+  zt_comm *comm;               /* the pipeline's ranks, one per schedule rank */
+  zt_pipeline_boundary boundary; /* the tensors between stages */
+  double lr, grad_clip;
+  zt_tensor **tied;            /* parameters several ranks' stages use */
+  int n_tied;
+} zt_pipeline_step_options;
+ZT_API ZT_NODISCARD zt_status zt_pipeline_train_step(const zt_pipeline_stages *st, zt_optim *opt, int n_params,
+                                                     const zt_param *params, zt_tensor *const *inputs,
+                                                     const zt_pipeline_step_options *o, zt_train_step_result *out);
 
 /* The options of a training run, one struct per concern. */
 typedef struct zt_train_model_options {

@@ -8,16 +8,12 @@
 #include "core/backend.h"
 #include "zt/optim.h"
 
-zt_status zt_clip_grad_norm(int n_params, const zt_param *params, double max_norm, double *norm) {
-  const char *fn = "zt_clip_grad_norm";
-  if (!norm) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: norm (the output) is NULL", fn);
-  *norm = 0;
+/* Every grad present must be f32/f64, contiguous and materialised; checked before any is read. */
+static zt_status check_grads(const char *fn, int n_params, const zt_param *params) {
   if (n_params < 0 || (n_params > 0 && !params))
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: %d parameters with %s array: pass n_params >= 0 and an array of that "
                                          "many",
                   fn, n_params, params ? "an" : "a NULL");
-  if (isnan(max_norm)) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: max_norm is NaN (use <= 0 for no clipping)", fn);
-  /* Check every grad before touching any. */
   for (int i = 0; i < n_params; i++) {
     const zt_tensor *t = params[i].tensor;
     if (!t) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: parameter %d ('%s') has a NULL tensor", fn, i, params[i].name);
@@ -32,18 +28,24 @@ zt_status zt_clip_grad_norm(int n_params, const zt_param *params, double max_nor
     zt_status s = zt_tensor_data(g, &d);
     if (s) return zt__error_prefix(s, "%s: parameter '%s'", fn, params[i].name);
   }
-  double ss = 0;
+  return ZT_OK;
+}
+
+zt_status zt_grad_sum_squares(int n_params, const zt_param *params, double *ss) {
+  if (!ss) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_grad_sum_squares: ss (the output) is NULL");
+  *ss = 0;
+  ZT_TRY(check_grads("zt_grad_sum_squares", n_params, params));
+  double sum = 0;
   for (int i = 0; i < n_params; i++) {
     const zt_tensor *g = params[i].tensor->grad;
-    if (!g) continue;
-    ss += zt__dev_sum_squares(g, 0, zt_tensor_numel(g)); /* the backend's fixed tree of blocks */
+    if (g) sum += zt__dev_sum_squares(g, 0, zt_tensor_numel(g)); /* the backend's fixed tree of blocks */
   }
-  double total = sqrt(ss);
-  *norm = total;
-  /* A non-finite norm is reported, not applied (scaling by max/inf would zero the grads
-   * and hide the blow-up): the caller decides whether to skip the step. */
-  if (!(max_norm > 0) || !isfinite(total) || !(total > max_norm)) return ZT_OK;
-  double coef = max_norm / (total + 1e-6);
+  *ss = sum;
+  return ZT_OK;
+}
+
+zt_status zt_grads_scale(int n_params, const zt_param *params, double coef) {
+  ZT_TRY(check_grads("zt_grads_scale", n_params, params));
   for (int i = 0; i < n_params; i++) {
     zt_tensor *g = params[i].tensor->grad;
     if (!g) continue;
@@ -51,4 +53,20 @@ zt_status zt_clip_grad_norm(int n_params, const zt_param *params, double max_nor
     zt_tensor_bump_version(g);
   }
   return ZT_OK;
+}
+
+zt_status zt_clip_grad_norm(int n_params, const zt_param *params, double max_norm, double *norm) {
+  const char *fn = "zt_clip_grad_norm";
+  if (!norm) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: norm (the output) is NULL", fn);
+  *norm = 0;
+  if (isnan(max_norm)) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: max_norm is NaN (use <= 0 for no clipping)", fn);
+  double ss = 0;
+  zt_status s = zt_grad_sum_squares(n_params, params, &ss);
+  if (s) return zt__error_prefix(s, "%s", fn);
+  double total = sqrt(ss);
+  *norm = total;
+  /* A non-finite norm is reported, not applied (scaling by max/inf would zero the grads
+   * and hide the blow-up): the caller decides whether to skip the step. */
+  if (!(max_norm > 0) || !isfinite(total) || !(total > max_norm)) return ZT_OK;
+  return zt_grads_scale(n_params, params, max_norm / (total + 1e-6));
 }

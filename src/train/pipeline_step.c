@@ -1,0 +1,88 @@
+/* One optimizer step of a pipeline run (zt_pipeline_train_step): the schedule over the
+ * microbatches (zt_pipeline_run), then what the ranks must agree on: the mean loss (computed
+ * on the last stage's rank), the tied parameters' grads (summed over the ranks, so every
+ * copy takes the same update and they stay identical), the global grad norm (each rank's
+ * own parameters, a tied one counted once) and its clipping, and the update. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/status_internal.h"
+#include "zt/train.h"
+
+/* Whether t is one of the tied parameters. */
+static bool is_tied(const zt_pipeline_step_options *o, const zt_tensor *t) {
+  for (int i = 0; i < o->n_tied; i++)
+    if (o->tied[i] == t) return true;
+  return false;
+}
+
+/* The mean loss over the microbatches: the last stage's rank has them, the others zeros. */
+static zt_status mean_loss(zt_comm *c, const double *losses, int M, double *out) {
+  zt_tensor *t = NULL;
+  ZT_TRY(zt_tensor_from_data(1, (int64_t[]){M}, ZT_DTYPE_F64, losses, &t));
+  zt_status s = zt_all_reduce(c, t, ZT_REDUCE_SUM);
+  double sum = 0;
+  for (int m = 0; !s && m < M; m++) sum += zt_tensor_get(t, m); /* zt_train_step's order */
+  zt_tensor_free(t);
+  *out = sum / M;
+  return s;
+}
+
+/* Tied parameters: every rank adds its part (zeros where none), so all copies get one sum. */
+static zt_status sum_tied(zt_comm *c, const zt_pipeline_step_options *o) {
+  for (int i = 0; i < o->n_tied; i++) {
+    zt_tensor *t = o->tied[i];
+    if (!t->grad) ZT_TRY(zt_tensor_zeros(t->ndim, t->shape, t->dtype, zt_tensor_device(t), &t->grad));
+    ZT_TRY(zt_all_reduce(c, t->grad, ZT_REDUCE_SUM));
+  }
+  return ZT_OK;
+}
+
+/* The global grad norm: this rank's own grads, a tied parameter on rank 0 only, summed over
+ * the ranks; clipped on every rank by the same factor. */
+static zt_status clip(zt_comm *c, const zt_pipeline_step_options *o, int n, const zt_param *ps, double *norm) {
+  zt_param *own = malloc(sizeof *own * (size_t)(n ? n : 1));
+  if (!own) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  int k = 0;
+  for (int i = 0; i < n; i++)
+    if (!is_tied(o, ps[i].tensor) || zt_comm_rank(c) == 0) own[k++] = ps[i];
+  double ss = 0;
+  zt_status s = zt_grad_sum_squares(k, own, &ss);
+  free(own);
+  zt_tensor *t = NULL;
+  if (!s) s = zt_tensor_from_data(1, (int64_t[]){1}, ZT_DTYPE_F64, &ss, &t);
+  if (!s) s = zt_all_reduce(c, t, ZT_REDUCE_SUM);
+  if (!s) *norm = sqrt(zt_tensor_get(t, 0));
+  zt_tensor_free(t);
+  if (s || !(o->grad_clip > 0) || !isfinite(*norm) || !(*norm > o->grad_clip)) return s;
+  return zt_grads_scale(n, ps, o->grad_clip / (*norm + 1e-6));
+}
+
+zt_status zt_pipeline_train_step(const zt_pipeline_stages *st, zt_optim *opt, int n_params, const zt_param *params,
+                                 zt_tensor *const *inputs, const zt_pipeline_step_options *o,
+                                 zt_train_step_result *out) {
+  if (!st || !opt || !params || !inputs || !o || !o->schedule || !o->comm || !out)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_pipeline_train_step: stages, optimizer, parameters, inputs, options "
+                                         "(with schedule and comm) and result are required");
+  *out = (zt_train_step_result){0};
+  out->grad_norm = NAN;
+  int M = o->schedule->microbatches;
+  double *losses = calloc((size_t)M, sizeof *losses);
+  if (!losses) return ZT_ERR(ZT_STATUS_OOM, "zt_pipeline_train_step: out of host memory");
+  zt_status s = zt_pipeline_run(o->schedule, st, o->comm, &o->boundary, inputs, 1.0 / M, losses);
+  if (!s) s = mean_loss(o->comm, losses, M, &out->loss);
+  free(losses);
+  if (!s && !isfinite(out->loss)) {
+    out->bad_loss = true;
+    s = ZT_ERR(ZT_STATUS_STATE, "loss is %g: the step stopped before its update", out->loss);
+  }
+  if (!s) s = sum_tied(o->comm, o);
+  if (!s && o->grad_clip >= 0) s = clip(o->comm, o, n_params, params, &out->grad_norm);
+  if (!s && o->grad_clip >= 0 && !isfinite(out->grad_norm)) {
+    out->bad_grad = true;
+    s = ZT_ERR(ZT_STATUS_STATE, "gradient norm is %g: the step stopped before its update", out->grad_norm);
+  }
+  if (!s) s = zt_optim_step(opt, o->lr);
+  zt_optim_zero_grad(opt);
+  return s;
+}
