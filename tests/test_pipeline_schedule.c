@@ -296,8 +296,8 @@ static void test_zbv(void) {
     }
 }
 
-/* Peak activations: GPipe holds M; 1F1B P on rank 0 (P - r on rank r); V-Half about half
- * of 1F1B's, V-Min about a third, ZB-V 1F1B's. */
+/* Peak activations: GPipe holds M; 1F1B P on rank 0 (P - r on rank r); V-Half at most half
+ * of 1F1B's (at P = 16 its building block holds 6 of 16), V-Min about a third, ZB-V 1F1B's. */
 static void test_memory(void) {
   for (int P = 4; P <= 16; P *= 2) {
     int M = 4 * P;
@@ -312,7 +312,7 @@ static void test_memory(void) {
     zt_pipeline_sim_free(g);
     zt_pipeline_schedule_free(s);
     const char *names[3] = {"v-half", "v-min", "zb-v"};
-    const double lo[3] = {0.45, 0.28, 0.99}, hi[3] = {0.55, 0.4, 1.0};
+    const double lo[3] = {0.3, 0.28, 0.99}, hi[3] = {0.5, 0.4, 1.0};
     for (int k = 0; k < 3 && base; k++) {
       s = gen(names[k], P, M);
       zt_pipeline_sim *v = s ? sim_of(s, 1, 1, 1) : NULL;
@@ -336,6 +336,37 @@ static void test_memory(void) {
   if (sim) ZT_CHECK_NEAR(sim->peak_bytes[0], 4.0 * (1 << 20), 0);
   zt_pipeline_sim_free(sim);
   zt_pipeline_schedule_free(s);
+}
+
+/* V-Half and V-Min from the building block (generators.c): at F = B = W, M = 4P, V-Half's
+ * bubble is below 1F1B's (10.3% vs 15.8% at P = 4, 12.3% vs 17.9% at P = 8, 13.3% vs 19.0%
+ * at P = 16) with at most half its peak on every rank; V-Min keeps its cap (ceil(2(P+1)/3)
+ * chunks) and at P = 8 is below the list scheduler's 36.2% (30.7%). */
+static void test_v_building_block(void) {
+  const double vhalf_step[3] = {53.5, 109.5, 221.5};
+  for (int i = 0, P = 4; P <= 16; P *= 2, i++) {
+    int M = 4 * P;
+    zt_pipeline_schedule *h = gen("v-half", P, M), *b = gen("1f1b", P, M), *n = gen("v-min", P, M);
+    zt_pipeline_sim *hs = h ? sim_of(h, 1, 1, 1) : NULL, *bs = b ? sim_of(b, 1, 1, 1) : NULL,
+                    *ns = n ? sim_of(n, 1, 1, 1) : NULL;
+    if (hs && bs && ns) {
+      if (!(hs->bubble_rate < bs->bubble_rate))
+        zt_test_fail(__FILE__, __LINE__, "v-half P=%d M=%d: bubble %.4f not below 1F1B's %.4f", P, M, hs->bubble_rate,
+                     bs->bubble_rate);
+      ZT_CHECK_NEAR(hs->step_time, vhalf_step[i], 1e-9);
+      for (int r = 0; r < P; r++) {
+        ZT_CHECK(hs->peak_activations[r] <= P / 2.0 + 1e-9);
+        ZT_CHECK(ns->peak_activations[r] <= ((2 * P + 2) / 3) / 2.0 + 1e-9);
+      }
+      if (P == 8) ZT_CHECK(ns->bubble_rate < 0.31);
+    }
+    zt_pipeline_sim_free(hs);
+    zt_pipeline_sim_free(bs);
+    zt_pipeline_sim_free(ns);
+    zt_pipeline_schedule_free(h);
+    zt_pipeline_schedule_free(b);
+    zt_pipeline_schedule_free(n);
+  }
 }
 
 static void test_interleaved_and_comm(void) {
@@ -450,6 +481,7 @@ int main(void) {
   ZT_RUN(test_bubbles);
   ZT_RUN(test_zbv);
   ZT_RUN(test_memory);
+  ZT_RUN(test_v_building_block);
   ZT_RUN(test_interleaved_and_comm);
   ZT_RUN(test_lowering_placement);
   ZT_RUN(test_auto);

@@ -1,7 +1,8 @@
 /* Schedule generators. gpipe, 1f1b, interleaved, zb-h1, zb-v (M >= 2P) and dualpipev follow
- * their papers' fixed orders; zb-h2, zb-v (M < 2P), v-half, v-min and auto are the list
- * scheduler of greedy.c with each family's placement and activation limit. All produce the
- * compute-only form. */
+ * their papers' fixed orders; zb-h2, zb-v (M < 2P) and auto are the list scheduler of greedy.c
+ * with each family's placement and activation limit; v-half and v-min are the best (under
+ * their limit) of the controllable-memory paper's building blocks and the list scheduler. All
+ * produce the compute-only form. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,6 +188,141 @@ static zt_status gen_greedy(const zt_pipeline_gen_options *o, zt_pipeline_placem
   return zt__pp_greedy_run(&g, out);
 }
 
+/* V-Half and V-Min from a building block (the controllable-memory paper's construction): one
+ * microbatch's F, B and W through the V's 2P stages, each action at the earliest time (in
+ * chunk-action units, F = B = W) after its inputs whose residue modulo the interval k is still
+ * free on its rank; W's after the B's, `wdelay` later at least. Microbatch m's block starts at
+ * k*m; every rank's list is its actions in the order of those nominal times (distinct on a
+ * rank, and each dependency's producer ends before its consumer starts, so no deadlock); the
+ * simulator squeezes the gaps (warm-up and tail). The interval and the W delay set the
+ * lifespans, hence the memory: a rank holds about (its two chunks' lifespans) / k chunks. */
+typedef struct blk_item {
+  long t;
+  zt_pipeline_action a;
+} blk_item;
+
+static int blk_cmp(const void *x, const void *y) {
+  long a = ((const blk_item *)x)->t, b = ((const blk_item *)y)->t;
+  return (a > b) - (a < b);
+}
+
+static long blk_place(bool *occ, int k, long t) {
+  while (occ[t % k]) t++;
+  occ[t % k] = true;
+  return t;
+}
+
+static zt_status gen_block(int P, int M, int k, int wdelay, bool w_late, const int *cap, zt_pipeline_schedule **out) {
+  *out = NULL;
+  int S = 2 * P;
+  long F[S], B[S], W[S];
+  bool occ[P][k];
+  memset(occ, 0, sizeof occ);
+#define BLK_RANK(st) ((st) < P ? (st) : S - 1 - (st))
+  for (int st = 0; st < S; st++) F[st] = blk_place(occ[BLK_RANK(st)], k, st ? F[st - 1] + 1 : 0);
+  for (int st = S - 1; st >= 0; st--) {
+    long t = F[st] + 1;
+    if (st < S - 1 && B[st + 1] + 1 > t) t = B[st + 1] + 1;
+    B[st] = blk_place(occ[BLK_RANK(st)], k, t);
+    if (!w_late) W[st] = blk_place(occ[BLK_RANK(st)], k, B[st] + 1 + wdelay);
+  }
+  if (w_late)
+    for (int st = S - 1; st >= 0; st--) W[st] = blk_place(occ[BLK_RANK(st)], k, B[st] + 1 + wdelay);
+  zt_status rc = zt_pipeline_schedule_new(P, 2, M, ZT_PIPELINE_PLACEMENT_V, out);
+  blk_item *items = rc == ZT_OK ? malloc((size_t)6 * (size_t)M * sizeof *items) : NULL;
+  if (rc == ZT_OK && !items) rc = ZT_ERR(ZT_STATUS_OOM, "out of host memory generating a pipeline schedule");
+  for (int r = 0; rc == ZT_OK && r < P; r++) {
+    int n = 0;
+    for (int m = 0; m < M; m++)
+      for (int c = 0; c < 2; c++) {
+        int st = c ? S - 1 - r : r;
+        items[n++] = (blk_item){F[st] + (long)k * m, {ZT_PIPELINE_OP_F, st, m}};
+        items[n++] = (blk_item){B[st] + (long)k * m, {ZT_PIPELINE_OP_B, st, m}};
+        items[n++] = (blk_item){W[st] + (long)k * m, {ZT_PIPELINE_OP_W, st, m}};
+      }
+    qsort(items, (size_t)n, sizeof *items, blk_cmp);
+    /* the cap: a forward that would hold more than cap[r] chunks waits (in order) for the
+     * next W; a B whose forward waits takes it along (over the cap: that candidate loses) */
+    int live = 0, dq = 0, dn = 0;
+    for (int i = 0; rc == ZT_OK && i < n; i++) {
+      zt_pipeline_action a = items[i].a;
+      if (a.op == ZT_PIPELINE_OP_F && (dn > dq || live >= cap[r])) {
+        items[dn++].a = a; /* deferred forwards, in order, reuse the consumed prefix */
+        continue;
+      }
+      bool needs = false;
+      for (int j = dq; j < dn; j++)
+        needs |= a.op == ZT_PIPELINE_OP_B && items[j].a.stage == a.stage && items[j].a.mb == a.mb;
+      while (rc == ZT_OK && dq < dn && (needs || live < cap[r])) {
+        zt_pipeline_action f = items[dq++].a;
+        needs &= !(f.stage == a.stage && f.mb == a.mb);
+        rc = zt_pipeline_schedule_push(*out, r, f), live++;
+      }
+      if (rc == ZT_OK) rc = zt_pipeline_schedule_push(*out, r, a);
+      live += a.op == ZT_PIPELINE_OP_F ? 1 : a.op == ZT_PIPELINE_OP_W ? -1 : 0;
+      while (rc == ZT_OK && dq < dn && live < cap[r]) rc = zt_pipeline_schedule_push(*out, r, items[dq++].a), live++;
+    }
+    while (rc == ZT_OK && dq < dn) rc = zt_pipeline_schedule_push(*out, r, items[dq++].a);
+  }
+#undef BLK_RANK
+  free(items);
+  if (rc != ZT_OK) {
+    zt_pipeline_schedule_free(*out);
+    *out = NULL;
+  }
+  return rc;
+}
+
+/* V-Half / V-Min: the building blocks over a few intervals and W delays, and the list scheduler
+ * under the same per-rank limit (limit chunks); the shortest simulated step (F = B = W, no
+ * communication) whose peak stays within the limit wins, then the lower peak. */
+static zt_status gen_v_controlled(const zt_pipeline_gen_options *o, const int *limit, zt_pipeline_schedule **out) {
+  int P = o->ranks, M = o->microbatches;
+  zt_pipeline_costs unit = zt_pipeline_costs_default();
+  zt_pipeline_schedule *best = NULL;
+  double best_t = INFINITY, best_peak = INFINITY;
+  zt_status last = ZT_OK;
+  for (int cand = -1; cand < 2 * 4 * 8; cand++) {
+    zt_pipeline_schedule *s = NULL;
+    zt_status st = cand < 0 ? gen_greedy(o, ZT_PIPELINE_PLACEMENT_V, 2, limit, &unit, &s)
+                            : gen_block(P, M, 6 + cand % 4, cand / 8, (cand / 4) % 2, limit, &s);
+    if (st != ZT_OK) {
+      if (st == ZT_STATUS_OOM) {
+        zt_pipeline_schedule_free(best);
+        return st;
+      }
+      last = st;
+      continue;
+    }
+    zt_pipeline_sim *sim = NULL;
+    st = zt_pipeline_simulate(s, &unit, &sim);
+    if (st != ZT_OK) { /* a candidate the cap deadlocked */
+      zt_pipeline_schedule_free(s);
+      if (st == ZT_STATUS_OOM) {
+        zt_pipeline_schedule_free(best);
+        return st;
+      }
+      continue;
+    }
+    double peak = 0, t = sim->step_time;
+    bool fits = true;
+    for (int r = 0; r < P; r++) {
+      peak = fmax(peak, sim->peak_activations[r]);
+      if (sim->peak_activations[r] * 2 > limit[r] + 1e-9) fits = false;
+    }
+    zt_pipeline_sim_free(sim);
+    if (fits && (t < best_t - 1e-9 || (t < best_t + 1e-9 && peak < best_peak))) {
+      zt_pipeline_schedule_free(best);
+      best = s, best_t = t, best_peak = peak;
+    } else {
+      zt_pipeline_schedule_free(s);
+    }
+  }
+  if (!best) return last;
+  *out = best;
+  return ZT_OK;
+}
+
 /* The smallest M a family takes (and M's other conditions): INVALID_ARG saying so. */
 static zt_status check_m(const char *name, int P, int M) {
   if (!strcmp(name, "interleaved") && (M < P || M % P))
@@ -264,6 +400,7 @@ static zt_status generate(const zt_pipeline_gen_options *o, int V, zt_pipeline_s
       lim[r] = zbv_short ? 2 * P : !strcmp(n, "v-half") ? P : (2 * P + 2) / 3;
       if (lim[r] < 2) lim[r] = 2;
     }
+    if (!zbv_short) return gen_v_controlled(o, lim, out);
     return gen_greedy(o, pl, V, lim, &unit, out);
   }
   if (!strcmp(n, "auto")) return gen_auto(o, &c, out);

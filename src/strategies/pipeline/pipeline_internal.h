@@ -45,11 +45,11 @@ static inline int zt__pp_find(const zt_pipeline_schedule *s, const zt__pp_index 
   return ix->rank[k];
 }
 
-/* The list scheduler behind zb-h2, zb-v (M < 2P), v-half, v-min and auto (greedy.c): every rank
- * runs, at each moment, the ready backward of its oldest microbatch, else its oldest ready
- * forward if its live activations stay within limit[r] (chunk units; on a V rank the first
- * chunk's forward leaves one unit free for the second chunk's), else a deferred W; it waits
- * otherwise. split false: BW instead of B then W. costs are those of a rank's share. */
+/* The list scheduler behind zb-h2, zb-v (M < 2P), auto and one of v-half's and v-min's
+ * candidates (greedy.c): every rank runs, at each moment, the ready backward of its oldest
+ * microbatch, else its oldest ready forward if its live activations stay within limit[r]
+ * (chunk units; on a V rank the first chunk's forward leaves one unit free for the second
+ * chunk's), else a deferred W; it waits otherwise. split false: BW instead of B then W. costs are those of a rank's share. */
 typedef struct zt__pp_greedy {
   int ranks, chunks, microbatches;
   zt_pipeline_placement placement;
