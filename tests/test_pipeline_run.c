@@ -176,7 +176,19 @@ static void test_across_ranks(void) {
     zt_pipeline_stages st = {stage_forward, &c};
     result got = {0};
     for (int m = 0; m < M; m++) got.loss[m] = 0;
-    ZT_CHECK_OK(zt_pipeline_run(s, &st, w, &bd, ids, 1.0 / M, got.loss));
+    zt_pipeline_trace tr;
+    ZT_CHECK_OK(zt_pipeline_run(s, &st, w, &bd, ids, 1.0 / M, got.loss, &tr));
+    /* the trace: every action of this rank's lowered list, in order, timed */
+    int computes = 0;
+    for (int i = 0; i < tr.n; i++) {
+      computes += tr.actions[i].op <= ZT_PIPELINE_OP_BW;
+      ZT_CHECK(tr.end[i] >= tr.start[i] && (i == 0 || tr.start[i] >= tr.end[i - 1]));
+    }
+    int want_computes = 0;
+    for (int i = 0; i < s->n_actions[g_rank]; i++) want_computes += s->actions[g_rank][i].op <= ZT_PIPELINE_OP_BW;
+    ZT_CHECK(computes == want_computes && tr.n >= computes);
+    ZT_CHECK(tr.busy > 0 && tr.busy <= tr.span && tr.bubble_rate >= 0 && tr.bubble_rate < 1);
+    zt_pipeline_trace_free(&tr);
     /* the losses live on the last stage's rank: sum them (the others hold zeros) */
     zt_tensor *lt = NULL;
     ZT_CHECK_OK(zt_tensor_from_data(1, (int64_t[]){M}, ZT_DTYPE_F64, got.loss, &lt));
@@ -262,7 +274,7 @@ static void test_train_steps_across_ranks(void) {
     stages_ctx c = {g, zt_pipeline_stage_count(s), tg};
     zt_pipeline_stages st = {stage_forward, &c};
     zt_tensor *wte = ps[0].tensor;
-    zt_pipeline_step_options po = {s, w, {3, {B, T, CFG.n_embd}, ZT_DTYPE_F32}, 1e-2, 1.0, &wte, 1};
+    zt_pipeline_step_options po = {s, w, {3, {B, T, CFG.n_embd}, ZT_DTYPE_F32}, 1e-2, 1.0, &wte, 1, NULL};
     for (int k = 0; k < STEPS; k++) {
       zt_train_step_result r;
       ZT_CHECK_OK(zt_pipeline_train_step(&st, o, n_ps, ps, ids, &po, &r));

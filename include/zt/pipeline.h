@@ -190,9 +190,21 @@ typedef struct zt_pipeline_boundary {
   int64_t shape[8];
   zt_dtype dtype;
 } zt_pipeline_boundary;
+/* What this rank did, measured (trace, may be NULL): each action of its (lowered) list with
+ * its start and end in seconds from the run's start, the time spent computing (F, B, W, BW),
+ * the span from the first start to the last end, and the measured bubble rate
+ * 1 - busy / span (time waiting for transfers, or for nothing). Free with
+ * zt_pipeline_trace_free. */
+typedef struct zt_pipeline_trace {
+  int n;
+  zt_pipeline_action *actions;
+  double *start, *end;
+  double busy, span, bubble_rate;
+} zt_pipeline_trace;
+ZT_API void zt_pipeline_trace_free(zt_pipeline_trace *t); /* frees the arrays, zeroes *t */
 ZT_API ZT_NODISCARD zt_status zt_pipeline_run(const zt_pipeline_schedule *s, const zt_pipeline_stages *st, zt_comm *comm,
                                               const zt_pipeline_boundary *b, zt_tensor *const *inputs,
-                                              double loss_scale, double *losses);
+                                              double loss_scale, double *losses, zt_pipeline_trace *trace);
 
 /* ---- rendering (render.c): malloc'd strings, the caller frees them ---- */
 /* A text timeline: one row per rank, `width` columns (0: 100) for the step time; each action

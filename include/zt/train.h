@@ -241,6 +241,7 @@ typedef struct zt_pipeline_step_options {
   double lr, grad_clip;
   zt_tensor **tied;            /* parameters several ranks' stages use */
   int n_tied;
+  zt_pipeline_trace *trace;    /* optional: this rank's measured actions (zt_pipeline_run) */
 } zt_pipeline_step_options;
 ZT_API ZT_NODISCARD zt_status zt_pipeline_train_step(const zt_pipeline_stages *st, zt_optim *opt, int n_params,
                                                      const zt_param *params, zt_tensor *const *inputs,

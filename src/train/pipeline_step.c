@@ -69,7 +69,7 @@ zt_status zt_pipeline_train_step(const zt_pipeline_stages *st, zt_optim *opt, in
   int M = o->schedule->microbatches;
   double *losses = calloc((size_t)M, sizeof *losses);
   if (!losses) return ZT_ERR(ZT_STATUS_OOM, "zt_pipeline_train_step: out of host memory");
-  zt_status s = zt_pipeline_run(o->schedule, st, o->comm, &o->boundary, inputs, 1.0 / M, losses);
+  zt_status s = zt_pipeline_run(o->schedule, st, o->comm, &o->boundary, inputs, 1.0 / M, losses, o->trace);
   if (!s) s = mean_loss(o->comm, losses, M, &out->loss);
   free(losses);
   if (!s && !isfinite(out->loss)) {

@@ -214,8 +214,36 @@ zt_status zt_pipeline_run_local(const zt_pipeline_schedule *s, const zt_pipeline
   return xslots_free(&r, st0);
 }
 
+void zt_pipeline_trace_free(zt_pipeline_trace *t) {
+  if (!t) return;
+  free(t->actions);
+  free(t->start);
+  free(t->end);
+  *t = (zt_pipeline_trace){0};
+}
+
+static zt_status trace_new(zt_pipeline_trace *t, int n) {
+  *t = (zt_pipeline_trace){0};
+  t->actions = malloc(sizeof *t->actions * (size_t)(n ? n : 1));
+  t->start = malloc(sizeof *t->start * (size_t)(n ? n : 1));
+  t->end = malloc(sizeof *t->end * (size_t)(n ? n : 1));
+  if (t->actions && t->start && t->end) return ZT_OK;
+  zt_pipeline_trace_free(t);
+  return ZT_ERR(ZT_STATUS_OOM, "zt_pipeline_run: out of host memory for a trace of %d actions", n);
+}
+
+static void trace_finish(zt_pipeline_trace *t) {
+  t->busy = 0;
+  for (int i = 0; i < t->n; i++)
+    if (zt__pp_is_compute(t->actions[i].op)) t->busy += t->end[i] - t->start[i];
+  t->span = t->n ? t->end[t->n - 1] - t->start[0] : 0;
+  t->bubble_rate = t->span > 0 ? 1.0 - t->busy / t->span : 0;
+}
+
 zt_status zt_pipeline_run(const zt_pipeline_schedule *s, const zt_pipeline_stages *st, zt_comm *comm,
-                          const zt_pipeline_boundary *bd, zt_tensor *const *inputs, double loss_scale, double *losses) {
+                          const zt_pipeline_boundary *bd, zt_tensor *const *inputs, double loss_scale, double *losses,
+                          zt_pipeline_trace *trace) {
+  if (trace) *trace = (zt_pipeline_trace){0};
   if (!s || !st || !st->forward || !comm || !bd || !inputs)
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
                   "zt_pipeline_run: schedule, stages (with forward), comm, boundary and inputs are required");
@@ -240,7 +268,19 @@ zt_status zt_pipeline_run(const zt_pipeline_schedule *s, const zt_pipeline_stage
   xrun r = {run_s, st, bd, comm, inputs, loss_scale, losses, S, zt_comm_rank(comm), NULL};
   r.slots = calloc((size_t)(S * s->microbatches), sizeof *r.slots);
   zt_status st0 = r.slots ? ZT_OK : ZT_ERR(ZT_STATUS_OOM, "zt_pipeline_run: out of host memory");
-  for (int i = 0; !st0 && i < run_s->n_actions[r.rank]; i++) st0 = step_action(&r, r.rank, run_s->actions[r.rank][i]);
+  int n = run_s->n_actions[r.rank];
+  if (!st0 && trace) st0 = trace_new(trace, n);
+  double t0 = zt_clock_now();
+  for (int i = 0; !st0 && i < n; i++) {
+    double a0 = zt_clock_now();
+    st0 = step_action(&r, r.rank, run_s->actions[r.rank][i]);
+    if (trace) {
+      trace->actions[i] = run_s->actions[r.rank][i];
+      trace->start[i] = a0 - t0, trace->end[i] = zt_clock_now() - t0;
+      trace->n = i + 1;
+    }
+  }
+  if (trace && trace->actions) trace_finish(trace);
   st0 = xslots_free(&r, st0);
   zt_pipeline_schedule_free(low);
   return st0;
