@@ -191,8 +191,8 @@ static zt_status gen_greedy(const zt_pipeline_gen_options *o, zt_pipeline_placem
 /* V-Half and V-Min from a building block (the controllable-memory paper's construction): one
  * microbatch's F, B and W through the V's 2P stages, each action at the earliest time (in
  * chunk-action units, F = B = W) after its inputs whose residue modulo the interval k is still
- * free on its rank; W's after the B's, `wdelay` later at least. Microbatch m's block starts at
- * k*m; every rank's list is its actions in the order of those nominal times (distinct on a
+ * free on its rank; W's after the B's, `wdelay` later at least. g blocks share the residues,
+ * the j-th from offs[j]; microbatch m takes block m % g, shifted by k*(m/g); every rank's list is its actions in the order of those nominal times (distinct on a
  * rank, and each dependency's producer ends before its consumer starts, so no deadlock); the
  * simulator squeezes the gaps (warm-up and tail). The interval and the W delay set the
  * lifespans, hence the memory: a rank holds about (its two chunks' lifespans) / k chunks. */
@@ -212,22 +212,26 @@ static long blk_place(bool *occ, int k, long t) {
   return t;
 }
 
-static zt_status gen_block(int P, int M, int k, int wdelay, bool w_late, const int *cap, zt_pipeline_schedule **out) {
+static zt_status gen_block(int P, int M, int k, int g, const int *offs, int wdelay, bool w_late, const int *cap,
+                           zt_pipeline_schedule **out) {
   *out = NULL;
   int S = 2 * P;
-  long F[S], B[S], W[S];
+  long F[g][S], B[g][S], W[g][S];
   bool occ[P][k];
   memset(occ, 0, sizeof occ);
 #define BLK_RANK(st) ((st) < P ? (st) : S - 1 - (st))
-  for (int st = 0; st < S; st++) F[st] = blk_place(occ[BLK_RANK(st)], k, st ? F[st - 1] + 1 : 0);
-  for (int st = S - 1; st >= 0; st--) {
-    long t = F[st] + 1;
-    if (st < S - 1 && B[st + 1] + 1 > t) t = B[st + 1] + 1;
-    B[st] = blk_place(occ[BLK_RANK(st)], k, t);
-    if (!w_late) W[st] = blk_place(occ[BLK_RANK(st)], k, B[st] + 1 + wdelay);
+  for (int j = 0; j < g; j++) {
+    for (int st = 0; st < S; st++)
+      F[j][st] = blk_place(occ[BLK_RANK(st)], k, st ? F[j][st - 1] + 1 : offs[j]);
+    for (int st = S - 1; st >= 0; st--) {
+      long t = F[j][st] + 1;
+      if (st < S - 1 && B[j][st + 1] + 1 > t) t = B[j][st + 1] + 1;
+      B[j][st] = blk_place(occ[BLK_RANK(st)], k, t);
+      if (!w_late) W[j][st] = blk_place(occ[BLK_RANK(st)], k, B[j][st] + 1 + wdelay);
+    }
+    if (w_late)
+      for (int st = S - 1; st >= 0; st--) W[j][st] = blk_place(occ[BLK_RANK(st)], k, B[j][st] + 1 + wdelay);
   }
-  if (w_late)
-    for (int st = S - 1; st >= 0; st--) W[st] = blk_place(occ[BLK_RANK(st)], k, B[st] + 1 + wdelay);
   zt_status rc = zt_pipeline_schedule_new(P, 2, M, ZT_PIPELINE_PLACEMENT_V, out);
   blk_item *items = rc == ZT_OK ? malloc((size_t)6 * (size_t)M * sizeof *items) : NULL;
   if (rc == ZT_OK && !items) rc = ZT_ERR(ZT_STATUS_OOM, "out of host memory generating a pipeline schedule");
@@ -236,9 +240,11 @@ static zt_status gen_block(int P, int M, int k, int wdelay, bool w_late, const i
     for (int m = 0; m < M; m++)
       for (int c = 0; c < 2; c++) {
         int st = c ? S - 1 - r : r;
-        items[n++] = (blk_item){F[st] + (long)k * m, {ZT_PIPELINE_OP_F, st, m}};
-        items[n++] = (blk_item){B[st] + (long)k * m, {ZT_PIPELINE_OP_B, st, m}};
-        items[n++] = (blk_item){W[st] + (long)k * m, {ZT_PIPELINE_OP_W, st, m}};
+        int j = m % g;
+        long base = (long)k * (m / g);
+        items[n++] = (blk_item){F[j][st] + base, {ZT_PIPELINE_OP_F, st, m}};
+        items[n++] = (blk_item){B[j][st] + base, {ZT_PIPELINE_OP_B, st, m}};
+        items[n++] = (blk_item){W[j][st] + base, {ZT_PIPELINE_OP_W, st, m}};
       }
     qsort(items, (size_t)n, sizeof *items, blk_cmp);
     /* the cap: a forward that would hold more than cap[r] chunks waits (in order) for the
@@ -282,10 +288,20 @@ static zt_status gen_v_controlled(const zt_pipeline_gen_options *o, const int *l
   zt_pipeline_schedule *best = NULL;
   double best_t = INFINITY, best_peak = INFINITY;
   zt_status last = ZT_OK;
-  for (int cand = -1; cand < 2 * 4 * 8; cand++) {
+  /* the blocks' patterns: g microbatches every k (g = 1: k = 6..9; g > 1: an average interval
+   * above 6 and below 8, the g blocks spread evenly, rounded down or up) */
+  enum { NPAT = 4 + 3 + 5 + 7 + 9 + 11 };
+  int pat_g[NPAT], pat_k[NPAT], npat = 0;
+  for (int k = 6; k <= 9; k++) pat_g[npat] = 1, pat_k[npat++] = k;
+  for (int g = 2; g <= 6; g++)
+    for (int k = 6 * g + 1; k < 8 * g; k++) pat_g[npat] = g, pat_k[npat++] = k;
+  for (int cand = -1; cand < npat * 2 * 2 * 8; cand++) {
     zt_pipeline_schedule *s = NULL;
+    int pi = cand < 0 ? 0 : cand / 32, g = pat_g[pi], k = pat_k[pi], up = (cand / 16) % 2, offs[6];
+    if (g == 1 && up) continue;
+    for (int j = 0; j < g; j++) offs[j] = (j * k + (up ? g - 1 : 0)) / g;
     zt_status st = cand < 0 ? gen_greedy(o, ZT_PIPELINE_PLACEMENT_V, 2, limit, &unit, &s)
-                            : gen_block(P, M, 6 + cand % 4, cand / 8, (cand / 4) % 2, limit, &s);
+                            : gen_block(P, M, k, g, offs, (cand % 16) / 2, cand % 2, limit, &s);
     if (st != ZT_OK) {
       if (st == ZT_STATUS_OOM) {
         zt_pipeline_schedule_free(best);
