@@ -5,10 +5,7 @@
 # every rank of the job instead of hanging. One regression check per defect of issue 11.
 set -u
 zt="$1"
-w=$(mktemp -d)
-trap 'rm -rf "$w"' EXIT
-fail=0; pass=0; out=""
-check() { if eval "$2"; then pass=$((pass+1)); echo "PASS $1"; else fail=$((fail+1)); echo "FAIL $1"; echo "$out" | tail -5; fi; }
+. "$(dirname "$0")/check_lib.sh"
 small="--batch 4 --seq 32 --eval-batches 2 --log-every 10 --sample-len 0"
 # no in-step progress lines unless a check asks for them (a loaded machine makes steps slow)
 export ZT_STEP_PROGRESS_S=100000
@@ -170,5 +167,4 @@ if command -v mpirun >/dev/null 2>&1; then
   check "mpirun: a stopped rank is named by the others within the timeout, and the job ends" '[ -n "$victim" ] && [ -s "$w/stop.rc" ] && [ "$(cat "$w/stop.rc")" -ne 0 ] && [ "$(cat "$w/stop.rc")" -ne 124 ] && [ $((SECONDS - t0)) -lt 60 ] && grep -q "rank 1" <<<"$out" && grep -qi "timed out\|did not arrive" <<<"$out"'
   [ -n "$victim" ] && kill -9 "$victim" 2>/dev/null
 fi
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+check_summary

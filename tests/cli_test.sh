@@ -5,14 +5,11 @@
 # a non-zero exit code.
 set -u
 zt="$1"
-w=$(mktemp -d)
-trap 'rm -rf "$w"' EXIT
-fail=0; pass=0; out=""
+. "$(dirname "$0")/check_lib.sh"
 # no in-step progress lines (a loaded machine makes steps slow; line counts are checked)
 export ZT_STEP_PROGRESS_S=100000
 # the tensor bytes of a safetensors file (after its header, which holds a per-save id)
 tensors() { local hl; hl=$(od -An -t u8 -N8 "$1" | tr -d ' '); tail -c +$((9 + hl)) "$1"; }
-check() { if eval "$2"; then pass=$((pass+1)); echo "PASS $1"; else fail=$((fail+1)); echo "FAIL $1"; echo "$out" | tail -5; fi; }
 small="--batch 4 --seq 32 --eval-batches 2 --log-every 10 --sample-len 20"
 
 out=$("$zt" train $small --steps 40 --eval-every 20 --metrics "$w/m.jsonl" --save "$w/full" 2>&1); rc=$?
@@ -165,5 +162,4 @@ out=$("$zt" frobnicate 2>&1); rc=$?
 check "unknown command is exit 2" '[ $rc -eq 2 ] && grep -q "unknown command" <<<"$out"'
 out=$("$zt" train --help 2>&1); rc=$?
 check "help lists every flag" '[ $rc -eq 0 ] && for f in config model layers heads dim vocab ctx dropout init-from data val-data batch seq steps lr min-lr warmup optimizer weight-decay beta1 beta2 momentum grad-clip seed threads log-every eval-every eval-batches metrics save save-every resume stop-at sample-len recompute checkpoint-every offload-activations offload-dir shard prefetch save-format mixed-precision tensorboard keep-checkpoints allow-config-change comm-timeout; do grep -q -- "--$f" <<<"$out" || exit 1; done'
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+check_summary

@@ -7,11 +7,7 @@
 # usage: tests/plot_test.sh ZT_BINARY
 set -u
 zt="$1"
-w=$(mktemp -d)
-trap 'rm -rf "$w"' EXIT
-fail=0; pass=0
-out=""
-check() { if eval "$2"; then pass=$((pass+1)); echo "PASS $1"; else fail=$((fail+1)); echo "FAIL $1"; echo "$out" | tail -5; fi; }
+. "$(dirname "$0")/check_lib.sh"
 
 tags=(PARAM GRAD OPTIM ACTIVATION COMM TEMP)
 # One metrics line as zt train writes it: line STEP LOSS TOKENS_PER_S [VAL_LOSS [WORLD]]
@@ -167,5 +163,4 @@ check "unwritable output: exit 1" '[ $rc -eq 1 ] && grep -q "cannot write" <<<"$
 out=$("$zt" plot "$w/run.jsonl" 2>&1); rc=$?
 check "no --out: usage, exit 2" '[ $rc -eq 2 ] && grep -q "usage" <<<"$out"'
 
-echo "plot_test: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+check_summary plot_test

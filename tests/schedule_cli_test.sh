@@ -5,11 +5,7 @@
 # usage: tests/schedule_cli_test.sh ZT_BINARY
 set -u
 zt="$1"
-w=$(mktemp -d)
-trap 'rm -rf "$w"' EXIT
-fail=0; pass=0
-out=""
-check() { if eval "$2"; then pass=$((pass+1)); echo "PASS $1"; else fail=$((fail+1)); echo "FAIL $1"; echo "$out" | tail -5; fi; }
+. "$(dirname "$0")/check_lib.sh"
 
 out=$("$zt" schedule --schedule 1f1b --stages 4 --microbatches 8 2>&1); rc=$?
 check "1f1b timeline" '[ $rc -eq 0 ] && echo "$out" | grep -q "^rank  3 |" && echo "$out" | grep -q "bubble rate 27.27%"'
@@ -37,5 +33,4 @@ check "bad costs" '[ $rc -eq 2 ] && echo "$out" | grep -q "four numbers"'
 out=$("$zt" schedule --schedule nope --stages 4 --microbatches 8 2>&1); rc=$?
 check "unknown schedule" '[ $rc -eq 1 ] && echo "$out" | grep -q "unknown schedule .nope."'
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+check_summary

@@ -111,24 +111,38 @@ static void compare(const result *want, const result *got, int M, const char *wh
   }
 }
 
+/* Every schedule family. */
+static const char *const names[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2",
+                                    "zb-v",  "v-half", "v-min",     "dualpipev", "auto"};
+enum { N_FAMILIES = (int)(sizeof names / sizeof names[0]) };
+
+/* M microbatches of token ids and targets (seeds base + m, base + 100 + m). */
+static void make_batches(int M, uint64_t base, zt_tensor **ids, zt_tensor **tg) {
+  for (int m = 0; m < M; m++) {
+    ids[m] = zt_test_rand_ids(B, T, CFG.vocab_size, base + (uint64_t)m);
+    tg[m] = zt_test_rand_ids(B, T, CFG.vocab_size, base + 100 + (uint64_t)m);
+  }
+}
+
+/* The family's schedule for P ranks and M microbatches (NULL, counted as a failure, if none). */
+static zt_pipeline_schedule *generate(const char *name, int P, int M) {
+  zt_pipeline_gen_options o = {0};
+  o.name = name, o.ranks = P, o.microbatches = M;
+  zt_pipeline_schedule *s = NULL;
+  ZT_CHECK_OK(zt_pipeline_generate(&o, &s));
+  return s;
+}
+
 static void test_every_family(void) {
-  static const char *const names[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2",
-                                      "zb-v",  "v-half", "v-min",     "dualpipev", "auto"};
   for (int P = 2; P <= 4; P += 2) {
     int M = 2 * P;
     zt_tensor *ids[16], *tg[16];
-    for (int m = 0; m < M; m++) {
-      ids[m] = zt_test_rand_ids(B, T, CFG.vocab_size, 100 + (uint64_t)m);
-      tg[m] = zt_test_rand_ids(B, T, CFG.vocab_size, 200 + (uint64_t)m);
-    }
+    make_batches(M, 100, ids, tg);
     for (int rec = 0; rec < 2; rec++) {
       result want = {0};
       plain(M, ids, tg, rec, &want);
-      for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
-        zt_pipeline_gen_options o = {0};
-        o.name = names[k], o.ranks = P, o.microbatches = M;
-        zt_pipeline_schedule *s = NULL;
-        ZT_CHECK_OK(zt_pipeline_generate(&o, &s));
+      for (int k = 0; k < N_FAMILIES; k++) {
+        zt_pipeline_schedule *s = generate(names[k], P, M);
         if (!s) continue;
         char what[96];
         snprintf(what, sizeof what, "%s, %d ranks, %d microbatches%s", names[k], P, M, rec ? ", recomputed" : "");
@@ -153,22 +167,14 @@ static void test_across_ranks(void) {
   int P = g_size;
   zt_comm *w = g_world;
   if (!w || P == 1) return;
-  static const char *const names[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2",
-                                      "zb-v",  "v-half", "v-min",     "dualpipev", "auto"};
   int M = 2 * P;
   zt_tensor *ids[16], *tg[16];
-  for (int m = 0; m < M; m++) {
-    ids[m] = zt_test_rand_ids(B, T, CFG.vocab_size, 100 + (uint64_t)m);
-    tg[m] = zt_test_rand_ids(B, T, CFG.vocab_size, 200 + (uint64_t)m);
-  }
+  make_batches(M, 100, ids, tg);
   result want = {0};
   plain(M, ids, tg, false, &want);
   zt_pipeline_boundary bd = {3, {B, T, CFG.n_embd}, ZT_DTYPE_F32};
-  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
-    zt_pipeline_gen_options o = {0};
-    o.name = names[k], o.ranks = P, o.microbatches = M;
-    zt_pipeline_schedule *s = NULL;
-    ZT_CHECK_OK(zt_pipeline_generate(&o, &s));
+  for (int k = 0; k < N_FAMILIES; k++) {
+    zt_pipeline_schedule *s = generate(names[k], P, M);
     if (!s) continue;
     zt_recompute_plan *rc = NULL;
     zt_gpt2 *g = model(false, &rc);
@@ -237,10 +243,7 @@ static void test_train_steps_across_ranks(void) {
   enum { STEPS = 3 };
   int M = 2 * P;
   zt_tensor *ids[16], *tg[16];
-  for (int m = 0; m < M; m++) {
-    ids[m] = zt_test_rand_ids(B, T, CFG.vocab_size, 300 + (uint64_t)m);
-    tg[m] = zt_test_rand_ids(B, T, CFG.vocab_size, 400 + (uint64_t)m);
-  }
+  make_batches(M, 300, ids, tg);
   zt_optim_config oc = zt_optim_default(ZT_OPTIM_ADAMW);
   /* the reference: one process */
   zt_recompute_plan *rc = NULL;
@@ -259,12 +262,9 @@ static void test_train_steps_across_ranks(void) {
     ZT_CHECK_OK(zt_train_step(&rm, NULL, ro, feed, &f, &so, &r));
     want[k] = r.loss;
   }
-  static const char *const names[] = {"1f1b", "zb-h1", "interleaved", "zb-v"};
-  for (size_t n = 0; n < sizeof names / sizeof names[0]; n++) {
-    zt_pipeline_gen_options go = {0};
-    go.name = names[n], go.ranks = P, go.microbatches = M;
-    zt_pipeline_schedule *s = NULL;
-    ZT_CHECK_OK(zt_pipeline_generate(&go, &s));
+  static const char *const some[] = {"1f1b", "zb-h1", "interleaved", "zb-v"};
+  for (size_t n = 0; n < sizeof some / sizeof some[0]; n++) {
+    zt_pipeline_schedule *s = generate(some[n], P, M);
     zt_gpt2 *g = model(false, &rc);
     if (!s || !g) break;
     zt_param *ps;
@@ -279,7 +279,7 @@ static void test_train_steps_across_ranks(void) {
       zt_train_step_result r;
       ZT_CHECK_OK(zt_pipeline_train_step(&st, o, n_ps, ps, ids, &po, &r));
       if (!(fabs(r.loss - want[k]) <= 1e-5 * fabs(want[k])))
-        zt_test_fail(__FILE__, __LINE__, "%s: loss of step %d is %.9g, one process %.9g", names[n], k + 1, r.loss, want[k]);
+        zt_test_fail(__FILE__, __LINE__, "%s: loss of step %d is %.9g, one process %.9g", some[n], k + 1, r.loss, want[k]);
     }
     /* every rank's copy of wte is the same bits */
     zt_tensor *all = NULL;
@@ -291,7 +291,7 @@ static void test_train_steps_across_ranks(void) {
       zt_tensor *a = NULL, *b = NULL;
       ZT_CHECK_OK(zt_narrow(all, 0, 0, 1, &a));
       ZT_CHECK_OK(zt_narrow(all, 0, q, 1, &b));
-      if (!zt_test_bitwise_equal(a, b)) zt_test_fail(__FILE__, __LINE__, "%s: rank %d's wte differs from rank 0's", names[n], q);
+      if (!zt_test_bitwise_equal(a, b)) zt_test_fail(__FILE__, __LINE__, "%s: rank %d's wte differs from rank 0's", some[n], q);
       zt_test_free_all((zt_tensor *[]){a, b}, 2);
     }
     zt_test_free_all((zt_tensor *[]){all, flat}, 2);
@@ -311,7 +311,7 @@ static void test_train_steps_across_ranks(void) {
       }
       if (!mine) continue;
       double d = zt_test_max_abs_diff(ps[i].tensor, rp[i].tensor);
-      if (!(d <= 1e-5)) zt_test_fail(__FILE__, __LINE__, "%s: %s differs from one process by %g", names[n], ps[i].name, d);
+      if (!(d <= 1e-5)) zt_test_fail(__FILE__, __LINE__, "%s: %s differs from one process by %g", some[n], ps[i].name, d);
     }
     zt_optim_free(o);
     zt_gpt2_free(g);

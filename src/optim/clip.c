@@ -31,27 +31,36 @@ static zt_status check_grads(const char *fn, int n_params, const zt_param *param
   return ZT_OK;
 }
 
-zt_status zt_grad_sum_squares(int n_params, const zt_param *params, double *ss) {
-  if (!ss) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_grad_sum_squares: ss (the output) is NULL");
-  *ss = 0;
-  ZT_TRY(check_grads("zt_grad_sum_squares", n_params, params));
+/* Sum of squares of the grads present (checked), in parameter order. */
+static double sum_squares(int n_params, const zt_param *params) {
   double sum = 0;
   for (int i = 0; i < n_params; i++) {
     const zt_tensor *g = params[i].tensor->grad;
     if (g) sum += zt__dev_sum_squares(g, 0, zt_tensor_numel(g)); /* the backend's fixed tree of blocks */
   }
-  *ss = sum;
-  return ZT_OK;
+  return sum;
 }
 
-zt_status zt_grads_scale(int n_params, const zt_param *params, double coef) {
-  ZT_TRY(check_grads("zt_grads_scale", n_params, params));
+static void scale_all(int n_params, const zt_param *params, double coef) {
   for (int i = 0; i < n_params; i++) {
     zt_tensor *g = params[i].tensor->grad;
     if (!g) continue;
     zt__dev_scale(g, coef);
     zt_tensor_bump_version(g);
   }
+}
+
+zt_status zt_grad_sum_squares(int n_params, const zt_param *params, double *ss) {
+  if (!ss) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_grad_sum_squares: ss (the output) is NULL");
+  *ss = 0;
+  ZT_TRY(check_grads("zt_grad_sum_squares", n_params, params));
+  *ss = sum_squares(n_params, params);
+  return ZT_OK;
+}
+
+zt_status zt_grads_scale(int n_params, const zt_param *params, double coef) {
+  ZT_TRY(check_grads("zt_grads_scale", n_params, params));
+  scale_all(n_params, params, coef);
   return ZT_OK;
 }
 
@@ -60,13 +69,11 @@ zt_status zt_clip_grad_norm(int n_params, const zt_param *params, double max_nor
   if (!norm) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: norm (the output) is NULL", fn);
   *norm = 0;
   if (isnan(max_norm)) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: max_norm is NaN (use <= 0 for no clipping)", fn);
-  double ss = 0;
-  zt_status s = zt_grad_sum_squares(n_params, params, &ss);
-  if (s) return zt__error_prefix(s, "%s", fn);
-  double total = sqrt(ss);
+  ZT_TRY(check_grads(fn, n_params, params)); /* every grad, before any is read */
+  double total = sqrt(sum_squares(n_params, params));
   *norm = total;
   /* A non-finite norm is reported, not applied (scaling by max/inf would zero the grads
    * and hide the blow-up): the caller decides whether to skip the step. */
-  if (!(max_norm > 0) || !isfinite(total) || !(total > max_norm)) return ZT_OK;
-  return zt_grads_scale(n_params, params, max_norm / (total + 1e-6));
+  if (max_norm > 0 && isfinite(total) && total > max_norm) scale_all(n_params, params, max_norm / (total + 1e-6));
+  return ZT_OK;
 }

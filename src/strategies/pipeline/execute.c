@@ -109,7 +109,16 @@ static zt_status xbackward_input(xrun *r, int stage, int mb) {
   }
   zt_tensor_free(sl->gout), sl->gout = NULL;
   zt_tensor_free(sl->out), sl->out = NULL;
+  zt_tensor_free(sl->in), sl->in = NULL; /* the graph keeps what W reads */
   sl->b = true;
+  /* input grads sent to another rank by this stage's earlier B's: once sent, gone (at most
+   * one per stage stays in flight, not one per microbatch) */
+  for (int m = 0; stage > 0 && !local(r, stage - 1) && m < mb; m++) {
+    xslot *old = xat(r, stage, m);
+    if (!old->send_gin) continue;
+    ZT_TRY(wait_work(&old->send_gin));
+    zt_tensor_free(old->gin), old->gin = NULL;
+  }
   return ZT_OK;
 }
 
