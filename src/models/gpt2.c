@@ -194,9 +194,9 @@ zt_model zt_gpt2_model(zt_gpt2 *m) {
 
 /* ------------------------------------------------------------------ forward */
 
-static zt_status check_inputs(const zt_gpt2 *m, const zt_tensor *ids, const zt_tensor *targets,
-                              zt_tensor **logits, zt_tensor **loss) {
-  char s1[128], s2[128];
+/* Token ids (B, T) i32 with T within the context. */
+static zt_status check_ids(const zt_gpt2 *m, const zt_tensor *ids) {
+  char s1[128];
   if (!ids) return ZT_ERR(ZT_STATUS_INVALID_ARG, "ids is NULL");
   if (ids->dtype != ZT_DTYPE_I32)
     return ZT_ERR(ZT_STATUS_DTYPE, "ids have dtype %s; token ids must be i32", zt_dtype_name(ids->dtype));
@@ -207,6 +207,13 @@ static zt_status check_inputs(const zt_gpt2 *m, const zt_tensor *ids, const zt_t
     return ZT_ERR(ZT_STATUS_SHAPE,
                   "sequence length T = %lld is longer than the model's context (block_size = %d); use T <= %d",
                   (long long)ids->shape[1], m->cfg.block_size, m->cfg.block_size);
+  return ZT_OK;
+}
+
+static zt_status check_inputs(const zt_gpt2 *m, const zt_tensor *ids, const zt_tensor *targets,
+                              zt_tensor **logits, zt_tensor **loss) {
+  char s1[128], s2[128];
+  ZT_TRY(check_ids(m, ids));
   if (targets) {
     if (targets->dtype != ZT_DTYPE_I32)
       return ZT_ERR(ZT_STATUS_DTYPE, "targets have dtype %s; they must be i32", zt_dtype_name(targets->dtype));
@@ -302,7 +309,7 @@ zt_status zt_gpt2_forward_stage(zt_gpt2 *m, bool embed_first, int first, int cou
   if (first < 0 || count < 0 || first > L - count)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_forward_stage: blocks [%d, %d) are outside the model's %d", first,
                   first + count, L);
-  if (embed_first) ZT_TRY(check_inputs(m, in, targets, targets ? NULL : out, targets ? out : NULL)); /* the ids */
+  if (embed_first) ZT_TRY(check_ids(m, in));
   zt_tensor *x = NULL, *y = NULL;
   zt_status s = embed_first ? embed(m, in, &x) : ZT_OK;
   zt_tensor *cur = embed_first ? x : in;
