@@ -427,6 +427,32 @@ static void test_memory_freed_at_end_of_b(void) {
   zt_test_free_all((zt_tensor *[]){x, w1, w2, gx}, 4);
 }
 
+/* A slot only B reads, on a node that W still needs: the fused lm-head loss saves its input
+ * grad (read by B) and its weight grad (read by W); the end of B releases the first and keeps
+ * the second in the record. */
+static void test_b_only_slot_released(void) {
+  enum { N = 64, C = 32, V = 48 };
+  zt_tensor *x = zt_test_rand_leaf(2, (int64_t[]){N, C}, ZT_DTYPE_F32, -1, 1, 1);
+  zt_tensor *w = zt_test_rand_leaf(2, (int64_t[]){V, C}, ZT_DTYPE_F32, -1, 1, 2);
+  zt_tensor *t2 = zt_test_rand_ids(N, 1, V, 3), *t = NULL, *loss = NULL, *half = NULL, *gx = NULL;
+  ZT_CHECK_OK(zt_reshape(t2, 1, (int64_t[]){N}, &t));
+  int64_t base = activation_now();
+  ZT_CHECK_OK(zt_lm_head_cross_entropy(x, w, t, -1, &loss));
+  ZT_CHECK_OK(zt_mul_scalar(loss, 0.5, &half)); /* a grad of 0.5: B makes a new input grad */
+  int64_t before = activation_now() - base;
+  zt_deferred *d = NULL;
+  ZT_CHECK_OK(zt_backward_input(1, &half, NULL, 1, &x, false, &gx, &d));
+  int64_t after = activation_now() - base;
+  printf("  lm-head loss: activations %lld before B, %lld after; record %lld bytes\n", (long long)before,
+         (long long)after, (long long)zt_deferred_bytes(d));
+  ZT_CHECK(before - after >= (int64_t)N * C * 4);        /* the saved input grad is gone */
+  ZT_CHECK(zt_deferred_bytes(d) >= (int64_t)V * C * 4);  /* the saved weight grad is kept for W */
+  ZT_CHECK_OK(zt_backward_weight(d));
+  zt_deferred_free(d);
+  ZT_CHECK(w->grad != NULL);
+  zt_test_free_all((zt_tensor *[]){x, w, t2, t, loss, half, gx}, 7);
+}
+
 typedef struct fired {
   int post_acc, callbacks, in_b;
   bool b_done;
@@ -483,6 +509,7 @@ int main(void) {
   ZT_RUN(test_gpt2_stages);
   ZT_RUN(test_microbatches);
   ZT_RUN(test_memory_freed_at_end_of_b);
+  ZT_RUN(test_b_only_slot_released);
   ZT_RUN(test_hooks_fire_in_w);
   return zt_test_finish();
 }
