@@ -100,6 +100,9 @@ zt_status zt_pipeline_render_svg(const zt_pipeline_schedule *s, const zt_pipelin
                       "font-size=\"12\">%s</text>\n",
                       lx, ly - 11, fill[k], lx + 20, ly, kind[k]);
   }
+  if (s->chunks > 1) /* the shading of the second chunk (above) needs saying */
+    zt__pp_buf_printf(&b, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"12\">lighter: the rank's second chunk</text>\n",
+                      left + 4 * 200 - 30, ly);
   zt__pp_buf_printf(&b, "</svg>\n");
   return zt__pp_buf_take(&b, out);
 }
