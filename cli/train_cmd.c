@@ -96,6 +96,7 @@ static void on_step(const zt_train_step_info *in, void *ud) {
     double per_step = in->elapsed_s / (double)(in->step - in->first_step + 1);
     printf("step %5lld/%lld | loss %.4f", (long long)in->step, (long long)in->total_steps, in->loss);
     if (!isnan(in->val_loss)) printf(" | val %.4f", in->val_loss);
+    if (!isnan(in->pp_bubble)) printf(" | bubble %.1f%% (sim %.1f%%)", 100 * in->pp_bubble, 100 * in->pp_sim_bubble);
     printf(" | lr %.2e | %.0f tok/s | mfu %.1f%% | mem param %s grad %s optim %s act %s (peak %s) | rss %s | %s, ETA %s\n",
            in->lr, in->tokens_per_s, 100 * in->mfu, zt_cli_bytes((double)in->mem.current[ZT_MEM_TAG_PARAM], b[0]),
            zt_cli_bytes((double)in->mem.current[ZT_MEM_TAG_GRAD], b[1]),
@@ -164,7 +165,10 @@ static void print_start(const zt_train_config *c, int ranks) {
          c->data.path[0] ? c->data.path : "built-in", (long long)c->data.batch, (long long)c->data.seq, (long long)c->steps, c->optim.lr,
          (unsigned long long)c->seed, rc, tiers[c->memory.offload_activations]);
   if (c->data.microbatches > 1) printf(", %lld microbatches", (long long)c->data.microbatches);
-  if (ranks > 1 || c->parallel.shard != ZT_SHARD_NONE)
+  if (c->parallel.pp > 1 && ranks % c->parallel.pp == 0)
+    printf(", %d ranks, pipeline %d x %d replica%s (schedule %s, balance %s)", ranks, c->parallel.pp,
+           ranks / c->parallel.pp, ranks / c->parallel.pp == 1 ? "" : "s", c->parallel.schedule, c->parallel.pp_balance);
+  else if (ranks > 1 || c->parallel.shard != ZT_SHARD_NONE)
     printf(", %d ranks, %s", ranks, c->parallel.shard == ZT_SHARD_NONE ? "ddp" : zt_shard_strategy_name(c->parallel.shard));
   printf("\n");
   zt_train_state st;

@@ -89,6 +89,18 @@ static const train_option k_options[] = {
      "FSDP (needs --shard other than none; one rank works): none | bf16 | fp16:\n"
      "gather parameters and reduce gradients in P, f32 master shards (fp16 adds\n"
      "dynamic loss scaling); the CPU kernels compute in f32 on the rounded values"},
+    {"pipeline parallel (mpirun -np P x D: D replicas of a P-rank pipeline, DDP across them):", "pp", "P",
+     CFG(parallel.pp), TRAIN_OPT_INT, 0, 0, NULL,
+     "pipeline ranks: the model cut into stages over P consecutive ranks"},
+    {NULL, "schedule", "NAME|FILE", CFG(parallel.schedule), TRAIN_OPT_TEXT, 0, 0, "1f1b",
+     "gpipe | 1f1b | interleaved | zb-h1 | zb-h2 | zb-v | v-half | v-min |\n"
+     "dualpipev | auto (the greedy planner on the modelled F/B/W costs)\n"
+     "| a schedule file (zt schedule --out); runs --microbatches M per step"},
+    {NULL, "chunks", "V", CFG(parallel.chunks), TRAIN_OPT_TEXT, 0, 0, "the schedule's",
+     "stages per rank (interleaved: V >= 2; the V-shaped ones: 2)"},
+    {NULL, "pp-balance", "B", CFG(parallel.pp_balance), TRAIN_OPT_TEXT, 0, 0, "even",
+     "blocks per stage: even | auto (balanced by modelled cost, the\n"
+     "lm head counted) | a list, one count per stage (1,3,3,1)"},
     {"optimisation:", "steps", "N", CFG(steps), TRAIN_OPT_I64, 0, 0, NULL, "training steps"},
     {NULL, "lr", "LR", CFG(optim.lr), TRAIN_OPT_F64, 0, 0, NULL, "peak learning rate"},
     {NULL, "min-lr", "LR", CFG(optim.min_lr), TRAIN_OPT_TEXT, 0, 0, "lr/10",
@@ -114,6 +126,9 @@ static const train_option k_options[] = {
      "one JSON object per step (step, loss, lr, tokens_per_s, mem, val_loss)"},
     {NULL, "tensorboard", "DIR", CFG(log.tensorboard), TRAIN_OPT_TEXT, 0, 0, "",
      "TensorBoard event files (the same figures; tensorboard --logdir DIR)"},
+    {NULL, "timeline", "FILE", CFG(log.timeline), TRAIN_OPT_TEXT, 0, 0, "",
+     "pipeline runs: SVG of the last step's measured timeline per rank\n"
+     "beside the simulator's prediction from the measured costs"},
     {NULL, "save", "DIR", CFG(checkpoint.save), TRAIN_OPT_TEXT, 0, 0, "",
      "checkpoints: DIR/step-N per save, DIR/latest links the newest; each save is\n"
      "atomic (a crash leaves the previous one current)"},

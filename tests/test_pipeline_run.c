@@ -274,7 +274,8 @@ static void test_train_steps_across_ranks(void) {
     stages_ctx c = {g, zt_pipeline_stage_count(s), tg};
     zt_pipeline_stages st = {stage_forward, &c};
     zt_tensor *wte = ps[0].tensor;
-    zt_pipeline_step_options po = {s, w, {3, {B, T, CFG.n_embd}, ZT_DTYPE_F32}, 1e-2, 1.0, &wte, 1, NULL};
+    zt_pipeline_step_options po = {.schedule = s, .comm = w, .boundary = {3, {B, T, CFG.n_embd}, ZT_DTYPE_F32},
+                                   .lr = 1e-2, .grad_clip = 1.0, .tied = &wte, .n_tied = 1};
     for (int k = 0; k < STEPS; k++) {
       zt_train_step_result r;
       ZT_CHECK_OK(zt_pipeline_train_step(&st, o, n_ps, ps, ids, &po, &r));

@@ -165,5 +165,11 @@ ZT_API ZT_NODISCARD zt_status zt_irecv_at(zt_comm *c, zt_tensor *t, int src, int
 #define zt_isend(c, t, dst, tag, w) zt_isend_at((c), (t), (dst), (tag), (w), __FILE__, __LINE__)
 #define zt_irecv(c, t, src, tag, w) zt_irecv_at((c), (t), (src), (tag), (w), __FILE__, __LINE__)
 ZT_API ZT_NODISCARD zt_status zt_comm_wait(zt_comm_work *w);
+/* Move w forward without waiting (MPI progresses a transfer only inside its calls: a rank
+ * that computes between a zt_isend and its wait holds back a large message that its peer
+ * is already waiting for). *done (may be NULL) tells whether w's transfer is complete; the
+ * handle stays valid either way and still needs zt_comm_wait, which is then immediate. A
+ * failed transfer is reported here (and the wait then returns ZT_OK). */
+ZT_API ZT_NODISCARD zt_status zt_comm_test(zt_comm_work *w, bool *done);
 
 #endif

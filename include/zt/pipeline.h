@@ -214,5 +214,12 @@ ZT_API ZT_NODISCARD zt_status zt_pipeline_render_text(const zt_pipeline_schedule
 /* An SVG document: one row per rank, a colour per kind, the microbatch number in each box. */
 ZT_API ZT_NODISCARD zt_status zt_pipeline_render_svg(const zt_pipeline_schedule *s, const zt_pipeline_sim *sim,
                                                      char **out);
+/* n timelines (schedule k with its times sim[k]) stacked in one SVG on one time scale (the
+ * longest step spans the width), each under its title (titles or titles[k] NULL: the
+ * schedule's name, shape, step and bubble rate), e.g. a measured step above the simulator's
+ * prediction. */
+ZT_API ZT_NODISCARD zt_status zt_pipeline_render_svg_stack(int n, const zt_pipeline_schedule *const *s,
+                                                           const zt_pipeline_sim *const *sim, const char *const *titles,
+                                                           char **out);
 
 #endif

@@ -228,19 +228,25 @@ ZT_API ZT_NODISCARD zt_status zt_train_step(const zt_model *m, const zt_dp_strat
 /* ------------------------------------------------ a pipeline step (src/train/pipeline_step.c) */
 /* One optimizer step of a pipeline run on this rank: the schedule over its microbatches
  * (zt_pipeline_run: each microbatch's loss divided by M), then the mean loss (all ranks get
- * it), the tied parameters' grads summed over the ranks (GPT-2's wte, held by the first and
+ * it), with data-parallel replicas (dp_comm) the grads of params averaged over them (DDP's
+ * all-reduce, once, after the step's last W whatever the schedule: a zero-bubble schedule's
+ * late W's are in it, unlike PyTorch's per-backward reduction, pytorch#144530), the tied
+ * parameters' grads summed over the ranks that hold them (GPT-2's wte, held by the first and
  * the last stage: every copy takes the same update and they stay identical), the global
- * grad norm (each rank's own grads, a tied one counted once) with clipping (grad_clip > 0;
- * 0: measure only; < 0: neither), and the update of opt at lr (parameters without a grad on
- * this rank, those of other ranks' stages, are left alone). params: those opt updates. The
- * grads are zeroed after. Collective over the schedule's comm. */
+ * grad norm (each rank's own grads, a tied one counted once: on the comm's rank 0) with
+ * clipping (grad_clip > 0; 0: measure only; < 0: neither), and the update of opt at lr.
+ * params: those opt updates (this rank's stages' parameters: a tied one, if this rank holds
+ * it, included). The grads are zeroed after. Collective over comm, dp_comm and tied_comm. */
 typedef struct zt_pipeline_step_options {
   const zt_pipeline_schedule *schedule;
   zt_comm *comm;               /* the pipeline's ranks, one per schedule rank */
   zt_pipeline_boundary boundary; /* the tensors between stages */
   double lr, grad_clip;
-  zt_tensor **tied;            /* parameters several ranks' stages use */
+  zt_tensor **tied;            /* parameters several ranks' stages use (the same list on every rank of tied_comm) */
   int n_tied;
+  zt_comm *tied_comm;          /* the ranks that hold the tied parameters (NULL: comm) */
+  zt_comm *dp_comm;            /* optional: this rank's data-parallel replicas (the ranks that run the same
+                                * stages on other rows) */
   zt_pipeline_trace *trace;    /* optional: this rank's measured actions (zt_pipeline_run) */
 } zt_pipeline_step_options;
 ZT_API ZT_NODISCARD zt_status zt_pipeline_train_step(const zt_pipeline_stages *st, zt_optim *opt, int n_params,
@@ -284,6 +290,15 @@ typedef struct zt_train_parallel_options {
   zt_dtype mixed_precision; /* FSDP parameter and gradient-reduction dtype: f32 (none), bf16 or f16 (with
                              * dynamic loss scaling) */
   double comm_timeout;      /* seconds a collective may wait for the other ranks (default 600; 0: forever) */
+  /* Pipeline parallelism (src/train/pipeline_train.c): pp > 1 cuts the model into stages over pp
+   * consecutive ranks; the world is pp x D ranks, D data-parallel replicas of the pipeline (DDP
+   * across the replicas of each stage: shard none). Each replica runs its rows of the global
+   * batch as data.microbatches microbatches through the schedule. */
+  int pp;                   /* pipeline ranks (default 1: no pipeline) */
+  char schedule[512];       /* a generator name (zt_pipeline_generator_names) or a schedule file (default 1f1b) */
+  int chunks;               /* stages per rank (0: the schedule's own: 2 for interleaved and the V families) */
+  char pp_balance[256];     /* blocks per stage: "even" (default), "auto" (balanced by modelled cost: the head
+                             * counts), or a comma list ("1,3,3,1", one count per stage) */
 } zt_train_parallel_options;
 typedef struct zt_train_checkpoint_options {
   char save[512];        /* checkpoint series folder (a step-N folder per save, 'latest'); "" = none */
@@ -298,6 +313,8 @@ typedef struct zt_train_log_options {
   int64_t eval_every, eval_batches; /* eval_every 0: only at the end */
   char metrics[512];     /* JSON lines file; "" = none */
   char tensorboard[512]; /* TensorBoard event files go to this folder; "" = none */
+  char timeline[512];    /* pipeline runs: an SVG of the measured timeline of the last step beside the
+                          * simulator's prediction from the measured costs; "" = none */
 } zt_train_log_options;
 
 typedef struct zt_train_config {
@@ -355,6 +372,12 @@ typedef struct zt_train_step_info {
   zt_dp_stats comm;       /* this rank's communication in this step */
   double loss_scale;      /* f16: the loss scale this step used (0 without scaling) */
   bool skipped;           /* f16: an inf/NaN grad skipped this step's update (the scale backs off) */
+  /* Pipeline runs (NaN / 0 otherwise): the step's measured bubble rate (1 - the ranks' compute
+   * time / (P x the step's schedule time)) and the simulator's for the schedule from the step's
+   * measured mean F/B/W costs; this rank's time in F, B (and fused BW), W and not computing
+   * (waiting for transfers) between its first and last action. */
+  double pp_bubble, pp_sim_bubble;
+  double pp_f_ms, pp_b_ms, pp_w_ms, pp_wait_ms;
 } zt_train_step_info;
 typedef void (*zt_train_step_fn)(const zt_train_step_info *info, void *user_data);
 

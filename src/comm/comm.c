@@ -435,6 +435,24 @@ static zt_status work_tmp_from_half(zt_comm_work *w, const uint16_t *src, zt_dty
   return ZT_OK;
 }
 
+zt_status zt_comm_test(zt_comm_work *w, bool *done) {
+  if (done) *done = false;
+  if (!w) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_comm_test: work is NULL");
+  zt_comm *c = w->c;
+  if (c->broken) return check_comm(c, "zt_comm_test");
+  void **reqs[2] = {&w->header_req, &w->req}; /* in order: a debug-mode send's header first */
+  for (int i = 0; i < 2; i++) {
+    if (!*reqs[i]) continue;
+    bool fin = false;
+    zt_status s = c->be->test(c->ctx, *reqs[i], &fin);
+    if (!fin) return ZT_OK;
+    *reqs[i] = NULL; /* the backend freed it */
+    if (s) return s;
+  }
+  if (done) *done = true;
+  return ZT_OK;
+}
+
 zt_status zt_comm_wait(zt_comm_work *w) {
   if (!w) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_comm_wait: work is NULL");
   zt_comm *c = w->c;

@@ -37,6 +37,9 @@ void zt_train_config_default(zt_train_config *c) {
   c->parallel.mixed_precision = ZT_DTYPE_F32;
   c->checkpoint.keep_checkpoints = 2;
   c->parallel.comm_timeout = 600;
+  c->parallel.pp = 1;
+  snprintf(c->parallel.schedule, sizeof c->parallel.schedule, "1f1b");
+  snprintf(c->parallel.pp_balance, sizeof c->parallel.pp_balance, "even");
 }
 
 static zt_status parse_bool(const char *key, const char *v, bool *out) {
@@ -209,6 +212,11 @@ zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v
     return s ? zt__error_prefix(s, "option 'shard'") : ZT_OK;
   }
   if (!strcmp(key, "prefetch")) return parse_bool(key, v, &c->parallel.prefetch);
+  if (!strcmp(key, "pp")) return parse_int(key, v, 1, 4096, &c->parallel.pp);
+  if (!strcmp(key, "schedule")) return parse_str(key, v, c->parallel.schedule, sizeof c->parallel.schedule);
+  if (!strcmp(key, "chunks")) return parse_int(key, v, 0, 64, &c->parallel.chunks);
+  if (!strcmp(key, "pp-balance")) return parse_str(key, v, c->parallel.pp_balance, sizeof c->parallel.pp_balance);
+  if (!strcmp(key, "timeline")) return parse_str(key, v, c->log.timeline, sizeof c->log.timeline);
   if (!strcmp(key, "save-format")) {
     if (v && (!strcmp(v, "sharded") || !strcmp(v, "full"))) {
       c->checkpoint.save_full = !strcmp(v, "full");

@@ -17,6 +17,7 @@
 
 #include "core/status_internal.h"
 #include "train/parallel.h"
+#include "train/pipeline_train.h"
 #include "train/run_log.h"
 #include "train/run_options.h"
 
@@ -69,6 +70,8 @@ typedef struct run {
   zt_tensor *vx, *vy;    /* a validation batch */
   zt__run_log *log;
   zt__train_dp dp;
+  zt__train_pp pp;       /* the pipeline (pp.P == 0: none) */
+  zt_optim_config oc;
   zt_train_memory mem;   /* recompute and activation offload, attached to model */
   bool scaling;          /* f16: dynamic loss scaling */
   zt_loss_scaler scaler;
@@ -88,6 +91,7 @@ static zt_status run_free(run *r) {
   zt_tokens_free(r->train);
   zt_tokens_free(r->val);
   zt_optim_free(r->opt);
+  zt__train_pp_free(&r->pp);
   zt__train_dp_free(&r->dp); // before the model: the strategies' hooks sit on its modules
   zt_train_memory_free(&r->mem);
   zt_gpt2_free(r->model);
@@ -152,19 +156,21 @@ static zt_status load_data(run *r) {
   if (s) return zt__error_prefix(s, "training data '%s'", train_name);
   s = zt_tokens_check_range(r->val, r->g.vocab_size);
   if (s) return zt__error_prefix(s, "validation data '%s'", val_name);
-  int64_t rows = c->data.batch / r->dp.world; // --batch is global: this rank's rows of it
+  int D = r->dp.data_world;
+  int64_t rows = c->data.batch / D; // --batch is global: this rank's rows of it (its replica's, with a pipeline)
   int64_t M = c->data.microbatches;
   if (M < 1 || rows % M)
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
                   "zt_train_config.data.microbatches %lld does not divide this rank's %lld rows (zt_train_config.data.batch "
-                  "%lld over %d ranks); use a batch that is a multiple of ranks x microbatches (%lld)",
-                  (long long)M, (long long)rows, (long long)c->data.batch, r->dp.world, (long long)(M > 0 ? M : 1) * r->dp.world);
+                  "%lld over %d %s); use a batch that is a multiple of %s x microbatches (%lld)",
+                  (long long)M, (long long)rows, (long long)c->data.batch, D, r->pp.P ? "replicas" : "ranks",
+                  r->pp.P ? "replicas" : "ranks", (long long)(M > 0 ? M : 1) * D);
   // each loader call gives one microbatch: rows / M of this rank, B / M of the global batch
-  zt_loader_config lc = {rows / M, c->data.seq, c->seed, r->dp.rank, r->dp.world};
+  zt_loader_config lc = {rows / M, c->data.seq, c->seed, r->dp.data_rank, D};
   if ((s = zt_loader_new(r->train, &lc, &r->loader)))
     return zt__error_prefix(s, "training data '%s' is too small for batch %lld x seq %lld", train_name,
                             (long long)c->data.batch, (long long)c->data.seq);
-  zt_loader_config vc = {rows, c->data.seq, c->seed ^ 0x5a17u, r->dp.rank, r->dp.world};
+  zt_loader_config vc = {rows, c->data.seq, c->seed ^ 0x5a17u, r->dp.data_rank, D};
   if ((s = zt_loader_new(r->val, &vc, &r->val_loader)))
     return zt__error_prefix(s,
                             "validation data '%s' is too small for batch %lld x seq %lld (give zt_train_config.data.val_path, or "
@@ -191,15 +197,18 @@ static zt_status eval_loss(run *r, double *out) {
   zt_status s = ZT_OK;
   for (int64_t b = 0; b < nb && s == ZT_OK; b++) {
     zt_tensor *loss = NULL;
+    double l = 0;
     s = zt_loader_next(r->val_loader, r->vx, r->vy);
-    if (!s) s = zt_gpt2_forward(r->model, r->vx, r->vy, NULL, &loss);
-    if (!s) acc += zt_tensor_get(loss, 0);
+    if (!s && r->pp.P) s = zt__train_pp_loss(&r->pp, r->vx, r->vy, &l);
+    else if (!s) s = zt_gpt2_forward(r->model, r->vx, r->vy, NULL, &loss);
+    if (!s) acc += loss ? zt_tensor_get(loss, 0) : l;
     zt_tensor_free(loss);
   }
   zt_gpt2_set_training(r->model, was_training);
   zt_set_grad_enabled(prev);
   *out = acc / (double)nb;
-  return s ? s : zt__train_dp_mean(&r->dp, out);
+  if (s) return s;
+  return r->pp.P ? zt__train_pp_replica_mean(&r->pp, out) : zt__train_dp_mean(&r->dp, out);
 }
 
 /* A save folder that can be written: made now (one level), so a bad --save fails before step 1. */
@@ -260,7 +269,8 @@ static zt_status save_checkpoint(run *r, int64_t step) {
   zt_train_state st = {step, zt_rng_get_state(), zt_loader_get_pos(r->loader), r->g, 0, 0, ""};
   memcpy(st.options, r->options, sizeof st.options);
   if (r->scaling) st.loss_scale = r->scaler.scale, st.loss_scale_good = r->scaler.good_steps;
-  ZT_TRY(zt__train_dp_save(&r->dp, r->c, r->c->checkpoint.save, r->model, r->opt, &st));
+  if (r->pp.P) ZT_TRY(zt__train_pp_save(&r->pp, r->dp.comm, &r->oc, r->c->checkpoint.save, r->opt, &st));
+  else ZT_TRY(zt__train_dp_save(&r->dp, r->c, r->c->checkpoint.save, r->model, r->opt, &st));
   r->saved_step = step;
   if (r->dp.rank != 0) return ZT_OK;
   zt_status s = zt_snapshot_prune(r->c->checkpoint.save, r->c->checkpoint.keep_checkpoints);
@@ -383,8 +393,9 @@ static zt_status prepare(run *r, zt_train_state *st, zt_train_result *result) {
   zt_rng_seed(c->seed);
   ZT_TRY(zt_gpt2_new(&r->g, &r->model));
   // load_data checked that the batch divides into ranks x microbatches
-  ZT_TRY(zt_train_memory_attach(r->model, c, c->data.batch / r->dp.world / c->data.microbatches, &r->mem, result));
+  ZT_TRY(zt_train_memory_attach(r->model, c, c->data.batch / r->dp.data_world / c->data.microbatches, &r->mem, result));
   if (c->model.init_from[0]) ZT_TRY(zt_gpt2_load_hf(r->model, c->model.init_from));
+  if (r->pp.P) ZT_TRY(zt__train_pp_setup(&r->pp, c, r->model));
   return ZT_OK;
 }
 
@@ -405,6 +416,10 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   zt_train_state st = {0};
   s = zt__train_dp_open(&r.dp, c, comm);
   if (r.dp.comm) zt_comm_set_timeout(r.dp.comm, c->parallel.comm_timeout);
+  if (!s && c->log.timeline[0] && !zt__train_pp_wanted(c))
+    s = ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.log.timeline draws a pipeline's steps: it needs "
+               "zt_train_config.parallel.pp > 1");
+  if (!s && zt__train_pp_wanted(c)) s = zt__train_pp_open(&r.pp, c, r.dp.comm);
   if (!s) s = prepare(&r, &st, &result);
   // the ranks fail together on any rank's bad input, and refuse to run with different options
   if (r.dp.comm && r.dp.world > 1) {
@@ -434,20 +449,28 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     zt__run_options_record(o, r.options, sizeof r.options);
     free(o);
   }
-  if ((s = zt__train_dp_wrap(&r.dp, c, r.model))) goto done;
+  if (r.pp.P) {
+    // the stages' parameters only: the optimizer's, and the rest of the model's storage goes
+    r.dp.params = r.pp.own, r.dp.n_params = r.pp.n_own;
+    if ((s = zt__train_pp_link(&r.pp)) || (s = zt__train_pp_hold_others(&r.pp, false))) goto done;
+  } else if ((s = zt__train_dp_wrap(&r.dp, c, r.model))) {
+    goto done;
+  }
   // the dropout masks of rank r must not repeat rank 0's: each rank its own stream
   if (r.dp.world > 1) zt_rng_seed(c->seed + (uint64_t)r.dp.rank);
-  zt_optim_config oc = zt_optim_default(c->optim.kind);
-  oc.lr = c->optim.lr;
-  oc.weight_decay = c->optim.weight_decay;
-  oc.beta1 = c->optim.beta1;
-  oc.beta2 = c->optim.beta2;
-  oc.momentum = c->optim.momentum;
-  if ((s = zt_optim_new(&oc, r.dp.n_params, r.dp.params, &r.opt))) goto done;
+  r.oc = zt_optim_default(c->optim.kind);
+  r.oc.lr = c->optim.lr;
+  r.oc.weight_decay = c->optim.weight_decay;
+  r.oc.beta1 = c->optim.beta1;
+  r.oc.beta2 = c->optim.beta2;
+  r.oc.momentum = c->optim.momentum;
+  if ((s = zt_optim_new(&r.oc, r.dp.n_params, r.dp.params, &r.opt))) goto done;
   r.scaling = c->parallel.mixed_precision == ZT_DTYPE_F16; // f16 gradients need a loss scale; bf16's range does not
   r.scaler = zt_loss_scaler_default();
   if (c->checkpoint.resume[0]) {
-    if ((s = zt__train_dp_load(&r.dp, c->checkpoint.resume, r.model, r.opt, &st))) goto done;
+    s = r.pp.P ? zt__train_pp_load(&r.pp, &r.oc, c->checkpoint.resume, r.opt, &st)
+               : zt__train_dp_load(&r.dp, c->checkpoint.resume, r.model, r.opt, &st);
+    if (s) goto done;
     if ((s = zt_loader_set_pos(r.loader, st.data))) goto done;
     zt_rng_set_state(st.rng);
     if (st.loss_scale > 0) r.scaler.scale = st.loss_scale, r.scaler.good_steps = st.loss_scale_good;
@@ -489,7 +512,8 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     so.on_phase = c->on_phase;
     so.phase_user_data = c->phase_user_data;
     zt_train_step_result sr;
-    s = zt_train_step(&model, &dps, r.opt, next_batch, &r, &so, &sr);
+    s = r.pp.P ? zt__train_pp_step(&r.pp, r.opt, next_batch, &r, &so, &sr)
+               : zt_train_step(&model, &dps, r.opt, next_batch, &r, &so, &sr);
     double lv = sr.loss, gnorm = sr.grad_norm, scale = sr.loss_scale;
     bool skipped = sr.skipped;
     if (sr.bad_loss)
@@ -530,6 +554,15 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     info.rank = r.dp.rank;
     info.world = r.dp.world;
     zt__train_dp_step_stats(&r.dp, &info.comm);
+    info.pp_bubble = info.pp_sim_bubble = NAN;
+    if (r.pp.P) {
+      zt__pp_figures pf;
+      if ((s = zt__train_pp_figures(&r.pp, &pf))) break;
+      info.pp_bubble = pf.bubble, info.pp_sim_bubble = pf.sim_bubble;
+      info.pp_f_ms = pf.f_s * 1e3, info.pp_b_ms = pf.b_s * 1e3, info.pp_w_ms = pf.w_s * 1e3;
+      info.pp_wait_ms = pf.wait_s * 1e3;
+      if (last && c->log.timeline[0] && (s = zt__train_pp_timeline(&r.pp, c->log.timeline))) break;
+    }
     double mine[ZT__RANK_FIG_N], *all = NULL;
     zt__rank_figures(&info, mine);
     if (r.dp.world > 1) {
@@ -547,7 +580,10 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     }
     if (!s)
       s = zt__run_log_step(r.log, &info,
-                           !r.dp.ddp && !r.dp.fsdp ? "single" : r.dp.ddp ? "ddp" : zt_shard_strategy_name(c->parallel.shard),
+                           r.pp.P ? (r.pp.D > 1 ? "pipeline+ddp" : "pipeline")
+                           : !r.dp.ddp && !r.dp.fsdp ? "single"
+                           : r.dp.ddp ? "ddp"
+                                      : zt_shard_strategy_name(c->parallel.shard),
                            all ? all : mine);
     free(all);
     if (s) break;
@@ -562,7 +598,8 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   if (result.seconds > 0) result.tokens_per_s = (double)(result.steps_done * c->data.batch * c->data.seq) / result.seconds;
 done:
   if (res) *res = result;
-  if (s == ZT_OK && model_out) s = zt__train_dp_gather_full(&r.dp); // the caller gets usable full parameters
+  if (s == ZT_OK && model_out) // the caller gets usable full parameters
+    s = r.pp.P ? zt__train_pp_gather_full(&r.pp) : zt__train_dp_gather_full(&r.dp);
   if (s == ZT_OK && model_out) {
     *model_out = r.model;
     r.model = NULL;

@@ -19,10 +19,18 @@ zt_status zt__train_dp_open(zt__train_dp *dp, const zt_train_config *c, zt_comm 
   dp->comm = comm;
   dp->rank = zt_comm_rank(comm);
   dp->world = zt_comm_size(comm);
-  if (c->data.batch % dp->world)
+  if (c->parallel.pp > 1 && dp->world % c->parallel.pp)
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
-                  "zt_train_config.data.batch %lld is the global batch and must divide evenly over the %d ranks; use a multiple of %d",
-                  (long long)c->data.batch, dp->world, dp->world);
+                  "zt_train_config.parallel.pp %d does not divide the %d ranks: run P x D ranks (mpirun -np %d for one "
+                  "pipeline, %d for two replicas of it)",
+                  c->parallel.pp, dp->world, c->parallel.pp, 2 * c->parallel.pp);
+  int P = c->parallel.pp > 1 ? c->parallel.pp : 1;
+  dp->data_rank = dp->rank / P, dp->data_world = dp->world / P;
+  if (c->data.batch % dp->data_world)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "zt_train_config.data.batch %lld is the global batch and must divide evenly over the %d %s; use a "
+                  "multiple of %d",
+                  (long long)c->data.batch, dp->data_world, P > 1 ? "pipeline replicas" : "ranks", dp->data_world);
   if (c->parallel.mixed_precision != ZT_DTYPE_F32 && c->parallel.shard == ZT_SHARD_NONE)
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
                   "zt_train_config.parallel.mixed_precision %s needs an FSDP strategy (it sets the dtype FSDP gathers parameters and reduces "

@@ -10,6 +10,8 @@ typedef struct zt__train_dp {
   zt_comm *comm; /* the data-parallel group */
   bool own_comm; /* made by setup (freed by zt__train_dp_free) */
   int rank, world;
+  int data_rank, data_world; /* the loader's share: rank / world, or with a pipeline of P ranks the
+                              * replica (rank / P) of world / P (every rank of a pipeline reads its rows) */
   zt_data_parallel *strategy; /* attached to the model (NULL: plain training) */
   zt_ddp *ddp;   /* its DDP: --shard none on N > 1 ranks */
   zt_fsdp *fsdp; /* its FSDP: any other --shard */
@@ -18,7 +20,7 @@ typedef struct zt__train_dp {
   zt_dp_stats last; /* strategy counters at the end of the previous step */
 } zt__train_dp;
 
-/* Pick the group (comm NULL: zt_comm_world) and check the batch divides by its size. */
+/* Pick the group (comm NULL: zt_comm_world) and check the batch divides by its replicas. */
 ZT_NODISCARD zt_status zt__train_dp_open(zt__train_dp *dp, const zt_train_config *c, zt_comm *comm);
 /* Wrap m as c asks (after the model's weights are final: init-from loaded). */
 ZT_NODISCARD zt_status zt__train_dp_wrap(zt__train_dp *dp, const zt_train_config *c, zt_gpt2 *m);

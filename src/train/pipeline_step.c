@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "core/backend.h"
 #include "core/status_internal.h"
 #include "zt/train.h"
 
@@ -16,11 +17,13 @@ static bool is_tied(const zt_pipeline_step_options *o, const zt_tensor *t) {
   return false;
 }
 
-/* The mean loss over the microbatches: the last stage's rank has them, the others zeros. */
-static zt_status mean_loss(zt_comm *c, const double *losses, int M, double *out) {
+/* The mean loss over the microbatches: the last stage's rank has them, the others zeros;
+ * with replicas, each microbatch's loss averaged over them (zt_train_step's order under DDP). */
+static zt_status mean_loss(const zt_pipeline_step_options *o, const double *losses, int M, double *out) {
   zt_tensor *t = NULL;
   ZT_TRY(zt_tensor_from_data(1, (int64_t[]){M}, ZT_DTYPE_F64, losses, &t));
-  zt_status s = zt_all_reduce(c, t, ZT_REDUCE_SUM);
+  zt_status s = zt_all_reduce(o->comm, t, ZT_REDUCE_SUM);
+  if (!s && o->dp_comm) s = zt_all_reduce(o->dp_comm, t, ZT_REDUCE_AVG);
   double sum = 0;
   for (int m = 0; !s && m < M; m++) sum += zt_tensor_get(t, m); /* zt_train_step's order */
   zt_tensor_free(t);
@@ -28,8 +31,38 @@ static zt_status mean_loss(zt_comm *c, const double *losses, int M, double *out)
   return s;
 }
 
-/* Tied parameters: every rank adds its part (zeros where none), so all copies get one sum. */
-static zt_status sum_tied(zt_comm *c, const zt_pipeline_step_options *o) {
+/* Replicas: every grad of params averaged over dp_comm in one flat all-reduce (a parameter
+ * without a grad contributes zeros and gets the average). */
+static zt_status average_replicas(zt_comm *dp, int n, const zt_param *ps) {
+  int64_t total = 0;
+  for (int i = 0; i < n; i++) total += zt_tensor_numel(ps[i].tensor);
+  zt_tensor *flat = NULL;
+  ZT_TRY(zt_tensor_empty_tagged(1, (int64_t[]){total > 0 ? total : 1}, ZT_DTYPE_F32, ZT_CPU, ZT_MEM_TAG_GRAD, &flat));
+  zt_status s = ZT_OK;
+  int64_t at = 0;
+  for (int i = 0; i < n && !s; i++) {
+    zt_tensor *t = ps[i].tensor;
+    if (!t->grad) s = zt_tensor_zeros(t->ndim, t->shape, ZT_DTYPE_F32, zt_tensor_device(t), &t->grad);
+    if (!s && (t->grad->dtype != ZT_DTYPE_F32 || !zt_tensor_is_contiguous(t->grad)))
+      s = ZT_ERR(ZT_STATUS_INVALID_ARG, "averaging over replicas: parameter '%s' has a %s grad that is not contiguous "
+                 "f32; the pipeline's data parallelism takes f32 parameters", ps[i].name, zt_dtype_name(t->grad->dtype));
+    if (!s) zt__dev_copy_range(flat, at, t->grad, 0, zt_tensor_numel(t));
+    at += zt_tensor_numel(t);
+  }
+  if (!s) s = zt_all_reduce(dp, flat, ZT_REDUCE_AVG);
+  at = 0;
+  for (int i = 0; i < n && !s; i++) {
+    zt__dev_copy_range(ps[i].tensor->grad, 0, flat, at, zt_tensor_numel(ps[i].tensor));
+    zt_tensor_bump_version(ps[i].tensor->grad);
+    at += zt_tensor_numel(ps[i].tensor);
+  }
+  zt_tensor_free(flat);
+  return s;
+}
+
+/* Tied parameters: every holder adds its part (zeros where none), so all copies get one sum. */
+static zt_status sum_tied(const zt_pipeline_step_options *o) {
+  zt_comm *c = o->tied_comm ? o->tied_comm : o->comm;
   for (int i = 0; i < o->n_tied; i++) {
     zt_tensor *t = o->tied[i];
     if (!t->grad) ZT_TRY(zt_tensor_zeros(t->ndim, t->shape, t->dtype, zt_tensor_device(t), &t->grad));
@@ -70,13 +103,14 @@ zt_status zt_pipeline_train_step(const zt_pipeline_stages *st, zt_optim *opt, in
   double *losses = calloc((size_t)M, sizeof *losses);
   if (!losses) return ZT_ERR(ZT_STATUS_OOM, "zt_pipeline_train_step: out of host memory");
   zt_status s = zt_pipeline_run(o->schedule, st, o->comm, &o->boundary, inputs, 1.0 / M, losses, o->trace);
-  if (!s) s = mean_loss(o->comm, losses, M, &out->loss);
+  if (!s) s = mean_loss(o, losses, M, &out->loss);
   free(losses);
   if (!s && !isfinite(out->loss)) {
     out->bad_loss = true;
     s = ZT_ERR(ZT_STATUS_STATE, "loss is %g: the step stopped before its update", out->loss);
   }
-  if (!s) s = sum_tied(o->comm, o);
+  if (!s && o->dp_comm) s = average_replicas(o->dp_comm, n_params, params);
+  if (!s) s = sum_tied(o);
   if (!s && o->grad_clip >= 0) s = clip(o->comm, o, n_params, params, &out->grad_norm);
   if (!s && o->grad_clip >= 0 && !isfinite(out->grad_norm)) {
     out->bad_grad = true;

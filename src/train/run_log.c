@@ -28,6 +28,10 @@ void zt__rank_figures(const zt_train_step_info *in, double v[ZT__RANK_FIG_N]) {
   v[ZT__RANK_FIG_SENT] = (double)in->comm.bytes_sent;
   v[ZT__RANK_FIG_CALLS] = (double)in->comm.comm_calls;
   v[ZT__RANK_FIG_WAIT] = in->comm.wait_s * 1e3;
+  v[ZT__RANK_FIG_PP_F] = in->pp_f_ms;
+  v[ZT__RANK_FIG_PP_B] = in->pp_b_ms;
+  v[ZT__RANK_FIG_PP_W] = in->pp_w_ms;
+  v[ZT__RANK_FIG_PP_WAIT] = in->pp_wait_ms;
 }
 
 /* Keep the lines of a metrics file up to step `upto`: complete lines ("...}\n") whose
@@ -100,15 +104,21 @@ static void write_metrics(FILE *f, const zt_train_step_info *in, const char *sha
           (long long)in->mem.current_total, (long long)in->mem.peak_total, (long long)in->act_peak_predicted,
           (long long)in->peak_rss);
   if (in->loss_scale > 0) fprintf(f, ",\"loss_scale\":%g,\"skipped\":%s", in->loss_scale, in->skipped ? "true" : "false");
+  bool pp = !isnan(in->pp_bubble);
+  if (pp) fprintf(f, ",\"pp_bubble\":%.4f,\"pp_sim_bubble\":%.4f", in->pp_bubble, in->pp_sim_bubble);
   fprintf(f, ",\"world\":%d,\"shard\":\"%s\",\"ranks\":[", in->world, shard);
   for (int r = 0; r < in->world; r++) {
     const double *v = ranks + (size_t)r * ZT__RANK_FIG_N;
     fprintf(f, "%s{\"rank\":%d,\"mem_peak\":{", r ? "," : "", r);
     for (int t = 0; t < ZT_MEM_TAG_COUNT; t++)
       fprintf(f, "%s\"%s\":%.0f", t ? "," : "", zt_mem_tag_name((zt_mem_tag)t), v[t]);
-    fprintf(f, ",\"total\":%.0f},\"peak_rss\":%.0f,\"comm_bytes\":%.0f,\"comm_calls\":%.0f,\"comm_wait_ms\":%.3f}",
+    fprintf(f, ",\"total\":%.0f},\"peak_rss\":%.0f,\"comm_bytes\":%.0f,\"comm_calls\":%.0f,\"comm_wait_ms\":%.3f",
             v[ZT__RANK_FIG_BYTES], v[ZT__RANK_FIG_RSS], v[ZT__RANK_FIG_SENT], v[ZT__RANK_FIG_CALLS],
             v[ZT__RANK_FIG_WAIT]);
+    if (pp)
+      fprintf(f, ",\"f_ms\":%.3f,\"b_ms\":%.3f,\"w_ms\":%.3f,\"pp_wait_ms\":%.3f", v[ZT__RANK_FIG_PP_F],
+              v[ZT__RANK_FIG_PP_B], v[ZT__RANK_FIG_PP_W], v[ZT__RANK_FIG_PP_WAIT]);
+    fprintf(f, "}");
   }
   fprintf(f, "]}\n");
 }

@@ -5,10 +5,12 @@
 
 #include "zt/train.h"
 
-/* Per-rank figures in a metrics line: peak bytes per tag, peak total, peak RSS, and the
- * step's communication (bytes sent, collective calls, ms waiting). */
+/* Per-rank figures in a metrics line: peak bytes per tag, peak total, peak RSS, the step's
+ * communication (bytes sent, collective calls, ms waiting), and in a pipeline run the rank's
+ * F, B, W and waiting ms. */
 enum { ZT__RANK_FIG_BYTES = ZT_MEM_TAG_COUNT, ZT__RANK_FIG_RSS, ZT__RANK_FIG_SENT, ZT__RANK_FIG_CALLS,
-       ZT__RANK_FIG_WAIT, ZT__RANK_FIG_N };
+       ZT__RANK_FIG_WAIT, ZT__RANK_FIG_PP_F, ZT__RANK_FIG_PP_B, ZT__RANK_FIG_PP_W, ZT__RANK_FIG_PP_WAIT,
+       ZT__RANK_FIG_N };
 void zt__rank_figures(const zt_train_step_info *in, double v[ZT__RANK_FIG_N]);
 
 typedef struct zt__run_log zt__run_log;

@@ -18,9 +18,10 @@ static const char *const k_course[] = {"seed",     "batch",     "seq",     "lr",
 /* Recorded and reported, never refused: the step count (extending a run is what resuming is
  * for; the cosine schedule then stretches from the checkpoint on, and a warm-up that follows
  * the step count shows as a course change of its own), evaluation data, the data-parallel
- * layout (a sharded checkpoint resumes at any rank count, equal up to reduction-order rounding)
- * and the microbatch count (the same rows and mean loss, up to summation-order rounding). */
-static const char *const k_info[] = {"steps", "val-data", "ranks", "shard", "microbatches"};
+ * layout (a sharded checkpoint resumes at any rank count, equal up to reduction-order rounding),
+ * the pipeline layout (its checkpoints are single-process ones) and the microbatch count (the same rows and mean loss, up to summation-order rounding). */
+static const char *const k_info[] = {"steps", "val-data", "ranks", "shard", "microbatches", "pp", "schedule", "chunks",
+                                     "pp-balance"};
 
 static bool in_list(const char *name, const char *const *list, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -67,6 +68,10 @@ void zt__run_options(const zt_train_config *c, const zt_gpt2_config *g, int worl
   add(o, "ranks", "%d", world);
   add(o, "shard", "%s", c->parallel.shard == ZT_SHARD_NONE ? "none" : zt_shard_strategy_name(c->parallel.shard));
   add(o, "microbatches", "%lld", (long long)c->data.microbatches);
+  add(o, "pp", "%d", c->parallel.pp);
+  add(o, "schedule", "%s", c->parallel.pp > 1 ? c->parallel.schedule : "none");
+  add(o, "chunks", "%d", c->parallel.chunks);
+  add(o, "pp-balance", "%s", c->parallel.pp_balance);
   o->n_recorded = o->n;
   /* the rest must agree between ranks, and is not recorded */
   add(o, "layers", "%d", g->n_layer);
@@ -88,6 +93,7 @@ void zt__run_options(const zt_train_config *c, const zt_gpt2_config *g, int worl
   add(o, "inject-nan-at", "%lld", (long long)c->inject_nan_at);
   add(o, "eval-every", "%lld", (long long)c->log.eval_every);
   add(o, "eval-batches", "%lld", (long long)c->log.eval_batches);
+  add(o, "timeline", "%s", c->log.timeline);
   add_f64(o, "comm-timeout", c->parallel.comm_timeout);
 }
 

@@ -6,7 +6,7 @@
 
 #include "zt/train.h"
 
-#define ZT__RUN_OPTS_MAX 48
+#define ZT__RUN_OPTS_MAX 64
 #define ZT__RUN_OPT_VALUE 528 /* a path of up to 511 bytes, and some */
 typedef struct zt__run_opts {
   int n;          /* entries */

@@ -35,6 +35,7 @@ typedef struct xrun {
   double *losses;
   int S, rank;
   xslot *slots;
+  double waited; /* seconds spent waiting for transfers, summed */
 } xrun;
 
 static xslot *xat(xrun *r, int stage, int mb) { return &r->slots[zt__pp_slot(r->s, stage, mb)]; }
@@ -42,9 +43,12 @@ static bool local(xrun *r, int stage) { return !r->comm || zt_pipeline_stage_ran
 /* A tag per (stage, microbatch, direction): 0 activations, 1 gradients. */
 static int tag_of(xrun *r, int stage, int mb, int dir) { return (stage * r->s->microbatches + mb) * 2 + dir; }
 
-static zt_status wait_work(zt_comm_work **w) {
+/* Wait for a transfer; the time goes to r->waited, not to the action that waits. */
+static zt_status wait_work(xrun *r, zt_comm_work **w) {
   if (!*w) return ZT_OK;
+  double t0 = zt_clock_now();
   zt_status s = zt_comm_wait(*w);
+  r->waited += zt_clock_now() - t0;
   *w = NULL;
   return s;
 }
@@ -60,7 +64,7 @@ static zt_status xforward(xrun *r, int stage, int mb) {
     if (local(r, stage - 1)) {
       ZT_TRY(zt_tensor_alias(xat(r, stage - 1, mb)->out, &sl->in));
     } else {
-      ZT_TRY(wait_work(&sl->recv_in)); /* posted by RECV_F (sl->in is its buffer) */
+      ZT_TRY(wait_work(r, &sl->recv_in)); /* posted by RECV_F (sl->in is its buffer) */
       if (!sl->in) return ZT_ERR(ZT_STATUS_STATE, "stage %d's input for microbatch %d was never received", stage, mb);
     }
     ZT_TRY(zt_tensor_set_requires_grad(sl->in, true));
@@ -94,17 +98,17 @@ static zt_status xbackward_input(xrun *r, int stage, int mb) {
     if (local(r, stage + 1)) {
       g = xat(r, stage + 1, mb)->gin;
     } else {
-      ZT_TRY(wait_work(&sl->recv_gout));
+      ZT_TRY(wait_work(r, &sl->recv_gout));
       g = sl->gout;
     }
     if (!g) return ZT_ERR(ZT_STATUS_STATE, "stage %d's output grad for microbatch %d is missing", stage, mb);
   }
-  ZT_TRY(wait_work(&sl->send_out)); /* its bytes must leave before the output goes */
+  ZT_TRY(wait_work(r, &sl->send_out)); /* its bytes must leave before the output goes */
   ZT_TRY(zt_backward_input(1, &sl->out, g ? &g : NULL, stage > 0 ? 1 : 0, stage > 0 ? &sl->in : NULL, false,
                            stage > 0 ? &sl->gin : NULL, &sl->rec));
   if (stage < r->S - 1 && local(r, stage + 1)) {
     xslot *next = xat(r, stage + 1, mb);
-    ZT_TRY(wait_work(&next->send_gin));
+    ZT_TRY(wait_work(r, &next->send_gin));
     zt_tensor_free(next->gin), next->gin = NULL;
   }
   zt_tensor_free(sl->gout), sl->gout = NULL;
@@ -116,7 +120,7 @@ static zt_status xbackward_input(xrun *r, int stage, int mb) {
   for (int m = 0; stage > 0 && !local(r, stage - 1) && m < mb; m++) {
     xslot *old = xat(r, stage, m);
     if (!old->send_gin) continue;
-    ZT_TRY(wait_work(&old->send_gin));
+    ZT_TRY(wait_work(r, &old->send_gin));
     zt_tensor_free(old->gin), old->gin = NULL;
   }
   return ZT_OK;
@@ -157,6 +161,19 @@ static zt_status xaction(xrun *r, zt_pipeline_action a) {
   }
 }
 
+/* Moves every transfer in flight forward (MPI progresses them only inside its calls): after
+ * each action, so that a message a peer already waits for does not sit behind this rank's
+ * next computation. */
+static zt_status progress(xrun *r) {
+  for (int k = 0; k < r->S * r->s->microbatches; k++) {
+    xslot *sl = &r->slots[k];
+    zt_comm_work *ws[] = {sl->send_out, sl->send_gin, sl->recv_in, sl->recv_gout};
+    for (int i = 0; i < 4; i++)
+      if (ws[i]) ZT_TRY(zt_comm_test(ws[i], NULL));
+  }
+  return ZT_OK;
+}
+
 /* Waits for what is still in flight (the sends of the last actions; after a failure, also
  * receives: each wait is bounded by the group's timeout), frees the rest; the first failure
  * is kept. */
@@ -165,7 +182,7 @@ static zt_status xslots_free(xrun *r, zt_status s) {
     xslot *sl = &r->slots[k];
     zt_comm_work **ws[] = {&sl->send_out, &sl->send_gin, &sl->recv_in, &sl->recv_gout};
     for (int i = 0; i < 4; i++) { /* a transfer's buffer may go only once it is done */
-      zt_status w = wait_work(ws[i]);
+      zt_status w = wait_work(r, ws[i]);
       if (!s) s = w;
     }
     zt_tensor_free(sl->in);
@@ -204,7 +221,7 @@ zt_status zt_pipeline_run_local(const zt_pipeline_schedule *s, const zt_pipeline
   if (!s || !st || !st->forward || !inputs)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_pipeline_run_local: schedule, stages (with forward) and inputs are required");
   ZT_TRY(zt_pipeline_validate(s));
-  xrun r = {s, st, NULL, NULL, inputs, loss_scale, losses, zt_pipeline_stage_count(s), 0, NULL};
+  xrun r = {s, st, NULL, NULL, inputs, loss_scale, losses, zt_pipeline_stage_count(s), 0, NULL, 0};
   r.slots = calloc((size_t)(r.S * s->microbatches), sizeof *r.slots);
   int *pc = calloc((size_t)s->ranks, sizeof *pc);
   zt_status st0 = r.slots && pc ? ZT_OK : ZT_ERR(ZT_STATUS_OOM, "zt_pipeline_run_local: out of host memory");
@@ -274,18 +291,19 @@ zt_status zt_pipeline_run(const zt_pipeline_schedule *s, const zt_pipeline_stage
     }
   }
   const zt_pipeline_schedule *run_s = low ? low : s;
-  xrun r = {run_s, st, bd, comm, inputs, loss_scale, losses, S, zt_comm_rank(comm), NULL};
+  xrun r = {run_s, st, bd, comm, inputs, loss_scale, losses, S, zt_comm_rank(comm), NULL, 0};
   r.slots = calloc((size_t)(S * s->microbatches), sizeof *r.slots);
   zt_status st0 = r.slots ? ZT_OK : ZT_ERR(ZT_STATUS_OOM, "zt_pipeline_run: out of host memory");
   int n = run_s->n_actions[r.rank];
   if (!st0 && trace) st0 = trace_new(trace, n);
   double t0 = zt_clock_now();
   for (int i = 0; !st0 && i < n; i++) {
-    double a0 = zt_clock_now();
+    double a0 = zt_clock_now(), w0 = r.waited;
     st0 = step_action(&r, r.rank, run_s->actions[r.rank][i]);
-    if (trace) {
+    if (!st0) st0 = progress(&r);
+    if (trace) { /* an action's waits for its transfers count as time before it: it computes from then on */
       trace->actions[i] = run_s->actions[r.rank][i];
-      trace->start[i] = a0 - t0, trace->end[i] = zt_clock_now() - t0;
+      trace->start[i] = a0 - t0 + (r.waited - w0), trace->end[i] = zt_clock_now() - t0;
       trace->n = i + 1;
     }
   }

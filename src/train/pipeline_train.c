@@ -1,0 +1,626 @@
+/* The training loop's pipeline part: the world split into replicas of a P-rank pipeline, the
+ * GPT-2 cut into the schedule's stages, and everything the loop does through them (a step,
+ * the loss of an evaluation batch, checkpoints, the measured figures and timeline). Every
+ * rank builds the whole model from the seed (so a pipeline run starts where one process
+ * starts) and then keeps only its stages' parameters: the others' storage is released. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/backend.h"
+#include "core/status_internal.h"
+#include "train/pipeline_train.h"
+
+/* Tags of the transfers outside the executor's (which numbers (stage, microbatch, direction)
+ * from 0): an evaluation batch's hand-overs, and the parameters and state of a save. */
+enum { TAG_EVAL = ZT_COMM_MAX_TAG - 64, TAG_SAVE = ZT_COMM_MAX_TAG / 2 };
+
+bool zt__train_pp_wanted(const zt_train_config *c) { return c->parallel.pp > 1; }
+
+zt_status zt__train_pp_open(zt__train_pp *pp, const zt_train_config *c, zt_comm *world) {
+  memset(pp, 0, sizeof *pp);
+  int P = c->parallel.pp, W = zt_comm_size(world), rank = zt_comm_rank(world); /* P divides W: zt__train_dp_open */
+  if (c->parallel.shard != ZT_SHARD_NONE)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "zt_train_config.parallel.shard %s with a pipeline is not supported yet: the replicas of a stage "
+                  "run DDP (shard none)",
+                  zt_shard_strategy_name(c->parallel.shard));
+  if (c->inject_nan_at)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.inject_nan_at (a testing aid) is not supported with a pipeline");
+  if (c->memory.offload_activations)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "zt_train_config.memory.offload_activations with a pipeline is not supported yet; use recompute");
+  pp->P = P, pp->D = W / P, pp->p = rank % P, pp->d = rank / P;
+  ZT_TRY(zt_comm_split(world, pp->d, pp->p, &pp->pp_comm));
+  zt_comm *dp = NULL;
+  ZT_TRY(zt_comm_split(world, pp->p, pp->d, &dp));
+  if (pp->D > 1) pp->dp_comm = dp;
+  else zt_comm_free(dp);
+  return ZT_OK;
+}
+
+void zt__train_pp_free(zt__train_pp *pp) {
+  if (!pp) return;
+  zt_pipeline_schedule_free(pp->sched);
+  free(pp->first);
+  free(pp->count);
+  free(pp->own);
+  free(pp->is_own);
+  for (int m = 0; pp->x && m < pp->M; m++) zt_tensor_free(pp->x[m]), zt_tensor_free(pp->y[m]);
+  free(pp->x);
+  free(pp->y);
+  zt_pipeline_trace_free(&pp->trace);
+  zt_comm_free(pp->tied_comm);
+  zt_comm_free(pp->dp_comm);
+  zt_comm_free(pp->pp_comm);
+  memset(pp, 0, sizeof *pp);
+}
+
+zt_status zt__train_pp_hold_others(zt__train_pp *pp, bool keep) {
+  zt_param *ps;
+  int n = zt_gpt2_params(pp->model, &ps);
+  for (int i = 0; i < n; i++) {
+    if (pp->is_own[i]) continue;
+    zt_storage *st = ps[i].tensor->storage;
+    ZT_TRY(keep ? zt_storage_rematerialize(st) : zt_storage_release(st));
+  }
+  return ZT_OK;
+}
+
+/* ---------------------------------------------------------------- setup */
+
+/* Whether name is one of the generators (a space-separated list). */
+static bool is_generator(const char *name) {
+  const char *list = zt_pipeline_generator_names();
+  size_t n = strlen(name);
+  for (const char *p = list; *p;) {
+    const char *e = strchr(p, ' ');
+    size_t k = e ? (size_t)(e - p) : strlen(p);
+    if (k == n && !strncmp(p, name, n)) return true;
+    p += k;
+    while (*p == ' ') p++;
+  }
+  return false;
+}
+
+static zt_status make_schedule(zt__train_pp *pp, const zt_train_config *c) {
+  const char *name = c->parallel.schedule;
+  int M = (int)c->data.microbatches;
+  zt_status s;
+  if (is_generator(name)) {
+    zt_pipeline_gen_options o = {.name = name, .ranks = pp->P, .microbatches = M, .chunks = c->parallel.chunks};
+    s = zt_pipeline_generate(&o, &pp->sched);
+  } else {
+    s = zt_pipeline_schedule_read(name, &pp->sched);
+    if (!s && (pp->sched->ranks != pp->P || pp->sched->microbatches != M))
+      s = ZT_ERR(ZT_STATUS_INVALID_ARG,
+                 "the file is for %d ranks and %d microbatches, the run has zt_train_config.parallel.pp %d and "
+                 "zt_train_config.data.microbatches %d",
+                 pp->sched->ranks, pp->sched->microbatches, pp->P, M);
+    if (!s && c->parallel.chunks && pp->sched->chunks != c->parallel.chunks)
+      s = ZT_ERR(ZT_STATUS_INVALID_ARG, "the file has %d chunks per rank, zt_train_config.parallel.chunks asks %d",
+                 pp->sched->chunks, c->parallel.chunks);
+  }
+  if (!s) s = zt_pipeline_validate(pp->sched);
+  if (s)
+    return zt__error_prefix(s, "zt_train_config.parallel.schedule '%s' (a generator: %s; or a schedule file)", name,
+                            zt_pipeline_generator_names());
+  pp->S = zt_pipeline_stage_count(pp->sched);
+  pp->M = M;
+  return ZT_OK;
+}
+
+/* Modelled forward cost per token of a block and of the head (embedding: none), in FLOPs:
+ * a block's four weight matmuls and its attention; the lm head's matmul and its softmax. */
+static void costs_per_token(const zt_gpt2_config *g, int64_t T, double *block, double *head) {
+  double C = g->n_embd, V = g->vocab_size;
+  *block = 24 * C * C + 2 * (double)T * C;
+  *head = 2 * C * V + 5 * V;
+}
+
+/* Blocks per stage minimising the largest stage cost (contiguous, every middle stage at
+ * least one block): best[s][j], the least max cost of stages 0..s holding blocks [0, j). */
+static zt_status balance_auto(int S, int L, double cb, double ch, int *count) {
+  size_t n = (size_t)S * (size_t)(L + 1);
+  double *best = calloc(n, sizeof *best);
+  int *from = malloc(sizeof *from * n);
+  zt_status s = best && from ? ZT_OK : ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  for (int st = 0; !s && st < S; st++)
+    for (int j = 0; j <= L; j++) {
+      double b = INFINITY;
+      int arg = -1, need = st > 0 && st < S - 1 ? 1 : 0;
+      for (int i = 0; i <= (st == 0 ? 0 : j - need); i++) { /* stage st holds blocks [i, j) */
+        double prev = st == 0 ? 0 : best[(size_t)(st - 1) * (L + 1) + i];
+        double cost = (j - i) * cb + (st == S - 1 ? ch : 0);
+        double v = prev > cost ? prev : cost;
+        if (v < b) b = v, arg = i;
+      }
+      best[(size_t)st * (L + 1) + j] = b, from[(size_t)st * (L + 1) + j] = arg;
+    }
+  if (!s && !isfinite(best[(size_t)(S - 1) * (L + 1) + L]))
+    s = ZT_ERR(ZT_STATUS_INVALID_ARG, "no balance of %d blocks over %d stages gives every middle stage a block", L, S);
+  for (int st = S - 1, j = L; !s && st >= 0; st--) {
+    int i = from[(size_t)st * (L + 1) + j];
+    count[st] = j - i;
+    j = i;
+  }
+  free(best);
+  free(from);
+  return s;
+}
+
+static zt_status partition(zt__train_pp *pp, const zt_train_config *c, const zt_gpt2_config *g) {
+  int S = pp->S, L = g->n_layer;
+  pp->first = calloc((size_t)S, sizeof *pp->first);
+  pp->count = calloc((size_t)S, sizeof *pp->count);
+  if (!pp->first || !pp->count) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  const char *b = c->parallel.pp_balance;
+  if (!strcmp(b, "even") || !b[0]) {
+    for (int s = 0; s < S; s++) pp->count[s] = L / S + (s < L % S);
+  } else if (!strcmp(b, "auto")) {
+    double cb, ch;
+    costs_per_token(g, c->data.seq, &cb, &ch);
+    ZT_TRY(balance_auto(S, L, cb, ch, pp->count));
+  } else {
+    const char *q = b;
+    int k = 0, sum = 0;
+    while (*q) {
+      char *end;
+      long v = strtol(q, &end, 10);
+      if (end == q || v < 0 || v > L || (*end && *end != ','))
+        return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                      "zt_train_config.parallel.pp_balance '%s': give even, auto or blocks per stage as a comma list "
+                      "(e.g. 1,3,3,1)", b);
+      if (k < S) pp->count[k] = (int)v;
+      k++, sum += (int)v;
+      q = *end ? end + 1 : end;
+    }
+    if (k != S || sum != L)
+      return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                    "zt_train_config.parallel.pp_balance '%s' gives %d stages %d blocks; the run has %d stages (%d ranks x "
+                    "%d chunks) and the model %d blocks",
+                    b, k, sum, S, pp->P, pp->sched->chunks, L);
+  }
+  for (int s = 0, at = 0; s < S; s++) {
+    pp->first[s] = at, at += pp->count[s];
+    if (pp->count[s] == 0 && s > 0 && s < S - 1)
+      return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                    "stage %d of %d gets no block (the model has %d blocks; zt_train_config.parallel.pp_balance %s): use "
+                    "fewer stages (zt_train_config.parallel.pp or chunks) or a model with more layers",
+                    s, S, L, b);
+  }
+  return ZT_OK;
+}
+
+/* The stage of block i. */
+static int block_stage(const zt__train_pp *pp, int i) {
+  for (int s = 0; s < pp->S; s++)
+    if (i >= pp->first[s] && i < pp->first[s] + pp->count[s]) return s;
+  return -1;
+}
+
+/* Whether parameter `name` belongs to a stage on this rank (wte: the first and the last). */
+static bool owned(const zt__train_pp *pp, const char *name) {
+  const char *h = "transformer.h.";
+  int r0 = zt_pipeline_stage_rank(pp->sched, 0), rl = zt_pipeline_stage_rank(pp->sched, pp->S - 1);
+  if (!strncmp(name, h, strlen(h)))
+    return zt_pipeline_stage_rank(pp->sched, block_stage(pp, atoi(name + strlen(h)))) == pp->p;
+  if (!strncmp(name, "transformer.wte.", 16)) return r0 == pp->p || rl == pp->p;
+  if (!strncmp(name, "transformer.ln_f.", 17)) return rl == pp->p;
+  return r0 == pp->p; /* wpe */
+}
+
+zt_status zt__train_pp_setup(zt__train_pp *pp, const zt_train_config *c, zt_gpt2 *m) {
+  pp->model = m;
+  const zt_gpt2_config *g = zt_gpt2_get_config(m);
+  ZT_TRY(make_schedule(pp, c));
+  ZT_TRY(partition(pp, c, g));
+  zt_param *ps;
+  int n = zt_gpt2_params(m, &ps);
+  pp->own = malloc(sizeof *pp->own * (size_t)(n ? n : 1));
+  pp->is_own = calloc((size_t)(n ? n : 1), sizeof *pp->is_own);
+  pp->x = calloc((size_t)pp->M, sizeof *pp->x);
+  pp->y = calloc((size_t)pp->M, sizeof *pp->y);
+  if (!pp->own || !pp->is_own || !pp->x || !pp->y) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  for (int i = 0; i < n; i++)
+    if ((pp->is_own[i] = owned(pp, ps[i].name))) pp->own[pp->n_own++] = ps[i];
+  pp->rows = c->data.batch / pp->D / pp->M;
+  pp->seq = c->data.seq;
+  for (int k = 0; k < pp->M; k++) {
+    int64_t sh[2] = {pp->rows, pp->seq};
+    ZT_TRY(zt_tensor_empty_tagged(2, sh, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &pp->x[k]));
+    ZT_TRY(zt_tensor_empty_tagged(2, sh, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &pp->y[k]));
+  }
+  return ZT_OK;
+}
+
+zt_status zt__train_pp_link(zt__train_pp *pp) {
+  /* wte is used by the first stage (embedding) and the last (the head): when they are on two
+   * ranks, those two sum its grads */
+  zt_param *ps;
+  int n = zt_gpt2_params(pp->model, &ps);
+  int r0 = zt_pipeline_stage_rank(pp->sched, 0), rl = zt_pipeline_stage_rank(pp->sched, pp->S - 1);
+  if (r0 != rl) {
+    bool member = pp->p == r0 || pp->p == rl;
+    zt_comm *t = NULL;
+    ZT_TRY(zt_comm_split(pp->pp_comm, member ? 0 : 1, pp->p, &t));
+    if (!member) zt_comm_free(t);
+    for (int i = 0; member && i < n; i++)
+      if (!strcmp(ps[i].name, "transformer.wte.weight")) pp->tied_comm = t, pp->tied = ps[i].tensor;
+  }
+  return ZT_OK;
+}
+
+/* ---------------------------------------------------------------- a step */
+
+typedef struct stage_ctx {
+  zt__train_pp *pp;
+  zt_tensor **targets; /* per microbatch */
+} stage_ctx;
+
+static zt_status stage_forward(void *ud, int stage, int mb, zt_tensor *in, zt_tensor **out) {
+  stage_ctx *c = ud;
+  zt__train_pp *pp = c->pp;
+  return zt_gpt2_forward_stage(pp->model, stage == 0, pp->first[stage], pp->count[stage],
+                               stage == pp->S - 1 ? c->targets[mb] : NULL, in, out);
+}
+
+static zt_pipeline_boundary boundary(const zt__train_pp *pp, int64_t rows) {
+  zt_pipeline_boundary b = {3, {rows, pp->seq, zt_gpt2_get_config(pp->model)->n_embd}, ZT_DTYPE_F32};
+  return b;
+}
+
+zt_status zt__train_pp_step(zt__train_pp *pp, zt_optim *o, zt_batch_fn next, void *user_data,
+                            const zt_train_step_options *so, zt_train_step_result *out) {
+  *out = (zt_train_step_result){0};
+  out->grad_norm = NAN;
+  if (so->on_phase) so->on_phase(ZT_TRAIN_PHASE_FORWARD, so->step, so->phase_user_data);
+  for (int m = 0; m < pp->M; m++) {
+    zt_tensor *x, *y;
+    ZT_TRY(next(user_data, &x, &y));
+    ZT_TRY(zt__dev_copy(pp->x[m], x));
+    ZT_TRY(zt__dev_copy(pp->y[m], y));
+  }
+  stage_ctx ctx = {pp, pp->y};
+  zt_pipeline_stages st = {stage_forward, &ctx};
+  zt_pipeline_trace_free(&pp->trace);
+  zt_pipeline_step_options po = {0};
+  po.schedule = pp->sched;
+  po.comm = pp->pp_comm;
+  po.boundary = boundary(pp, pp->rows);
+  po.lr = so->lr;
+  po.grad_clip = so->grad_clip;
+  po.tied = pp->tied ? &pp->tied : NULL;
+  po.n_tied = pp->tied ? 1 : 0;
+  po.tied_comm = pp->tied_comm;
+  po.dp_comm = pp->dp_comm;
+  po.trace = &pp->trace;
+  return zt_pipeline_train_step(&st, o, pp->n_own, pp->own, pp->x, &po, out);
+}
+
+/* ---------------------------------------------------------------- evaluation */
+
+zt_status zt__train_pp_loss(zt__train_pp *pp, zt_tensor *x, zt_tensor *y, double *loss) {
+  zt_pipeline_boundary b = boundary(pp, x->shape[0]);
+  zt_tensor *cur = NULL; /* the output of the last stage this rank ran */
+  double l = 0;
+  zt_status s = ZT_OK;
+  for (int st = 0; st < pp->S && !s; st++) {
+    int r = zt_pipeline_stage_rank(pp->sched, st), prev = st > 0 ? zt_pipeline_stage_rank(pp->sched, st - 1) : r;
+    if (r != pp->p) continue;
+    zt_tensor *in = st == 0 ? x : cur;
+    if (st > 0 && prev != pp->p) {
+      zt_tensor_free(cur), cur = NULL;
+      s = zt_tensor_empty_tagged(b.ndim, b.shape, b.dtype, ZT_CPU, ZT_MEM_TAG_ACTIVATION, &cur);
+      if (!s) s = zt_recv(pp->pp_comm, cur, prev, TAG_EVAL + st);
+      in = cur;
+    }
+    zt_tensor *o = NULL;
+    if (!s) s = zt_gpt2_forward_stage(pp->model, st == 0, pp->first[st], pp->count[st], st == pp->S - 1 ? y : NULL, in, &o);
+    if (s) break;
+    zt_tensor_free(cur), cur = o;
+    if (st == pp->S - 1) {
+      l = zt_tensor_get(cur, 0);
+    } else if (zt_pipeline_stage_rank(pp->sched, st + 1) != pp->p) {
+      s = zt_send(pp->pp_comm, cur, zt_pipeline_stage_rank(pp->sched, st + 1), TAG_EVAL + st + 1);
+    }
+  }
+  zt_tensor_free(cur);
+  /* the last stage's rank has it, the others add zeros: every rank gets it exactly */
+  zt_tensor *t = NULL;
+  if (!s) s = zt_tensor_from_data(1, (int64_t[]){1}, ZT_DTYPE_F64, &l, &t);
+  if (!s) s = zt_all_reduce(pp->pp_comm, t, ZT_REDUCE_SUM);
+  if (!s) *loss = zt_tensor_get(t, 0);
+  zt_tensor_free(t);
+  return s;
+}
+
+zt_status zt__train_pp_replica_mean(zt__train_pp *pp, double *v) {
+  if (!pp->dp_comm) return ZT_OK;
+  zt_tensor *t = NULL;
+  ZT_TRY(zt_tensor_from_data(1, (int64_t[]){1}, ZT_DTYPE_F64, v, &t));
+  zt_status s = zt_all_reduce(pp->dp_comm, t, ZT_REDUCE_AVG);
+  if (!s) *v = zt_tensor_get(t, 0);
+  zt_tensor_free(t);
+  return s;
+}
+
+/* ---------------------------------------------------------------- checkpoints */
+
+/* The parameter an optimizer state tensor belongs to ("exp_avg.<name>" -> "<name>"). */
+static const char *state_param(const char *state) {
+  const char *dot = strchr(state, '.');
+  return dot ? dot + 1 : state;
+}
+
+/* dst's state tensors take the values of src's of the same names (those src has). */
+static zt_status copy_state(zt_optim *dst, zt_optim *src) {
+  int nd, ns;
+  const char *const *dn, *const *sn;
+  zt_tensor *const *dt, *const *stt;
+  ZT_TRY(zt_optim_state(dst, &nd, &dn, &dt));
+  ZT_TRY(zt_optim_state(src, &ns, &sn, &stt));
+  for (int i = 0; i < nd; i++)
+    for (int k = 0; k < ns; k++)
+      if (!strcmp(dn[i], sn[k])) {
+        ZT_TRY(zt__dev_copy(dt[i], stt[k]));
+        zt_tensor_bump_version(dt[i]);
+        break;
+      }
+  zt_optim_set_step_count(dst, zt_optim_step_count(src));
+  return ZT_OK;
+}
+
+/* The pipeline rank that holds parameter `name` for saving (wte: the first stage's). */
+static int holder(const zt__train_pp *pp, const char *name) {
+  const char *h = "transformer.h.";
+  if (!strncmp(name, h, strlen(h))) return zt_pipeline_stage_rank(pp->sched, block_stage(pp, atoi(name + strlen(h))));
+  if (!strncmp(name, "transformer.ln_f.", 17)) return zt_pipeline_stage_rank(pp->sched, pp->S - 1);
+  return zt_pipeline_stage_rank(pp->sched, 0);
+}
+
+/* Replica 0's holders send each parameter and its state to pipeline rank 0, which puts them
+ * into the model and into full (an optimizer over every parameter). */
+static zt_status gather_to_writer(zt__train_pp *pp, zt_optim *o, zt_optim *full) {
+  zt_param *ps;
+  int n = zt_gpt2_params(pp->model, &ps), no = 0, nf = 0;
+  const char *const *on = NULL, *const *fn = NULL;
+  zt_tensor *const *ot = NULL, *const *ft = NULL;
+  ZT_TRY(zt_optim_state(o, &no, &on, &ot));
+  if (full) ZT_TRY(zt_optim_state(full, &nf, &fn, &ft));
+  if (full) ZT_TRY(copy_state(full, o)); /* the writer's own parameters' state */
+  int tag = TAG_SAVE;
+  for (int i = 0; i < n; i++, tag += 8) {
+    int h = holder(pp, ps[i].name);
+    if (h == 0) continue;
+    if (pp->p == 0) ZT_TRY(zt_recv(pp->pp_comm, ps[i].tensor, h, tag));
+    else if (pp->p == h) ZT_TRY(zt_send(pp->pp_comm, ps[i].tensor, 0, tag));
+    else continue;
+    /* its state tensors, in the optimizer's order (the same on both sides) */
+    int k = 1;
+    if (pp->p == 0) {
+      for (int j = 0; j < nf; j++)
+        if (!strcmp(state_param(fn[j]), ps[i].name)) ZT_TRY(zt_recv(pp->pp_comm, ft[j], h, tag + k++));
+    } else {
+      for (int j = 0; j < no; j++)
+        if (!strcmp(state_param(on[j]), ps[i].name)) ZT_TRY(zt_send(pp->pp_comm, ot[j], 0, tag + k++));
+    }
+  }
+  return ZT_OK;
+}
+
+zt_status zt__train_pp_save(zt__train_pp *pp, zt_comm *world, const zt_optim_config *oc, const char *dir, zt_optim *o,
+                            const zt_train_state *st) {
+  bool writer = pp->d == 0 && pp->p == 0;
+  zt_param *ps;
+  int n = zt_gpt2_params(pp->model, &ps);
+  zt_optim *full = NULL;
+  zt_status s = writer ? zt__train_pp_hold_others(pp, true) : ZT_OK;
+  if (!s && writer) s = zt_optim_new(oc, n, ps, &full);
+  s = zt_comm_agree_status(world, s);
+  if (!s && pp->d == 0) s = gather_to_writer(pp, o, full);
+  if (!s && writer) s = zt_snapshot_save(dir, pp->model, full, st);
+  zt_optim_free(full);
+  if (writer) {
+    zt_status r = zt__train_pp_hold_others(pp, false);
+    if (!s) s = r;
+  }
+  return zt_comm_agree_status(world, s);
+}
+
+zt_status zt__train_pp_load(zt__train_pp *pp, const zt_optim_config *oc, const char *dir, zt_optim *o,
+                            zt_train_state *st) {
+  zt_param *ps;
+  int n = zt_gpt2_params(pp->model, &ps);
+  zt_optim *full = NULL;
+  zt_status s = zt__train_pp_hold_others(pp, true);
+  if (!s && o) s = zt_optim_new(oc, n, ps, &full);
+  if (!s) s = zt_snapshot_load(dir, pp->model, full, st);
+  if (!s && o) s = copy_state(o, full);
+  zt_optim_free(full);
+  zt_status r = zt__train_pp_hold_others(pp, false);
+  return s ? s : r;
+}
+
+/* ---------------------------------------------------------------- measured figures */
+
+/* Per rank: busy, last end, then per kind (F, B, W, BW) the sum and the count. */
+enum { FIG_BUSY, FIG_END, FIG_KIND, FIG_N = FIG_KIND + 2 * 4 };
+
+static void my_figures(const zt_pipeline_trace *t, double v[FIG_N]) {
+  memset(v, 0, sizeof(double) * FIG_N);
+  v[FIG_BUSY] = t->busy;
+  for (int i = 0; i < t->n; i++) {
+    if (t->end[i] > v[FIG_END]) v[FIG_END] = t->end[i];
+    int op = t->actions[i].op;
+    if (op > ZT_PIPELINE_OP_BW) continue;
+    v[FIG_KIND + 2 * op] += t->end[i] - t->start[i];
+    v[FIG_KIND + 2 * op + 1] += 1;
+  }
+}
+
+static zt_status gather_pp(zt__train_pp *pp, const double *mine, int n, double *all) {
+  zt_tensor *in = NULL, *out = NULL;
+  ZT_TRY(zt_tensor_from_data(1, (int64_t[]){n}, ZT_DTYPE_F64, mine, &in));
+  zt_status s = zt_tensor_empty_tagged(1, (int64_t[]){(int64_t)n * pp->P}, ZT_DTYPE_F64, ZT_CPU, ZT_MEM_TAG_TEMP, &out);
+  if (!s) s = zt_all_gather(pp->pp_comm, in, out);
+  if (!s) zt__dev_read(out, all, sizeof *all * (size_t)n * (size_t)pp->P);
+  zt_tensor_free(in);
+  zt_tensor_free(out);
+  return s;
+}
+
+/* The simulator's costs from the measured means: an action of one chunk costs 1/V of the
+ * rank's share; a fused BW counts as B (W zero). */
+static zt_pipeline_costs measured_costs(const zt__train_pp *pp, const double *all) {
+  double sum[4] = {0}, cnt[4] = {0};
+  for (int r = 0; r < pp->P; r++)
+    for (int k = 0; k < 4; k++) sum[k] += all[r * FIG_N + FIG_KIND + 2 * k], cnt[k] += all[r * FIG_N + FIG_KIND + 2 * k + 1];
+  double V = pp->sched->chunks;
+  zt_pipeline_costs c = zt_pipeline_costs_default();
+  c.comm = 0;
+  c.f = cnt[0] ? sum[0] / cnt[0] * V : 0;
+  c.b = (cnt[1] + cnt[3]) ? (sum[1] + sum[3]) / (cnt[1] + cnt[3]) * V : 0;
+  c.w = cnt[2] ? sum[2] / cnt[2] * V : 0;
+  return c;
+}
+
+zt_status zt__train_pp_figures(zt__train_pp *pp, zt__pp_figures *out) {
+  double mine[FIG_N], *all = malloc(sizeof *all * FIG_N * (size_t)pp->P);
+  if (!all) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  my_figures(&pp->trace, mine);
+  zt_status s = gather_pp(pp, mine, FIG_N, all);
+  *out = (zt__pp_figures){0};
+  out->f_s = mine[FIG_KIND], out->b_s = mine[FIG_KIND + 2] + mine[FIG_KIND + 6], out->w_s = mine[FIG_KIND + 4];
+  out->wait_s = pp->trace.span - pp->trace.busy;
+  double busy = 0, step = 0;
+  for (int r = 0; !s && r < pp->P; r++) {
+    busy += all[r * FIG_N + FIG_BUSY];
+    if (all[r * FIG_N + FIG_END] > step) step = all[r * FIG_N + FIG_END];
+  }
+  out->step_s = step;
+  out->bubble = step > 0 ? 1 - busy / (pp->P * step) : NAN;
+  out->sim_bubble = NAN;
+  zt_pipeline_costs c = s ? zt_pipeline_costs_default() : measured_costs(pp, all);
+  zt_pipeline_sim *sim = NULL;
+  if (!s && c.f > 0 && zt_pipeline_simulate(pp->sched, &c, &sim) == ZT_OK) out->sim_bubble = sim->bubble_rate;
+  zt_pipeline_sim_free(sim);
+  free(all);
+  return s;
+}
+
+/* The measured step as a schedule of compute actions with their times (rank 0). acts holds
+ * per rank `cap` records of (op, stage, mb, start, end), op < 0 after the last. */
+static zt_status measured_sim(const zt__train_pp *pp, const double *acts, int cap, zt_pipeline_schedule **s_out,
+                              zt_pipeline_sim **sim_out) {
+  const zt_pipeline_schedule *g = pp->sched;
+  zt_pipeline_schedule *s = NULL;
+  ZT_TRY(zt_pipeline_schedule_new(g->ranks, g->chunks, g->microbatches, g->placement, &s));
+  snprintf(s->name, sizeof s->name, "%s", g->name);
+  zt_pipeline_sim *sim = calloc(1, sizeof *sim);
+  zt_status st = sim ? ZT_OK : ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  if (!st) {
+    sim->ranks = g->ranks;
+    sim->n = calloc((size_t)g->ranks, sizeof *sim->n);
+    sim->start = calloc((size_t)g->ranks, sizeof *sim->start);
+    sim->end = calloc((size_t)g->ranks, sizeof *sim->end);
+    if (!sim->n || !sim->start || !sim->end) st = ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  }
+  double busy = 0;
+  for (int r = 0; r < g->ranks && !st; r++) {
+    sim->start[r] = calloc((size_t)(cap ? cap : 1), sizeof **sim->start);
+    sim->end[r] = calloc((size_t)(cap ? cap : 1), sizeof **sim->end);
+    if (!sim->start[r] || !sim->end[r]) st = ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+    for (int i = 0; i < cap && !st; i++) {
+      const double *a = acts + ((size_t)r * cap + i) * 5;
+      if (a[0] < 0) break;
+      st = zt_pipeline_schedule_push(s, r, (zt_pipeline_action){(zt_pipeline_op)a[0], (int)a[1], (int)a[2]});
+      sim->start[r][i] = a[3], sim->end[r][i] = a[4], sim->n[r]++;
+      busy += a[4] - a[3];
+      if (a[4] > sim->step_time) sim->step_time = a[4];
+    }
+  }
+  if (!st) sim->bubble_rate = sim->step_time > 0 ? 1 - busy / (g->ranks * sim->step_time) : 0;
+  if (st) {
+    zt_pipeline_schedule_free(s);
+    zt_pipeline_sim_free(sim);
+    return st;
+  }
+  *s_out = s, *sim_out = sim;
+  return ZT_OK;
+}
+
+zt_status zt__train_pp_timeline(zt__train_pp *pp, const char *path) {
+  const zt_pipeline_trace *t = &pp->trace;
+  double n = 0, fig[FIG_N], *figs = malloc(sizeof *figs * FIG_N * (size_t)pp->P), *counts = malloc(sizeof *counts * (size_t)pp->P);
+  zt_status s = figs && counts ? ZT_OK : ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  for (int i = 0; i < t->n; i++) n += t->actions[i].op <= ZT_PIPELINE_OP_BW;
+  my_figures(t, fig);
+  if (!s) s = gather_pp(pp, fig, FIG_N, figs);
+  if (!s) s = gather_pp(pp, &n, 1, counts);
+  int cap = 0;
+  for (int r = 0; !s && r < pp->P; r++)
+    if (counts[r] > cap) cap = (int)counts[r];
+  double *mine = NULL, *all = NULL;
+  if (!s) {
+    mine = malloc(sizeof *mine * 5 * (size_t)(cap ? cap : 1));
+    all = malloc(sizeof *all * 5 * (size_t)(cap ? cap : 1) * (size_t)pp->P);
+    if (!mine || !all) s = ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  }
+  if (!s) {
+    int k = 0;
+    for (int i = 0; i < t->n; i++) {
+      zt_pipeline_action a = t->actions[i];
+      if (a.op > ZT_PIPELINE_OP_BW) continue;
+      double rec[5] = {a.op, a.stage, a.mb, t->start[i], t->end[i]};
+      memcpy(mine + 5 * k++, rec, sizeof rec);
+    }
+    for (; k < cap; k++) mine[5 * k] = -1;
+    s = gather_pp(pp, mine, 5 * (cap ? cap : 1), all);
+  }
+  zt_pipeline_schedule *ms = NULL;
+  zt_pipeline_sim *msim = NULL, *psim = NULL;
+  char *svg = NULL;
+  if (!s && pp->p == 0) {
+    zt_pipeline_costs c = measured_costs(pp, figs);
+    s = measured_sim(pp, all, cap ? cap : 1, &ms, &msim);
+    if (!s) s = zt_pipeline_simulate(pp->sched, &c, &psim);
+    char t1[256], t2[256];
+    if (!s) {
+      snprintf(t1, sizeof t1, "measured: %s, %d ranks, %d microbatches; step %.1f ms, bubble rate %.1f%%", pp->sched->name,
+               pp->P, pp->M, msim->step_time * 1e3, 100 * msim->bubble_rate);
+      snprintf(t2, sizeof t2,
+               "simulated from the measured costs (F %.1f, B %.1f, W %.1f ms per rank share): step %.1f ms, bubble "
+               "rate %.1f%%",
+               c.f * 1e3, c.b * 1e3, c.w * 1e3, psim->step_time * 1e3, 100 * psim->bubble_rate);
+      const zt_pipeline_schedule *ss[2] = {ms, pp->sched};
+      const zt_pipeline_sim *sims[2] = {msim, psim};
+      const char *titles[2] = {t1, t2};
+      s = zt_pipeline_render_svg_stack(2, ss, sims, titles, &svg);
+    }
+    if (!s) {
+      const void *chunk = svg;
+      size_t len = strlen(svg);
+      s = zt_write_file_atomic(path, &chunk, &len, 1);
+    }
+    if (s) s = zt__error_prefix(s, "writing the pipeline timeline '%s'", path);
+  }
+  free(svg);
+  zt_pipeline_schedule_free(ms);
+  zt_pipeline_sim_free(msim);
+  zt_pipeline_sim_free(psim);
+  free(mine), free(all), free(figs), free(counts);
+  return s;
+}
+
+zt_status zt__train_pp_gather_full(zt__train_pp *pp) {
+  ZT_TRY(zt__train_pp_hold_others(pp, true));
+  zt_param *ps;
+  int n = zt_gpt2_params(pp->model, &ps);
+  for (int i = 0; i < n; i++) {
+    ZT_TRY(zt_broadcast(pp->pp_comm, ps[i].tensor, holder(pp, ps[i].name)));
+    pp->is_own[i] = true; /* held here now: nothing to release */
+  }
+  return ZT_OK;
+}

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# zt train --pp under mpirun: every schedule at 2 and 4 stages trains as one process does (the
+# losses of three AdamW steps with clipping, from --metrics, equal to those of one process with
+# the same global batch and microbatches within 2e-6 relative: the tied embedding's two grads
+# and the grad norm are summed across ranks in another order, float32 rounding); 2 x 2 grids
+# (pipeline x DDP) against DDP on 2 ranks; with recompute; a pipeline checkpoint resumed at
+# one rank, and a one-rank checkpoint resumed in a pipeline; the measured figures in the
+# metrics and the timeline; and the errors, each with its message, none hanging.
+# Usage: cli_pipeline_test.sh path/to/zt
+set -u
+zt=$1
+. "$(dirname "$0")/check_lib.sh"
+if ! command -v mpirun >/dev/null 2>&1; then
+  echo "SKIP no mpirun: the pipeline runs need OpenMPI"
+  exit 0
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMP_NUM_THREADS=1
+mpi() { local np=$1; shift; timeout 300 mpirun -np "$np" --oversubscribe "$zt" "$@"; }
+
+# 8 blocks (4 ranks x 2 chunks leave every middle stage one), small and fast
+base=(train --layers 8 --dim 64 --heads 4 --batch 8 --seq 32 --steps 3 --warmup 1 --lr 3e-3 --dropout 0 --threads 1
+  --eval-every 3 --eval-batches 2)
+# the losses of a metrics file, one per line
+losses() { sed -n 's/^{"step":[0-9]*,"loss":\([^,]*\),.*/\1/p' "$1"; }
+# the val losses
+vals() { sed -n 's/.*"val_loss":\([^,]*\),.*/\1/p' "$1"; }
+# same FILE_A FILE_B: the same number of losses, each within 2e-6 relative
+same() {
+  local a b
+  a=$(losses "$1" | tr '\n' ' ') b=$(losses "$2" | tr '\n' ' ')
+  [ -n "$a" ] && python3 - "$a" "$b" <<'EOF'
+import sys
+a = [float(x) for x in sys.argv[1].split()]
+b = [float(x) for x in sys.argv[2].split()]
+sys.exit(0 if len(a) == len(b) and all(abs(x - y) <= 2e-6 * abs(x) for x, y in zip(a, b)) else 1)
+EOF
+}
+
+out=$("$zt" "${base[@]}" --microbatches 4 --metrics "$w/one4.jsonl" 2>&1)
+check "one process, 4 microbatches" '[ $(losses "$w/one4.jsonl" | wc -l) -eq 3 ]'
+out=$("$zt" "${base[@]}" --microbatches 8 --metrics "$w/one8.jsonl" 2>&1)
+
+for s in gpipe 1f1b interleaved zb-h1 zb-h2 zb-v v-half v-min dualpipev auto; do
+  out=$(mpi 2 "${base[@]}" --pp 2 --schedule $s --microbatches 4 --metrics "$w/p2-$s.jsonl" 2>&1)
+  check "pp 2 $s: the losses of one process" 'same "$w/one4.jsonl" "$w/p2-$s.jsonl"'
+done
+for s in 1f1b interleaved zb-h1 zb-v v-half dualpipev; do
+  out=$(mpi 4 "${base[@]}" --pp 4 --schedule $s --microbatches 8 --metrics "$w/p4-$s.jsonl" 2>&1)
+  check "pp 4 $s: the losses of one process" 'same "$w/one8.jsonl" "$w/p4-$s.jsonl"'
+done
+check "the validation loss through the stages" '[ "$(vals "$w/one4.jsonl")" = "$(vals "$w/p2-zb-v.jsonl")" ]'
+check "metrics: the measured bubble and per-rank F/B/W times" \
+  'grep -q "\"pp_bubble\":[0-9.]*,\"pp_sim_bubble\":[0-9.]*" "$w/p2-zb-h1.jsonl" && grep -q "\"f_ms\":[0-9.]*,\"b_ms\":[0-9.]*,\"w_ms\":[0-9.]*" "$w/p2-zb-h1.jsonl"'
+
+# pipeline x DDP: 2 replicas of a 2-stage pipeline against DDP on 2 ranks
+out=$(mpi 2 "${base[@]}" --microbatches 2 --metrics "$w/ddp2.jsonl" 2>&1)
+for s in zb-h1 zb-v 1f1b; do
+  out=$(mpi 4 "${base[@]}" --pp 2 --schedule $s --microbatches 2 --metrics "$w/g-$s.jsonl" 2>&1)
+  check "2 x 2 grid $s: the losses of DDP on 2 ranks" 'same "$w/ddp2.jsonl" "$w/g-$s.jsonl"'
+done
+check "the grid's metrics name the layout" 'grep -q "\"shard\":\"pipeline+ddp\"" "$w/g-zb-v.jsonl"'
+out=$(mpi 4 "${base[@]}" --pp 2 --schedule zb-v --microbatches 2 --recompute full --metrics "$w/g-rc.jsonl" 2>&1)
+check "2 x 2 grid zb-v with recompute: the same losses" 'same "$w/ddp2.jsonl" "$w/g-rc.jsonl"'
+out=$(mpi 2 "${base[@]}" --pp 2 --schedule zb-h1 --microbatches 4 --recompute selective --metrics "$w/p2-sel.jsonl" 2>&1)
+check "pp 2 zb-h1 with selective recompute: the same losses" 'same "$w/one4.jsonl" "$w/p2-sel.jsonl"'
+
+# checkpoints: a pipeline run stopped at step 2 and resumed at one rank, and the other way
+long=("${base[@]}" --steps 4)
+out=$("$zt" "${long[@]}" --microbatches 4 --metrics "$w/full.jsonl" 2>&1)
+out=$(mpi 2 "${long[@]}" --pp 2 --schedule zb-v --microbatches 4 --stop-at 2 --save "$w/ck" 2>&1)
+check "a pipeline run saves a checkpoint" '[ -e "$w/ck/latest/model.safetensors" ] && [ -e "$w/ck/latest/optim.safetensors" ]'
+out=$("$zt" "${long[@]}" --microbatches 4 --resume "$w/ck" --metrics "$w/res1.jsonl" 2>&1)
+check "resumed at one rank: steps 3 and 4 of the uninterrupted run" \
+  '[ "$(losses "$w/res1.jsonl" | wc -l)" -eq 2 ] && same <(tail -n 2 "$w/full.jsonl") "$w/res1.jsonl"'
+out=$("$zt" "${long[@]}" --microbatches 4 --stop-at 2 --save "$w/ck1" 2>&1)
+out=$(mpi 4 "${long[@]}" --pp 4 --schedule 1f1b --microbatches 4 --resume "$w/ck1" --metrics "$w/res4.jsonl" 2>&1)
+check "a one-rank checkpoint resumed in a 4-stage pipeline" 'same <(tail -n 2 "$w/full.jsonl") "$w/res4.jsonl"'
+
+# the timeline
+out=$(mpi 2 "${base[@]}" --pp 2 --schedule zb-h1 --microbatches 4 --timeline "$w/tl.svg" 2>&1)
+check "--timeline: the measured step above the simulated one" \
+  'grep -q "measured: zb-h1" "$w/tl.svg" && grep -q "simulated from the measured costs" "$w/tl.svg"'
+check "the progress line shows the bubble" 'echo "$out" | grep -q "bubble [0-9.]*% (sim [0-9.]*%)"'
+
+# errors: clear messages, on every rank, no hang
+out=$(mpi 2 "${base[@]}" --pp 2 --schedule dualpipev --microbatches 2 2>&1)
+check "M below the schedule's minimum" 'echo "$out" | grep -q "schedule dualpipev needs at least 4 microbatches"'
+out=$(mpi 2 "${base[@]}" --pp 2 --microbatches 4 --pp-balance 1,2 2>&1)
+check "a balance that does not cover the blocks" 'echo "$out" | grep -q "gives 2 stages 3 blocks; the run has 2 stages"'
+out=$(mpi 2 "${base[@]}" --layers 2 --pp 2 --schedule zb-v --microbatches 4 2>&1)
+check "more stages than blocks" 'echo "$out" | grep -q "gets no block"'
+printf 'zt-pipeline ranks=2 chunks=1 microbatches=4 placement=loop\n0: 0F0 0F1 0F2 0F3 0BW0 0BW1 0BW2\n1: 1F0 1BW0 1F1 1BW1 1F2 1BW2 1F3 1BW3\n' >"$w/bad.sched"
+out=$(mpi 2 "${base[@]}" --pp 2 --schedule "$w/bad.sched" --microbatches 4 2>&1)
+check "a schedule file that fails validation names the rule" 'echo "$out" | grep -q "bad.sched" && echo "$out" | grep -qi "stage 0 microbatch 3"'
+out=$(mpi 3 "${base[@]}" --pp 2 --microbatches 4 2>&1)
+check "pp not dividing the ranks" 'echo "$out" | grep -q "pp 2 does not divide the 3 ranks"'
+out=$("$zt" "${base[@]}" --timeline "$w/x.svg" 2>&1)
+check "--timeline without a pipeline" 'echo "$out" | grep -q "timeline" && echo "$out" | grep -q "pp"'
+check_summary cli_pipeline
