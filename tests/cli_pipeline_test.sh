@@ -60,6 +60,17 @@ for s in zb-h1 zb-v 1f1b; do
   check "2 x 2 grid $s: the losses of DDP on 2 ranks" 'same "$w/ddp2.jsonl" "$w/g-$s.jsonl"'
 done
 check "the grid's metrics name the layout" 'grep -q "\"shard\":\"pipeline+ddp\"" "$w/g-zb-v.jsonl"'
+# pipeline x FSDP: the stages' parameters sharded over the 2 replicas (gathered once per step)
+for sh in full grad_op opt; do
+  for s in zb-h1 zb-v; do
+    out=$(mpi 4 "${base[@]}" --pp 2 --schedule $s --microbatches 2 --shard $sh --metrics "$w/f-$sh-$s.jsonl" 2>&1)
+    check "2 x 2 grid $s, shard $sh: the losses of DDP on 2 ranks" 'same "$w/ddp2.jsonl" "$w/f-$sh-$s.jsonl"'
+  done
+done
+# rank 0's peak OPTIM bytes (from its per-rank figures in the last line)
+optim_peak() { tail -n 1 "$1" | sed 's/.*"ranks":\[{"rank":0,"mem_peak":{[^}]*"OPTIM":\([0-9]*\).*/\1/'; }
+check "shard full: half the optimizer state of DDP's per rank" \
+  '[ "$(optim_peak "$w/f-full-zb-v.jsonl")" -lt "$(( $(optim_peak "$w/g-zb-v.jsonl") * 6 / 10 ))" ]'
 out=$(mpi 4 "${base[@]}" --pp 2 --schedule zb-v --microbatches 2 --recompute full --metrics "$w/g-rc.jsonl" 2>&1)
 check "2 x 2 grid zb-v with recompute: the same losses" 'same "$w/ddp2.jsonl" "$w/g-rc.jsonl"'
 out=$(mpi 2 "${base[@]}" --pp 2 --schedule zb-h1 --microbatches 4 --recompute selective --metrics "$w/p2-sel.jsonl" 2>&1)
@@ -73,6 +84,9 @@ check "a pipeline run saves a checkpoint" '[ -e "$w/ck/latest/model.safetensors"
 out=$("$zt" "${long[@]}" --microbatches 4 --resume "$w/ck" --metrics "$w/res1.jsonl" 2>&1)
 check "resumed at one rank: steps 3 and 4 of the uninterrupted run" \
   '[ "$(losses "$w/res1.jsonl" | wc -l)" -eq 2 ] && same <(tail -n 2 "$w/full.jsonl") "$w/res1.jsonl"'
+out=$(mpi 4 "${long[@]}" --pp 2 --schedule zb-h1 --microbatches 2 --shard full --stop-at 2 --save "$w/ckf" 2>&1)
+out=$("$zt" "${long[@]}" --microbatches 4 --resume "$w/ckf" --metrics "$w/resf.jsonl" 2>&1)
+check "a pipeline x FSDP checkpoint resumed at one rank" 'same <(tail -n 2 "$w/full.jsonl") "$w/resf.jsonl"'
 out=$("$zt" "${long[@]}" --microbatches 4 --stop-at 2 --save "$w/ck1" 2>&1)
 out=$(mpi 4 "${long[@]}" --pp 4 --schedule 1f1b --microbatches 4 --resume "$w/ck1" --metrics "$w/res4.jsonl" 2>&1)
 check "a one-rank checkpoint resumed in a 4-stage pipeline" 'same <(tail -n 2 "$w/full.jsonl") "$w/res4.jsonl"'

@@ -194,6 +194,49 @@ ZT_API zt_comm *zt_fsdp_replicate_comm(const zt_fsdp *f); /* the ranks holding e
 ZT_API void zt_fsdp_stats_get(const zt_fsdp *f, zt_dp_stats *out);
 ZT_API void zt_fsdp_stats_reset(zt_fsdp *f);
 
+/* ================================================================ ZeRO per step */
+/* ZeRO at step granularity over a list of parameters (src/strategies/zero.c), for loops that
+ * run their own microbatches, such as a pipeline stage across its replicas, where FSDP's
+ * per-module hooks do not fit (several microbatches in flight, weight grads late): comm's
+ * ranks hold the same parameters; they are flattened in order, cut into equal shards (the
+ * last padded) and rank r keeps shard r (f32 masters, tag PARAM). Per step: zt_zero_gather
+ * before the first forward (all-gather into the parameter tensors), zt_zero_reduce after the
+ * last backward (the full grads summed into the shards by a reduce-scatter, averaged; the
+ * full grads freed), the optimizer on zt_zero_pieces, zt_zero_after_step. Strategies: FULL and
+ * GRAD_OP (the same at step granularity): the full parameters exist from the gather to the
+ * reduce; OPT: they stay, and after_step all-gathers the updated shards into them. The
+ * parameters must be f32, contiguous, on the cpu. */
+typedef struct zt_zero zt_zero;
+/* Shards from the parameters' current values (equal on every rank). comm and params are
+ * borrowed (outlive z). FULL, GRAD_OP or OPT; anything else is ZT_STATUS_INVALID_ARG. */
+ZT_API ZT_NODISCARD zt_status zt_zero_new(zt_comm *comm, int n, const zt_param *params, zt_shard_strategy s,
+                                          zt_zero **out);
+ZT_API void zt_zero_free(zt_zero *z); /* the parameter tensors are left as they are; NULL is a no-op */
+/* The optimizer's view: per parameter that overlaps this rank's shard, a 1-D view of the
+ * shard named like the parameter (piece[i] says where: as zt_fsdp_params). Owned by z. */
+ZT_API int zt_zero_pieces(zt_zero *z, zt_param **params, const zt_fsdp_piece **pieces);
+/* The parameter tensor piece i belongs to. */
+ZT_API zt_tensor *zt_zero_piece_param(const zt_zero *z, int i);
+/* Full parameters into the parameter tensors (a no-op when they are there). Collective. */
+ZT_API ZT_NODISCARD zt_status zt_zero_gather(zt_zero *z);
+/* FULL, GRAD_OP: free the full parameters (a no-op for OPT, or when they are not there). */
+ZT_API ZT_NODISCARD zt_status zt_zero_release(zt_zero *z);
+/* The parameters' grads (none: zeros) averaged over the ranks into the pieces' grads; the
+ * full grads freed; FULL, GRAD_OP release the full parameters. Collective. */
+ZT_API ZT_NODISCARD zt_status zt_zero_reduce(zt_zero *z);
+/* After the update of the pieces: OPT all-gathers the shards into the parameters; the
+ * pieces' grads are freed. Collective (OPT). */
+ZT_API ZT_NODISCARD zt_status zt_zero_after_step(zt_zero *z);
+/* The shards from the parameter tensors' values (after loading weights into them; they must
+ * be present). Local. */
+ZT_API ZT_NODISCARD zt_status zt_zero_shard_from_full(zt_zero *z);
+/* Optimizer state between an optimizer over the pieces (sharded) and one over the full
+ * parameters (same kind; full's state names "<kind>.<name>" matched to the pieces'):
+ * to_full all-gathers the pieces' state into full's (collective); from_full copies each
+ * piece's range out of full's (local). Step counts follow. */
+ZT_API ZT_NODISCARD zt_status zt_zero_state_to_full(zt_zero *z, zt_optim *sharded, zt_optim *full);
+ZT_API ZT_NODISCARD zt_status zt_zero_state_from_full(zt_zero *z, zt_optim *sharded, zt_optim *full);
+
 /* ================================================================ as a strategy */
 /* DDP or FSDP applied to a model through the strategy interface (zt/strategy.h), order 100
  * (outermost): attaching makes the zt_ddp over the model's parameters, or the zt_fsdp over

@@ -247,6 +247,10 @@ typedef struct zt_pipeline_step_options {
   zt_comm *tied_comm;          /* the ranks that hold the tied parameters (NULL: comm) */
   zt_comm *dp_comm;            /* optional: this rank's data-parallel replicas (the ranks that run the same
                                 * stages on other rows) */
+  zt_zero *zero;               /* optional, with dp_comm: the stages' parameters sharded over the replicas
+                                * (zt/fsdp.h): gathered before the schedule, grads reduce-scattered after it
+                                * (instead of the all-reduce), params are its pieces and the norm sums the
+                                * shards over the replicas too */
   zt_pipeline_trace *trace;    /* optional: this rank's measured actions (zt_pipeline_run) */
 } zt_pipeline_step_options;
 ZT_API ZT_NODISCARD zt_status zt_pipeline_train_step(const zt_pipeline_stages *st, zt_optim *opt, int n_params,

@@ -450,9 +450,8 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     free(o);
   }
   if (r.pp.P) {
-    // the stages' parameters only: the optimizer's, and the rest of the model's storage goes
-    r.dp.params = r.pp.own, r.dp.n_params = r.pp.n_own;
-    if ((s = zt__train_pp_link(&r.pp)) || (s = zt__train_pp_hold_others(&r.pp, false))) goto done;
+    // the stages' parameters (or their shards) only: the optimizer's; the rest of the model's storage goes
+    if ((s = zt__train_pp_link(&r.pp, c, &r.dp.params, &r.dp.n_params))) goto done;
   } else if ((s = zt__train_dp_wrap(&r.dp, c, r.model))) {
     goto done;
   }

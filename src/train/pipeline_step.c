@@ -72,19 +72,21 @@ static zt_status sum_tied(const zt_pipeline_step_options *o) {
 }
 
 /* The global grad norm: this rank's own grads, a tied parameter on rank 0 only, summed over
- * the ranks; clipped on every rank by the same factor. */
+ * the ranks (and over the replicas' shards under ZeRO); clipped on every rank by the same
+ * factor. */
 static zt_status clip(zt_comm *c, const zt_pipeline_step_options *o, int n, const zt_param *ps, double *norm) {
   zt_param *own = malloc(sizeof *own * (size_t)(n ? n : 1));
   if (!own) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
   int k = 0;
   for (int i = 0; i < n; i++)
-    if (!is_tied(o, ps[i].tensor) || zt_comm_rank(c) == 0) own[k++] = ps[i];
+    if (!is_tied(o, o->zero ? zt_zero_piece_param(o->zero, i) : ps[i].tensor) || zt_comm_rank(c) == 0) own[k++] = ps[i];
   double ss = 0;
   zt_status s = zt_grad_sum_squares(k, own, &ss);
   free(own);
   zt_tensor *t = NULL;
   if (!s) s = zt_tensor_from_data(1, (int64_t[]){1}, ZT_DTYPE_F64, &ss, &t);
   if (!s) s = zt_all_reduce(c, t, ZT_REDUCE_SUM);
+  if (!s && o->zero) s = zt_all_reduce(o->dp_comm, t, ZT_REDUCE_SUM);
   if (!s) *norm = sqrt(zt_tensor_get(t, 0));
   zt_tensor_free(t);
   if (s || !(o->grad_clip > 0) || !isfinite(*norm) || !(*norm > o->grad_clip)) return s;
@@ -102,21 +104,31 @@ zt_status zt_pipeline_train_step(const zt_pipeline_stages *st, zt_optim *opt, in
   int M = o->schedule->microbatches;
   double *losses = calloc((size_t)M, sizeof *losses);
   if (!losses) return ZT_ERR(ZT_STATUS_OOM, "zt_pipeline_train_step: out of host memory");
-  zt_status s = zt_pipeline_run(o->schedule, st, o->comm, &o->boundary, inputs, 1.0 / M, losses, o->trace);
+  if (o->zero && !o->dp_comm) {
+    free(losses);
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_pipeline_train_step: zero needs the replicas' dp_comm");
+  }
+  zt_status s = o->zero ? zt_zero_gather(o->zero) : ZT_OK;
+  if (!s) s = zt_pipeline_run(o->schedule, st, o->comm, &o->boundary, inputs, 1.0 / M, losses, o->trace);
   if (!s) s = mean_loss(o, losses, M, &out->loss);
   free(losses);
   if (!s && !isfinite(out->loss)) {
     out->bad_loss = true;
     s = ZT_ERR(ZT_STATUS_STATE, "loss is %g: the step stopped before its update", out->loss);
   }
-  if (!s && o->dp_comm) s = average_replicas(o->dp_comm, n_params, params);
   if (!s) s = sum_tied(o);
+  if (!s && o->zero) s = zt_zero_reduce(o->zero);
+  else if (!s && o->dp_comm) s = average_replicas(o->dp_comm, n_params, params);
   if (!s && o->grad_clip >= 0) s = clip(o->comm, o, n_params, params, &out->grad_norm);
   if (!s && o->grad_clip >= 0 && !isfinite(out->grad_norm)) {
     out->bad_grad = true;
     s = ZT_ERR(ZT_STATUS_STATE, "gradient norm is %g: the step stopped before its update", out->grad_norm);
   }
   if (!s) s = zt_optim_step(opt, o->lr);
+  if (o->zero) {
+    zt_status a = zt_zero_after_step(o->zero); /* OPT: the updated shards into the parameters */
+    if (!s) s = a;
+  }
   zt_optim_zero_grad(opt);
   return s;
 }

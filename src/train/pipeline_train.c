@@ -21,11 +21,12 @@ bool zt__train_pp_wanted(const zt_train_config *c) { return c->parallel.pp > 1; 
 zt_status zt__train_pp_open(zt__train_pp *pp, const zt_train_config *c, zt_comm *world) {
   memset(pp, 0, sizeof *pp);
   int P = c->parallel.pp, W = zt_comm_size(world), rank = zt_comm_rank(world); /* P divides W: zt__train_dp_open */
-  if (c->parallel.shard != ZT_SHARD_NONE)
+  if (c->parallel.shard == ZT_SHARD_HYBRID)
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
-                  "zt_train_config.parallel.shard %s with a pipeline is not supported yet: the replicas of a stage "
-                  "run DDP (shard none)",
-                  zt_shard_strategy_name(c->parallel.shard));
+                  "zt_train_config.parallel.shard hybrid with a pipeline is not supported: the replicas of a stage shard "
+                  "full, grad_op or opt, or run DDP (none)");
+  if (c->parallel.mixed_precision != ZT_DTYPE_F32)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.parallel.mixed_precision with a pipeline is not supported yet");
   if (c->inject_nan_at)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.inject_nan_at (a testing aid) is not supported with a pipeline");
   if (c->memory.offload_activations)
@@ -35,7 +36,7 @@ zt_status zt__train_pp_open(zt__train_pp *pp, const zt_train_config *c, zt_comm 
   ZT_TRY(zt_comm_split(world, pp->d, pp->p, &pp->pp_comm));
   zt_comm *dp = NULL;
   ZT_TRY(zt_comm_split(world, pp->p, pp->d, &dp));
-  if (pp->D > 1) pp->dp_comm = dp;
+  if (pp->D > 1 || c->parallel.shard != ZT_SHARD_NONE) pp->dp_comm = dp; /* sharding over one replica works too */
   else zt_comm_free(dp);
   return ZT_OK;
 }
@@ -51,6 +52,7 @@ void zt__train_pp_free(zt__train_pp *pp) {
   free(pp->x);
   free(pp->y);
   zt_pipeline_trace_free(&pp->trace);
+  zt_zero_free(pp->zero);
   zt_comm_free(pp->tied_comm);
   zt_comm_free(pp->dp_comm);
   zt_comm_free(pp->pp_comm);
@@ -235,7 +237,7 @@ zt_status zt__train_pp_setup(zt__train_pp *pp, const zt_train_config *c, zt_gpt2
   return ZT_OK;
 }
 
-zt_status zt__train_pp_link(zt__train_pp *pp) {
+zt_status zt__train_pp_link(zt__train_pp *pp, const zt_train_config *c, zt_param **params, int *n_params) {
   /* wte is used by the first stage (embedding) and the last (the head): when they are on two
    * ranks, those two sum its grads */
   zt_param *ps;
@@ -249,6 +251,11 @@ zt_status zt__train_pp_link(zt__train_pp *pp) {
     for (int i = 0; member && i < n; i++)
       if (!strcmp(ps[i].name, "transformer.wte.weight")) pp->tied_comm = t, pp->tied = ps[i].tensor;
   }
+  ZT_TRY(zt__train_pp_hold_others(pp, false));
+  *params = pp->own, *n_params = pp->n_own;
+  if (c->parallel.shard == ZT_SHARD_NONE) return ZT_OK;
+  ZT_TRY(zt_zero_new(pp->dp_comm, pp->n_own, pp->own, c->parallel.shard, &pp->zero));
+  *n_params = zt_zero_pieces(pp->zero, params, NULL);
   return ZT_OK;
 }
 
@@ -295,8 +302,11 @@ zt_status zt__train_pp_step(zt__train_pp *pp, zt_optim *o, zt_batch_fn next, voi
   po.n_tied = pp->tied ? 1 : 0;
   po.tied_comm = pp->tied_comm;
   po.dp_comm = pp->dp_comm;
+  po.zero = pp->zero;
   po.trace = &pp->trace;
-  return zt_pipeline_train_step(&st, o, pp->n_own, pp->own, pp->x, &po, out);
+  zt_param *ps = pp->own;
+  int n = pp->zero ? zt_zero_pieces(pp->zero, &ps, NULL) : pp->n_own;
+  return zt_pipeline_train_step(&st, o, n, ps, pp->x, &po, out);
 }
 
 /* ---------------------------------------------------------------- evaluation */
@@ -305,7 +315,7 @@ zt_status zt__train_pp_loss(zt__train_pp *pp, zt_tensor *x, zt_tensor *y, double
   zt_pipeline_boundary b = boundary(pp, x->shape[0]);
   zt_tensor *cur = NULL; /* the output of the last stage this rank ran */
   double l = 0;
-  zt_status s = ZT_OK;
+  zt_status s = pp->zero ? zt_zero_gather(pp->zero) : ZT_OK;
   for (int st = 0; st < pp->S && !s; st++) {
     int r = zt_pipeline_stage_rank(pp->sched, st), prev = st > 0 ? zt_pipeline_stage_rank(pp->sched, st - 1) : r;
     if (r != pp->p) continue;
@@ -327,6 +337,10 @@ zt_status zt__train_pp_loss(zt__train_pp *pp, zt_tensor *x, zt_tensor *y, double
     }
   }
   zt_tensor_free(cur);
+  if (pp->zero) {
+    zt_status r = zt_zero_release(pp->zero);
+    if (!s) s = r;
+  }
   /* the last stage's rank has it, the others add zeros: every rank gets it exactly */
   zt_tensor *t = NULL;
   if (!s) s = zt_tensor_from_data(1, (int64_t[]){1}, ZT_DTYPE_F64, &l, &t);
@@ -415,12 +429,20 @@ zt_status zt__train_pp_save(zt__train_pp *pp, zt_comm *world, const zt_optim_con
   bool writer = pp->d == 0 && pp->p == 0;
   zt_param *ps;
   int n = zt_gpt2_params(pp->model, &ps);
-  zt_optim *full = NULL;
+  zt_optim *full = NULL, *mine = o; /* sharded: mine is an optimizer over the stages' full parameters */
   zt_status s = writer ? zt__train_pp_hold_others(pp, true) : ZT_OK;
   if (!s && writer) s = zt_optim_new(oc, n, ps, &full);
+  if (!s && pp->zero) s = zt_optim_new(oc, pp->n_own, pp->own, &mine);
   s = zt_comm_agree_status(world, s);
-  if (!s && pp->d == 0) s = gather_to_writer(pp, o, full);
+  if (!s && pp->zero) s = zt_zero_gather(pp->zero);
+  if (!s && pp->zero) s = zt_zero_state_to_full(pp->zero, o, mine);
+  if (!s && pp->d == 0) s = gather_to_writer(pp, mine, full);
   if (!s && writer) s = zt_snapshot_save(dir, pp->model, full, st);
+  if (pp->zero) {
+    zt_status r = zt_zero_release(pp->zero);
+    if (!s) s = r;
+    zt_optim_free(mine);
+  }
   zt_optim_free(full);
   if (writer) {
     zt_status r = zt__train_pp_hold_others(pp, false);
@@ -435,11 +457,15 @@ zt_status zt__train_pp_load(zt__train_pp *pp, const zt_optim_config *oc, const c
   int n = zt_gpt2_params(pp->model, &ps);
   zt_optim *full = NULL;
   zt_status s = zt__train_pp_hold_others(pp, true);
+  if (!s && pp->zero) s = zt_zero_gather(pp->zero); /* the stages' parameters present, to load into */
   if (!s && o) s = zt_optim_new(oc, n, ps, &full);
   if (!s) s = zt_snapshot_load(dir, pp->model, full, st);
-  if (!s && o) s = copy_state(o, full);
+  if (!s && o) s = pp->zero ? zt_zero_state_from_full(pp->zero, o, full) : copy_state(o, full);
+  if (!s && pp->zero) s = zt_zero_shard_from_full(pp->zero);
   zt_optim_free(full);
   zt_status r = zt__train_pp_hold_others(pp, false);
+  if (!s) s = r;
+  r = pp->zero ? zt_zero_release(pp->zero) : ZT_OK;
   return s ? s : r;
 }
 
@@ -615,6 +641,7 @@ zt_status zt__train_pp_timeline(zt__train_pp *pp, const char *path) {
 }
 
 zt_status zt__train_pp_gather_full(zt__train_pp *pp) {
+  if (pp->zero) ZT_TRY(zt_zero_gather(pp->zero));
   ZT_TRY(zt__train_pp_hold_others(pp, true));
   zt_param *ps;
   int n = zt_gpt2_params(pp->model, &ps);

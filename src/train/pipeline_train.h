@@ -13,7 +13,8 @@ typedef struct zt__train_pp {
   int P, D;                /* pipeline ranks, replicas (P == 0: no pipeline, everything below unset) */
   int p, d;                /* this rank's place: stage rank, replica */
   zt_comm *pp_comm;        /* this replica's P ranks */
-  zt_comm *dp_comm;        /* the D ranks that hold this rank's stages (NULL when D == 1) */
+  zt_comm *dp_comm;        /* the D ranks that hold this rank's stages (NULL when D == 1 without sharding) */
+  zt_zero *zero;           /* --shard full|grad_op|opt: the stages' parameters sharded over dp_comm */
   zt_comm *tied_comm;      /* the ranks of the first and the last stage, when they differ (wte is on both) */
   zt_pipeline_schedule *sched; /* compute-only, validated */
   int S, M;                /* stages, microbatches */
@@ -38,8 +39,10 @@ ZT_NODISCARD zt_status zt__train_pp_open(zt__train_pp *pp, const zt_train_config
  * this rank's parameters. m is borrowed. Local: a bad schedule or balance fails here, before
  * any collective. */
 ZT_NODISCARD zt_status zt__train_pp_setup(zt__train_pp *pp, const zt_train_config *c, zt_gpt2 *m);
-/* The group of the tied embedding's holders. Collective over the pipeline group. */
-ZT_NODISCARD zt_status zt__train_pp_link(zt__train_pp *pp);
+/* The group of the tied embedding's holders, the other stages' parameters released, and with
+ * a shard strategy the stages' parameters sharded over the replicas. *params (n returned) is
+ * what the optimizer updates: the stages' parameters, or their shards' pieces. Collective. */
+ZT_NODISCARD zt_status zt__train_pp_link(zt__train_pp *pp, const zt_train_config *c, zt_param **params, int *n);
 /* Every parameter on every rank of the replica (each broadcast from its holder): the model
  * whole again, for a caller that takes it after the run. Collective over the pipeline group. */
 ZT_NODISCARD zt_status zt__train_pp_gather_full(zt__train_pp *pp);
