@@ -45,7 +45,7 @@ for s in gpipe 1f1b interleaved zb-h1 zb-h2 zb-v v-half v-min dualpipev auto; do
   out=$(mpi 2 "${base[@]}" --pp 2 --schedule $s --microbatches 4 --metrics "$w/p2-$s.jsonl" 2>&1)
   check "pp 2 $s: the losses of one process" 'same "$w/one4.jsonl" "$w/p2-$s.jsonl"'
 done
-for s in 1f1b interleaved zb-h1 zb-v v-half dualpipev; do
+for s in gpipe 1f1b interleaved zb-h1 zb-h2 zb-v v-half v-min dualpipev auto; do
   out=$(mpi 4 "${base[@]}" --pp 4 --schedule $s --microbatches 8 --metrics "$w/p4-$s.jsonl" 2>&1)
   check "pp 4 $s: the losses of one process" 'same "$w/one8.jsonl" "$w/p4-$s.jsonl"'
 done
