@@ -110,6 +110,7 @@ static zt_status make_schedule(zt__train_pp *pp, const zt_train_config *c) {
                             zt_pipeline_generator_names());
   pp->S = zt_pipeline_stage_count(pp->sched);
   pp->M = M;
+  pp->replan = !strcmp(name, "auto");
   return ZT_OK;
 }
 
@@ -512,6 +513,21 @@ static zt_pipeline_costs measured_costs(const zt__train_pp *pp, const double *al
   return c;
 }
 
+/* --schedule auto: the greedy planner on the measured costs (the same on every rank of the
+ * pipeline: they come from one gather), once. A plan that fails keeps the schedule. */
+static zt_status replan(zt__train_pp *pp, zt_pipeline_costs c) {
+  pp->replan = false;
+  zt_pipeline_gen_options o = {.name = "auto", .ranks = pp->P, .microbatches = pp->M, .costs = c, .mem_limit = pp->P};
+  zt_pipeline_schedule *s = NULL;
+  if (zt_pipeline_generate(&o, &s) || zt_pipeline_validate(s) || zt_pipeline_stage_count(s) != pp->S) {
+    zt_pipeline_schedule_free(s);
+    return ZT_OK;
+  }
+  zt_pipeline_schedule_free(pp->sched);
+  pp->sched = s;
+  return ZT_OK;
+}
+
 zt_status zt__train_pp_figures(zt__train_pp *pp, zt__pp_figures *out) {
   double mine[FIG_N], *all = malloc(sizeof *all * FIG_N * (size_t)pp->P);
   if (!all) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
@@ -533,6 +549,7 @@ zt_status zt__train_pp_figures(zt__train_pp *pp, zt__pp_figures *out) {
   if (!s && c.f > 0 && zt_pipeline_simulate(pp->sched, &c, &sim) == ZT_OK) out->sim_bubble = sim->bubble_rate;
   zt_pipeline_sim_free(sim);
   free(all);
+  if (!s && pp->replan && c.f > 0) s = replan(pp, c);
   return s;
 }
 

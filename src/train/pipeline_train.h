@@ -27,7 +27,7 @@ typedef struct zt__train_pp {
   int64_t rows, seq;       /* of a microbatch */
   zt_tensor **x, **y;      /* per microbatch: this step's inputs and targets */
   zt_pipeline_trace trace; /* the last step's actions on this rank */
-  double last_comm_s;      /* the last step's time not computing (waiting for transfers) */
+  bool replan;             /* --schedule auto: planned again from the first step's measured costs */
 } zt__train_pp;
 
 /* Whether c asks for a pipeline. */
@@ -72,8 +72,9 @@ ZT_NODISCARD zt_status zt__train_pp_load(zt__train_pp *pp, const zt_optim_config
 
 /* The last step's figures: this rank's F, B, W (BW counted as B) and waiting seconds, and the
  * pipeline's measured bubble rate (1 - sum of the ranks' compute / (P x step time)) with the
- * simulator's prediction for the schedule from the step's measured mean costs. Collective
- * over the pipeline group. */
+ * simulator's prediction for the schedule from the step's measured mean costs. After the first
+ * step of --schedule auto, the schedule is planned again from those costs (activations capped
+ * at 1F1B's peak, P units). Collective over the pipeline group. */
 typedef struct zt__pp_figures {
   double f_s, b_s, w_s, wait_s; /* this rank */
   double bubble, sim_bubble, step_s;
