@@ -288,11 +288,12 @@ static zt_status gen_v_controlled(const zt_pipeline_gen_options *o, const int *l
   zt_pipeline_schedule *best = NULL;
   double best_t = INFINITY, best_peak = INFINITY;
   zt_status last = ZT_OK;
-  /* the blocks' patterns: g microbatches every k (g = 1: k = 6..9; g > 1: an average interval
-   * above 6 and below 8, the g blocks spread evenly, rounded down or up) */
-  enum { NPAT = 4 + 3 + 5 + 7 + 9 + 11 };
+  /* the blocks' patterns: g microbatches every k (g = 1: k = 6..11; g > 1: an average interval
+   * above 6 and below 8, the g blocks spread evenly, rounded down or up). k = 10 is V-Min's at
+   * P = 4: with a cap of 3 chunks no periodic block of interval 9 or less fits (the doc says why) */
+  enum { NPAT = 6 + 3 + 5 + 7 + 9 + 11 };
   int pat_g[NPAT], pat_k[NPAT], npat = 0;
-  for (int k = 6; k <= 9; k++) pat_g[npat] = 1, pat_k[npat++] = k;
+  for (int k = 6; k <= 11; k++) pat_g[npat] = 1, pat_k[npat++] = k;
   for (int g = 2; g <= 6; g++)
     for (int k = 6 * g + 1; k < 8 * g; k++) pat_g[npat] = g, pat_k[npat++] = k;
   for (int cand = -1; cand < npat * 2 * 2 * 8; cand++) {
