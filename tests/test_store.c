@@ -351,9 +351,10 @@ static void limited_free(void *ctx) { free(ctx); }
 
 static const zt_store_ops limited_ops = {"limited", limited_put, limited_get, limited_drop, limited_free};
 
-static zt_store *limited_new(int64_t budget) {
+static zt_store *limited_new(int64_t budget, limited **ctx) {
   limited *l = calloc(1, sizeof *l);
   if (l) l->budget = budget;
+  if (ctx) *ctx = l;
   zt_store *s = NULL;
   ZT_CHECK_OK(zt_store_new(&limited_ops, l, ZT_CPU, &s));
   return s;
@@ -361,7 +362,7 @@ static zt_store *limited_new(int64_t budget) {
 
 static void test_failing_write(void) {
   int64_t live = zt_test_live_bytes();
-  zt_store *s = limited_new(1000);
+  zt_store *s = limited_new(1000, NULL);
   if (!s) return;
   char buf[1024] = {0};
   zt_store_item a, b;
@@ -402,6 +403,233 @@ static void test_errors(void) {
   zt_test_tmpdir_remove();
 }
 
+/* ------------------------------------------------ storage evict / restore */
+/* A PARAM-tagged (64, 48) f32 tensor named "w", with a transposed and a narrowed view. */
+typedef struct evict_case {
+  zt_tensor *w, *wt, *wn, *want; /* want: w's values as a restore gives them back */
+} evict_case;
+
+static evict_case evict_case_new(kind k) {
+  evict_case c = {0};
+  c.w = zt_test_rand(2, (int64_t[]){64, 48}, ZT_DTYPE_F32, -1, 1, 21);
+  zt_storage_retag(c.w->storage, ZT_MEM_TAG_PARAM);
+  zt_storage_set_name(c.w->storage, "w");
+  ZT_CHECK_OK(zt_transpose(c.w, 0, 1, &c.wt));
+  ZT_CHECK_OK(zt_narrow(c.w, 0, 8, 16, &c.wn));
+  if (k == KIND_BF16) {
+    zt_tensor *b = NULL;
+    ZT_CHECK_OK(zt_cast(c.w, ZT_DTYPE_BF16, &b));
+    if (b) ZT_CHECK_OK(zt_cast(b, ZT_DTYPE_F32, &c.want));
+    zt_tensor_free(b);
+  } else {
+    ZT_CHECK_OK(zt_tensor_clone_data(c.w, ZT_MEM_TAG_TEMP, &c.want));
+  }
+  return c;
+}
+
+static void evict_case_free(evict_case *c) { zt_test_free_all((zt_tensor *[]){c->w, c->wt, c->wn, c->want}, 4); }
+
+/* The views read what w's values restored make (w bitwise the expected values). */
+static void check_views(const evict_case *c) {
+  ZT_CHECK(zt_test_bitwise_equal(c->w, c->want));
+  zt_tensor *t = NULL, *n = NULL;
+  ZT_CHECK_OK(zt_transpose(c->want, 0, 1, &t));
+  ZT_CHECK_OK(zt_narrow(c->want, 0, 8, 16, &n));
+  ZT_CHECK(t && n && zt_test_bitwise_equal(c->wt, t) && zt_test_bitwise_equal(c->wn, n));
+  zt_test_free_all((zt_tensor *[]){t, n}, 2);
+}
+
+static void evict_restore(kind k) {
+  zt_store *s = store_new(k);
+  evict_case c = evict_case_new(k);
+  if (!s || !c.w || !c.wt || !c.wn || !c.want) return;
+  zt_storage *st = c.w->storage;
+  const int64_t B = 64 * 48 * 4;
+  zt_device sdev = zt_store_device(s);
+  int64_t cpu0 = bytes_on(ZT_CPU, ZT_MEM_TAG_PARAM), dev0 = bytes_on(sdev, ZT_MEM_TAG_PARAM);
+  if (k == KIND_DISK) dev0 = bytes_on(disk_dev, ZT_MEM_TAG_PARAM);
+  uint64_t version = st->version;
+  ZT_CHECK_OK(zt_storage_evict(st, s, ZT_DTYPE_F32));
+  ZT_CHECK(zt_storage_is_evicted(st) && st->released && !st->data && st->refcount == 3);
+  /* accounting: off the cpu, onto the store's device, under PARAM (bf16: half) */
+  int64_t held = k == KIND_BF16 ? B / 2 : B;
+  if (k == KIND_DISK) {
+    ZT_CHECK(bytes_on(ZT_CPU, ZT_MEM_TAG_PARAM) == cpu0 - B && bytes_on(disk_dev, ZT_MEM_TAG_PARAM) == dev0 + B);
+  } else {
+    ZT_CHECK(bytes_on(ZT_CPU, ZT_MEM_TAG_PARAM) == cpu0 - B + held);
+  }
+  ZT_CHECK(stats_of(s).items == 1 && stats_of(s).bytes_held == held);
+  /* every reader names the tensor and says what to do */
+  void *p;
+  zt_tensor *o = NULL;
+  ZT_CHECK_ERR(zt_tensor_data(c.wn, &p), ZT_STATUS_RELEASED, "tensor 'w' (f32 (16, 48)) is evicted to a");
+  ZT_CHECK(strstr(zt_last_error(), kind_names[k]) && strstr(zt_last_error(), "zt_storage_restore"));
+  ZT_CHECK_ERR(zt_add(c.w, c.w, &o), ZT_STATUS_RELEASED, "op 'add': input 0: tensor 'w' (f32 (64, 48)) is evicted");
+  if (k == KIND_DISK) printf("  %s\n", zt_last_error());
+  ZT_CHECK_ERR(zt_matmul(c.want, c.wt, false, false, &o), ZT_STATUS_RELEASED, "op 'matmul': input 1: tensor 'w'");
+  ZT_CHECK_ERR(zt_tensor_clone_data(c.wt, ZT_MEM_TAG_TEMP, &o), ZT_STATUS_RELEASED, "tensor 'w'");
+  ZT_CHECK_ERR(zt_tensor_fill_(c.w, 1), ZT_STATUS_RELEASED, "is evicted");
+  ZT_CHECK_ERR(zt_tensor_copy_(c.w, c.want), ZT_STATUS_RELEASED, "is evicted");
+  ZT_CHECK(isnan(zt_tensor_get(c.wn, 0)) && strstr(zt_last_error(), "tensor 'w'"));
+  ZT_CHECK(o == NULL);
+  ZT_CHECK_ERR(zt_storage_rematerialize(st), ZT_STATUS_STATE, "zt_storage_restore brings its contents back");
+  ZT_CHECK_OK(zt_storage_release(st)); /* no bytes in memory already: a no-op */
+  ZT_CHECK(zt_storage_is_evicted(st));
+  ZT_CHECK_ERR(zt_storage_evict(st, s, ZT_DTYPE_F32), ZT_STATUS_STATE, "storage 'w' is evicted already");
+  ZT_CHECK_OK(zt_storage_wait(st)); /* no restore in flight: no-op */
+  ZT_CHECK_OK(zt_storage_restore(st));
+  ZT_CHECK(!zt_storage_is_evicted(st) && !st->released && st->data && st->version == version);
+  ZT_CHECK(bytes_on(ZT_CPU, ZT_MEM_TAG_PARAM) == cpu0 && stats_of(s).items == 0);
+  if (k == KIND_DISK) ZT_CHECK(bytes_on(disk_dev, ZT_MEM_TAG_PARAM) == dev0);
+  ZT_CHECK_OK(zt_storage_restore(st)); /* not evicted: no-op */
+  check_views(&c);
+  ZT_CHECK_OK(zt_add(c.wt, c.wt, &o)); /* readable again */
+  zt_tensor_free(o);
+  evict_case_free(&c);
+  zt_store_free(s);
+}
+
+static void test_evict_restore(void) {
+  zt_test_tmpdir_make("store");
+  int64_t live = zt_test_live_bytes();
+  for (int k = 0; k < KIND_COUNT; k++) evict_restore((kind)k);
+  ZT_CHECK(zt_test_live_bytes() == live && bytes_on(disk_dev, ZT_MEM_TAG_PARAM) == 0);
+  zt_test_tmpdir_remove();
+}
+
+/* Several storages restored at once on the helper thread; reading one before its wait is
+ * an error; a storage freed while evicted or while its restore is in flight gives the
+ * store's bytes back. */
+static void test_restore_async(void) {
+  zt_test_tmpdir_make("store");
+  int64_t live = zt_test_live_bytes();
+  zt_store *s = store_new(KIND_DISK);
+  if (!s) return;
+  enum { N = 6 };
+  zt_tensor *t[N], *want[N];
+  for (int i = 0; i < N; i++) {
+    t[i] = zt_test_rand(2, (int64_t[]){128, 96 + i}, ZT_DTYPE_F32, -1, 1, 30 + (uint64_t)i);
+    ZT_CHECK_OK(zt_tensor_clone_data(t[i], ZT_MEM_TAG_TEMP, &want[i]));
+    ZT_CHECK_OK(zt_storage_evict(t[i]->storage, s, ZT_DTYPE_F32));
+  }
+  ZT_CHECK(stats_of(s).items == N);
+  for (int i = 0; i < N; i++) ZT_CHECK_OK(zt_storage_restore_async(t[i]->storage));
+  ZT_CHECK_OK(zt_storage_restore_async(t[0]->storage)); /* in flight already: no-op */
+  void *p;
+  ZT_CHECK_ERR(zt_tensor_data(t[N - 1], &p), ZT_STATUS_RELEASED, "is being restored from a disk store");
+  ZT_CHECK(strstr(zt_last_error(), "unnamed storage") && strstr(zt_last_error(), "zt_storage_wait"));
+  printf("  %s\n", zt_last_error());
+  zt_tensor_free(t[1]); /* freed while its restore is in flight: cancelled */
+  t[1] = NULL;
+  for (int i = 0; i < N; i++) {
+    if (!t[i]) continue;
+    ZT_CHECK_OK(zt_storage_wait(t[i]->storage));
+    ZT_CHECK(!zt_storage_is_evicted(t[i]->storage) && zt_test_bitwise_equal(t[i], want[i]));
+  }
+  ZT_CHECK(stats_of(s).items == 0 && stats_of(s).threads_started == 1);
+  ZT_CHECK(bytes_on(disk_dev, ZT_MEM_TAG_ACTIVATION) == 0);
+  /* freed while evicted: the store's copy goes with it */
+  ZT_CHECK_OK(zt_storage_evict(t[0]->storage, s, ZT_DTYPE_F32));
+  ZT_CHECK(stats_of(s).items == 1);
+  zt_tensor_free(t[0]);
+  t[0] = NULL;
+  ZT_CHECK(stats_of(s).items == 0 && bytes_on(disk_dev, ZT_MEM_TAG_ACTIVATION) == 0);
+  zt_test_free_all(t, N);
+  zt_test_free_all(want, N);
+  zt_store_free(s);
+  ZT_CHECK(zt_test_live_bytes() == live);
+  zt_test_tmpdir_remove();
+}
+
+/* A restore that fails leaves the storage evicted with the store's copy, and a later one
+ * succeeds; a failing put leaves the storage as it was. */
+static void test_evict_failures(void) {
+  int64_t live = zt_test_live_bytes();
+  limited *lim = NULL;
+  zt_store *s = limited_new(10000, &lim);
+  zt_tensor *a = zt_test_rand(1, (int64_t[]){1024}, ZT_DTYPE_F32, -1, 1, 50), *want = NULL, *ext = NULL;
+  if (!s || !a) return;
+  ZT_CHECK_OK(zt_tensor_clone_data(a, ZT_MEM_TAG_TEMP, &want));
+  zt_storage_set_name(a->storage, "h.0.mlp.c_fc.weight");
+  ZT_CHECK_OK(zt_storage_evict(a->storage, s, ZT_DTYPE_F32));
+  lim->fail_gets = 1;
+  ZT_CHECK_ERR(zt_storage_restore(a->storage), ZT_STATUS_IO, "restoring storage 'h.0.mlp.c_fc.weight' from a limited store");
+  ZT_CHECK(strstr(zt_last_error(), "read error (simulated)"));
+  ZT_CHECK(zt_storage_is_evicted(a->storage) && !a->storage->data);
+  lim->fail_gets = 1; /* on the helper thread */
+  ZT_CHECK_OK(zt_storage_restore_async(a->storage));
+  usleep(20000); /* most likely run by the helper by now */
+  ZT_CHECK_ERR(zt_storage_wait(a->storage), ZT_STATUS_IO, "read error (simulated)");
+  ZT_CHECK(zt_storage_is_evicted(a->storage));
+  ZT_CHECK_OK(zt_storage_restore(a->storage));
+  ZT_CHECK(zt_test_bitwise_equal(a, want));
+  /* no room: the put fails, the storage stays as it was */
+  zt_tensor *big = zt_test_rand(1, (int64_t[]){4096}, ZT_DTYPE_F32, -1, 1, 51);
+  ZT_CHECK_ERR(zt_storage_evict(big->storage, s, ZT_DTYPE_F32), ZT_STATUS_IO, "zt_storage_evict: storage (unnamed)");
+  ZT_CHECK(strstr(zt_last_error(), "no space left for 16384 bytes"));
+  ZT_CHECK(!zt_storage_is_evicted(big->storage) && zt_tensor_get(big, 5) == zt_tensor_get(big, 5));
+  /* what cannot be evicted */
+  float buf[4] = {1, 2, 3, 4};
+  ZT_CHECK_OK(zt_tensor_from_data(1, (int64_t[]){4}, ZT_DTYPE_F32, buf, &ext));
+  zt_storage *w = NULL;
+  ZT_CHECK_OK(zt_storage_wrap(buf, sizeof buf, ZT_CPU, &w));
+  ZT_CHECK_ERR(zt_storage_evict(w, s, ZT_DTYPE_F32), ZT_STATUS_STATE, "wraps memory it does not own");
+  ZT_CHECK_OK(zt_storage_release(ext->storage));
+  ZT_CHECK_ERR(zt_storage_evict(ext->storage, s, ZT_DTYPE_F32), ZT_STATUS_RELEASED, "has no bytes");
+  zt_tensor *odd = zt_test_rand(1, (int64_t[]){3}, ZT_DTYPE_F32, -1, 1, 52);
+  ZT_CHECK_ERR(zt_storage_evict(odd->storage, s, ZT_DTYPE_F64), ZT_STATUS_INVALID_ARG, "12 bytes are not a whole number of f64");
+  zt_tensor_free(odd);
+  ZT_CHECK_ERR(zt_storage_evict(NULL, s, ZT_DTYPE_F32), ZT_STATUS_INVALID_ARG, "storage or store is NULL");
+  ZT_CHECK(stats_of(s).items == 0);
+  zt_storage_release_ref(w);
+  zt_test_free_all((zt_tensor *[]){a, want, ext, big}, 4);
+  zt_store_free(s);
+  ZT_CHECK(zt_test_live_bytes() == live);
+}
+
+/* A parameter evicted between forward and backward: backward reads its saved alias and
+ * names it; restored, backward gives the grads of a run with no eviction. */
+static void test_evicted_saved_tensor(void) {
+  zt_store *s = store_new(KIND_MEMORY);
+  zt_tensor *x = zt_test_rand(2, (int64_t[]){8, 16}, ZT_DTYPE_F32, -1, 1, 60);
+  zt_tensor *w = zt_test_rand_leaf(2, (int64_t[]){16, 4}, ZT_DTYPE_F32, -1, 1, 61);
+  zt_tensor *xg = NULL, *y = NULL, *loss = NULL, *plain = NULL;
+  if (!s || !x || !w) return;
+  zt_storage_set_name(w->storage, "lm.weight");
+  ZT_CHECK_OK(zt_tensor_set_requires_grad(x, true));
+  for (int run = 0; run < 2; run++) {
+    ZT_CHECK_OK(zt_matmul(x, w, false, false, &y));
+    if (y) ZT_CHECK_OK(zt_sum(y, 0, NULL, false, &loss));
+    if (run == 1) {
+      ZT_CHECK_OK(zt_storage_evict(w->storage, s, ZT_DTYPE_F32));
+      ZT_CHECK_ERR(zt_backward(1, &loss, NULL, true), ZT_STATUS_RELEASED, "tensor 'lm.weight' (f32 (16, 4)) is evicted");
+      ZT_CHECK(strstr(zt_last_error(), "saved tensor"));
+      ZT_CHECK_OK(zt_storage_restore(w->storage));
+    }
+    if (loss) ZT_CHECK_OK(zt_backward(1, &loss, NULL, false));
+    if (run == 0) ZT_CHECK_OK(zt_tensor_clone_data(x->grad, ZT_MEM_TAG_TEMP, &plain));
+    else ZT_CHECK(x->grad && plain && zt_test_bitwise_equal(x->grad, plain));
+    zt_tensor_free(x->grad);
+    x->grad = NULL;
+    zt_tensor_free(w->grad);
+    w->grad = NULL;
+    zt_test_free_all((zt_tensor *[]){y, loss}, 2);
+    y = loss = NULL;
+  }
+  /* a leaf's .grad evicted: accumulation into it names it */
+  ZT_CHECK_OK(zt_matmul(x, w, false, false, &y));
+  if (y) ZT_CHECK_OK(zt_sum(y, 0, NULL, false, &loss));
+  if (loss) ZT_CHECK_OK(zt_backward(1, &loss, NULL, true));
+  if (w->grad) {
+    zt_storage_set_name(w->grad->storage, "lm.weight.grad");
+    ZT_CHECK_OK(zt_storage_evict(w->grad->storage, s, ZT_DTYPE_F32));
+    ZT_CHECK_ERR(zt_backward(1, &loss, NULL, false), ZT_STATUS_RELEASED, "tensor 'lm.weight.grad'");
+    ZT_CHECK_OK(zt_storage_restore(w->grad->storage));
+  }
+  zt_test_free_all((zt_tensor *[]){x, w, xg, y, loss, plain}, 6);
+  zt_store_free(s);
+}
+
 int main(void) {
   ZT_RUN(test_round_trip);
   ZT_RUN(test_disk_extents);
@@ -410,5 +638,9 @@ int main(void) {
   ZT_RUN(test_truncated_spill_file);
   ZT_RUN(test_failing_write);
   ZT_RUN(test_errors);
+  ZT_RUN(test_evict_restore);
+  ZT_RUN(test_restore_async);
+  ZT_RUN(test_evict_failures);
+  ZT_RUN(test_evicted_saved_tensor);
   return zt_test_finish();
 }

@@ -1,7 +1,9 @@
 /* zerotrain stores: a slower tier that holds byte ranges for a while (host memory, a
  * bf16-compressed copy in host memory, a spill file on disk), with put / get / drop, an
  * asynchronous get (prefetch + wait) run by the store's helper thread, and byte accounting
- * on the store's device. Activation offload keeps saved tensors in one.
+ * on the store's device. Activation offload keeps saved tensors in one; a storage's bytes
+ * can be moved to one and back (zt_storage_evict / zt_storage_restore) while the tensors
+ * that view it live on.
  * Invariants: a store holds what was put until it is dropped; get never changes it (a
  * range may be read back any number of times); the store's helper thread only reads the
  * store and writes the destination of a request, never a storage object. */
@@ -105,5 +107,30 @@ typedef struct zt_store_stats {
 } zt_store_stats;
 /* A snapshot; thread-safe. NULL s: zeros. */
 ZT_API void zt_store_stats_get(const zt_store *s, zt_store_stats *out);
+
+/* ---------------------------------------------------------------- storage eviction */
+/* Move a storage's bytes to a store and release them (accounting drops on the storage's
+ * device, rises on the store's, under the storage's tag). The storage object and every
+ * tensor viewing it stay valid; reading its data (an op, zt_tensor_data and the calls built
+ * on it) is ZT_STATUS_RELEASED naming the tensor (see zt_storage_set_name) until it is
+ * restored. dtype: what the bytes hold (the bf16 store rounds f32/f64; nbytes must be a
+ * multiple of its size). The version is kept: the contents are the same after restore (bf16:
+ * rounded). The store must outlive the eviction (restore, or free the storage, first).
+ * Refused (state unchanged): wrapped (external) storage, released bytes, a storage already
+ * evicted. */
+ZT_API ZT_NODISCARD zt_status zt_storage_evict(zt_storage *s, zt_store *store, zt_dtype dtype);
+/* Bring the bytes back (allocated again on the storage's device with its tag, filled from
+ * the store, the store's copy dropped). A storage not evicted: no-op. On failure it stays
+ * evicted (the store's copy kept) and a later restore may try again. */
+ZT_API ZT_NODISCARD zt_status zt_storage_restore(zt_storage *s);
+/* Start a restore: the bytes are allocated now and filled by the store's helper thread;
+ * the storage stays unreadable (ZT_STATUS_RELEASED, "being restored") until
+ * zt_storage_wait. A storage not evicted, or already being restored: no-op. */
+ZT_API ZT_NODISCARD zt_status zt_storage_restore_async(zt_storage *s);
+/* Finish a restore started by zt_storage_restore_async (no-op otherwise). On failure the
+ * storage stays evicted, as for zt_storage_restore. */
+ZT_API ZT_NODISCARD zt_status zt_storage_wait(zt_storage *s);
+/* Whether its bytes are in a store (a restore in flight included). */
+ZT_API bool zt_storage_is_evicted(const zt_storage *s);
 
 #endif
