@@ -82,9 +82,10 @@ ZT_API void zt_store_drop(zt_store *s, zt_store_item *it);
 
 /* An asynchronous get: the store's helper thread (started on first use) copies the item
  * into dst (it->nbytes of dev's memory) while the caller works. Requests run in the order
- * they were made. The item (copied into the request) and dst must stay alive until
- * zt_store_wait or zt_store_cancel; *out is owned by the caller until then. Without a
- * helper thread (it could not start), wait does the get. */
+ * they were made. The item is copied into the request, but what it names must not be
+ * dropped, nor dst freed, until zt_store_wait or zt_store_cancel, one of which the caller
+ * must call (it owns *out until then). Without a helper thread (it could not start), wait
+ * does the get. */
 typedef struct zt_store_request zt_store_request;
 ZT_API ZT_NODISCARD zt_status zt_store_prefetch(zt_store *s, const zt_store_item *it, zt_device dev, void *dst,
                                                zt_store_request **out);
