@@ -33,11 +33,12 @@ asan: setup
 	@cmake --build $(BUILD)-asan -j $(JOBS)
 	@cd $(BUILD)-asan && ZT_ALLOC_CACHE_MB=0 ctest --output-on-failure -j $(JOBS)
 
-# ThreadSanitizer build of the tests of the threaded parts: activation offload's prefetch
-# thread (test_offload), the comm layer (test_comm), per-thread state used from several threads
-# (saved-tensor hooks, errors, the allocator's accounting). libgomp is not instrumented:
+# ThreadSanitizer build of the tests of the threaded parts: the stores' helper thread
+# (test_store) and activation offload's prefetch through it (test_offload), the comm layer
+# (test_comm), per-thread state used from several threads (saved-tensor hooks, errors, the
+# allocator's accounting). libgomp is not instrumented:
 # these run with OMP_NUM_THREADS=1 and tests/tsan.supp (see tests/CMakeLists.txt).
-ZT_TSAN_TESTS = test_offload test_comm test_hooks_saved_tensor test_errors test_allocator
+ZT_TSAN_TESTS = test_offload test_store test_comm test_hooks_saved_tensor test_errors test_allocator
 tsan: setup
 	@cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZT_TSAN=ON >/dev/null
 	@cmake --build $(BUILD)-tsan -j $(JOBS) --target $(ZT_TSAN_TESTS)

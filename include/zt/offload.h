@@ -30,6 +30,9 @@
  *   the `prefetch` entries packed before it, which the helper thread loads in that order;
  *   entries leaving the window drop their loads, so at most prefetch + 1 loads wait unused.
  *   A load error on the helper is reported, with its message, by the unpack that needs it.
+ * - The tier is a store (zt/store.h: ZT_OFFLOAD_HOST the memory store, BF16 the bf16 store,
+ *   DISK the disk store with its spill file named zt_offload_XXXXXX) owned by the offload;
+ *   the helper thread is the store's, and its loads are asynchronous gets (zt_store_prefetch).
  * - DISK writes synchronously in pack (pwrite at an offset of the spill file; freed extents
  *   are reused first fit, and the file is truncated when no entry is live). Its bytes are
  *   accounted on the disk device, tag ACTIVATION; BF16 and HOST bytes are cpu ACTIVATION. */

@@ -130,6 +130,10 @@ typedef struct zt_storage {
   uint64_t version;
   bool external;   /* data not owned (wraps user memory); never freed */
   uint64_t id;     /* unique in the process, never reused (identifies a storage after it is freed) */
+  /* Non-NULL while its bytes are in a store (zt_storage_evict in zt/store.h); released is then
+   * true as well. Internal: read it through zt_storage_is_evicted. */
+  struct zt_storage_eviction *evicted;
+  char name[96];   /* optional, for messages (a parameter's name); "" if unnamed: zt_storage_set_name */
 } zt_storage;
 
 ZT_API ZT_NODISCARD zt_status zt_storage_new(size_t nbytes, zt_device dev, zt_mem_tag tag, zt_storage **out);
@@ -137,13 +141,18 @@ ZT_API ZT_NODISCARD zt_status zt_storage_new(size_t nbytes, zt_device dev, zt_me
 ZT_API ZT_NODISCARD zt_status zt_storage_wrap(void *data, size_t nbytes, zt_device dev, zt_storage **out);
 ZT_API void zt_storage_retain(zt_storage *s);
 ZT_API void zt_storage_release_ref(zt_storage *s); /* drops one reference; frees at zero */
-/* Free the bytes, keep the object. Views stay valid objects; their data is unreadable. */
+/* Free the bytes, keep the object. Views stay valid objects; their data is unreadable.
+ * An evicted storage has no bytes in memory already: no-op (the store's copy stays). */
 ZT_API ZT_NODISCARD zt_status zt_storage_release(zt_storage *s);
 /* Allocate the bytes again (contents undefined: the caller fills them). The version is
  * not bumped (a refill with the same values keeps saved tensors valid); a caller that
- * writes different values must call zt_tensor_bump_version. */
+ * writes different values must call zt_tensor_bump_version. An evicted storage is refused
+ * (ZT_STATUS_STATE): zt_storage_restore brings its contents back. */
 ZT_API ZT_NODISCARD zt_status zt_storage_rematerialize(zt_storage *s);
 ZT_API void zt_storage_retag(zt_storage *s, zt_mem_tag tag);
+/* Name the storage in error messages (e.g. reading it while evicted); truncated to fit
+ * name[]; NULL clears it. */
+ZT_API void zt_storage_set_name(zt_storage *s, const char *name);
 
 /* ---------------------------------------------------------------- tensors */
 #define ZT_MAX_DIMS 8

@@ -177,7 +177,9 @@ zt_status zt__accumulate_into_leaf(zt_node *acc, zt_tensor *grad, bool adopt) {
   } else {
     zt_tensor *lg = leaf->grad;
     zt_status s = ZT_OK;
-    if (lg->storage->released)
+    if (lg->storage->evicted)
+      s = zt__storage_evicted_error(lg, "accumulating a gradient into a leaf's .grad");
+    else if (lg->storage->released)
       s = ZT_ERR(ZT_STATUS_RELEASED, "cannot accumulate into a leaf's .grad whose storage was released; "
                                      "re-materialise it, or set .grad to NULL to start a new one");
     else if (!zt_shape_equal(lg->ndim, lg->shape, grad->ndim, grad->shape) || !zt_dtype_is_float(lg->dtype)) {

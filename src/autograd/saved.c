@@ -1,6 +1,7 @@
 /* Saved tensors: what an op keeps for backward. With saved-tensor hooks on the stack the
  * top pack() decides what is kept; otherwise an alias holds the storage and the version
  * at save time, so backward can detect in-place changes made after the save. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "core/status_internal.h"
@@ -136,6 +137,11 @@ zt_status zt_node_saved(zt_node *n, int i, zt_tensor **out) {
                   "do not modify it in place before backward (clone it first, or modify a copy)",
                   i, zt_node_name(n), zt_shape_str(t->ndim, t->shape, (char[128]){0}),
                   (unsigned long long)t->storage->version, (unsigned long long)rec->version);
+  if (t->storage->evicted) {
+    char where[160];
+    snprintf(where, sizeof where, "saved tensor %d of %s", i, zt_node_name(n));
+    return zt__storage_evicted_error(t, where);
+  }
   if (t->storage->released)
     return ZT_ERR(ZT_STATUS_RELEASED,
                   "saved tensor %d of %s was released (its storage was freed by a reshard or offload) before "

@@ -173,6 +173,7 @@ const char *zt_shape_str(int ndim, const int64_t *shape, char *buf) {
 
 zt_status zt_tensor_data(const zt_tensor *t, void **out) {
   if (!t || !out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tensor_data: tensor or out is NULL");
+  if (t->storage->evicted) return zt__storage_evicted_error(t, "reading tensor data");
   if (t->storage->released)
     return ZT_ERR(ZT_STATUS_RELEASED,
                   "tensor data was released (its storage was freed by a reshard or an offload); "

@@ -5,6 +5,11 @@
 #include "zt/tensor.h"
 #include "core/status_internal.h"
 
+/* The ZT_STATUS_RELEASED error for reading t while its storage is evicted to a store (or
+ * being restored from one), naming the tensor; where says who read it ("op 'add': input
+ * 0"). Every reader that finds storage->released asks this first when storage->evicted. */
+ZT_NODISCARD zt_status zt__storage_evicted_error(const zt_tensor *t, const char *where);
+
 /* zt_tensor_data for code that has already checked (asserts). */
 void *zt__tensor_ptr(const zt_tensor *t);
 

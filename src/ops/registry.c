@@ -2,6 +2,7 @@
  * storage, device), runs the op's shape rule, gives the kernels contiguous inputs and
  * freshly allocated outputs, records a node when a grad will be needed, and turns any
  * failure into a message that names the op. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,6 +116,11 @@ zt_status zt__op_run(const zt__op *op, int n_in, zt_tensor *const *in, const zt_
   bool have_dev = false;
   for (int i = 0; i < n_in; i++) {
     if (!in[i]) continue;
+    if (in[i]->storage->evicted) {
+      char where[96];
+      snprintf(where, sizeof where, "op '%s': input %d", op->name, i);
+      return zt__storage_evicted_error(in[i], where);
+    }
     if (in[i]->storage->released)
       return ZT_ERR(ZT_STATUS_RELEASED,
                     "op '%s': input %d has released storage (freed by a reshard or an offload); re-materialise it "

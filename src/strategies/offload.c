@@ -1,13 +1,11 @@
 /* Activation offload on saved-tensor hooks: pack copies a saved view's span of storage into
- * a tier entry (shared per storage id + version) and keeps no reference to the storage; a
- * helper thread loads the entries packed just before the one being unpacked.
- * Invariants: tier bytes are freed only on the calling thread, never while the helper reads
- * them; everything the helper touches is guarded by mu. Saved tensors may live on any
- * device: the tiers work on host bytes, which are the storage's own when its backend is
- * host-accessible (cpu: no extra copy) and a staging buffer moved by the backend
- * otherwise (zt__dev_storage_read / _write, on the helper thread too).
- * This file: the entries (shared per storage id + version), the store and its public
- * zt_offload_* API, and the saved-tensor hooks; offload_internal.h lists the others. */
+ * an entry held by a store (zt/store.h; shared per storage id + version) and keeps no
+ * reference to the storage; the store's helper thread loads the entries packed just before
+ * the one being unpacked.
+ * Invariants: an entry's store bytes are dropped only when no request of it is in flight;
+ * entries are touched by the thread that runs forward and backward only.
+ * This file: the entries, the offload object and its public zt_offload_* API, and the
+ * saved-tensor hooks; offload_internal.h lists the others. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -78,8 +76,25 @@ static zt__offload_entry *find_entry(const zt_offload *o, const zt_tensor *t, in
 }
 
 static void free_tier_bytes(zt_offload *o, zt__offload_entry *e) {
-  o->tier->drop(o->tier_ctx, &e->loc);
-  tier_add(o, -(int64_t)e->loc.bytes);
+  tier_add(o, -(int64_t)e->item.held);
+  zt_store_drop(o->store, &e->item);
+}
+
+zt_status zt__offload_alloc(const zt__offload_entry *e, zt_storage **out) {
+  return zt_storage_new(e->nbytes, e->device, e->tag, out);
+}
+
+/* A new storage holding the entry's span, loaded on this thread. */
+static zt_status load(zt_offload *o, const zt__offload_entry *e, zt_storage **out) {
+  zt_storage *s;
+  ZT_TRY(zt__offload_alloc(e, &s));
+  zt_status st = zt_store_get(o->store, &e->item, s->device, s->data);
+  if (st) {
+    zt_storage_release_ref(s);
+    return st;
+  }
+  *out = s;
+  return ZT_OK;
 }
 
 /* Copy elements [lo, lo + n) of t's storage to the tier, as a new live entry. */
@@ -95,15 +110,11 @@ static zt_status make_entry(zt_offload *o, const zt_tensor *t, int64_t lo, int64
   e->lo = lo;
   e->n = n;
   e->nbytes = (size_t)n * es;
-  /* the tier reads host bytes: the storage's own, or a copy staged by its backend */
-  const char *host = zt__storage_host_data(t->storage);
-  void *stage = NULL;
-  zt_status s = host ? ZT_OK : zt_mem_alloc(e->nbytes, ZT_CPU, ZT_MEM_TAG_TEMP, &stage);
-  if (!s && stage) zt__dev_storage_read(t->storage, (size_t)lo * es, stage, e->nbytes);
-  if (!s) s = o->tier->put(o->tier_ctx, host ? host + lo * (int64_t)es : stage, t->dtype, n, &e->loc);
-  if (stage) zt_mem_free(stage, e->nbytes, ZT_CPU, ZT_MEM_TAG_TEMP);
+  /* the store stages the bytes through the storage's backend when the host cannot touch them */
+  const char *src = (const char *)t->storage->data + lo * (int64_t)es;
+  zt_status s = zt_store_put(o->store, t->storage->device, src, e->nbytes, t->dtype, ZT_MEM_TAG_ACTIVATION, &e->item);
   if (s == ZT_OK) {
-    tier_add(o, (int64_t)e->loc.bytes);
+    tier_add(o, (int64_t)e->item.held);
     s = hash_insert(o, e);
     if (s) free_tier_bytes(o, e);
   }
@@ -124,11 +135,8 @@ static zt_status make_entry(zt_offload *o, const zt_tensor *t, int64_t lo, int64
 
 static void entry_unref(zt_offload *o, zt__offload_entry *e) {
   if (--e->refs > 0) return;
-  pthread_mutex_lock(&o->mu);
-  while (e->state == ZT__OFFLOAD_ENTRY_LOADING) pthread_cond_wait(&o->done, &o->mu); /* its tier bytes are being read */
-  zt__offload_unwant(o, e);
+  zt__offload_unwant(o, e); /* a load in flight is waited for: its store bytes are being read */
   zt__offload_window_remove(o, e);
-  pthread_mutex_unlock(&o->mu);
   free_tier_bytes(o, e);
   hash_remove(o, e);
   if (e->prev) e->prev->next = e->next;
@@ -141,18 +149,8 @@ static void entry_unref(zt_offload *o, zt__offload_entry *e) {
 
 /* ---------------------------------------------------------------- the store */
 static void store_destroy(zt_offload *o) {
-  ZT_ASSERT(o->n_live == 0 && !o->q_head);
-  if (o->thread_on) {
-    pthread_mutex_lock(&o->mu);
-    o->stop = true;
-    pthread_cond_broadcast(&o->work);
-    pthread_mutex_unlock(&o->mu);
-    pthread_join(o->thread, NULL);
-  }
-  if (o->tier && o->tier->free) o->tier->free(o->tier_ctx);
-  pthread_cond_destroy(&o->work);
-  pthread_cond_destroy(&o->done);
-  pthread_mutex_destroy(&o->mu);
+  ZT_ASSERT(o->n_live == 0);
+  zt_store_free(o->store);
   free(o->buckets);
   free(o);
 }
@@ -189,19 +187,9 @@ zt_status zt_offload_new(const zt_offload_options *opt, zt_offload **out) {
     free(o);
     return ZT_ERR(ZT_STATUS_OOM, "zt_offload_new: out of host memory");
   }
-  pthread_mutex_init(&o->mu, NULL);
-  pthread_cond_init(&o->work, NULL);
-  pthread_cond_init(&o->done, NULL);
-  zt_status s = ZT_OK;
-  if (opt->tier == ZT_OFFLOAD_DISK) {
-    const char *tmp = getenv("TMPDIR");
-    zt__offload_spill *sp = NULL;
-    s = zt__offload_spill_open(opt->dir ? opt->dir : tmp && *tmp ? tmp : "/tmp", &sp);
-    o->tier = &zt__offload_disk_tier;
-    o->tier_ctx = sp;
-  } else {
-    o->tier = opt->tier == ZT_OFFLOAD_BF16 ? &zt__offload_bf16_tier : &zt__offload_host_tier;
-  }
+  zt_status s = opt->tier == ZT_OFFLOAD_DISK   ? zt_store_disk_new(opt->dir, "zt_offload", &o->store)
+                : opt->tier == ZT_OFFLOAD_BF16 ? zt_store_bf16_new(&o->store)
+                                               : zt_store_memory_new(&o->store);
   o->opt.dir = NULL; /* the caller's string is not kept */
   if (s) {
     store_destroy(o);
@@ -297,60 +285,49 @@ static zt_status off_unpack(void *packed, zt_tensor **out, void *user_data) {
   double t0 = 1e3 * zt_clock_now();
   zt_storage *s = NULL;
   zt_status err = ZT_OK;
-  char *msg = NULL;
-  bool waited = false, served = false, failed = false;
-  pthread_mutex_lock(&o->mu);
+  bool served = false;
   o->st.unpacks++;
-  if (e->state == ZT__OFFLOAD_ENTRY_QUEUED) { /* the helper has not started it: loading it here is sooner */
-    zt__offload_queue_remove(o, e);
-    e->state = ZT__OFFLOAD_ENTRY_TIER;
-  }
-  zt__offload_schedule(o, e); /* before our own wait or load, so the helper works meanwhile */
-  while (e->state == ZT__OFFLOAD_ENTRY_LOADING) {
-    waited = true;
-    pthread_cond_wait(&o->done, &o->mu);
+  /* before our own wait or load, so the helper works meanwhile; a request of e that the
+   * helper has not started is done by the wait below, at once */
+  zt__offload_schedule(o, e);
+  if (e->state == ZT__OFFLOAD_ENTRY_LOADING) {
+    served = zt_store_request_done(e->req);
+    err = zt_store_wait(e->req);
+    e->req = NULL;
+    if (err) { /* reported once; a later unpack tries again */
+      zt_storage_release_ref(e->ready);
+      e->ready = NULL;
+      e->state = ZT__OFFLOAD_ENTRY_STORED;
+      served = false;
+    } else {
+      e->state = ZT__OFFLOAD_ENTRY_READY;
+      e->used = false;
+    }
   }
   if (e->state == ZT__OFFLOAD_ENTRY_READY) {
     s = e->ready;
     zt_storage_retain(s);
-    if (!waited) {
+    if (e->used) {
       served = true;
-      if (e->used) o->st.reuses++;
-      else o->st.prefetch_hits++;
+      o->st.reuses++;
+    } else if (served) {
+      o->st.prefetch_hits++;
     }
     e->used = true;
-  } else if (e->state == ZT__OFFLOAD_ENTRY_FAILED) { /* reported once; a later unpack tries again */
-    failed = true;
-    err = e->err;
-    msg = e->errmsg;
-    e->errmsg = NULL;
-    e->state = ZT__OFFLOAD_ENTRY_TIER;
-  }
-  zt__offload_load_src src = zt__offload_src_of(o, e);
-  pthread_mutex_unlock(&o->mu);
-  if (!s && !failed) {
-    err = zt__offload_load(&src, &s);
-    if (err == ZT_OK) {
-      pthread_mutex_lock(&o->mu);
-      if (e->wanted && e->state == ZT__OFFLOAD_ENTRY_TIER) { /* kept for the other saves of this storage */
-        zt_storage_retain(s);
-        e->ready = s;
-        e->used = true;
-        e->state = ZT__OFFLOAD_ENTRY_READY;
-      }
-      pthread_mutex_unlock(&o->mu);
+  } else if (!err) {
+    err = load(o, e, &s);
+    if (err == ZT_OK && e->wanted) { /* kept for the other saves of this storage */
+      zt_storage_retain(s);
+      e->ready = s;
+      e->used = true;
+      e->state = ZT__OFFLOAD_ENTRY_READY;
     }
   }
   if (!served) {
     o->st.waits++;
     o->st.wait_ms += 1e3 * zt_clock_now() - t0;
   }
-  if (failed) {
-    err = ZT_ERR(err, "zt_offload: the helper thread could not load a saved tensor: %s",
-                 msg ? msg : "(its message was lost: out of host memory)");
-    free(msg);
-  }
-  if (err) return err;
+  if (err) return zt__error_prefix(err, "zt_offload: loading a saved tensor back");
   zt_status st = zt__tensor_new_view(s, r->offset, r->ndim, r->shape, r->stride, r->dtype, out);
   zt_storage_release_ref(s); /* the view holds it now; the tier copy stays until release */
   return st;
@@ -397,20 +374,23 @@ void zt_offload_stats_get(const zt_offload *o, zt_offload_stats *out) {
     *out = (zt_offload_stats){0};
     return;
   }
-  zt_offload *m = (zt_offload *)o; /* locking does not change the store */
-  pthread_mutex_lock(&m->mu);
   *out = o->st;
-  pthread_mutex_unlock(&m->mu);
+  zt_store_stats ss; /* the helper's counters live in the store */
+  zt_store_stats_get(o->store, &ss);
+  out->prefetched = ss.helper_gets - o->base_prefetched;
+  out->threads_started = ss.threads_started - o->base_threads;
 }
 
 void zt_offload_reset_stats(zt_offload *o) {
   if (!o) return;
-  pthread_mutex_lock(&o->mu);
   int64_t cur = o->st.bytes_in_tier;
   o->st = (zt_offload_stats){0};
   o->st.bytes_in_tier = cur;
   o->st.peak_bytes_in_tier = cur;
-  pthread_mutex_unlock(&o->mu);
+  zt_store_stats ss;
+  zt_store_stats_get(o->store, &ss);
+  o->base_prefetched = ss.helper_gets;
+  o->base_threads = ss.threads_started;
 }
 
 /* ---------------------------------------------------------------- as a strategy */

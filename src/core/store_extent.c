@@ -1,18 +1,20 @@
-/* Activation offload: the spill file's extent allocator (first fit, coalescing frees). */
+/* The disk store's spill-file extent allocator: first fit among freed extents, frees
+ * coalesced with their neighbours, the end of the file pulled in when its last extent goes.
+ * Callers hold the spill file's mu. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "offload_internal.h"
+#include "store_internal.h"
 
 #define DISK_ALIGN 64 /* spill-file extents start on cache-line offsets */
 
 static int64_t round_up(int64_t n) { return (n + DISK_ALIGN - 1) / DISK_ALIGN * DISK_ALIGN; }
 
 /* First fit among freed extents, else the end of the file. */
-int64_t zt__offload_extent_alloc(zt__offload_spill *sp, int64_t len) {
+int64_t zt__store_extent_alloc(zt__store_spill *sp, int64_t len) {
   len = round_up(len);
   for (int i = 0; i < sp->n_free; i++) {
-    zt__offload_extent *x = &sp->free_ext[i];
+    zt__store_extent *x = &sp->free_ext[i];
     if (x->len < len) continue;
     int64_t off = x->off;
     x->off += len;
@@ -30,7 +32,7 @@ int64_t zt__offload_extent_alloc(zt__offload_spill *sp, int64_t len) {
 
 /* Give an extent back: merged with its neighbours, and the end pulled in when it was the
  * last one. */
-void zt__offload_extent_free(zt__offload_spill *sp, int64_t off, int64_t len) {
+void zt__store_extent_free(zt__store_spill *sp, int64_t off, int64_t len) {
   len = round_up(len);
   int i = 0;
   while (i < sp->n_free && sp->free_ext[i].off < off) i++;
@@ -48,16 +50,16 @@ void zt__offload_extent_free(zt__offload_spill *sp, int64_t off, int64_t len) {
   } else {
     if (sp->n_free == sp->cap_free) {
       int cap = sp->cap_free ? 2 * sp->cap_free : 16;
-      zt__offload_extent *x = realloc(sp->free_ext, sizeof *x * (size_t)cap);
+      zt__store_extent *x = realloc(sp->free_ext, sizeof *x * (size_t)cap);
       if (!x) return; /* the space is lost until the file is emptied; never a wrong read */
       sp->free_ext = x;
       sp->cap_free = cap;
     }
     memmove(&sp->free_ext[i + 1], &sp->free_ext[i], sizeof *sp->free_ext * (size_t)(sp->n_free - i));
-    sp->free_ext[i] = (zt__offload_extent){off, len};
+    sp->free_ext[i] = (zt__store_extent){off, len};
     sp->n_free++;
   }
-  zt__offload_extent *last = sp->n_free ? &sp->free_ext[sp->n_free - 1] : NULL;
+  zt__store_extent *last = sp->n_free ? &sp->free_ext[sp->n_free - 1] : NULL;
   if (last && last->off + last->len == sp->end) {
     sp->end = last->off;
     sp->n_free--;

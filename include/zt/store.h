@@ -1,0 +1,137 @@
+/* zerotrain stores: a slower tier that holds byte ranges for a while (host memory, a
+ * bf16-compressed copy in host memory, a spill file on disk), with put / get / drop, an
+ * asynchronous get (prefetch + wait) run by the store's helper thread, and byte accounting
+ * on the store's device. Activation offload keeps saved tensors in one; a storage's bytes
+ * can be moved to one and back (zt_storage_evict / zt_storage_restore) while the tensors
+ * that view it live on.
+ * Invariants: a store holds what was put until it is dropped; get never changes it (a
+ * range may be read back any number of times); the store's helper thread only reads the
+ * store and writes the destination of a request, never a storage object. */
+#ifndef ZT_STORE_H
+#define ZT_STORE_H
+
+#include "zt/tensor.h"
+
+/* One put: the caller keeps this value and hands it back to get / prefetch / drop. The
+ * first four fields say what was put; the rest belong to the implementation. */
+typedef struct zt_store_item {
+  size_t nbytes;   /* bytes put: what get gives back */
+  zt_dtype dtype;  /* what they hold (the bf16 store compresses f32 and f64; other stores ignore it) */
+  zt_mem_tag tag;  /* the tag the held bytes are accounted under, on the store's device */
+  size_t held;     /* bytes the store holds for them (bf16: half of f32's, a quarter of f64's) */
+  void *ptr;       /* implementation's: the memory stores' copy */
+  int64_t off;     /* implementation's: the disk store's offset in its spill file */
+  bool compressed; /* implementation's: the bf16 store rounded these bytes */
+} zt_store_item;
+
+/* A store implementation: a struct of function pointers plus ctx (zt_store_new). Host bytes
+ * only: zt_store_put / _get stage a device's bytes through its backend first. */
+typedef struct zt_store_ops {
+  const char *kind; /* "memory", "bf16", "disk": in messages */
+  /* Copy it->nbytes (> 0) host bytes at src into the store; it->dtype and it->tag are set.
+   * Fill it->held and the implementation's fields, and account it->held on the store's
+   * device under it->tag. Runs on the caller's thread (it may use OpenMP). */
+  zt_status (*put)(void *ctx, const void *src, zt_store_item *it);
+  /* Copy the item's it->nbytes back into host dst (lossy stores: their rounding). Also runs
+   * on the store's helper thread, beside put, get and drop of other items: it reads only
+   * the item and what never changes in ctx, and starts no OpenMP region. */
+  zt_status (*get)(void *ctx, const zt_store_item *it, void *dst);
+  /* Free the item's bytes and their accounting. Never runs during a get of the same item. */
+  void (*drop)(void *ctx, const zt_store_item *it);
+  void (*free)(void *ctx); /* optional: frees ctx at zt_store_free */
+} zt_store_ops;
+
+typedef struct zt_store zt_store;
+
+/* A store over an implementation. ops is borrowed (static); ctx is owned from this call on
+ * (ops->free frees it at zt_store_free, or here when this fails). dev is where the held
+ * bytes are accounted (cpu for memory, ZT_DEVICE_DISK for files). The caller frees *out
+ * with zt_store_free. */
+ZT_API ZT_NODISCARD zt_status zt_store_new(const zt_store_ops *ops, void *ctx, zt_device dev, zt_store **out);
+/* Lossless copies in host memory, accounted on cpu under each item's tag: the host tier (on a
+ * GPU machine the GPU -> host tier). */
+ZT_API ZT_NODISCARD zt_status zt_store_memory_new(zt_store **out);
+/* Host memory with f32 and f64 rounded to bf16 (round to nearest even, NaN kept): half the
+ * bytes of f32 and a quarter of f64's, lossy; other dtypes are kept as they are (lossless). */
+ZT_API ZT_NODISCARD zt_status zt_store_bf16_new(zt_store **out);
+/* A spill file in dir (NULL: $TMPDIR, else /tmp) named prefix_XXXXXX (prefix NULL:
+ * "zt_store"), unlinked right after open so nothing is left behind even after a crash;
+ * lossless. Ranges go to 64-byte aligned extents, freed ones reused first fit; the file is
+ * truncated when nothing is held. Bytes accounted on the disk device (ZT_DEVICE_DISK).
+ * An unwritable dir fails here: ZT_STATUS_IO naming it. dir and prefix are copied. */
+ZT_API ZT_NODISCARD zt_status zt_store_disk_new(const char *dir, const char *prefix, zt_store **out);
+/* Stops the helper thread. Every item must have been dropped and every request waited or
+ * cancelled (storages evicted into it restored or freed): a broken invariant otherwise
+ * (ZT_ASSERT). NULL is a no-op. */
+ZT_API void zt_store_free(zt_store *s);
+ZT_API const char *zt_store_kind(const zt_store *s);
+ZT_API zt_device zt_store_device(const zt_store *s);
+
+/* Copy nbytes at src (a pointer into dev's memory: a storage's data plus an offset) into
+ * the store, accounted under tag; *out says where they went. dtype: what the bytes hold
+ * (nbytes a multiple of its size). nbytes 0 makes an empty item (nothing held). On
+ * failure nothing is held and *out is cleared. put, get and drop may be called from any
+ * thread (the built-in stores lock what they share). */
+ZT_API ZT_NODISCARD zt_status zt_store_put(zt_store *s, zt_device dev, const void *src, size_t nbytes, zt_dtype dtype,
+                                          zt_mem_tag tag, zt_store_item *out);
+/* Copy an item back into dst (it->nbytes bytes of dev's memory), synchronously. */
+ZT_API ZT_NODISCARD zt_status zt_store_get(zt_store *s, const zt_store_item *it, zt_device dev, void *dst);
+/* Free what the store holds for it (accounting drops); *it is cleared. No request of it may
+ * be in flight. */
+ZT_API void zt_store_drop(zt_store *s, zt_store_item *it);
+
+/* An asynchronous get: the store's helper thread (started on first use) copies the item
+ * into dst (it->nbytes of dev's memory) while the caller works. Requests run in the order
+ * they were made. The item is copied into the request, but what it names must not be
+ * dropped, nor dst freed, until zt_store_wait or zt_store_cancel, one of which the caller
+ * must call (it owns *out until then). Without a helper thread (it could not start), wait
+ * does the get. */
+typedef struct zt_store_request zt_store_request;
+ZT_API ZT_NODISCARD zt_status zt_store_prefetch(zt_store *s, const zt_store_item *it, zt_device dev, void *dst,
+                                               zt_store_request **out);
+/* Whether the helper has finished it (wait would not block). */
+ZT_API bool zt_store_request_done(zt_store_request *r);
+/* Wait for the get and free r: its status, with the helper's message (a failure on the
+ * helper says "the helper thread"). A request the helper has not started is done here, at
+ * once, on the caller's thread (sooner than waiting its turn). */
+ZT_API ZT_NODISCARD zt_status zt_store_wait(zt_store_request *r);
+/* Drop a request that is no longer needed and free it: taken off the queue if not
+ * started, else waited for (dst may be freed afterwards). NULL is a no-op. */
+ZT_API void zt_store_cancel(zt_store_request *r);
+
+typedef struct zt_store_stats {
+  int64_t items, bytes_held, peak_bytes_held; /* now / at peak (held: the store's bytes, bf16 compressed) */
+  int64_t puts, gets;                         /* cumulative: put and get calls (waits that did the get count) */
+  int64_t helper_gets;                        /* gets run by the helper thread (failed ones too) */
+  int threads_started;                        /* 0 or 1 */
+  bool helper_failed;                         /* the helper thread could not start: requests run in wait */
+} zt_store_stats;
+/* A snapshot; thread-safe. NULL s: zeros. */
+ZT_API void zt_store_stats_get(const zt_store *s, zt_store_stats *out);
+
+/* ---------------------------------------------------------------- storage eviction */
+/* Move a storage's bytes to a store and release them (accounting drops on the storage's
+ * device, rises on the store's, under the storage's tag). The storage object and every
+ * tensor viewing it stay valid; reading its data (an op, zt_tensor_data and the calls built
+ * on it) is ZT_STATUS_RELEASED naming the tensor (see zt_storage_set_name) until it is
+ * restored. dtype: what the bytes hold (the bf16 store rounds f32/f64; nbytes must be a
+ * multiple of its size). The version is kept: the contents are the same after restore (bf16:
+ * rounded). The store must outlive the eviction (restore, or free the storage, first).
+ * Refused (state unchanged): wrapped (external) storage, released bytes, a storage already
+ * evicted. */
+ZT_API ZT_NODISCARD zt_status zt_storage_evict(zt_storage *s, zt_store *store, zt_dtype dtype);
+/* Bring the bytes back (allocated again on the storage's device with its tag, filled from
+ * the store, the store's copy dropped). A storage not evicted: no-op. On failure it stays
+ * evicted (the store's copy kept) and a later restore may try again. */
+ZT_API ZT_NODISCARD zt_status zt_storage_restore(zt_storage *s);
+/* Start a restore: the bytes are allocated now and filled by the store's helper thread;
+ * the storage stays unreadable (ZT_STATUS_RELEASED, "being restored") until
+ * zt_storage_wait. A storage not evicted, or already being restored: no-op. */
+ZT_API ZT_NODISCARD zt_status zt_storage_restore_async(zt_storage *s);
+/* Finish a restore started by zt_storage_restore_async (no-op otherwise). On failure the
+ * storage stays evicted, as for zt_storage_restore. */
+ZT_API ZT_NODISCARD zt_status zt_storage_wait(zt_storage *s);
+/* Whether its bytes are in a store (a restore in flight included). */
+ZT_API bool zt_storage_is_evicted(const zt_storage *s);
+
+#endif

@@ -1,0 +1,263 @@
+/* The store object over an implementation (zt_store_ops): put / get / drop of byte ranges
+ * of any device (staged through host memory by the device's backend when the host cannot
+ * touch it), and asynchronous gets (prefetch / wait / cancel) run in order by one helper
+ * thread per store, started on first use.
+ * Invariants: the helper touches only queued requests, the implementation's get and the
+ * destination bytes, never a storage object; a request is freed by the thread that waits or
+ * cancels it, never by the helper; everything the helper shares is guarded by mu. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status_internal.h"
+#include "backend.h"
+#include "store_internal.h"
+
+zt_status zt_store_new(const zt_store_ops *ops, void *ctx, zt_device dev, zt_store **out) {
+  zt_status s = ZT_OK;
+  if (!ops || !out || !ops->put || !ops->get || !ops->drop)
+    s = ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_store_new: ops or out is NULL, or ops lacks put, get or drop");
+  zt_store *st = s ? NULL : calloc(1, sizeof *st);
+  if (!s && !st) s = ZT_ERR(ZT_STATUS_OOM, "zt_store_new: out of host memory");
+  if (s) {
+    if (ops && ops->free) ops->free(ctx);
+    if (out) *out = NULL;
+    return s;
+  }
+  st->ops = ops;
+  st->ctx = ctx;
+  st->dev = dev;
+  pthread_mutex_init(&st->mu, NULL);
+  pthread_cond_init(&st->work, NULL);
+  pthread_cond_init(&st->done, NULL);
+  *out = st;
+  return ZT_OK;
+}
+
+void zt_store_free(zt_store *s) {
+  if (!s) return;
+  ZT_ASSERT(s->in_flight == 0 && s->st.items == 0); /* requests waited, items dropped, evicted storages back */
+  if (s->thread_on) {
+    pthread_mutex_lock(&s->mu);
+    s->stop = true;
+    pthread_cond_broadcast(&s->work);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+  }
+  if (s->ops->free) s->ops->free(s->ctx);
+  pthread_cond_destroy(&s->work);
+  pthread_cond_destroy(&s->done);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}
+
+const char *zt_store_kind(const zt_store *s) { return s && s->ops->kind ? s->ops->kind : "?"; }
+zt_device zt_store_device(const zt_store *s) { return s->dev; }
+
+/* ---------------------------------------------------------------- put / get / drop */
+zt_status zt_store_put(zt_store *s, zt_device dev, const void *src, size_t nbytes, zt_dtype dtype, zt_mem_tag tag,
+                       zt_store_item *out) {
+  if (!s || !out || (!src && nbytes))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_store_put: store, source or out is NULL");
+  *out = (zt_store_item){0};
+  if (!zt_dtype_valid(dtype) || (int)tag < 0 || tag >= ZT_MEM_TAG_COUNT)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_store_put: dtype %d or tag %d is not a valid value", (int)dtype,
+                  (int)tag);
+  if (nbytes % zt_dtype_size(dtype))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_store_put: %zu bytes are not a whole number of %s elements", nbytes,
+                  zt_dtype_name(dtype));
+  const zt__backend *b;
+  ZT_TRY(zt__backend_of(dev, "zt_store_put", &b));
+  zt_store_item it = {.nbytes = nbytes, .dtype = dtype, .tag = tag};
+  if (nbytes) {
+    /* the implementation reads host bytes: the device's own, or a copy staged by its backend */
+    void *stage = NULL;
+    if (!b->host_accessible) {
+      ZT_TRY(zt_mem_alloc(nbytes, ZT_CPU, ZT_MEM_TAG_TEMP, &stage));
+      b->read(b->ctx, stage, src, nbytes, NULL);
+    }
+    zt_status st = s->ops->put(s->ctx, stage ? stage : src, &it);
+    if (stage) zt_mem_free(stage, nbytes, ZT_CPU, ZT_MEM_TAG_TEMP);
+    if (st) return st;
+  }
+  pthread_mutex_lock(&s->mu);
+  s->st.puts++;
+  s->st.items++;
+  s->st.bytes_held += (int64_t)it.held;
+  if (s->st.bytes_held > s->st.peak_bytes_held) s->st.peak_bytes_held = s->st.bytes_held;
+  pthread_mutex_unlock(&s->mu);
+  *out = it;
+  return ZT_OK;
+}
+
+/* The get itself, on any thread: into dst directly when the host can touch dev's memory,
+ * else through a staging buffer written by dev's backend. */
+static zt_status get_into(zt_store *s, const zt_store_item *it, zt_device dev, void *dst) {
+  if (!it->nbytes) return ZT_OK;
+  const zt__backend *b;
+  ZT_TRY(zt__backend_of(dev, "zt_store_get", &b));
+  if (b->host_accessible) return s->ops->get(s->ctx, it, dst);
+  void *stage;
+  ZT_TRY(zt_mem_alloc(it->nbytes, ZT_CPU, ZT_MEM_TAG_TEMP, &stage));
+  zt_status st = s->ops->get(s->ctx, it, stage);
+  if (!st) b->write(b->ctx, dst, stage, it->nbytes, NULL);
+  zt_mem_free(stage, it->nbytes, ZT_CPU, ZT_MEM_TAG_TEMP);
+  return st;
+}
+
+static void count_get(zt_store *s, bool helper) {
+  pthread_mutex_lock(&s->mu);
+  s->st.gets++;
+  s->st.helper_gets += helper;
+  pthread_mutex_unlock(&s->mu);
+}
+
+zt_status zt_store_get(zt_store *s, const zt_store_item *it, zt_device dev, void *dst) {
+  if (!s || !it || (!dst && it->nbytes)) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_store_get: store, item or dst is NULL");
+  count_get(s, false);
+  return get_into(s, it, dev, dst);
+}
+
+void zt_store_drop(zt_store *s, zt_store_item *it) {
+  if (!s || !it) return;
+  if (it->nbytes) s->ops->drop(s->ctx, it);
+  pthread_mutex_lock(&s->mu);
+  ZT_ASSERT(s->st.items > 0);
+  s->st.items--;
+  s->st.bytes_held -= (int64_t)it->held;
+  pthread_mutex_unlock(&s->mu);
+  *it = (zt_store_item){0};
+}
+
+/* ---------------------------------------------------------------- the helper and its requests */
+static void *helper_main(void *arg) {
+  zt_store *s = arg;
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    while (!s->stop && !s->q_head) pthread_cond_wait(&s->work, &s->mu);
+    if (s->stop) break;
+    zt_store_request *r = s->q_head;
+    s->q_head = r->next;
+    if (!s->q_head) s->q_tail = NULL;
+    r->next = NULL;
+    r->state = ZT__STORE_REQ_RUNNING;
+    pthread_mutex_unlock(&s->mu);
+    zt_status st = get_into(s, &r->item, r->dev, r->dst);
+    char *msg = st ? strdup(zt_last_error()) : NULL; /* zt_last_error is this thread's */
+    pthread_mutex_lock(&s->mu);
+    s->st.gets++;
+    s->st.helper_gets++;
+    r->status = st;
+    r->msg = msg;
+    r->state = ZT__STORE_REQ_DONE;
+    pthread_cond_broadcast(&s->done);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+zt_status zt_store_prefetch(zt_store *s, const zt_store_item *it, zt_device dev, void *dst, zt_store_request **out) {
+  if (!s || !it || !out || (!dst && it->nbytes))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_store_prefetch: store, item, dst or out is NULL");
+  zt_store_request *r = calloc(1, sizeof *r);
+  if (!r) return ZT_ERR(ZT_STATUS_OOM, "zt_store_prefetch: out of host memory for a request");
+  *r = (zt_store_request){.store = s, .item = *it, .dev = dev, .dst = dst};
+  pthread_mutex_lock(&s->mu);
+  s->in_flight++;
+  if (s->q_tail) s->q_tail->next = r;
+  else s->q_head = r;
+  s->q_tail = r;
+  if (!s->thread_on && !s->st.helper_failed) {
+    if (pthread_create(&s->thread, NULL, helper_main, s) == 0) {
+      s->thread_on = true;
+      s->st.threads_started++;
+    } else {
+      s->st.helper_failed = true; /* no thread: wait does the gets; slower, never wrong */
+    }
+  }
+  if (s->thread_on) pthread_cond_signal(&s->work);
+  pthread_mutex_unlock(&s->mu);
+  *out = r;
+  return ZT_OK;
+}
+
+bool zt_store_request_done(zt_store_request *r) {
+  if (!r) return true;
+  pthread_mutex_lock(&r->store->mu);
+  bool done = r->state == ZT__STORE_REQ_DONE;
+  pthread_mutex_unlock(&r->store->mu);
+  return done;
+}
+
+/* Under mu: take a queued request off the queue. */
+static void unqueue(zt_store *s, zt_store_request *r) {
+  zt_store_request *prev = NULL;
+  for (zt_store_request *x = s->q_head; x; prev = x, x = x->next)
+    if (x == r) {
+      if (prev) prev->next = r->next;
+      else s->q_head = r->next;
+      if (s->q_tail == r) s->q_tail = prev;
+      r->next = NULL;
+      return;
+    }
+  ZT_ASSERT(0 && "a queued request is on the queue");
+}
+
+/* Under mu: r is not queued any more (run here, or waited for). Returns with r not in use
+ * by the helper. */
+static bool take(zt_store *s, zt_store_request *r) {
+  if (r->state == ZT__STORE_REQ_QUEUED) {
+    unqueue(s, r);
+    return true; /* the caller runs it, if it still wants it */
+  }
+  while (r->state == ZT__STORE_REQ_RUNNING) pthread_cond_wait(&s->done, &s->mu);
+  return false;
+}
+
+static void request_free(zt_store *s, zt_store_request *r) {
+  pthread_mutex_lock(&s->mu);
+  s->in_flight--;
+  pthread_mutex_unlock(&s->mu);
+  free(r->msg);
+  free(r);
+}
+
+zt_status zt_store_wait(zt_store_request *r) {
+  if (!r) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_store_wait: request is NULL");
+  zt_store *s = r->store;
+  pthread_mutex_lock(&s->mu);
+  bool here = take(s, r);
+  pthread_mutex_unlock(&s->mu);
+  zt_status st;
+  if (here) { /* not started: sooner done here than after the ones queued before it */
+    count_get(s, false);
+    st = get_into(s, &r->item, r->dev, r->dst);
+  } else {
+    st = r->status;
+    if (st)
+      st = ZT_ERR(st, "%s store: the helper thread could not get %zu bytes back: %s", zt_store_kind(s), r->item.nbytes,
+                  r->msg ? r->msg : "(its message was lost: out of host memory)");
+  }
+  request_free(s, r);
+  return st;
+}
+
+void zt_store_cancel(zt_store_request *r) {
+  if (!r) return;
+  zt_store *s = r->store;
+  pthread_mutex_lock(&s->mu);
+  take(s, r);
+  pthread_mutex_unlock(&s->mu);
+  request_free(s, r);
+}
+
+void zt_store_stats_get(const zt_store *s, zt_store_stats *out) {
+  if (!out) return;
+  if (!s) {
+    *out = (zt_store_stats){0};
+    return;
+  }
+  zt_store *m = (zt_store *)s; /* locking does not change the store */
+  pthread_mutex_lock(&m->mu);
+  *out = s->st;
+  pthread_mutex_unlock(&m->mu);
+}
