@@ -435,6 +435,34 @@ static void test_lowering_placement(void) {
   zt_pipeline_schedule_free(s);
 }
 
+/* Per-stage costs (GPT-2's first stage has no input grads, its last the head): 1F1B at P = 2,
+ * M = 2, stage 0 F 1 B 0 W 2, stage 1 F 2 B 1 W 1. Rank 0: F0 [0,1] F1 [1,2]; rank 1: F0 [1,3]
+ * BW0 [3,5] F1 [5,7] BW1 [7,9]; rank 0: BW0 [5,7] BW1 [9,11]: step 11, busy 6 + 8 of 22. */
+static void test_stage_costs(void) {
+  zt_pipeline_schedule *s = gen("1f1b", 2, 2);
+  const double k[6] = {1, 0, 2, 2, 1, 1};
+  zt_pipeline_costs c = zt_pipeline_costs_default();
+  c.stage = k;
+  zt_pipeline_sim *sim = NULL;
+  if (s) ZT_CHECK_OK(zt_pipeline_simulate(s, &c, &sim));
+  if (sim) {
+    ZT_CHECK_NEAR(sim->step_time, 11, 1e-12);
+    ZT_CHECK_NEAR(sim->bubble_rate, 1 - 14.0 / 22, 1e-12);
+  }
+  zt_pipeline_sim_free(sim);
+  const double bad[6] = {1, 0, 2, 2, -1, 1};
+  c.stage = bad;
+  if (s) ZT_CHECK_ERR(zt_pipeline_simulate(s, &c, &sim), ZT_STATUS_INVALID_ARG, "got -1 for B of stage 1");
+  zt_pipeline_schedule_free(s);
+  /* auto plans with them: with stage 0's W twice the rest, its W's still fill idle time */
+  zt_pipeline_gen_options o = {.name = "auto", .ranks = 2, .microbatches = 8, .chunks = 1, .mem_limit = 2};
+  const double k2[6] = {1, 0.1, 2, 1, 1, 1};
+  o.costs = zt_pipeline_costs_default(), o.costs.stage = k2;
+  ZT_CHECK_OK(zt_pipeline_generate(&o, &s));
+  if (s) ZT_CHECK_OK(zt_pipeline_validate(s));
+  zt_pipeline_schedule_free(s);
+}
+
 static void test_auto(void) {
   zt_pipeline_gen_options o = {.name = "auto", .ranks = 4, .microbatches = 16, .costs = {1, 1.5, 1, 0.1, 0}};
   zt_pipeline_schedule *s = NULL;
@@ -459,7 +487,18 @@ static void test_auto(void) {
     zt_pipeline_schedule_free(s);
     s = NULL;
   }
-  o.mem_limit = 0.5;
+  /* chunks restricts the placement: 1 a loop, 2 a V */
+  o.mem_limit = 4;
+  for (int v = 1; v <= 2; v++) {
+    o.chunks = v;
+    ZT_CHECK_OK(zt_pipeline_generate(&o, &s));
+    if (s) ZT_CHECK(s->chunks == v && s->placement == (v == 1 ? ZT_PIPELINE_PLACEMENT_LOOP : ZT_PIPELINE_PLACEMENT_V));
+    zt_pipeline_schedule_free(s);
+    s = NULL;
+  }
+  o.chunks = 3;
+  ZT_CHECK_ERR(zt_pipeline_generate(&o, &s), ZT_STATUS_INVALID_ARG, "plans 1 chunk per rank or 2 in a V");
+  o.chunks = 0, o.mem_limit = 0.5;
   ZT_CHECK_ERR(zt_pipeline_generate(&o, &s), ZT_STATUS_INVALID_ARG, "must be at least 1");
 }
 
@@ -492,6 +531,7 @@ int main(void) {
   ZT_RUN(test_v_building_block);
   ZT_RUN(test_interleaved_and_comm);
   ZT_RUN(test_lowering_placement);
+  ZT_RUN(test_stage_costs);
   ZT_RUN(test_auto);
   ZT_RUN(test_render);
   return zt_test_finish();

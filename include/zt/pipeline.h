@@ -95,8 +95,13 @@ ZT_API ZT_NODISCARD zt_status zt_pipeline_schedule_write(const zt_pipeline_sched
 typedef struct zt_pipeline_costs {
   double f, b, w, comm;
   double bytes_per_unit;
+  /* Optional: per stage (3 x the schedule's stage count values: F, B, W of one microbatch
+   * through stage 0, then stage 1, ...), for stages that cost differently (GPT-2's first
+   * stage has no input grads to compute, its last the head); then f, b, w are not used for
+   * the compute actions. Borrowed. NULL: every stage costs f/V, b/V, w/V. */
+  const double *stage;
 } zt_pipeline_costs;
-/* f = b = w = 1, comm = 0, bytes_per_unit 0. */
+/* f = b = w = 1, comm = 0, bytes_per_unit 0, no per-stage costs. */
 ZT_API zt_pipeline_costs zt_pipeline_costs_default(void);
 
 /* ---- generators (generators.c, greedy.c) ----
@@ -104,7 +109,8 @@ ZT_API zt_pipeline_costs zt_pipeline_costs_default(void);
 typedef struct zt_pipeline_gen_options {
   const char *name;
   int ranks, microbatches;
-  int chunks;           /* interleaved: V >= 2 (0: 2); the V-shape families: 2 (0: 2); others 1 */
+  int chunks;           /* interleaved: V >= 2 (0: 2); the V-shape families: 2 (0: 2); auto: 1 or 2 (0: the
+                         * better of both); others 1 */
   zt_pipeline_costs costs; /* auto: the costs to plan for (all zero: the defaults) */
   double mem_limit;     /* auto: activations per rank, in units (0: no limit) */
 } zt_pipeline_gen_options;

@@ -48,6 +48,7 @@ void zt__train_pp_free(zt__train_pp *pp) {
   free(pp->count);
   free(pp->own);
   free(pp->is_own);
+  free(pp->stage_costs);
   for (int m = 0; pp->x && m < pp->M; m++) zt_tensor_free(pp->x[m]), zt_tensor_free(pp->y[m]);
   free(pp->x);
   free(pp->y);
@@ -92,6 +93,7 @@ static zt_status make_schedule(zt__train_pp *pp, const zt_train_config *c) {
   zt_status s;
   if (is_generator(name)) {
     zt_pipeline_gen_options o = {.name = name, .ranks = pp->P, .microbatches = M, .chunks = c->parallel.chunks};
+    if (!strcmp(name, "auto")) o.mem_limit = pp->P; /* 1F1B's peak: auto never holds more than 1F1B */
     s = zt_pipeline_generate(&o, &pp->sched);
   } else {
     s = zt_pipeline_schedule_read(name, &pp->sched);
@@ -223,9 +225,10 @@ zt_status zt__train_pp_setup(zt__train_pp *pp, const zt_train_config *c, zt_gpt2
   int n = zt_gpt2_params(m, &ps);
   pp->own = malloc(sizeof *pp->own * (size_t)(n ? n : 1));
   pp->is_own = calloc((size_t)(n ? n : 1), sizeof *pp->is_own);
+  pp->stage_costs = calloc((size_t)pp->S * 3, sizeof *pp->stage_costs);
   pp->x = calloc((size_t)pp->M, sizeof *pp->x);
   pp->y = calloc((size_t)pp->M, sizeof *pp->y);
-  if (!pp->own || !pp->is_own || !pp->x || !pp->y) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  if (!pp->own || !pp->is_own || !pp->stage_costs || !pp->x || !pp->y) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
   for (int i = 0; i < n; i++)
     if ((pp->is_own[i] = owned(pp, ps[i].name))) pp->own[pp->n_own++] = ps[i];
   pp->rows = c->data.batch / pp->D / pp->M;
@@ -472,18 +475,22 @@ zt_status zt__train_pp_load(zt__train_pp *pp, const zt_optim_config *oc, const c
 
 /* ---------------------------------------------------------------- measured figures */
 
-/* Per rank: busy, last end, then per kind (F, B, W, BW) the sum and the count. */
-enum { FIG_BUSY, FIG_END, FIG_KIND, FIG_N = FIG_KIND + 2 * 4 };
+/* A rank's figures: its compute time, its last action's end, then per stage and kind (F, B, W,
+ * BW) the time and the count (zeros for other ranks' stages, so that the sum over the ranks
+ * holds every stage's). */
+enum { FIG_BUSY, FIG_END, FIG_STAGES };
+static int fig_n(const zt__train_pp *pp) { return FIG_STAGES + 8 * pp->S; }
 
-static void my_figures(const zt_pipeline_trace *t, double v[FIG_N]) {
-  memset(v, 0, sizeof(double) * FIG_N);
+static void my_figures(const zt__train_pp *pp, double *v) {
+  const zt_pipeline_trace *t = &pp->trace;
+  memset(v, 0, sizeof *v * (size_t)fig_n(pp));
   v[FIG_BUSY] = t->busy;
   for (int i = 0; i < t->n; i++) {
     if (t->end[i] > v[FIG_END]) v[FIG_END] = t->end[i];
-    int op = t->actions[i].op;
-    if (op > ZT_PIPELINE_OP_BW) continue;
-    v[FIG_KIND + 2 * op] += t->end[i] - t->start[i];
-    v[FIG_KIND + 2 * op + 1] += 1;
+    zt_pipeline_action a = t->actions[i];
+    if (a.op > ZT_PIPELINE_OP_BW) continue;
+    double *k = v + FIG_STAGES + 8 * a.stage + 2 * a.op;
+    k[0] += t->end[i] - t->start[i], k[1] += 1;
   }
 }
 
@@ -498,18 +505,42 @@ static zt_status gather_pp(zt__train_pp *pp, const double *mine, int n, double *
   return s;
 }
 
-/* The simulator's costs from the measured means: an action of one chunk costs 1/V of the
- * rank's share; a fused BW counts as B (W zero). */
-static zt_pipeline_costs measured_costs(const zt__train_pp *pp, const double *all) {
-  double sum[4] = {0}, cnt[4] = {0};
-  for (int r = 0; r < pp->P; r++)
-    for (int k = 0; k < 4; k++) sum[k] += all[r * FIG_N + FIG_KIND + 2 * k], cnt[k] += all[r * FIG_N + FIG_KIND + 2 * k + 1];
+/* Every rank's figures (*all, P x fig_n, the caller frees) and their sum over the ranks (sum,
+ * fig_n: busy summed, END the latest). Collective over the pipeline group. */
+static zt_status all_figures(zt__train_pp *pp, double **all, double *sum) {
+  int n = fig_n(pp);
+  double *mine = malloc(sizeof *mine * (size_t)n);
+  *all = malloc(sizeof **all * (size_t)n * (size_t)pp->P);
+  zt_status s = mine && *all ? ZT_OK : ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  if (!s) my_figures(pp, mine);
+  if (!s) s = gather_pp(pp, mine, n, *all);
+  free(mine);
+  memset(sum, 0, sizeof *sum * (size_t)n);
+  for (int r = 0; !s && r < pp->P; r++)
+    for (int i = 0; i < n; i++) {
+      double x = (*all)[(size_t)r * n + i];
+      sum[i] = i == FIG_END ? (x > sum[i] ? x : sum[i]) : sum[i] + x;
+    }
+  return s;
+}
+
+/* The simulator's costs from the measured means, per stage (pp->stage_costs: F, B, W; a
+ * fused BW counts as B, W zero), and as per-rank-share means (f, b, w: for the titles). */
+static zt_pipeline_costs measured_costs(zt__train_pp *pp, const double *sum) {
+  double tot[3] = {0}, cnt[3] = {0};
+  for (int st = 0; st < pp->S; st++) {
+    const double *k = sum + FIG_STAGES + 8 * st; /* F, B, W, BW: (time, count) */
+    double mean[3] = {k[1] ? k[0] / k[1] : 0, (k[3] + k[7]) ? (k[2] + k[6]) / (k[3] + k[7]) : 0, k[5] ? k[4] / k[5] : 0};
+    for (int j = 0; j < 3; j++) pp->stage_costs[3 * st + j] = mean[j];
+    tot[0] += k[0], cnt[0] += k[1], tot[1] += k[2] + k[6], cnt[1] += k[3] + k[7], tot[2] += k[4], cnt[2] += k[5];
+  }
   double V = pp->sched->chunks;
   zt_pipeline_costs c = zt_pipeline_costs_default();
   c.comm = 0;
-  c.f = cnt[0] ? sum[0] / cnt[0] * V : 0;
-  c.b = (cnt[1] + cnt[3]) ? (sum[1] + sum[3]) / (cnt[1] + cnt[3]) * V : 0;
-  c.w = cnt[2] ? sum[2] / cnt[2] * V : 0;
+  c.f = cnt[0] ? tot[0] / cnt[0] * V : 0;
+  c.b = cnt[1] ? tot[1] / cnt[1] * V : 0;
+  c.w = cnt[2] ? tot[2] / cnt[2] * V : 0;
+  c.stage = pp->stage_costs;
   return c;
 }
 
@@ -517,9 +548,11 @@ static zt_pipeline_costs measured_costs(const zt__train_pp *pp, const double *al
  * pipeline: they come from one gather), once. A plan that fails keeps the schedule. */
 static zt_status replan(zt__train_pp *pp, zt_pipeline_costs c) {
   pp->replan = false;
-  zt_pipeline_gen_options o = {.name = "auto", .ranks = pp->P, .microbatches = pp->M, .costs = c, .mem_limit = pp->P};
+  /* the same chunks: the stages' blocks and parameters stay where they are */
+  zt_pipeline_gen_options o = {.name = "auto", .ranks = pp->P, .microbatches = pp->M, .chunks = pp->sched->chunks,
+                               .costs = c, .mem_limit = pp->P};
   zt_pipeline_schedule *s = NULL;
-  if (zt_pipeline_generate(&o, &s) || zt_pipeline_validate(s) || zt_pipeline_stage_count(s) != pp->S) {
+  if (zt_pipeline_generate(&o, &s) || zt_pipeline_validate(s) || s->placement != pp->sched->placement) {
     zt_pipeline_schedule_free(s);
     return ZT_OK;
   }
@@ -529,27 +562,28 @@ static zt_status replan(zt__train_pp *pp, zt_pipeline_costs c) {
 }
 
 zt_status zt__train_pp_figures(zt__train_pp *pp, zt__pp_figures *out) {
-  double mine[FIG_N], *all = malloc(sizeof *all * FIG_N * (size_t)pp->P);
-  if (!all) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
-  my_figures(&pp->trace, mine);
-  zt_status s = gather_pp(pp, mine, FIG_N, all);
+  int n = fig_n(pp);
+  double *all = NULL, *sum = malloc(sizeof *sum * (size_t)n);
+  zt_status s = sum ? all_figures(pp, &all, sum) : ZT_ERR(ZT_STATUS_OOM, "out of host memory");
   *out = (zt__pp_figures){0};
-  out->f_s = mine[FIG_KIND], out->b_s = mine[FIG_KIND + 2] + mine[FIG_KIND + 6], out->w_s = mine[FIG_KIND + 4];
-  out->wait_s = pp->trace.span - pp->trace.busy;
-  double busy = 0, step = 0;
-  for (int r = 0; !s && r < pp->P; r++) {
-    busy += all[r * FIG_N + FIG_BUSY];
-    if (all[r * FIG_N + FIG_END] > step) step = all[r * FIG_N + FIG_END];
+  out->sim_bubble = out->bubble = NAN;
+  const double *mine = all ? all + (size_t)pp->p * n : NULL;
+  for (int st = 0; !s && st < pp->S; st++) {
+    const double *k = mine + FIG_STAGES + 8 * st;
+    out->f_s += k[0], out->b_s += k[2] + k[6], out->w_s += k[4];
   }
-  out->step_s = step;
-  out->bubble = step > 0 ? 1 - busy / (pp->P * step) : NAN;
-  out->sim_bubble = NAN;
-  zt_pipeline_costs c = s ? zt_pipeline_costs_default() : measured_costs(pp, all);
+  out->wait_s = pp->trace.span - pp->trace.busy;
+  if (!s) {
+    out->step_s = sum[FIG_END];
+    if (out->step_s > 0) out->bubble = 1 - sum[FIG_BUSY] / (pp->P * out->step_s);
+  }
+  zt_pipeline_costs c = s ? zt_pipeline_costs_default() : measured_costs(pp, sum);
   zt_pipeline_sim *sim = NULL;
   if (!s && c.f > 0 && zt_pipeline_simulate(pp->sched, &c, &sim) == ZT_OK) out->sim_bubble = sim->bubble_rate;
   zt_pipeline_sim_free(sim);
-  free(all);
   if (!s && pp->replan && c.f > 0) s = replan(pp, c);
+  free(all);
+  free(sum);
   return s;
 }
 
@@ -596,11 +630,10 @@ static zt_status measured_sim(const zt__train_pp *pp, const double *acts, int ca
 
 zt_status zt__train_pp_timeline(zt__train_pp *pp, const char *path) {
   const zt_pipeline_trace *t = &pp->trace;
-  double n = 0, fig[FIG_N], *figs = malloc(sizeof *figs * FIG_N * (size_t)pp->P), *counts = malloc(sizeof *counts * (size_t)pp->P);
-  zt_status s = figs && counts ? ZT_OK : ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  double n = 0, *figs = NULL, *sum = malloc(sizeof *sum * (size_t)fig_n(pp)), *counts = malloc(sizeof *counts * (size_t)pp->P);
+  zt_status s = sum && counts ? ZT_OK : ZT_ERR(ZT_STATUS_OOM, "out of host memory");
   for (int i = 0; i < t->n; i++) n += t->actions[i].op <= ZT_PIPELINE_OP_BW;
-  my_figures(t, fig);
-  if (!s) s = gather_pp(pp, fig, FIG_N, figs);
+  if (!s) s = all_figures(pp, &figs, sum);
   if (!s) s = gather_pp(pp, &n, 1, counts);
   int cap = 0;
   for (int r = 0; !s && r < pp->P; r++)
@@ -626,7 +659,7 @@ zt_status zt__train_pp_timeline(zt__train_pp *pp, const char *path) {
   zt_pipeline_sim *msim = NULL, *psim = NULL;
   char *svg = NULL;
   if (!s && pp->p == 0) {
-    zt_pipeline_costs c = measured_costs(pp, figs);
+    zt_pipeline_costs c = measured_costs(pp, sum);
     s = measured_sim(pp, all, cap ? cap : 1, &ms, &msim);
     if (!s) s = zt_pipeline_simulate(pp->sched, &c, &psim);
     char t1[256], t2[256];
@@ -634,7 +667,7 @@ zt_status zt__train_pp_timeline(zt__train_pp *pp, const char *path) {
       snprintf(t1, sizeof t1, "measured: %s, %d ranks, %d microbatches; step %.1f ms, bubble rate %.1f%%", pp->sched->name,
                pp->P, pp->M, msim->step_time * 1e3, 100 * msim->bubble_rate);
       snprintf(t2, sizeof t2,
-               "simulated from the measured costs (F %.1f, B %.1f, W %.1f ms per rank share): step %.1f ms, bubble "
+               "simulated from the measured costs per stage (means F %.1f, B %.1f, W %.1f ms per rank share): step %.1f ms, bubble "
                "rate %.1f%%",
                c.f * 1e3, c.b * 1e3, c.w * 1e3, psim->step_time * 1e3, 100 * psim->bubble_rate);
       const zt_pipeline_schedule *ss[2] = {ms, pp->sched};
@@ -653,7 +686,7 @@ zt_status zt__train_pp_timeline(zt__train_pp *pp, const char *path) {
   zt_pipeline_schedule_free(ms);
   zt_pipeline_sim_free(msim);
   zt_pipeline_sim_free(psim);
-  free(mine), free(all), free(figs), free(counts);
+  free(mine), free(all), free(figs), free(sum), free(counts);
   return s;
 }
 

@@ -28,6 +28,7 @@ typedef struct zt__train_pp {
   zt_tensor **x, **y;      /* per microbatch: this step's inputs and targets */
   zt_pipeline_trace trace; /* the last step's actions on this rank */
   bool replan;             /* --schedule auto: planned again from the first step's measured costs */
+  double *stage_costs;     /* the last step's measured F, B, W per stage (3 S) */
 } zt__train_pp;
 
 /* Whether c asks for a pipeline. */

@@ -352,7 +352,8 @@ static zt_status check_m(const char *name, int P, int M) {
 }
 
 /* auto: the list scheduler under the given costs and limit, with one chunk per rank (ZB-H
- * placement) and with two in a V; the shorter step wins (then the lower peak). */
+ * placement) and with two in a V (or only the one o->chunks names); the shorter step wins
+ * (then the lower peak). */
 static zt_status gen_auto(const zt_pipeline_gen_options *o, const zt_pipeline_costs *c, zt_pipeline_schedule **out) {
   int P = o->ranks, M = o->microbatches;
   if (o->mem_limit != 0 && !(o->mem_limit >= 1))
@@ -363,7 +364,7 @@ static zt_status gen_auto(const zt_pipeline_gen_options *o, const zt_pipeline_co
   zt_pipeline_schedule *best = NULL;
   double best_t = INFINITY, best_peak = INFINITY;
   zt_status last = ZT_OK;
-  for (int v = 1; v <= 2; v++) {
+  for (int v = o->chunks ? o->chunks : 1; v <= (o->chunks ? o->chunks : 2); v++) {
     for (int r = 0; r < P; r++)
       lim[v - 1][r] = o->mem_limit > 0 ? (int)floor(o->mem_limit * v + 1e-9) : M * v;
     zt_pipeline_schedule *s;
@@ -461,7 +462,9 @@ zt_status zt_pipeline_generate(const zt_pipeline_gen_options *o, zt_pipeline_sch
       return ZT_ERR(ZT_STATUS_INVALID_ARG, "schedule %s puts 2 chunks on each rank in a V (got chunks=%d)", n, V);
     V = 2;
   } else if (!strcmp(n, "auto")) {
-    if (V != 0) return ZT_ERR(ZT_STATUS_INVALID_ARG, "schedule auto chooses its chunks itself (drop chunks=%d)", V);
+    if (V != 0 && V != 1 && V != 2)
+      return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                    "schedule auto plans 1 chunk per rank or 2 in a V (chunks=0: the better of both; got %d)", V);
   } else {
     if (V != 0 && V != 1) return ZT_ERR(ZT_STATUS_INVALID_ARG, "schedule %s has 1 chunk per rank (got chunks=%d)", n, V);
     V = 1;

@@ -94,7 +94,8 @@ static bool decide(const engine *e, int r, choice *out) {
     }
   /* a W would block a backward that arrives while it runs: wait for the backward instead,
    * it is on the critical path (the previous stage waits for it) and the W keeps */
-  bool b_soon = later.chunk >= 0 && later.op != ZT_PIPELINE_OP_F && later.start < t + g->costs.w / V;
+  double w_next = s->wq_head < s->wq_tail ? zt__pp_cost(&g->costs, g->chunks, ZT_PIPELINE_OP_W, s->wq[s->wq_head] / e->M) : 0;
+  bool b_soon = later.chunk >= 0 && later.op != ZT_PIPELINE_OP_F && later.start < t + w_next;
   if (now[0].chunk >= 0) *out = now[0];
   else if (now[1].chunk >= 0) *out = now[1];
   else if (s->wq_head < s->wq_tail && !b_soon) *out = (choice){ZT_PIPELINE_OP_W, -1, -1, t};
@@ -106,18 +107,17 @@ static bool decide(const engine *e, int r, choice *out) {
 static zt_status commit(engine *e, int r, choice c, zt_pipeline_schedule *out) {
   const zt__pp_greedy *g = e->g;
   rank_state *s = &e->rs[r];
-  double V = g->chunks;
   int st = c.chunk >= 0 ? stage_of(g, r, c.chunk) : -1, slot;
   double end;
   switch (c.op) {
     case ZT_PIPELINE_OP_F:
-      end = c.start + g->costs.f / V;
+      end = c.start + zt__pp_cost(&g->costs, g->chunks, ZT_PIPELINE_OP_F, st);
       e->f_end[st * e->M + c.mb] = end;
       s->next_f[c.chunk]++, s->live++;
       break;
     case ZT_PIPELINE_OP_B:
     case ZT_PIPELINE_OP_BW:
-      end = c.start + (c.op == ZT_PIPELINE_OP_B ? g->costs.b : g->costs.b + g->costs.w) / V;
+      end = c.start + zt__pp_cost(&g->costs, g->chunks, c.op, st);
       e->b_end[st * e->M + c.mb] = end;
       s->next_b[c.chunk]++;
       if (c.op == ZT_PIPELINE_OP_B) s->wq[s->wq_tail++] = st * e->M + c.mb;
@@ -126,7 +126,7 @@ static zt_status commit(engine *e, int r, choice c, zt_pipeline_schedule *out) {
     default:
       slot = s->wq[s->wq_head++];
       st = slot / e->M, c.mb = slot % e->M;
-      end = c.start + g->costs.w / V;
+      end = c.start + zt__pp_cost(&g->costs, g->chunks, ZT_PIPELINE_OP_W, st);
       s->live--;
       break;
   }

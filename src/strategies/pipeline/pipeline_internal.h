@@ -25,6 +25,19 @@ static inline int zt__pp_slot(const zt_pipeline_schedule *s, int stage, int mb) 
 int zt__pp_stage_chunk(const zt_pipeline_schedule *s, int stage);
 /* Whether op is F, B, W or BW. */
 static inline bool zt__pp_is_compute(zt_pipeline_op op) { return op <= ZT_PIPELINE_OP_BW; }
+/* The duration of a compute action op of stage `stage` under c, on a schedule of `chunks`
+ * chunks per rank (c->stage's value, else c's per-rank-share cost / chunks). */
+static inline double zt__pp_cost(const zt_pipeline_costs *c, int chunks, zt_pipeline_op op, int stage) {
+  const double *k = c->stage ? c->stage + 3 * stage : NULL;
+  double V = chunks;
+  switch (op) {
+    case ZT_PIPELINE_OP_F: return k ? k[0] : c->f / V;
+    case ZT_PIPELINE_OP_B: return k ? k[1] : c->b / V;
+    case ZT_PIPELINE_OP_W: return k ? k[2] : c->w / V;
+    case ZT_PIPELINE_OP_BW: return k ? k[1] + k[2] : (c->b + c->w) / V;
+    default: return 0;
+  }
+}
 
 /* Simulate without building the result (the validator's deadlock check); on a deadlock the
  * error names what each rank waits for. */

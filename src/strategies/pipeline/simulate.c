@@ -9,7 +9,7 @@
 #include "core/status_internal.h"
 #include "pipeline_internal.h"
 
-zt_pipeline_costs zt_pipeline_costs_default(void) { return (zt_pipeline_costs){1, 1, 1, 0, 0}; }
+zt_pipeline_costs zt_pipeline_costs_default(void) { return (zt_pipeline_costs){1, 1, 1, 0, 0, NULL}; }
 
 zt_status zt__pp_index_build(const zt_pipeline_schedule *s, zt__pp_index *ix) {
   size_t n = (size_t)ZT_PIPELINE_OP_COUNT * (size_t)zt_pipeline_stage_count(s) * (size_t)s->microbatches;
@@ -84,17 +84,6 @@ static int deps_of(const zt_pipeline_schedule *s, const zt__pp_index *ix, bool c
     default: break;
   }
   return n;
-}
-
-static double duration(const zt_pipeline_schedule *s, const zt_pipeline_costs *c, zt_pipeline_op op) {
-  double V = s->chunks;
-  switch (op) {
-    case ZT_PIPELINE_OP_F: return c->f / V;
-    case ZT_PIPELINE_OP_B: return c->b / V;
-    case ZT_PIPELINE_OP_W: return c->w / V;
-    case ZT_PIPELINE_OP_BW: return (c->b + c->w) / V;
-    default: return 0;
-  }
 }
 
 void zt_pipeline_sim_free(zt_pipeline_sim *sim) {
@@ -203,7 +192,7 @@ static zt_status run(const zt_pipeline_schedule *s, const zt_pipeline_costs *c, 
         }
         if (!go) break;
         double t0 = ready > t_free[r] ? ready : t_free[r];
-        double t1 = t0 + duration(s, c, a.op);
+        double t1 = t0 + zt__pp_cost(c, s->chunks, a.op, a.stage);
         if (sim) sim->start[r][pc[r]] = t0, sim->end[r][pc[r]] = t1;
         end[r][pc[r]++] = t1;
         t_free[r] = t1;
@@ -243,7 +232,7 @@ static void measure(const zt_pipeline_schedule *s, const zt_pipeline_costs *c, z
     int live = 0, peak = 0;
     for (int i = 0; i < s->n_actions[r]; i++) {
       zt_pipeline_op op = s->actions[r][i].op;
-      double d = duration(s, c, op);
+      double d = zt__pp_cost(c, s->chunks, op, s->actions[r][i].stage);
       if (!zt__pp_is_compute(op)) continue;
       busy += d;
       if (first < 0) first = sim->start[r][i];
@@ -267,6 +256,10 @@ zt_status zt_pipeline_simulate(const zt_pipeline_schedule *s, const zt_pipeline_
   if (!(c.f >= 0 && c.b >= 0 && c.w >= 0 && c.comm >= 0 && c.bytes_per_unit >= 0))
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "pipeline costs must be >= 0 (got F=%g B=%g W=%g comm=%g bytes=%g)", c.f, c.b,
                   c.w, c.comm, c.bytes_per_unit);
+  for (int i = 0; c.stage && i < 3 * zt_pipeline_stage_count(s); i++)
+    if (!(c.stage[i] >= 0))
+      return ZT_ERR(ZT_STATUS_INVALID_ARG, "pipeline costs must be >= 0 (got %g for %c of stage %d)", c.stage[i],
+                    "FBW"[i % 3], i / 3);
   zt_pipeline_sim *sim = sim_alloc(s);
   if (!sim) return ZT_ERR(ZT_STATUS_OOM, "out of host memory for a pipeline simulation");
   zt_status st = run(s, &c, sim);
