@@ -8,7 +8,9 @@
 # to the simulator's peak (in microbatch units of one rank's share: `zt schedule --json`).
 # One JSON line per schedule to bench/results/pipeline.jsonl, the table to
 # bench/results/pipeline.md, and the measured-vs-simulated timelines of ZB-H1 and ZB-V to
-# bench/results/pipeline-*.svg.
+# bench/results/pipeline-*.svg. Then the memory of pipeline x data parallel (rank 0's peak
+# bytes per tag with DDP and each ZeRO strategy across 2 replicas) to
+# bench/results/pipeline_dp_memory.md.
 # usage: bench/pipeline.sh [build dir (default build)] [--quick: a small shape, 3 schedules]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,7 +40,8 @@ for s in "${schedules[@]}"; do
   mpirun -np $P --oversubscribe "$zt" train "${shape[@]}" --pp $P --schedule "$s" --microbatches $M --threads 1 \
     --dropout 0 --eval-every 1000000 --eval-batches 1 --metrics "$tmp/$s.jsonl" --timeline "$tmp/$s.svg" >"$tmp/$s.log" 2>&1 ||
     { echo "bench/pipeline.sh: $s failed:" >&2; tail -5 "$tmp/$s.log" >&2; exit 1; }
-  "$zt" schedule --schedule "$s" --stages $P --microbatches $M --json >"$tmp/$s.sim.json"
+  lim=(); [ "$s" = auto ] && lim=(--mem-limit $P) # zt train plans auto under 1F1B's peak
+  "$zt" schedule --schedule "$s" --stages $P --microbatches $M "${lim[@]}" --json >"$tmp/$s.sim.json"
   case $s in zb-h1 | zb-v) cp "$tmp/$s.svg" "bench/results/pipeline-$s.svg" ;; esac
   python3 - "$s" "$tmp/$s.jsonl" "$tmp/$s.sim.json" "$P" "$M" >>"$out" <<'EOF'
 import json, statistics, sys
@@ -79,4 +82,27 @@ for r in rows:
         r["schedule"], r["step_ms"], 100 * r["bubble"], 100 * r["sim_bubble"], 100 * r["sim_bubble_equal_costs"],
         r["efficiency"], fbw(rk[0]), fbw(rk[1]), act(rk[0]), act(rk[1])))
 EOF
-echo "bench/pipeline.sh: results in $out and $md" >&2
+# Pipeline x data parallel memory: 2 replicas of the 2-stage pipeline (4 ranks, oversubscribed
+# here, so only the bytes count), zb-v, the stages' replicas under DDP and under each ZeRO
+# strategy: rank 0's peak bytes per tag from the accounting, and its peak RSS.
+mem=bench/results/pipeline_dp_memory.md
+[ "${2:-}" = "--quick" ] && mem=${TMPDIR:-/tmp}/zt_pipeline_dp_memory_quick.md
+for sh in none full grad_op opt; do
+  mpirun -np $((2 * P)) --oversubscribe "$zt" train "${shape[@]}" --steps 2 --pp $P --schedule zb-v --microbatches 4 \
+    --shard $sh --threads 1 --dropout 0 --eval-every 1000000 --eval-batches 1 --metrics "$tmp/dp-$sh.jsonl" \
+    >"$tmp/dp-$sh.log" 2>&1 || { echo "bench/pipeline.sh: shard $sh failed:" >&2; tail -5 "$tmp/dp-$sh.log" >&2; exit 1; }
+done
+python3 - "$tmp" >"$mem" <<'EOF2'
+import json, sys
+print("| replicas' strategy | PARAM | GRAD | OPTIM | ACTIVATION | total | peak RSS |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+for sh in ["none", "full", "grad_op", "opt"]:
+    last = [json.loads(l) for l in open("%s/dp-%s.jsonl" % (sys.argv[1], sh))][-1]
+    r0 = last["ranks"][0]
+    m = lambda b: "%.1f MiB" % (b / 2**20)
+    p = r0["mem_peak"]
+    print("| %s | %s | %s | %s | %s | %s | %s |" % ("DDP" if sh == "none" else "ZeRO per step, " + sh, m(p["PARAM"]),
+          m(p["GRAD"]), m(p["OPTIM"]), m(p["ACTIVATION"]), m(p["total"]), m(r0["peak_rss"])))
+EOF2
+cat "$mem"
+echo "bench/pipeline.sh: results in $out, $md and $mem" >&2
