@@ -31,32 +31,39 @@ static zt_status mean_loss(const zt_pipeline_step_options *o, const double *loss
   return s;
 }
 
-/* Replicas: every grad of params averaged over dp_comm in one flat all-reduce (a parameter
- * without a grad contributes zeros and gets the average). */
+/* Replicas: every grad of params averaged over dp_comm, in buckets of consecutive grads of up
+ * to BUCKET_BYTES (DDP's default; a grad larger than that alone, in place), so the step holds at
+ * most one bucket besides the grads. A parameter without a grad contributes zeros and gets the
+ * average. */
+enum { BUCKET_BYTES = 25 << 20 };
 static zt_status average_replicas(zt_comm *dp, int n, const zt_param *ps) {
-  int64_t total = 0;
-  for (int i = 0; i < n; i++) total += zt_tensor_numel(ps[i].tensor);
-  zt_tensor *flat = NULL;
-  ZT_TRY(zt_tensor_empty_tagged(1, (int64_t[]){total > 0 ? total : 1}, ZT_DTYPE_F32, ZT_CPU, ZT_MEM_TAG_GRAD, &flat));
   zt_status s = ZT_OK;
-  int64_t at = 0;
   for (int i = 0; i < n && !s; i++) {
     zt_tensor *t = ps[i].tensor;
     if (!t->grad) s = zt_tensor_zeros(t->ndim, t->shape, ZT_DTYPE_F32, zt_tensor_device(t), &t->grad);
     if (!s && (t->grad->dtype != ZT_DTYPE_F32 || !zt_tensor_is_contiguous(t->grad)))
-      s = ZT_ERR(ZT_STATUS_INVALID_ARG, "averaging over replicas: parameter '%s' has a %s grad that is not contiguous "
-                 "f32; the pipeline's data parallelism takes f32 parameters", ps[i].name, zt_dtype_name(t->grad->dtype));
-    if (!s) zt__dev_copy_range(flat, at, t->grad, 0, zt_tensor_numel(t));
-    at += zt_tensor_numel(t);
+      s = ZT_ERR(ZT_STATUS_INVALID_ARG, "averaging over replicas: the grad of parameter '%s' is %s or not contiguous; "
+                 "the pipeline's data parallelism takes contiguous f32 grads", ps[i].name, zt_dtype_name(t->grad->dtype));
   }
-  if (!s) s = zt_all_reduce(dp, flat, ZT_REDUCE_AVG);
-  at = 0;
-  for (int i = 0; i < n && !s; i++) {
-    zt__dev_copy_range(ps[i].tensor->grad, 0, flat, at, zt_tensor_numel(ps[i].tensor));
-    zt_tensor_bump_version(ps[i].tensor->grad);
-    at += zt_tensor_numel(ps[i].tensor);
+  for (int i = 0, j; i < n && !s; i = j) {
+    int64_t elems = zt_tensor_numel(ps[i].tensor);
+    for (j = i + 1; j < n && (elems + zt_tensor_numel(ps[j].tensor)) * 4 <= BUCKET_BYTES; j++)
+      elems += zt_tensor_numel(ps[j].tensor);
+    if (j == i + 1) { /* alone: in place */
+      s = zt_all_reduce(dp, ps[i].tensor->grad, ZT_REDUCE_AVG);
+      continue;
+    }
+    zt_tensor *flat = NULL;
+    if ((s = zt_tensor_empty_tagged(1, (int64_t[]){elems}, ZT_DTYPE_F32, ZT_CPU, ZT_MEM_TAG_GRAD, &flat))) break;
+    for (int64_t k = i, at = 0; k < j; at += zt_tensor_numel(ps[k].tensor), k++)
+      zt__dev_copy_range(flat, at, ps[k].tensor->grad, 0, zt_tensor_numel(ps[k].tensor));
+    s = zt_all_reduce(dp, flat, ZT_REDUCE_AVG);
+    for (int64_t k = i, at = 0; !s && k < j; at += zt_tensor_numel(ps[k].tensor), k++) {
+      zt__dev_copy_range(ps[k].tensor->grad, 0, flat, at, zt_tensor_numel(ps[k].tensor));
+      zt_tensor_bump_version(ps[k].tensor->grad);
+    }
+    zt_tensor_free(flat);
   }
-  zt_tensor_free(flat);
   return s;
 }
 
