@@ -49,6 +49,10 @@ for s in gpipe 1f1b interleaved zb-h1 zb-h2 zb-v v-half v-min dualpipev auto; do
   out=$(mpi 4 "${base[@]}" --pp 4 --schedule $s --microbatches 8 --metrics "$w/p4-$s.jsonl" 2>&1)
   check "pp 4 $s: the losses of one process" 'same "$w/one8.jsonl" "$w/p4-$s.jsonl"'
 done
+for b in auto 3,5; do
+  out=$(mpi 2 "${base[@]}" --pp 2 --schedule zb-h1 --microbatches 4 --pp-balance $b --metrics "$w/bal-$b.jsonl" 2>&1)
+  check "pp 2 zb-h1 with --pp-balance $b: the same losses" 'same "$w/one4.jsonl" "$w/bal-$b.jsonl"'
+done
 check "the validation loss through the stages" '[ "$(vals "$w/one4.jsonl")" = "$(vals "$w/p2-zb-v.jsonl")" ]'
 check "metrics: the measured bubble and per-rank F/B/W times" \
   'grep -q "\"pp_bubble\":[0-9.]*,\"pp_sim_bubble\":[0-9.]*" "$w/p2-zb-h1.jsonl" && grep -q "\"f_ms\":[0-9.]*,\"b_ms\":[0-9.]*,\"w_ms\":[0-9.]*" "$w/p2-zb-h1.jsonl"'

@@ -12,9 +12,11 @@
 #include "core/status_internal.h"
 #include "train/pipeline_train.h"
 
-/* Tags of the transfers outside the executor's (which numbers (stage, microbatch, direction)
- * from 0): an evaluation batch's hand-overs, and the parameters and state of a save. */
-enum { TAG_EVAL = ZT_COMM_MAX_TAG - 64, TAG_SAVE = ZT_COMM_MAX_TAG / 2 };
+/* Tags of the transfers outside the executor's: an evaluation batch's hand-overs (by stage)
+ * and a save's parameters and state (by parameter). No step's transfer is in flight then, so
+ * they need only stay below ZT_COMM_MAX_TAG. */
+static int tag_eval(int stage) { return stage % ZT_COMM_MAX_TAG; }
+static int tag_save(int param, int k) { return (8 * param + k) % ZT_COMM_MAX_TAG; }
 
 bool zt__train_pp_wanted(const zt_train_config *c) { return c->parallel.pp > 1; }
 
@@ -327,7 +329,7 @@ zt_status zt__train_pp_loss(zt__train_pp *pp, zt_tensor *x, zt_tensor *y, double
     if (st > 0 && prev != pp->p) {
       zt_tensor_free(cur), cur = NULL;
       s = zt_tensor_empty_tagged(b.ndim, b.shape, b.dtype, ZT_CPU, ZT_MEM_TAG_ACTIVATION, &cur);
-      if (!s) s = zt_recv(pp->pp_comm, cur, prev, TAG_EVAL + st);
+      if (!s) s = zt_recv(pp->pp_comm, cur, prev, tag_eval(st));
       in = cur;
     }
     zt_tensor *o = NULL;
@@ -337,7 +339,7 @@ zt_status zt__train_pp_loss(zt__train_pp *pp, zt_tensor *x, zt_tensor *y, double
     if (st == pp->S - 1) {
       l = zt_tensor_get(cur, 0);
     } else if (zt_pipeline_stage_rank(pp->sched, st + 1) != pp->p) {
-      s = zt_send(pp->pp_comm, cur, zt_pipeline_stage_rank(pp->sched, st + 1), TAG_EVAL + st + 1);
+      s = zt_send(pp->pp_comm, cur, zt_pipeline_stage_rank(pp->sched, st + 1), tag_eval(st + 1));
     }
   }
   zt_tensor_free(cur);
@@ -408,21 +410,20 @@ static zt_status gather_to_writer(zt__train_pp *pp, zt_optim *o, zt_optim *full)
   ZT_TRY(zt_optim_state(o, &no, &on, &ot));
   if (full) ZT_TRY(zt_optim_state(full, &nf, &fn, &ft));
   if (full) ZT_TRY(copy_state(full, o)); /* the writer's own parameters' state */
-  int tag = TAG_SAVE;
-  for (int i = 0; i < n; i++, tag += 8) {
+  for (int i = 0; i < n; i++) {
     int h = holder(pp, ps[i].name);
     if (h == 0) continue;
-    if (pp->p == 0) ZT_TRY(zt_recv(pp->pp_comm, ps[i].tensor, h, tag));
-    else if (pp->p == h) ZT_TRY(zt_send(pp->pp_comm, ps[i].tensor, 0, tag));
+    if (pp->p == 0) ZT_TRY(zt_recv(pp->pp_comm, ps[i].tensor, h, tag_save(i, 0)));
+    else if (pp->p == h) ZT_TRY(zt_send(pp->pp_comm, ps[i].tensor, 0, tag_save(i, 0)));
     else continue;
     /* its state tensors, in the optimizer's order (the same on both sides) */
     int k = 1;
     if (pp->p == 0) {
       for (int j = 0; j < nf; j++)
-        if (!strcmp(state_param(fn[j]), ps[i].name)) ZT_TRY(zt_recv(pp->pp_comm, ft[j], h, tag + k++));
+        if (!strcmp(state_param(fn[j]), ps[i].name)) ZT_TRY(zt_recv(pp->pp_comm, ft[j], h, tag_save(i, k++)));
     } else {
       for (int j = 0; j < no; j++)
-        if (!strcmp(state_param(on[j]), ps[i].name)) ZT_TRY(zt_send(pp->pp_comm, ot[j], 0, tag + k++));
+        if (!strcmp(state_param(on[j]), ps[i].name)) ZT_TRY(zt_send(pp->pp_comm, ot[j], 0, tag_save(i, k++)));
     }
   }
   return ZT_OK;
