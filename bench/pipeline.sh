@@ -11,7 +11,9 @@
 # bench/results/pipeline-*.svg. Then the memory of pipeline x data parallel (rank 0's peak
 # bytes per tag with DDP and each ZeRO strategy across 2 replicas) to
 # bench/results/pipeline_dp_memory.md.
-# usage: bench/pipeline.sh [build dir (default build)] [--quick: a small shape, 3 schedules]
+# usage: bench/pipeline.sh [build dir (default build)] [--quick: a small shape, 3 schedules |
+#        --only "S1 S2": run these schedules again, their rows replaced in the results (for rows
+#        a neighbouring job disturbed: on a 2-core machine anything else running shows)]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -33,8 +35,14 @@ if [ "${2:-}" = "--quick" ]; then
   schedules=(1f1b zb-h1 zb-v)
   shape=(--layers 8 --dim 64 --heads 4 --batch 8 --seq 64 --steps 4)
 fi
+only=""
+if [ "${2:-}" = "--only" ]; then
+  only=${3:?"--only needs the schedules"}
+  read -r -a schedules <<<"$only"
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+[ -n "$only" ] && cp "$out" "$tmp/previous.jsonl"
 : >"$out"
 for s in "${schedules[@]}"; do
   mpirun -np $P --oversubscribe "$zt" train "${shape[@]}" --pp $P --schedule "$s" --microbatches $M --threads 1 \
@@ -68,6 +76,18 @@ print(json.dumps(row))
 EOF
   tail -n 1 "$out"
 done
+if [ -n "$only" ]; then # the new rows in place of the old ones, in the old order
+  python3 - "$tmp/previous.jsonl" "$out" >"$tmp/merged.jsonl" <<'EOF'
+import json, sys
+new = {json.loads(l)["schedule"]: l for l in open(sys.argv[2])}
+for l in open(sys.argv[1]):
+    name = json.loads(l)["schedule"]
+    sys.stdout.write(new.pop(name, l))
+for l in new.values():
+    sys.stdout.write(l)
+EOF
+  cp "$tmp/merged.jsonl" "$out"
+fi
 python3 - "$out" >"$md" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
@@ -82,6 +102,7 @@ for r in rows:
         r["schedule"], r["step_ms"], 100 * r["bubble"], 100 * r["sim_bubble"], 100 * r["sim_bubble_equal_costs"],
         r["efficiency"], fbw(rk[0]), fbw(rk[1]), act(rk[0]), act(rk[1])))
 EOF
+[ -n "$only" ] && { echo "bench/pipeline.sh: rows of $only replaced in $out and $md" >&2; exit 0; }
 # Pipeline x data parallel memory: 2 replicas of the 2-stage pipeline (4 ranks, oversubscribed
 # here, so only the bytes count), zb-v, the stages' replicas under DDP and under each ZeRO
 # strategy: rank 0's peak bytes per tag from the accounting, and its peak RSS.
