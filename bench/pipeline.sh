@@ -12,8 +12,9 @@
 # bytes per tag with DDP and each ZeRO strategy across 2 replicas) to
 # bench/results/pipeline_dp_memory.md.
 # usage: bench/pipeline.sh [build dir (default build)] [--quick: a small shape, 3 schedules |
-#        --only "S1 S2": run these schedules again, their rows replaced in the results (for rows
-#        a neighbouring job disturbed: on a 2-core machine anything else running shows)]
+#        --only "S1 S2 ...": run these schedules again, their rows replaced in the results (for
+#        rows a neighbouring job disturbed: on a 2-core machine anything else running shows);
+#        the name "memory" in the list runs the pipeline x data parallel part]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -38,7 +39,7 @@ fi
 only=""
 if [ "${2:-}" = "--only" ]; then
   only=${3:?"--only needs the schedules"}
-  read -r -a schedules <<<"$only"
+  read -r -a schedules <<<"${only//memory/}"
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -102,7 +103,8 @@ for r in rows:
         r["schedule"], r["step_ms"], 100 * r["bubble"], 100 * r["sim_bubble"], 100 * r["sim_bubble_equal_costs"],
         r["efficiency"], fbw(rk[0]), fbw(rk[1]), act(rk[0]), act(rk[1])))
 EOF
-[ -n "$only" ] && { echo "bench/pipeline.sh: rows of $only replaced in $out and $md" >&2; exit 0; }
+[ -n "$only" ] && echo "bench/pipeline.sh: rows of ${schedules[*]} replaced in $out and $md" >&2
+[ -n "$only" ] && [ "$only" = "${only//memory/}" ] && exit 0
 # Pipeline x data parallel memory: 2 replicas of the 2-stage pipeline (4 ranks, oversubscribed
 # here, so only the bytes count), zb-v, the stages' replicas under DDP and under each ZeRO
 # strategy: rank 0's peak bytes per tag from the accounting, and its peak RSS.
