@@ -49,6 +49,10 @@ for s in gpipe 1f1b interleaved zb-h1 zb-h2 zb-v v-half v-min dualpipev auto; do
   out=$(mpi 4 "${base[@]}" --pp 4 --schedule $s --microbatches 8 --metrics "$w/p4-$s.jsonl" 2>&1)
   check "pp 4 $s: the losses of one process" 'same "$w/one8.jsonl" "$w/p4-$s.jsonl"'
 done
+# a schedule file written by zt schedule runs as the generator's schedule does
+"$zt" schedule --schedule zb-v --stages 2 --microbatches 4 --out "$w/zbv.sched" >/dev/null 2>&1
+out=$(mpi 2 "${base[@]}" --pp 2 --schedule "$w/zbv.sched" --microbatches 4 --metrics "$w/p2-file.jsonl" 2>&1)
+check "pp 2 with a schedule file: the losses of one process" 'same "$w/one4.jsonl" "$w/p2-file.jsonl"'
 for b in auto 3,5; do
   out=$(mpi 2 "${base[@]}" --pp 2 --schedule zb-h1 --microbatches 4 --pp-balance $b --metrics "$w/bal-$b.jsonl" 2>&1)
   check "pp 2 zb-h1 with --pp-balance $b: the same losses" 'same "$w/one4.jsonl" "$w/bal-$b.jsonl"'
