@@ -4,8 +4,18 @@
  * against its deadline, with a back-off). The process's arrival board (board.c) is one shared-memory
  * window per node, made with the first group. When zerotrain called MPI_Init, freeing the
  * last group finalizes MPI, unless a wait timed out (then nothing collective is called
- * again). In a build without MPI the same symbols exist and say how to get MPI. */
+ * again). In a build without MPI the same symbols exist and say how to get MPI.
+ * Progress: OpenMPI moves a message only inside MPI calls (without CMA a large shared-memory
+ * message goes fragment by fragment, each needing the sender), so ZT_COMM_PROGRESS=1 starts a
+ * thread that calls into MPI every ZT_COMM_PROGRESS_US microseconds (default 200) while an
+ * operation is in flight. MPI is initialised at MPI_THREAD_SERIALIZED and every call of this
+ * file holds g_mu (the progress thread only tries it, so it never delays the caller); the
+ * thread is not started when MPI was started by someone else below that level. Off by default:
+ * on the 2-core machine it was measured on, its wake-ups cost the computing ranks as much as it
+ * saves (README, pipeline section). */
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +26,7 @@
 
 #if ZT_HAVE_MPI
 #include <mpi.h>
+#include <time.h>
 
 static zt_status mpi_error(int rc, const char *call, const char *file, int line) {
   char msg[MPI_MAX_ERROR_STRING];
@@ -58,6 +69,57 @@ static zt__board_entry **g_board_rows; /* per node rank */
 static uint64_t g_board_used;          /* slots taken by this process's live groups */
 
 bool zt__comm_mpi_available(void) { return true; }
+
+/* ---------------------------------------------------------------- the progress thread */
+#define PROGRESS_NS 200000
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* held by every MPI call of this file */
+static atomic_int g_pending;                            /* operations started and not yet complete */
+static atomic_bool g_stop;
+static bool g_progress_running;
+static pthread_t g_progress;
+
+/* Entry points hold g_mu for their MPI calls: LOCKED takes it, unlocked gives it back. */
+#define LOCKED(expr) (pthread_mutex_lock(&g_mu), (expr))
+static zt_status unlocked(zt_status s) {
+  pthread_mutex_unlock(&g_mu);
+  return s;
+}
+
+static long g_progress_ns = PROGRESS_NS;
+static void *progress_main(void *arg) {
+  (void)arg;
+  struct timespec nap = {0, g_progress_ns};
+  while (!atomic_load(&g_stop)) {
+    if (atomic_load(&g_pending) > 0 && pthread_mutex_trylock(&g_mu) == 0) {
+      int flag = 0;
+      /* nothing is ever sent on MPI_COMM_SELF: the probe finds nothing and runs MPI's progress engine */
+      MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
+      pthread_mutex_unlock(&g_mu);
+    }
+    nanosleep(&nap, NULL);
+  }
+  return NULL;
+}
+
+/* Start the thread if ZT_COMM_PROGRESS=1 and MPI allows it (g_mu held). Without it, messages
+ * move only inside the caller's MPI calls: nothing fails. */
+static void progress_start(void) {
+  const char *e = getenv("ZT_COMM_PROGRESS");
+  int level = MPI_THREAD_SINGLE;
+  if (!e || strcmp(e, "1") || MPI_Query_thread(&level) != MPI_SUCCESS || level < MPI_THREAD_SERIALIZED) return;
+  const char *us = getenv("ZT_COMM_PROGRESS_US");
+  if (us && atol(us) > 0 && atol(us) < 1000000) g_progress_ns = atol(us) * 1000;
+  atomic_store(&g_stop, false);
+  g_progress_running = pthread_create(&g_progress, NULL, progress_main, NULL) == 0;
+}
+
+/* Stop and join it (g_mu not held: it may be waiting for it). */
+static void progress_stop(void) {
+  if (!g_progress_running) return;
+  atomic_store(&g_stop, true);
+  pthread_join(g_progress, NULL);
+  g_progress_running = false;
+}
 
 static MPI_Datatype mpi_type(zt_dtype dt) {
   switch (dt) {
@@ -178,7 +240,7 @@ static zt_status new_ctx(MPI_Comm comm, int slot, void **out, int *rank, int *si
   return ZT_OK;
 }
 
-zt_status zt__comm_mpi_world(int *argc, char ***argv, void **ctx, int *rank, int *size) {
+static zt_status mpi_world_(int *argc, char ***argv, void **ctx, int *rank, int *size) {
   int inited = 0, finalized = 0;
   ZT_MPI_TRY(MPI_Finalized(&finalized));
   if (finalized)
@@ -187,9 +249,11 @@ zt_status zt__comm_mpi_world(int *argc, char ***argv, void **ctx, int *rank, int
                   "for the whole run");
   ZT_MPI_TRY(MPI_Initialized(&inited));
   if (!inited) {
-    ZT_MPI_TRY(MPI_Init(argc, argv));
+    int provided = 0;
+    ZT_MPI_TRY(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided));
     g_we_initialized = true;
   }
+  if (!g_progress_running) progress_start();
   MPI_Comm dup;
   ZT_MPI_TRY(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   ZT_MPI_TRY(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
@@ -205,6 +269,11 @@ zt_status zt__comm_mpi_world(int *argc, char ***argv, void **ctx, int *rank, int
   for (int i = 0; i < ZT__BOARD_SLOTS && slot < 0; i++)
     if (!(used >> i & 1)) slot = i;
   return new_ctx(dup, slot, ctx, rank, size);
+}
+
+zt_status zt__comm_mpi_world(int *argc, char ***argv, void **ctx, int *rank, int *size) {
+  pthread_mutex_lock(&g_mu);
+  return unlocked(mpi_world_(argc, argv, ctx, rank, size));
 }
 
 static zt_status req_new(mpi_req **out) {
@@ -225,10 +294,11 @@ static zt_status req_started(int rc, const char *call, mpi_req *q, void **req, i
     return mpi_error(rc, call, __FILE__, line);
   }
   *req = q;
+  atomic_fetch_add(&g_pending, 1);
   return ZT_OK;
 }
 
-static zt_status mpi_all_reduce(void *ctx, void *buf, int64_t count, zt_dtype dt, void **req) {
+static zt_status mpi_all_reduce_(void *ctx, void *buf, int64_t count, zt_dtype dt, void **req) {
   mpi_ctx *x = ctx;
   mpi_req *q = NULL;
   ZT_TRY(check_count(count));
@@ -237,7 +307,7 @@ static zt_status mpi_all_reduce(void *ctx, void *buf, int64_t count, zt_dtype dt
   return req_started(rc, "MPI_Iallreduce", q, req, __LINE__);
 }
 
-static zt_status mpi_all_gather(void *ctx, const void *in, void *out, int64_t count, zt_dtype dt, void **req) {
+static zt_status mpi_all_gather_(void *ctx, const void *in, void *out, int64_t count, zt_dtype dt, void **req) {
   mpi_ctx *x = ctx;
   mpi_req *q = NULL;
   ZT_TRY(check_count(count));
@@ -247,7 +317,7 @@ static zt_status mpi_all_gather(void *ctx, const void *in, void *out, int64_t co
   return req_started(rc, "MPI_Iallgather", q, req, __LINE__);
 }
 
-static zt_status mpi_reduce_scatter(void *ctx, const void *in, void *out, int64_t count, zt_dtype dt, void **req) {
+static zt_status mpi_reduce_scatter_(void *ctx, const void *in, void *out, int64_t count, zt_dtype dt, void **req) {
   mpi_ctx *x = ctx;
   mpi_req *q = NULL;
   ZT_TRY(check_count(count));
@@ -256,7 +326,7 @@ static zt_status mpi_reduce_scatter(void *ctx, const void *in, void *out, int64_
   return req_started(rc, "MPI_Ireduce_scatter_block", q, req, __LINE__);
 }
 
-static zt_status mpi_broadcast(void *ctx, void *buf, int64_t count, zt_dtype dt, int root, void **req) {
+static zt_status mpi_broadcast_(void *ctx, void *buf, int64_t count, zt_dtype dt, int root, void **req) {
   mpi_ctx *x = ctx;
   mpi_req *q = NULL;
   ZT_TRY(check_count(count));
@@ -265,7 +335,7 @@ static zt_status mpi_broadcast(void *ctx, void *buf, int64_t count, zt_dtype dt,
   return req_started(rc, "MPI_Ibcast", q, req, __LINE__);
 }
 
-static zt_status mpi_send(void *ctx, const void *buf, int64_t count, zt_dtype dt, int dst, int tag, void **req) {
+static zt_status mpi_send_(void *ctx, const void *buf, int64_t count, zt_dtype dt, int dst, int tag, void **req) {
   mpi_ctx *x = ctx;
   mpi_req *q = NULL;
   ZT_TRY(check_count(count));
@@ -274,7 +344,7 @@ static zt_status mpi_send(void *ctx, const void *buf, int64_t count, zt_dtype dt
   return req_started(rc, "MPI_Isend", q, req, __LINE__);
 }
 
-static zt_status mpi_recv(void *ctx, void *buf, int64_t count, zt_dtype dt, int src, int tag, void **req) {
+static zt_status mpi_recv_(void *ctx, void *buf, int64_t count, zt_dtype dt, int src, int tag, void **req) {
   mpi_ctx *x = ctx;
   mpi_req *q = NULL;
   ZT_TRY(check_count(count));
@@ -286,7 +356,7 @@ static zt_status mpi_recv(void *ctx, void *buf, int64_t count, zt_dtype dt, int 
   return req_started(rc, "MPI_Irecv", q, req, __LINE__);
 }
 
-static zt_status mpi_barrier(void *ctx, void **req) {
+static zt_status mpi_barrier_(void *ctx, void **req) {
   mpi_ctx *x = ctx;
   mpi_req *q = NULL;
   ZT_TRY(req_new(&q));
@@ -294,7 +364,7 @@ static zt_status mpi_barrier(void *ctx, void **req) {
   return req_started(rc, "MPI_Ibarrier", q, req, __LINE__);
 }
 
-static zt_status mpi_test(void *ctx, void *req, bool *done) {
+static zt_status mpi_test_(void *ctx, void *req, bool *done) {
   (void)ctx;
   mpi_req *q = req;
   MPI_Status st;
@@ -302,6 +372,7 @@ static zt_status mpi_test(void *ctx, void *req, bool *done) {
   int rc = MPI_Test(&q->r, &flag, &st);
   if (rc == MPI_SUCCESS && !flag) return ZT_OK;
   *done = true;
+  atomic_fetch_sub(&g_pending, 1);
   int want = q->recv_count, peer = q->peer;
   MPI_Datatype dt = q->dt;
   free(q);
@@ -321,14 +392,14 @@ static void mpi_abandon(void *ctx, void *req) {
   g_poisoned = true;
 }
 
-static zt_status mpi_split(void *ctx, int color, int key, int board_slot, void **out_ctx, int *rank, int *size) {
+static zt_status mpi_split_(void *ctx, int color, int key, int board_slot, void **out_ctx, int *rank, int *size) {
   mpi_ctx *x = ctx;
   MPI_Comm sub;
   ZT_MPI_TRY(MPI_Comm_split(x->comm, color, key, &sub));
   return new_ctx(sub, board_slot, out_ctx, rank, size);
 }
 
-static void mpi_free(void *ctx) {
+static void mpi_free_(void *ctx) {
   mpi_ctx *x = ctx;
   if (!x) return;
   int finalized = 0;
@@ -340,6 +411,9 @@ static void mpi_free(void *ctx) {
   free(x);
   if (--g_live_groups == 0 && g_we_initialized && !finalized && !g_poisoned) {
     board_free();
+    pthread_mutex_unlock(&g_mu); /* the thread may be waiting for it */
+    progress_stop();
+    pthread_mutex_lock(&g_mu);
     MPI_Finalize();
     g_we_initialized = false;
   }
@@ -359,6 +433,36 @@ static zt__board_entry *mpi_board_entry(void *ctx, int rank) {
 static uint64_t mpi_board_free_slots(void *ctx) {
   (void)ctx;
   return g_board_state == 1 ? ~g_board_used : 0;
+}
+
+/* The backend's entry points: each holds g_mu for its MPI calls (MPI_THREAD_SERIALIZED). */
+static zt_status mpi_all_reduce(void *ctx, void *buf, int64_t count, zt_dtype dt, void **req) {
+  return unlocked(LOCKED(mpi_all_reduce_(ctx, buf, count, dt, req)));
+}
+static zt_status mpi_all_gather(void *ctx, const void *in, void *out, int64_t count, zt_dtype dt, void **req) {
+  return unlocked(LOCKED(mpi_all_gather_(ctx, in, out, count, dt, req)));
+}
+static zt_status mpi_reduce_scatter(void *ctx, const void *in, void *out, int64_t count, zt_dtype dt, void **req) {
+  return unlocked(LOCKED(mpi_reduce_scatter_(ctx, in, out, count, dt, req)));
+}
+static zt_status mpi_broadcast(void *ctx, void *buf, int64_t count, zt_dtype dt, int root, void **req) {
+  return unlocked(LOCKED(mpi_broadcast_(ctx, buf, count, dt, root, req)));
+}
+static zt_status mpi_send(void *ctx, const void *buf, int64_t count, zt_dtype dt, int dst, int tag, void **req) {
+  return unlocked(LOCKED(mpi_send_(ctx, buf, count, dt, dst, tag, req)));
+}
+static zt_status mpi_recv(void *ctx, void *buf, int64_t count, zt_dtype dt, int src, int tag, void **req) {
+  return unlocked(LOCKED(mpi_recv_(ctx, buf, count, dt, src, tag, req)));
+}
+static zt_status mpi_barrier(void *ctx, void **req) { return unlocked(LOCKED(mpi_barrier_(ctx, req))); }
+static zt_status mpi_test(void *ctx, void *req, bool *done) { return unlocked(LOCKED(mpi_test_(ctx, req, done))); }
+static zt_status mpi_split(void *ctx, int color, int key, int board_slot, void **out_ctx, int *rank, int *size) {
+  return unlocked(LOCKED(mpi_split_(ctx, color, key, board_slot, out_ctx, rank, size)));
+}
+static void mpi_free(void *ctx) {
+  pthread_mutex_lock(&g_mu);
+  mpi_free_(ctx);
+  pthread_mutex_unlock(&g_mu);
 }
 
 const zt__comm_backend zt__comm_mpi_backend = {
