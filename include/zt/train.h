@@ -6,6 +6,7 @@
 
 #include "zt/fsdp.h"
 #include "zt/offload.h"
+#include "zt/offload_model.h"
 #include "zt/optim.h"
 #include "zt/pipeline.h"
 #include "zt/strategy.h"
@@ -256,6 +257,13 @@ typedef struct zt_pipeline_step_options {
 ZT_API ZT_NODISCARD zt_status zt_pipeline_train_step(const zt_pipeline_stages *st, zt_optim *opt, int n_params,
                                                      const zt_param *params, zt_tensor *const *inputs,
                                                      const zt_pipeline_step_options *o, zt_train_step_result *out);
+
+/* ------------------------------------------------ OffloadModel (src/train/offload_train.c) */
+/* GPT-2 as OffloadModel's units (zt/offload_model.h), borrowed: unit 0 the embeddings (wte,
+ * wpe), units 1..L the blocks, unit L + 1 ln_f and the fused lm-head loss (wte again: the tied
+ * embedding is in RAM while the first or the last slice is); spans run as
+ * zt_gpt2_forward_stage (through the block sequence's wrappers); params: zt_gpt2_params. */
+ZT_API ZT_NODISCARD zt_status zt_gpt2_offload_units(zt_gpt2 *m, zt_offload_units *out);
 
 /* The options of a training run, one struct per concern. */
 typedef struct zt_train_model_options {
