@@ -193,6 +193,21 @@ static void print_summary(const zt_train_config *c, const zt_train_result *r, zt
   printf("activations: blocks %s (n none, s selective, f full); peak %s measured, %s predicted\n", r->recompute_plan,
          zt_cli_bytes((double)r->act_peak, b1), zt_cli_bytes((double)r->act_peak_predicted, b2));
   if (r->offload_peak_bytes) printf("activation offload: peak %s in the tier\n", zt_cli_bytes((double)r->offload_peak_bytes, b1));
+  if (r->model_slices)
+    printf("model offload: %d slices, %d in RAM at once; %lld slice loads (%lld prefetched); peak %s in its store "
+           "(RAM peaks per tag and the store's device below)\n",
+           r->model_slices, r->model_resident, (long long)r->model_slice_loads, (long long)r->model_slice_prefetched,
+           zt_cli_bytes((double)r->model_store_peak_bytes, b1));
+  if (r->model_slices) {
+    char dev[16];
+    zt_device_str(r->model_store_device, dev);
+    printf("model offload, peaks while training:");
+    for (int t = 0; t < ZT_MEM_TAG_COUNT; t++)
+      if (r->model_ram.peak[t] || r->model_store.peak[t])
+        printf(" %s RAM %s %s %s;", zt_mem_tag_name((zt_mem_tag)t), zt_cli_bytes((double)r->model_ram.peak[t], b1), dev,
+               zt_cli_bytes((double)r->model_store.peak[t], b2));
+    printf("\n");
+  }
   char mem[8192];
   zt_mem_report(mem, sizeof mem);
   printf("memory by tag (bytes):\n%s", mem);
