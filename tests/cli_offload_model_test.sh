@@ -4,7 +4,8 @@
 # microbatches for the lossless tiers (disk, host) at several slice and resident counts, with
 # recompute inside the slices; bf16 within 1e-3 relative; a checkpoint saved under offload
 # resumed under offload (and one saved plainly resumed under offload) continues the
-# uninterrupted run; the summary says where the bytes lived; the errors, each with its message.
+# uninterrupted run; with DDP on 2 ranks (mpirun), DDP's losses; the summary says where the bytes
+# lived; the errors, each with its message.
 # Usage: cli_offload_model_test.sh path/to/zt
 set -u
 zt=$1
@@ -69,6 +70,19 @@ out=$("$zt" "${base[@]}" "${off[@]}" --resume "$w/ck2" --metrics "$w/part3.jsonl
 check "a plain checkpoint resumed under offload: step 3's loss" \
   '[ "$(losses "$w/part3.jsonl" | tail -1)" = "$(losses "$w/plain2.jsonl" | tail -1)" ]'
 
+# with DDP across 2 ranks (mpirun): DDP's losses, each rank its rows, the grads averaged slice by slice
+if command -v mpirun >/dev/null 2>&1; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  export OMPI_MCA_btl_vader_single_copy_mechanism=none
+  mpi() { local np=$1; shift; timeout 300 mpirun -np "$np" --oversubscribe "$zt" "$@"; }
+  out=$(mpi 2 "${base[@]}" --microbatches 2 --metrics "$w/ddp.jsonl" 2>&1)
+  out=$(mpi 2 "${base[@]}" --microbatches 2 "${off[@]:0:6}" --metrics "$w/om-ddp.jsonl" 2>&1)
+  check "offload x DDP on 2 ranks: DDP's losses and grad norms" 'same_steps "$w/ddp.jsonl" "$w/om-ddp.jsonl"'
+  check "offload x DDP: the metrics say so" 'grep -q "\"shard\":\"offload+ddp\"" "$w/om-ddp.jsonl"'
+else
+  echo "SKIP offload x DDP: no mpirun"
+fi
+
 # errors
 out=$("$zt" "${base[@]}" --offload-model tape 2>&1)
 check "an unknown tier" 'echo "$out" | grep -q "offload-model.*none, bf16, disk or host"'
@@ -76,4 +90,6 @@ out=$("$zt" "${base[@]}" --offload-model disk --offload-slices 6 2>&1)
 check "more slices than units" 'echo "$out" | grep -q "has 5 units to slice" && echo "$out" | grep -q "offload-slices"'
 out=$("$zt" "${base[@]}" --offload-model disk --offload-dir "$w/none/such" 2>&1)
 check "an unwritable offload dir" 'echo "$out" | grep -q "$w/none/such"'
+out=$("$zt" "${base[@]}" --offload-model disk --shard full 2>&1)
+check "with FSDP: refused" 'echo "$out" | grep -q "does not run with.*shard"'
 check_summary cli_offload_model

@@ -13,6 +13,7 @@
 #ifndef ZT_OFFLOAD_MODEL_H
 #define ZT_OFFLOAD_MODEL_H
 
+#include "zt/comm.h"
 #include "zt/optim.h"
 #include "zt/store.h"
 
@@ -43,6 +44,11 @@ typedef struct zt_offload_model_options {
                            * computes (default on) */
   bool offload_activations; /* boundary activations and their grads go to the store between uses (default on;
                              * off: they stay in RAM) */
+  zt_comm *comm;          /* optional (borrowed): data-parallel replicas, each running the same slices on its
+                           * own rows (DDP): once a slice's backward has made the grads of the parameters it is
+                           * the first to use final, they are averaged over comm (an all-reduce per parameter,
+                           * before the slice leaves RAM), so the norm and the update are the same on every
+                           * rank. Every rank must have grads for the same parameters (GPT-2: all). */
 } zt_offload_model_options;
 ZT_API zt_offload_model_options zt_offload_model_options_default(void);
 

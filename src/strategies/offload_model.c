@@ -531,10 +531,17 @@ static zt_status run_backward(zt_offload_model *om, pass *p, zt_tensor *g, bool 
         e = act_park(om, gin[k]);
       }
     }
-    /* the grads of the parameters this slice is the first to use are final: their part of the norm */
+    /* the grads of the parameters this slice is the first to use are final: averaged over the
+     * replicas (DDP), then their part of the norm */
     for (int j = om->owned_off[s]; j < om->owned_off[s + 1] && !e; j++) {
       int i = om->owned[j];
-      if (!om->u.params[i].tensor->grad) continue;
+      zt_tensor *gr = om->u.params[i].tensor->grad;
+      if (!gr) continue;
+      if (om->o.comm && zt_comm_size(om->o.comm) > 1) {
+        e = zt_all_reduce(om->o.comm, gr, ZT_REDUCE_AVG);
+        if (e) break;
+        zt_tensor_bump_version(gr);
+      }
       e = zt_grad_sum_squares(1, &om->u.params[i], &om->ss[i]);
       om->ss_set[i] = !e;
     }

@@ -462,6 +462,8 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   if (r.pp.P) {
     // the stages' parameters (or their shards) only: the optimizer's; the rest of the model's storage goes
     if ((s = zt__train_pp_link(&r.pp, c, &r.dp.params, &r.dp.n_params))) goto done;
+  } else if (zt__train_om_wanted(c)) {
+    r.dp.n_params = zt_gpt2_params(r.model, &r.dp.params); // OffloadModel averages the grads itself (DDP)
   } else if ((s = zt__train_dp_wrap(&r.dp, c, r.model))) {
     goto done;
   }
@@ -497,7 +499,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   }
   // OffloadModel: from here on the parameters live in its store, a few slices in RAM at a time
   if (zt__train_om_wanted(c) &&
-      (s = zt__train_om_open(&r.om, c, r.model, r.dp.world, c->data.batch / r.dp.data_world)))
+      (s = zt__train_om_open(&r.om, c, r.model, r.dp.comm, c->data.batch / r.dp.data_world)))
     goto done;
   int64_t start = r.start;
   int64_t warmup = c->optim.warmup >= 0 ? c->optim.warmup : (c->steps / 10 < 100 ? c->steps / 10 : 100);
@@ -526,7 +528,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     so.phase_user_data = c->phase_user_data;
     zt_train_step_result sr;
     s = r.pp.P   ? zt__train_pp_step(&r.pp, r.opt, next_batch, &r, &so, &sr)
-        : r.om.om ? zt__train_om_step(&r.om, r.opt, next_batch, &r, &so, &sr)
+        : r.om.om ? zt__train_om_step(&r.om, &dps, r.opt, next_batch, &r, &so, &sr)
                   : zt_train_step(&model, &dps, r.opt, next_batch, &r, &so, &sr);
     double lv = sr.loss, gnorm = sr.grad_norm, scale = sr.loss_scale;
     bool skipped = sr.skipped;
@@ -595,6 +597,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     if (!s)
       s = zt__run_log_step(r.log, &info,
                            r.pp.P ? (r.pp.D > 1 ? "pipeline+ddp" : "pipeline")
+                           : r.om.om ? (r.dp.world > 1 ? "offload+ddp" : "offload")
                            : !r.dp.ddp && !r.dp.fsdp ? "single"
                            : r.dp.ddp ? "ddp"
                                       : zt_shard_strategy_name(c->parallel.shard),

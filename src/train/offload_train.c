@@ -46,10 +46,9 @@ zt_status zt_gpt2_offload_units(zt_gpt2 *m, zt_offload_units *out) {
 /* ------------------------------------------------ the training loop's part */
 bool zt__train_om_wanted(const zt_train_config *c) { return c->memory.offload_model != 0; }
 
-zt_status zt__train_om_open(zt__train_om *om, const zt_train_config *c, zt_gpt2 *m, int world, int64_t rows) {
+zt_status zt__train_om_open(zt__train_om *om, const zt_train_config *c, zt_gpt2 *m, zt_comm *comm, int64_t rows) {
   *om = (zt__train_om){0};
-  const char *no = world > 1 ? "more than one process (data parallel with it is not implemented yet)"
-                   : c->parallel.pp > 1 ? "zt_train_config.parallel.pp (a pipeline)"
+  const char *no = c->parallel.pp > 1 ? "zt_train_config.parallel.pp (a pipeline)"
                    : c->parallel.shard != ZT_SHARD_NONE ? "zt_train_config.parallel.shard (FSDP)"
                    : c->parallel.mixed_precision != ZT_DTYPE_F32 ? "zt_train_config.parallel.mixed_precision"
                                                                  : NULL;
@@ -74,6 +73,7 @@ zt_status zt__train_om_open(zt__train_om *om, const zt_train_config *c, zt_gpt2 
   o.slices = c->memory.offload_slices;
   o.resident = c->memory.offload_resident;
   o.microbatches = (int)c->data.microbatches;
+  o.comm = comm && zt_comm_size(comm) > 1 ? comm : NULL;
   om->M = c->data.microbatches;
   if (!s) s = zt_offload_model_new(&u, om->store, &o, &om->om);
   int64_t shape[2] = {rows, c->data.seq};
@@ -100,8 +100,8 @@ static zt_status put_rows(zt__train_om *om, int64_t k, zt_tensor *x, zt_tensor *
   return s;
 }
 
-zt_status zt__train_om_step(zt__train_om *om, zt_optim *o, zt_batch_fn next, void *user_data,
-                            const zt_train_step_options *so, zt_train_step_result *out) {
+zt_status zt__train_om_step(zt__train_om *om, const zt_dp_strategy *dp, zt_optim *o, zt_batch_fn next,
+                            void *user_data, const zt_train_step_options *so, zt_train_step_result *out) {
   zt_train_step_result r = {0};
   r.grad_norm = NAN;
   *out = r;
@@ -117,8 +117,8 @@ zt_status zt__train_om_step(zt__train_om *om, zt_optim *o, zt_batch_fn next, voi
   zt_tensor *loss = NULL;
   ZT_TRY(zt_offload_model_forward(om->om, om->x, om->y, &loss));
   r.loss = so->poison_loss ? NAN : zt_offload_model_last_loss(om->om);
-  zt_status s = ZT_OK;
-  if (!isfinite(r.loss)) {
+  zt_status s = dp && dp->mean ? dp->mean(dp->ctx, &r.loss) : ZT_OK; /* the replicas' mean: every rank decides on it */
+  if (!s && !isfinite(r.loss)) {
     r.bad_loss = true;
     s = ZT_ERR(ZT_STATUS_STATE, "loss is %g at step %lld: the step stopped before its update", r.loss,
                (long long)so->step);
