@@ -102,6 +102,7 @@ static int bench_step(int argc, char **argv) {
     zt_offload_units u;
     zt_offload_model_options oo = zt_offload_model_options_default();
     oo.slices = c.memory.offload_slices, oo.resident = c.memory.offload_resident, oo.microbatches = (int)M;
+    oo.mode = (zt_offload_model_mode)c.memory.offload_mode;
     zt_tensor **xs_m = calloc((size_t)M, sizeof *xs_m), **ys_m = calloc((size_t)M, sizeof *ys_m);
     for (int64_t k = 0; xs_m && ys_m && k < M; k++) xs_m[k] = x, ys_m[k] = y;
     if (!e && !(xs_m && ys_m)) e = zt_set_error(ZT_STATUS_OOM, "out of host memory");
@@ -159,10 +160,10 @@ static int bench_step(int argc, char **argv) {
          (long long)(warm > 0 ? ms.peak_state - ms.current[ZT_MEM_TAG_OPTIM] : ms.peak[ZT_MEM_TAG_PARAM] + ms.peak[ZT_MEM_TAG_GRAD]));
   printf(",\"offload_model\":\"%s\"", tiers[c.memory.offload_model & 3]);
   if (om)
-    printf(",\"offload_slices\":%d,\"offload_resident\":%d,\"slice_param_bytes_max\":%lld,\"slice_loads\":%lld,"
+    printf(",\"offload_mode\":\"%s\",\"offload_slices\":%d,\"offload_resident\":%d,\"slice_param_bytes_max\":%lld,\"slice_loads\":%lld,"
            "\"slice_prefetched\":%lld,\"store_peak_bytes\":%lld,\"store_device_peak\":{\"PARAM\":%lld,\"GRAD\":%lld,"
            "\"ACTIVATION\":%lld,\"TEMP\":%lld}",
-           os.slices, os.resident, (long long)os.slice_param_bytes_max, (long long)os.loads, (long long)os.prefetched,
+           c.memory.offload_mode ? "keep-graph" : "recompute", os.slices, os.resident, (long long)os.slice_param_bytes_max, (long long)os.loads, (long long)os.prefetched,
            (long long)ss.peak_bytes_held, (long long)sd.peak[ZT_MEM_TAG_PARAM], (long long)sd.peak[ZT_MEM_TAG_GRAD],
            (long long)sd.peak[ZT_MEM_TAG_ACTIVATION], (long long)sd.peak[ZT_MEM_TAG_TEMP]);
   printf("}\n");

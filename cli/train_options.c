@@ -82,6 +82,9 @@ static const train_option k_options[] = {
      "OffloadModel: slices, balanced by parameter bytes (at most layers + 2)"},
     {NULL, "offload-resident", "K", CFG(memory.offload_resident), TRAIN_OPT_INT, 0, 0, NULL,
      "OffloadModel: slices in RAM at once (the one computing, the next prefetched)"},
+    {NULL, "offload-mode", "MODE", CFG(memory.offload_mode), TRAIN_OPT_TEXT, 0, 0, "recompute",
+     "OffloadModel: recompute (forward without a graph, each slice recomputed\n"
+     "in backward) | keep-graph (the graph kept, slices reloaded in backward)"},
     {"data parallel (run under mpirun -np N; --batch is the global batch, B/N rows per rank):", "shard", "MODE",
      CFG(parallel.shard), TRAIN_OPT_TEXT, 0, 0, "none",
      "none: DDP (replicated, bucketed gradient all-reduce) |\n"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # zt train --offload-model: the losses and validation losses of three AdamW steps with clipping
 # and dropout, from --metrics, equal (as printed, all 9 digits) to plain training with the same
-# microbatches for the lossless tiers (disk, host) at several slice and resident counts, with
-# recompute inside the slices; bf16 within 1e-3 relative; a checkpoint saved under offload
+# microbatches for the lossless tiers (disk, host) at several slice and resident counts, in both
+# modes, with recompute inside the slices; bf16 within 1e-3 relative; a checkpoint saved under offload
 # resumed under offload (and one saved plainly resumed under offload) continues the
 # uninterrupted run; with DDP on 2 ranks (mpirun), DDP's losses; the summary says where the bytes
 # lived; the errors, each with its message.
@@ -35,6 +35,11 @@ PY
 for M in 1 2; do
   out=$("$zt" "${base[@]}" --microbatches $M --metrics "$w/plain$M.jsonl" 2>&1)
   check "plain, $M microbatches" '[ $(losses "$w/plain$M.jsonl" | wc -l) -eq 3 ]'
+done
+for M in 1 2; do
+  out=$("$zt" "${base[@]}" --offload-model disk --offload-mode keep-graph --offload-slices 3 --offload-resident 1 \
+    --microbatches $M --metrics "$w/kg$M.jsonl" 2>&1)
+  check "keep-graph mode, $M microbatches: plain's losses, grad norms and val loss" 'same "$w/plain$M.jsonl" "$w/kg$M.jsonl"'
 done
 for cfg in "disk 2 1 2" "disk 5 2 2" "host 3 2 1" "disk 1 1 1" "host 5 1 2"; do
   read -r tier n k m <<<"$cfg"
@@ -90,6 +95,8 @@ out=$("$zt" "${base[@]}" --offload-model disk --offload-slices 6 2>&1)
 check "more slices than units" 'echo "$out" | grep -q "has 5 units to slice" && echo "$out" | grep -q "offload-slices"'
 out=$("$zt" "${base[@]}" --offload-model disk --offload-dir "$w/none/such" 2>&1)
 check "an unwritable offload dir" 'echo "$out" | grep -q "$w/none/such"'
+out=$("$zt" "${base[@]}" --offload-model disk --offload-mode replay 2>&1)
+check "an unknown mode" 'echo "$out" | grep -q "recompute or keep-graph"'
 out=$("$zt" "${base[@]}" --offload-model disk --shard full 2>&1)
 check "with FSDP: refused" 'echo "$out" | grep -q "does not run with.*shard"'
 check_summary cli_offload_model

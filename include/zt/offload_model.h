@@ -35,7 +35,20 @@ typedef struct zt_offload_units {
   void *ctx;
 } zt_offload_units;
 
+/* How backward gets each slice's activations.
+ * RECOMPUTE (fairscale's OffloadFunction, the default): forward keeps no graph, only the
+ *   boundary activations (in the store); backward recomputes each slice chunk by chunk. The
+ *   activations in RAM are one slice's for one chunk.
+ * KEEP_GRAPH (fairscale's ShardSyncLayer path): each chunk's forward runs with grad, slice
+ *   after slice, keeping the whole graph (plain training's activations in RAM); a sync node at
+ *   each slice's input brings the slice before it back into RAM when this slice's backward is
+ *   done, so backward reloads the slices in reverse while each chunk's backward runs as one
+ *   zt_backward. No recomputation; bitwise plain training too (the chunks' forwards and
+ *   backwards take turns as zt_train_step's microbatches do). */
+typedef enum zt_offload_model_mode { ZT_OFFLOAD_MODEL_RECOMPUTE = 0, ZT_OFFLOAD_MODEL_KEEP_GRAPH } zt_offload_model_mode;
+
 typedef struct zt_offload_model_options {
+  zt_offload_model_mode mode; /* default RECOMPUTE */
   int slices;             /* N in [1, n_units]: contiguous units balanced by parameter bytes (default 2) */
   const int *slice_units; /* optional (by hand): N counts of units, each >= 1, summing to n_units */
   int resident;           /* K >= 1: slices whose parameters may be in RAM at once (default 2; more than N: N) */
@@ -67,7 +80,9 @@ ZT_API void zt_offload_model_free(zt_offload_model *om);
 
 /* Forward of the whole model on inputs (B, ...) and targets (B, ...) (may be NULL), B a
  * multiple of the microbatch count: the mean over the chunks of each chunk's loss (0-d f32,
- * new). With grad mode on the loss is recorded for backward (a custom function): zt_backward
+ * new). KEEP_GRAPH: one chunk (M must be 1; zt_offload_model_train_step runs M), the loss
+ * recorded by the model's own ops with sync nodes at the slice boundaries (zt_grad refused as
+ * below; the RNG drawn as plain training's forward draws it). Otherwise (RECOMPUTE): With grad mode on the loss is recorded for backward (a custom function): zt_backward
  * of it runs the slice-by-slice backward, accumulating into every parameter's .grad (evicted
  * with its slice) and, when inputs is a float tensor that requires grad, into inputs' grad.
  * zt_grad through it is refused (its backward accumulates into .grad, like fairscale's

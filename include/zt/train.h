@@ -298,6 +298,7 @@ typedef struct zt_train_memory_options {
   int offload_model;
   int offload_slices;       /* N (default 2; at most layers + 2) */
   int offload_resident;     /* K slices in RAM at once (default 2) */
+  int offload_mode;         /* a zt_offload_model_mode: RECOMPUTE (default) or KEEP_GRAPH */
 } zt_train_memory_options;
 /* Data parallel over the ranks of mpirun (one rank: plain training unless a shard strategy is
  * asked for). */

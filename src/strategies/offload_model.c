@@ -14,52 +14,7 @@
 #include "core/backend.h"
 #include "core/status_internal.h"
 #include "zt/autograd.h"
-#include "zt/offload_model.h"
-
-typedef enum slice_state { SLICE_OUT = 0, SLICE_LOADING, SLICE_IN } slice_state;
-
-/* What one forward keeps for its backward. act[s * M + k]: the input of slice s >= 1 for chunk
- * k (evicted between uses); rng[s * M + k]: the RNG state slice s ran chunk k from. */
-typedef struct pass {
-  int64_t id;
-  int M;
-  zt_tensor **in, **tgt; /* [M]: chunk views of the caller's inputs and targets */
-  zt_tensor **act;       /* [S * M] (slice 0's entries NULL) */
-  zt_rng_state *rng;     /* [S * M] */
-  double *loss;          /* [M] */
-  zt_tensor **part;      /* [n_shared * M]: a shared parameter's contributions of later slices, per chunk */
-  bool spent;            /* its backward ran (or failed) */
-} pass;
-
-struct zt_offload_model {
-  zt_offload_units u;
-  zt_store *store;
-  zt_offload_model_options o;
-  int S, K;
-  int *first, *count;      /* [S]: units of each slice */
-  int *sp, *sp_off;        /* parameters of slice s: sp[sp_off[s] .. sp_off[s + 1]) (ascending) */
-  int *owned, *owned_off;  /* parameters whose first slice is s (the optimizer steps them there) */
-  zt_param *owned_params;  /* the same as zt_param entries, for zt_grads_scale */
-  int *p_first;            /* [n_params]: the first slice using the parameter */
-  int *p_nslices;          /* [n_params]: how many slices use it */
-  int *p_res;              /* [n_params]: loading or loaded slices using it */
-  int *shared;             /* parameters used by several slices */
-  int n_shared;
-  int *shared_idx;         /* [n_params]: index into shared, or -1 */
-  slice_state *state;
-  int64_t *last_use, clock;
-  zt_tensor *probe;        /* requires grad: needed by zt_backward, not by zt_grad */
-  bool calibrated;         /* rng_blocks hold each slice's draws for chunks of cal_shape */
-  int cal_ndim;
-  int64_t cal_shape[ZT_MAX_DIMS];
-  uint64_t *rng_blocks;    /* [S] */
-  pass *pass;
-  int64_t next_pass_id;
-  double *ss;              /* [n_params]: sum of squares of the final grad of this step */
-  bool *ss_set;
-  double last_loss;
-  zt_offload_model_stats st;
-};
+#include "offload_model_internal.h"
 
 zt_offload_model_options zt_offload_model_options_default(void) {
   zt_offload_model_options o = {0};
@@ -156,8 +111,7 @@ static zt_status make_room(zt_offload_model *om, int keep_a, int keep_b, bool *o
   return ZT_OK;
 }
 
-/* Slice s in RAM (waited for); then, with prefetch, slice next (-1: none) on its way. */
-static zt_status slice_ensure(zt_offload_model *om, int s, int next) {
+zt_status zt__om_slice_ensure(zt_offload_model *om, int s, int next) {
   if (om->state[s] == SLICE_OUT) {
     bool ok;
     ZT_TRY(make_room(om, s, -1, &ok));
@@ -277,7 +231,7 @@ static zt_status sweep(zt_offload_model *om, pass *p, int k0, int k1, bool cal, 
   if (cal)
     for (int s = 0; s < S; s++) total += om->rng_blocks[s];
   for (int s = 0; s < S; s++) {
-    ZT_TRY(slice_ensure(om, s, s + 1 < S ? s + 1 : (more ? 0 : -1)));
+    ZT_TRY(zt__om_slice_ensure(om, s, s + 1 < S ? s + 1 : (more ? 0 : -1)));
     for (int k = k0; k < k1; k++) {
       zt_rng_state r = {r0.seed, r0.offset + (uint64_t)k * total + prefix};
       zt_tensor *in = NULL, *out = NULL;
@@ -519,7 +473,7 @@ static zt_status run_backward(zt_offload_model *om, pass *p, zt_tensor *g, bool 
   memset(om->ss_set, 0, sizeof *om->ss_set * (size_t)om->u.n_params);
   zt_status e = ZT_OK;
   for (int s = S - 1; s >= 0 && !e; s--) {
-    e = slice_ensure(om, s, s > 0 ? s - 1 : -1);
+    e = zt__om_slice_ensure(om, s, s > 0 ? s - 1 : -1);
     for (int k = 0; k < M && !e; k++) {
       if (gout[k]) e = storage_back(gout[k], false);
       if (!e) e = chunk_backward(om, p, s, k, gout[k], g, want_in, &gin[k]);
@@ -531,20 +485,8 @@ static zt_status run_backward(zt_offload_model *om, pass *p, zt_tensor *g, bool 
         e = act_park(om, gin[k]);
       }
     }
-    /* the grads of the parameters this slice is the first to use are final: averaged over the
-     * replicas (DDP), then their part of the norm */
-    for (int j = om->owned_off[s]; j < om->owned_off[s + 1] && !e; j++) {
-      int i = om->owned[j];
-      zt_tensor *gr = om->u.params[i].tensor->grad;
-      if (!gr) continue;
-      if (om->o.comm && zt_comm_size(om->o.comm) > 1) {
-        e = zt_all_reduce(om->o.comm, gr, ZT_REDUCE_AVG);
-        if (e) break;
-        zt_tensor_bump_version(gr);
-      }
-      e = zt_grad_sum_squares(1, &om->u.params[i], &om->ss[i]);
-      om->ss_set[i] = !e;
-    }
+    /* the grads of the parameters this slice is the first to use are final */
+    if (!e) e = zt__om_settle_owned(om, s);
     zt_tensor **t = gout;
     gout = gin, gin = t;
   }
@@ -561,6 +503,28 @@ static zt_status run_backward(zt_offload_model *om, pass *p, zt_tensor *g, bool 
   free_tensors(gout, M);
   free_tensors(gin, M);
   return e;
+}
+
+zt_status zt__om_settle_owned(zt_offload_model *om, int s) {
+  for (int j = om->owned_off[s]; j < om->owned_off[s + 1]; j++) {
+    int i = om->owned[j];
+    zt_tensor *gr = om->u.params[i].tensor->grad;
+    if (!gr) continue;
+    if (om->o.comm && zt_comm_size(om->o.comm) > 1) { /* DDP: the replicas' mean */
+      ZT_TRY(zt_all_reduce(om->o.comm, gr, ZT_REDUCE_AVG));
+      zt_tensor_bump_version(gr);
+    }
+    ZT_TRY(zt_grad_sum_squares(1, &om->u.params[i], &om->ss[i]));
+    om->ss_set[i] = true;
+  }
+  return ZT_OK;
+}
+
+zt_status zt__om_no_zt_grad(void) {
+  return ZT_ERR(ZT_STATUS_AUTOGRAD,
+                "an offloaded model (zt_offload_model) is not compatible with zt_grad (nor a backward that computes "
+                "only some grads): its backward brings slices into RAM and accumulates into the .grad of every "
+                "parameter; call zt_backward on the loss");
 }
 
 /* ------------------------------------------------ the custom function */
@@ -597,11 +561,7 @@ static zt_status om_fn_backward(zt_node *ctx, int n_outputs, zt_tensor *const *g
   (void)n_outputs, (void)n_inputs;
   fn_data *d = zt_fn_ctx_data(ctx);
   zt_offload_model *om = d->om;
-  if (!needs[2])
-    return ZT_ERR(ZT_STATUS_AUTOGRAD,
-                  "an offloaded model (zt_offload_model) is not compatible with zt_grad (nor a backward that computes "
-                  "only some grads): its backward runs zt_backward slice by slice, accumulating into the .grad of "
-                  "every parameter; call zt_backward on the loss");
+  if (!needs[2]) return zt__om_no_zt_grad();
   pass *p = om->pass;
   if (!p || p->id != d->pass_id || p->spent)
     return ZT_ERR(ZT_STATUS_STATE, "offload model: the activations of this forward are gone (%s); run the backward "
@@ -633,6 +593,18 @@ zt_status zt_offload_model_forward(zt_offload_model *om, zt_tensor *inputs, zt_t
     pass_free(om, p);
     return zt_tensor_full(0, NULL, ZT_DTYPE_F32, ZT_CPU, om->last_loss, loss);
   }
+  if (om->o.mode == ZT_OFFLOAD_MODEL_KEEP_GRAPH) {
+    if (om->o.microbatches > 1)
+      return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_offload_model_forward: the graph-keeping mode runs one chunk per forward; "
+                                           "with %d microbatches use zt_offload_model_train_step (each chunk's forward "
+                                           "and backward in turn)",
+                    om->o.microbatches);
+    memset(om->ss_set, 0, sizeof *om->ss_set * (size_t)om->u.n_params);
+    om->graph_last = true;
+    ZT_TRY(zt__om_forward_graph(om, inputs, targets, loss));
+    om->last_loss = zt_tensor_get(*loss, 0);
+    return ZT_OK;
+  }
   zt_tensor *in[3] = {inputs, targets, om->probe};
   return zt_function_apply(&om_fn, 3, in, 1, loss, om);
 }
@@ -651,6 +623,12 @@ zt_status zt_offload_model_step(zt_offload_model *om, zt_optim *opt, double lr, 
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: the optimizer must update the offload model's parameter list (the same "
                                          "array of %d): make it with zt_optim_new over zt_offload_units.params",
                   fn, om->u.n_params);
+  if (om->o.mode == ZT_OFFLOAD_MODEL_KEEP_GRAPH && om->graph_last) {
+    /* the first slice has no sync node after its backward: its grads are settled here */
+    ZT_TRY(zt__om_slice_ensure(om, 0, -1));
+    ZT_TRY(zt__om_settle_owned(om, 0));
+    om->graph_last = false;
+  }
   double total = NAN, coef = 0;
   if (grad_clip >= 0) {
     double sum = 0; /* in parameter order, as zt_clip_grad_norm */
@@ -668,7 +646,7 @@ zt_status zt_offload_model_step(zt_offload_model *om, zt_optim *opt, double lr, 
     int next = -1;
     for (int t = s + 1; t < om->S && next < 0; t++)
       if (om->owned_off[t] < om->owned_off[t + 1]) next = t;
-    ZT_TRY(slice_ensure(om, s, next));
+    ZT_TRY(zt__om_slice_ensure(om, s, next));
     if (coef > 0) {
       /* only those with a grad (zt_grads_scale skips the others too) */
       ZT_TRY(zt_grads_scale(b - a, om->owned_params + a, coef));
@@ -685,10 +663,48 @@ zt_status zt_offload_model_step(zt_offload_model *om, zt_optim *opt, double lr, 
   return ZT_OK;
 }
 
+/* The graph-keeping mode's step: chunk after chunk, forward with grad and backward of its loss
+ * / M (as zt_train_step's microbatches), then the slices the last backward left settled. */
+static zt_status graph_chunks(zt_offload_model *om, zt_tensor *inputs, zt_tensor *targets) {
+  int M = om->o.microbatches;
+  if (!inputs || inputs->ndim < 1 || inputs->shape[0] % M || inputs->shape[0] == 0)
+    return ZT_ERR(ZT_STATUS_SHAPE, "zt_offload_model_train_step: the batch must cut into %d microbatch chunks", M);
+  memset(om->ss_set, 0, sizeof *om->ss_set * (size_t)om->u.n_params);
+  double sum = 0;
+  om->last_loss = NAN;
+  for (int k = 0; k < M; k++) {
+    zt_tensor *x = NULL, *y = NULL, *l = NULL, *scaled = NULL;
+    zt_status e = chunk_of(inputs, M, k, &x);
+    if (!e) e = chunk_of(targets, M, k, &y);
+    om->graph_last = k == M - 1;
+    if (!e) e = zt__om_forward_graph(om, x, y, &l);
+    double lv = e ? NAN : zt_tensor_get(l, 0);
+    if (!e && !isfinite(lv))
+      e = ZT_ERR(ZT_STATUS_STATE, "zt_offload_model_train_step: chunk %d's loss is %g: the step stopped before its "
+                                  "backward",
+                 k, lv);
+    if (!e && M > 1) e = zt_mul_scalar(l, 1.0 / (double)M, &scaled); /* as zt_train_step */
+    if (!e) e = zt_backward(1, scaled ? &scaled : &l, NULL, false);
+    if (!e) sum += lv;
+    zt_tensor_free(scaled);
+    zt_tensor_free(l);
+    zt_tensor_free(x);
+    zt_tensor_free(y);
+    if (e) return e;
+  }
+  om->last_loss = M == 1 ? sum : sum / (double)M;
+  return ZT_OK;
+}
+
 zt_status zt_offload_model_train_step(zt_offload_model *om, zt_optim *opt, zt_tensor *inputs, zt_tensor *targets,
                                       double lr, double grad_clip, double *loss, double *grad_norm) {
   if (loss) *loss = NAN;
   if (grad_norm) *grad_norm = NAN;
+  if (om && om->o.mode == ZT_OFFLOAD_MODEL_KEEP_GRAPH) {
+    zt_status e = graph_chunks(om, inputs, targets);
+    if (loss) *loss = om->last_loss;
+    return e ? e : zt_offload_model_step(om, opt, lr, grad_clip, grad_norm);
+  }
   zt_tensor *l = NULL;
   ZT_TRY(zt_offload_model_forward(om, inputs, targets, &l));
   double lv = om->last_loss;
@@ -807,6 +823,9 @@ static zt_status check_options(const zt_offload_units *u, const zt_offload_model
   if (o->resident < 1)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: %d resident slices; at least 1 must be in RAM to compute", fn,
                   o->resident);
+  if (o->mode != ZT_OFFLOAD_MODEL_RECOMPUTE && o->mode != ZT_OFFLOAD_MODEL_KEEP_GRAPH)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: unknown mode %d: ZT_OFFLOAD_MODEL_RECOMPUTE or _KEEP_GRAPH", fn,
+                  (int)o->mode);
   if (o->microbatches < 1)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: %d microbatches; a forward needs at least 1", fn, o->microbatches);
   if (o->slice_units) {

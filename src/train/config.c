@@ -218,6 +218,13 @@ zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v
   }
   if (!strcmp(key, "offload-slices")) return parse_int(key, v, 1, 1 << 20, &c->memory.offload_slices);
   if (!strcmp(key, "offload-resident")) return parse_int(key, v, 1, 1 << 20, &c->memory.offload_resident);
+  if (!strcmp(key, "offload-mode")) {
+    if (v && (!strcmp(v, "recompute") || !strcmp(v, "keep-graph"))) {
+      c->memory.offload_mode = !strcmp(v, "keep-graph") ? ZT_OFFLOAD_MODEL_KEEP_GRAPH : ZT_OFFLOAD_MODEL_RECOMPUTE;
+      return ZT_OK;
+    }
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'offload-mode' is recompute or keep-graph (got '%s')", v ? v : "");
+  }
   if (!strcmp(key, "offload-dir")) return parse_str(key, v, c->memory.offload_dir, sizeof c->memory.offload_dir);
   if (!strcmp(key, "checkpoint-every")) return parse_int(key, v, 1, 4096, &c->memory.checkpoint_every);
   if (!strcmp(key, "shard")) {

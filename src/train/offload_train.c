@@ -51,7 +51,10 @@ zt_status zt__train_om_open(zt__train_om *om, const zt_train_config *c, zt_gpt2 
   const char *no = c->parallel.pp > 1 ? "zt_train_config.parallel.pp (a pipeline)"
                    : c->parallel.shard != ZT_SHARD_NONE ? "zt_train_config.parallel.shard (FSDP)"
                    : c->parallel.mixed_precision != ZT_DTYPE_F32 ? "zt_train_config.parallel.mixed_precision"
-                                                                 : NULL;
+                   : c->memory.offload_mode == ZT_OFFLOAD_MODEL_KEEP_GRAPH && comm && zt_comm_size(comm) > 1
+                       ? "more than one process in zt_train_config.memory.offload_mode keep-graph (its chunks decide "
+                         "on their own losses; DDP needs recompute)"
+                       : NULL;
   if (no)
     return ZT_ERR(ZT_STATUS_UNSUPPORTED, "zt_train_config.memory.offload_model does not run with %s; drop one of them",
                   no);
@@ -73,8 +76,10 @@ zt_status zt__train_om_open(zt__train_om *om, const zt_train_config *c, zt_gpt2 
   o.slices = c->memory.offload_slices;
   o.resident = c->memory.offload_resident;
   o.microbatches = (int)c->data.microbatches;
+  o.mode = (zt_offload_model_mode)c->memory.offload_mode;
   o.comm = comm && zt_comm_size(comm) > 1 ? comm : NULL;
   om->M = c->data.microbatches;
+  om->mode = o.mode;
   if (!s) s = zt_offload_model_new(&u, om->store, &o, &om->om);
   int64_t shape[2] = {rows, c->data.seq};
   if (!s) s = zt_tensor_empty_tagged(2, shape, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &om->x);
@@ -113,6 +118,14 @@ zt_status zt__train_om_step(zt__train_om *om, const zt_dp_strategy *dp, zt_optim
       return ZT_ERR(ZT_STATUS_SHAPE, "offload model step: a microbatch of %lld rows, %lld expected",
                     (long long)x->shape[0], (long long)(om->x->shape[0] / om->M));
     ZT_TRY(put_rows(om, k, x, y));
+  }
+  if (om->mode == ZT_OFFLOAD_MODEL_KEEP_GRAPH) { /* each chunk's forward and backward in turn */
+    phase(so, ZT_TRAIN_PHASE_BACKWARD);
+    zt_status s = zt_offload_model_train_step(om->om, o, om->x, om->y, so->lr, so->grad_clip, &r.loss, &r.grad_norm);
+    if (s && !isfinite(r.loss)) r.bad_loss = true;
+    else if (s && so->grad_clip >= 0 && !isfinite(r.grad_norm)) r.bad_grad = true;
+    *out = r;
+    return s;
   }
   zt_tensor *loss = NULL;
   ZT_TRY(zt_offload_model_forward(om->om, om->x, om->y, &loss));

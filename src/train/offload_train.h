@@ -13,6 +13,7 @@ typedef struct zt__train_om {
   zt_offload_model *om;
   zt_tensor *x, *y;       /* a step's batch: the microbatches one after another */
   int64_t M;
+  zt_offload_model_mode mode;
 } zt__train_om;
 
 /* Whether c asks for OffloadModel. */
