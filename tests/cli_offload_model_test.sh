@@ -2,7 +2,7 @@
 # zt train --offload-model: the losses and validation losses of three AdamW steps with clipping
 # and dropout, from --metrics, equal (as printed, all 9 digits) to plain training with the same
 # microbatches for the lossless tiers (disk, host) at several slice and resident counts, in both
-# modes, with recompute inside the slices; bf16 within 1e-3 relative; a checkpoint saved under offload
+# modes, with recompute or activation offload inside the slices; bf16 within 1e-3 relative; a checkpoint saved under offload
 # resumed under offload (and one saved plainly resumed under offload) continues the
 # uninterrupted run; with DDP on 2 ranks (mpirun), DDP's losses; the summary says where the bytes
 # lived; the errors, each with its message.
@@ -57,6 +57,9 @@ out=$("$zt" "${base[@]}" --microbatches 2 --recompute full --metrics "$w/rc.json
 out=$("$zt" "${base[@]}" --microbatches 2 --recompute full --offload-model disk --offload-slices 3 \
   --metrics "$w/om-rc.jsonl" 2>&1)
 check "with recompute inside the slices: plain's losses" 'same "$w/rc.jsonl" "$w/om-rc.jsonl"'
+out=$("$zt" "${base[@]}" --microbatches 2 --offload-activations disk --offload-model disk --offload-slices 3 \
+  --metrics "$w/om-act.jsonl" 2>&1)
+check "with activation offload inside the slices: plain's losses" 'same "$w/plain2.jsonl" "$w/om-act.jsonl"'
 
 out=$("$zt" "${base[@]}" --offload-model bf16 --offload-slices 3 --microbatches 2 --metrics "$w/om-bf16.jsonl" 2>&1)
 check "bf16: losses within 1e-3 relative" 'near "$w/plain2.jsonl" "$w/om-bf16.jsonl"'
