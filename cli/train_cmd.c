@@ -160,11 +160,14 @@ static void print_start(const zt_train_config *c, int ranks) {
   else
     snprintf(rc, sizeof rc, "%s", zt_recompute_name(c->memory.recompute));
   static const char *const tiers[] = {"none", "bf16", "disk", "host"};
-  printf("zt train: %s%s, data %s, batch %lld x seq %lld, %lld steps, lr %g, seed %llu, recompute %s, offload %s",
+  printf("zt train: %s%s, data %s, batch %lld x seq %lld, %lld steps, lr %g, seed %llu, recompute %s, activation offload %s",
          c->model.preset, c->model.n_layer || c->model.n_head || c->model.n_embd || c->model.vocab_size || c->model.block_size ? " (shape overridden)" : "",
          c->data.path[0] ? c->data.path : "built-in", (long long)c->data.batch, (long long)c->data.seq, (long long)c->steps, c->optim.lr,
          (unsigned long long)c->seed, rc, tiers[c->memory.offload_activations]);
   if (c->data.microbatches > 1) printf(", %lld microbatches", (long long)c->data.microbatches);
+  if (c->memory.offload_model)
+    printf(", model offload %s (%d slices, %d in RAM, %s)", tiers[c->memory.offload_model & 3], c->memory.offload_slices,
+           c->memory.offload_resident, c->memory.offload_mode ? "keep-graph" : "recompute");
   if (c->parallel.pp > 1 && ranks % c->parallel.pp == 0)
     printf(", %d ranks, pipeline %d x %d replica%s (schedule %s, balance %s)", ranks, c->parallel.pp,
            ranks / c->parallel.pp, ranks / c->parallel.pp == 1 ? "" : "s", c->parallel.schedule, c->parallel.pp_balance);

@@ -44,7 +44,9 @@ typedef struct zt_offload_units {
  *   each slice's input brings the slice before it back into RAM when this slice's backward is
  *   done, so backward reloads the slices in reverse while each chunk's backward runs as one
  *   zt_backward. No recomputation; bitwise plain training too (the chunks' forwards and
- *   backwards take turns as zt_train_step's microbatches do). */
+ *   backwards take turns as zt_train_step's microbatches do). Every op of a unit past the
+ *   first slice must lie on a path from the slice's input (an op on parameters alone could run
+ *   after its slice left: an evicted-storage error). */
 typedef enum zt_offload_model_mode { ZT_OFFLOAD_MODEL_RECOMPUTE = 0, ZT_OFFLOAD_MODEL_KEEP_GRAPH } zt_offload_model_mode;
 
 typedef struct zt_offload_model_options {

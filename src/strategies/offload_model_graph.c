@@ -6,7 +6,9 @@
  * Invariants: when a slice's nodes run in backward its parameters are in RAM (the saved
  * tensors that alias them are read then); leaf accumulators run as soon as their grad is
  * complete, so a slice's own grads are in before its sync node evicts it; a parameter shared
- * with an earlier slice (the tied embedding) keeps its engine buffer until that slice. */
+ * with an earlier slice (the tied embedding) keeps its engine buffer until that slice. A
+ * unit's op that reads only parameters (no path to the slice's input) could run after its
+ * slice left: it then fails with the evicted storage's message (GPT-2 has none past slice 0). */
 #include <stdlib.h>
 
 #include "core/status_internal.h"
