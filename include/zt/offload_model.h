@@ -59,6 +59,10 @@ typedef struct zt_offload_model_options {
                            * computes (default on) */
   bool offload_activations; /* boundary activations and their grads go to the store between uses (default on;
                              * off: they stay in RAM) */
+  bool lazy_update;       /* zt_offload_model_step updates the slices in RAM at once and each other one when it
+                           * is next loaded (the next forward, zt_offload_model_restore_all or _flush), which
+                           * saves a sweep of loads per step; the optimizer's step count advances when the last
+                           * one is done (default on; off: every slice loaded and updated in the step) */
   zt_comm *comm;          /* optional (borrowed): data-parallel replicas, each running the same slices on its
                            * own rows (DDP): once a slice's backward has made the grads of the parameters it is
                            * the first to use final, they are averaged over comm (an all-reduce per parameter,
@@ -101,12 +105,18 @@ ZT_API double zt_offload_model_last_loss(const zt_offload_model *om);
  * grad_clip / (norm + 1e-6) when the norm exceeds it; 0: measure only; < 0: neither, *norm
  * NaN), then the update of opt at lr slice by slice (each slice's parameters and grads
  * restored, its grads scaled, its parameters stepped with zt_optim_step_params, its grads
- * freed, the slice evicted again), then zt_optim_step_finish. opt must update u's parameter
+ * freed, the slice evicted again), then zt_optim_step_finish; with lazy_update a slice not in
+ * RAM is updated when it is next loaded (see zt_offload_model_flush). opt must update u's parameter
  * list (the same array); its state stays in RAM. A non-finite norm (when measured) stops
  * before any update: ZT_STATUS_STATE, grads kept. A store failure midway leaves the slices
  * before it updated. *norm may be NULL. */
 ZT_API ZT_NODISCARD zt_status zt_offload_model_step(zt_offload_model *om, zt_optim *opt, double lr, double grad_clip,
                                                     double *norm);
+/* Lazy updates: apply every update that waits for its slice's next load now (loading those
+ * slices), so the parameters and the optimizer state and step count are the step's (before
+ * reading them elsewhere, or freeing the optimizer). zt_offload_model_restore_all and
+ * zt_offload_model_free do it too: the optimizer must outlive a pending update. */
+ZT_API ZT_NODISCARD zt_status zt_offload_model_flush(zt_offload_model *om);
 /* One training step: forward, a non-finite mean loss stops before backward (ZT_STATUS_STATE),
  * backward, zt_offload_model_step. Bitwise zt_train_step's with M microbatches (the chunks)
  * over a lossless store. loss and grad_norm may be NULL. */

@@ -23,6 +23,7 @@ zt_offload_model_options zt_offload_model_options_default(void) {
   o.microbatches = 1;
   o.prefetch = true;
   o.offload_activations = true;
+  o.lazy_update = true;
   return o;
 }
 
@@ -111,6 +112,33 @@ static zt_status make_room(zt_offload_model *om, int keep_a, int keep_b, bool *o
   return ZT_OK;
 }
 
+/* The update of the parameters of slice s (in RAM) that wait for theirs; the last one to go
+ * counts the optimizer's step. */
+static zt_status apply_pending(zt_offload_model *om, int s) {
+  int n = 0;
+  for (int j = om->sp_off[s]; j < om->sp_off[s + 1]; j++) {
+    int i = om->sp[j];
+    if (!om->pending[i]) continue;
+    om->upd_idx[n] = i;
+    om->upd_params[n++] = om->u.params[i];
+  }
+  if (!n) return ZT_OK;
+  if (om->pend_coef > 0) ZT_TRY(zt_grads_scale(n, om->upd_params, om->pend_coef));
+  ZT_TRY(zt_optim_step_params(om->pend_opt, om->pend_lr, n, om->upd_idx));
+  for (int j = 0; j < n; j++) {
+    zt_tensor *t = om->u.params[om->upd_idx[j]].tensor;
+    zt_tensor_free(t->grad);
+    t->grad = NULL;
+    om->pending[om->upd_idx[j]] = false;
+  }
+  om->n_pending -= n;
+  if (om->n_pending == 0) {
+    zt_optim_step_finish(om->pend_opt);
+    om->pend_opt = NULL;
+  }
+  return ZT_OK;
+}
+
 zt_status zt__om_slice_ensure(zt_offload_model *om, int s, int next) {
   if (om->state[s] == SLICE_OUT) {
     bool ok;
@@ -118,6 +146,7 @@ zt_status zt__om_slice_ensure(zt_offload_model *om, int s, int next) {
     ZT_TRY(slice_load(om, s, false));
   }
   ZT_TRY(slice_wait(om, s));
+  if (om->n_pending) ZT_TRY(apply_pending(om, s)); /* lazy: the last step's update, now that it is here */
   om->last_use[s] = ++om->clock;
   if (om->o.prefetch && next >= 0 && next != s && om->state[next] == SLICE_OUT && om->K >= 2) {
     bool ok;
@@ -623,6 +652,7 @@ zt_status zt_offload_model_step(zt_offload_model *om, zt_optim *opt, double lr, 
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: the optimizer must update the offload model's parameter list (the same "
                                          "array of %d): make it with zt_optim_new over zt_offload_units.params",
                   fn, om->u.n_params);
+  if (om->n_pending) ZT_TRY(zt_offload_model_flush(om)); /* a step with no forward since the last one */
   if (om->o.mode == ZT_OFFLOAD_MODEL_KEEP_GRAPH && om->graph_last) {
     /* the first slice has no sync node after its backward: its grads are settled here */
     ZT_TRY(zt__om_slice_ensure(om, 0, -1));
@@ -639,6 +669,23 @@ zt_status zt_offload_model_step(zt_offload_model *om, zt_optim *opt, double lr, 
     if (!isfinite(total))
       return ZT_ERR(ZT_STATUS_STATE, "%s: gradient norm is %g: the step stopped before its update", fn, total);
     if (grad_clip > 0 && total > grad_clip) coef = grad_clip / (total + 1e-6);
+  }
+  if (om->o.lazy_update) {
+    /* the slices in RAM now, now; the others when they are next loaded */
+    om->pend_opt = opt, om->pend_lr = lr, om->pend_coef = coef;
+    for (int i = 0; i < n; i++) {
+      om->pending[i] = om->u.params[i].tensor->grad != NULL;
+      om->n_pending += om->pending[i];
+    }
+    memset(om->ss_set, 0, sizeof *om->ss_set * (size_t)n);
+    if (!om->n_pending) {
+      zt_optim_step_finish(opt);
+      om->pend_opt = NULL;
+      return ZT_OK;
+    }
+    for (int s = 0; s < om->S && om->n_pending; s++)
+      if (om->state[s] == SLICE_IN) ZT_TRY(apply_pending(om, s));
+    return ZT_OK;
   }
   for (int s = 0; s < om->S; s++) {
     int a = om->owned_off[s], b = om->owned_off[s + 1];
@@ -718,12 +765,23 @@ zt_status zt_offload_model_train_step(zt_offload_model *om, zt_optim *opt, zt_te
   return e;
 }
 
+zt_status zt_offload_model_flush(zt_offload_model *om) {
+  if (!om) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_offload_model_flush: offload model is NULL");
+  for (int s = 0; s < om->S && om->n_pending; s++) {
+    bool any = false;
+    for (int j = om->sp_off[s]; j < om->sp_off[s + 1] && !any; j++) any = om->pending[om->sp[j]];
+    if (any) ZT_TRY(zt__om_slice_ensure(om, s, -1));
+  }
+  return ZT_OK;
+}
+
 /* ------------------------------------------------ set-up */
 zt_status zt_offload_model_restore_all(zt_offload_model *om) {
   if (!om) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_offload_model_restore_all: offload model is NULL");
   for (int s = 0; s < om->S; s++)
     if (om->state[s] == SLICE_OUT) ZT_TRY(slice_load(om, s, false));
   for (int s = 0; s < om->S; s++) ZT_TRY(slice_wait(om, s));
+  for (int s = 0; s < om->S && om->n_pending; s++) ZT_TRY(apply_pending(om, s));
   return ZT_OK;
 }
 
@@ -752,6 +810,8 @@ void zt_offload_model_slice_units(const zt_offload_model *om, int s, int *first,
 void zt_offload_model_free(zt_offload_model *om) {
   if (!om) return;
   pass_free(om, om->pass);
+  om->pass = NULL;
+  if (om->n_pending) ZT_IGNORE(zt_offload_model_restore_all(om), "a failed update leaves what it could not do");
   if (om->state) {
     for (int s = 0; s < om->S; s++)
       if (om->state[s] != SLICE_OUT) ZT_IGNORE(slice_wait(om, s), "restored below");
@@ -780,6 +840,9 @@ void zt_offload_model_free(zt_offload_model *om) {
   free(om->rng_blocks);
   free(om->ss);
   free(om->ss_set);
+  free(om->pending);
+  free(om->upd_idx);
+  free(om->upd_params);
   free(om);
 }
 
@@ -876,10 +939,14 @@ static zt_status build(zt_offload_model *om) {
   om->rng_blocks = calloc((size_t)S, sizeof *om->rng_blocks);
   om->ss = calloc((size_t)(P ? P : 1), sizeof *om->ss);
   om->ss_set = calloc((size_t)(P ? P : 1), sizeof *om->ss_set);
+  om->pending = calloc((size_t)(P ? P : 1), sizeof *om->pending);
+  om->upd_idx = calloc((size_t)(P ? P : 1), sizeof *om->upd_idx);
+  om->upd_params = calloc((size_t)(P ? P : 1), sizeof *om->upd_params);
   zt_status e = ZT_OK;
   if (!use || !ubytes || !uu || !om->first || !om->count || !om->sp || !om->sp_off || !om->owned || !om->owned_off ||
       !om->owned_params || !om->p_first || !om->p_nslices || !om->p_res || !om->shared || !om->shared_idx ||
-      !om->state || !om->last_use || !om->rng_blocks || !om->ss || !om->ss_set)
+      !om->state || !om->last_use || !om->rng_blocks || !om->ss || !om->ss_set || !om->pending || !om->upd_idx ||
+      !om->upd_params)
     e = ZT_ERR(ZT_STATUS_OOM, "zt_offload_model_new: out of host memory for the slice tables");
   for (int v = 0; v < U && !e; v++)
     for (int i = 0; i < P; i++)

@@ -46,6 +46,12 @@ struct zt_offload_model {
   int64_t next_pass_id;
   double *ss;              /* [n_params]: sum of squares of the final grad of this step */
   bool *ss_set;
+  bool *pending;            /* [n_params]: its update of the last step waits for its next load (lazy updates) */
+  int n_pending;
+  zt_optim *pend_opt;       /* the update that waits: optimizer, lr, clip factor (0: none) */
+  double pend_lr, pend_coef;
+  int *upd_idx;             /* [n_params]: scratch for an update's indices and entries */
+  zt_param *upd_params;
   double last_loss;
   bool graph_last;         /* graph-keeping mode: this backward is the step's last (its grads are final); the
                             * first slice's are settled by the step */
