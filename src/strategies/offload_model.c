@@ -503,8 +503,14 @@ static zt_status run_backward(zt_offload_model *om, pass *p, zt_tensor *g, bool 
   zt_status e = ZT_OK;
   for (int s = S - 1; s >= 0 && !e; s--) {
     e = zt__om_slice_ensure(om, s, s > 0 ? s - 1 : -1);
+    /* on their way meanwhile: this slice's first input, the previous slice's (its first chunk) */
+    if (!e && s > 0) e = storage_back(p->act[s * M], true);
+    if (!e && s > 1) e = storage_back(p->act[(s - 1) * M], true);
+    if (!e && gout[0]) e = storage_back(gout[0], true);
     for (int k = 0; k < M && !e; k++) {
-      if (gout[k]) e = storage_back(gout[k], false);
+      if (gout[k]) e = storage_back(gout[k], true);
+      if (!e && gout[k]) e = storage_wait(gout[k]);
+      if (!e && k + 1 < M && gout[k + 1]) e = storage_back(gout[k + 1], true); /* the next chunk's, meanwhile */
       if (!e) e = chunk_backward(om, p, s, k, gout[k], g, want_in, &gin[k]);
       zt_tensor_free(gout[k]);
       gout[k] = NULL;
