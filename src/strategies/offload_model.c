@@ -417,6 +417,7 @@ static zt_status shared_settle(zt_offload_model *om, pass *p, int s, int k, int 
     zt_tensor_free(*part);
     *part = NULL;
   }
+  if (!e && stash) e = storage_back(stash, false); /* back from the store (chunk_backward) */
   if (!e && c && stash) {
     add_into(stash, c);
     zt_tensor_free(c);
@@ -456,6 +457,9 @@ static zt_status chunk_backward(zt_offload_model *om, pass *p, int s, int k, zt_
       zt_tensor *t = om->u.params[i].tensor;
       stash[j] = t->grad;
       t->grad = NULL;
+      /* at its first slice the grad so far waits in the store while the chunk's contributions
+       * are made and summed (one embedding-sized tensor less in RAM) */
+      if (stash[j] && s == om->p_first[i] && om->o.offload_activations) e = storage_evict(om, stash[j]);
     }
     zt_tensor *root = scaled ? scaled : out;
     if (!e && root && root->requires_grad) e = zt_backward(1, &root, last ? &g : &gout, false);
