@@ -592,7 +592,7 @@ static zt_status om_fn_forward(zt_node *ctx, int n_inputs, zt_tensor *const *inp
   pass_free(om, om->pass);
   om->pass = p;
   d->pass_id = p->id;
-  return zt_tensor_full(0, NULL, ZT_DTYPE_F32, ZT_CPU, om->last_loss, &outputs[0]);
+  return zt_tensor_full(0, NULL, ZT_DTYPE_F32, zt_tensor_device(inputs[0]), om->last_loss, &outputs[0]);
 }
 
 static zt_status om_fn_backward(zt_node *ctx, int n_outputs, zt_tensor *const *grad_outputs, int n_inputs,
@@ -630,7 +630,7 @@ zt_status zt_offload_model_forward(zt_offload_model *om, zt_tensor *inputs, zt_t
     pass *p = NULL;
     ZT_TRY(run_forward(om, inputs, targets, &p));
     pass_free(om, p);
-    return zt_tensor_full(0, NULL, ZT_DTYPE_F32, ZT_CPU, om->last_loss, loss);
+    return zt_tensor_full(0, NULL, ZT_DTYPE_F32, zt_tensor_device(inputs), om->last_loss, loss);
   }
   if (om->o.mode == ZT_OFFLOAD_MODEL_KEEP_GRAPH) {
     if (om->o.microbatches > 1)
