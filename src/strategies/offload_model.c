@@ -857,11 +857,15 @@ void zt_offload_model_free(zt_offload_model *om) {
 }
 
 /* Contiguous slices minimising the largest slice's bytes (each slice >= 1 unit). */
-static void balance(int U, int S, const int64_t *bytes, int *count) {
+static zt_status balance(int U, int S, const int64_t *bytes, int *count) {
   int64_t *pre = calloc((size_t)U + 1, sizeof *pre);
   int64_t *best = calloc((size_t)(S + 1) * (size_t)(U + 1), sizeof *best);
   int *cut = calloc((size_t)(S + 1) * (size_t)(U + 1), sizeof *cut);
-  ZT_ASSERT(pre && best && cut);
+  if (!pre || !best || !cut) {
+    free(pre), free(best), free(cut);
+    return ZT_ERR(ZT_STATUS_OOM, "zt_offload_model_new: out of host memory for balancing %d units over %d slices", U,
+                  S);
+  }
   for (int u = 0; u < U; u++) pre[u + 1] = pre[u] + bytes[u];
 #define B(s, u) best[(size_t)(s) * (size_t)(U + 1) + (size_t)(u)]
 #define C(s, u) cut[(size_t)(s) * (size_t)(U + 1) + (size_t)(u)]
@@ -884,6 +888,7 @@ static void balance(int U, int S, const int64_t *bytes, int *count) {
   free(pre);
   free(best);
   free(cut);
+  return ZT_OK;
 }
 
 static zt_status check_options(const zt_offload_units *u, const zt_offload_model_options *o) {
@@ -966,8 +971,8 @@ static zt_status build(zt_offload_model *om) {
       }
   if (!e) {
     if (om->o.slice_units) memcpy(om->count, om->o.slice_units, sizeof *om->count * (size_t)S);
-    else balance(U, S, ubytes, om->count);
-    for (int s = 1; s < S; s++) om->first[s] = om->first[s - 1] + om->count[s - 1];
+    else e = balance(U, S, ubytes, om->count);
+    for (int s = 1; s < S && !e; s++) om->first[s] = om->first[s - 1] + om->count[s - 1];
   }
   for (int s = 0; s < S && !e; s++) {
     int64_t bytes = 0;
