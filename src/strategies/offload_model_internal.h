@@ -1,5 +1,6 @@
 /* OffloadModel's internals shared by its files (src/strategies/offload_model.c: slices,
- * residency, the recomputing mode; offload_model_graph.c: the graph-keeping mode). Internal. */
+ * residency, the recomputing mode, set-up; offload_model_step.c: the update;
+ * offload_model_graph.c: the graph-keeping mode). Internal. */
 #ifndef ZT_STRATEGIES_OFFLOAD_MODEL_INTERNAL_H
 #define ZT_STRATEGIES_OFFLOAD_MODEL_INTERNAL_H
 
@@ -68,6 +69,11 @@ ZT_NODISCARD zt_status zt__om_settle_owned(zt_offload_model *om, int s);
  * slice, a sync node at each slice's input whose backward brings the slice before into RAM
  * (and the one before it on its way) once this slice's backward is done. */
 ZT_NODISCARD zt_status zt__om_forward_graph(zt_offload_model *om, zt_tensor *x, zt_tensor *y, zt_tensor **loss);
+/* The update of the parameters of slice s (in RAM) that wait for theirs (lazy updates;
+ * offload_model_step.c); the last one to go counts the optimizer's step. */
+ZT_NODISCARD zt_status zt__om_apply_pending(zt_offload_model *om, int s);
+/* Chunk k of M of x along dim 0 (a view; NULL x: NULL). */
+ZT_NODISCARD zt_status zt__om_chunk_of(zt_tensor *x, int M, int k, zt_tensor **out);
 /* The refusal of zt_grad, one message for both modes. */
 ZT_NODISCARD zt_status zt__om_no_zt_grad(void);
 
