@@ -1,5 +1,7 @@
 /* zt bench step: training steps (zt_train_step: forward, backward, AdamW; no clipping) of a
- * GPT model on random tokens after warm-up (any zt train option, --recompute included);
+ * GPT model on random tokens after warm-up (any zt train option, --recompute included; with
+ * --offload-model TIER the steps are zt_offload_model_train_step's over the M microbatches as
+ * one batch);
  * prints one JSON object with the median step time, model FLOP/s and its ratio to raw OpenBLAS sgemm
  * 2048^3 measured in the same run, and memory. */
 #include <math.h>
@@ -65,7 +67,9 @@ static int bench_step(int argc, char **argv) {
   zt_rng_seed(c.seed);
   zt_gpt2 *m = NULL;
   zt_optim *o = NULL;
-  zt_tensor *x = NULL, *y = NULL;
+  zt_tensor *x = NULL, *y = NULL, *X = NULL, *Y = NULL;
+  zt_store *store = NULL;
+  zt_offload_model *om = NULL;
   double *t = calloc((size_t)steps, sizeof *t);
   rc = 1;
   zt_train_result plan = {0};
@@ -89,6 +93,26 @@ static int bench_step(int argc, char **argv) {
   zt_mem_tag_pop(prev_tag);
   free(ids);
   if (bad_ids) goto fail;
+  /* OffloadModel: the M microbatches (the same rows, as same_batch gives them) as one batch */
+  if (c.memory.offload_model) {
+    const char *dir = c.memory.offload_dir[0] ? c.memory.offload_dir : NULL;
+    zt_status e = c.memory.offload_model == ZT_OFFLOAD_BF16   ? zt_store_bf16_new(&store)
+                  : c.memory.offload_model == ZT_OFFLOAD_DISK ? zt_store_disk_new(dir, "zt_bench_offload_model", &store)
+                                                              : zt_store_memory_new(&store);
+    zt_offload_units u;
+    zt_offload_model_options oo = zt_offload_model_options_default();
+    oo.slices = c.memory.offload_slices, oo.resident = c.memory.offload_resident, oo.microbatches = (int)M;
+    oo.mode = (zt_offload_model_mode)c.memory.offload_mode;
+    zt_tensor **xs_m = calloc((size_t)M, sizeof *xs_m), **ys_m = calloc((size_t)M, sizeof *ys_m);
+    for (int64_t k = 0; xs_m && ys_m && k < M; k++) xs_m[k] = x, ys_m[k] = y;
+    if (!e && !(xs_m && ys_m)) e = zt_set_error(ZT_STATUS_OOM, "out of host memory");
+    if (!e) e = zt_cat((int)M, xs_m, 0, &X);
+    if (!e) e = zt_cat((int)M, ys_m, 0, &Y);
+    free(xs_m), free(ys_m);
+    if (!e) e = zt_gpt2_offload_units(m, &u);
+    if (!e) e = zt_offload_model_new(&u, store, &oo, &om);
+    if (e) goto fail;
+  }
   zt_model model = zt_gpt2_model(m);
   bench_batch batch = {x, y};
   zt_train_step_options so = zt_train_step_options_default();
@@ -96,19 +120,32 @@ static int bench_step(int argc, char **argv) {
   so.microbatches = M;
   so.grad_clip = -1; /* forward, backward and update only, as measured since the first version */
   for (int64_t s = 0; s < warm + steps; s++) {
+    /* OffloadModel's lazy updates made the last AdamW state at the first forward after the
+     * warm-up: flush them first, so OPTIM is constant over the measured steps */
+    if (s == warm && om && zt_offload_model_flush(om)) goto fail;
     if (s == warm) zt_mem_reset_peaks();
     double t0 = zt_clock_now();
     zt_train_step_result sr;
     so.step = s + 1;
-    if (zt_train_step(&model, NULL, o, same_batch, &batch, &so, &sr)) goto fail;
+    if (om ? zt_offload_model_train_step(om, o, X, Y, so.lr, so.grad_clip, NULL, NULL)
+           : zt_train_step(&model, NULL, o, same_batch, &batch, &so, &sr))
+      goto fail;
     if (s >= warm) t[s - warm] = zt_clock_now() - t0;
   }
   qsort(t, (size_t)steps, sizeof *t, cmp_d);
   double med = t[steps / 2];
   double flops = zt_gpt2_flops_per_step(m, c.data.batch, c.data.seq);
   double sg = zt_sgemm_gflops(2048, 3);
-  zt_mem_stats ms;
+  zt_mem_stats ms, sd = {0};
   zt_mem_stats_get(ZT_CPU, &ms);
+  zt_offload_model_stats os = {0};
+  zt_store_stats ss = {0};
+  if (om) {
+    zt_offload_model_stats_get(om, &os);
+    zt_store_stats_get(store, &ss);
+    zt_mem_stats_get(zt_store_device(store), &sd);
+  }
+  static const char *const tiers[] = {"none", "bf16", "disk", "host"};
   printf("{\"bench\":\"step\",\"model\":\"%s\",\"params\":%lld,\"batch\":%lld,\"microbatches\":%lld,\"seq\":%lld,\"threads\":%d,"
          "\"recompute\":\"%s\",\"recompute_budget\":%lld,\"plan\":\"%s\",\"checkpoint_every\":%d,"
          "\"offload\":%d,\"act_peak_predicted\":%lld,\"steps\":%lld,\"ms_per_step\":%.1f,\"tokens_per_s\":%.1f,"
@@ -121,13 +158,27 @@ static int bench_step(int argc, char **argv) {
          (long long)zt_mem_peak_rss());
   for (int k = 0; k < ZT_MEM_TAG_COUNT; k++)
     printf("%s\"%s\":%lld", k ? "," : "", zt_mem_tag_name((zt_mem_tag)k), (long long)ms.peak[k]);
-  printf(",\"total\":%lld}}\n", (long long)ms.peak_total);
+  /* the peak of PARAM + GRAD together (OPTIM is constant after the warm-up's first update) */
+  printf(",\"total\":%lld},\"peak_param_grad\":%lld", (long long)ms.peak_total,
+         (long long)(warm > 0 ? ms.peak_state - ms.current[ZT_MEM_TAG_OPTIM] : ms.peak[ZT_MEM_TAG_PARAM] + ms.peak[ZT_MEM_TAG_GRAD]));
+  printf(",\"offload_model\":\"%s\"", tiers[c.memory.offload_model & 3]);
+  if (om)
+    printf(",\"offload_mode\":\"%s\",\"offload_slices\":%d,\"offload_resident\":%d,\"slice_param_bytes_max\":%lld,\"slice_loads\":%lld,"
+           "\"slice_prefetched\":%lld,\"store_peak_bytes\":%lld,\"store_device_peak\":{\"PARAM\":%lld,\"GRAD\":%lld,"
+           "\"ACTIVATION\":%lld,\"TEMP\":%lld}",
+           c.memory.offload_mode ? "keep-graph" : "recompute", os.slices, os.resident, (long long)os.slice_param_bytes_max, (long long)os.loads, (long long)os.prefetched,
+           (long long)ss.peak_bytes_held, (long long)sd.peak[ZT_MEM_TAG_PARAM], (long long)sd.peak[ZT_MEM_TAG_GRAD],
+           (long long)sd.peak[ZT_MEM_TAG_ACTIVATION], (long long)sd.peak[ZT_MEM_TAG_TEMP]);
+  printf("}\n");
   rc = 0;
   goto done;
 fail:
   rc = zt_cli_fail("bench step");
 done:
   free(t);
+  zt_offload_model_free(om); /* before the model and the store */
+  zt_store_free(store);
+  zt_tensor_free(X), zt_tensor_free(Y);
   zt_tensor_free(x), zt_tensor_free(y);
   zt_optim_free(o);
   zt_train_memory_free(&mem);

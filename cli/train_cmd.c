@@ -160,11 +160,14 @@ static void print_start(const zt_train_config *c, int ranks) {
   else
     snprintf(rc, sizeof rc, "%s", zt_recompute_name(c->memory.recompute));
   static const char *const tiers[] = {"none", "bf16", "disk", "host"};
-  printf("zt train: %s%s, data %s, batch %lld x seq %lld, %lld steps, lr %g, seed %llu, recompute %s, offload %s",
+  printf("zt train: %s%s, data %s, batch %lld x seq %lld, %lld steps, lr %g, seed %llu, recompute %s, activation offload %s",
          c->model.preset, c->model.n_layer || c->model.n_head || c->model.n_embd || c->model.vocab_size || c->model.block_size ? " (shape overridden)" : "",
          c->data.path[0] ? c->data.path : "built-in", (long long)c->data.batch, (long long)c->data.seq, (long long)c->steps, c->optim.lr,
          (unsigned long long)c->seed, rc, tiers[c->memory.offload_activations]);
   if (c->data.microbatches > 1) printf(", %lld microbatches", (long long)c->data.microbatches);
+  if (c->memory.offload_model)
+    printf(", model offload %s (%d slices, %d in RAM, %s)", tiers[c->memory.offload_model & 3], c->memory.offload_slices,
+           c->memory.offload_resident, c->memory.offload_mode ? "keep-graph" : "recompute");
   if (c->parallel.pp > 1 && ranks % c->parallel.pp == 0)
     printf(", %d ranks, pipeline %d x %d replica%s (schedule %s, balance %s)", ranks, c->parallel.pp,
            ranks / c->parallel.pp, ranks / c->parallel.pp == 1 ? "" : "s", c->parallel.schedule, c->parallel.pp_balance);
@@ -193,6 +196,21 @@ static void print_summary(const zt_train_config *c, const zt_train_result *r, zt
   printf("activations: blocks %s (n none, s selective, f full); peak %s measured, %s predicted\n", r->recompute_plan,
          zt_cli_bytes((double)r->act_peak, b1), zt_cli_bytes((double)r->act_peak_predicted, b2));
   if (r->offload_peak_bytes) printf("activation offload: peak %s in the tier\n", zt_cli_bytes((double)r->offload_peak_bytes, b1));
+  if (r->model_slices)
+    printf("model offload: %d slices, %d in RAM at once; %lld slice loads (%lld prefetched); peak %s in its store "
+           "(RAM peaks per tag and the store's device below)\n",
+           r->model_slices, r->model_resident, (long long)r->model_slice_loads, (long long)r->model_slice_prefetched,
+           zt_cli_bytes((double)r->model_store_peak_bytes, b1));
+  if (r->model_slices) {
+    char dev[16];
+    zt_device_str(r->model_store_device, dev);
+    printf("model offload, peaks while training:");
+    for (int t = 0; t < ZT_MEM_TAG_COUNT; t++)
+      if (r->model_ram.peak[t] || r->model_store.peak[t])
+        printf(" %s RAM %s %s %s;", zt_mem_tag_name((zt_mem_tag)t), zt_cli_bytes((double)r->model_ram.peak[t], b1), dev,
+               zt_cli_bytes((double)r->model_store.peak[t], b2));
+    printf("\n");
+  }
   char mem[8192];
   zt_mem_report(mem, sizeof mem);
   printf("memory by tag (bytes):\n%s", mem);

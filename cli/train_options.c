@@ -72,7 +72,19 @@ static const train_option k_options[] = {
      "lossless) | host: saved activations of the blocks go there in forward and\n"
      "come back, prefetched, in backward"},
     {NULL, "offload-dir", "DIR", CFG(memory.offload_dir), TRAIN_OPT_TEXT, 0, 0, "$TMPDIR or /tmp",
-     "where the disk tier's spill file goes"},
+     "where the disk tiers' spill files go"},
+    {NULL, "offload-model", "TIER", CFG(memory.offload_model), TRAIN_OPT_TEXT, 0, 0, "none",
+     "none | disk | bf16 | host: OffloadModel: the model cut into slices whose\n"
+     "parameters and grads live in TIER, a few slices in RAM at a time; each\n"
+     "step runs --microbatches chunks through a slice, then the next; backward\n"
+     "recomputes slice by slice (bitwise plain training with disk and host)"},
+    {NULL, "offload-slices", "N", CFG(memory.offload_slices), TRAIN_OPT_INT, 0, 0, NULL,
+     "OffloadModel: slices, balanced by parameter bytes (at most layers + 2)"},
+    {NULL, "offload-resident", "K", CFG(memory.offload_resident), TRAIN_OPT_INT, 0, 0, NULL,
+     "OffloadModel: slices in RAM at once (the one computing, the next prefetched)"},
+    {NULL, "offload-mode", "MODE", CFG(memory.offload_mode), TRAIN_OPT_TEXT, 0, 0, "recompute",
+     "OffloadModel: recompute (forward without a graph, each slice recomputed\n"
+     "in backward) | keep-graph (the graph kept, slices reloaded in backward)"},
     {"data parallel (run under mpirun -np N; --batch is the global batch, B/N rows per rank):", "shard", "MODE",
      CFG(parallel.shard), TRAIN_OPT_TEXT, 0, 0, "none",
      "none: DDP (replicated, bucketed gradient all-reduce) |\n"

@@ -1,8 +1,8 @@
 /* The guarded device (tests/guard_backend.c): memory the host cannot touch except through
  * its backend. Every op on it gives bitwise the CPU's outputs and gradients; GPT-2 tiny
  * trains on it bitwise as on the CPU (plain, full and selective recompute, activation offload
- * to each tier); a direct host access crashes (SIGSEGV), and an op with no kernel for a
- * device names the op and the device. */
+ * to each tier, OffloadModel in both modes over a disk store); a direct host access crashes
+ * (SIGSEGV), and an op with no kernel for a device names the op and the device. */
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -256,7 +256,16 @@ static void test_empty_slot_error(void) {
 
 /* ------------------------------------------------------------ GPT-2 training */
 enum { B = 2, T = 16, STEPS = 3, MAXP = 64 };
-typedef enum mode { MODE_PLAIN, MODE_FULL, MODE_SELECTIVE, MODE_OFFLOAD_HOST, MODE_OFFLOAD_BF16, MODE_OFFLOAD_DISK } mode;
+typedef enum mode {
+  MODE_PLAIN,
+  MODE_FULL,
+  MODE_SELECTIVE,
+  MODE_OFFLOAD_HOST,
+  MODE_OFFLOAD_BF16,
+  MODE_OFFLOAD_DISK,
+  MODE_OFFLOAD_MODEL,      /* OffloadModel, disk store, recomputing */
+  MODE_OFFLOAD_MODEL_GRAPH /* OffloadModel, disk store, keeping the graph */
+} mode;
 
 typedef struct run {
   double loss[STEPS];
@@ -289,7 +298,7 @@ static void train(zt_device dev, mode md, run *r) {
                           : md == MODE_SELECTIVE ? zt_test_recompute(m, ZT_RECOMPUTE_SELECTIVE, 1)
                                                  : NULL;
   zt_offload *off = NULL;
-  if (md >= MODE_OFFLOAD_HOST) {
+  if (md >= MODE_OFFLOAD_HOST && md <= MODE_OFFLOAD_DISK) {
     zt_offload_tier tier = md == MODE_OFFLOAD_HOST ? ZT_OFFLOAD_HOST
                            : md == MODE_OFFLOAD_BF16 ? ZT_OFFLOAD_BF16
                                                      : ZT_OFFLOAD_DISK;
@@ -304,14 +313,28 @@ static void train(zt_device dev, mode md, run *r) {
   ZT_CHECK_OK(zt_optim_new(&oc, np, ps, &o));
   zt_tensor *ids0 = zt_test_rand_ids(B, T, c.vocab_size, 5), *tg0 = zt_test_rand_ids(B, T, c.vocab_size, 6);
   zt_tensor *ids = to_dev(ids0, dev), *tg = to_dev(tg0, dev);
-  for (int s = 0; s < STEPS; s++) {
+  zt_store *store = NULL;
+  zt_offload_model *om = NULL;
+  if (md >= MODE_OFFLOAD_MODEL) { /* parameters and grads evicted through the device's backend */
+    ZT_CHECK_OK(zt_store_disk_new(NULL, "zt_guarded_om", &store));
+    zt_offload_units u;
+    ZT_CHECK_OK(zt_gpt2_offload_units(m, &u));
+    zt_offload_model_options oo = zt_offload_model_options_default();
+    oo.slices = 3, oo.resident = 1, oo.microbatches = 2;
+    oo.mode = md == MODE_OFFLOAD_MODEL_GRAPH ? ZT_OFFLOAD_MODEL_KEEP_GRAPH : ZT_OFFLOAD_MODEL_RECOMPUTE;
+    if (store) ZT_CHECK_OK(zt_offload_model_new(&u, store, &oo, &om));
+    for (int s = 0; om && s < STEPS; s++)
+      ZT_CHECK_OK(zt_offload_model_train_step(om, o, ids, tg, 1e-2, 0.5, &r->loss[s], NULL));
+    zt_offload_model_free(om); /* the last update done, every parameter back */
+  }
+  for (int s = 0; s < STEPS && md < MODE_OFFLOAD_MODEL; s++) {
     zt_tensor *loss = NULL;
     ZT_CHECK_OK(zt_gpt2_forward(m, ids, tg, NULL, &loss));
     if (!loss) break;
     ZT_CHECK_OK(zt_backward(1, &loss, NULL, false));
     r->loss[s] = zt_tensor_get(loss, 0);
     zt_tensor_free(loss);
-    if (md >= MODE_OFFLOAD_HOST) { /* the tier was used, and its loads ran (on the helper thread too) */
+    if (md >= MODE_OFFLOAD_HOST && md <= MODE_OFFLOAD_DISK) { /* the tier was used, and its loads ran (on the helper thread too) */
       zt_offload_stats st;
       zt_offload_stats_get(off, &st);
       ZT_CHECK(st.tensors_offloaded > 0 && st.unpacks > 0 && st.threads_started > 0 && st.bytes_in_tier == 0);
@@ -326,6 +349,7 @@ static void train(zt_device dev, mode md, run *r) {
   zt_tensor *all[] = {ids0, tg0, ids, tg};
   zt_test_free_all(all, 4);
   zt_optim_free(o);
+  zt_store_free(store);
   zt_recompute_plan_free(rc);
   zt_offload_free(off);
   zt_gpt2_free(m);
@@ -362,6 +386,10 @@ static void test_gpt2_recompute_selective(void) { gpt2_mode(MODE_SELECTIVE, "sel
 static void test_gpt2_offload_host(void) { gpt2_mode(MODE_OFFLOAD_HOST, "activation offload (host tier)"); }
 static void test_gpt2_offload_bf16(void) { gpt2_mode(MODE_OFFLOAD_BF16, "activation offload (bf16 tier)"); }
 static void test_gpt2_offload_disk(void) { gpt2_mode(MODE_OFFLOAD_DISK, "activation offload (disk tier)"); }
+static void test_gpt2_offload_model(void) { gpt2_mode(MODE_OFFLOAD_MODEL, "OffloadModel (disk, recompute)"); }
+static void test_gpt2_offload_model_graph(void) {
+  gpt2_mode(MODE_OFFLOAD_MODEL_GRAPH, "OffloadModel (disk, keep-graph)");
+}
 
 /* The train layer's byte moves on guarded tensors: safetensors save and load, the loader's
  * batches, sampling from a model whose parameters are guarded. */
@@ -433,6 +461,8 @@ int main(void) {
   ZT_RUN(test_gpt2_plain);
   ZT_RUN(test_gpt2_recompute_full);
   ZT_RUN(test_gpt2_recompute_selective);
+  ZT_RUN(test_gpt2_offload_model);
+  ZT_RUN(test_gpt2_offload_model_graph);
   ZT_RUN(test_gpt2_offload_host);
   ZT_RUN(test_gpt2_offload_bf16);
   ZT_RUN(test_gpt2_offload_disk);

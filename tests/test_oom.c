@@ -3,7 +3,8 @@
  * graph usable (the same backward then gives the grads of a run that never failed); the
  * checkpointed regions (non-reentrant full and selective, reentrant) do the same when the
  * host allocations of their bookkeeping fail at every point, in forward and in
- * recomputation (the test links with --wrap=malloc,calloc,realloc); the grow-array helper
+ * recomputation (the test links with --wrap=malloc,calloc,realloc); so does an OffloadModel's
+ * set-up and step in both modes; the grow-array helper
  * reports the size and purpose and leaves the array as it was. */
 #include <stdatomic.h>
 #include <stdint.h>
@@ -306,6 +307,93 @@ static void test_train_step_host_oom_at_every_allocation(void) {
   stack_close(&st);
 }
 
+/* An OffloadModel (memory store, 3 slices, one in RAM, 2 chunks) made and stepped with host
+ * allocations failing at every point in turn, in both modes, a fresh model each time: each
+ * failure is ZT_STATUS_OOM saying so, and freeing everything after it leaves no byte behind
+ * (the helper thread's failures included); the first run that succeeds gives the loss and
+ * parameters of a run that never failed. */
+typedef struct om_run {
+  zt_gpt2 *g;
+  zt_optim *o;
+  zt_store *store;
+  zt_offload_model *om;
+} om_run;
+
+static zt_status om_step(om_run *r, zt_offload_model_mode mode, one_batch *b, double *loss) {
+  zt_offload_units u;
+  zt_status s = zt_gpt2_offload_units(r->g, &u);
+  zt_offload_model_options oo = zt_offload_model_options_default();
+  oo.slices = 3, oo.resident = 1, oo.microbatches = 2, oo.mode = mode;
+  if (!s) s = zt_offload_model_new(&u, r->store, &oo, &r->om);
+  if (!s) s = zt_offload_model_train_step(r->om, r->o, b->x, b->y, 1e-2, 1.0, loss, NULL);
+  return s ? s : zt_offload_model_flush(r->om);
+}
+
+static void om_open(om_run *r) {
+  *r = (om_run){0};
+  zt_gpt2_config c = {2, 2, 16, 32, 8, 0.1};
+  zt_rng_seed(9);
+  ZT_CHECK_OK(zt_gpt2_new(&c, &r->g));
+  zt_param *ps = NULL;
+  int np = zt_gpt2_params(r->g, &ps);
+  zt_optim_config oc = zt_optim_default(ZT_OPTIM_ADAMW);
+  ZT_CHECK_OK(zt_optim_new(&oc, np, ps, &r->o));
+  ZT_CHECK_OK(zt_store_memory_new(&r->store));
+}
+
+static void om_close(om_run *r) {
+  zt_offload_model_free(r->om);
+  zt_optim_free(r->o);
+  zt_gpt2_free(r->g);
+  zt_store_free(r->store);
+}
+
+static void test_offload_model_host_oom_at_every_allocation(void) {
+  one_batch b = {zt_test_rand_ids(4, 8, 32, 1), zt_test_rand_ids(4, 8, 32, 2)};
+  for (int mode = 0; mode < 2; mode++) {
+    om_run ref;
+    double want = 0, got = 0;
+    int64_t live = zt_test_live_bytes();
+    om_open(&ref);
+    zt_rng_state rng0 = zt_rng_get_state();
+    ZT_CHECK_OK(om_step(&ref, (zt_offload_model_mode)mode, &b, &want));
+    int oom = 0;
+    bool done = false;
+    for (int budget = 0; budget < 50000 && !done; budget++) {
+      om_run r;
+      om_open(&r);
+      if (!r.g || !r.o || !r.store) break;
+      zt_rng_set_state(rng0);
+      zt_clear_error();
+      host_left = budget;
+      zt_status s = om_step(&r, (zt_offload_model_mode)mode, &b, &got);
+      host_left = -1;
+      if (s && (s != ZT_STATUS_OOM || !strstr(zt_last_error(), "out of host memory"))) {
+        zt_test_fail(__FILE__, __LINE__, "mode %d, host allocation %d failing: status %d, \"%s\"", mode, budget, (int)s,
+                     zt_last_error());
+        om_close(&r);
+        break;
+      }
+      if (!s) {
+        done = true;
+        ZT_CHECK(!memcmp(&got, &want, sizeof got));
+        zt_param *pr, *pg;
+        int n = zt_gpt2_params(ref.g, &pr);
+        zt_gpt2_params(r.g, &pg);
+        for (int i = 0; i < n; i++) ZT_CHECK(zt_test_bitwise_equal(pr[i].tensor, pg[i].tensor));
+      }
+      oom += s != ZT_OK;
+      om_close(&r);
+    }
+    om_close(&ref);
+    printf("  OffloadModel (%s): %d host allocations failed in turn, each an OOM status\n",
+           mode ? "keep-graph" : "recompute", oom);
+    ZT_CHECK(done && oom > 50);
+    ZT_CHECK(zt_test_live_bytes() == live);
+  }
+  zt_test_free_all((zt_tensor *[]){b.x, b.y}, 2);
+}
+
 static void test_grow_array(void) {
   int cap = 0;
   int *a = zt__grow(NULL, &cap, 3, sizeof *a, "a test list");
@@ -335,6 +423,7 @@ int main(void) {
   ZT_RUN(test_backward_oom_at_every_allocation);
   ZT_RUN(test_checkpoint_host_oom_at_every_allocation);
   ZT_RUN(test_train_step_host_oom_at_every_allocation);
+  ZT_RUN(test_offload_model_host_oom_at_every_allocation);
   ZT_RUN(test_grow_array);
   return zt_test_finish();
 }

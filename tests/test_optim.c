@@ -314,6 +314,37 @@ static void test_state_load_resumes_bitwise(void) {
   }
 }
 
+/* zt_optim_step_params over parts of the list, then zt_optim_step_finish, is zt_optim_step
+ * (OffloadModel updates a slice's parameters at a time); a bad index changes nothing. */
+static void test_step_params(void) {
+  int64_t s0[] = {9, 7}, s1[] = {5};
+  for (int kind = 0; kind < 2; kind++) {
+    zt_param a[2] = {make_param("w", 2, s0, true, 4), make_param("b", 1, s1, false, 5)};
+    zt_param b[2] = {make_param("w", 2, s0, true, 4), make_param("b", 1, s1, false, 5)};
+    zt_optim_config c = zt_optim_default(kind == 0 ? ZT_OPTIM_ADAMW : ZT_OPTIM_SGD);
+    zt_optim *oa = NULL, *ob = NULL;
+    ZT_CHECK_OK(zt_optim_new(&c, 2, a, &oa));
+    ZT_CHECK_OK(zt_optim_new(&c, 2, b, &ob));
+    const zt_param *listed = NULL;
+    ZT_CHECK(zt_optim_params(ob, &listed) == 2 && listed == b);
+    for (int st = 0; st < 3; st++) {
+      for (int i = 0; i < 2; i++) set_grad(&a[i], 90 + (uint64_t)(st * 2 + i)), set_grad(&b[i], 90 + (uint64_t)(st * 2 + i));
+      ZT_CHECK_OK(zt_optim_step(oa, 0.02));
+      ZT_CHECK_OK(zt_optim_step_params(ob, 0.02, 1, (int[]){1}));
+      ZT_CHECK(zt_optim_step_count(ob) == st); /* not yet counted */
+      ZT_CHECK_ERR(zt_optim_step_params(ob, 0.02, 1, (int[]){2}), ZT_STATUS_INVALID_ARG, "outside the optimizer's 2");
+      ZT_CHECK_OK(zt_optim_step_params(ob, 0.02, 1, (int[]){0}));
+      zt_optim_step_finish(ob);
+    }
+    for (int i = 0; i < 2; i++) ZT_CHECK(zt_test_bitwise_equal(a[i].tensor, b[i].tensor));
+    ZT_CHECK(zt_optim_step_count(ob) == 3);
+    zt_optim_free(oa);
+    zt_optim_free(ob);
+    free_params(2, a);
+    free_params(2, b);
+  }
+}
+
 /* ------------------------------------------------ thread-count independence */
 /* n (above the parallel threshold, odd so thread chunks start unaligned): three AdamW
  * or SGD steps and a clip, with the given thread count. Returns weights and state. */
@@ -531,6 +562,7 @@ int main(void) {
   ZT_RUN(test_skip_and_zero_grad);
   ZT_RUN(test_state_names_tags_accounting);
   ZT_RUN(test_state_load_resumes_bitwise);
+  ZT_RUN(test_step_params);
   ZT_RUN(test_threads_bitwise);
   ZT_RUN(test_clip_grad_norm);
   ZT_RUN(test_lr_cosine);

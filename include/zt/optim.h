@@ -33,6 +33,15 @@ ZT_API void zt_optim_free(zt_optim *o);
  * same decoupled decay, then buf = momentum buf + g (buf starts at 0, so buf = g at first),
  * w -= lr buf; momentum 0 keeps no state; no dampening or Nesterov. */
 ZT_API ZT_NODISCARD zt_status zt_optim_step(zt_optim *o, double lr);
+/* The same update for some parameters only (idx: n indices into the optimizer's list; a
+ * parameter without a grad is skipped), at the step count zt_optim_step would use now,
+ * which this does not advance: several calls cover a step (OffloadModel updates one slice of
+ * parameters at a time, each in RAM only then), then zt_optim_step_finish counts it. Per
+ * parameter exactly zt_optim_step's update; a failing call changes nothing. */
+ZT_API ZT_NODISCARD zt_status zt_optim_step_params(zt_optim *o, double lr, int n, const int *idx);
+ZT_API void zt_optim_step_finish(zt_optim *o); /* the step count + 1 */
+/* The parameters the optimizer updates (borrowed, in its order); returns their count. */
+ZT_API int zt_optim_params(const zt_optim *o, const zt_param **params);
 /* Free every parameter's .grad (set_to_none semantics). */
 ZT_API void zt_optim_zero_grad(zt_optim *o);
 ZT_API int64_t zt_optim_step_count(const zt_optim *o);

@@ -6,6 +6,7 @@
 
 #include "zt/fsdp.h"
 #include "zt/offload.h"
+#include "zt/offload_model.h"
 #include "zt/optim.h"
 #include "zt/pipeline.h"
 #include "zt/strategy.h"
@@ -257,6 +258,13 @@ ZT_API ZT_NODISCARD zt_status zt_pipeline_train_step(const zt_pipeline_stages *s
                                                      const zt_param *params, zt_tensor *const *inputs,
                                                      const zt_pipeline_step_options *o, zt_train_step_result *out);
 
+/* ------------------------------------------------ OffloadModel (src/train/offload_train.c) */
+/* GPT-2 as OffloadModel's units (zt/offload_model.h), borrowed: unit 0 the embeddings (wte,
+ * wpe), units 1..L the blocks, unit L + 1 ln_f and the fused lm-head loss (wte again: the tied
+ * embedding is in RAM while the first or the last slice is); spans run as
+ * zt_gpt2_forward_stage (through the block sequence's wrappers); params: zt_gpt2_params. */
+ZT_API ZT_NODISCARD zt_status zt_gpt2_offload_units(zt_gpt2 *m, zt_offload_units *out);
+
 /* The options of a training run, one struct per concern. */
 typedef struct zt_train_model_options {
   char preset[32];       /* preset name ("gpt2-tiny", ...) */
@@ -284,6 +292,13 @@ typedef struct zt_train_memory_options {
   int64_t recompute_budget; /* > 0: plan per-block modes for this many ACTIVATION bytes (overrides recompute) */
   int offload_activations;  /* 0: off, else a zt_offload_tier for the blocks' saved tensors */
   char offload_dir[512];    /* DISK tier: where the spill file goes ("" = $TMPDIR or /tmp) */
+  /* OffloadModel (zt/offload_model.h, src/train/offload_train.c): 0 off, else a zt_offload_tier
+   * whose store holds the parameters and grads (and boundary activations) of the slices not in
+   * RAM; the step's batch runs as data.microbatches chunks through every slice. */
+  int offload_model;
+  int offload_slices;       /* N (default 2; at most layers + 2) */
+  int offload_resident;     /* K slices in RAM at once (default 2) */
+  int offload_mode;         /* a zt_offload_model_mode: RECOMPUTE (default) or KEEP_GRAPH */
 } zt_train_memory_options;
 /* Data parallel over the ranks of mpirun (one rank: plain training unless a shard strategy is
  * asked for). */
@@ -393,6 +408,12 @@ typedef struct zt_train_result {
   int64_t act_peak_predicted, act_peak; /* peak ACTIVATION bytes on cpu: predicted, measured over the run */
   char recompute_plan[128]; /* a letter per block: n none, s selective, f full ("..." when longer) */
   int64_t offload_peak_bytes; /* peak bytes in the activation offload tier (0: no offload) */
+  int64_t model_store_peak_bytes; /* OffloadModel: peak bytes its store held (0: off) */
+  int64_t model_slice_loads, model_slice_prefetched; /* OffloadModel: slice loads, of which prefetched */
+  int model_slices, model_resident;
+  zt_device model_store_device;
+  zt_mem_stats model_ram, model_store; /* OffloadModel: cpu and the store's device over the steps (peaks since step 1),
+                                        * taken before the parameters come back into RAM at the end */
   bool failed_together; /* the run failed on every rank at once, with the same message (a bad input found
                          * before the first step, or a NaN loss): no rank is left waiting in a collective.
                          * Any other failure under several ranks may leave the others waiting (until their

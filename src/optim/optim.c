@@ -220,13 +220,16 @@ static zt_status check_grad(const zt_optim *o, int i, bool *use) {
   return ZT_OK;
 }
 
-zt_status zt_optim_step(zt_optim *o, double lr) {
-  if (!o) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_optim_step: optimizer is NULL");
-  ZT_TRY(check_lr("zt_optim_step", lr));
+/* One update of the parameters sel marks (NULL: all) at step t = count + 1; the count is
+ * the caller's to advance. */
+static zt_status step_selected(zt_optim *o, double lr, const bool *sel, const char *fn) {
+  if (!o) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: optimizer is NULL", fn);
+  ZT_TRY(check_lr(fn, lr));
   /* Validate every grad and create every state tensor first: no partial update. */
   bool *use = calloc((size_t)(o->n_params > 0 ? o->n_params : 1), sizeof *use);
-  if (!use) return ZT_ERR(ZT_STATUS_OOM, "zt_optim_step: out of host memory");
+  if (!use) return ZT_ERR(ZT_STATUS_OOM, "%s: out of host memory", fn);
   for (int i = 0; i < o->n_params; i++) {
+    if (sel && !sel[i]) continue;
     zt_status s = check_grad(o, i, &use[i]);
     if (!s && use[i]) s = ensure_state(o, i);
     if (s) {
@@ -272,6 +275,41 @@ zt_status zt_optim_step(zt_optim *o, double lr) {
   }
   zt_set_grad_enabled(prev);
   free(use);
-  o->step = t;
   return ZT_OK;
+}
+
+zt_status zt_optim_step(zt_optim *o, double lr) {
+  ZT_TRY(step_selected(o, lr, NULL, "zt_optim_step"));
+  o->step++;
+  return ZT_OK;
+}
+
+zt_status zt_optim_step_params(zt_optim *o, double lr, int n, const int *idx) {
+  const char *fn = "zt_optim_step_params";
+  if (!o) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: optimizer is NULL", fn);
+  if (n < 0 || (n > 0 && !idx))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: %d indices with %s array", fn, n, idx ? "an" : "a NULL");
+  bool *sel = calloc((size_t)(o->n_params > 0 ? o->n_params : 1), sizeof *sel);
+  if (!sel) return ZT_ERR(ZT_STATUS_OOM, "%s: out of host memory", fn);
+  for (int j = 0; j < n; j++) {
+    if (idx[j] < 0 || idx[j] >= o->n_params) {
+      free(sel);
+      return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: index %d is outside the optimizer's %d parameters", fn, idx[j],
+                    o->n_params);
+    }
+    sel[idx[j]] = true;
+  }
+  zt_status s = step_selected(o, lr, sel, fn);
+  free(sel);
+  return s;
+}
+
+void zt_optim_step_finish(zt_optim *o) {
+  ZT_ASSERT(o);
+  o->step++;
+}
+
+int zt_optim_params(const zt_optim *o, const zt_param **params) {
+  if (params) *params = o ? o->params : NULL;
+  return o ? o->n_params : 0;
 }

@@ -32,6 +32,8 @@ void zt_train_config_default(zt_train_config *c) {
   c->log.eval_batches = 8;
   c->memory.recompute = ZT_RECOMPUTE_NONE;
   c->memory.checkpoint_every = 1;
+  c->memory.offload_slices = 2;
+  c->memory.offload_resident = 2;
   c->parallel.shard = ZT_SHARD_NONE;
   c->parallel.prefetch = true;
   c->parallel.mixed_precision = ZT_DTYPE_F32;
@@ -204,6 +206,24 @@ zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v
       }
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'offload-activations' is none, bf16, disk or host (got '%s')",
                   v ? v : "");
+  }
+  if (!strcmp(key, "offload-model")) {
+    static const char *const names[] = {"none", "bf16", "disk", "host"};
+    for (int i = 0; i < 4; i++)
+      if (v && !strcmp(v, names[i])) {
+        c->memory.offload_model = i; /* 0 none, then ZT_OFFLOAD_BF16, _DISK, _HOST */
+        return ZT_OK;
+      }
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'offload-model' is none, bf16, disk or host (got '%s')", v ? v : "");
+  }
+  if (!strcmp(key, "offload-slices")) return parse_int(key, v, 1, 1 << 20, &c->memory.offload_slices);
+  if (!strcmp(key, "offload-resident")) return parse_int(key, v, 1, 1 << 20, &c->memory.offload_resident);
+  if (!strcmp(key, "offload-mode")) {
+    if (v && (!strcmp(v, "recompute") || !strcmp(v, "keep-graph"))) {
+      c->memory.offload_mode = !strcmp(v, "keep-graph") ? ZT_OFFLOAD_MODEL_KEEP_GRAPH : ZT_OFFLOAD_MODEL_RECOMPUTE;
+      return ZT_OK;
+    }
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'offload-mode' is recompute or keep-graph (got '%s')", v ? v : "");
   }
   if (!strcmp(key, "offload-dir")) return parse_str(key, v, c->memory.offload_dir, sizeof c->memory.offload_dir);
   if (!strcmp(key, "checkpoint-every")) return parse_int(key, v, 1, 4096, &c->memory.checkpoint_every);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/status_internal.h"
+#include "train/offload_train.h"
 #include "train/parallel.h"
 #include "train/pipeline_train.h"
 #include "train/run_log.h"
@@ -71,6 +72,7 @@ typedef struct run {
   zt__run_log *log;
   zt__train_dp dp;
   zt__train_pp pp;       /* the pipeline (pp.P == 0: none) */
+  zt__train_om om;       /* OffloadModel (om.om NULL: none) */
   zt_optim_config oc;
   zt_train_memory mem;   /* recompute and activation offload, attached to model */
   bool scaling;          /* f16: dynamic loss scaling */
@@ -91,6 +93,7 @@ static zt_status run_free(run *r) {
   zt_tokens_free(r->train);
   zt_tokens_free(r->val);
   zt_optim_free(r->opt);
+  zt__train_om_free(&r->om); /* before the model: its parameters come back into RAM */
   zt__train_pp_free(&r->pp);
   zt__train_dp_free(&r->dp); // before the model: the strategies' hooks sit on its modules
   zt_train_memory_free(&r->mem);
@@ -200,6 +203,7 @@ static zt_status eval_loss(run *r, double *out) {
     double l = 0;
     s = zt_loader_next(r->val_loader, r->vx, r->vy);
     if (!s && r->pp.P) s = zt__train_pp_loss(&r->pp, r->vx, r->vy, &l);
+    else if (!s && r->om.om) s = zt__train_om_loss(&r->om, r->vx, r->vy, &l);
     else if (!s) s = zt_gpt2_forward(r->model, r->vx, r->vy, NULL, &loss);
     if (!s) acc += loss ? zt_tensor_get(loss, 0) : l;
     zt_tensor_free(loss);
@@ -269,8 +273,14 @@ static zt_status save_checkpoint(run *r, int64_t step) {
   zt_train_state st = {step, zt_rng_get_state(), zt_loader_get_pos(r->loader), r->g, 0, 0, ""};
   memcpy(st.options, r->options, sizeof st.options);
   if (r->scaling) st.loss_scale = r->scaler.scale, st.loss_scale_good = r->scaler.good_steps;
-  if (r->pp.P) ZT_TRY(zt__train_pp_save(&r->pp, r->dp.comm, &r->oc, r->c->checkpoint.save, r->opt, &st));
-  else ZT_TRY(zt__train_dp_save(&r->dp, r->c, r->c->checkpoint.save, r->model, r->opt, &st));
+  if (r->pp.P) {
+    ZT_TRY(zt__train_pp_save(&r->pp, r->dp.comm, &r->oc, r->c->checkpoint.save, r->opt, &st));
+  } else {
+    ZT_TRY(zt__train_om_hold_all(&r->om, true)); /* OffloadModel: the parameters from its store for the save */
+    zt_status s = zt__train_dp_save(&r->dp, r->c, r->c->checkpoint.save, r->model, r->opt, &st);
+    zt_status e = zt__train_om_hold_all(&r->om, false);
+    ZT_TRY(s ? s : e);
+  }
   r->saved_step = step;
   if (r->dp.rank != 0) return ZT_OK;
   zt_status s = zt_snapshot_prune(r->c->checkpoint.save, r->c->checkpoint.keep_checkpoints);
@@ -452,6 +462,8 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   if (r.pp.P) {
     // the stages' parameters (or their shards) only: the optimizer's; the rest of the model's storage goes
     if ((s = zt__train_pp_link(&r.pp, c, &r.dp.params, &r.dp.n_params))) goto done;
+  } else if (zt__train_om_wanted(c)) {
+    r.dp.n_params = zt_gpt2_params(r.model, &r.dp.params); // OffloadModel averages the grads itself (DDP)
   } else if ((s = zt__train_dp_wrap(&r.dp, c, r.model))) {
     goto done;
   }
@@ -485,6 +497,10 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
       goto done;
     }
   }
+  // OffloadModel: from here on the parameters live in its store, a few slices in RAM at a time
+  if (zt__train_om_wanted(c) &&
+      (s = zt__train_om_open(&r.om, c, r.model, r.dp.comm, c->data.batch / r.dp.data_world)))
+    goto done;
   int64_t start = r.start;
   int64_t warmup = c->optim.warmup >= 0 ? c->optim.warmup : (c->steps / 10 < 100 ? c->steps / 10 : 100);
   double min_lr = c->optim.min_lr >= 0 ? c->optim.min_lr : c->optim.lr / 10;
@@ -511,8 +527,9 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     so.on_phase = c->on_phase;
     so.phase_user_data = c->phase_user_data;
     zt_train_step_result sr;
-    s = r.pp.P ? zt__train_pp_step(&r.pp, r.opt, next_batch, &r, &so, &sr)
-               : zt_train_step(&model, &dps, r.opt, next_batch, &r, &so, &sr);
+    s = r.pp.P   ? zt__train_pp_step(&r.pp, r.opt, next_batch, &r, &so, &sr)
+        : r.om.om ? zt__train_om_step(&r.om, &dps, r.opt, next_batch, &r, &so, &sr)
+                  : zt_train_step(&model, &dps, r.opt, next_batch, &r, &so, &sr);
     double lv = sr.loss, gnorm = sr.grad_norm, scale = sr.loss_scale;
     bool skipped = sr.skipped;
     if (sr.bad_loss)
@@ -580,6 +597,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     if (!s)
       s = zt__run_log_step(r.log, &info,
                            r.pp.P ? (r.pp.D > 1 ? "pipeline+ddp" : "pipeline")
+                           : r.om.om ? (r.dp.world > 1 ? "offload+ddp" : "offload")
                            : !r.dp.ddp && !r.dp.fsdp ? "single"
                            : r.dp.ddp ? "ddp"
                                       : zt_shard_strategy_name(c->parallel.shard),
@@ -596,7 +614,9 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   result.seconds = zt_clock_now() - t_start;
   if (result.seconds > 0) result.tokens_per_s = (double)(result.steps_done * c->data.batch * c->data.seq) / result.seconds;
 done:
+  zt__train_om_result(&r.om, &result);
   if (res) *res = result;
+  zt__train_om_free(&r.om); /* the model whole again (for model_out) */
   if (s == ZT_OK && model_out) // the caller gets usable full parameters
     s = r.pp.P ? zt__train_pp_gather_full(&r.pp) : zt__train_dp_gather_full(&r.dp);
   if (s == ZT_OK && model_out) {

@@ -19,9 +19,10 @@ static const char *const k_course[] = {"seed",     "batch",     "seq",     "lr",
  * for; the cosine schedule then stretches from the checkpoint on, and a warm-up that follows
  * the step count shows as a course change of its own), evaluation data, the data-parallel
  * layout (a sharded checkpoint resumes at any rank count, equal up to reduction-order rounding),
- * the pipeline layout (its checkpoints are single-process ones) and the microbatch count (the same rows and mean loss, up to summation-order rounding). */
+ * the pipeline layout (its checkpoints are single-process ones), the microbatch count (the same rows and mean loss, up to summation-order rounding) and the model offload (bitwise plain training with
+ * a lossless tier; its checkpoints are single-process ones). */
 static const char *const k_info[] = {"steps", "val-data", "ranks", "shard", "microbatches", "pp", "schedule", "chunks",
-                                     "pp-balance"};
+                                     "pp-balance", "offload-model"};
 
 static bool in_list(const char *name, const char *const *list, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -72,6 +73,8 @@ void zt__run_options(const zt_train_config *c, const zt_gpt2_config *g, int worl
   add(o, "schedule", "%s", c->parallel.pp > 1 ? c->parallel.schedule : "none");
   add(o, "chunks", "%d", c->parallel.chunks);
   add(o, "pp-balance", "%s", c->parallel.pp_balance);
+  static const char *const tiers[] = {"none", "bf16", "disk", "host"};
+  add(o, "offload-model", "%s", tiers[c->memory.offload_model & 3]);
   o->n_recorded = o->n;
   /* the rest must agree between ranks, and is not recorded */
   add(o, "layers", "%d", g->n_layer);

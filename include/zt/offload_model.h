@@ -1,0 +1,144 @@
+/* zerotrain OffloadModel (fairscale's experimental OffloadModel semantics, issue 15): a
+ * model's sequence of units (GPT-2: embedding, blocks, final norm + fused lm-head loss) is cut
+ * into slices whose parameters live in a store (zt/store.h) and come into RAM a few slices at
+ * a time. Forward runs slice by slice under no-grad, every microbatch chunk through a slice
+ * before the slice leaves, keeping only the activations at slice boundaries (in the store);
+ * backward walks the slices in reverse, recomputing each chunk of a slice with grad enabled
+ * from its boundary activation and the forward's RNG state, and backpropagates that chunk's
+ * output grad; the optimizer then steps slice by slice.
+ * Invariants: at most `resident` slices' parameters (and grads) are in RAM (the one computing
+ * plus the one being prefetched); a parameter used by several slices (a tied embedding) is in
+ * RAM while any of them is; the results (losses, grads, parameters) are bitwise those of plain
+ * training with the same microbatches through a lossless store. */
+#ifndef ZT_OFFLOAD_MODEL_H
+#define ZT_OFFLOAD_MODEL_H
+
+#include "zt/comm.h"
+#include "zt/optim.h"
+#include "zt/store.h"
+
+/* A model as a sequence of units, as OffloadModel sees it (borrowed; GPT-2's is
+ * zt_gpt2_offload_units in zt/train.h). */
+typedef struct zt_offload_units {
+  int n_units;
+  int n_params;
+  const zt_param *params; /* every parameter, in the order the optimizer lists them (the order clipping sums in) */
+  /* Whether unit uses parameter param (a tied one is used by several units). Asked once per
+   * pair when the offload model is made. */
+  bool (*uses)(void *ctx, int unit, int param);
+  /* Run units [first, first + count) on in (borrowed: token ids for unit 0, else the previous
+   * unit's output) into *out (new); a span that ends with the last unit gives the mean loss
+   * (0-d) against targets (may be NULL for a model whose loss needs none). Grad mode as the
+   * caller set it. The random draws of a span must depend only on the shapes it sees (dropout
+   * does): OffloadModel replays them by RNG offsets. */
+  zt_status (*run)(void *ctx, int first, int count, zt_tensor *targets, zt_tensor *in, zt_tensor **out);
+  void *ctx;
+} zt_offload_units;
+
+/* How backward gets each slice's activations.
+ * RECOMPUTE (fairscale's OffloadFunction, the default): forward keeps no graph, only the
+ *   boundary activations (in the store); backward recomputes each slice chunk by chunk. The
+ *   activations in RAM are one slice's for one chunk.
+ * KEEP_GRAPH (fairscale's ShardSyncLayer path): each chunk's forward runs with grad, slice
+ *   after slice, keeping the whole graph (plain training's activations in RAM); a sync node at
+ *   each slice's input brings the slice before it back into RAM when this slice's backward is
+ *   done, so backward reloads the slices in reverse while each chunk's backward runs as one
+ *   zt_backward. No recomputation; bitwise plain training too (the chunks' forwards and
+ *   backwards take turns as zt_train_step's microbatches do). Every op of a unit past the
+ *   first slice must lie on a path from the slice's input (an op on parameters alone could run
+ *   after its slice left: an evicted-storage error). */
+typedef enum zt_offload_model_mode { ZT_OFFLOAD_MODEL_RECOMPUTE = 0, ZT_OFFLOAD_MODEL_KEEP_GRAPH } zt_offload_model_mode;
+
+typedef struct zt_offload_model_options {
+  zt_offload_model_mode mode; /* default RECOMPUTE */
+  int slices;             /* N in [1, n_units]: contiguous units balanced by parameter bytes (default 2) */
+  const int *slice_units; /* optional (by hand): N counts of units, each >= 1, summing to n_units */
+  int resident;           /* K >= 1: slices whose parameters may be in RAM at once (default 2; more than N: N) */
+  int microbatches;       /* M >= 1: the batch is cut into M chunks along dim 0 (default 1) */
+  bool prefetch;          /* with K >= 2, restore the next slice on the store's helper thread while this one
+                           * computes (default on) */
+  bool offload_activations; /* boundary activations and their grads go to the store between uses (default on;
+                             * off: they stay in RAM) */
+  bool lazy_update;       /* zt_offload_model_step updates the slices in RAM at once and each other one when it
+                           * is next loaded (the next forward, zt_offload_model_restore_all or _flush), which
+                           * saves a sweep of loads per step; the optimizer's step count advances when the last
+                           * one is done (default on; off: every slice loaded and updated in the step) */
+  zt_comm *comm;          /* optional (borrowed): data-parallel replicas, each running the same slices on its
+                           * own rows (DDP): once a slice's backward has made the grads of the parameters it is
+                           * the first to use final, they are averaged over comm (an all-reduce per parameter,
+                           * before the slice leaves RAM), so the norm and the update are the same on every
+                           * rank. Every rank must have grads for the same parameters (GPT-2: all). */
+} zt_offload_model_options;
+ZT_API zt_offload_model_options zt_offload_model_options_default(void);
+
+typedef struct zt_offload_model zt_offload_model;
+
+/* Wrap u's units into slices over store (borrowed: it must outlive the offload model) and
+ * evict every parameter (and grad) to it: from here on a parameter is in RAM only while a
+ * slice that uses it is. Refused: parameters sharing a storage (each is evicted on its own),
+ * a parameter no unit uses, a wrapped or released parameter storage. *out: free with
+ * zt_offload_model_free, before the model and the store. */
+ZT_API ZT_NODISCARD zt_status zt_offload_model_new(const zt_offload_units *u, zt_store *store,
+                                                   const zt_offload_model_options *o, zt_offload_model **out);
+/* Restores every parameter and grad into RAM (the model is whole again), drops the last
+ * forward's boundary activations. NULL is a no-op. */
+ZT_API void zt_offload_model_free(zt_offload_model *om);
+
+/* Forward of the whole model on inputs (B, ...) and targets (B, ...) (may be NULL), B a
+ * multiple of the microbatch count: the mean over the chunks of each chunk's loss (0-d f32,
+ * new). KEEP_GRAPH: one chunk (M must be 1; zt_offload_model_train_step runs M), the loss
+ * recorded by the model's own ops with sync nodes at the slice boundaries (zt_grad refused as
+ * below; the RNG drawn as plain training's forward draws it). Otherwise (RECOMPUTE): With grad mode on the loss is recorded for backward (a custom function): zt_backward
+ * of it runs the slice-by-slice backward, accumulating into every parameter's .grad (evicted
+ * with its slice) and, when inputs is a float tensor that requires grad, into inputs' grad.
+ * zt_grad through it is refused (its backward accumulates into .grad, like fairscale's
+ * "Checkpointing is not compatible with .grad()"). One forward at a time: a new forward drops
+ * the last one's activations (its backward then fails, naming why). Inputs' requires_grad is
+ * never changed. The RNG is left where plain training's M microbatch forwards leave it. */
+ZT_API ZT_NODISCARD zt_status zt_offload_model_forward(zt_offload_model *om, zt_tensor *inputs, zt_tensor *targets,
+                                                       zt_tensor **loss);
+/* The last forward's mean loss as plain training computes it: the sum of the chunks' losses
+ * (as doubles) over M (NaN before the first forward). */
+ZT_API double zt_offload_model_last_loss(const zt_offload_model *om);
+/* After backward: the global grad norm (summed in the optimizer's parameter order, as
+ * zt_clip_grad_norm sums it: bitwise its value), clipping (grad_clip > 0: every grad times
+ * grad_clip / (norm + 1e-6) when the norm exceeds it; 0: measure only; < 0: neither, *norm
+ * NaN), then the update of opt at lr slice by slice (each slice's parameters and grads
+ * restored, its grads scaled, its parameters stepped with zt_optim_step_params, its grads
+ * freed, the slice evicted again), then zt_optim_step_finish; with lazy_update a slice not in
+ * RAM is updated when it is next loaded (see zt_offload_model_flush). opt must update u's parameter
+ * list (the same array); its state stays in RAM. A non-finite norm (when measured) stops
+ * before any update: ZT_STATUS_STATE, grads kept. A store failure midway leaves the slices
+ * before it updated. *norm may be NULL. */
+ZT_API ZT_NODISCARD zt_status zt_offload_model_step(zt_offload_model *om, zt_optim *opt, double lr, double grad_clip,
+                                                    double *norm);
+/* Lazy updates: apply every update that waits for its slice's next load now (loading those
+ * slices), so the parameters and the optimizer state and step count are the step's (before
+ * reading them elsewhere, or freeing the optimizer). zt_offload_model_restore_all and
+ * zt_offload_model_free do it too: the optimizer must outlive a pending update. */
+ZT_API ZT_NODISCARD zt_status zt_offload_model_flush(zt_offload_model *om);
+/* One training step: forward, a non-finite mean loss stops before backward (ZT_STATUS_STATE),
+ * backward, zt_offload_model_step. Bitwise zt_train_step's with M microbatches (the chunks)
+ * over a lossless store. loss and grad_norm may be NULL. */
+ZT_API ZT_NODISCARD zt_status zt_offload_model_train_step(zt_offload_model *om, zt_optim *opt, zt_tensor *inputs,
+                                                          zt_tensor *targets, double lr, double grad_clip,
+                                                          double *loss, double *grad_norm);
+
+/* Every parameter and grad in RAM (checkpoints, evaluation with other code, sampling) until
+ * zt_offload_model_evict_all; in between the offload model's own calls keep them in RAM. */
+ZT_API ZT_NODISCARD zt_status zt_offload_model_restore_all(zt_offload_model *om);
+ZT_API ZT_NODISCARD zt_status zt_offload_model_evict_all(zt_offload_model *om);
+
+typedef struct zt_offload_model_stats {
+  int slices, resident, microbatches;
+  int64_t slice_param_bytes_max; /* the largest slice's parameter bytes (a shared parameter counted in each) */
+  int64_t loads;                 /* slice loads so far */
+  int64_t prefetched;            /* of which started ahead on the store's helper thread */
+  int64_t rng_calibrations;      /* forwards that first ran chunk 0 through every slice to learn the slices'
+                                  * random draws (the first with M > 1 and each new chunk shape) */
+} zt_offload_model_stats;
+ZT_API void zt_offload_model_stats_get(const zt_offload_model *om, zt_offload_model_stats *out);
+/* Slice s's units [*first, *first + *count). */
+ZT_API void zt_offload_model_slice_units(const zt_offload_model *om, int s, int *first, int *count);
+
+#endif

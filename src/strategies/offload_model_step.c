@@ -1,0 +1,173 @@
+/* OffloadModel's update (zt/offload_model.h): the global grad norm from the parameters' sums
+ * of squares in the optimizer's order, clipping and the update slice by slice, now or (lazy
+ * updates) at each slice's next load; the training step of both modes.
+ * Invariants: an update waits (pending) only for a slice not in RAM; the optimizer's step
+ * count advances once, when the last waiting parameter is updated. */
+#include <math.h>
+#include <string.h>
+
+#include "core/status_internal.h"
+#include "offload_model_internal.h"
+#include "zt/autograd.h"
+
+/* The update of the parameters of slice s (in RAM) that wait for theirs; the last one to go
+ * counts the optimizer's step. */
+zt_status zt__om_apply_pending(zt_offload_model *om, int s) {
+  int n = 0;
+  for (int j = om->sp_off[s]; j < om->sp_off[s + 1]; j++) {
+    int i = om->sp[j];
+    if (!om->pending[i]) continue;
+    om->upd_idx[n] = i;
+    om->upd_params[n++] = om->u.params[i];
+  }
+  if (!n) return ZT_OK;
+  if (om->pend_coef > 0) ZT_TRY(zt_grads_scale(n, om->upd_params, om->pend_coef));
+  ZT_TRY(zt_optim_step_params(om->pend_opt, om->pend_lr, n, om->upd_idx));
+  for (int j = 0; j < n; j++) {
+    zt_tensor *t = om->u.params[om->upd_idx[j]].tensor;
+    zt_tensor_free(t->grad);
+    t->grad = NULL;
+    om->pending[om->upd_idx[j]] = false;
+  }
+  om->n_pending -= n;
+  if (om->n_pending == 0) {
+    zt_optim_step_finish(om->pend_opt);
+    om->pend_opt = NULL;
+  }
+  return ZT_OK;
+}
+
+zt_status zt_offload_model_step(zt_offload_model *om, zt_optim *opt, double lr, double grad_clip, double *norm) {
+  const char *fn = "zt_offload_model_step";
+  if (norm) *norm = NAN;
+  if (!om || !opt) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: offload model and optimizer are required", fn);
+  if (isnan(grad_clip)) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: grad_clip is NaN (use < 0 for neither)", fn);
+  const zt_param *ops = NULL;
+  int n = zt_optim_params(opt, &ops);
+  if (n != om->u.n_params || ops != om->u.params)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: the optimizer must update the offload model's parameter list (the same "
+                                         "array of %d): make it with zt_optim_new over zt_offload_units.params",
+                  fn, om->u.n_params);
+  if (om->n_pending) ZT_TRY(zt_offload_model_flush(om)); /* a step with no forward since the last one */
+  if (om->o.mode == ZT_OFFLOAD_MODEL_KEEP_GRAPH && om->graph_last) {
+    /* the first slice has no sync node after its backward: its grads are settled here */
+    ZT_TRY(zt__om_slice_ensure(om, 0, -1));
+    ZT_TRY(zt__om_settle_owned(om, 0));
+    om->graph_last = false;
+  }
+  double total = NAN, coef = 0;
+  if (grad_clip >= 0) {
+    double sum = 0; /* in parameter order, as zt_clip_grad_norm */
+    for (int i = 0; i < n; i++)
+      if (om->ss_set[i]) sum += om->ss[i];
+    total = sqrt(sum);
+    if (norm) *norm = total;
+    if (!isfinite(total))
+      return ZT_ERR(ZT_STATUS_STATE, "%s: gradient norm is %g: the step stopped before its update", fn, total);
+    if (grad_clip > 0 && total > grad_clip) coef = grad_clip / (total + 1e-6);
+  }
+  if (om->o.lazy_update) {
+    /* the slices in RAM now, now; the others when they are next loaded */
+    om->pend_opt = opt, om->pend_lr = lr, om->pend_coef = coef;
+    for (int i = 0; i < n; i++) {
+      om->pending[i] = om->u.params[i].tensor->grad != NULL;
+      om->n_pending += om->pending[i];
+    }
+    memset(om->ss_set, 0, sizeof *om->ss_set * (size_t)n);
+    if (!om->n_pending) {
+      zt_optim_step_finish(opt);
+      om->pend_opt = NULL;
+      return ZT_OK;
+    }
+    for (int s = 0; s < om->S && om->n_pending; s++)
+      if (om->state[s] == SLICE_IN) ZT_TRY(zt__om_apply_pending(om, s));
+    return ZT_OK;
+  }
+  for (int s = 0; s < om->S; s++) {
+    int a = om->owned_off[s], b = om->owned_off[s + 1];
+    if (a == b) continue;
+    int next = -1;
+    for (int t = s + 1; t < om->S && next < 0; t++)
+      if (om->owned_off[t] < om->owned_off[t + 1]) next = t;
+    ZT_TRY(zt__om_slice_ensure(om, s, next));
+    if (coef > 0) {
+      /* only those with a grad (zt_grads_scale skips the others too) */
+      ZT_TRY(zt_grads_scale(b - a, om->owned_params + a, coef));
+    }
+    ZT_TRY(zt_optim_step_params(opt, lr, b - a, om->owned + a));
+    for (int j = a; j < b; j++) {
+      zt_tensor *t = om->u.params[om->owned[j]].tensor;
+      zt_tensor_free(t->grad);
+      t->grad = NULL;
+    }
+  }
+  zt_optim_step_finish(opt);
+  memset(om->ss_set, 0, sizeof *om->ss_set * (size_t)n);
+  return ZT_OK;
+}
+
+/* The graph-keeping mode's step: chunk after chunk, forward with grad and backward of its loss
+ * / M (as zt_train_step's microbatches), then the slices the last backward left settled. */
+static zt_status graph_chunks(zt_offload_model *om, zt_tensor *inputs, zt_tensor *targets) {
+  int M = om->o.microbatches;
+  if (!inputs || inputs->ndim < 1 || inputs->shape[0] % M || inputs->shape[0] == 0)
+    return ZT_ERR(ZT_STATUS_SHAPE, "zt_offload_model_train_step: the batch must cut into %d microbatch chunks", M);
+  memset(om->ss_set, 0, sizeof *om->ss_set * (size_t)om->u.n_params);
+  double sum = 0;
+  om->last_loss = NAN;
+  for (int k = 0; k < M; k++) {
+    zt_tensor *x = NULL, *y = NULL, *l = NULL, *scaled = NULL;
+    zt_status e = zt__om_chunk_of(inputs, M, k, &x);
+    if (!e) e = zt__om_chunk_of(targets, M, k, &y);
+    om->graph_last = k == M - 1;
+    if (!e) e = zt__om_forward_graph(om, x, y, &l);
+    double lv = e ? NAN : zt_tensor_get(l, 0);
+    if (!e && !isfinite(lv))
+      e = ZT_ERR(ZT_STATUS_STATE, "zt_offload_model_train_step: chunk %d's loss is %g: the step stopped before its "
+                                  "backward",
+                 k, lv);
+    if (!e && M > 1) e = zt_mul_scalar(l, 1.0 / (double)M, &scaled); /* as zt_train_step */
+    if (!e) e = zt_backward(1, scaled ? &scaled : &l, NULL, false);
+    if (!e) sum += lv;
+    zt_tensor_free(scaled);
+    zt_tensor_free(l);
+    zt_tensor_free(x);
+    zt_tensor_free(y);
+    if (e) return e;
+  }
+  om->last_loss = M == 1 ? sum : sum / (double)M;
+  return ZT_OK;
+}
+
+zt_status zt_offload_model_train_step(zt_offload_model *om, zt_optim *opt, zt_tensor *inputs, zt_tensor *targets,
+                                      double lr, double grad_clip, double *loss, double *grad_norm) {
+  if (loss) *loss = NAN;
+  if (grad_norm) *grad_norm = NAN;
+  if (om && om->o.mode == ZT_OFFLOAD_MODEL_KEEP_GRAPH) {
+    zt_status e = graph_chunks(om, inputs, targets);
+    if (loss) *loss = om->last_loss;
+    return e ? e : zt_offload_model_step(om, opt, lr, grad_clip, grad_norm);
+  }
+  zt_tensor *l = NULL;
+  ZT_TRY(zt_offload_model_forward(om, inputs, targets, &l));
+  double lv = om->last_loss;
+  if (loss) *loss = lv;
+  zt_status e = ZT_OK;
+  if (!isfinite(lv))
+    e = ZT_ERR(ZT_STATUS_STATE, "zt_offload_model_train_step: loss is %g: the step stopped before its backward", lv);
+  if (!e) e = zt_backward(1, &l, NULL, false);
+  zt_tensor_free(l);
+  if (!e) e = zt_offload_model_step(om, opt, lr, grad_clip, grad_norm);
+  return e;
+}
+
+zt_status zt_offload_model_flush(zt_offload_model *om) {
+  if (!om) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_offload_model_flush: offload model is NULL");
+  for (int s = 0; s < om->S && om->n_pending; s++) {
+    bool any = false;
+    for (int j = om->sp_off[s]; j < om->sp_off[s + 1] && !any; j++) any = om->pending[om->sp[j]];
+    if (any) ZT_TRY(zt__om_slice_ensure(om, s, -1));
+  }
+  return ZT_OK;
+}
+

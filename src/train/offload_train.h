@@ -1,0 +1,41 @@
+/* The training loop's OffloadModel part (src/train/offload_train.c): with
+ * zt_train_config.memory.offload_model the GPT-2's parameters and grads live in a store (disk,
+ * bf16 or host) a few slices at a time, each step gathers its data.microbatches microbatches
+ * into one batch that runs as that many chunks through zt_offload_model (with DDP, each rank its rows, the grads averaged slice by slice), evaluation goes
+ * through it too, and checkpoints bring every parameter back for the save. Internal. */
+#ifndef ZT_TRAIN_OFFLOAD_TRAIN_H
+#define ZT_TRAIN_OFFLOAD_TRAIN_H
+
+#include "zt/train.h"
+
+typedef struct zt__train_om {
+  zt_store *store;        /* the tier (NULL: off, everything below unset) */
+  zt_offload_model *om;
+  zt_tensor *x, *y;       /* a step's batch: the microbatches one after another */
+  int64_t M;
+  zt_offload_model_mode mode;
+} zt__train_om;
+
+/* Whether c asks for OffloadModel. */
+bool zt__train_om_wanted(const zt_train_config *c);
+/* Checks what it composes with (DDP over comm's ranks when there are several; no pipeline,
+ * sharding or mixed precision), makes the store and the offload model over m (borrowed) for
+ * batches of rows x seq (this rank's), and evicts the parameters: call it once their values
+ * are final for step 1 (after a resume's load). */
+ZT_NODISCARD zt_status zt__train_om_open(zt__train_om *om, const zt_train_config *c, zt_gpt2 *m, zt_comm *comm,
+                                         int64_t rows);
+/* One optimizer step over so->microbatches microbatches from next (as zt_train_step's,
+ * bitwise with a lossless store; o updates zt_gpt2_params); dp's mean (may be NULL: one
+ * process) makes the loss the replicas' mean. */
+ZT_NODISCARD zt_status zt__train_om_step(zt__train_om *om, const zt_dp_strategy *dp, zt_optim *o, zt_batch_fn next,
+                                         void *user_data, const zt_train_step_options *so, zt_train_step_result *out);
+/* The loss of one batch (grad off). */
+ZT_NODISCARD zt_status zt__train_om_loss(zt__train_om *om, zt_tensor *x, zt_tensor *y, double *loss);
+/* Every parameter in RAM (all) for a save, or back to the store (!all). */
+ZT_NODISCARD zt_status zt__train_om_hold_all(zt__train_om *om, bool all);
+/* The run's figures (slices, loads, the store's peak). */
+void zt__train_om_result(const zt__train_om *om, zt_train_result *res);
+/* Frees the offload model (every parameter back in RAM) and the store; zeroes *om. */
+void zt__train_om_free(zt__train_om *om);
+
+#endif
