@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # OffloadModel benchmark (issue 15): `zt bench step` plainly and with --offload-model disk at
-# --offload-slices 4 and 14, --offload-resident 2, for GPT-2 124M at B=8, T=256 (each run its
+# --offload-slices 4 and 14, --offload-resident 2, in both modes (recompute: the seed's, forward
+# twice; keep-graph), for GPT-2 124M at B=8, T=256 (each run its
 # own process: peak RSS is per process; the runs alternate plain / offload so a busy machine
 # hurts both alike). One JSON line per run to bench/results/offload_model.jsonl, then a JSON
 # summary per offload run: step time, peak RSS and RAM PARAM+GRAD (the peak of the two together,
@@ -25,11 +26,13 @@ fi
 dir=${ZT_OFFLOAD_DIR:-${TMPDIR:-/tmp}}
 : > "$out"
 for n in "${slices[@]}"; do
-  # shellcheck disable=SC2086
-  "$zt" bench step $cfg --warmup-steps 1 | tee -a "$out"
-  # shellcheck disable=SC2086
-  "$zt" bench step $cfg --warmup-steps 1 --offload-model disk --offload-dir "$dir" --offload-slices "$n" \
-    --offload-resident 2 | tee -a "$out"
+  for mode in recompute keep-graph; do
+    # shellcheck disable=SC2086
+    "$zt" bench step $cfg --warmup-steps 1 | tee -a "$out"
+    # shellcheck disable=SC2086
+    "$zt" bench step $cfg --warmup-steps 1 --offload-model disk --offload-dir "$dir" --offload-slices "$n" \
+      --offload-resident 2 --offload-mode "$mode" | tee -a "$out"
+  done
 done
 python3 - "$out" <<'PY'
 import json, sys
@@ -41,7 +44,7 @@ for r in runs:
         continue
     print(json.dumps({
         "summary": "offload_model", "model": r["model"], "batch": r["batch"], "seq": r["seq"],
-        "slices": r["offload_slices"], "resident": r["offload_resident"],
+        "slices": r["offload_slices"], "resident": r["offload_resident"], "mode": r.get("offload_mode"),
         "step_ms": r["ms_per_step"], "plain_step_ms": plain["ms_per_step"],
         "step_ratio": round(r["ms_per_step"] / plain["ms_per_step"], 3),
         "ram_param_grad": r["peak_param_grad"], "plain_ram_param_grad": plain["peak_param_grad"],
