@@ -101,12 +101,12 @@ static const train_option k_options[] = {
      "FSDP (needs --shard other than none; one rank works): none | bf16 | fp16:\n"
      "gather parameters and reduce gradients in P, f32 master shards (fp16 adds\n"
      "dynamic loss scaling); the CPU kernels compute in f32 on the rounded values"},
-    {"pipeline parallel (mpirun -np P x D: D replicas of a P-rank pipeline, DDP across them):", "pp", "P",
+    {"pipeline parallel (mpirun -np P x D: D replicas of a P-rank pipeline; --shard none: DDP across\nthem, full|grad_op|opt: ZeRO per step):", "pp", "P",
      CFG(parallel.pp), TRAIN_OPT_INT, 0, 0, NULL,
      "pipeline ranks: the model cut into stages over P consecutive ranks"},
     {NULL, "schedule", "NAME|FILE", CFG(parallel.schedule), TRAIN_OPT_TEXT, 0, 0, "1f1b",
      "gpipe | 1f1b | interleaved | zb-h1 | zb-h2 | zb-v | v-half | v-min |\n"
-     "dualpipev | auto (the greedy planner on the modelled F/B/W costs)\n"
+     "dualpipev | auto (the greedy planner, again after step 1 on its measured costs)\n"
      "| a schedule file (zt schedule --out); runs --microbatches M per step"},
     {NULL, "chunks", "V", CFG(parallel.chunks), TRAIN_OPT_TEXT, 0, 0, "the schedule's",
      "stages per rank (interleaved: V >= 2; the V-shaped ones: 2)"},
