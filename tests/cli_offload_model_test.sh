@@ -14,23 +14,11 @@ export OMP_NUM_THREADS=1
 
 base=(train --layers 3 --dim 64 --heads 4 --batch 8 --seq 32 --steps 3 --warmup 1 --lr 3e-3 --dropout 0.1
   --grad-clip 0.5 --threads 1 --eval-every 3 --eval-batches 2 --sample-len 0 --offload-dir "$w")
-losses() { sed -n 's/^{"step":[0-9]*,"loss":\([^,]*\),.*/\1/p' "$1"; }
-vals() { sed -n 's/.*"val_loss":\([^,]*\),.*/\1/p' "$1"; }
-norms() { sed -n 's/.*"grad_norm":\([^,]*\),.*/\1/p' "$1"; }
 same() { [ -n "$(losses "$1")" ] && [ "$(losses "$1")" = "$(losses "$2")" ] && [ "$(vals "$1")" = "$(vals "$2")" ] &&
   [ "$(norms "$1")" = "$(norms "$2")" ]; }
 # the losses and grad norms only (a run stopped early evaluates at its last step too)
 same_steps() { [ -n "$(losses "$1")" ] && [ "$(losses "$1")" = "$(losses "$2")" ] && [ "$(norms "$1")" = "$(norms "$2")" ]; }
-near() {
-  local a b
-  a=$(losses "$1" | tr '\n' ' ') b=$(losses "$2" | tr '\n' ' ')
-  [ -n "$a" ] && python3 - "$a" "$b" <<'PY'
-import sys
-a = [float(x) for x in sys.argv[1].split()]
-b = [float(x) for x in sys.argv[2].split()]
-sys.exit(0 if len(a) == len(b) and all(abs(x - y) <= 1e-3 * abs(x) for x, y in zip(a, b)) else 1)
-PY
-}
+near() { losses_near "$1" "$2" 1e-3; }
 
 for M in 1 2; do
   out=$("$zt" "${base[@]}" --microbatches $M --metrics "$w/plain$M.jsonl" 2>&1)

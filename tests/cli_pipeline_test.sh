@@ -21,21 +21,8 @@ mpi() { local np=$1; shift; timeout 300 mpirun -np "$np" --oversubscribe "$zt" "
 # 8 blocks (4 ranks x 2 chunks leave every middle stage one), small and fast
 base=(train --layers 8 --dim 64 --heads 4 --batch 8 --seq 32 --steps 3 --warmup 1 --lr 3e-3 --dropout 0 --threads 1
   --eval-every 3 --eval-batches 2)
-# the losses of a metrics file, one per line
-losses() { sed -n 's/^{"step":[0-9]*,"loss":\([^,]*\),.*/\1/p' "$1"; }
-# the val losses
-vals() { sed -n 's/.*"val_loss":\([^,]*\),.*/\1/p' "$1"; }
 # same FILE_A FILE_B: the same number of losses, each within 2e-6 relative
-same() {
-  local a b
-  a=$(losses "$1" | tr '\n' ' ') b=$(losses "$2" | tr '\n' ' ')
-  [ -n "$a" ] && python3 - "$a" "$b" <<'EOF'
-import sys
-a = [float(x) for x in sys.argv[1].split()]
-b = [float(x) for x in sys.argv[2].split()]
-sys.exit(0 if len(a) == len(b) and all(abs(x - y) <= 2e-6 * abs(x) for x, y in zip(a, b)) else 1)
-EOF
-}
+same() { losses_near "$1" "$2" 2e-6; }
 
 out=$("$zt" "${base[@]}" --microbatches 4 --metrics "$w/one4.jsonl" 2>&1)
 check "one process, 4 microbatches" '[ $(losses "$w/one4.jsonl" | wc -l) -eq 3 ]'

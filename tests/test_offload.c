@@ -478,22 +478,6 @@ static void test_errors(void) {
   zt_offload_free(b);
 }
 
-/* The spill file's descriptor, found through /proc (the test plays a failing disk). */
-static int spill_fd(const char *dir) {
-  DIR *d = opendir("/proc/self/fd");
-  int fd = -1;
-  for (struct dirent *e; d && fd < 0 && (e = readdir(d));) {
-    char p[300], target[PATH_MAX];
-    snprintf(p, sizeof p, "/proc/self/fd/%s", e->d_name);
-    ssize_t k = readlink(p, target, sizeof target - 1);
-    if (k <= 0) continue;
-    target[k] = '\0';
-    if (strstr(target, dir) && strstr(target, "zt_offload_")) fd = atoi(e->d_name);
-  }
-  if (d) closedir(d);
-  return fd;
-}
-
 /* A load that fails is reported by the unpack that needs it, with the loader's message:
  * from the helper thread (prefetch 2) or from unpack itself (prefetch 0). The spill file
  * is cut so that only the entry unpacked first can still be read. */
@@ -510,7 +494,7 @@ static void failing_load(int prefetch) {
   zt_tensor_free(b);                               /* frees [0, S) */
   zt_tensor *a3 = save_apply(a2, 1, &t3, NULL);    /* reuses [0, S) */
   ZT_CHECK_OK(zt_offload_pop(o));
-  int fd = spill_fd(zt_test_tmpdir());
+  int fd = zt_test_open_fd(zt_test_tmpdir(), "zt_offload_");
   ZT_CHECK(fd >= 0 && disk_bytes() == 2 * S);
   if (fd >= 0) ZT_CHECK(ftruncate(fd, S) == 0); /* t2's bytes are gone */
   ZT_CHECK_OK(zt_sum(a3, 0, NULL, false, &loss));

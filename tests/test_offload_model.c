@@ -453,21 +453,6 @@ static void limited_drop(void *ctx, const zt_store_item *it) {
 static void limited_free(void *ctx) { free(ctx); }
 static const zt_store_ops limited_ops = {"limited", limited_put, limited_get, limited_drop, limited_free};
 
-static int spill_fd(const char *dir) {
-  DIR *d = opendir("/proc/self/fd");
-  int fd = -1;
-  for (struct dirent *e; d && fd < 0 && (e = readdir(d));) {
-    char p[300], target[PATH_MAX];
-    snprintf(p, sizeof p, "/proc/self/fd/%s", e->d_name);
-    ssize_t k = readlink(p, target, sizeof target - 1);
-    if (k <= 0) continue;
-    target[k] = '\0';
-    if (strstr(target, dir) && strstr(target, "zt_om_test_")) fd = atoi(e->d_name);
-  }
-  if (d) closedir(d);
-  return fd;
-}
-
 static void test_failing_stores(void) {
   batches b;
   batches_make(&b);
@@ -496,7 +481,7 @@ static void test_failing_stores(void) {
   zt_offload_model_options oo = zt_offload_model_options_default();
   oo.slices = 4, oo.resident = 1;
   ZT_CHECK_OK(zt_offload_model_new(&u, disk, &oo, &om));
-  int fd = dir ? spill_fd(dir) : -1;
+  int fd = dir ? zt_test_open_fd(dir, "zt_om_test_") : -1;
   ZT_CHECK(fd >= 0 && ftruncate(fd, 0) == 0);
   zt_tensor *loss = NULL;
   ZT_CHECK_ERR(zt_offload_model_forward(om, b.x[0], b.y[0], &loss), ZT_STATUS_IO, "unexpected end of file");

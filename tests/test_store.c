@@ -133,22 +133,6 @@ static void test_round_trip(void) {
 }
 
 /* ------------------------------------------------ the disk store's spill file */
-/* The spill file's descriptor, found through /proc (the tests play a failing disk). */
-static int spill_fd(const char *dir) {
-  DIR *d = opendir("/proc/self/fd");
-  int fd = -1;
-  for (struct dirent *e; d && fd < 0 && (e = readdir(d));) {
-    char p[300], target[PATH_MAX];
-    snprintf(p, sizeof p, "/proc/self/fd/%s", e->d_name);
-    ssize_t k = readlink(p, target, sizeof target - 1);
-    if (k <= 0) continue;
-    target[k] = '\0';
-    if (strstr(target, dir) && strstr(target, "zt_store_test_")) fd = atoi(e->d_name);
-  }
-  if (d) closedir(d);
-  return fd;
-}
-
 static int64_t file_size(int fd) {
   struct stat sb;
   return fd >= 0 && fstat(fd, &sb) == 0 ? (int64_t)sb.st_size : -1;
@@ -164,7 +148,7 @@ static void test_disk_extents(void) {
   for (struct dirent *e; d && (e = readdir(d));) n += e->d_name[0] != '.';
   if (d) closedir(d);
   ZT_CHECK(n == 0);
-  int fd = spill_fd(dir);
+  int fd = zt_test_open_fd(dir, "zt_store_test_");
   ZT_CHECK(fd >= 0);
   char buf[4096];
   for (int i = 0; i < (int)sizeof buf; i++) buf[i] = (char)(i * 7);
@@ -193,7 +177,7 @@ static void test_disk_extents(void) {
   ZT_CHECK(a.off == 0); /* from the start again */
   zt_store_drop(s, &a);
   zt_store_free(s);
-  ZT_CHECK(spill_fd(dir) < 0); /* closed */
+  ZT_CHECK(zt_test_open_fd(dir, "zt_store_test_") < 0); /* closed */
   zt_test_tmpdir_remove();
 }
 
@@ -293,7 +277,7 @@ static void test_truncated_spill_file(void) {
   zt_store_item a, b;
   ZT_CHECK_OK(zt_store_put(s, ZT_CPU, buf, 4096, ZT_DTYPE_F32, ZT_MEM_TAG_TEMP, &a));
   ZT_CHECK_OK(zt_store_put(s, ZT_CPU, buf, 4096, ZT_DTYPE_F32, ZT_MEM_TAG_TEMP, &b));
-  int fd = spill_fd(dir);
+  int fd = zt_test_open_fd(dir, "zt_store_test_");
   ZT_CHECK(fd >= 0 && ftruncate(fd, 4096) == 0); /* b's bytes are gone */
   char got[4096];
   ZT_CHECK_OK(zt_store_get(s, &a, ZT_CPU, got));

@@ -1,7 +1,12 @@
 /* The test harness runner and helpers (see zt_test.h). */
+#include <dirent.h>
 #include <ftw.h>
+#include <limits.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
+#include <string.h>
 
 #include "core/tensor_internal.h"
 #include "zt/nn.h"
@@ -151,6 +156,21 @@ void zt_test_free_all(zt_tensor **ts, int n) {
 /* ------------------------------------------------ temporary directory and files */
 
 static char g_tmpdir[128];
+
+int zt_test_open_fd(const char *dir, const char *prefix) {
+  DIR *d = opendir("/proc/self/fd");
+  int fd = -1;
+  for (struct dirent *e; d && fd < 0 && (e = readdir(d));) {
+    char p[300], target[PATH_MAX];
+    snprintf(p, sizeof p, "/proc/self/fd/%s", e->d_name);
+    ssize_t k = readlink(p, target, sizeof target - 1);
+    if (k <= 0) continue;
+    target[k] = '\0';
+    if (strstr(target, dir) && strstr(target, prefix)) fd = atoi(e->d_name);
+  }
+  if (d) closedir(d);
+  return fd;
+}
 
 const char *zt_test_tmpdir_make(const char *tag) {
   snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/zt_test_%s_XXXXXX", tag);

@@ -107,6 +107,10 @@ const char *zt_test_tmpdir_make(const char *tag);
 void zt_test_tmpdir_remove(void);
 /* Path of the current temporary directory ("" when none). */
 const char *zt_test_tmpdir(void);
+/* The descriptor this process holds on a file in dir whose name has prefix (a store's or
+ * activation offload's unlinked spill file, found through /proc/self/fd, for tests that play
+ * a failing disk), or -1. */
+int zt_test_open_fd(const char *dir, const char *prefix);
 /* "<tmpdir>/<name>" in one of 8 rotating static buffers: valid for the next 7 calls, so a
  * few can be passed to one function; copy it (zt_test_tmp_path_to) to keep it longer. */
 const char *zt_test_tmp_path(const char *name);
