@@ -317,6 +317,91 @@ static void test_memory(void) {
   zt_test_tmpdir_remove();
 }
 
+/* Every model state in the store (issue 16): the model built straight into the store
+ * (zt_gpt2_new_evicted), parameters, grads and AdamW moments living there between uses
+ * (offload_optim_state), the model left there at the end (restore_on_free off): bitwise plain
+ * training in both modes, lazy and eager updates, at 2 and L + 2 slices, K 1 and 2, with the
+ * optimizer state made in the store up front (zt_offload_model_evict_optim) or by the first
+ * update; between steps no byte of optimizer state in RAM and at most K slices' parameters;
+ * during the third step PARAM + GRAD + OPTIM in RAM within K slices' four copies plus the tied
+ * embedding's extra copy. */
+static void test_states_on_store(void) {
+  zt_test_tmpdir_make("offload_model_states");
+  batches b;
+  batches_make(&b);
+  run ref = {0};
+  plain_run(&b, 2, &ref);
+  zt_gpt2 *plain = model_new();
+  zt_param *pps;
+  int np = zt_gpt2_params(plain, &pps);
+  int64_t full = 0, wte = (int64_t)pps[0].tensor->storage->nbytes;
+  for (int i = 0; i < np; i++) full += (int64_t)pps[i].tensor->storage->nbytes;
+  zt_gpt2_free(plain);
+  const int Ns[] = {2, cfg.n_layer + 2};
+  int config = 0;
+  for (int mode = 0; mode < 2; mode++)
+    for (int lazy = 0; lazy < 2; lazy++)
+      for (int ni = 0; ni < 2; ni++)
+        for (int K = 1; K <= 2; K++, config++) {
+          zt_store *store = store_new(STORE_DISK);
+          zt_rng_seed(7);
+          zt_gpt2 *m = NULL;
+          ZT_CHECK_OK(zt_gpt2_new_evicted(&cfg, store, &m));
+          if (!m) break;
+          zt_mem_stats ms, disk;
+          zt_mem_stats_get(ZT_CPU, &ms);
+          ZT_CHECK(ms.current[ZT_MEM_TAG_PARAM] == 0);
+          zt_optim *o = zt_test_gpt2_adamw(m);
+          zt_offload_units u;
+          ZT_CHECK_OK(zt_gpt2_offload_units(m, &u));
+          zt_offload_model_options oo = zt_offload_model_options_default();
+          oo.slices = Ns[ni], oo.resident = K, oo.microbatches = 2, oo.mode = (zt_offload_model_mode)mode;
+          oo.lazy_update = lazy, oo.offload_optim_state = true, oo.restore_on_free = false;
+          zt_offload_model *om = NULL;
+          ZT_CHECK_OK(zt_offload_model_new(&u, store, &oo, &om));
+          if (config % 2) ZT_CHECK_OK(zt_offload_model_evict_optim(om, o)); /* made up front, in the store */
+          zt_rng_seed(11);
+          run r = {0};
+          int64_t peak = 0;
+          zt_offload_model_stats st;
+          zt_offload_model_stats_get(om, &st);
+          for (int i = 0; i < STEPS; i++) {
+            zt_mem_reset_peaks();
+            ZT_CHECK_OK(zt_offload_model_train_step(om, o, b.x[i], b.y[i], 1e-2, 0.5, &r.loss[i], &r.norm[i]));
+            zt_mem_stats_get(ZT_CPU, &ms);
+            zt_mem_stats_get((zt_device){ZT_DEVICE_DISK, 0}, &disk);
+            if (i == STEPS - 1) peak = ms.peak_state;
+            ZT_CHECK(ms.current[ZT_MEM_TAG_OPTIM] == 0);
+            ZT_CHECK(ms.current[ZT_MEM_TAG_PARAM] <= K * st.slice_param_bytes_max);
+            ZT_CHECK(disk.current[ZT_MEM_TAG_PARAM] + ms.current[ZT_MEM_TAG_PARAM] == full);
+            if (i > 0 || config % 2 || !lazy) ZT_CHECK(disk.current[ZT_MEM_TAG_OPTIM] >= full); /* made by now */
+          }
+          int64_t bound = (int64_t)K * 4 * st.slice_param_bytes_max + 3 * wte;
+          if (peak > bound)
+            zt_test_fail(__FILE__, __LINE__, "mode %d lazy %d slices %d K %d: peak PARAM+GRAD+OPTIM %lld > %lld", mode,
+                         lazy, Ns[ni], K, (long long)peak, (long long)bound);
+          ZT_CHECK_OK(zt_offload_model_flush(om));
+          zt_mem_stats_get((zt_device){ZT_DEVICE_DISK, 0}, &disk);
+          ZT_CHECK(disk.current[ZT_MEM_TAG_OPTIM] == 2 * full); /* AdamW's two moments, all on disk */
+          ZT_CHECK_OK(zt_offload_model_restore_all(om)); /* the parameters, to compare */
+          keep_params(m, &r);
+          if (!runs_equal(&ref, &r))
+            zt_test_fail(__FILE__, __LINE__, "mode %d lazy %d slices %d K %d: not bitwise plain (loss %.9g/%.9g)", mode,
+                         lazy, Ns[ni], K, ref.loss[2], r.loss[2]);
+          ZT_CHECK_OK(zt_offload_model_evict_all(om));
+          zt_offload_model_free(om); /* restore_on_free off: the model stays in the store */
+          zt_mem_stats_get(ZT_CPU, &ms);
+          ZT_CHECK(ms.current[ZT_MEM_TAG_PARAM] == 0 && ms.current[ZT_MEM_TAG_OPTIM] == 0);
+          run_free(&r);
+          zt_optim_free(o);   /* its states' store bytes given back */
+          zt_gpt2_free(m);
+          zt_store_free(store); /* asserts nothing is left in it */
+        }
+  run_free(&ref);
+  batches_free(&b);
+  zt_test_tmpdir_remove();
+}
+
 /* ------------------------------------------------ a float-input model: three linear units and
  * a mean-square loss */
 typedef struct lin_model {
@@ -531,6 +616,7 @@ int main(void) {
   ZT_RUN(test_lazy_update);
   ZT_RUN(test_bf16);
   ZT_RUN(test_memory);
+  ZT_RUN(test_states_on_store);
   ZT_RUN(test_failing_stores);
   return zt_test_finish();
 }

@@ -8,6 +8,7 @@
 
 #include "zt/ops.h"
 #include "zt/model.h"
+#include "zt/store.h"
 
 /* A named parameter. `decay`: whether weight decay applies (2-D weights and embeddings
  * yes; biases and layer-norm parameters no). */
@@ -226,6 +227,12 @@ typedef struct zt_gpt2 zt_gpt2;
 ZT_API ZT_NODISCARD zt_status zt_gpt2_new(const zt_gpt2_config *c, zt_gpt2 **out);
 /* Same, with parameters of dtype dt (f32 or f64; f64 for finite-difference tests). */
 ZT_API ZT_NODISCARD zt_status zt_gpt2_new_dtype(const zt_gpt2_config *c, zt_dtype dt, zt_gpt2 **out);
+/* Same (f32), for models larger than RAM: each top-level module's parameters (wte, wpe, each
+ * block, ln_f) go to store (zt_storage_evict, named by their HF names) as soon as that module
+ * is made and initialised, so at most one module's parameters are in RAM at any time; the
+ * values are bitwise zt_gpt2_new's (the same Philox draws in the same order). The store must
+ * outlive the model (zt_gpt2_free gives its bytes back). */
+ZT_API ZT_NODISCARD zt_status zt_gpt2_new_evicted(const zt_gpt2_config *c, zt_store *store, zt_gpt2 **out);
 ZT_API void zt_gpt2_free(zt_gpt2 *m);
 /* The root module (name "", child "transformer"): for generic module code. Owned by m. */
 ZT_API zt_module *zt_gpt2_module(zt_gpt2 *m);

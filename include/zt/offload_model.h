@@ -63,6 +63,12 @@ typedef struct zt_offload_model_options {
                            * is next loaded (the next forward, zt_offload_model_restore_all or _flush), which
                            * saves a sweep of loads per step; the optimizer's step count advances when the last
                            * one is done (default on; off: every slice loaded and updated in the step) */
+  bool offload_optim_state; /* the optimizer's state (AdamW's moments) lives in the store too: a parameter's state
+                             * comes into RAM with its slice for the update (prefetched with it) and goes back right
+                             * after it, so every model state is in the store (default off: the state stays in RAM) */
+  bool restore_on_free;   /* zt_offload_model_free brings every parameter and grad back into RAM (default on);
+                           * off: they stay in the store (whoever frees the model frees them; the store must
+                           * outlive it), for models larger than RAM */
   zt_comm *comm;          /* optional (borrowed): data-parallel replicas, each running the same slices on its
                            * own rows (DDP): once a slice's backward has made the grads of the parameters it is
                            * the first to use final, they are averaged over comm (an all-reduce per parameter,
@@ -80,8 +86,9 @@ typedef struct zt_offload_model zt_offload_model;
  * zt_offload_model_free, before the model and the store. */
 ZT_API ZT_NODISCARD zt_status zt_offload_model_new(const zt_offload_units *u, zt_store *store,
                                                    const zt_offload_model_options *o, zt_offload_model **out);
-/* Restores every parameter and grad into RAM (the model is whole again), drops the last
- * forward's boundary activations. NULL is a no-op. */
+/* Restores every parameter and grad into RAM (the model is whole again; not with
+ * restore_on_free off), drops the last forward's boundary activations. Pending lazy updates
+ * are applied first. NULL is a no-op. */
 ZT_API void zt_offload_model_free(zt_offload_model *om);
 
 /* Forward of the whole model on inputs (B, ...) and targets (B, ...) (may be NULL), B a
@@ -123,6 +130,12 @@ ZT_API ZT_NODISCARD zt_status zt_offload_model_flush(zt_offload_model *om);
 ZT_API ZT_NODISCARD zt_status zt_offload_model_train_step(zt_offload_model *om, zt_optim *opt, zt_tensor *inputs,
                                                           zt_tensor *targets, double lr, double grad_clip,
                                                           double *loss, double *grad_norm);
+
+/* With offload_optim_state: make opt's state of every parameter now (zero, as its first update
+ * would) and put it in the store one parameter at a time, so that a checkpoint can be loaded
+ * into it (zt_snapshot_load streams into evicted tensors) and saved from it without holding it
+ * in RAM. opt must update u's parameter list; it must outlive the offload model. */
+ZT_API ZT_NODISCARD zt_status zt_offload_model_evict_optim(zt_offload_model *om, zt_optim *opt);
 
 /* Every parameter and grad in RAM (checkpoints, evaluation with other code, sampling) until
  * zt_offload_model_evict_all; in between the offload model's own calls keep them in RAM. */

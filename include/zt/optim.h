@@ -53,6 +53,14 @@ ZT_API int64_t zt_optim_step_count(const zt_optim *o);
  * OPTIM, zero until the first update. The arrays stay valid until zt_optim_free. */
 ZT_API ZT_NODISCARD zt_status zt_optim_state(zt_optim *o, int *n, const char *const **names, zt_tensor *const **tensors);
 ZT_API void zt_optim_set_step_count(zt_optim *o, int64_t step);
+/* The name zt_optim_state gives parameter i's j-th state tensor ("exp_avg.<name>"). */
+ZT_API const char *zt_optim_state_name(const zt_optim *o, int i, int j);
+/* Parameter i's state tensors (the same objects zt_optim_state lists; AdamW: exp_avg then
+ * exp_avg_sq), for code that moves them between RAM and a store one parameter at a time
+ * (OffloadModel's optimizer states on disk): *tensors gets per-parameter-count tensors, or
+ * NULL when they do not exist yet and create is false (create: made, zero-filled, as the
+ * first update would make them). Returns how many a parameter has (0: plain SGD, none). */
+ZT_API ZT_NODISCARD zt_status zt_optim_param_state(zt_optim *o, int i, bool create, int *n, zt_tensor *const **tensors);
 
 /* Global L2 norm of all grads; if max_norm > 0 and the norm exceeds it, scale every grad
  * by max_norm / (norm + 1e-6). Returns the norm before clipping in *norm. Parameters

@@ -22,6 +22,7 @@ struct zt_gpt2 {
   zt_nn_dropout *drop;
   zt_nn_block **blocks;
   zt_nn_layer_norm *ln_f;
+  zt_store *evict_to; /* zt_gpt2_new_evicted: where each module's parameters go once made (NULL: none) */
   zt_module *h;     /* the blocks as a sequence (its span function: run_blocks) */
   zt_param *params; /* full HF names, state_dict order */
   int n_params;
@@ -101,7 +102,25 @@ void zt_gpt2_free(zt_gpt2 *m) {
   free(m);
 }
 
-static zt_status add(zt_module *parent, void *child) { return zt_module_add_child(parent, (zt_module *)child); }
+/* Child made: added to parent; with evict_to, its parameters go to the store now. */
+static zt_status add_to(zt_gpt2 *m, zt_module *parent, void *child) {
+  ZT_TRY(zt_module_add_child(parent, (zt_module *)child));
+  if (!m->evict_to) return ZT_OK;
+  int n = 0;
+  zt_param *ps = NULL;
+  char prefix[96]; /* the HF names: the child's path under the root */
+  snprintf(prefix, sizeof prefix, "transformer.%s%s", parent == m->h ? "h." : "", ((zt_module *)child)->name);
+  ZT_TRY(zt_module_named_params(child, prefix, &n, &ps));
+  zt_status s = ZT_OK;
+  for (int i = 0; i < n && !s; i++) {
+    zt_storage *st = ps[i].tensor->storage;
+    if (!st->name[0]) zt_storage_set_name(st, ps[i].name);
+    s = zt_storage_evict(st, m->evict_to, ps[i].tensor->dtype);
+  }
+  free(ps);
+  return s;
+}
+
 static zt_status run_blocks(void *ctx, int first, int count, zt_tensor *x, zt_tensor **out);
 
 /* Modules are made in state_dict order, so the Philox draws of the initialisation follow
@@ -113,15 +132,15 @@ static zt_status build(zt_gpt2 *m) {
   zt_module *tr = NULL;
   ZT_TRY(zt_module_new("GPT2LMHeadModel", "", &m->root));
   ZT_TRY(zt_module_new("GPT2Model", "transformer", &tr));
-  ZT_TRY(add(m->root, tr));
+  ZT_TRY(add_to(m, m->root, tr));
   ZT_TRY(zt_nn_embedding_new("wte", c->vocab_size, c->n_embd, dt, std, &m->wte));
-  ZT_TRY(add(tr, m->wte));
+  ZT_TRY(add_to(m, tr, m->wte));
   ZT_TRY(zt_nn_embedding_new("wpe", c->block_size, c->n_embd, dt, std, &m->wpe));
-  ZT_TRY(add(tr, m->wpe));
+  ZT_TRY(add_to(m, tr, m->wpe));
   ZT_TRY(zt_nn_dropout_new("drop", c->dropout, &m->drop));
-  ZT_TRY(add(tr, m->drop));
+  ZT_TRY(add_to(m, tr, m->drop));
   ZT_TRY(zt_module_new("ModuleList", "h", &m->h));
-  ZT_TRY(add(tr, m->h));
+  ZT_TRY(add_to(m, tr, m->h));
   ZT_TRY(zt_module_set_span_fn(m->h, run_blocks, m));
   m->blocks = calloc((size_t)c->n_layer, sizeof *m->blocks);
   if (!m->blocks) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
@@ -129,10 +148,10 @@ static zt_status build(zt_gpt2 *m) {
     char name[16];
     snprintf(name, sizeof name, "%d", i);
     ZT_TRY(zt_nn_block_new(name, c->n_embd, c->n_head, c->dropout, dt, std, proj_std, &m->blocks[i]));
-    ZT_TRY(add(m->h, m->blocks[i]));
+    ZT_TRY(add_to(m, m->h, m->blocks[i]));
   }
   ZT_TRY(zt_nn_layer_norm_new("ln_f", c->n_embd, 1e-5, dt, &m->ln_f));
-  ZT_TRY(add(tr, m->ln_f));
+  ZT_TRY(add_to(m, tr, m->ln_f));
   return zt_module_named_params(m->root, "", &m->n_params, &m->params);
 }
 
@@ -156,6 +175,25 @@ zt_status zt_gpt2_new_dtype(const zt_gpt2_config *c, zt_dtype dt, zt_gpt2 **out)
 }
 
 zt_status zt_gpt2_new(const zt_gpt2_config *c, zt_gpt2 **out) { return zt_gpt2_new_dtype(c, ZT_DTYPE_F32, out); }
+
+zt_status zt_gpt2_new_evicted(const zt_gpt2_config *c, zt_store *store, zt_gpt2 **out) {
+  if (!out || !store) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_new_evicted: store and out are required");
+  *out = NULL;
+  ZT_TRY(zt_gpt2_config_validate(c));
+  zt_gpt2 *m = calloc(1, sizeof *m);
+  if (!m) return ZT_ERR(ZT_STATUS_OOM, "zt_gpt2_new_evicted: out of host memory");
+  m->cfg = *c;
+  m->dtype = ZT_DTYPE_F32;
+  m->evict_to = store;
+  zt_status s = build(m);
+  m->evict_to = NULL;
+  if (s) {
+    zt_gpt2_free(m); /* what went to the store is given back */
+    return zt__error_prefix(s, "zt_gpt2_new_evicted");
+  }
+  *out = m;
+  return ZT_OK;
+}
 
 const zt_gpt2_config *zt_gpt2_get_config(const zt_gpt2 *m) { return m ? &m->cfg : NULL; }
 zt_module *zt_gpt2_module(zt_gpt2 *m) { return m ? m->root : NULL; }

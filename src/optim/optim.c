@@ -188,6 +188,25 @@ zt_status zt_optim_state(zt_optim *o, int *n, const char *const **names, zt_tens
   return ZT_OK;
 }
 
+const char *zt_optim_state_name(const zt_optim *o, int i, int j) {
+  ZT_ASSERT(o && i >= 0 && i < o->n_params && j >= 0 && j < o->per_param);
+  return o->names[i * o->per_param + j];
+}
+
+zt_status zt_optim_param_state(zt_optim *o, int i, bool create, int *n, zt_tensor *const **tensors) {
+  if (!o || !n || !tensors) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_optim_param_state: NULL optimizer or output");
+  if (i < 0 || i >= o->n_params)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_optim_param_state: index %d is outside the optimizer's %d parameters", i,
+                  o->n_params);
+  *n = o->per_param;
+  *tensors = NULL;
+  if (!o->per_param) return ZT_OK;
+  if (create) ZT_TRY(ensure_state(o, i));
+  zt_tensor **st = o->state + (size_t)i * (size_t)o->per_param;
+  if (st[0]) *tensors = st; /* a parameter's states are made together */
+  return ZT_OK;
+}
+
 void zt_optim_zero_grad(zt_optim *o) {
   if (!o) return;
   for (int i = 0; i < o->n_params; i++) {
@@ -232,6 +251,11 @@ static zt_status step_selected(zt_optim *o, double lr, const bool *sel, const ch
     if (sel && !sel[i]) continue;
     zt_status s = check_grad(o, i, &use[i]);
     if (!s && use[i]) s = ensure_state(o, i);
+    for (int j = 0; !s && use[i] && j < o->per_param; j++) { /* e.g. evicted to a store and not restored */
+      void *d;
+      zt_tensor *st = o->state[(size_t)i * (size_t)o->per_param + (size_t)j];
+      if ((s = zt_tensor_data(st, &d))) s = zt__error_prefix(s, "%s: optimizer state '%s'", fn, o->names[i * o->per_param + j]);
+    }
     if (s) {
       free(use);
       return s;

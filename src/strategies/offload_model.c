@@ -25,6 +25,7 @@ zt_offload_model_options zt_offload_model_options_default(void) {
   o.prefetch = true;
   o.offload_activations = true;
   o.lazy_update = true;
+  o.restore_on_free = true;
   return o;
 }
 
@@ -41,10 +42,33 @@ static zt_status storage_back(zt_tensor *t, bool async) {
 
 static zt_status storage_wait(zt_tensor *t) { return t ? zt_storage_wait(t->storage) : ZT_OK; }
 
+/* Parameter i's optimizer state when it lives in the store (offload_optim_state and made): its
+ * count, *ts the tensors. */
+int zt__om_optim_states(zt_offload_model *om, int i, zt_tensor *const **ts) {
+  int n = 0;
+  *ts = NULL;
+  if (!om->o.offload_optim_state || !om->state_opt) return 0;
+  zt_status e = zt_optim_param_state(om->state_opt, i, false, &n, ts);
+  ZT_ASSERT(e == ZT_OK); /* i is in range: the optimizer updates u's list (checked by the step) */
+  return *ts ? n : 0;
+}
+
+/* Parameter i's optimizer state to the store (a restore in flight finished first). */
+zt_status zt__om_optim_evict(zt_offload_model *om, int i) {
+  zt_tensor *const *ts;
+  int n = zt__om_optim_states(om, i, &ts);
+  for (int j = 0; j < n; j++) {
+    ZT_TRY(storage_wait(ts[j]));
+    ZT_TRY(storage_evict(om, ts[j]));
+  }
+  return ZT_OK;
+}
+
 static zt_status param_evict(zt_offload_model *om, int i) {
   zt_tensor *t = om->u.params[i].tensor;
   ZT_TRY(storage_wait(t->grad)); /* a restore in flight finishes first */
   ZT_TRY(storage_wait(t));
+  ZT_TRY(zt__om_optim_evict(om, i)); /* in RAM only with its parameter (its update did not come) */
   ZT_TRY(storage_evict(om, t->grad));
   return storage_evict(om, t);
 }
@@ -73,6 +97,11 @@ static zt_status slice_load(zt_offload_model *om, int s, bool async) {
     zt_tensor *t = om->u.params[i].tensor;
     if (!s0) s0 = storage_back(t, async);
     if (!s0) s0 = storage_back(t->grad, async);
+    if (om->n_pending && om->pending[i]) { /* its update comes with this load: its optimizer state too */
+      zt_tensor *const *ts;
+      int n = zt__om_optim_states(om, i, &ts);
+      for (int j = 0; j < n && !s0; j++) s0 = storage_back(ts[j], async);
+    }
   }
   return s0 ? zt__error_prefix(s0, "offload model: loading slice %d", s) : ZT_OK;
 }
@@ -643,6 +672,28 @@ zt_status zt_offload_model_evict_all(zt_offload_model *om) {
   return ZT_OK;
 }
 
+zt_status zt_offload_model_evict_optim(zt_offload_model *om, zt_optim *opt) {
+  const char *fn = "zt_offload_model_evict_optim";
+  if (!om || !opt) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: offload model and optimizer are required", fn);
+  if (!om->o.offload_optim_state)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: the offload model was made without offload_optim_state", fn);
+  const zt_param *ops = NULL;
+  if (zt_optim_params(opt, &ops) != om->u.n_params || ops != om->u.params)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: the optimizer must update the offload model's parameter list", fn);
+  if (om->state_opt && om->state_opt != opt)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: another optimizer's state already lives in the store", fn);
+  om->state_opt = opt;
+  for (int i = 0; i < om->u.n_params; i++) { /* one parameter's state in RAM at a time */
+    int n;
+    zt_tensor *const *ts;
+    ZT_TRY(zt_optim_param_state(opt, i, true, &n, &ts));
+    for (int j = 0; j < n; j++)
+      if (!ts[j]->storage->name[0]) zt_storage_set_name(ts[j]->storage, zt_optim_state_name(opt, i, j));
+    ZT_TRY(zt__om_optim_evict(om, i));
+  }
+  return ZT_OK;
+}
+
 void zt_offload_model_stats_get(const zt_offload_model *om, zt_offload_model_stats *out) {
   if (!out) return;
   memset(out, 0, sizeof *out);
@@ -659,8 +710,14 @@ void zt_offload_model_free(zt_offload_model *om) {
   if (!om) return;
   pass_free(om, om->pass);
   om->pass = NULL;
-  if (om->n_pending) ZT_IGNORE(zt_offload_model_restore_all(om), "a failed update leaves what it could not do");
-  if (om->state) {
+  if (!om->o.restore_on_free) {
+    /* the parameters stay in the store (their owner frees them there); a waiting update is applied */
+    if (om->n_pending) ZT_IGNORE(zt_offload_model_flush(om), "a failed update leaves what it could not do");
+    if (om->state) ZT_IGNORE(zt_offload_model_evict_all(om), "a slice that could not go stays in RAM");
+  } else if (om->n_pending) {
+    ZT_IGNORE(zt_offload_model_restore_all(om), "a failed update leaves what it could not do");
+  }
+  if (om->state && om->o.restore_on_free) {
     for (int s = 0; s < om->S; s++)
       if (om->state[s] != SLICE_OUT) ZT_IGNORE(slice_wait(om, s), "restored below");
     /* the model whole again: every parameter and grad back in RAM */
@@ -677,7 +734,6 @@ void zt_offload_model_free(zt_offload_model *om) {
   free(om->sp_off);
   free(om->owned);
   free(om->owned_off);
-  free(om->owned_params);
   free(om->p_first);
   free(om->p_nslices);
   free(om->p_res);
@@ -781,7 +837,6 @@ static zt_status build(zt_offload_model *om) {
   om->sp_off = calloc((size_t)S + 1, sizeof *om->sp_off);
   om->owned = calloc((size_t)(P ? P : 1), sizeof *om->owned);
   om->owned_off = calloc((size_t)S + 1, sizeof *om->owned_off);
-  om->owned_params = calloc((size_t)(P ? P : 1), sizeof *om->owned_params);
   om->p_first = calloc((size_t)(P ? P : 1), sizeof *om->p_first);
   om->p_nslices = calloc((size_t)(P ? P : 1), sizeof *om->p_nslices);
   om->p_res = calloc((size_t)(P ? P : 1), sizeof *om->p_res);
@@ -797,7 +852,7 @@ static zt_status build(zt_offload_model *om) {
   om->upd_params = calloc((size_t)(P ? P : 1), sizeof *om->upd_params);
   zt_status e = ZT_OK;
   if (!use || !ubytes || !uu || !om->first || !om->count || !om->sp || !om->sp_off || !om->owned || !om->owned_off ||
-      !om->owned_params || !om->p_first || !om->p_nslices || !om->p_res || !om->shared || !om->shared_idx ||
+      !om->p_first || !om->p_nslices || !om->p_res || !om->shared || !om->shared_idx ||
       !om->state || !om->last_use || !om->rng_blocks || !om->ss || !om->ss_set || !om->pending || !om->upd_idx ||
       !om->upd_params)
     e = ZT_ERR(ZT_STATUS_OOM, "zt_offload_model_new: out of host memory for the slice tables");
@@ -843,7 +898,6 @@ static zt_status build(zt_offload_model *om) {
     om->owned_off[s + 1] = om->owned_off[s];
     for (int i = 0; i < P; i++)
       if (om->p_first[i] == s) {
-        om->owned_params[om->owned_off[s + 1]] = u->params[i];
         om->owned[om->owned_off[s + 1]++] = i;
       }
   }

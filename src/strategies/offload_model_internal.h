@@ -49,6 +49,7 @@ struct zt_offload_model {
   bool *ss_set;
   bool *pending;            /* [n_params]: its update of the last step waits for its next load (lazy updates) */
   int n_pending;
+  zt_optim *state_opt;      /* offload_optim_state: the optimizer whose state lives in the store (the last step's) */
   zt_optim *pend_opt;       /* the update that waits: optimizer, lr, clip factor (0: none) */
   double pend_lr, pend_coef;
   int *upd_idx;             /* [n_params]: scratch for an update's indices and entries */
@@ -72,6 +73,11 @@ ZT_NODISCARD zt_status zt__om_forward_graph(zt_offload_model *om, zt_tensor *x, 
 /* The update of the parameters of slice s (in RAM) that wait for theirs (lazy updates;
  * offload_model_step.c); the last one to go counts the optimizer's step. */
 ZT_NODISCARD zt_status zt__om_apply_pending(zt_offload_model *om, int s);
+/* Parameter i's optimizer state when it lives in the store (offload_optim_state, made by an
+ * update or zt_offload_model_evict_optim): its count and tensors (*ts; NULL and 0: none). */
+int zt__om_optim_states(zt_offload_model *om, int i, zt_tensor *const **ts);
+/* Parameter i's optimizer state to the store (no-op without one). */
+ZT_NODISCARD zt_status zt__om_optim_evict(zt_offload_model *om, int i);
 /* Chunk k of M of x along dim 0 (a view; NULL x: NULL). */
 ZT_NODISCARD zt_status zt__om_chunk_of(zt_tensor *x, int M, int k, zt_tensor **out);
 /* The refusal of zt_grad, one message for both modes. */

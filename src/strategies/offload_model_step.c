@@ -21,6 +21,11 @@ zt_status zt__om_apply_pending(zt_offload_model *om, int s) {
     om->upd_params[n++] = om->u.params[i];
   }
   if (!n) return ZT_OK;
+  for (int j = 0; j < n; j++) { /* optimizer state from the store: prefetched with the slice, or now */
+    zt_tensor *const *ts;
+    int ns = zt__om_optim_states(om, om->upd_idx[j], &ts);
+    for (int q = 0; q < ns; q++) ZT_TRY(zt_storage_restore(ts[q]->storage)); /* waits for one in flight */
+  }
   if (om->pend_coef > 0) ZT_TRY(zt_grads_scale(n, om->upd_params, om->pend_coef));
   ZT_TRY(zt_optim_step_params(om->pend_opt, om->pend_lr, n, om->upd_idx));
   for (int j = 0; j < n; j++) {
@@ -28,6 +33,7 @@ zt_status zt__om_apply_pending(zt_offload_model *om, int s) {
     zt_tensor_free(t->grad);
     t->grad = NULL;
     om->pending[om->upd_idx[j]] = false;
+    ZT_TRY(zt__om_optim_evict(om, om->upd_idx[j])); /* back to the store at once: RAM holds it for the update only */
   }
   om->n_pending -= n;
   if (om->n_pending == 0) {
@@ -66,44 +72,23 @@ zt_status zt_offload_model_step(zt_offload_model *om, zt_optim *opt, double lr, 
       return ZT_ERR(ZT_STATUS_STATE, "%s: gradient norm is %g: the step stopped before its update", fn, total);
     if (grad_clip > 0 && total > grad_clip) coef = grad_clip / (total + 1e-6);
   }
-  if (om->o.lazy_update) {
-    /* the slices in RAM now, now; the others when they are next loaded */
-    om->pend_opt = opt, om->pend_lr = lr, om->pend_coef = coef;
-    for (int i = 0; i < n; i++) {
-      om->pending[i] = om->u.params[i].tensor->grad != NULL;
-      om->n_pending += om->pending[i];
-    }
-    memset(om->ss_set, 0, sizeof *om->ss_set * (size_t)n);
-    if (!om->n_pending) {
-      zt_optim_step_finish(opt);
-      om->pend_opt = NULL;
-      return ZT_OK;
-    }
-    for (int s = 0; s < om->S && om->n_pending; s++)
-      if (om->state[s] == SLICE_IN) ZT_TRY(zt__om_apply_pending(om, s));
+  /* The slices in RAM now, now; the others when they are next loaded (lazy), or loaded one
+   * after another right here (zt_offload_model_flush). */
+  om->pend_opt = opt, om->pend_lr = lr, om->pend_coef = coef;
+  if (om->o.offload_optim_state) om->state_opt = opt;
+  for (int i = 0; i < n; i++) {
+    om->pending[i] = om->u.params[i].tensor->grad != NULL;
+    om->n_pending += om->pending[i];
+  }
+  memset(om->ss_set, 0, sizeof *om->ss_set * (size_t)n);
+  if (!om->n_pending) {
+    zt_optim_step_finish(opt);
+    om->pend_opt = NULL;
     return ZT_OK;
   }
-  for (int s = 0; s < om->S; s++) {
-    int a = om->owned_off[s], b = om->owned_off[s + 1];
-    if (a == b) continue;
-    int next = -1;
-    for (int t = s + 1; t < om->S && next < 0; t++)
-      if (om->owned_off[t] < om->owned_off[t + 1]) next = t;
-    ZT_TRY(zt__om_slice_ensure(om, s, next));
-    if (coef > 0) {
-      /* only those with a grad (zt_grads_scale skips the others too) */
-      ZT_TRY(zt_grads_scale(b - a, om->owned_params + a, coef));
-    }
-    ZT_TRY(zt_optim_step_params(opt, lr, b - a, om->owned + a));
-    for (int j = a; j < b; j++) {
-      zt_tensor *t = om->u.params[om->owned[j]].tensor;
-      zt_tensor_free(t->grad);
-      t->grad = NULL;
-    }
-  }
-  zt_optim_step_finish(opt);
-  memset(om->ss_set, 0, sizeof *om->ss_set * (size_t)n);
-  return ZT_OK;
+  for (int s = 0; s < om->S && om->n_pending; s++)
+    if (om->state[s] == SLICE_IN) ZT_TRY(zt__om_apply_pending(om, s));
+  return om->o.lazy_update ? ZT_OK : zt_offload_model_flush(om);
 }
 
 /* The graph-keeping mode's step: chunk after chunk, forward with grad and backward of its loss
@@ -161,13 +146,18 @@ zt_status zt_offload_model_train_step(zt_offload_model *om, zt_optim *opt, zt_te
   return e;
 }
 
-zt_status zt_offload_model_flush(zt_offload_model *om) {
-  if (!om) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_offload_model_flush: offload model is NULL");
-  for (int s = 0; s < om->S && om->n_pending; s++) {
-    bool any = false;
-    for (int j = om->sp_off[s]; j < om->sp_off[s + 1] && !any; j++) any = om->pending[om->sp[j]];
-    if (any) ZT_TRY(zt__om_slice_ensure(om, s, -1));
-  }
-  return ZT_OK;
+/* The first slice from s on with an update waiting (-1: none). */
+static int next_pending(const zt_offload_model *om, int s) {
+  for (; s < om->S; s++)
+    for (int j = om->sp_off[s]; j < om->sp_off[s + 1]; j++)
+      if (om->pending[om->sp[j]]) return s;
+  return -1;
 }
 
+zt_status zt_offload_model_flush(zt_offload_model *om) {
+  if (!om) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_offload_model_flush: offload model is NULL");
+  /* each waiting slice loaded (applying its update), the next one on its way meanwhile */
+  for (int s = next_pending(om, 0); s >= 0 && om->n_pending; s = next_pending(om, s + 1))
+    ZT_TRY(zt__om_slice_ensure(om, s, next_pending(om, s + 1)));
+  return ZT_OK;
+}
