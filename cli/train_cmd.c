@@ -166,7 +166,8 @@ static void print_start(const zt_train_config *c, int ranks) {
          (unsigned long long)c->seed, rc, tiers[c->memory.offload_activations]);
   if (c->data.microbatches > 1) printf(", %lld microbatches", (long long)c->data.microbatches);
   if (c->memory.offload_model)
-    printf(", model offload %s (%d slices, %d in RAM, %s)", tiers[c->memory.offload_model & 3], c->memory.offload_slices,
+    printf(", model offload %s%s (%d slices, %d in RAM, %s)", tiers[c->memory.offload_model & 3],
+           c->memory.offload_states ? " with every state" : "", c->memory.offload_slices,
            c->memory.offload_resident, c->memory.offload_mode ? "keep-graph" : "recompute");
   if (c->parallel.pp > 1 && ranks % c->parallel.pp == 0)
     printf(", %d ranks, pipeline %d x %d replica%s (schedule %s, balance %s)", ranks, c->parallel.pp,
@@ -214,7 +215,7 @@ static void print_summary(const zt_train_config *c, const zt_train_result *r, zt
   char mem[8192];
   zt_mem_report(mem, sizeof mem);
   printf("memory by tag (bytes):\n%s", mem);
-  if (sample_len > 0 && zt_gpt2_get_config(m)->vocab_size == 256) {
+  if (m && sample_len > 0 && zt_gpt2_get_config(m)->vocab_size == 256) {
     const int32_t prompt[] = {'\n'};
     int32_t *ids = NULL;
     int64_t n = 0;
@@ -246,7 +247,8 @@ static int run_train(zt_train_config *c, zt_comm *world, progress *p) {
   p->ticking = p->tty && pthread_create(&p->ticker, NULL, ticker, p) == 0;
   zt_train_result r;
   zt_gpt2 *m = NULL;
-  zt_status s = zt_train_run_on(c, world, on_step, p, &r, &m);
+  /* every state in the store: the model never comes whole into RAM, so no sample at the end */
+  zt_status s = zt_train_run_on(c, world, on_step, p, &r, c->memory.offload_states ? NULL : &m);
   if (p->ticking) {
     pthread_mutex_lock(&p->mu);
     p->stop = true;

@@ -78,6 +78,15 @@ static const train_option k_options[] = {
      "parameters and grads live in TIER, a few slices in RAM at a time; each\n"
      "step runs --microbatches chunks through a slice, then the next; backward\n"
      "recomputes slice by slice (bitwise plain training with disk and host)"},
+    {NULL, "offload-states", "TIER", CFG(memory.offload_states), TRAIN_OPT_TEXT, 0, 0, "none",
+     "none | disk | bf16 | host: every model state in TIER (ZeRO-Infinity in one\n"
+     "process): OffloadModel over TIER with AdamW's moments there too, the model\n"
+     "built straight into it and checkpoints streamed from and into it, so the\n"
+     "whole model is never in RAM (--offload-model's options apply)"},
+    {NULL, "mem-limit", "SIZE", CFG(memory.mem_limit), TRAIN_OPT_TEXT, 0, 0, "none",
+     "with --offload-states: choose slices, resident slices and the mode so\n"
+     "that the predicted peak RAM fits SIZE (e.g. 4G); prints the plan, refuses\n"
+     "a SIZE nothing fits, naming the smallest that does"},
     {NULL, "offload-slices", "N", CFG(memory.offload_slices), TRAIN_OPT_INT, 0, 0, NULL,
      "OffloadModel: slices, balanced by parameter bytes (at most layers + 2)"},
     {NULL, "offload-resident", "K", CFG(memory.offload_resident), TRAIN_OPT_INT, 0, 0, NULL,

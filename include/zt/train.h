@@ -299,6 +299,13 @@ typedef struct zt_train_memory_options {
   int offload_slices;       /* N (default 2; at most layers + 2) */
   int offload_resident;     /* K slices in RAM at once (default 2) */
   int offload_mode;         /* a zt_offload_model_mode: RECOMPUTE (default) or KEEP_GRAPH */
+  /* Every model state in offload_model's store (ZeRO-Infinity's for one process): the model is
+   * built straight into it, AdamW's moments live there too, checkpoints stream from and into
+   * it, and nothing brings the whole model into RAM (not even the end of the run: model_out is
+   * refused). */
+  bool offload_states;
+  int64_t mem_limit;        /* > 0: plan offload_slices, offload_resident and offload_mode so that the predicted
+                             * peak RAM fits this many bytes (refused when nothing does); needs offload_states */
 } zt_train_memory_options;
 /* Data parallel over the ranks of mpirun (one rank: plain training unless a shard strategy is
  * asked for). */

@@ -216,6 +216,18 @@ zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v
       }
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'offload-model' is none, bf16, disk or host (got '%s')", v ? v : "");
   }
+  if (!strcmp(key, "offload-states")) { /* the model offload's tier, every state in it */
+    if (v && !strcmp(v, "none")) {
+      c->memory.offload_states = false;
+      c->memory.offload_model = 0;
+      return ZT_OK;
+    }
+    zt_status s = zt_train_config_set(c, "offload-model", v);
+    if (s) return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'offload-states' is none, disk, bf16 or host (got '%s')", v ? v : "");
+    c->memory.offload_states = true;
+    return ZT_OK;
+  }
+  if (!strcmp(key, "mem-limit")) return parse_bytes("mem-limit", v, &c->memory.mem_limit);
   if (!strcmp(key, "offload-slices")) return parse_int(key, v, 1, 1 << 20, &c->memory.offload_slices);
   if (!strcmp(key, "offload-resident")) return parse_int(key, v, 1, 1 << 20, &c->memory.offload_resident);
   if (!strcmp(key, "offload-mode")) {

@@ -92,12 +92,13 @@ static zt_status run_free(run *r) {
   zt_loader_free(r->val_loader);
   zt_tokens_free(r->train);
   zt_tokens_free(r->val);
+  zt__train_om_free(&r->om); /* before the model: its parameters come back into RAM (or stay in the store) */
   zt_optim_free(r->opt);
-  zt__train_om_free(&r->om); /* before the model: its parameters come back into RAM */
   zt__train_pp_free(&r->pp);
   zt__train_dp_free(&r->dp); // before the model: the strategies' hooks sit on its modules
   zt_train_memory_free(&r->mem);
   zt_gpt2_free(r->model);
+  zt__train_om_close(&r->om); /* the store last: the model and the optimizer may have had bytes in it */
   return zt__run_log_close(r->log);
 }
 
@@ -275,6 +276,11 @@ static zt_status save_checkpoint(run *r, int64_t step) {
   if (r->scaling) st.loss_scale = r->scaler.scale, st.loss_scale_good = r->scaler.good_steps;
   if (r->pp.P) {
     ZT_TRY(zt__train_pp_save(&r->pp, r->dp.comm, &r->oc, r->c->checkpoint.save, r->opt, &st));
+  } else if (r->c->memory.offload_states) {
+    /* streamed from the store (zt_safetensors_save reads evicted tensors through one buffer); the
+     * waiting updates first, so the optimizer's state and count are the step's */
+    ZT_TRY(zt_offload_model_flush(r->om.om));
+    ZT_TRY(zt__train_dp_save(&r->dp, r->c, r->c->checkpoint.save, r->model, r->opt, &st));
   } else {
     ZT_TRY(zt__train_om_hold_all(&r->om, true)); /* OffloadModel: the parameters from its store for the save */
     zt_status s = zt__train_dp_save(&r->dp, r->c, r->c->checkpoint.save, r->model, r->opt, &st);
@@ -401,7 +407,12 @@ static zt_status prepare(run *r, zt_train_state *st, zt_train_result *result) {
   if (r->dp.rank == 0) ZT_TRY(zt__run_log_open(c->log.metrics, c->log.tensorboard, r->start, &r->log));
   // every rank builds the same model from the seed (and the strategies broadcast rank 0's anyway)
   zt_rng_seed(c->seed);
-  ZT_TRY(zt_gpt2_new(&r->g, &r->model));
+  if (c->memory.offload_states) { /* built straight into the store: the whole model is never in RAM */
+    ZT_TRY(zt__train_om_store(&r->om, c, r->dp.comm));
+    ZT_TRY(zt_gpt2_new_evicted(&r->g, r->om.store, &r->model));
+  } else {
+    ZT_TRY(zt_gpt2_new(&r->g, &r->model));
+  }
   // load_data checked that the batch divides into ranks x microbatches
   ZT_TRY(zt_train_memory_attach(r->model, c, c->data.batch / r->dp.data_world / c->data.microbatches, &r->mem, result));
   if (c->model.init_from[0]) ZT_TRY(zt_gpt2_load_hf(r->model, c->model.init_from));
@@ -478,6 +489,11 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   if ((s = zt_optim_new(&r.oc, r.dp.n_params, r.dp.params, &r.opt))) goto done;
   r.scaling = c->parallel.mixed_precision == ZT_DTYPE_F16; // f16 gradients need a loss scale; bf16's range does not
   r.scaler = zt_loss_scaler_default();
+  // every state in the store: the offload model now, the optimizer's state made in the store, so
+  // that a resume streams into it
+  if (c->memory.offload_states && ((s = zt__train_om_open(&r.om, c, r.model, r.dp.comm, c->data.batch / r.dp.data_world)) ||
+                                   (c->checkpoint.resume[0] && (s = zt_offload_model_evict_optim(r.om.om, r.opt)))))
+    goto done;
   if (c->checkpoint.resume[0]) {
     s = r.pp.P ? zt__train_pp_load(&r.pp, &r.oc, c->checkpoint.resume, r.opt, &st)
                : zt__train_dp_load(&r.dp, c->checkpoint.resume, r.model, r.opt, &st);
@@ -498,7 +514,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     }
   }
   // OffloadModel: from here on the parameters live in its store, a few slices in RAM at a time
-  if (zt__train_om_wanted(c) &&
+  if (zt__train_om_wanted(c) && !r.om.om &&
       (s = zt__train_om_open(&r.om, c, r.model, r.dp.comm, c->data.batch / r.dp.data_world)))
     goto done;
   int64_t start = r.start;
@@ -616,6 +632,9 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
 done:
   zt__train_om_result(&r.om, &result);
   if (res) *res = result;
+  if (s == ZT_OK && model_out && c->memory.offload_states)
+    s = ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_run: model_out asks for the whole model in RAM, which "
+               "zt_train_config.memory.offload_states exists to avoid; pass NULL (the checkpoints have it)");
   zt__train_om_free(&r.om); /* the model whole again (for model_out) */
   if (s == ZT_OK && model_out) // the caller gets usable full parameters
     s = r.pp.P ? zt__train_pp_gather_full(&r.pp) : zt__train_dp_gather_full(&r.dp);

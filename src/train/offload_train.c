@@ -46,8 +46,8 @@ zt_status zt_gpt2_offload_units(zt_gpt2 *m, zt_offload_units *out) {
 /* ------------------------------------------------ the training loop's part */
 bool zt__train_om_wanted(const zt_train_config *c) { return c->memory.offload_model != 0; }
 
-zt_status zt__train_om_open(zt__train_om *om, const zt_train_config *c, zt_gpt2 *m, zt_comm *comm, int64_t rows) {
-  *om = (zt__train_om){0};
+zt_status zt__train_om_store(zt__train_om *om, const zt_train_config *c, zt_comm *comm) {
+  if (om->store) return ZT_OK;
   const char *no = c->parallel.pp > 1 ? "zt_train_config.parallel.pp (a pipeline)"
                    : c->parallel.shard != ZT_SHARD_NONE ? "zt_train_config.parallel.shard (FSDP)"
                    : c->parallel.mixed_precision != ZT_DTYPE_F32 ? "zt_train_config.parallel.mixed_precision"
@@ -58,18 +58,21 @@ zt_status zt__train_om_open(zt__train_om *om, const zt_train_config *c, zt_gpt2 
   if (no)
     return ZT_ERR(ZT_STATUS_UNSUPPORTED, "zt_train_config.memory.offload_model does not run with %s; drop one of them",
                   no);
+  const char *dir = c->memory.offload_dir[0] ? c->memory.offload_dir : NULL;
+  switch ((zt_offload_tier)c->memory.offload_model) {
+  case ZT_OFFLOAD_BF16: return zt_store_bf16_new(&om->store);
+  case ZT_OFFLOAD_DISK: return zt_store_disk_new(dir, "zt_offload_model", &om->store);
+  default: return zt_store_memory_new(&om->store);
+  }
+}
+
+zt_status zt__train_om_open(zt__train_om *om, const zt_train_config *c, zt_gpt2 *m, zt_comm *comm, int64_t rows) {
   int L = zt_gpt2_get_config(m)->n_layer;
   if (c->memory.offload_slices > L + 2)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.memory.offload_slices %d: the model has %d units to slice "
                                          "(embedding, %d blocks, head); give at most %d",
                   c->memory.offload_slices, L + 2, L, L + 2);
-  const char *dir = c->memory.offload_dir[0] ? c->memory.offload_dir : NULL;
-  zt_status s = ZT_OK;
-  switch ((zt_offload_tier)c->memory.offload_model) {
-  case ZT_OFFLOAD_BF16: s = zt_store_bf16_new(&om->store); break;
-  case ZT_OFFLOAD_DISK: s = zt_store_disk_new(dir, "zt_offload_model", &om->store); break;
-  default: s = zt_store_memory_new(&om->store); break;
-  }
+  zt_status s = zt__train_om_store(om, c, comm);
   zt_offload_units u;
   if (!s) s = zt_gpt2_offload_units(m, &u);
   zt_offload_model_options o = zt_offload_model_options_default();
@@ -78,6 +81,8 @@ zt_status zt__train_om_open(zt__train_om *om, const zt_train_config *c, zt_gpt2 
   o.microbatches = (int)c->data.microbatches;
   o.mode = (zt_offload_model_mode)c->memory.offload_mode;
   o.comm = comm && zt_comm_size(comm) > 1 ? comm : NULL;
+  o.offload_optim_state = c->memory.offload_states;
+  o.restore_on_free = !c->memory.offload_states;
   om->M = c->data.microbatches;
   om->mode = o.mode;
   if (!s) s = zt_offload_model_new(&u, om->store, &o, &om->om);
@@ -182,9 +187,15 @@ void zt__train_om_result(const zt__train_om *om, zt_train_result *res) {
 }
 
 void zt__train_om_free(zt__train_om *om) {
-  zt_offload_model_free(om->om); /* every parameter back in RAM, the store emptied */
-  zt_store_free(om->store);
+  zt_offload_model_free(om->om); /* every parameter back in RAM (but with offload_states), the store emptied */
   zt_tensor_free(om->x);
   zt_tensor_free(om->y);
+  om->om = NULL;
+  om->x = om->y = NULL;
+}
+
+void zt__train_om_close(zt__train_om *om) {
+  zt__train_om_free(om);
+  zt_store_free(om->store);
   *om = (zt__train_om){0};
 }

@@ -19,9 +19,12 @@ typedef struct zt__train_om {
 /* Whether c asks for OffloadModel. */
 bool zt__train_om_wanted(const zt_train_config *c);
 /* Checks what it composes with (DDP over comm's ranks when there are several; no pipeline,
- * sharding or mixed precision), makes the store and the offload model over m (borrowed) for
- * batches of rows x seq (this rank's), and evicts the parameters: call it once their values
- * are final for step 1 (after a resume's load). */
+ * sharding or mixed precision) and makes the store (once). */
+ZT_NODISCARD zt_status zt__train_om_store(zt__train_om *om, const zt_train_config *c, zt_comm *comm);
+/* Makes the store (unless made) and the offload model over m (borrowed) for batches of rows x
+ * seq (this rank's), and evicts the parameters: call it once their values are final for step 1
+ * (after a resume's load), or, with memory.offload_states (the model built into the store,
+ * restore_on_free off, the optimizer's state in the store), before the resume's load. */
 ZT_NODISCARD zt_status zt__train_om_open(zt__train_om *om, const zt_train_config *c, zt_gpt2 *m, zt_comm *comm,
                                          int64_t rows);
 /* One optimizer step over so->microbatches microbatches from next (as zt_train_step's,
@@ -35,7 +38,10 @@ ZT_NODISCARD zt_status zt__train_om_loss(zt__train_om *om, zt_tensor *x, zt_tens
 ZT_NODISCARD zt_status zt__train_om_hold_all(zt__train_om *om, bool all);
 /* The run's figures (slices, loads, the store's peak). */
 void zt__train_om_result(const zt__train_om *om, zt_train_result *res);
-/* Frees the offload model (every parameter back in RAM) and the store; zeroes *om. */
+/* Frees the offload model (every parameter back in RAM, unless offload_states) and the batch;
+ * the store stays for zt__train_om_close, after the model and optimizer are freed. */
 void zt__train_om_free(zt__train_om *om);
+/* Frees the store; zeroes *om. */
+void zt__train_om_close(zt__train_om *om);
 
 #endif
