@@ -79,6 +79,11 @@ ZT_API zt_offload_model_options zt_offload_model_options_default(void);
 
 typedef struct zt_offload_model zt_offload_model;
 
+/* The slices zt_offload_model_new makes of U units whose parameter bytes are bytes[U] (a shared
+ * parameter counted in each unit using it): count[S] contiguous units per slice, each >= 1,
+ * the largest slice as small as it can be (for planners). */
+ZT_API ZT_NODISCARD zt_status zt_offload_model_balance(int U, int S, const int64_t *bytes, int *count);
+
 /* Wrap u's units into slices over store (borrowed: it must outlive the offload model) and
  * evict every parameter (and grad) to it: from here on a parameter is in RAM only while a
  * slice that uses it is. Refused: parameters sharing a storage (each is evicted on its own),

@@ -750,8 +750,9 @@ void zt_offload_model_free(zt_offload_model *om) {
   free(om);
 }
 
-/* Contiguous slices minimising the largest slice's bytes (each slice >= 1 unit). */
-static zt_status balance(int U, int S, const int64_t *bytes, int *count) {
+zt_status zt_offload_model_balance(int U, int S, const int64_t *bytes, int *count) {
+  if (U < 1 || S < 1 || S > U || !bytes || !count)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_offload_model_balance: %d units in %d slices (1 <= slices <= units)", U, S);
   int64_t *pre = calloc((size_t)U + 1, sizeof *pre);
   int64_t *best = calloc((size_t)(S + 1) * (size_t)(U + 1), sizeof *best);
   int *cut = calloc((size_t)(S + 1) * (size_t)(U + 1), sizeof *cut);
@@ -864,7 +865,7 @@ static zt_status build(zt_offload_model *om) {
       }
   if (!e) {
     if (om->o.slice_units) memcpy(om->count, om->o.slice_units, sizeof *om->count * (size_t)S);
-    else e = balance(U, S, ubytes, om->count);
+    else e = zt_offload_model_balance(U, S, ubytes, om->count);
     for (int s = 1; s < S && !e; s++) om->first[s] = om->first[s - 1] + om->count[s - 1];
   }
   for (int s = 0; s < S && !e; s++) {
