@@ -254,10 +254,9 @@ static zt_status save_checkpoint(run *r, int64_t step) {
   if (r->pp.P) {
     ZT_TRY(zt__train_pp_save(&r->pp, r->dp.comm, &r->oc, r->c->checkpoint.save, r->opt, &st));
   } else {
-    ZT_TRY(zt__train_om_hold_all(&r->om, true)); /* OffloadModel: the parameters from its store for the save */
-    zt_status s = zt__train_dp_save(&r->dp, r->c, r->c->checkpoint.save, r->model, r->opt, &st);
-    zt_status e = zt__train_om_hold_all(&r->om, false);
-    ZT_TRY(s ? s : e);
+    /* OffloadModel: its parameters stream from the store into the files (never all in RAM) */
+    ZT_TRY(zt__train_om_settle(&r->om));
+    ZT_TRY(zt__train_dp_save(&r->dp, r->c, r->c->checkpoint.save, r->model, r->opt, &st));
   }
   r->saved_step = step;
   if (r->dp.rank != 0) return ZT_OK;
