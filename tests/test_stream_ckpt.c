@@ -401,6 +401,38 @@ static void test_nan_reported_when_evicted(void) {
   zt_test_tmpdir_remove();
 }
 
+/* ------------------------------------------------ HF weights into an evicted model */
+static void test_hf_into_evicted(void) {
+  zt_test_tmpdir_make("stream");
+  char path[400];
+  snprintf(path, sizeof path, "%s/model.safetensors", zt_test_tmpdir());
+  zt_gpt2 *a = new_model(1), *b = new_model(2);
+  zt_param *pa;
+  int np = zt_gpt2_params(a, &pa);
+  /* an export with lm_head.weight (tied: wte's values), which the loader compares with wte */
+  const char **names = malloc(sizeof *names * (size_t)(np + 1));
+  zt_tensor **ts = malloc(sizeof *ts * (size_t)(np + 1));
+  for (int i = 0; i < np; i++) {
+    names[i] = pa[i].name;
+    ts[i] = pa[i].tensor;
+    if (!strcmp(pa[i].name, "transformer.wte.weight")) ts[np] = pa[i].tensor;
+  }
+  names[np] = "lm_head.weight";
+  ZT_CHECK_OK(zt_safetensors_save(path, np + 1, names, ts, 0, NULL, NULL));
+  zt_store *store = new_store(0);
+  evict_all(b, NULL, store);
+  ZT_CHECK_OK(zt_gpt2_load_hf(b, path));
+  ZT_CHECK(all_evicted(b, NULL));
+  restore_all(b, NULL);
+  ZT_CHECK(states_equal(a, NULL, b, NULL));
+  free(names);
+  free(ts);
+  zt_gpt2_free(a);
+  zt_gpt2_free(b);
+  zt_store_free(store);
+  zt_test_tmpdir_remove();
+}
+
 /* ------------------------------------------------ a save that fails midway */
 static void test_failed_save_keeps_previous(void) {
   zt_test_tmpdir_make("stream");
@@ -494,6 +526,7 @@ int main(void) {
   ZT_RUN(test_save_load_evicted_disk);
   ZT_RUN(test_save_load_evicted_memory);
   ZT_RUN(test_nan_reported_when_evicted);
+  ZT_RUN(test_hf_into_evicted);
   ZT_RUN(test_failed_save_keeps_previous);
   return zt_test_finish();
 }

@@ -3,7 +3,10 @@
  * padded with spaces to a multiple of 8, then the data (offsets relative to its start).
  * Reading validates the whole header (sizes, offsets inside the file, no overlaps) before
  * any tensor is touched, then reads each tensor with pread straight into its destination
- * (no copy of the file in memory) unless a dtype conversion needs a staging buffer. */
+ * (no copy of the file in memory) unless a dtype conversion needs a staging buffer.
+ * Writing streams: the header, then each tensor's bytes in turn into the temp file of an
+ * atomic write. A tensor whose storage is evicted to a store (zt/store.h) is read from, or
+ * loaded into, the store through one host buffer (src/train/stage.c), never restored. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
