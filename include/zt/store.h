@@ -133,5 +133,21 @@ ZT_API ZT_NODISCARD zt_status zt_storage_restore_async(zt_storage *s);
 ZT_API ZT_NODISCARD zt_status zt_storage_wait(zt_storage *s);
 /* Whether its bytes are in a store (a restore in flight included). */
 ZT_API bool zt_storage_is_evicted(const zt_storage *s);
+/* Read nbytes of an evicted storage's contents, from byte offset off, into host memory dst
+ * without restoring it (bf16 store: the rounded values); the storage stays evicted and the
+ * store's copy unchanged. The stores get whole items: a range that is not the whole storage
+ * goes through a host copy of all of it (ZT_MEM_TAG_TEMP on cpu, freed before return), so a
+ * caller that wants all the bytes reads them in one call. Refused (ZT_STATUS_STATE): a
+ * storage that is not evicted (read it through zt_tensor_data) or whose restore is in
+ * flight (zt_storage_wait first); a range past the end is ZT_STATUS_INVALID_ARG. */
+ZT_API ZT_NODISCARD zt_status zt_storage_read_evicted(const zt_storage *s, size_t off, size_t nbytes, void *dst);
+/* Replace nbytes of an evicted storage's contents, from byte offset off, with host bytes at
+ * src, without restoring it: a new put into the same store (same dtype and tag), then the
+ * old item dropped, so on failure the old contents stay and the storage is as it was. The
+ * store holds both copies for a moment (a memory store: one storage's bytes more on cpu). A
+ * range that is not the whole storage is merged into a host copy of the old contents first
+ * (ZT_MEM_TAG_TEMP, as for zt_storage_read_evicted). The version is bumped (new values).
+ * Refused as zt_storage_read_evicted is. */
+ZT_API ZT_NODISCARD zt_status zt_storage_write_evicted(zt_storage *s, size_t off, size_t nbytes, const void *src);
 
 #endif

@@ -79,12 +79,16 @@ ZT_API ZT_NODISCARD zt_status zt_read_file(const char *path, void **data, size_t
 
 /* ------------------------------------------------ safetensors (src/train/safetensors.c) */
 /* Save tensors (f32/f64/bf16/f16/i32/i64) with their names, plus optional string
- * metadata pairs, atomically. */
+ * metadata pairs, atomically. Written tensor after tensor; a tensor whose storage is evicted
+ * (zt_storage_evict) is read from its store through one host buffer (the largest such
+ * storage, ZT_MEM_TAG_TEMP) and stays evicted: the same bytes as a save from RAM. */
 ZT_API ZT_NODISCARD zt_status zt_safetensors_save(const char *path, int n, const char *const *names, zt_tensor *const *tensors,
                               int n_meta, const char *const *meta_keys, const char *const *meta_values);
 /* Load the named tensors into existing tensors (shapes must match; dtypes are converted).
  * strict: every name must be present in the file and the file must hold no others.
- * Errors name the file, the tensor and what differs. */
+ * Errors name the file, the tensor and what differs. A destination whose storage is evicted
+ * is filled in its store (zt_storage_write_evicted) through one host buffer and stays
+ * evicted; one being restored (zt_storage_restore_async) is refused before anything loads. */
 ZT_API ZT_NODISCARD zt_status zt_safetensors_load_into(const char *path, int n, const char *const *names, zt_tensor *const *tensors,
                                    bool strict);
 /* Read one metadata value (malloc'd string, caller frees; NULL if absent). */
@@ -117,7 +121,11 @@ typedef struct zt_train_state {
 /* A new version in the series folder dir (created if missing), made current when complete.
  * o may be NULL (no optimizer state: the checkpoint cannot resume training). */
 ZT_API ZT_NODISCARD zt_status zt_snapshot_save(const char *dir, zt_gpt2 *m, zt_optim *o, const zt_train_state *st);
-/* Loads into an existing model/optimizer of the same config (error naming what differs). */
+/* Loads into an existing model/optimizer of the same config (error naming what differs).
+ * Parameters and optimizer state may be evicted to a store (zt_storage_evict), in part or all,
+ * for both: a save reads them from the store and a load writes them into it, one at a time
+ * through one host buffer (the largest evicted tensor), never restoring them; the files are
+ * the same bytes as from RAM. */
 ZT_API ZT_NODISCARD zt_status zt_snapshot_load(const char *dir, zt_gpt2 *m, zt_optim *o, zt_train_state *st);
 /* Read only the state (to build the right model before loading). */
 ZT_API ZT_NODISCARD zt_status zt_snapshot_read_state(const char *dir, zt_train_state *st);

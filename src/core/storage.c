@@ -216,3 +216,67 @@ zt_status zt__storage_evicted_error(const zt_tensor *t, const char *where) {
                 "with zt_storage_restore (or zt_storage_restore_async, then zt_storage_wait) before reading it",
                 where, who, zt_store_kind(s->evicted->store));
 }
+
+/* ---------------------------------------------------------------- evicted contents, in place */
+/* The checks both calls share: evicted, no restore in flight, the range inside. */
+static zt_status check_evicted_range(const zt_storage *s, size_t off, size_t nbytes, const void *buf,
+                                     const char *fn) {
+  if (!s || (!buf && nbytes)) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: storage or host buffer is NULL", fn);
+  char nb[128];
+  if (!s->evicted)
+    return ZT_ERR(ZT_STATUS_STATE,
+                  "%s: storage %s is not evicted to a store; its bytes are %s (read or write them through its "
+                  "tensors, zt_tensor_data)",
+                  fn, name_of(s, nb), s->released ? "released (re-materialise it first)" : "in memory");
+  if (s->evicted->req)
+    return ZT_ERR(ZT_STATUS_STATE,
+                  "%s: storage %s is being restored from a %s store (zt_storage_restore_async); call zt_storage_wait "
+                  "first and use its bytes in memory",
+                  fn, name_of(s, nb), zt_store_kind(s->evicted->store));
+  if (off > s->nbytes || nbytes > s->nbytes - off)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: bytes [%zu, %zu) are outside storage %s of %zu bytes", fn, off,
+                  off + nbytes, name_of(s, nb), s->nbytes);
+  return ZT_OK;
+}
+
+zt_status zt_storage_read_evicted(const zt_storage *s, size_t off, size_t nbytes, void *dst) {
+  ZT_TRY(check_evicted_range(s, off, nbytes, dst, "zt_storage_read_evicted"));
+  if (!nbytes) return ZT_OK;
+  const struct zt_storage_eviction *e = s->evicted;
+  char nb[128];
+  if (off == 0 && nbytes == s->nbytes) {
+    zt_status st = zt_store_get(e->store, &e->item, ZT_CPU, dst);
+    return st ? zt__error_prefix(st, "zt_storage_read_evicted: storage %s", name_of(s, nb)) : ZT_OK;
+  }
+  void *whole = NULL;
+  ZT_TRY(zt_mem_alloc(s->nbytes, ZT_CPU, ZT_MEM_TAG_TEMP, &whole));
+  zt_status st = zt_store_get(e->store, &e->item, ZT_CPU, whole);
+  if (!st) memcpy(dst, (const char *)whole + off, nbytes);
+  zt_mem_free(whole, s->nbytes, ZT_CPU, ZT_MEM_TAG_TEMP);
+  return st ? zt__error_prefix(st, "zt_storage_read_evicted: storage %s", name_of(s, nb)) : ZT_OK;
+}
+
+zt_status zt_storage_write_evicted(zt_storage *s, size_t off, size_t nbytes, const void *src) {
+  ZT_TRY(check_evicted_range(s, off, nbytes, src, "zt_storage_write_evicted"));
+  if (!nbytes) return ZT_OK;
+  struct zt_storage_eviction *e = s->evicted;
+  char nb[128];
+  void *whole = NULL;
+  const void *from = src;
+  zt_status st = ZT_OK;
+  if (off != 0 || nbytes != s->nbytes) { /* the store puts whole items: merge into the old contents */
+    ZT_TRY(zt_mem_alloc(s->nbytes, ZT_CPU, ZT_MEM_TAG_TEMP, &whole));
+    st = zt_store_get(e->store, &e->item, ZT_CPU, whole);
+    if (!st) memcpy((char *)whole + off, src, nbytes);
+    from = whole;
+  }
+  zt_store_item fresh;
+  if (!st) st = zt_store_put(e->store, ZT_CPU, from, s->nbytes, e->item.dtype, e->item.tag, &fresh);
+  if (whole) zt_mem_free(whole, s->nbytes, ZT_CPU, ZT_MEM_TAG_TEMP);
+  if (st) return zt__error_prefix(st, "zt_storage_write_evicted: storage %s (its old contents are kept)", name_of(s, nb));
+  /* the new copy is in: only now may the old one go */
+  zt_store_drop(e->store, &e->item);
+  e->item = fresh;
+  s->version++;
+  return ZT_OK;
+}

@@ -150,6 +150,7 @@ zt_status zt_gpt2_load_hf(zt_gpt2 *m, const char *path) {
   const char **map = calloc((size_t)np + 1, sizeof *map);
   bool *used = calloc((size_t)nf + 1, sizeof *used);
   zt_tensor *lm = NULL, *wte_host = NULL;
+  zt__stage stage = {0};
   zt_status s = ZT_OK;
   if (!map || !used) {
     s = ZT_ERR(ZT_STATUS_OOM, "loading '%s': out of memory", path);
@@ -204,8 +205,12 @@ zt_status zt_gpt2_load_hf(zt_gpt2 *m, const char *path) {
   const char *lm_name = "lm_head.weight";
   if ((s = zt_safetensors_load_into(path, 1, &lm_name, &lm, false))) goto out;
   int64_t ne = zt_tensor_numel(wte);
-  /* compared on the host: wte's own bytes, or a cpu copy of a device's */
-  if (!zt__tensor_host_ptr(wte)) {
+  /* compared on the host: wte's own bytes, a copy of an evicted one's (staged, not restored),
+   * or a cpu copy of a device's */
+  if (zt_storage_is_evicted(wte->storage)) {
+    if ((s = zt__stage_init(&stage, 1, &wte)) || (s = zt__stage_view(&stage, wte, true, &wte_host))) goto out;
+    wte = wte_host;
+  } else if (!zt__tensor_host_ptr(wte)) {
     if ((s = zt__tensor_to_device(wte, ZT_CPU, ZT_MEM_TAG_TEMP, &wte_host))) goto out;
     wte = wte_host;
   }
@@ -228,6 +233,7 @@ out:
   free(fnames);
   zt_tensor_free(lm);
   zt_tensor_free(wte_host);
+  zt__stage_free(&stage);
   return s;
 }
 

@@ -41,6 +41,85 @@ static int write_all(int fd, const char *p, size_t n) {
   return 0;
 }
 
+/* The one home of the atomic-write steps: zt_write_file_atomic writes its chunks through
+ * these, the safetensors writer its tensors one after another. */
+zt_status zt__atomic_open(const char *path, zt__atomic_file *f) {
+  *f = (zt__atomic_file){.fd = -1};
+  if (!path || !*path) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_write_file_atomic: the path is empty");
+  const char *slash = strrchr(path, '/');
+  const char *base = slash ? slash + 1 : path;
+  if (!*base) return ZT_ERR(ZT_STATUS_INVALID_ARG, "cannot write '%s': it names a folder, not a file", path);
+  size_t dir_len = slash ? (size_t)(slash - path) : 0;
+  size_t cap = strlen(path) + 64;
+  f->path = path;
+  f->tmp = malloc(cap);
+  f->dir = malloc(cap);
+  if (!f->tmp || !f->dir) {
+    zt__atomic_abort(f);
+    return ZT_ERR(ZT_STATUS_OOM, "cannot write '%s': out of memory", path);
+  }
+  /* ".<name>.tmp.<pid>" beside the target: the rename stays within one filesystem. */
+  if (slash) {
+    snprintf(f->tmp, cap, "%.*s/.%s.tmp.%ld", (int)dir_len, path, base, (long)getpid());
+    snprintf(f->dir, cap, "%.*s", (int)(dir_len ? dir_len : 1), path);
+  } else {
+    snprintf(f->tmp, cap, ".%s.tmp.%ld", base, (long)getpid());
+    snprintf(f->dir, cap, ".");
+  }
+  f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (f->fd < 0) {
+    zt_status s =
+        ZT_ERR(ZT_STATUS_IO, "cannot write '%s': cannot create the temp file '%s': %s", path, f->tmp, strerror(errno));
+    free(f->tmp); /* nothing was created: nothing to unlink */
+    f->tmp = NULL;
+    zt__atomic_abort(f);
+    return s;
+  }
+  return ZT_OK;
+}
+
+zt_status zt__atomic_write(zt__atomic_file *f, const void *p, size_t n) {
+  int err = write_all(f->fd, p, n);
+  if (!err) return ZT_OK;
+  return ZT_ERR(ZT_STATUS_IO, "cannot write '%s': writing the temp file '%s' failed: %s (the old file is intact)",
+                f->path, f->tmp, strerror(err));
+}
+
+void zt__atomic_abort(zt__atomic_file *f) {
+  if (f->fd >= 0) close(f->fd);
+  if (f->tmp) unlink(f->tmp);
+  free(f->tmp);
+  free(f->dir);
+  *f = (zt__atomic_file){.fd = -1};
+}
+
+zt_status zt__atomic_commit(zt__atomic_file *f) {
+  zt_status s = ZT_OK;
+  if (fsync(f->fd) != 0)
+    s = ZT_ERR(ZT_STATUS_IO, "cannot write '%s': fsync of the temp file '%s' failed: %s (the old file is intact)",
+               f->path, f->tmp, strerror(errno));
+  int fd = f->fd;
+  f->fd = -1;
+  if (close(fd) != 0 && !s)
+    s = ZT_ERR(ZT_STATUS_IO, "cannot write '%s': closing the temp file '%s' failed: %s (the old file is intact)",
+               f->path, f->tmp, strerror(errno));
+  if (!s && rename(f->tmp, f->path) != 0)
+    s = ZT_ERR(ZT_STATUS_IO, "cannot write '%s': renaming '%s' over it failed: %s (the old file is intact)", f->path,
+               f->tmp, strerror(errno));
+  if (s) {
+    zt__atomic_abort(f);
+    return s;
+  }
+  int err = zt__fsync_dir(f->dir);
+  if (err)
+    s = ZT_ERR(ZT_STATUS_IO, "wrote '%s' but the fsync of its folder '%s' failed: %s (the write may not survive a crash)",
+               f->path, f->dir, strerror(err));
+  free(f->tmp); /* renamed: nothing to unlink */
+  f->tmp = NULL;
+  zt__atomic_abort(f);
+  return s;
+}
+
 zt_status zt_write_file_atomic(const char *path, const void *const *chunks, const size_t *sizes, int n_chunks) {
   if (!path || !*path) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_write_file_atomic: the path is empty");
   if (n_chunks < 0 || (n_chunks > 0 && (!chunks || !sizes)))
@@ -50,57 +129,15 @@ zt_status zt_write_file_atomic(const char *path, const void *const *chunks, cons
     if (sizes[i] > 0 && !chunks[i])
       return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_write_file_atomic('%s'): chunk %d is NULL with %zu bytes", path, i,
                     sizes[i]);
-  const char *slash = strrchr(path, '/');
-  const char *base = slash ? slash + 1 : path;
-  if (!*base) return ZT_ERR(ZT_STATUS_INVALID_ARG, "cannot write '%s': it names a folder, not a file", path);
-  size_t dir_len = slash ? (size_t)(slash - path) : 0;
-  size_t cap = strlen(path) + 64;
-  char *tmp = malloc(cap), *dir = malloc(cap);
-  if (!tmp || !dir) {
-    free(tmp);
-    free(dir);
-    return ZT_ERR(ZT_STATUS_OOM, "cannot write '%s': out of memory", path);
-  }
-  /* ".<name>.tmp.<pid>" beside the target: the rename stays within one filesystem. */
-  if (slash) {
-    snprintf(tmp, cap, "%.*s/.%s.tmp.%ld", (int)dir_len, path, base, (long)getpid());
-    snprintf(dir, cap, "%.*s", (int)(dir_len ? dir_len : 1), path);
-  } else {
-    snprintf(tmp, cap, ".%s.tmp.%ld", base, (long)getpid());
-    snprintf(dir, cap, ".");
-  }
+  zt__atomic_file f;
+  ZT_TRY(zt__atomic_open(path, &f));
   zt_status s = ZT_OK;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    s = ZT_ERR(ZT_STATUS_IO, "cannot write '%s': cannot create the temp file '%s': %s", path, tmp, strerror(errno));
-    goto out;
-  }
-  int err = 0;
-  for (int i = 0; i < n_chunks && !err; i++) err = write_all(fd, chunks[i], sizes[i]);
-  if (err) {
-    s = ZT_ERR(ZT_STATUS_IO, "cannot write '%s': writing the temp file '%s' failed: %s (the old file is intact)",
-               path, tmp, strerror(err));
-  } else if (fsync(fd) != 0) {
-    s = ZT_ERR(ZT_STATUS_IO, "cannot write '%s': fsync of the temp file '%s' failed: %s (the old file is intact)",
-               path, tmp, strerror(errno));
-  }
-  if (close(fd) != 0 && !s)
-    s = ZT_ERR(ZT_STATUS_IO, "cannot write '%s': closing the temp file '%s' failed: %s (the old file is intact)",
-               path, tmp, strerror(errno));
-  if (!s && rename(tmp, path) != 0)
-    s = ZT_ERR(ZT_STATUS_IO, "cannot write '%s': renaming '%s' over it failed: %s (the old file is intact)", path,
-               tmp, strerror(errno));
+  for (int i = 0; i < n_chunks && !s; i++) s = zt__atomic_write(&f, chunks[i], sizes[i]);
   if (s) {
-    unlink(tmp);
-    goto out;
+    zt__atomic_abort(&f);
+    return s;
   }
-  if ((err = zt__fsync_dir(dir)) != 0)
-    s = ZT_ERR(ZT_STATUS_IO, "wrote '%s' but the fsync of its folder '%s' failed: %s (the write may not survive a crash)",
-               path, dir, strerror(err));
-out:
-  free(tmp);
-  free(dir);
-  return s;
+  return zt__atomic_commit(&f);
 }
 
 /* ------------------------------------------------------------------ reading */

@@ -10,6 +10,24 @@
  * that refuse fsync on folders (EINVAL) count as success. */
 int zt__fsync_dir(const char *dir);
 
+/* ------------------------------------------------ atomic writes, streamed
+ * zt_write_file_atomic in steps, for writers that produce a file piece by piece: open makes
+ * the temp file beside path (".<name>.tmp.<pid>"), write appends to it, commit fsyncs,
+ * closes, renames it over path and fsyncs the folder; abort closes and removes it. A failed
+ * write or commit leaves the old file as it was and no temp file (after a failed write the
+ * caller calls abort; a failed commit has aborted already). path is borrowed until commit or
+ * abort; both free what open allocated, and abort of an aborted or committed file is a
+ * no-op. Messages are zt_write_file_atomic's. */
+typedef struct zt__atomic_file {
+  const char *path;
+  char *tmp, *dir;
+  int fd;
+} zt__atomic_file;
+ZT_NODISCARD zt_status zt__atomic_open(const char *path, zt__atomic_file *f);
+ZT_NODISCARD zt_status zt__atomic_write(zt__atomic_file *f, const void *p, size_t n);
+ZT_NODISCARD zt_status zt__atomic_commit(zt__atomic_file *f);
+void zt__atomic_abort(zt__atomic_file *f);
+
 /* dir + "/" + name into buf (cap bytes); a path longer than that is ZT_STATUS_INVALID_ARG
  * naming it. */
 ZT_NODISCARD zt_status zt__path_join(char *buf, size_t cap, const char *dir, const char *name);
@@ -104,6 +122,33 @@ typedef struct zt__st_info {
  * (zt__st_find looks one up); one malloc'd block, free it with free(). */
 ZT_NODISCARD zt_status zt__safetensors_list(const char *path, int *n, zt__st_info **out);
 const zt__st_info *zt__st_find(const zt__st_info *info, int n, const char *name);
+
+/* ------------------------------------------------ staging of evicted storages (src/train/stage.c)
+ * Checkpoint files pass the bytes of an evicted storage (zt/store.h) through one host buffer,
+ * accounted on cpu under ZT_MEM_TAG_TEMP, instead of restoring it. */
+typedef struct zt__stage {
+  void *buf;
+  size_t cap;
+} zt__stage;
+/* Sized for the largest storage among the evicted, non-empty tensors of ts (entries may be
+ * NULL); none evicted: nothing allocated. Free with zt__stage_free (also after a failure). */
+ZT_NODISCARD zt_status zt__stage_init(zt__stage *st, int n, zt_tensor *const *ts);
+void zt__stage_free(zt__stage *st);
+/* Whether t is all of its storage, contiguous from its start (a load need not read the
+ * old contents first). */
+bool zt__stage_covers(const zt_tensor *t);
+/* t's storage is evicted (and the stage was sized for it): *view is a cpu tensor with t's
+ * offset, shape, strides and dtype over the buffer, which then holds the storage's contents
+ * (read) or what was last there (!read: the caller fills all of it). Free the view before the
+ * next call; the buffer stays the stage's. */
+ZT_NODISCARD zt_status zt__stage_view(zt__stage *st, const zt_tensor *t, bool read, zt_tensor **view);
+/* The buffer (all of t's storage) as the new contents of t's evicted storage
+ * (zt_storage_write_evicted: on failure the old contents stay). */
+ZT_NODISCARD zt_status zt__stage_store(zt__stage *st, zt_tensor *t);
+/* Loaded weights or optimizer state with a NaN or inf is a damaged file, not a learning-rate
+ * problem: ZT_STATUS_INVALID_ARG naming what (the source), the tensor and the first bad element.
+ * Evicted tensors are read back through one stage, never restored. */
+ZT_NODISCARD zt_status zt__tensors_check_finite(int n, zt_tensor *const *ts, const char *const *names, const char *what);
 
 /* ------------------------------------------------ checkpoint folders (src/train/checkpoint.c)
  * Shared by the single-process and the sharded checkpoints (src/train/checkpoint_sharded.c). */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/status_internal.h"
+#include "train/fileio.h"
 #include "train/offload_train.h"
 #include "train/parallel.h"
 #include "train/pipeline_train.h"
@@ -229,43 +230,20 @@ static zt_status check_save_dir(const char *dir) {
   return ZT_OK;
 }
 
-/* Loaded weights or optimizer state with a NaN or inf is a damaged file, not a learning rate
- * problem: say so before training on it. what names the source. */
-static zt_status check_finite(int n, zt_tensor *const *ts, const char *const *names, const char *what) {
-  bool prev = zt_set_grad_enabled(false);
-  zt_status s = ZT_OK;
-  for (int i = 0; i < n && !s; i++) {
-    zt_tensor *sum = NULL;
-    if ((s = zt_sum(ts[i], 0, NULL, false, &sum))) break;
-    double v = zt_tensor_get(sum, 0);
-    zt_tensor_free(sum);
-    if (isfinite(v)) continue;
-    int64_t ne = zt_tensor_numel(ts[i]), at = 0;
-    while (at < ne && isfinite(zt_tensor_get(ts[i], at))) at++; /* the first bad element, for the message */
-    s = ZT_ERR(ZT_STATUS_INVALID_ARG,
-               "%s: tensor '%s' holds %s (element %lld of %lld): the file is damaged or was written by a run that "
-               "diverged; use another checkpoint",
-               what, names[i], at < ne ? (isnan(zt_tensor_get(ts[i], at)) ? "NaN" : "inf") : "values whose sum overflows",
-               (long long)(at < ne ? at : 0), (long long)ne);
-  }
-  zt_set_grad_enabled(prev);
-  return s;
-}
-
 static zt_status check_params_finite(run *r, const char *what) {
   int n = r->dp.n_params;
   zt_tensor **ts = malloc(sizeof *ts * (size_t)(n + 1));
   const char **names = malloc(sizeof *names * (size_t)(n + 1));
   zt_status s = ts && names ? ZT_OK : ZT_ERR(ZT_STATUS_OOM, "out of host memory");
   for (int i = 0; i < n && !s; i++) ts[i] = r->dp.params[i].tensor, names[i] = r->dp.params[i].name;
-  if (!s) s = check_finite(n, ts, names, what);
+  if (!s) s = zt__tensors_check_finite(n, ts, names, what);
   free(ts);
   free(names);
   if (!s && r->opt) {
     int no = 0;
     const char *const *onames = NULL;
     zt_tensor *const *ots = NULL;
-    if (!(s = zt_optim_state(r->opt, &no, &onames, &ots))) s = check_finite(no, ots, onames, what);
+    if (!(s = zt_optim_state(r->opt, &no, &onames, &ots))) s = zt__tensors_check_finite(no, ots, onames, what);
   }
   return s;
 }
@@ -282,10 +260,9 @@ static zt_status save_checkpoint(run *r, int64_t step) {
     ZT_TRY(zt_offload_model_flush(r->om.om));
     ZT_TRY(zt__train_dp_save(&r->dp, r->c, r->c->checkpoint.save, r->model, r->opt, &st));
   } else {
-    ZT_TRY(zt__train_om_hold_all(&r->om, true)); /* OffloadModel: the parameters from its store for the save */
-    zt_status s = zt__train_dp_save(&r->dp, r->c, r->c->checkpoint.save, r->model, r->opt, &st);
-    zt_status e = zt__train_om_hold_all(&r->om, false);
-    ZT_TRY(s ? s : e);
+    /* OffloadModel: its parameters stream from the store into the files (never all in RAM) */
+    ZT_TRY(zt__train_om_settle(&r->om));
+    ZT_TRY(zt__train_dp_save(&r->dp, r->c, r->c->checkpoint.save, r->model, r->opt, &st));
   }
   r->saved_step = step;
   if (r->dp.rank != 0) return ZT_OK;

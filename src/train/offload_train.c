@@ -170,6 +170,12 @@ zt_status zt__train_om_hold_all(zt__train_om *om, bool all) {
   return all ? zt_offload_model_restore_all(om->om) : zt_offload_model_evict_all(om->om);
 }
 
+zt_status zt__train_om_settle(zt__train_om *om) {
+  if (!om->om) return ZT_OK;
+  ZT_TRY(zt_offload_model_flush(om->om));
+  return zt_offload_model_evict_all(om->om);
+}
+
 void zt__train_om_result(const zt__train_om *om, zt_train_result *res) {
   if (!om->om) return;
   zt_offload_model_stats st;

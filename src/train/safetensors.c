@@ -3,7 +3,10 @@
  * padded with spaces to a multiple of 8, then the data (offsets relative to its start).
  * Reading validates the whole header (sizes, offsets inside the file, no overlaps) before
  * any tensor is touched, then reads each tensor with pread straight into its destination
- * (no copy of the file in memory) unless a dtype conversion needs a staging buffer. */
+ * (no copy of the file in memory) unless a dtype conversion needs a staging buffer.
+ * Writing streams: the header, then each tensor's bytes in turn into the temp file of an
+ * atomic write. A tensor whose storage is evicted to a store (zt/store.h) is read from, or
+ * loaded into, the store through one host buffer (src/train/stage.c), never restored. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -351,6 +354,19 @@ static zt_status read_into(const st_file *f, const st_entry *e, zt_tensor *dst, 
   return s;
 }
 
+/* Entry e into dst. An evicted dst is loaded into a view of the stage (over the storage's old
+ * contents when dst is only part of it) and the stage then replaces the store's copy: the
+ * storage stays evicted, and on failure keeps its old contents. */
+static zt_status load_entry(const st_file *f, const st_entry *e, zt_tensor *dst, zt__stage *stage) {
+  if (zt_tensor_numel(dst) == 0 || !zt_storage_is_evicted(dst->storage)) return read_entry(f, e, dst);
+  zt_tensor *view = NULL;
+  zt_status s = zt__stage_view(stage, dst, !zt__stage_covers(dst), &view);
+  if (!s) s = read_entry(f, e, view);
+  if (!s) s = zt__stage_store(stage, dst);
+  zt_tensor_free(view);
+  return s;
+}
+
 /* Lists up to 3 names of a set for an error message ("'a', 'b', 'c' and 4 more"). */
 static void name_list(char *buf, size_t cap, const char *const *names, int n) {
   size_t len = 0;
@@ -372,6 +388,7 @@ zt_status zt_safetensors_load_into(const char *path, int n, const char *const *n
   st_file f;
   ZT_TRY(st_open(path, &f));
   zt_status s = ZT_OK;
+  zt__stage stage = {0};
   const st_entry **found = calloc((size_t)n + 1, sizeof *found);
   const char **listed = calloc((size_t)(n > f.n ? n : f.n) + 1, sizeof *listed);
   if (!found || !listed) {
@@ -423,20 +440,37 @@ zt_status zt_safetensors_load_into(const char *path, int n, const char *const *n
       s = ZT_ERR(ZT_STATUS_DTYPE, "'%s': tensor '%s' is %s in the file and cannot be converted to %s (integer and "
                  "floating-point tensors do not mix)", path, names[i], st_dtypes[e->dt].name,
                  zt_dtype_name(t->dtype));
-    } else {
+    } else if (zt_tensor_numel(t) > 0) {
       void *p;
-      if (zt_tensor_numel(t) > 0 && (s = zt_tensor_data(t, &p)))
-        zt__error_prefix(s, "loading '%s' from '%s'", names[i], path);
+      /* an evicted destination is filled in its store; a zero-byte read checks that it can be
+       * (no restore in flight) */
+      s = zt_storage_is_evicted(t->storage) ? zt_storage_read_evicted(t->storage, 0, 0, NULL) : zt_tensor_data(t, &p);
+      if (s) zt__error_prefix(s, "loading '%s' from '%s'", names[i], path);
     }
   }
   if (s) goto out;
+  /* Evicted destinations are filled through one host buffer, one after another. */
+  zt_tensor **evicted = calloc((size_t)n + 1, sizeof *evicted);
+  if (!evicted) {
+    s = ZT_ERR(ZT_STATUS_OOM, "'%s': out of memory", path);
+    goto out;
+  }
+  for (int i = 0; i < n; i++)
+    if (found[i]) evicted[i] = tensors[i];
+  s = zt__stage_init(&stage, n, evicted);
+  free(evicted);
+  if (s) {
+    zt__error_prefix(s, "loading '%s' into evicted tensors", path);
+    goto out;
+  }
   /* Loading is like initialisation: no autograd record, also for leaves that need grad. */
   bool prev = zt_set_grad_enabled(false);
   for (int i = 0; i < n && !s; i++)
-    if (found[i] && (s = read_entry(&f, found[i], tensors[i])))
+    if (found[i] && (s = load_entry(&f, found[i], tensors[i], &stage)))
       zt__error_prefix(s, "loading tensor '%s' (earlier tensors were already loaded)", names[i]);
   zt_set_grad_enabled(prev);
 out:
+  zt__stage_free(&stage);
   free(found);
   free(listed);
   st_close(&f);
@@ -530,6 +564,33 @@ const zt__st_info *zt__st_find(const zt__st_info *info, int n, const char *name)
 
 /* ------------------------------------------------------------------ writing */
 
+/* One tensor's bytes appended to f, from host memory: the tensor's own when it is contiguous
+ * host memory; an evicted storage's read into the stage (never restored); else a contiguous
+ * cpu copy, freed at once (a strided view, or a device the host cannot address). */
+static zt_status write_tensor(zt__atomic_file *f, zt__stage *stage, zt_tensor *t) {
+  size_t nb = zt_tensor_nbytes(t);
+  if (nb == 0) return ZT_OK;
+  zt_tensor *view = NULL, *clone = NULL;
+  const zt_tensor *src = t;
+  zt_status s = ZT_OK;
+  if (zt_storage_is_evicted(t->storage)) {
+    s = zt__stage_view(stage, t, true, &view);
+    src = view;
+  }
+  bool host = !s && zt__tensor_host_ptr(src) != NULL;
+  if (!s && (!zt_tensor_is_contiguous(src) || !host)) {
+    s = host ? zt_tensor_clone_data(src, ZT_MEM_TAG_TEMP, &clone)
+             : zt__tensor_to_device(src, ZT_CPU, ZT_MEM_TAG_TEMP, &clone);
+    src = clone;
+  }
+  void *d = NULL; /* host bytes: src is host memory here (above) */
+  if (!s) s = zt_tensor_data(src, &d);
+  if (!s) s = zt__atomic_write(f, d, nb);
+  zt_tensor_free(clone);
+  zt_tensor_free(view);
+  return s;
+}
+
 zt_status zt_safetensors_save(const char *path, int n, const char *const *names, zt_tensor *const *tensors,
                               int n_meta, const char *const *meta_keys, const char *const *meta_values) {
   const char *p = path ? path : "";
@@ -560,14 +621,6 @@ zt_status zt_safetensors_save(const char *path, int n, const char *const *names,
   }
   zt_status s = ZT_OK;
   zt__buf h = {0};
-  int n_chunks = n + 2;
-  const void **chunks = calloc((size_t)n_chunks, sizeof *chunks);
-  size_t *sizes = calloc((size_t)n_chunks, sizeof *sizes);
-  zt_tensor **clones = calloc((size_t)n + 1, sizeof *clones);
-  if (!chunks || !sizes || !clones) {
-    s = ZT_ERR(ZT_STATUS_OOM, "zt_safetensors_save('%s'): out of memory", p);
-    goto out;
-  }
   /* Tensors are written in the given order, back to back (HF's writer orders by dtype
    * and name; any order with consistent offsets is valid). */
   zt__buf_put(&h, "{", 1);
@@ -585,27 +638,6 @@ zt_status zt_safetensors_save(const char *path, int n, const char *const *names,
   for (int i = 0; i < n; i++) {
     zt_tensor *t = tensors[i];
     size_t nb = zt_tensor_nbytes(t);
-    if (nb > 0) {
-      const zt_tensor *src = t;
-      /* written from host bytes: the tensor's own when it is contiguous host memory, else a
-       * contiguous cpu copy (a strided view, or a device the host cannot address) */
-      bool host = zt__tensor_host_ptr(t) != NULL;
-      if (!zt_tensor_is_contiguous(t) || !host) {
-        if ((s = host ? zt_tensor_clone_data(t, ZT_MEM_TAG_TEMP, &clones[i])
-                      : zt__tensor_to_device(t, ZT_CPU, ZT_MEM_TAG_TEMP, &clones[i]))) {
-          zt__error_prefix(s, "saving tensor '%s' to '%s'", names[i], p);
-          goto out;
-        }
-        src = clones[i];
-      }
-      void *d; /* host bytes: src is host memory here (above) */
-      if ((s = zt_tensor_data(src, &d))) {
-        zt__error_prefix(s, "saving tensor '%s' to '%s'", names[i], p);
-        goto out;
-      }
-      chunks[i + 2] = d;
-      sizes[i + 2] = nb;
-    }
     if (i || n_meta > 0) zt__buf_put(&h, ",", 1);
     zt__buf_json_string(&h, names[i]);
     zt__buf_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", st_name_of(t->dtype));
@@ -616,22 +648,25 @@ zt_status zt_safetensors_save(const char *path, int n, const char *const *names,
   zt__buf_put(&h, "}", 1);
   while (h.len % 8) zt__buf_put(&h, " ", 1); /* the data starts 8-byte aligned */
   if (h.oom) {
-    s = ZT_ERR(ZT_STATUS_OOM, "zt_safetensors_save('%s'): out of memory for the header", p);
-    goto out;
+    zt__buf_free(&h);
+    return ZT_ERR(ZT_STATUS_OOM, "zt_safetensors_save('%s'): out of memory for the header", p);
   }
+  /* The header is all shapes: it goes first, then each tensor's bytes in turn, so at most one
+   * tensor's copy (an evicted one's, in the stage) is in memory at a time. */
   unsigned char size_le[8];
   for (int i = 0; i < 8; i++) size_le[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
-  chunks[0] = size_le;
-  sizes[0] = 8;
-  chunks[1] = h.data;
-  sizes[1] = h.len;
-  s = zt_write_file_atomic(path, chunks, sizes, n_chunks);
-out:
-  if (clones)
-    for (int i = 0; i < n; i++) zt_tensor_free(clones[i]);
-  free(clones);
-  free(chunks);
-  free(sizes);
+  zt__stage stage = {0};
+  zt__atomic_file af = {.fd = -1};
+  s = zt__stage_init(&stage, n, tensors);
+  if (!s) s = zt__atomic_open(path, &af);
+  if (!s) s = zt__atomic_write(&af, size_le, 8);
+  if (!s) s = zt__atomic_write(&af, h.data, h.len);
+  for (int i = 0; i < n && !s; i++)
+    if ((s = write_tensor(&af, &stage, tensors[i])))
+      zt__error_prefix(s, "saving tensor '%s' to '%s'", names[i], p);
+  if (s) zt__atomic_abort(&af);
+  else s = zt__atomic_commit(&af);
+  zt__stage_free(&stage);
   zt__buf_free(&h);
   return s;
 }

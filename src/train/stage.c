@@ -1,0 +1,91 @@
+/* The one bounded host buffer through which checkpoint files pass the bytes of evicted
+ * storages (zt_storage_read_evicted / zt_storage_write_evicted), so that saving or loading a
+ * model whose state lives in a store needs RAM for its largest evicted storage, never a
+ * restore; and the finiteness check of loaded values, which reads evicted tensors back
+ * through such a buffer. Invariant: a view made here aliases the buffer (a wrapped cpu
+ * storage) and is freed before the buffer is reused. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/tensor_internal.h"
+#include "train/fileio.h"
+#include "zt/autograd.h"
+#include "zt/ops.h"
+#include "zt/store.h"
+
+zt_status zt__stage_init(zt__stage *st, int n, zt_tensor *const *ts) {
+  *st = (zt__stage){0};
+  size_t cap = 0;
+  for (int i = 0; i < n; i++)
+    if (ts[i] && zt_storage_is_evicted(ts[i]->storage) && zt_tensor_numel(ts[i]) > 0 &&
+        ts[i]->storage->nbytes > cap)
+      cap = ts[i]->storage->nbytes;
+  if (!cap) return ZT_OK;
+  ZT_TRY(zt_mem_alloc(cap, ZT_CPU, ZT_MEM_TAG_TEMP, &st->buf));
+  st->cap = cap;
+  return ZT_OK;
+}
+
+void zt__stage_free(zt__stage *st) {
+  if (st->buf) zt_mem_free(st->buf, st->cap, ZT_CPU, ZT_MEM_TAG_TEMP);
+  *st = (zt__stage){0};
+}
+
+bool zt__stage_covers(const zt_tensor *t) {
+  return t->offset == 0 && zt_tensor_is_contiguous(t) && zt_tensor_nbytes(t) == t->storage->nbytes;
+}
+
+zt_status zt__stage_view(zt__stage *st, const zt_tensor *t, bool read, zt_tensor **view) {
+  *view = NULL;
+  zt_storage *s = t->storage;
+  ZT_ASSERT(zt_storage_is_evicted(s) && s->nbytes <= st->cap); /* zt__stage_init sized it for t */
+  if (read) ZT_TRY(zt_storage_read_evicted(s, 0, s->nbytes, st->buf));
+  zt_storage *w = NULL;
+  ZT_TRY(zt_storage_wrap(st->buf, s->nbytes, ZT_CPU, &w));
+  zt_status r = zt__tensor_new_view(w, t->offset, t->ndim, t->shape, t->stride, t->dtype, view);
+  zt_storage_release_ref(w); /* the view holds it */
+  return r;
+}
+
+zt_status zt__stage_store(zt__stage *st, zt_tensor *t) {
+  return zt_storage_write_evicted(t->storage, 0, t->storage->nbytes, st->buf);
+}
+
+/* A resident tensor: the sum says whether all is finite (any device); the first bad element
+ * is looked for only when it is not. */
+static zt_status check_one(zt_tensor *t, const char *name, const char *what) {
+  zt_tensor *sum = NULL;
+  ZT_TRY(zt_sum(t, 0, NULL, false, &sum));
+  double v = zt_tensor_get(sum, 0);
+  zt_tensor_free(sum);
+  if (isfinite(v)) return ZT_OK;
+  int64_t ne = zt_tensor_numel(t), at = 0;
+  while (at < ne && isfinite(zt_tensor_get(t, at))) at++; /* the first bad element, for the message */
+  return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                "%s: tensor '%s' holds %s (element %lld of %lld): the file is damaged or was written by a run that "
+                "diverged; use another checkpoint",
+                what, name, at < ne ? (isnan(zt_tensor_get(t, at)) ? "NaN" : "inf") : "values whose sum overflows",
+                (long long)(at < ne ? at : 0), (long long)ne);
+}
+
+zt_status zt__tensors_check_finite(int n, zt_tensor *const *ts, const char *const *names, const char *what) {
+  zt__stage st;
+  ZT_TRY(zt__stage_init(&st, n, ts));
+  bool prev = zt_set_grad_enabled(false);
+  zt_status s = ZT_OK;
+  for (int i = 0; i < n && !s; i++) {
+    if (!zt_storage_is_evicted(ts[i]->storage) || zt_tensor_numel(ts[i]) == 0) {
+      s = check_one(ts[i], names[i], what);
+      continue;
+    }
+    /* evicted: its bytes are read back into the stage and checked there, never restored */
+    zt_tensor *v = NULL;
+    s = zt__stage_view(&st, ts[i], true, &v);
+    if (!s) s = check_one(v, names[i], what);
+    zt_tensor_free(v);
+  }
+  zt_set_grad_enabled(prev);
+  zt__stage_free(&st);
+  return s;
+}
