@@ -127,7 +127,9 @@ ZT_API ZT_NODISCARD zt_status zt_offload_model_step(zt_offload_model *om, zt_opt
 /* Lazy updates: apply every update that waits for its slice's next load now (loading those
  * slices), so the parameters and the optimizer state and step count are the step's (before
  * reading them elsewhere, or freeing the optimizer). zt_offload_model_restore_all and
- * zt_offload_model_free do it too: the optimizer must outlive a pending update. */
+ * zt_offload_model_free do it too: the optimizer must outlive a pending update. Afterwards no
+ * load is in flight: every evicted parameter and state can be read from the store
+ * (zt_storage_read_evicted: streamed checkpoints). */
 ZT_API ZT_NODISCARD zt_status zt_offload_model_flush(zt_offload_model *om);
 /* One training step: forward, a non-finite mean loss stops before backward (ZT_STATUS_STATE),
  * backward, zt_offload_model_step. Bitwise zt_train_step's with M microbatches (the chunks)

@@ -117,6 +117,12 @@ static zt_status slice_wait(zt_offload_model *om, int s) {
   return ZT_OK;
 }
 
+zt_status zt__om_wait_loading(zt_offload_model *om) {
+  for (int s = 0; s < om->S; s++)
+    if (om->state[s] == SLICE_LOADING) ZT_TRY(slice_wait(om, s));
+  return ZT_OK;
+}
+
 static int resident_count(const zt_offload_model *om) {
   int n = 0;
   for (int s = 0; s < om->S; s++) n += om->state[s] != SLICE_OUT;

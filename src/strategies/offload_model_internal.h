@@ -78,6 +78,8 @@ ZT_NODISCARD zt_status zt__om_apply_pending(zt_offload_model *om, int s);
 int zt__om_optim_states(zt_offload_model *om, int i, zt_tensor *const **ts);
 /* Parameter i's optimizer state to the store (no-op without one). */
 ZT_NODISCARD zt_status zt__om_optim_evict(zt_offload_model *om, int i);
+/* Every slice being loaded (prefetched) waited for. */
+ZT_NODISCARD zt_status zt__om_wait_loading(zt_offload_model *om);
 /* Chunk k of M of x along dim 0 (a view; NULL x: NULL). */
 ZT_NODISCARD zt_status zt__om_chunk_of(zt_tensor *x, int M, int k, zt_tensor **out);
 /* The refusal of zt_grad, one message for both modes. */

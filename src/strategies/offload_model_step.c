@@ -159,5 +159,5 @@ zt_status zt_offload_model_flush(zt_offload_model *om) {
   /* each waiting slice loaded (applying its update), the next one on its way meanwhile */
   for (int s = next_pending(om, 0); s >= 0 && om->n_pending; s = next_pending(om, s + 1))
     ZT_TRY(zt__om_slice_ensure(om, s, next_pending(om, s + 1)));
-  return ZT_OK;
+  return zt__om_wait_loading(om); /* nothing left in flight: every evicted tensor can be read from the store */
 }

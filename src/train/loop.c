@@ -254,13 +254,10 @@ static zt_status save_checkpoint(run *r, int64_t step) {
   if (r->scaling) st.loss_scale = r->scaler.scale, st.loss_scale_good = r->scaler.good_steps;
   if (r->pp.P) {
     ZT_TRY(zt__train_pp_save(&r->pp, r->dp.comm, &r->oc, r->c->checkpoint.save, r->opt, &st));
-  } else if (r->c->memory.offload_states) {
-    /* streamed from the store (zt_safetensors_save reads evicted tensors through one buffer); the
-     * waiting updates first, so the optimizer's state and count are the step's */
-    ZT_TRY(zt_offload_model_flush(r->om.om));
-    ZT_TRY(zt__train_dp_save(&r->dp, r->c, r->c->checkpoint.save, r->model, r->opt, &st));
   } else {
-    /* OffloadModel: its parameters stream from the store into the files (never all in RAM) */
+    /* OffloadModel: its parameters (and with offload_states its optimizer state) stream from the
+     * store into the files, never all in RAM; the waiting updates first, so the optimizer's
+     * state and count are the step's */
     ZT_TRY(zt__train_om_settle(&r->om));
     ZT_TRY(zt__train_dp_save(&r->dp, r->c, r->c->checkpoint.save, r->model, r->opt, &st));
   }

@@ -165,15 +165,9 @@ zt_status zt__train_om_loss(zt__train_om *om, zt_tensor *x, zt_tensor *y, double
   return s;
 }
 
-zt_status zt__train_om_hold_all(zt__train_om *om, bool all) {
-  if (!om->om) return ZT_OK;
-  return all ? zt_offload_model_restore_all(om->om) : zt_offload_model_evict_all(om->om);
-}
-
 zt_status zt__train_om_settle(zt__train_om *om) {
-  if (!om->om) return ZT_OK;
-  ZT_TRY(zt_offload_model_flush(om->om));
-  return zt_offload_model_evict_all(om->om);
+  /* the slices in RAM stay: the writer reads resident tensors where they are */
+  return om->om ? zt_offload_model_flush(om->om) : ZT_OK;
 }
 
 void zt__train_om_result(const zt__train_om *om, zt_train_result *res) {

@@ -34,11 +34,9 @@ ZT_NODISCARD zt_status zt__train_om_step(zt__train_om *om, const zt_dp_strategy 
                                          void *user_data, const zt_train_step_options *so, zt_train_step_result *out);
 /* The loss of one batch (grad off). */
 ZT_NODISCARD zt_status zt__train_om_loss(zt__train_om *om, zt_tensor *x, zt_tensor *y, double *loss);
-/* Every parameter in RAM (all), or back to the store (!all). */
-ZT_NODISCARD zt_status zt__train_om_hold_all(zt__train_om *om, bool all);
-/* Before a save: the updates that wait for their slice's next load applied, then every slice
- * back in the store (no restore in flight), so the checkpoint streams each parameter from
- * the store through one buffer instead of holding the whole model in RAM. */
+/* Before a save: the updates that wait for their slice's next load applied and no restore in
+ * flight, so the checkpoint streams each evicted parameter from the store through one buffer
+ * (and writes the resident ones from RAM) instead of holding the whole model in RAM. */
 ZT_NODISCARD zt_status zt__train_om_settle(zt__train_om *om);
 /* The run's figures (slices, loads, the store's peak). */
 void zt__train_om_result(const zt__train_om *om, zt_train_result *res);
