@@ -230,6 +230,19 @@ static void print_summary(const zt_train_config *c, const zt_train_result *r, zt
   }
 }
 
+/* --mem-limit's choice and what it predicts. */
+static void print_plan(const zt_offload_plan *p) {
+  char b[6][32];
+  printf("zt train: memory plan: %d slices, %d in RAM at once (prefetch %s), activations: %s; predicted peak RAM %s "
+         "(states %s, activations %s, I/O buffers %s, the rest of the process %s); the smallest plan needs %s\n",
+         p->slices, p->resident, p->resident > 1 ? "on" : "off", zt_offload_plan_activations_name(p->activations_mode),
+         zt_cli_bytes((double)p->peak, b[0]), zt_cli_bytes((double)p->states_bytes, b[1]),
+         zt_cli_bytes((double)p->activation_bytes, b[2]), zt_cli_bytes((double)p->io_bytes, b[3]),
+         zt_cli_bytes((double)p->fixed_bytes, b[4]), zt_cli_bytes((double)p->smallest_peak, b[5]));
+  printf("zt train: predicted step %.1f s (compute %.1f s, disk %.1f s at %.2f GB/s read, %.2f GB/s written)\n",
+         p->step_s, p->compute_s, p->io_s, p->read_bps / 1e9, p->write_bps / 1e9);
+}
+
 static int run_train(zt_train_config *c, zt_comm *world, progress *p) {
   int rank = zt_comm_rank(world), ranks = zt_comm_size(world);
   p->end_step = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
@@ -238,8 +251,14 @@ static int run_train(zt_train_config *c, zt_comm *world, progress *p) {
   char *end = NULL;
   p->slow_s = env ? strtod(env, &end) : 3.0;
   if (!env || end == env || *end || !(p->slow_s >= 0)) p->slow_s = 3.0;
+  zt_offload_plan plan;
+  if (zt_train_plan_memory(c, ranks, &plan)) { /* --mem-limit: the plan's options go into c */
+    if (rank == 0) zt_cli_fail("train");
+    return 1;
+  }
   pthread_mutex_init(&p->mu, NULL);
   if (rank == 0) {
+    if (plan.peak) print_plan(&plan);
     print_start(c, ranks);
     c->on_phase = on_phase;
     c->phase_user_data = p;

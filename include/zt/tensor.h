@@ -108,6 +108,8 @@ ZT_API int64_t zt_mem_cached_bytes(void);
 ZT_API void zt_mem_empty_cache(void);
 /* Peak resident set size of this process in bytes (from the OS), for cross-checks. */
 ZT_API int64_t zt_mem_peak_rss(void);
+/* The process's resident set now, bytes (-1 where /proc cannot tell). */
+ZT_API int64_t zt_mem_current_rss(void);
 
 /* The tag given to tensors created by ops on this thread (default ACTIVATION).
  * push returns the previous tag; pass it to pop. */

@@ -415,6 +415,43 @@ typedef struct zt_train_step_info {
 } zt_train_step_info;
 typedef void (*zt_train_step_fn)(const zt_train_step_info *info, void *user_data);
 
+/* ------------------------------------------------ the --mem-limit planner (src/train/offload_plan.c) */
+/* How backward gets a slice's activations under OffloadModel: recomputed from the boundary
+ * activations (RECOMPUTE mode), kept in RAM (KEEP_GRAPH), or kept with the blocks' saved
+ * tensors in the store's tier (KEEP_GRAPH with activation offload). */
+typedef enum zt_offload_plan_activations {
+  ZT_OFFLOAD_PLAN_RECOMPUTE = 0,
+  ZT_OFFLOAD_PLAN_KEEP,
+  ZT_OFFLOAD_PLAN_OFFLOAD
+} zt_offload_plan_activations;
+ZT_API const char *zt_offload_plan_activations_name(zt_offload_plan_activations a);
+#define ZT_OFFLOAD_PLAN_MAX_UNITS 1024 /* layers + 2 */
+#define ZT_OFFLOAD_PLAN_TEMP 8.0 /* values per token of one block's backward temporaries (measured) */
+typedef struct zt_offload_plan_input {
+  zt_gpt2_config model;
+  int64_t rows, seq, microbatches; /* this rank's rows per step, in microbatches chunks */
+  int64_t fixed_bytes;             /* RAM the process holds besides the model's states and activations */
+  int64_t io_bytes;                /* the store's I/O buffers */
+  double gflops;                   /* compute rate for the time estimate (0: not estimated) */
+  double read_bps, write_bps;      /* the store's measured bandwidth (0: unknown) */
+  bool can_offload_activations;    /* the tier is lossless (activation offload keeps results bitwise) */
+} zt_offload_plan_input;
+typedef struct zt_offload_plan {
+  int slices, resident;
+  zt_offload_plan_activations activations_mode;
+  int64_t states_bytes, activation_bytes, io_bytes, fixed_bytes; /* the predicted peak's parts */
+  int64_t peak;                    /* their sum: the predicted peak RAM */
+  int64_t smallest_peak;           /* the smallest peak of any plan (what the smallest workable limit is) */
+  double compute_s, io_s, step_s;  /* predicted step: compute, disk time, the longer of the two */
+  double read_bps, write_bps;      /* zt_train_plan_memory: the store's bandwidth it measured */
+} zt_offload_plan;
+/* One plan's prediction: slices N, resident K, activations act. */
+ZT_API ZT_NODISCARD zt_status zt_offload_plan_predict(const zt_offload_plan_input *in, int slices, int resident,
+                                                      zt_offload_plan_activations act, zt_offload_plan *out);
+/* The fastest plan whose predicted peak RAM fits limit (ties: prefetching, then fewer slices);
+ * ZT_STATUS_OOM naming the smallest peak when none does (out->smallest_peak set either way). */
+ZT_API ZT_NODISCARD zt_status zt_offload_plan_make(const zt_offload_plan_input *in, int64_t limit, zt_offload_plan *out);
+
 typedef struct zt_train_result {
   int64_t steps_done;
   double first_loss, last_loss, last_val_loss;
@@ -429,6 +466,7 @@ typedef struct zt_train_result {
   zt_device model_store_device;
   zt_mem_stats model_ram, model_store; /* OffloadModel: cpu and the store's device over the steps (peaks since step 1),
                                         * taken before the parameters come back into RAM at the end */
+  zt_offload_plan plan;  /* the --mem-limit plan the run made (zeroed: none) */
   bool failed_together; /* the run failed on every rank at once, with the same message (a bad input found
                          * before the first step, or a NaN loss): no rank is left waiting in a collective.
                          * Any other failure under several ranks may leave the others waiting (until their
@@ -468,6 +506,15 @@ typedef struct zt_train_memory {
 ZT_API ZT_NODISCARD zt_status zt_train_memory_attach(zt_gpt2 *m, const zt_train_config *c, int64_t rows, zt_train_memory *mem,
                                         zt_train_result *res);
 ZT_API void zt_train_memory_free(zt_train_memory *mem); /* zeroes *mem; a zeroed one is a no-op */
+
+#define ZT_OFFLOAD_PLAN_FIXED ((int64_t)48 << 20) /* RAM besides the accounting and the RSS at planning (measured) */
+/* With c->memory.mem_limit > 0: plan for c's model, batch (over world ranks) and tier, from the
+ * process's RSS now, the sgemm rate and the tier's bandwidth measured here, and write the plan
+ * into c (offload_slices, offload_resident, offload_mode, offload_activations), clearing
+ * mem_limit; needs offload_states. A limit nothing fits: ZT_STATUS_OOM naming the smallest that
+ * does. mem_limit 0: nothing to do (out zeroed). zt_train_run plans a config that still has
+ * a mem_limit itself. */
+ZT_API ZT_NODISCARD zt_status zt_train_plan_memory(zt_train_config *c, int world, zt_offload_plan *out);
 
 /* GFLOP/s of raw OpenBLAS sgemm at n x n x n on the current threads (median of reps runs
  * after one warm-up): the ceiling that model FLOP utilisation is measured against. */

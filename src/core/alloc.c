@@ -282,6 +282,17 @@ int64_t zt_mem_peak_rss(void) {
   return (int64_t)ru.ru_maxrss * 1024; /* Linux reports KiB */
 }
 
+int64_t zt_mem_current_rss(void) {
+  FILE *f = fopen("/proc/self/status", "r"); /* VmRSS in KiB */
+  if (!f) return -1;
+  char line[256];
+  long long kib = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %lld", &kib) == 1) break;
+  fclose(f);
+  return kib < 0 ? -1 : (int64_t)kib * 1024;
+}
+
 static _Thread_local zt_mem_tag tl_tag = ZT_MEM_TAG_ACTIVATION;
 zt_mem_tag zt_mem_tag_push(zt_mem_tag tag) {
   zt_mem_tag prev = tl_tag;

@@ -410,6 +410,12 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
                   (long long)c->data.seq, r.g.block_size, r.g.block_size);
   zt_train_state st = {0};
   s = zt__train_dp_open(&r.dp, c, comm);
+  zt_train_config planned; /* --mem-limit: the options the planner chose */
+  if (!s && c->memory.mem_limit > 0) {
+    planned = *c;
+    s = zt_train_plan_memory(&planned, r.dp.world, &result.plan);
+    c = r.c = &planned;
+  }
   if (r.dp.comm) zt_comm_set_timeout(r.dp.comm, c->parallel.comm_timeout);
   if (!s && c->log.timeline[0] && !zt__train_pp_wanted(c))
     s = ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.log.timeline draws a pipeline's steps: it needs "

@@ -1,0 +1,227 @@
+/* The memory planner of zt train --offload-states --mem-limit (zt_offload_plan_make in
+ * zt/train.h): for a GPT-2 with every state in a store, the peak RAM of each plan (slices N,
+ * resident slices K, how backward gets its activations) predicted from the slice cut
+ * zt_offload_model_new makes and the bytes each phase of a step holds, and its step time from
+ * the measured compute rate and disk bandwidth; the fastest plan that fits is chosen.
+ * Invariant: the byte counts follow the residency rules of src/strategies/offload_model*.c
+ * (a slice's update holds its parameters, grads and two moments; the next slice is prefetched
+ * with its own; backward holds parameters and grads of the slice and the one before) and the
+ * activation counts of src/models/gpt2_plan.c; tests/test_offload_plan.c checks the prediction
+ * against the accounting's measured peak. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/status_internal.h"
+#include "zt/train.h"
+
+/* Values per token a block keeps for backward with nothing recomputed (gpt2_plan.c). */
+static double block_kept(const zt_gpt2_config *g) { return 16.0 * g->n_embd + 4 + g->n_head; }
+
+/* What one plan holds at its peak, and how long a step takes. */
+static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, const int *count, int N, int K,
+                    zt_offload_plan_activations act, zt_offload_plan *p) {
+  const zt_gpt2_config *g = &in->model;
+  double C = g->n_embd, V = g->vocab_size, L = g->n_layer;
+  double t = (double)in->rows / (double)in->microbatches * (double)in->seq; /* tokens of a chunk */
+  double wte = V * C * 4;
+  /* the slices' parameter bytes (a shared parameter in each slice using it) and blocks */
+  int64_t P[ZT_OFFLOAD_PLAN_MAX_UNITS];
+  int nb[ZT_OFFLOAD_PLAN_MAX_UNITS], first = 0;
+  int64_t Pmax = 0;
+  for (int s = 0; s < N; s++) {
+    P[s] = 0, nb[s] = 0;
+    for (int u = first; u < first + count[s]; u++) {
+      P[s] += ub[u];
+      nb[s] += u > 0 && u < U - 1;
+    }
+    first += count[s];
+    if (P[s] > Pmax) Pmax = P[s];
+  }
+  /* activations of one chunk (t tokens): a block keeps block_kept values per token; one
+   * block's backward temporaries (ZT_OFFLOAD_PLAN_TEMP per token); a slice's boundary activation
+   * and its grad; the head's chunked logits and their grad (the output layer's wte grad waits
+   * in the engine in keep-graph mode); offloaded: a prefetch window of two of the largest (4C) */
+  double kept = block_kept(g) * t * 4, temp = ZT_OFFLOAD_PLAN_TEMP * C * t * 4, edge = 2 * C * t * 4;
+  double head = fmin(512.0, t) * V * 4 * 2;
+  double window = 2 * 4 * C * t * 4;
+  /* the peak over the phases of a step (M chunks; lazy updates):
+   * forward, slice s: its update (parameters, grads, moments: 4x its parameter bytes) beside
+   *   the slice before it, with the activations kept so far (keep-graph) or none;
+   * backward, slice s: its parameters and grads, the slice before it prefetched (with grads from
+   *   the second chunk on in keep-graph mode), the tied embedding's later contributions at the
+   *   first slice, and the activations backward holds there */
+  double peak = 0, states = 0, acts = 0, blocks_before = 0;
+  for (int s = 0; s < N; s++) {
+    double prev = K >= 2 && s > 0 ? (double)P[s - 1] : 0;
+    double f_st = 4.0 * (double)P[s] + prev;
+    double f_act = act == ZT_OFFLOAD_PLAN_KEEP ? blocks_before * kept : act == ZT_OFFLOAD_PLAN_OFFLOAD ? window : edge;
+    double b_st = 2.0 * (double)P[s] + (K >= 2 && s > 0 ? (act == ZT_OFFLOAD_PLAN_RECOMPUTE ? 1.0 : 2.0) * P[s - 1] : 0) +
+                  (s == 0 && N > 1 ? wte : 0);
+    double b_act = act == ZT_OFFLOAD_PLAN_KEEP        ? (blocks_before + nb[s]) * kept + temp
+                   : act == ZT_OFFLOAD_PLAN_OFFLOAD ? window + temp + edge
+                                                      : nb[s] * kept + temp + edge;
+    if (s == N - 1) b_act += head + (act == ZT_OFFLOAD_PLAN_RECOMPUTE ? 0 : wte);
+    if (f_st + f_act > peak) peak = f_st + f_act, states = f_st, acts = f_act;
+    if (b_st + b_act > peak) peak = b_st + b_act, states = b_st, acts = b_act;
+    blocks_before += nb[s];
+  }
+  if (K > 2) states += (double)(K - 2) * (double)Pmax;
+  double st = states, a = acts;
+  p->slices = N, p->resident = K, p->activations_mode = act;
+  p->states_bytes = (int64_t)st;
+  p->activation_bytes = (int64_t)a;
+  p->io_bytes = in->io_bytes;
+  p->fixed_bytes = in->fixed_bytes;
+  p->peak = p->states_bytes + p->activation_bytes + p->io_bytes + p->fixed_bytes;
+  /* time: compute (recompute runs the forward twice: 4/3 of a step's FLOPs) against the disk's
+   * bytes per step (parameters twice in, moments and grads in and out, activations both ways
+   * when offloaded), whichever is longer */
+  double n_params = (double)zt_gpt2_config_num_params(g), tokens = (double)in->rows * (double)in->seq;
+  double flops = 6.0 * n_params * tokens + 12.0 * L * (double)in->seq * C * tokens;
+  double comp = in->gflops > 0 ? flops / (in->gflops * 1e9) : 0;
+  if (act == ZT_OFFLOAD_PLAN_RECOMPUTE) comp *= 4.0 / 3.0;
+  double rd = 20.0 * n_params, wr = 20.0 * n_params;
+  if (act == ZT_OFFLOAD_PLAN_OFFLOAD) rd += L * block_kept(g) * tokens * 4, wr += L * block_kept(g) * tokens * 4;
+  double io = (in->read_bps > 0 ? rd / in->read_bps : 0) + (in->write_bps > 0 ? wr / in->write_bps : 0);
+  p->compute_s = comp;
+  p->io_s = io;
+  p->step_s = fmax(comp, io);
+}
+
+const char *zt_offload_plan_activations_name(zt_offload_plan_activations a) {
+  return a == ZT_OFFLOAD_PLAN_KEEP ? "keep-graph" : a == ZT_OFFLOAD_PLAN_OFFLOAD ? "keep-graph + activation offload"
+                                                                                : "recompute";
+}
+
+/* GPT-2's units' parameter bytes (embeddings, blocks, head with the tied wte again), as
+ * zt_gpt2_offload_units counts them; *U their count. */
+static zt_status units_of(const zt_offload_plan_input *in, int64_t *ub, int *U, const char *fn) {
+  if (!in) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: input is NULL", fn);
+  ZT_TRY(zt_gpt2_config_validate(&in->model));
+  const zt_gpt2_config *g = &in->model;
+  *U = g->n_layer + 2;
+  if (*U > ZT_OFFLOAD_PLAN_MAX_UNITS)
+    return ZT_ERR(ZT_STATUS_UNSUPPORTED, "%s: %d layers; the planner handles at most %d", fn, g->n_layer,
+                  ZT_OFFLOAD_PLAN_MAX_UNITS - 2);
+  if (in->rows < 1 || in->seq < 1 || in->microbatches < 1 || in->rows % in->microbatches)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: %lld rows in %lld microbatches of seq %lld", fn, (long long)in->rows,
+                  (long long)in->microbatches, (long long)in->seq);
+  double C = g->n_embd;
+  ub[0] = (int64_t)(((double)g->vocab_size + g->block_size) * C * 4); /* wte, wpe */
+  for (int u = 1; u < *U - 1; u++) ub[u] = (int64_t)((12 * C * C + 13 * C) * 4);
+  ub[*U - 1] = (int64_t)(((double)g->vocab_size * C + 2 * C) * 4); /* the tied wte again, ln_f */
+  return ZT_OK;
+}
+
+zt_status zt_offload_plan_predict(const zt_offload_plan_input *in, int slices, int resident,
+                                  zt_offload_plan_activations act, zt_offload_plan *out) {
+  const char *fn = "zt_offload_plan_predict";
+  if (!out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: out is NULL", fn);
+  memset(out, 0, sizeof *out);
+  int64_t ub[ZT_OFFLOAD_PLAN_MAX_UNITS];
+  int U = 0, count[ZT_OFFLOAD_PLAN_MAX_UNITS];
+  ZT_TRY(units_of(in, ub, &U, fn));
+  if (resident < 1) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: %d resident slices", fn, resident);
+  ZT_TRY(zt_offload_model_balance(U, slices, ub, count));
+  predict(in, ub, U, count, slices, resident < slices ? resident : slices, act, out);
+  return ZT_OK;
+}
+
+zt_status zt_offload_plan_make(const zt_offload_plan_input *in, int64_t limit, zt_offload_plan *out) {
+  const char *fn = "zt_offload_plan_make";
+  if (!out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: out is NULL", fn);
+  memset(out, 0, sizeof *out);
+  int64_t ub[ZT_OFFLOAD_PLAN_MAX_UNITS];
+  int U = 0;
+  ZT_TRY(units_of(in, ub, &U, fn));
+  zt_offload_plan best = {0}, smallest = {0};
+  bool found = false;
+  int count[ZT_OFFLOAD_PLAN_MAX_UNITS];
+  for (int a = 0; a < 3; a++) {
+    zt_offload_plan_activations act = (zt_offload_plan_activations)a;
+    if (act == ZT_OFFLOAD_PLAN_OFFLOAD && !in->can_offload_activations) continue;
+    for (int K = 2; K >= 1; K--)
+      for (int N = 1; N <= U; N++) {
+        if (K > N) continue;
+        ZT_TRY(zt_offload_model_balance(U, N, ub, count));
+        zt_offload_plan p;
+        predict(in, ub, U, count, N, K, act, &p);
+        if (!smallest.peak || p.peak < smallest.peak) smallest = p;
+        if (p.peak > limit) continue;
+        /* the fastest; then prefetch (K 2); then the fewest slices (fewer, larger transfers) */
+        bool better = !found || p.step_s < best.step_s * 0.999 ||
+                      (p.step_s <= best.step_s * 1.001 && (p.resident > best.resident ||
+                                                           (p.resident == best.resident && p.slices < best.slices)));
+        if (better) best = p, found = true;
+      }
+  }
+  out->smallest_peak = smallest.peak;
+  if (!found) {
+    return ZT_ERR(ZT_STATUS_OOM,
+                  "no plan fits zt_train_config.memory.mem_limit %.0f MiB: the smallest predicted peak is %.0f MiB (%d "
+                  "slices, %d resident, %s); give at least that, or a smaller batch or more microbatches",
+                  (double)limit / 1048576.0, ceil((double)smallest.peak / 1048576.0), smallest.slices,
+                  smallest.resident, zt_offload_plan_activations_name(smallest.activations_mode));
+  }
+  best.smallest_peak = smallest.peak;
+  *out = best;
+  return ZT_OK;
+}
+
+/* The store's bandwidth, measured: 64 MiB put and got back through a store like the run's. */
+static void probe_store(const zt_train_config *c, double *rd, double *wr) {
+  *rd = *wr = 0;
+  zt_store *st = NULL;
+  const char *dir = c->memory.offload_dir[0] ? c->memory.offload_dir : NULL;
+  zt_status s = c->memory.offload_model == ZT_OFFLOAD_DISK ? zt_store_disk_new(dir, "zt_plan_probe", &st)
+                                                           : zt_store_memory_new(&st);
+  size_t n = (size_t)64 << 20;
+  void *buf = NULL; /* not from zt_mem_alloc: its cache would keep the block (and the RSS) for the whole run */
+  if (!s && posix_memalign(&buf, 4096, n) != 0) buf = NULL, s = ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  if (buf) memset(buf, 1, n), zt_mem_account(ZT_CPU, ZT_MEM_TAG_TEMP, (int64_t)n);
+  zt_store_item it;
+  double t0 = zt_clock_now();
+  if (!s) s = zt_store_put(st, ZT_CPU, buf, n, ZT_DTYPE_F32, ZT_MEM_TAG_TEMP, &it);
+  double t1 = zt_clock_now();
+  if (!s) {
+    zt_status g = zt_store_get(st, &it, ZT_CPU, buf);
+    double t2 = zt_clock_now();
+    if (!g && t2 > t1 && t1 > t0) *wr = (double)n / (t1 - t0), *rd = (double)n / (t2 - t1);
+    zt_store_drop(st, &it);
+  }
+  if (buf) zt_mem_account(ZT_CPU, ZT_MEM_TAG_TEMP, -(int64_t)n), free(buf);
+  zt_store_free(st);
+  (void)s; /* unmeasured: the plan is made without the disk's time */
+}
+
+zt_status zt_train_plan_memory(zt_train_config *c, int world, zt_offload_plan *out) {
+  if (!c || !out || world < 1) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_plan_memory: config and out are required");
+  memset(out, 0, sizeof *out);
+  if (c->memory.mem_limit <= 0) return ZT_OK;
+  if (!c->memory.offload_states)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.memory.mem_limit plans where every model state lives: it "
+                                         "needs zt_train_config.memory.offload_states (a tier)");
+  zt_offload_plan_input in = {0};
+  ZT_TRY(zt_train_model_config(c, &in.model));
+  in.rows = c->data.batch / world;
+  in.seq = c->data.seq;
+  in.microbatches = c->data.microbatches;
+  in.gflops = zt_sgemm_gflops(512, 3); /* first: OpenBLAS's buffers are then part of the RSS measured */
+  int64_t rss = zt_mem_current_rss();
+  in.fixed_bytes = (rss > 0 ? rss : 0) + ZT_OFFLOAD_PLAN_FIXED;
+  in.io_bytes = 0;
+  probe_store(c, &in.read_bps, &in.write_bps);
+  in.can_offload_activations = c->memory.offload_model == ZT_OFFLOAD_DISK || c->memory.offload_model == ZT_OFFLOAD_HOST;
+  zt_status s = zt_offload_plan_make(&in, c->memory.mem_limit, out);
+  if (s) return s;
+  c->memory.offload_slices = out->slices;
+  c->memory.offload_resident = out->resident;
+  c->memory.offload_mode = out->activations_mode == ZT_OFFLOAD_PLAN_RECOMPUTE ? ZT_OFFLOAD_MODEL_RECOMPUTE
+                                                                               : ZT_OFFLOAD_MODEL_KEEP_GRAPH;
+  c->memory.offload_activations = out->activations_mode == ZT_OFFLOAD_PLAN_OFFLOAD ? c->memory.offload_model : 0;
+  out->read_bps = in.read_bps, out->write_bps = in.write_bps;
+  c->memory.mem_limit = 0; /* planned: the run takes the options as they are now */
+  return ZT_OK;
+}
