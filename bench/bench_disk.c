@@ -1,6 +1,6 @@
 /* Sequential bandwidth of the disk store's I/O engine: zt_store_put then zt_store_get of
  * TOTAL bytes in ITEM-sized items (page-aligned host buffers), direct I/O, at queue depths
- * 1, 2, 4, 8 and chunks of 1 and 4 MiB; and the device's reference, a single-threaded
+ * 1, 2, 4, 8 and chunks of 1, 4 and 8 MiB; and the device's reference, a single-threaded
  * O_DIRECT pwrite/pread loop of 8 MiB blocks over a fresh file. Each configuration runs
  * RUNS times, the median is reported. Usage: bench_disk [dir [total_mib [item_mib]]] (dir:
  * $TMPDIR, else /tmp; 1024; 128). One JSON object per line, e.g.
@@ -100,9 +100,9 @@ int main(int argc, char **argv) {
          "\"write_gbps\":%.3f,\"read_gbps\":%.3f}\n",
          total / MIB, bench_median(w, RUNS), bench_median(r, RUNS));
   fflush(stdout);
-  const size_t chunks[] = {1 * MIB, 4 * MIB};
+  const size_t chunks[] = {1 * MIB, 4 * MIB, 8 * MIB};
   const int qds[] = {1, 2, 4, 8};
-  for (int c = 0; c < 2; c++)
+  for (int c = 0; c < 3; c++)
     for (int q = 0; q < 4; q++) {
       zt_store_io_stats io = {0};
       for (int k = 0; k < RUNS; k++) engine(dir, total, item, src, dst, qds[q], chunks[c], &w[k], &r[k], &io);

@@ -131,8 +131,10 @@ static zt_status spill_open(const char *dir, const char *prefix, bool want_direc
   return ZT_OK;
 }
 
-/* The defaults, from bench/bench_disk.c on a virtio disk (README): 4 requests of 4 MiB in
- * flight reach the device's bandwidth; deeper queues add threads and bounce memory, not speed. */
+/* The defaults, from bench/bench_disk.c on a virtio disk with ext4 (bench/results/
+ * disk_virtio_ext4.jsonl): 4 requests of 4 MiB in flight read and write at the bandwidth of a
+ * single-threaded 8 MiB O_DIRECT loop within that shared machine's noise; 1 MiB chunks and
+ * QD 1 read slower, deeper queues gain nothing there and cost threads and bounce memory. */
 #define DEFAULT_QUEUE_DEPTH 4
 #define DEFAULT_CHUNK ((size_t)4 << 20)
 #define MAX_QUEUE_DEPTH 64
