@@ -24,6 +24,8 @@ typedef struct zt_store_item {
   bool compressed; /* implementation's: the bf16 store rounded these bytes */
 } zt_store_item;
 
+struct zt_store_io_stats; /* below: the disk store's I/O counters */
+
 /* A store implementation: a struct of function pointers plus ctx (zt_store_new). Host bytes
  * only: zt_store_put / _get stage a device's bytes through its backend first. */
 typedef struct zt_store_ops {
@@ -39,6 +41,9 @@ typedef struct zt_store_ops {
   /* Free the item's bytes and their accounting. Never runs during a get of the same item. */
   void (*drop)(void *ctx, const zt_store_item *it);
   void (*free)(void *ctx); /* optional: frees ctx at zt_store_free */
+  /* Optional: the I/O engine's counters (zt_store_io_stats_get); NULL: the store does no I/O
+   * (memory stores), its stats are zeros. Thread-safe. */
+  void (*io_stats)(void *ctx, struct zt_store_io_stats *out);
 } zt_store_ops;
 
 typedef struct zt_store zt_store;
@@ -56,10 +61,48 @@ ZT_API ZT_NODISCARD zt_status zt_store_memory_new(zt_store **out);
 ZT_API ZT_NODISCARD zt_status zt_store_bf16_new(zt_store **out);
 /* A spill file in dir (NULL: $TMPDIR, else /tmp) named prefix_XXXXXX (prefix NULL:
  * "zt_store"), unlinked right after open so nothing is left behind even after a crash;
- * lossless. Ranges go to 64-byte aligned extents, freed ones reused first fit; the file is
- * truncated when nothing is held. Bytes accounted on the disk device (ZT_DEVICE_DISK).
+ * lossless. Ranges go to 4096-byte aligned extents (64 without direct I/O), freed ones
+ * reused first fit; the file is truncated when nothing is held. Direct I/O with the default
+ * queue depth and chunk (zt_store_disk_new_opts). Bytes accounted on the disk device (ZT_DEVICE_DISK).
  * An unwritable dir fails here: ZT_STATUS_IO naming it. dir and prefix are copied. */
 ZT_API ZT_NODISCARD zt_status zt_store_disk_new(const char *dir, const char *prefix, zt_store **out);
+
+/* Whether the disk store bypasses the page cache. Direct I/O keeps the spill file's bytes out
+ * of host memory (the page cache counts against a memory cgroup) at the price of 4096-byte
+ * aligned extents and bounce buffers for unaligned bytes. */
+typedef enum zt_store_direct {
+  ZT_STORE_DIRECT_ON = 0, /* O_DIRECT where the file system allows it, else buffered (stats say which) */
+  ZT_STORE_DIRECT_OFF     /* buffered pread/pwrite through the page cache */
+} zt_store_direct;
+
+/* The disk store's options; a zeroed struct is the defaults of zt_store_disk_new. */
+typedef struct zt_store_disk_options {
+  const char *dir;        /* NULL: $TMPDIR, else /tmp */
+  const char *prefix;     /* NULL: "zt_store" */
+  zt_store_direct direct; /* default ZT_STORE_DIRECT_ON */
+  int queue_depth;        /* I/O threads, each with one request in flight: 1..64; 0: 4 (bench_disk) */
+  size_t chunk_bytes;     /* bytes per request, a multiple of 4096 in [64 KiB, 256 MiB]; 0: 4 MiB */
+} zt_store_disk_options;
+/* zt_store_disk_new with options (NULL: the defaults). An item's bytes are split into
+ * chunk_bytes requests run by queue_depth I/O threads, so one put or get of a large item keeps
+ * queue_depth requests in flight; put still returns when its bytes are written. Buffers that
+ * are not 4096-aligned, and the last partial page of an item, go through bounce buffers (at
+ * most one of chunk_bytes per I/O thread, accounted on cpu under ZT_MEM_TAG_TEMP while a
+ * thread has work). Bad options: ZT_STATUS_INVALID_ARG naming the field. */
+ZT_API ZT_NODISCARD zt_status zt_store_disk_new_opts(const zt_store_disk_options *opts, zt_store **out);
+
+/* What a store's I/O engine did since it was made (zeros for stores without one). */
+typedef struct zt_store_io_stats {
+  int64_t read_bytes, write_bytes;       /* item bytes read by gets / written by puts (padding not counted) */
+  double read_seconds, write_seconds;    /* wall time with at least one request of that direction in flight */
+  int64_t read_requests, write_requests; /* requests (one chunk each) issued, failed ones included */
+  int64_t bounce_bytes;                  /* bytes copied through bounce buffers (both directions) */
+  int queue_depth;                       /* I/O threads running */
+  int64_t chunk_bytes;                   /* bytes per request */
+  bool direct;                           /* O_DIRECT in use (false: off, or refused by the file system) */
+} zt_store_io_stats;
+/* A snapshot; thread-safe. NULL s, or a store without I/O: zeros. */
+ZT_API void zt_store_io_stats_get(const zt_store *s, zt_store_io_stats *out);
 /* Stops the helper thread. Every item must have been dropped and every request waited or
  * cancelled (storages evicted into it restored or freed): a broken invariant otherwise
  * (ZT_ASSERT). NULL is a no-op. */

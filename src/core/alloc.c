@@ -14,6 +14,10 @@
 #include "backend.h"
 
 #define ZT_ALIGN 64
+/* Large blocks start on a page: the disk store's direct I/O reads and writes them in place
+ * (O_DIRECT wants 4096-aligned addresses) instead of through bounce buffers. */
+#define ZT_PAGE_ALIGN 4096
+#define PAGE_MIN ((size_t)64 << 10)
 
 typedef struct acct {
   _Atomic int64_t current[ZT_MEM_TAG_COUNT];
@@ -48,9 +52,11 @@ static int64_t g_cache_limit = -1; /* -1: not read from the environment yet */
 static pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static size_t round_size(size_t bytes) {
-  size_t q = bytes >= CACHE_MIN ? CACHE_ROUND : ZT_ALIGN;
+  size_t q = bytes >= CACHE_MIN ? CACHE_ROUND : bytes >= PAGE_MIN ? ZT_PAGE_ALIGN : ZT_ALIGN;
   return (bytes + q - 1) / q * q;
 }
+
+static size_t align_of(size_t rounded) { return rounded >= PAGE_MIN ? ZT_PAGE_ALIGN : ZT_ALIGN; }
 
 static int64_t cache_limit(void) {
   if (g_cache_limit < 0) {
@@ -79,10 +85,10 @@ void *zt__host_alloc(void *ctx, size_t bytes, zt_device dev) {
       }
     pthread_mutex_unlock(&g_cache_mu);
   }
-  void *p = aligned_alloc(ZT_ALIGN, rounded);
+  void *p = aligned_alloc(align_of(rounded), rounded);
   if (!p && rounded >= CACHE_MIN) { /* out of memory: give the cache back and retry */
     zt_mem_empty_cache();
-    p = aligned_alloc(ZT_ALIGN, rounded);
+    p = aligned_alloc(align_of(rounded), rounded);
   }
   return p;
 }

@@ -261,3 +261,9 @@ void zt_store_stats_get(const zt_store *s, zt_store_stats *out) {
   *out = s->st;
   pthread_mutex_unlock(&m->mu);
 }
+
+void zt_store_io_stats_get(const zt_store *s, zt_store_io_stats *out) {
+  if (!out) return;
+  *out = (zt_store_io_stats){0};
+  if (s && s->ops->io_stats) s->ops->io_stats(s->ctx, out); /* none: the store does no I/O */
+}

@@ -6,13 +6,13 @@
 
 #include "store_internal.h"
 
-#define DISK_ALIGN 64 /* spill-file extents start on cache-line offsets */
-
-static int64_t round_up(int64_t n) { return (n + DISK_ALIGN - 1) / DISK_ALIGN * DISK_ALIGN; }
+/* Extents start on multiples of sp->align: 4096 for direct I/O (O_DIRECT needs aligned
+ * offsets and lengths), else cache lines. */
+static int64_t round_up(const zt__store_spill *sp, int64_t n) { return (n + sp->align - 1) / sp->align * sp->align; }
 
 /* First fit among freed extents, else the end of the file. */
 int64_t zt__store_extent_alloc(zt__store_spill *sp, int64_t len) {
-  len = round_up(len);
+  len = round_up(sp, len);
   for (int i = 0; i < sp->n_free; i++) {
     zt__store_extent *x = &sp->free_ext[i];
     if (x->len < len) continue;
@@ -33,7 +33,7 @@ int64_t zt__store_extent_alloc(zt__store_spill *sp, int64_t len) {
 /* Give an extent back: merged with its neighbours, and the end pulled in when it was the
  * last one. */
 void zt__store_extent_free(zt__store_spill *sp, int64_t off, int64_t len) {
-  len = round_up(len);
+  len = round_up(sp, len);
   int i = 0;
   while (i < sp->n_free && sp->free_ext[i].off < off) i++;
   bool merge_prev = i > 0 && sp->free_ext[i - 1].off + sp->free_ext[i - 1].len == off;

@@ -40,6 +40,39 @@ struct zt_store {
   zt_store_stats st;                 /* guarded by mu */
 };
 
+/* ---------------------------------------------------------------- the I/O engine (store_io.c) */
+/* A pool of I/O threads over one file descriptor: a read or write of n bytes is split into
+ * chunks that the threads take in order, so up to queue_depth requests are in flight. */
+typedef struct zt__io zt__io;
+
+#define ZT__IO_ALIGN 4096 /* O_DIRECT: offsets, lengths and buffer addresses */
+
+/* Threads start here (fewer than queue_depth when the system refuses some; none: the caller
+ * does its own I/O). fd is borrowed; dir is only named in messages (copied). */
+zt_status zt__io_new(int fd, bool direct, int queue_depth, size_t chunk_bytes, const char *dir, zt__io **out);
+void zt__io_free(zt__io *io);
+/* Synchronous: returns when every chunk is done (or, after a failure, when none is in flight
+ * any more: the buffer is the caller's again). With direct I/O, off must be 4096-aligned; n
+ * and buf need not be (the last partial page is padded with zeros on disk, and read back
+ * through a bounce buffer). Fails with ZT_STATUS_IO naming the file's directory, the
+ * offset and what to do. */
+zt_status zt__io_write(zt__io *io, const void *buf, size_t n, int64_t off);
+zt_status zt__io_read(zt__io *io, void *buf, size_t n, int64_t off);
+void zt__io_stats_get(zt__io *io, zt_store_io_stats *out);
+
+/* Fault injection for tests: the nth chunk request from now (1: the next) of that kind
+ * fails as a full disk would (ENOSPC) or reads back short (end of file); 0 disarms it. */
+typedef enum zt__io_fault {
+  ZT__IO_FAULT_WRITE_ENOSPC = 0,
+  ZT__IO_FAULT_READ_SHORT,
+  ZT__IO_FAULT_COUNT
+} zt__io_fault;
+void zt__io_fault_at(zt__io *io, zt__io_fault kind, int64_t nth);
+/* The same on a disk store (zt_store_disk_new*); false for other stores. */
+bool zt__store_disk_fault_at(zt_store *s, zt__io_fault kind, int64_t nth);
+/* Tests: make disk stores made from now on act as if the file system refused O_DIRECT. */
+void zt__store_disk_refuse_direct(bool on);
+
 /* ---------------------------------------------------------------- disk (store_disk.c, store_extent.c) */
 typedef struct zt__store_extent {
   int64_t off, len;
@@ -50,6 +83,8 @@ typedef struct zt__store_extent {
 typedef struct zt__store_spill {
   int fd;
   char *dir;
+  zt__io *io;
+  int64_t align;              /* extents' alignment: ZT__IO_ALIGN with direct I/O, else 64 */
   pthread_mutex_t mu;
   int64_t end;                /* bytes in use up to here */
   zt__store_extent *free_ext; /* freed extents below end: sorted by offset, coalesced */
@@ -57,7 +92,7 @@ typedef struct zt__store_spill {
   int64_t live;               /* extents in use: at 0 the file is emptied */
 } zt__store_spill;
 
-/* First fit among freed extents, else the end of the file (64-byte aligned lengths). */
+/* First fit among freed extents, else the end of the file (lengths rounded to sp->align). */
 int64_t zt__store_extent_alloc(zt__store_spill *sp, int64_t len);
 /* Give an extent back: merged with its neighbours, and the end pulled in when it was the
  * last one. */

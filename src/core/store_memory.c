@@ -78,8 +78,8 @@ static void memory_drop(void *ctx, const zt_store_item *it) {
   zt_mem_free(it->ptr, it->held, ZT_CPU, it->tag);
 }
 
-static const zt_store_ops memory_ops = {"memory", memory_put, memory_get, memory_drop, NULL};
-static const zt_store_ops bf16_ops = {"bf16", bf16_put, memory_get, memory_drop, NULL};
+static const zt_store_ops memory_ops = {"memory", memory_put, memory_get, memory_drop, NULL, NULL};
+static const zt_store_ops bf16_ops = {"bf16", bf16_put, memory_get, memory_drop, NULL, NULL};
 
 zt_status zt_store_memory_new(zt_store **out) { return zt_store_new(&memory_ops, NULL, ZT_CPU, out); }
 zt_status zt_store_bf16_new(zt_store **out) { return zt_store_new(&bf16_ops, NULL, ZT_CPU, out); }
