@@ -97,6 +97,11 @@ static void on_step(const zt_train_step_info *in, void *ud) {
     printf("step %5lld/%lld | loss %.4f", (long long)in->step, (long long)in->total_steps, in->loss);
     if (!isnan(in->val_loss)) printf(" | val %.4f", in->val_loss);
     if (!isnan(in->pp_bubble)) printf(" | bubble %.1f%% (sim %.1f%%)", 100 * in->pp_bubble, 100 * in->pp_sim_bubble);
+    if (in->io_read_bytes || in->io_write_bytes) {
+      char r[32], w[32];
+      printf(" | disk read %s in %.1f s, written %s in %.1f s", zt_cli_bytes((double)in->io_read_bytes, r),
+             in->io_read_ms / 1e3, zt_cli_bytes((double)in->io_write_bytes, w), in->io_write_ms / 1e3);
+    }
     printf(" | lr %.2e | %.0f tok/s | mfu %.1f%% | mem param %s grad %s optim %s act %s (peak %s) | rss %s | %s, ETA %s\n",
            in->lr, in->tokens_per_s, 100 * in->mfu, zt_cli_bytes((double)in->mem.current[ZT_MEM_TAG_PARAM], b[0]),
            zt_cli_bytes((double)in->mem.current[ZT_MEM_TAG_GRAD], b[1]),

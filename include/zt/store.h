@@ -76,6 +76,11 @@ typedef enum zt_store_direct {
 } zt_store_direct;
 
 /* The disk store's options; a zeroed struct is the defaults of zt_store_disk_new. */
+/* The disk store's defaults (measured with bench/bench_disk), and the RAM its bounce buffers
+ * can take at most with them (one request's chunk, page-padded, per I/O thread). */
+#define ZT_STORE_DISK_QUEUE_DEPTH 4
+#define ZT_STORE_DISK_CHUNK ((int64_t)4 << 20)
+#define ZT_STORE_DISK_IO_BUFFERS ((int64_t)ZT_STORE_DISK_QUEUE_DEPTH * (ZT_STORE_DISK_CHUNK + 4096))
 typedef struct zt_store_disk_options {
   const char *dir;        /* NULL: $TMPDIR, else /tmp */
   const char *prefix;     /* NULL: "zt_store" */

@@ -412,6 +412,10 @@ typedef struct zt_train_step_info {
    * (waiting for transfers) between its first and last action. */
   double pp_bubble, pp_sim_bubble;
   double pp_f_ms, pp_b_ms, pp_w_ms, pp_wait_ms;
+  /* The model offload's store in this step (all 0 without one): bytes read and written, and the
+   * wall time with a read / a write in flight (zt_store_io_stats; 0 for memory tiers). */
+  int64_t io_read_bytes, io_write_bytes;
+  double io_read_ms, io_write_ms;
 } zt_train_step_info;
 typedef void (*zt_train_step_fn)(const zt_train_step_info *info, void *user_data);
 

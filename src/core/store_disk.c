@@ -135,8 +135,8 @@ static zt_status spill_open(const char *dir, const char *prefix, bool want_direc
  * disk_virtio_ext4.jsonl): 4 requests of 4 MiB in flight read and write at the bandwidth of a
  * single-threaded 8 MiB O_DIRECT loop within that shared machine's noise; 1 MiB chunks and
  * QD 1 read slower, deeper queues gain nothing there and cost threads and bounce memory. */
-#define DEFAULT_QUEUE_DEPTH 4
-#define DEFAULT_CHUNK ((size_t)4 << 20)
+#define DEFAULT_QUEUE_DEPTH ZT_STORE_DISK_QUEUE_DEPTH
+#define DEFAULT_CHUNK ((size_t)ZT_STORE_DISK_CHUNK)
 #define MAX_QUEUE_DEPTH 64
 #define MIN_CHUNK ((size_t)64 << 10)
 #define MAX_CHUNK ((size_t)256 << 20)

@@ -49,22 +49,28 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
   /* the peak over the phases of a step (M chunks; lazy updates):
    * forward, slice s: its update (parameters, grads, moments: 4x its parameter bytes) beside
    *   the slice before it, with the activations kept so far (keep-graph) or none;
-   * backward, slice s: its parameters and grads, the slice before it prefetched (with grads from
-   *   the second chunk on in keep-graph mode), the tied embedding's later contributions at the
-   *   first slice, and the activations backward holds there */
+   * backward, slice s, as it starts: its parameters, the slice before it prefetched (with grads
+   *   when an earlier chunk made them: keep-graph with M > 1), and the activations backward holds
+   *   there; as it ends: its grads too, its own activations gone; at the first slice the tied
+   *   embedding's later contributions beside */
+  bool prev_grads = act != ZT_OFFLOAD_PLAN_RECOMPUTE && in->microbatches > 1;
   double peak = 0, states = 0, acts = 0, blocks_before = 0;
   for (int s = 0; s < N; s++) {
     double prev = K >= 2 && s > 0 ? (double)P[s - 1] : 0;
-    double f_st = 4.0 * (double)P[s] + prev;
-    double f_act = act == ZT_OFFLOAD_PLAN_KEEP ? blocks_before * kept : act == ZT_OFFLOAD_PLAN_OFFLOAD ? window : edge;
-    double b_st = 2.0 * (double)P[s] + (K >= 2 && s > 0 ? (act == ZT_OFFLOAD_PLAN_RECOMPUTE ? 1.0 : 2.0) * P[s - 1] : 0) +
-                  (s == 0 && N > 1 ? wte : 0);
-    double b_act = act == ZT_OFFLOAD_PLAN_KEEP        ? (blocks_before + nb[s]) * kept + temp
+    double phase_st[3], phase_act[3];
+    phase_st[0] = 4.0 * (double)P[s] + prev;
+    phase_act[0] = act == ZT_OFFLOAD_PLAN_KEEP ? blocks_before * kept : act == ZT_OFFLOAD_PLAN_OFFLOAD ? window : edge;
+    double b_prev = prev * (prev_grads ? 2.0 : 1.0), tied = s == 0 && N > 1 ? wte : 0;
+    phase_st[1] = (double)P[s] + b_prev + tied;
+    phase_act[1] = act == ZT_OFFLOAD_PLAN_KEEP        ? (blocks_before + nb[s]) * kept + temp
                    : act == ZT_OFFLOAD_PLAN_OFFLOAD ? window + temp + edge
                                                       : nb[s] * kept + temp + edge;
-    if (s == N - 1) b_act += head + (act == ZT_OFFLOAD_PLAN_RECOMPUTE ? 0 : wte);
-    if (f_st + f_act > peak) peak = f_st + f_act, states = f_st, acts = f_act;
-    if (b_st + b_act > peak) peak = b_st + b_act, states = b_st, acts = b_act;
+    if (s == N - 1) phase_act[1] += head + (act == ZT_OFFLOAD_PLAN_RECOMPUTE ? 0 : wte);
+    phase_st[2] = 2.0 * (double)P[s] + b_prev + tied;
+    phase_act[2] = (act == ZT_OFFLOAD_PLAN_KEEP ? blocks_before * kept : act == ZT_OFFLOAD_PLAN_OFFLOAD ? window : 0) +
+                   temp + edge;
+    for (int f = 0; f < 3; f++)
+      if (phase_st[f] + phase_act[f] > peak) peak = phase_st[f] + phase_act[f], states = phase_st[f], acts = phase_act[f];
     blocks_before += nb[s];
   }
   if (K > 2) states += (double)(K - 2) * (double)Pmax;
@@ -72,7 +78,7 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
   p->slices = N, p->resident = K, p->activations_mode = act;
   p->states_bytes = (int64_t)st;
   p->activation_bytes = (int64_t)a;
-  p->io_bytes = in->io_bytes;
+  p->io_bytes = in->io_bytes * (act == ZT_OFFLOAD_PLAN_OFFLOAD ? 2 : 1); /* the activations' own store too */
   p->fixed_bytes = in->fixed_bytes;
   p->peak = p->states_bytes + p->activation_bytes + p->io_bytes + p->fixed_bytes;
   /* time: compute (recompute runs the forward twice: 4/3 of a step's FLOPs) against the disk's
@@ -211,7 +217,8 @@ zt_status zt_train_plan_memory(zt_train_config *c, int world, zt_offload_plan *o
   in.gflops = zt_sgemm_gflops(512, 3); /* first: OpenBLAS's buffers are then part of the RSS measured */
   int64_t rss = zt_mem_current_rss();
   in.fixed_bytes = (rss > 0 ? rss : 0) + ZT_OFFLOAD_PLAN_FIXED;
-  in.io_bytes = 0;
+  /* a disk store's bounce buffers: one per I/O thread at the default depth and chunk */
+  in.io_bytes = c->memory.offload_model == ZT_OFFLOAD_DISK ? ZT_STORE_DISK_IO_BUFFERS : 0;
   probe_store(c, &in.read_bps, &in.write_bps);
   in.can_offload_activations = c->memory.offload_model == ZT_OFFLOAD_DISK || c->memory.offload_model == ZT_OFFLOAD_HOST;
   zt_status s = zt_offload_plan_make(&in, c->memory.mem_limit, out);

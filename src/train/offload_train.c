@@ -170,6 +170,17 @@ zt_status zt__train_om_settle(zt__train_om *om) {
   return om->om ? zt_offload_model_flush(om->om) : ZT_OK;
 }
 
+void zt__train_om_io_step(zt__train_om *om, zt_train_step_info *info) {
+  if (!om->store) return;
+  zt_store_io_stats now;
+  zt_store_io_stats_get(om->store, &now);
+  info->io_read_bytes = now.read_bytes - om->io_last.read_bytes;
+  info->io_write_bytes = now.write_bytes - om->io_last.write_bytes;
+  info->io_read_ms = (now.read_seconds - om->io_last.read_seconds) * 1e3;
+  info->io_write_ms = (now.write_seconds - om->io_last.write_seconds) * 1e3;
+  om->io_last = now;
+}
+
 void zt__train_om_result(const zt__train_om *om, zt_train_result *res) {
   if (!om->om) return;
   zt_offload_model_stats st;

@@ -14,6 +14,7 @@ typedef struct zt__train_om {
   zt_tensor *x, *y;       /* a step's batch: the microbatches one after another */
   int64_t M;
   zt_offload_model_mode mode;
+  zt_store_io_stats io_last; /* the store's I/O at the last step's end */
 } zt__train_om;
 
 /* Whether c asks for OffloadModel. */
@@ -38,6 +39,8 @@ ZT_NODISCARD zt_status zt__train_om_loss(zt__train_om *om, zt_tensor *x, zt_tens
  * flight, so the checkpoint streams each evicted parameter from the store through one buffer
  * (and writes the resident ones from RAM) instead of holding the whole model in RAM. */
 ZT_NODISCARD zt_status zt__train_om_settle(zt__train_om *om);
+/* The store's I/O since the last call (bytes and busy time per direction) into info. */
+void zt__train_om_io_step(zt__train_om *om, zt_train_step_info *info);
 /* The run's figures (slices, loads, the store's peak). */
 void zt__train_om_result(const zt__train_om *om, zt_train_result *res);
 /* Frees the offload model (every parameter back in RAM, unless offload_states) and the batch;

@@ -103,6 +103,9 @@ static void write_metrics(FILE *f, const zt_train_step_info *in, const char *sha
   fprintf(f, ",\"total\":{\"current\":%lld,\"peak\":%lld}},\"act_peak_predicted\":%lld,\"peak_rss\":%lld",
           (long long)in->mem.current_total, (long long)in->mem.peak_total, (long long)in->act_peak_predicted,
           (long long)in->peak_rss);
+  if (in->io_read_bytes || in->io_write_bytes)
+    fprintf(f, ",\"io\":{\"read_bytes\":%lld,\"write_bytes\":%lld,\"read_ms\":%.1f,\"write_ms\":%.1f}",
+            (long long)in->io_read_bytes, (long long)in->io_write_bytes, in->io_read_ms, in->io_write_ms);
   if (in->loss_scale > 0) fprintf(f, ",\"loss_scale\":%g,\"skipped\":%s", in->loss_scale, in->skipped ? "true" : "false");
   bool pp = !isnan(in->pp_bubble);
   if (pp) fprintf(f, ",\"pp_bubble\":%.4f,\"pp_sim_bubble\":%.4f", in->pp_bubble, in->pp_sim_bubble);
