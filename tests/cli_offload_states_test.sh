@@ -48,6 +48,38 @@ out=$("$zt" "${base[@]}" --microbatches 2 --save "$w/ckp" --save-every 2 --stop-
 out=$("$zt" "${base[@]}" "${st[@]}" --resume "$w/ckp" --metrics "$w/part3.jsonl" 2>&1)
 check "a plain checkpoint resumed into the store: the uninterrupted run" 'same_steps "$w/plain2.jsonl" "$w/part3.jsonl"'
 
+# the planner: three limits, three plans; the predicted peak RAM within 10% of the measured peak
+# RSS; each run fits its limit under a memory cgroup (as root), where plain training does not
+big=(train --layers 4 --dim 512 --heads 8 --batch 8 --seq 256 --steps 2 --warmup 1 --threads 1 --eval-every 0
+  --sample-len 0 --offload-dir "$w")
+to_bytes() { awk -v v="$1" -v u="$2" 'BEGIN { m = u == "GiB" ? 2^30 : u == "MiB" ? 2^20 : u == "KiB" ? 2^10 : 1; printf "%.0f", v * m }'; }
+cg=1
+"$root/bench/mem_limit.sh" 64M -- true 2>/dev/null || cg=0
+for lim in 1G 300M 220M; do
+  out=$("$zt" "${big[@]}" --offload-states disk --mem-limit $lim --metrics "$w/plan-$lim.jsonl" 2>&1)
+  plan=$(echo "$out" | grep "memory plan:")
+  pred=$(echo "$plan" | sed -n 's/.*predicted peak RAM \([0-9.]*\) \([KMG]*i*B\).*/\1 \2/p')
+  pred=$(to_bytes $pred)
+  rss=$(sed -n 's/.*"peak_rss":\([0-9]*\).*/\1/p' "$w/plan-$lim.jsonl" | sort -n | tail -1)
+  echo "limit $lim: $plan; measured peak RSS $rss"
+  check "--mem-limit $lim: a plan printed and trained" '[ -n "$pred" ] && [ -n "$rss" ] && [ "$pred" -le $(to_bytes ${lim%?} ${lim: -1}iB) ]'
+  check "--mem-limit $lim: predicted peak within 10% of the measured peak RSS" \
+    'awk -v p="$pred" -v m="$rss" "BEGIN { exit !(p > 0.9 * m && p < 1.1 * m) }"'
+  if [ $cg = 1 ]; then
+    out=$("$root/bench/mem_limit.sh" $lim -- "$zt" "${big[@]}" --offload-states disk --mem-limit $lim 2>&1)
+    check "--mem-limit $lim: fits a memory cgroup of $lim" 'echo "$out" | grep -q "\"oom_kills\":0,\"rc\":0"'
+  fi
+done
+if [ $cg = 1 ]; then
+  out=$("$root/bench/mem_limit.sh" 300M -- "$zt" "${big[@]}" 2>&1)
+  check "plain training of the same model does not fit 300M (killed by the kernel)" 'echo "$out" | grep -q "\"rc\":137"'
+else
+  echo "SKIP the memory cgroup checks (bench/mem_limit.sh: not root, or no memory cgroup here)"
+fi
+out=$("$zt" "${big[@]}" --offload-states disk --mem-limit 50M 2>&1)
+check "a limit nothing fits: refused, naming the smallest that works" \
+  'echo "$out" | grep -q "no plan fits --mem-limit 50 MiB: the smallest predicted peak is [0-9]* MiB"'
+
 # errors
 out=$("$zt" "${base[@]}" --offload-states disk --shard full 2>&1)
 check "with FSDP: refused, naming it" 'echo "$out" | grep -q "shard"'
