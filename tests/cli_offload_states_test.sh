@@ -55,7 +55,7 @@ big=(train --layers 4 --dim 512 --heads 8 --batch 8 --seq 256 --steps 2 --warmup
 to_bytes() { awk -v v="$1" -v u="$2" 'BEGIN { m = u == "GiB" ? 2^30 : u == "MiB" ? 2^20 : u == "KiB" ? 2^10 : 1; printf "%.0f", v * m }'; }
 cg=1
 "$root/bench/mem_limit.sh" 64M -- true 2>/dev/null || cg=0
-for lim in 1G 300M 220M; do
+for lim in 1G 300M 160M; do
   out=$("$zt" "${big[@]}" --offload-states disk --mem-limit $lim --metrics "$w/plan-$lim.jsonl" 2>&1)
   plan=$(echo "$out" | grep "memory plan:")
   pred=$(echo "$plan" | sed -n 's/.*predicted peak RAM \([0-9.]*\) \([KMG]*i*B\).*/\1 \2/p')

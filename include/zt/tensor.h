@@ -104,6 +104,10 @@ ZT_API size_t zt_mem_report(char *buf, size_t cap);
 /* The default host allocator keeps freed blocks of >= 1 MiB for reuse (bounded by the
  * env var ZT_ALLOC_CACHE_MB, default 1024; 0 disables). Cached bytes are not counted as
  * live by the accounting; these report and return them. */
+/* Bound the host allocator's cache of freed large blocks (default ZT_ALLOC_CACHE_MB, 1 GiB):
+ * cached blocks are not accounted but are resident. Also fixes glibc's mmap threshold at 1 MiB,
+ * so freed large blocks go back to the kernel (a memory-limited run: zt_train_plan_memory). */
+ZT_API void zt_mem_set_cache_limit(int64_t bytes);
 ZT_API int64_t zt_mem_cached_bytes(void);
 ZT_API void zt_mem_empty_cache(void);
 /* Peak resident set size of this process in bytes (from the OS), for cross-checks. */

@@ -436,6 +436,7 @@ typedef struct zt_offload_plan_input {
   int64_t rows, seq, microbatches; /* this rank's rows per step, in microbatches chunks */
   int64_t fixed_bytes;             /* RAM the process holds besides the model's states and activations */
   int64_t io_bytes;                /* the store's I/O buffers */
+  int64_t cache_bytes;             /* the allocator's cache of freed blocks (resident, not accounted) */
   double gflops;                   /* compute rate for the time estimate (0: not estimated) */
   double read_bps, write_bps;      /* the store's measured bandwidth (0: unknown) */
   bool can_offload_activations;    /* the tier is lossless (activation offload keeps results bitwise) */
@@ -443,7 +444,7 @@ typedef struct zt_offload_plan_input {
 typedef struct zt_offload_plan {
   int slices, resident;
   zt_offload_plan_activations activations_mode;
-  int64_t states_bytes, activation_bytes, io_bytes, fixed_bytes; /* the predicted peak's parts */
+  int64_t states_bytes, activation_bytes, io_bytes, cache_bytes, fixed_bytes; /* the predicted peak's parts */
   int64_t peak;                    /* their sum: the predicted peak RAM */
   int64_t smallest_peak;           /* the smallest peak of any plan (what the smallest workable limit is) */
   double compute_s, io_s, step_s;  /* predicted step: compute, disk time, the longer of the two */
@@ -511,7 +512,7 @@ ZT_API ZT_NODISCARD zt_status zt_train_memory_attach(zt_gpt2 *m, const zt_train_
                                         zt_train_result *res);
 ZT_API void zt_train_memory_free(zt_train_memory *mem); /* zeroes *mem; a zeroed one is a no-op */
 
-#define ZT_OFFLOAD_PLAN_FIXED ((int64_t)48 << 20) /* RAM besides the accounting and the RSS at planning (measured) */
+#define ZT_OFFLOAD_PLAN_FIXED ((int64_t)16 << 20) /* RAM besides the accounting and the RSS at planning (measured) */
 /* With c->memory.mem_limit > 0: plan for c's model, batch (over world ranks) and tier, from the
  * process's RSS now, the sgemm rate and the tier's bandwidth measured here, and write the plan
  * into c (offload_slices, offload_resident, offload_mode, offload_activations), clearing

@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <malloc.h>
 #include <string.h>
 #include <pthread.h>
 #include <sys/resource.h>
@@ -118,6 +119,21 @@ void zt_mem_empty_cache(void) {
   g_cache_n = 0;
   g_cache_bytes = 0;
   pthread_mutex_unlock(&g_cache_mu);
+}
+
+void zt_mem_set_cache_limit(int64_t bytes) {
+  pthread_mutex_lock(&g_cache_mu);
+  g_cache_limit = bytes > 0 ? bytes : 0;
+  while (g_cache_n && (int64_t)g_cache_bytes > g_cache_limit) { /* the oldest out first */
+    free(g_cache[0].ptr);
+    g_cache_bytes -= g_cache[0].size;
+    memmove(&g_cache[0], &g_cache[1], sizeof *g_cache * (size_t)(g_cache_n - 1));
+    g_cache_n--;
+  }
+  pthread_mutex_unlock(&g_cache_mu);
+  /* under a memory limit, freed large blocks must go back to the kernel: glibc's mmap threshold
+   * would otherwise grow with the blocks freed (up to 32 MiB) and keep them in its heap */
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
 }
 
 int64_t zt_mem_cached_bytes(void) {

@@ -80,7 +80,8 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
   p->activation_bytes = (int64_t)a;
   p->io_bytes = in->io_bytes * (act == ZT_OFFLOAD_PLAN_OFFLOAD ? 2 : 1); /* the activations' own store too */
   p->fixed_bytes = in->fixed_bytes;
-  p->peak = p->states_bytes + p->activation_bytes + p->io_bytes + p->fixed_bytes;
+  p->cache_bytes = in->cache_bytes;
+  p->peak = p->states_bytes + p->activation_bytes + p->io_bytes + p->cache_bytes + p->fixed_bytes;
   /* time: compute (recompute runs the forward twice: 4/3 of a step's FLOPs) against the disk's
    * bytes per step (parameters twice in, moments and grads in and out, activations both ways
    * when offloaded), whichever is longer */
@@ -156,10 +157,13 @@ zt_status zt_offload_plan_make(const zt_offload_plan_input *in, int64_t limit, z
         predict(in, ub, U, count, N, K, act, &p);
         if (!smallest.peak || p.peak < smallest.peak) smallest = p;
         if (p.peak > limit) continue;
-        /* the fastest; then prefetch (K 2); then the fewest slices (fewer, larger transfers) */
+        /* the fastest; then prefetch (K 2); then a 15% margin under the limit (the prediction's
+         * error is within 10%); then the fewest slices (fewer, larger transfers) */
+        bool safe = (double)p.peak <= 0.85 * (double)limit, best_safe = (double)best.peak <= 0.85 * (double)limit;
         bool better = !found || p.step_s < best.step_s * 0.999 ||
-                      (p.step_s <= best.step_s * 1.001 && (p.resident > best.resident ||
-                                                           (p.resident == best.resident && p.slices < best.slices)));
+                      (p.step_s <= best.step_s * 1.001 &&
+                       (p.resident > best.resident ||
+                        (p.resident == best.resident && (safe > best_safe || (safe == best_safe && p.slices < best.slices)))));
         if (better) best = p, found = true;
       }
   }
@@ -217,9 +221,12 @@ zt_status zt_train_plan_memory(zt_train_config *c, int world, zt_offload_plan *o
   in.gflops = zt_sgemm_gflops(512, 3); /* first: OpenBLAS's buffers are then part of the RSS measured */
   int64_t rss = zt_mem_current_rss();
   in.fixed_bytes = (rss > 0 ? rss : 0) + ZT_OFFLOAD_PLAN_FIXED;
-  /* a disk store's bounce buffers: one per I/O thread at the default depth and chunk */
-  in.io_bytes = c->memory.offload_model == ZT_OFFLOAD_DISK ? ZT_STORE_DISK_IO_BUFFERS : 0;
+  /* a disk store's bounce buffers: host allocations of 64 KiB and more are page-aligned, so
+   * only an item's last partial page is bounced (a page per I/O thread and direction) */
+  in.io_bytes = c->memory.offload_model == ZT_OFFLOAD_DISK ? 2 * ZT_STORE_DISK_QUEUE_DEPTH * 4096 : 0;
   probe_store(c, &in.read_bps, &in.write_bps);
+  /* the allocator's cache of freed blocks is resident but not accounted: bounded, and counted */
+  in.cache_bytes = c->memory.mem_limit / 64;
   in.can_offload_activations = c->memory.offload_model == ZT_OFFLOAD_DISK || c->memory.offload_model == ZT_OFFLOAD_HOST;
   zt_status s = zt_offload_plan_make(&in, c->memory.mem_limit, out);
   if (s) return s;
@@ -229,6 +236,7 @@ zt_status zt_train_plan_memory(zt_train_config *c, int world, zt_offload_plan *o
                                                                                : ZT_OFFLOAD_MODEL_KEEP_GRAPH;
   c->memory.offload_activations = out->activations_mode == ZT_OFFLOAD_PLAN_OFFLOAD ? c->memory.offload_model : 0;
   out->read_bps = in.read_bps, out->write_bps = in.write_bps;
+  zt_mem_set_cache_limit(in.cache_bytes);
   c->memory.mem_limit = 0; /* planned: the run takes the options as they are now */
   return ZT_OK;
 }

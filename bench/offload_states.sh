@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Training state on disk (issue 16), in one go: the disk's own sequential direct-I/O bandwidth
+# (bench_disk's single-threaded 8 MiB O_DIRECT reference and the store's engine), then
+#   1. gpt2-774m in RAM, plain training (the reference model GFLOP/s);
+#   2. gpt2-774m with every state on disk (--offload-states disk --mem-limit 4G), inside a 4 GiB
+#      memory cgroup (bench/mem_limit.sh: the kernel enforces it, page cache included);
+#   3. gpt2-1558m the same, two steps.
+# B=8, T=256, 2 threads, zt train with --metrics; a run's step time is the median of its steps
+# after the first (the last step for two-step runs). Model GFLOP/s by 6NBT + 12LTdBT. Per run
+# one JSON line to bench/results/offload_states.jsonl: step time, GFLOP/s and its ratio to (1),
+# peak RSS, the cgroup's peak, disk bytes read/written per step, I/O busy time, the fraction of
+# I/O time hidden behind compute (1 - (step - compute-bound step) / I/O time, compute-bound step:
+# the plain run's step time scaled by FLOPs), and the physical floor bytes / bandwidth.
+# usage: bench/offload_states.sh [build dir (default build)] [--quick: small models, for a check]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+zt="$build/zt"
+[ -x "$zt" ] || { echo "bench/offload_states.sh: $zt not found; run make first" >&2; exit 2; }
+command -v python3 >/dev/null || { echo "bench/offload_states.sh: needs python3 for the summary" >&2; exit 2; }
+dir=${ZT_OFFLOAD_DIR:-${TMPDIR:-/tmp}}/zt_offload_states_bench
+mkdir -p "$dir"
+out=bench/results/offload_states.jsonl
+m1=gpt2-774m m2=gpt2-1558m lim=4G steps1=3 steps2=2 cfg=(--batch 8 --seq 256)
+if [ "${2:-}" = "--quick" ]; then
+  out=${TMPDIR:-/tmp}/zt_offload_states_quick.jsonl
+  m1=gpt2-tiny m2=gpt2-tiny lim=200M cfg=(--batch 8 --seq 128)
+fi
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+common=(train "${cfg[@]}" --eval-every 0 --eval-batches 1 --sample-len 0 --log-every 1 --threads "$OMP_NUM_THREADS")
+: > "$out"
+"$build/bench/bench_disk" "$dir" 1024 128 > "$dir/disk.jsonl"
+python3 - "$dir/disk.jsonl" >> "$out" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+ref = [r for r in rows if r.get("engine") == "reference" or r.get("kind") == "reference"]
+print(json.dumps({"run": "disk", "rows": rows}))
+PY
+run() { # name model steps [limit]
+  local name=$1 model=$2 steps=$3 limit=${4:-}
+  local m="$dir/$name.jsonl" log="$dir/$name.log"
+  rm -f "$m"
+  if [ -n "$limit" ]; then
+    bench/mem_limit.sh "$limit" -- "$zt" "${common[@]}" --model "$model" --steps "$steps" --metrics "$m" \
+      --offload-states disk --mem-limit "$limit" --offload-dir "$dir" > "$log" 2>&1 || true
+  else
+    "$zt" "${common[@]}" --model "$model" --steps "$steps" --metrics "$m" > "$log" 2>&1 || true
+  fi
+  tail -3 "$log" >&2
+  python3 - "$name" "$model" "$m" "$log" "$out" "$limit" <<'PY'
+import json, re, statistics, sys
+name, model, mpath, log, out, limit = sys.argv[1:7]
+steps = [json.loads(l) for l in open(mpath)] if open(mpath).read().strip() else []
+text = open(log).read()
+cg = re.findall(r'\{"mem_limit":\{[^}]*\}\}', text)
+plan = re.findall(r"memory plan: .*", text)
+r = {"run": name, "model": model, "limit": limit or None, "steps": len(steps)}
+if steps:
+    later = steps[1:] or steps
+    r["step_ms"] = statistics.median(s["step_ms"] for s in later)
+    r["step_ms_all"] = [s["step_ms"] for s in steps]
+    r["tokens_per_s"] = statistics.median(s["tokens_per_s"] for s in later)
+    r["peak_rss"] = max(s["peak_rss"] for s in steps)
+    io = [s.get("io") for s in later if s.get("io")]
+    if io:
+        for k in ("read_bytes", "write_bytes", "read_ms", "write_ms"):
+            r["io_" + k] = statistics.median(x[k] for x in io)
+m = re.search(r"(\d+) parameters", text)
+if m: r["params"] = int(m.group(1))
+if cg: r["cgroup"] = json.loads(cg[-1])["mem_limit"]
+if plan: r["plan"] = plan[-1]
+with open(out, "a") as f: f.write(json.dumps(r) + "\n")
+print(json.dumps(r))
+PY
+}
+run plain-774m "$m1" "$steps1"
+run disk-774m "$m1" "$steps1" "$lim"
+run disk-1558m "$m2" "$steps2" "$lim"
+python3 - "$out" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+disk = next(r for r in rows if r["run"] == "disk")
+ref = [x for x in disk["rows"] if x.get("mode") == "reference"]
+bw_r = max((x.get("read_gbps", 0) for x in ref), default=0) * 1e9
+bw_w = max((x.get("write_gbps", 0) for x in ref), default=0) * 1e9
+by = {r["run"]: r for r in rows}
+def cfg(r):  # GPT-2 shapes: (layers, dim)
+    return {"gpt2-774m": (36, 1280), "gpt2-1558m": (48, 1600), "gpt2-tiny": (4, 128)}[r["model"]]
+def flops(r, B=8, T=256):
+    L, d = cfg(r)
+    return 6 * r["params"] * B * T + 12 * L * T * d * B * T
+plain = by.get("plain-774m")
+for name in ("plain-774m", "disk-774m", "disk-1558m"):
+    r = by.get(name)
+    if not r or "step_ms" not in r: 
+        print(json.dumps({"summary": name, "failed": True})); continue
+    s = {"summary": name, "model": r["model"], "step_s": round(r["step_ms"] / 1e3, 2),
+         "gflops": round(flops(r) / (r["step_ms"] / 1e3) / 1e9, 1), "peak_rss": r["peak_rss"]}
+    if plain and "step_ms" in plain:
+        s["ratio_to_plain_774m"] = round(s["gflops"] / (flops(plain) / (plain["step_ms"] / 1e3) / 1e9), 3)
+    if "cgroup" in r: s["cgroup_peak"] = r["cgroup"]["peak"]; s["oom_kills"] = r["cgroup"]["oom_kills"]
+    if "io_read_bytes" in r:
+        s["read_bytes_per_step"] = r["io_read_bytes"]; s["write_bytes_per_step"] = r["io_write_bytes"]
+        s["io_busy_s"] = round((r["io_read_ms"] + r["io_write_ms"]) / 1e3, 2)
+        if bw_r and bw_w:
+            s["io_floor_s"] = round(r["io_read_bytes"] / bw_r + r["io_write_bytes"] / bw_w, 2)
+        if plain and "step_ms" in plain:
+            compute = plain["step_ms"] / 1e3 * flops(r) / flops(plain)  # the step if I/O cost nothing
+            io = s["io_busy_s"]
+            s["compute_bound_s"] = round(compute, 2)
+            s["io_hidden"] = round(max(0.0, min(1.0, 1 - (r["step_ms"] / 1e3 - compute) / io)), 3) if io > 0 else None
+    print(json.dumps(s))
+    with open(sys.argv[1], "a") as f: f.write(json.dumps(s) + "\n")
+PY
+echo "bench/offload_states.sh: results in $out" >&2
