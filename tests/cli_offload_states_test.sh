@@ -31,6 +31,10 @@ for cfg in "recompute 3 1 2" "recompute 5 2 1" "keep-graph 5 2 2" "keep-graph 2 
   check "states on disk, $mode, $n slices, $k resident, $m microbatches: plain's losses, grad norms, val loss" \
     'same "$w/plain$m.jsonl" "$w/st-$mode-$n-$k-$m.jsonl"'
 done
+out=$("$zt" "${base[@]}" --microbatches 2 --recompute full --metrics "$w/rc.jsonl" 2>&1)
+out=$("$zt" "${base[@]}" --microbatches 2 --recompute full --offload-states disk --offload-slices 3 \
+  --offload-mode keep-graph --metrics "$w/st-rc.jsonl" 2>&1)
+check "with activation checkpointing inside the slices: plain's losses" 'same "$w/rc.jsonl" "$w/st-rc.jsonl"'
 check "the start line and the summary say every state is in the store, AdamW's on disk" \
   'echo "$out" | grep -q "model offload disk with every state" && echo "$out" | grep -q "OPTIM RAM .* disk "'
 

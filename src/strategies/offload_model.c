@@ -41,6 +41,13 @@ static zt_status storage_back(zt_tensor *t, bool async) {
 }
 
 static zt_status storage_wait(zt_tensor *t) { return t ? zt_storage_wait(t->storage) : ZT_OK; }
+/* In RAM: a restore in flight waited for, and one that failed before (the store kept its copy,
+ * the storage stayed evicted) tried again now, so a slice is never marked in with a hole. */
+static zt_status storage_in(zt_tensor *t) {
+  if (!t) return ZT_OK;
+  ZT_TRY(zt_storage_wait(t->storage));
+  return zt_storage_restore(t->storage);
+}
 
 /* Parameter i's optimizer state when it lives in the store (offload_optim_state and made): its
  * count, *ts the tensors. */
@@ -109,8 +116,8 @@ static zt_status slice_load(zt_offload_model *om, int s, bool async) {
 static zt_status slice_wait(zt_offload_model *om, int s) {
   for (int j = om->sp_off[s]; j < om->sp_off[s + 1]; j++) {
     zt_tensor *t = om->u.params[om->sp[j]].tensor;
-    zt_status e = storage_wait(t);
-    if (!e) e = storage_wait(t->grad);
+    zt_status e = storage_in(t);
+    if (!e) e = storage_in(t->grad);
     if (e) return zt__error_prefix(e, "offload model: loading slice %d", s);
   }
   om->state[s] = SLICE_IN;
