@@ -28,25 +28,6 @@ static zt_gpt2 *new_model(const zt_gpt2_config *c, uint64_t seed) {
 }
 
 
-/* One AdamW step on a fixed batch made from `seed`. */
-static void train_step(zt_gpt2 *m, zt_optim *o, int seed) {
-  int64_t s[] = {2, 8};
-  int32_t ids[16], tg[16];
-  for (int i = 0; i < 16; i++) {
-    ids[i] = (i * 7 + seed * 3) % k_cfg.vocab_size;
-    tg[i] = (i * 5 + seed) % k_cfg.vocab_size;
-  }
-  zt_tensor *x = NULL, *y = NULL, *loss = NULL;
-  ZT_CHECK_OK(zt_tensor_from_data(2, s, ZT_DTYPE_I32, ids, &x));
-  ZT_CHECK_OK(zt_tensor_from_data(2, s, ZT_DTYPE_I32, tg, &y));
-  ZT_CHECK_OK(zt_gpt2_forward(m, x, y, NULL, &loss));
-  if (loss) ZT_CHECK_OK(zt_backward(1, &loss, NULL, false));
-  ZT_CHECK_OK(zt_optim_step(o, 1e-2));
-  zt_optim_zero_grad(o);
-  zt_tensor_free(loss);
-  zt_tensor_free(x);
-  zt_tensor_free(y);
-}
 
 static bool params_equal(zt_gpt2 *a, zt_gpt2 *b) {
   zt_param *pa, *pb;
@@ -85,8 +66,8 @@ static void test_roundtrip_bitwise(void) {
   zt_test_tmp_path_to(ck, sizeof ck, "ck");
   zt_gpt2 *a = new_model(&k_cfg, 1);
   zt_optim *oa = zt_test_gpt2_adamw(a);
-  train_step(a, oa, 1);
-  train_step(a, oa, 2);
+  zt_test_gpt2_step(a, oa, 1);
+  zt_test_gpt2_step(a, oa, 2);
   zt_train_state st = state_at(2);
   ZT_CHECK_OK(zt_snapshot_save(ck, a, oa, &st));
   /* a series folder: the version, and 'latest' linking to it */
@@ -116,8 +97,8 @@ static void test_roundtrip_bitwise(void) {
   ZT_CHECK_OK(zt_snapshot_read_state(ck, &rs));
   ZT_CHECK(rs.step == 2 && rs.rng.seed == st.rng.seed && rs.model.n_embd == 16 && rs.model.block_size == 8);
   /* the next step after loading is the same, bitwise */
-  train_step(a, oa, 3);
-  train_step(b, ob, 3);
+  zt_test_gpt2_step(a, oa, 3);
+  zt_test_gpt2_step(b, ob, 3);
   ZT_CHECK(params_equal(a, b));
   ZT_CHECK(optim_equal(oa, ob));
 
@@ -250,11 +231,11 @@ static void test_interrupted_save(void) {
   zt_test_tmp_path_to(ck2, sizeof ck2, "ck2");
   zt_gpt2 *a = new_model(&k_cfg, 1), *snap = new_model(&k_cfg, 9);
   zt_optim *oa = zt_test_gpt2_adamw(a);
-  train_step(a, oa, 1);
+  zt_test_gpt2_step(a, oa, 1);
   zt_train_state st1 = state_at(1);
   ZT_CHECK_OK(zt_snapshot_save(ck1, a, oa, &st1));
   ZT_CHECK_OK(zt_snapshot_load(ck1, snap, NULL, NULL)); /* the weights of save 1 */
-  train_step(a, oa, 2);
+  zt_test_gpt2_step(a, oa, 2);
   zt_train_state st2 = state_at(2);
   ZT_CHECK_OK(zt_snapshot_save(ck2, a, oa, &st2));
   snprintf(path, sizeof path, "%s/latest/state.json", ck2);
@@ -327,7 +308,7 @@ static void test_series_folder(void) {
   ZT_CHECK(mkdir(stage, 0755) == 0);
   snprintf(path, sizeof path, "%s/model.safetensors", stage);
   write_text_file(path, "partial");
-  train_step(a, oa, 1);
+  zt_test_gpt2_step(a, oa, 1);
   st = state_at(2);
   ZT_CHECK_OK(zt_snapshot_save(ck, a, oa, &st));
   ZT_CHECK(!exists(ck, ".step-00000002.saving") && exists(ck, "metrics.jsonl") && exists(ck, "step-00000001"));
@@ -335,7 +316,7 @@ static void test_series_folder(void) {
   ZT_CHECK_OK(zt_snapshot_load(ck, b, ob, &got));
   ZT_CHECK(got.step == 2 && params_equal(a, b) && optim_equal(oa, ob));
   /* a second save at step 2 (e.g. after a resume): its own version, made the latest */
-  train_step(a, oa, 2);
+  zt_test_gpt2_step(a, oa, 2);
   ZT_CHECK_OK(zt_snapshot_save(ck, a, NULL, &st));
   ZT_CHECK(exists(ck, "step-00000002-1"));
   ZT_CHECK_OK(zt_snapshot_load(ck, b, NULL, &got));
@@ -381,7 +362,7 @@ static void test_series_folder(void) {
   ZT_CHECK(params_equal(a, b));
   zt_test_tmp_path_to(link, sizeof link, "link");
   ZT_CHECK(symlink(other, link) == 0);
-  train_step(a, oa, 4);
+  zt_test_gpt2_step(a, oa, 4);
   ZT_CHECK_OK(zt_snapshot_save(link, a, oa, &st));
   struct stat sb;
   ZT_CHECK(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
@@ -411,7 +392,7 @@ static void test_failed_save_keeps_latest(void) {
   write_text_file(path, "{\"step\":1}\n");
   zt_gpt2 *a = new_model(&k_cfg, 1), *b = new_model(&k_cfg, 2), *snap = new_model(&k_cfg, 3);
   zt_optim *oa = zt_test_gpt2_adamw(a), *ob = zt_test_gpt2_adamw(b);
-  train_step(a, oa, 1);
+  zt_test_gpt2_step(a, oa, 1);
   zt_train_state st = state_at(1);
   ZT_CHECK_OK(zt_snapshot_save(ck, a, oa, &st));
   ZT_CHECK_OK(zt_snapshot_load(ck, snap, NULL, NULL));
@@ -420,7 +401,7 @@ static void test_failed_save_keeps_latest(void) {
   snprintf(path, sizeof path, "%s/latest/optim.safetensors", ck);
   int64_t optim = file_size(path);
   ZT_CHECK(model > 0 && optim > model + 1024);
-  train_step(a, oa, 2);
+  zt_test_gpt2_step(a, oa, 2);
   st = state_at(2);
   struct rlimit old, lim;
   ZT_CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);

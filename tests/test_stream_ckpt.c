@@ -56,24 +56,6 @@ static zt_gpt2 *new_model(uint64_t seed) {
   return m;
 }
 
-static void train_step(zt_gpt2 *m, zt_optim *o, int seed) {
-  int64_t s[] = {2, 8};
-  int32_t ids[16], tg[16];
-  for (int i = 0; i < 16; i++) {
-    ids[i] = (i * 7 + seed * 3) % k_cfg.vocab_size;
-    tg[i] = (i * 5 + seed) % k_cfg.vocab_size;
-  }
-  zt_tensor *x = NULL, *y = NULL, *loss = NULL;
-  ZT_CHECK_OK(zt_tensor_from_data(2, s, ZT_DTYPE_I32, ids, &x));
-  ZT_CHECK_OK(zt_tensor_from_data(2, s, ZT_DTYPE_I32, tg, &y));
-  ZT_CHECK_OK(zt_gpt2_forward(m, x, y, NULL, &loss));
-  if (loss) ZT_CHECK_OK(zt_backward(1, &loss, NULL, false));
-  ZT_CHECK_OK(zt_optim_step(o, 1e-2));
-  zt_optim_zero_grad(o);
-  zt_tensor_free(loss);
-  zt_tensor_free(x);
-  zt_tensor_free(y);
-}
 
 /* The model's parameters then the optimizer's state tensors (o may be NULL): the storages a
  * streamed checkpoint reads and writes. Returns the count; *ts is malloc'd. */
@@ -265,8 +247,8 @@ static void save_load_evicted(int kind) {
   zt_test_tmp_path_to(ev, sizeof ev, "evicted");
   zt_gpt2 *a = new_model(1);
   zt_optim *oa = zt_test_gpt2_adamw(a);
-  train_step(a, oa, 1);
-  train_step(a, oa, 2);
+  zt_test_gpt2_step(a, oa, 1);
+  zt_test_gpt2_step(a, oa, 2);
   zt_train_state st = {0};
   st.step = 2;
   st.model = k_cfg;
@@ -311,7 +293,7 @@ static void save_load_evicted(int kind) {
   /* load into evicted tensors vs into resident ones */
   zt_gpt2 *b = new_model(2), *c = new_model(3);
   zt_optim *ob = zt_test_gpt2_adamw(b), *oc = zt_test_gpt2_adamw(c);
-  train_step(b, ob, 5); /* other values everywhere, moments included */
+  zt_test_gpt2_step(b, ob, 5); /* other values everywhere, moments included */
   ZT_CHECK_OK(zt_snapshot_load(ram, c, oc, NULL));
   evict_all(b, ob, store);
   before = cpu_now();
@@ -333,8 +315,8 @@ static void save_load_evicted(int kind) {
   ZT_CHECK(states_equal(b, ob, c, oc));
   ZT_CHECK(states_equal(a, oa, b, ob));
   /* and both train on alike */
-  train_step(b, ob, 6);
-  train_step(c, oc, 6);
+  zt_test_gpt2_step(b, ob, 6);
+  zt_test_gpt2_step(c, oc, 6);
   ZT_CHECK(states_equal(b, ob, c, oc));
 
   for (int i = 0; i < n; i++) free(names[i]);
@@ -359,7 +341,7 @@ static void test_nan_reported_when_evicted(void) {
   zt_test_tmp_path_to(ck, sizeof ck, "ck");
   zt_gpt2 *a = new_model(1);
   zt_optim *oa = zt_test_gpt2_adamw(a);
-  train_step(a, oa, 1);
+  zt_test_gpt2_step(a, oa, 1);
   zt_param *pa;
   int np = zt_gpt2_params(a, &pa);
   ZT_CHECK(np > 3);
@@ -443,7 +425,7 @@ static void test_failed_save_keeps_previous(void) {
   zt_test_tmp_path_to(ck, sizeof ck, "ck");
   zt_gpt2 *a = new_model(1), *b = new_model(2), *c = new_model(3);
   zt_optim *oa = zt_test_gpt2_adamw(a), *ob = zt_test_gpt2_adamw(b), *oc = zt_test_gpt2_adamw(c);
-  train_step(a, oa, 1);
+  zt_test_gpt2_step(a, oa, 1);
   zt_train_state st = {0};
   st.step = 1;
   st.model = k_cfg;

@@ -265,6 +265,26 @@ double zt_test_gpt2_fwd_bwd(zt_gpt2 *m, zt_tensor *ids, zt_tensor *tg) {
   return v;
 }
 
+void zt_test_gpt2_step(zt_gpt2 *m, zt_optim *o, int seed) {
+  int64_t s[] = {2, 8};
+  int32_t ids[16], tg[16];
+  int V = zt_gpt2_get_config(m)->vocab_size;
+  for (int i = 0; i < 16; i++) {
+    ids[i] = (i * 7 + seed * 3) % V;
+    tg[i] = (i * 5 + seed) % V;
+  }
+  zt_tensor *x = NULL, *y = NULL, *loss = NULL;
+  ZT_CHECK_OK(zt_tensor_from_data(2, s, ZT_DTYPE_I32, ids, &x));
+  ZT_CHECK_OK(zt_tensor_from_data(2, s, ZT_DTYPE_I32, tg, &y));
+  ZT_CHECK_OK(zt_gpt2_forward(m, x, y, NULL, &loss));
+  if (loss) ZT_CHECK_OK(zt_backward(1, &loss, NULL, false));
+  ZT_CHECK_OK(zt_optim_step(o, 1e-2));
+  zt_optim_zero_grad(o);
+  zt_tensor_free(loss);
+  zt_tensor_free(x);
+  zt_tensor_free(y);
+}
+
 zt_optim *zt_test_gpt2_adamw(zt_gpt2 *m) {
   zt_param *p;
   int n = zt_gpt2_params(m, &p);

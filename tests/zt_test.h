@@ -98,6 +98,8 @@ double zt_test_mean_over(zt_comm *c, double v);
 double zt_test_gpt2_fwd_bwd(zt_gpt2 *m, zt_tensor *ids, zt_tensor *tg);
 /* AdamW with default settings over the model's parameters (zt_gpt2_params). */
 zt_optim *zt_test_gpt2_adamw(zt_gpt2 *m);
+/* One AdamW step (lr 1e-2) of m on a fixed 2 x 8 batch made from seed (context >= 8). */
+void zt_test_gpt2_step(zt_gpt2 *m, zt_optim *o, int seed);
 
 /* ------------------------------------------------ temporary directory and files */
 /* Makes a fresh directory /tmp/zt_test_<tag>_XXXXXX (one at a time per process) and
