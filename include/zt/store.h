@@ -153,9 +153,28 @@ typedef struct zt_store_stats {
   int64_t helper_gets;                        /* gets run by the helper thread (failed ones too) */
   int threads_started;                        /* 0 or 1 */
   bool helper_failed;                         /* the helper thread could not start: requests run in wait */
+  /* write-behind (zt_storage_evict_async) and clean evictions */
+  int64_t async_puts;                  /* writes handed to the helper (each also counts in puts once done) */
+  int64_t puts_skipped;                /* evictions of storages unchanged since a keeping restore: no put */
+  int64_t write_bytes_in_flight;       /* RAM held by writes queued, running, or failed and not yet settled */
+  int64_t peak_write_bytes_in_flight;  /* at most the cap (zt_store_set_write_cap), or one item above 0 */
+  int64_t write_failures;              /* asynchronous writes that failed */
 } zt_store_stats;
 /* A snapshot; thread-safe. NULL s: zeros. */
 ZT_API void zt_store_stats_get(const zt_store *s, zt_store_stats *out);
+
+/* The most bytes of RAM that writes behind (zt_storage_evict_async) may hold at once: an
+ * eviction that would pass it waits for earlier writes first (one item larger than the cap
+ * alone is let through). A memory planner adds it to a step's peak. Default
+ * ZT_STORE_WRITE_CAP_DEFAULT; 0 makes every zt_storage_evict_async synchronous in effect (it
+ * waits for its own write). Call it while no write is in flight. */
+#define ZT_STORE_WRITE_CAP_DEFAULT ((size_t)256 << 20)
+ZT_API void zt_store_set_write_cap(zt_store *s, size_t bytes);
+ZT_API size_t zt_store_write_cap(const zt_store *s);
+/* Wait until no write behind is queued or running, then report (and forget) the first write
+ * that failed since the last report: ZT_STATUS_IO (or what the store said) naming it. The
+ * storages whose writes failed keep their bytes in RAM and are restored from them. */
+ZT_API ZT_NODISCARD zt_status zt_store_flush(zt_store *s);
 
 /* ---------------------------------------------------------------- storage eviction */
 /* Move a storage's bytes to a store and release them (accounting drops on the storage's
@@ -168,6 +187,23 @@ ZT_API void zt_store_stats_get(const zt_store *s, zt_store_stats *out);
  * Refused (state unchanged): wrapped (external) storage, released bytes, a storage already
  * evicted. */
 ZT_API ZT_NODISCARD zt_status zt_storage_evict(zt_storage *s, zt_store *store, zt_dtype dtype);
+/* zt_storage_evict with the write behind: the storage is evicted (unreadable) when this
+ * returns, its bytes are written by the store's helper thread (in order with its gets) while
+ * the caller goes on, and its RAM is freed (accounting dropped) when the write is done. Until
+ * then the RAM counts against the store's write cap (zt_store_set_write_cap): past it, this
+ * waits for earlier writes. Every later call on the storage orders after its write: a restore,
+ * or a free, takes the bytes back from RAM when the write has not finished (a write not started
+ * is never done; a running one is waited for); zt_storage_read_evicted / _write_evicted wait
+ * for it. A failed write loses nothing: the bytes stay in RAM (counted in flight), a restore
+ * gives them back, read_evicted / write_evicted try the put again and fail with its message,
+ * and the failure is reported by the next zt_storage_evict_async into the store (which then
+ * evicts nothing) or by zt_store_flush. Stores whose put cannot run on the helper (bf16: it compresses with OpenMP; stores made
+ * with zt_store_new: their put runs on the caller's thread), devices the host
+ * cannot touch, or a store whose helper could not start: the put is synchronous, as
+ * zt_storage_evict. A storage restored with zt_storage_restore_async_keep and not changed since
+ * (same version) puts nothing: its RAM is freed and the store's kept copy used (as
+ * zt_storage_evict does). Refused as zt_storage_evict is. */
+ZT_API ZT_NODISCARD zt_status zt_storage_evict_async(zt_storage *s, zt_store *store, zt_dtype dtype);
 /* Bring the bytes back (allocated again on the storage's device with its tag, filled from
  * the store, the store's copy dropped). A storage not evicted: no-op. On failure it stays
  * evicted (the store's copy kept) and a later restore may try again. */
@@ -176,6 +212,20 @@ ZT_API ZT_NODISCARD zt_status zt_storage_restore(zt_storage *s);
  * the storage stays unreadable (ZT_STATUS_RELEASED, "being restored") until
  * zt_storage_wait. A storage not evicted, or already being restored: no-op. */
 ZT_API ZT_NODISCARD zt_status zt_storage_restore_async(zt_storage *s);
+/* zt_storage_restore_async that keeps the store's copy (the store holds it, and accounts it)
+ * with the storage's version: a later zt_storage_evict / _evict_async into the same store,
+ * with the same dtype, of a storage whose version has not changed puts nothing (a clean
+ * eviction: zt_store_stats.puts_skipped). A changed version drops the copy at that eviction
+ * and puts afresh. Whoever writes a storage's bytes must bump its version
+ * (zt_tensor_bump_version; ops, the optimizers and gradient accumulation do), or drop the copy
+ * (zt_storage_drop_kept): else an eviction would keep the old bytes. The copy is dropped when
+ * the storage is freed or released; a store being freed must have no kept copies
+ * (zt_storage_drop_kept them first). */
+ZT_API ZT_NODISCARD zt_status zt_storage_restore_async_keep(zt_storage *s);
+/* Drop the store's copy kept by zt_storage_restore_async_keep (none: no-op). */
+ZT_API void zt_storage_drop_kept(zt_storage *s);
+/* Whether the storage holds a kept copy in a store (it is in memory, restored with keep). */
+ZT_API bool zt_storage_has_kept(const zt_storage *s);
 /* Finish a restore started by zt_storage_restore_async (no-op otherwise). On failure the
  * storage stays evicted, as for zt_storage_restore. */
 ZT_API ZT_NODISCARD zt_status zt_storage_wait(zt_storage *s);

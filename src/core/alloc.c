@@ -49,7 +49,10 @@ typedef struct cache_slot {
 static cache_slot g_cache[CACHE_SLOTS];
 static int g_cache_n;
 static size_t g_cache_bytes;
-static int64_t g_cache_limit = -1; /* -1: not read from the environment yet */
+/* -1: not read from the environment yet. Atomic: the first frees may come from several threads
+ * at once (a store's helper freeing RAM written behind, the disk store's I/O threads); each
+ * computes the same value, so a relaxed store is enough. */
+static _Atomic int64_t g_cache_limit = -1;
 static pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static size_t round_size(size_t bytes) {
@@ -60,12 +63,14 @@ static size_t round_size(size_t bytes) {
 static size_t align_of(size_t rounded) { return rounded >= PAGE_MIN ? ZT_PAGE_ALIGN : ZT_ALIGN; }
 
 static int64_t cache_limit(void) {
-  if (g_cache_limit < 0) {
+  int64_t v = atomic_load_explicit(&g_cache_limit, memory_order_relaxed);
+  if (v < 0) {
     const char *e = getenv("ZT_ALLOC_CACHE_MB");
     long long mb = e && *e ? atoll(e) : 1024;
-    g_cache_limit = mb > 0 ? (int64_t)mb << 20 : 0;
+    v = mb > 0 ? (int64_t)mb << 20 : 0;
+    atomic_store_explicit(&g_cache_limit, v, memory_order_relaxed);
   }
-  return g_cache_limit;
+  return v;
 }
 
 /* The host allocator: the cpu backend's memory, and the disk tier's accounting. */

@@ -2,21 +2,102 @@
  * tensor viewing it) lives on; that is how FSDP reshards. Or moved to a store and back
  * with their contents (evict / restore), which is how model offload streams parameters.
  * Invariants: an evicted storage is released (data NULL, or being filled by a restore in
- * flight) and its store holds the contents until the restore completes or the storage is
- * freed; only the thread that calls these functions changes the storage object. */
+ * flight) and its contents are in exactly one of: a write behind in flight (the request owns
+ * the RAM), RAM kept after a failed write (ram), the store's item; only the thread that calls
+ * these functions changes the storage object. A storage restored with keep is not evicted:
+ * its store copy and version are in a side table (kept copies), so tensor.h's struct stays. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/status_internal.h"
+#include "core/store_internal.h"
 #include "zt/store.h"
 #include "zt/tensor.h"
 
 struct zt_storage_eviction {
   zt_store *store;
+  zt_dtype dtype;         /* what the bytes hold, for a put again after a failed write behind */
   zt_store_item item;
-  zt_store_request *req; /* a restore in flight: data is allocated and being filled */
+  bool has_item;          /* item is the store's (a zero-byte put makes an empty one) */
+  zt_store_request *req;  /* a restore in flight: data is allocated and being filled */
+  bool keep;              /* that restore keeps the store's copy */
+  zt_store_request *wreq; /* a write behind in flight: the bytes are the request's until it ends */
+  void *ram;              /* the contents in RAM, not in the store (their write behind failed) */
 };
+
+/* ---------------------------------------------------------------- kept copies */
+/* A storage restored with keep: the store's copy of it and the version it was restored at.
+ * A side table keyed by the storage, not a field, so the public struct is unchanged; looked up
+ * only at evictions, keeping restores and frees (skipped while the table is empty). */
+typedef struct kept {
+  const zt_storage *s;
+  zt_store *store;
+  zt_store_item item;
+  uint64_t version;
+  struct kept *next;
+} kept;
+
+#define KEPT_BUCKETS 1024
+static pthread_mutex_t g_kept_mu = PTHREAD_MUTEX_INITIALIZER;
+static kept *g_kept[KEPT_BUCKETS];
+static atomic_long g_kept_n;
+
+static size_t kept_bucket(const zt_storage *s) { return (size_t)(s->id * 0x9E3779B97F4A7C15ull >> 54) % KEPT_BUCKETS; }
+
+/* Take s's kept copy out of the table (NULL: none); the caller drops or uses it. */
+static kept *kept_take(const zt_storage *s) {
+  if (atomic_load(&g_kept_n) == 0) return NULL;
+  pthread_mutex_lock(&g_kept_mu);
+  kept **pp = &g_kept[kept_bucket(s)], *k = NULL;
+  for (; *pp; pp = &(*pp)->next)
+    if ((*pp)->s == s) {
+      k = *pp;
+      *pp = k->next;
+      atomic_fetch_sub(&g_kept_n, 1);
+      break;
+    }
+  pthread_mutex_unlock(&g_kept_mu);
+  return k;
+}
+
+/* Remember s's store copy at its version; out of host memory: the copy is dropped (the next
+ * eviction puts, as without keep). */
+static void kept_add(const zt_storage *s, zt_store *store, zt_store_item *item) {
+  kept *k = malloc(sizeof *k);
+  if (!k) {
+    zt_store_drop(store, item);
+    return;
+  }
+  *k = (kept){.s = s, .store = store, .item = *item, .version = s->version};
+  pthread_mutex_lock(&g_kept_mu);
+  size_t b = kept_bucket(s);
+  k->next = g_kept[b];
+  g_kept[b] = k;
+  atomic_fetch_add(&g_kept_n, 1);
+  pthread_mutex_unlock(&g_kept_mu);
+}
+
+static void kept_drop(kept *k) {
+  if (!k) return;
+  zt_store_drop(k->store, &k->item);
+  free(k);
+}
+
+void zt_storage_drop_kept(zt_storage *s) {
+  if (s) kept_drop(kept_take(s));
+}
+
+bool zt_storage_has_kept(const zt_storage *s) {
+  if (!s || atomic_load(&g_kept_n) == 0) return false;
+  pthread_mutex_lock(&g_kept_mu);
+  bool found = false;
+  for (kept *k = g_kept[kept_bucket(s)]; k && !found; k = k->next) found = k->s == s;
+  pthread_mutex_unlock(&g_kept_mu);
+  return found;
+}
 
 static uint64_t next_id(void) {
   static uint64_t counter = 0;
@@ -66,6 +147,7 @@ void zt_storage_release_ref(zt_storage *s) {
   ZT_ASSERT(s->refcount > 0);
   if (__atomic_sub_fetch(&s->refcount, 1, __ATOMIC_ACQ_REL) != 0) return;
   if (s->evicted) eviction_end(s);
+  else kept_drop(kept_take(s));
   if (!s->external && !s->released) zt_mem_free(s->data, s->nbytes, s->device, s->tag);
   free(s);
 }
@@ -74,6 +156,7 @@ zt_status zt_storage_release(zt_storage *s) {
   if (!s) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_storage_release: storage is NULL");
   if (s->external) return ZT_ERR(ZT_STATUS_STATE, "zt_storage_release: cannot release wrapped (external) memory");
   if (s->released) return ZT_OK;
+  kept_drop(kept_take(s)); /* rematerialised bytes are undefined: the copy says nothing of them */
   zt_mem_free(s->data, s->nbytes, s->device, s->tag);
   s->data = NULL;
   s->released = true;
@@ -114,56 +197,115 @@ static const char *name_of(const zt_storage *s, char buf[128]) {
   return buf;
 }
 
-zt_status zt_storage_evict(zt_storage *s, zt_store *store, zt_dtype dtype) {
-  if (!s || !store) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_storage_evict: storage or store is NULL");
+static zt_status evict(zt_storage *s, zt_store *store, zt_dtype dtype, bool async, const char *fn) {
+  if (!s || !store) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: storage or store is NULL", fn);
   char nb[128];
   if (s->evicted)
-    return ZT_ERR(ZT_STATUS_STATE, "zt_storage_evict: storage %s is evicted already (to a %s store); restore it first",
+    return ZT_ERR(ZT_STATUS_STATE, "%s: storage %s is evicted already (to a %s store); restore it first", fn,
                   name_of(s, nb), zt_store_kind(s->evicted->store));
   if (s->external)
-    return ZT_ERR(ZT_STATUS_STATE, "zt_storage_evict: storage %s wraps memory it does not own; it cannot be evicted",
+    return ZT_ERR(ZT_STATUS_STATE, "%s: storage %s wraps memory it does not own; it cannot be evicted", fn,
                   name_of(s, nb));
   if (s->released)
     return ZT_ERR(ZT_STATUS_RELEASED,
-                  "zt_storage_evict: storage %s has no bytes (released by a reshard or offload); re-materialise and "
-                  "fill it first",
-                  name_of(s, nb));
+                  "%s: storage %s has no bytes (released by a reshard or offload); re-materialise and fill it first",
+                  fn, name_of(s, nb));
   struct zt_storage_eviction *e = calloc(1, sizeof *e);
-  if (!e) return ZT_ERR(ZT_STATUS_OOM, "zt_storage_evict: out of host memory");
+  if (!e) return ZT_ERR(ZT_STATUS_OOM, "%s: out of host memory", fn);
   e->store = store;
-  zt_status st = zt_store_put(store, s->device, s->data, s->nbytes, dtype, s->tag, &e->item);
-  if (st) {
-    free(e);
-    return zt__error_prefix(st, "zt_storage_evict: storage %s", name_of(s, nb));
+  e->dtype = dtype;
+  kept *k = kept_take(s);
+  if (k && k->store == store && k->version == s->version && k->item.dtype == dtype) {
+    /* unchanged since its keeping restore: the store's copy is its contents, no put */
+    e->item = k->item;
+    e->has_item = true;
+    free(k);
+    zt__store_count_skipped(store);
+  } else {
+    kept_drop(k); /* changed (or another store, dtype): the copy is stale */
+    zt_status st = ZT_OK;
+    if (async) st = zt__store_put_async(store, s->device, s->data, s->nbytes, dtype, s->tag, &e->wreq);
+    if (!st && !e->wreq) { /* synchronous (asked for, or the store cannot write behind) */
+      st = zt_store_put(store, s->device, s->data, s->nbytes, dtype, s->tag, &e->item);
+      e->has_item = !st;
+    }
+    if (st) {
+      free(e);
+      return zt__error_prefix(st, "%s: storage %s", fn, name_of(s, nb));
+    }
   }
-  zt_mem_free(s->data, s->nbytes, s->device, s->tag);
+  if (!e->wreq) zt_mem_free(s->data, s->nbytes, s->device, s->tag); /* else freed when its write is done */
   s->data = NULL;
   s->released = true;
   s->evicted = e;
   return ZT_OK;
 }
 
+zt_status zt_storage_evict(zt_storage *s, zt_store *store, zt_dtype dtype) {
+  return evict(s, store, dtype, false, "zt_storage_evict");
+}
+
+zt_status zt_storage_evict_async(zt_storage *s, zt_store *store, zt_dtype dtype) {
+  return evict(s, store, dtype, true, "zt_storage_evict_async");
+}
+
+/* A write behind in flight ends: take_back (a restore, a free) takes the bytes back into
+ * e->ram when the write has not finished (never starting it) or failed; else it is waited for
+ * (done here when not started), its bytes freed. Returns the write's failure (the bytes then
+ * in e->ram). */
+static zt_status write_settle(struct zt_storage_eviction *e, bool take_back) {
+  if (!e->wreq) return ZT_OK;
+  zt_store_item item;
+  void *ram;
+  zt_status st = zt__store_put_finish(e->wreq, take_back, &item, &ram);
+  e->wreq = NULL;
+  if (!st && item.nbytes) {
+    e->item = item;
+    e->has_item = true;
+  }
+  e->ram = ram;
+  return st;
+}
 /* The store's copy dropped, the record freed: s is what release left (or restore made). */
 static void eviction_free(zt_storage *s) {
-  zt_store_drop(s->evicted->store, &s->evicted->item);
+  if (s->evicted->has_item) zt_store_drop(s->evicted->store, &s->evicted->item);
   free(s->evicted);
   s->evicted = NULL;
 }
 
 /* s is being freed while evicted: a restore in flight is cancelled and its bytes freed. */
 static void eviction_end(zt_storage *s) {
-  if (s->evicted->req) {
-    zt_store_cancel(s->evicted->req);
+  struct zt_storage_eviction *e = s->evicted;
+  if (e->req) {
+    zt_store_cancel(e->req);
     zt_mem_free(s->data, s->nbytes, s->device, s->tag);
     s->data = NULL;
   }
+  /* a write not started is never done; a failed one was reported to the store */
+  ZT_IGNORE(write_settle(e, true), "the storage is freed: its bytes are not needed");
+  if (e->ram) zt_mem_free(e->ram, s->nbytes, s->device, s->tag);
+  e->ram = NULL;
   eviction_free(s);
 }
 
-zt_status zt_storage_restore_async(zt_storage *s) {
+static zt_status restore_async(zt_storage *s, bool keep) {
   if (!s) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_storage_restore_async: storage is NULL");
   struct zt_storage_eviction *e = s->evicted;
   if (!e || e->req) return ZT_OK;
+  /* its write behind's bytes, still in RAM, are the contents: served from there, no get (a
+   * failure of the write is the store's to report: zt_store_flush, the next evict_async) */
+  ZT_IGNORE(write_settle(e, true), "the bytes are back in RAM: nothing is lost");
+  if (e->ram) {
+    s->data = e->ram;
+    e->ram = NULL;
+    s->released = false;
+    if (e->has_item && keep) kept_add(s, e->store, &e->item); /* written and unchanged: a clean copy */
+    else if (e->has_item) zt_store_drop(e->store, &e->item);
+    free(e);
+    s->evicted = NULL;
+    return ZT_OK;
+  }
+  e->keep = keep;
   void *data = NULL;
   char nb[128];
   zt_status st = zt_mem_alloc(s->nbytes, s->device, s->tag, &data);
@@ -189,9 +331,18 @@ zt_status zt_storage_wait(zt_storage *s) {
     return zt__error_prefix(st, "restoring storage %s from a %s store", name_of(s, nb), zt_store_kind(e->store));
   }
   s->released = false;
+  if (e->keep && e->has_item) {
+    kept_add(s, e->store, &e->item);
+    free(e);
+    s->evicted = NULL;
+    return ZT_OK;
+  }
   eviction_free(s);
   return ZT_OK;
 }
+
+zt_status zt_storage_restore_async(zt_storage *s) { return restore_async(s, false); }
+zt_status zt_storage_restore_async_keep(zt_storage *s) { return restore_async(s, true); }
 
 zt_status zt_storage_restore(zt_storage *s) {
   ZT_TRY(zt_storage_restore_async(s));
@@ -218,6 +369,30 @@ zt_status zt__storage_evicted_error(const zt_tensor *t, const char *where) {
 }
 
 /* ---------------------------------------------------------------- evicted contents, in place */
+/* The contents in the store's item: a write behind waited for; bytes left in RAM by a failed
+ * one put again, synchronously. On failure they stay in RAM (a restore gives them back). The
+ * storage object is only settled, its contents unchanged: hence const in. */
+static zt_status written(const zt_storage *cs, const char *fn) {
+  zt_storage *s = (zt_storage *)cs;
+  struct zt_storage_eviction *e = s->evicted;
+  char nb[128];
+  /* a failure leaves the bytes in e->ram (and was reported to the store): put again below */
+  ZT_IGNORE(write_settle(e, false), "its bytes are in RAM: put again below");
+  if (!e->ram) return ZT_OK;
+  zt_store_item it;
+  zt_status st = zt_store_put(e->store, s->device, e->ram, s->nbytes, e->dtype, s->tag, &it);
+  if (st)
+    return zt__error_prefix(st,
+                            "%s: storage %s, whose write behind had failed, could not be put again (its bytes are "
+                            "kept in RAM: zt_storage_restore gives them back)",
+                            fn, name_of(s, nb));
+  zt_mem_free(e->ram, s->nbytes, s->device, s->tag);
+  e->ram = NULL;
+  e->item = it;
+  e->has_item = true;
+  return ZT_OK;
+}
+
 /* The checks both calls share: evicted, no restore in flight, the range inside. */
 static zt_status check_evicted_range(const zt_storage *s, size_t off, size_t nbytes, const void *buf,
                                      const char *fn) {
@@ -236,7 +411,7 @@ static zt_status check_evicted_range(const zt_storage *s, size_t off, size_t nby
   if (off > s->nbytes || nbytes > s->nbytes - off)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: bytes [%zu, %zu) are outside storage %s of %zu bytes", fn, off,
                   off + nbytes, name_of(s, nb), s->nbytes);
-  return ZT_OK;
+  return written(s, fn);
 }
 
 zt_status zt_storage_read_evicted(const zt_storage *s, size_t off, size_t nbytes, void *dst) {

@@ -26,6 +26,7 @@ zt_status zt_store_new(const zt_store_ops *ops, void *ctx, zt_device dev, zt_sto
   st->ops = ops;
   st->ctx = ctx;
   st->dev = dev;
+  st->w_cap = ZT_STORE_WRITE_CAP_DEFAULT;
   pthread_mutex_init(&st->mu, NULL);
   pthread_cond_init(&st->work, NULL);
   pthread_cond_init(&st->done, NULL);
@@ -35,7 +36,9 @@ zt_status zt_store_new(const zt_store_ops *ops, void *ctx, zt_device dev, zt_sto
 
 void zt_store_free(zt_store *s) {
   if (!s) return;
-  ZT_ASSERT(s->in_flight == 0 && s->st.items == 0); /* requests waited, items dropped, evicted storages back */
+  /* requests waited, writes behind finished (their storages restored or freed), items dropped
+   * (kept copies too: zt_storage_drop_kept) */
+  ZT_ASSERT(s->in_flight == 0 && s->w_active == 0 && s->st.items == 0);
   if (s->thread_on) {
     pthread_mutex_lock(&s->mu);
     s->stop = true;
@@ -47,6 +50,7 @@ void zt_store_free(zt_store *s) {
   pthread_cond_destroy(&s->work);
   pthread_cond_destroy(&s->done);
   pthread_mutex_destroy(&s->mu);
+  free(s->w_msg);
   free(s);
 }
 
@@ -54,6 +58,14 @@ const char *zt_store_kind(const zt_store *s) { return s && s->ops->kind ? s->ops
 zt_device zt_store_device(const zt_store *s) { return s->dev; }
 
 /* ---------------------------------------------------------------- put / get / drop */
+/* Under mu: a put is in. */
+static void count_put(zt_store *s, const zt_store_item *it) {
+  s->st.puts++;
+  s->st.items++;
+  s->st.bytes_held += (int64_t)it->held;
+  if (s->st.bytes_held > s->st.peak_bytes_held) s->st.peak_bytes_held = s->st.bytes_held;
+}
+
 zt_status zt_store_put(zt_store *s, zt_device dev, const void *src, size_t nbytes, zt_dtype dtype, zt_mem_tag tag,
                        zt_store_item *out) {
   if (!s || !out || (!src && nbytes))
@@ -80,10 +92,7 @@ zt_status zt_store_put(zt_store *s, zt_device dev, const void *src, size_t nbyte
     if (st) return st;
   }
   pthread_mutex_lock(&s->mu);
-  s->st.puts++;
-  s->st.items++;
-  s->st.bytes_held += (int64_t)it.held;
-  if (s->st.bytes_held > s->st.peak_bytes_held) s->st.peak_bytes_held = s->st.bytes_held;
+  count_put(s, &it);
   pthread_mutex_unlock(&s->mu);
   *out = it;
   return ZT_OK;
@@ -129,6 +138,8 @@ void zt_store_drop(zt_store *s, zt_store_item *it) {
 }
 
 /* ---------------------------------------------------------------- the helper and its requests */
+static void put_done(zt_store *s, zt_store_request *r, zt_status st, char *msg);
+
 static void *helper_main(void *arg) {
   zt_store *s = arg;
   pthread_mutex_lock(&s->mu);
@@ -141,6 +152,12 @@ static void *helper_main(void *arg) {
     r->next = NULL;
     r->state = ZT__STORE_REQ_RUNNING;
     pthread_mutex_unlock(&s->mu);
+    if (r->kind == ZT__STORE_REQ_PUT) {
+      zt_status st = s->ops->put(s->ctx, r->src, &r->item);
+      put_done(s, r, st, st ? strdup(zt_last_error()) : NULL);
+      pthread_mutex_lock(&s->mu);
+      continue;
+    }
     zt_status st = get_into(s, &r->item, r->dev, r->dst);
     char *msg = st ? strdup(zt_last_error()) : NULL; /* zt_last_error is this thread's */
     pthread_mutex_lock(&s->mu);
@@ -155,6 +172,17 @@ static void *helper_main(void *arg) {
   return NULL;
 }
 
+/* Under mu: the helper running, if it can be. */
+static void helper_start(zt_store *s) {
+  if (s->thread_on || s->st.helper_failed) return;
+  if (pthread_create(&s->thread, NULL, helper_main, s) == 0) {
+    s->thread_on = true;
+    s->st.threads_started++;
+  } else {
+    s->st.helper_failed = true; /* no thread: wait does the gets; slower, never wrong */
+  }
+}
+
 zt_status zt_store_prefetch(zt_store *s, const zt_store_item *it, zt_device dev, void *dst, zt_store_request **out) {
   if (!s || !it || !out || (!dst && it->nbytes))
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_store_prefetch: store, item, dst or out is NULL");
@@ -166,14 +194,7 @@ zt_status zt_store_prefetch(zt_store *s, const zt_store_item *it, zt_device dev,
   if (s->q_tail) s->q_tail->next = r;
   else s->q_head = r;
   s->q_tail = r;
-  if (!s->thread_on && !s->st.helper_failed) {
-    if (pthread_create(&s->thread, NULL, helper_main, s) == 0) {
-      s->thread_on = true;
-      s->st.threads_started++;
-    } else {
-      s->st.helper_failed = true; /* no thread: wait does the gets; slower, never wrong */
-    }
-  }
+  helper_start(s);
   if (s->thread_on) pthread_cond_signal(&s->work);
   pthread_mutex_unlock(&s->mu);
   *out = r;
@@ -266,4 +287,168 @@ void zt_store_io_stats_get(const zt_store *s, zt_store_io_stats *out) {
   if (!out) return;
   *out = (zt_store_io_stats){0};
   if (s && s->ops->io_stats) s->ops->io_stats(s->ctx, out); /* none: the store does no I/O */
+}
+
+/* ---------------------------------------------------------------- write behind */
+/* Writes behind are put requests on the same FIFO as the gets, so one helper orders them; the
+ * disk store's put spreads its chunks over the I/O threads. A request's source bytes are freed
+ * by whoever finishes its write, unless its owner asked for them back (reclaim) or the write
+ * failed: then they go back to the owner, so no failure loses data. */
+
+void zt_store_set_write_cap(zt_store *s, size_t bytes) {
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  ZT_ASSERT(s->w_active == 0); /* the cap a waiting eviction compares against must not move under it */
+  s->w_cap = bytes;
+  pthread_mutex_unlock(&s->mu);
+}
+
+size_t zt_store_write_cap(const zt_store *s) {
+  if (!s) return 0;
+  zt_store *m = (zt_store *)s; /* locking does not change the store */
+  pthread_mutex_lock(&m->mu);
+  size_t c = m->w_cap;
+  pthread_mutex_unlock(&m->mu);
+  return c;
+}
+
+void zt__store_count_skipped(zt_store *s) {
+  pthread_mutex_lock(&s->mu);
+  s->st.puts_skipped++;
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* Under mu: the first unreported failure, as a status (cleared). */
+static zt_status take_write_error(zt_store *s, const char *where) {
+  zt_status e = s->w_err;
+  if (!e) return ZT_OK;
+  char *msg = s->w_msg;
+  s->w_err = ZT_OK;
+  s->w_msg = NULL;
+  e = ZT_ERR(e,
+             "%s: an earlier write behind into the %s store failed: %s; the storage it evicted keeps its bytes in "
+             "RAM (restoring it gives them back): free space in the store, or evict to another one",
+             where, zt_store_kind(s), msg ? msg : "(its message was lost: out of host memory)");
+  free(msg);
+  return e;
+}
+
+zt_status zt__store_put_async(zt_store *s, zt_device dev, void *src, size_t nbytes, zt_dtype dtype, zt_mem_tag tag,
+                              zt_store_request **out) {
+  *out = NULL;
+  const zt__backend *b;
+  ZT_TRY(zt__backend_of(dev, "zt_storage_evict_async", &b));
+  if (!s->helper_put || !b->host_accessible || !nbytes) return ZT_OK; /* the caller puts */
+  zt_store_request *r = calloc(1, sizeof *r);
+  if (!r) return ZT_ERR(ZT_STATUS_OOM, "zt_storage_evict_async: out of host memory for a request");
+  *r = (zt_store_request){.store = s, .kind = ZT__STORE_REQ_PUT, .dev = dev, .src = src,
+                          .item = {.nbytes = nbytes, .dtype = dtype, .tag = tag}};
+  pthread_mutex_lock(&s->mu);
+  zt_status e = take_write_error(s, "zt_storage_evict_async");
+  if (!e) helper_start(s);
+  /* past the cap: wait for earlier writes (an item larger than the cap alone goes through) */
+  while (!e && s->thread_on && s->st.write_bytes_in_flight > 0 &&
+         (size_t)s->st.write_bytes_in_flight + nbytes > s->w_cap) {
+    if (s->w_active == 0) /* only failed writes hold the bytes: waiting would never end */
+      e = ZT_ERR(ZT_STATUS_STATE,
+                 "zt_storage_evict_async: %lld bytes of failed writes behind are held in RAM, past the %s store's "
+                 "write cap of %zu bytes: restore or free the storages whose writes failed (zt_store_flush reports "
+                 "the failure)",
+                 (long long)s->st.write_bytes_in_flight, zt_store_kind(s), s->w_cap);
+    else pthread_cond_wait(&s->done, &s->mu);
+  }
+  if (e || !s->thread_on) { /* no helper: the caller puts, synchronously */
+    pthread_mutex_unlock(&s->mu);
+    free(r);
+    return e;
+  }
+  s->in_flight++;
+  s->w_active++;
+  s->st.async_puts++;
+  s->st.write_bytes_in_flight += (int64_t)nbytes;
+  if (s->st.write_bytes_in_flight > s->st.peak_write_bytes_in_flight)
+    s->st.peak_write_bytes_in_flight = s->st.write_bytes_in_flight;
+  if (s->q_tail) s->q_tail->next = r;
+  else s->q_head = r;
+  s->q_tail = r;
+  pthread_cond_signal(&s->work);
+  pthread_mutex_unlock(&s->mu);
+  *out = r;
+  return ZT_OK;
+}
+
+/* A put request's write ended with st (msg: its message, owned): counted, its source freed
+ * unless the owner wants it back or the write failed, then DONE. Runs on the thread that did
+ * the write, without mu. */
+static void put_done(zt_store *s, zt_store_request *r, zt_status st, char *msg) {
+  pthread_mutex_lock(&s->mu);
+  bool free_src = !st && !r->reclaim; /* decided once, under mu: a later reclaim reads src_freed */
+  r->src_freed = free_src;
+  pthread_mutex_unlock(&s->mu);
+  /* freed before the bytes leave the count: an eviction waiting on the cap finds them gone */
+  if (free_src) zt_mem_free(r->src, r->item.nbytes, r->dev, r->item.tag);
+  pthread_mutex_lock(&s->mu);
+  s->w_active--;
+  if (!st) {
+    count_put(s, &r->item);
+    s->st.write_bytes_in_flight -= (int64_t)r->item.nbytes;
+  } else { /* the bytes stay in RAM, counted in flight until the owner takes them back */
+    s->st.write_failures++;
+    if (!s->w_err) {
+      s->w_err = st;
+      s->w_msg = msg ? strdup(msg) : NULL;
+    }
+  }
+  r->status = st;
+  r->msg = msg;
+  r->state = ZT__STORE_REQ_DONE;
+  pthread_cond_broadcast(&s->done);
+  pthread_mutex_unlock(&s->mu);
+}
+
+zt_status zt__store_put_finish(zt_store_request *r, bool take_back, zt_store_item *item, void **ram) {
+  zt_store *s = r->store;
+  size_t n = r->item.nbytes;
+  *item = (zt_store_item){0};
+  *ram = NULL;
+  pthread_mutex_lock(&s->mu);
+  if (r->state == ZT__STORE_REQ_QUEUED) {
+    unqueue(s, r);
+    if (take_back) { /* never written: the bytes go back as they are */
+      s->w_active--;
+      s->st.write_bytes_in_flight -= (int64_t)n;
+      pthread_cond_broadcast(&s->done);
+      pthread_mutex_unlock(&s->mu);
+      *ram = r->src;
+      request_free(s, r);
+      return ZT_OK;
+    }
+    r->state = ZT__STORE_REQ_RUNNING; /* here, now, rather than after the ones queued before it */
+    pthread_mutex_unlock(&s->mu);
+    zt_status st = s->ops->put(s->ctx, r->src, &r->item);
+    put_done(s, r, st, st ? strdup(zt_last_error()) : NULL);
+    pthread_mutex_lock(&s->mu);
+  } else if (take_back) {
+    r->reclaim = true;
+  }
+  while (r->state != ZT__STORE_REQ_DONE) pthread_cond_wait(&s->done, &s->mu);
+  zt_status st = r->status;
+  if (st) s->st.write_bytes_in_flight -= (int64_t)n; /* a failed write's bytes are the owner's again */
+  pthread_mutex_unlock(&s->mu);
+  if (!st) *item = r->item;
+  if (!r->src_freed) *ram = r->src;
+  if (st)
+    st = ZT_ERR(st, "%s store: the write behind of %zu bytes failed: %s", zt_store_kind(s), n,
+                r->msg ? r->msg : "(its message was lost: out of host memory)");
+  request_free(s, r);
+  return st;
+}
+
+zt_status zt_store_flush(zt_store *s) {
+  if (!s) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_store_flush: store is NULL");
+  pthread_mutex_lock(&s->mu);
+  while (s->w_active > 0) pthread_cond_wait(&s->done, &s->mu);
+  zt_status e = take_write_error(s, "zt_store_flush");
+  pthread_mutex_unlock(&s->mu);
+  return e;
 }

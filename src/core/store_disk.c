@@ -160,7 +160,9 @@ zt_status zt_store_disk_new_opts(const zt_store_disk_options *opts, zt_store **o
   ZT_TRY(spill_open(o.dir ? o.dir : tmp && *tmp ? tmp : "/tmp", o.prefix ? o.prefix : "zt_store",
                     o.direct == ZT_STORE_DIRECT_ON, o.queue_depth ? o.queue_depth : DEFAULT_QUEUE_DEPTH,
                     o.chunk_bytes ? o.chunk_bytes : DEFAULT_CHUNK, &sp));
-  return zt_store_new(&disk_ops, sp, disk_dev, out);
+  ZT_TRY(zt_store_new(&disk_ops, sp, disk_dev, out));
+  (*out)->helper_put = true; /* a write behind runs on the helper, its chunks on the I/O threads */
+  return ZT_OK;
 }
 
 zt_status zt_store_disk_new(const char *dir, const char *prefix, zt_store **out) {

@@ -15,13 +15,22 @@ typedef enum zt__store_request_state {
   ZT__STORE_REQ_DONE        /* finished by the helper: status and msg say how */
 } zt__store_request_state;
 
+typedef enum zt__store_request_kind {
+  ZT__STORE_REQ_GET = 0, /* zt_store_prefetch: item -> dst */
+  ZT__STORE_REQ_PUT      /* zt__store_put_async: src -> a new item (a write behind) */
+} zt__store_request_kind;
+
 struct zt_store_request {
   zt_store *store;
-  zt_store_item item;
+  zt__store_request_kind kind;
+  zt_store_item item; /* put: nbytes, dtype, tag set; the rest filled by the put */
   zt_device dev;
   void *dst;
+  void *src;          /* put: host bytes owned by the request (zt_mem_free'd on dev under item.tag) */
   /* guarded by the store's mu */
   zt__store_request_state state;
+  bool reclaim;       /* put: the owner wants src back, do not free it when done */
+  bool src_freed;     /* put: done, and src freed by whoever finished it */
   zt_status status;
   char *msg; /* the helper's message on failure (NULL: out of host memory for it) */
   struct zt_store_request *next;
@@ -38,7 +47,31 @@ struct zt_store {
   zt_store_request *q_head, *q_tail; /* FIFO of queued requests */
   int in_flight;                     /* requests made and not yet waited or cancelled */
   zt_store_stats st;                 /* guarded by mu */
+  /* write behind, guarded by mu: bytes held count in st.write_bytes_in_flight */
+  bool helper_put;   /* set once by the maker: ops->put may run on the helper (no OpenMP in it) */
+  size_t w_cap;
+  int w_active;      /* puts queued or running */
+  zt_status w_err;   /* the first failed write not yet reported, and its message */
+  char *w_msg;
 };
+
+/* ---------------------------------------------------------------- write behind (store.c) */
+/* Start an asynchronous put of nbytes host bytes at src (dev's memory, host-accessible), which
+ * the request owns from now on: freed (zt_mem_free on dev under tag) when the write is done,
+ * unless taken back. Waits while the write cap would be passed. *out NULL with ZT_OK: this
+ * store cannot write behind (not helper_put, dev not host-accessible, no helper thread): the
+ * caller keeps src and puts synchronously. A failure of an earlier write is reported here
+ * (and src stays the caller's). */
+zt_status zt__store_put_async(zt_store *s, zt_device dev, void *src, size_t nbytes, zt_dtype dtype, zt_mem_tag tag,
+                              zt_store_request **out);
+/* Finish a put request and free it. take_back: the owner wants the bytes in RAM (a restore,
+ * a free): a write not started is dropped, a running one waited for and its source kept.
+ * Otherwise the write is done (here, if not started). *item: the store's copy (empty when
+ * none was written); *ram: the source bytes when they were not freed (taken back, or the
+ * write failed), the caller's from now on. A failed write: its status and message, *ram set. */
+zt_status zt__store_put_finish(zt_store_request *r, bool take_back, zt_store_item *item, void **ram);
+/* Count an eviction that needed no put (the store's kept copy was clean). */
+void zt__store_count_skipped(zt_store *s);
 
 /* ---------------------------------------------------------------- the I/O engine (store_io.c) */
 /* A pool of I/O threads over one file descriptor: a read or write of n bytes is split into

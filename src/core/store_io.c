@@ -49,6 +49,7 @@ struct zt__io {
   int in_flight[2];
   double busy_since[2], busy[2];
   int64_t bytes[2], requests[2], bounce_bytes;
+  _Atomic int bounce_held; /* threads holding a bounce buffer (freed when they go idle) */
   _Atomic int64_t fault[ZT__IO_FAULT_COUNT]; /* countdowns: the request that takes it from 1 to 0 fails */
 };
 
@@ -138,12 +139,16 @@ static size_t bounce_size(const zt__io *io) { return io->chunk + ZT__IO_ALIGN; }
 static bool bounce_get(zt__io *io, bounce *b) {
   if (b->p) return true;
   if (zt_mem_alloc(bounce_size(io), ZT_CPU, ZT_MEM_TAG_TEMP, &b->raw)) return false;
+  atomic_fetch_add(&io->bounce_held, 1);
   b->p = (char *)(((uintptr_t)b->raw + ZT__IO_ALIGN - 1) / ZT__IO_ALIGN * ZT__IO_ALIGN);
   return true;
 }
 
 static void bounce_put(zt__io *io, bounce *b) {
-  if (b->raw) zt_mem_free(b->raw, bounce_size(io), ZT_CPU, ZT_MEM_TAG_TEMP);
+  if (b->raw) {
+    zt_mem_free(b->raw, bounce_size(io), ZT_CPU, ZT_MEM_TAG_TEMP);
+    atomic_fetch_sub(&io->bounce_held, 1);
+  }
   *b = (bounce){0};
 }
 
@@ -212,6 +217,7 @@ static void *worker_main(void *arg) {
       pthread_mutex_unlock(&io->mu);
       bounce_put(io, &b);
       pthread_mutex_lock(&io->mu);
+      pthread_cond_broadcast(&io->done); /* a caller may wait for the bounce buffers to go back */
       continue;
     }
     if (io->stop) break;
@@ -242,7 +248,10 @@ static zt_status run_job(zt__io *io, int dir, void *buf, size_t n, int64_t off) 
     /* one chunk: one thread is enough; more: wake them all */
     if (n > io->chunk) pthread_cond_broadcast(&io->work);
     else pthread_cond_signal(&io->work);
-    while (job.next < job.n || job.pending > 0) pthread_cond_wait(&io->done, &io->mu);
+    /* and, when nothing else is queued, until the threads gave their bounce buffers back: the
+     * caller then sees the TEMP bytes of its I/O gone (memory tests compare before and after) */
+    while (job.next < job.n || job.pending > 0 || (!io->head && atomic_load(&io->bounce_held) > 0))
+      pthread_cond_wait(&io->done, &io->mu);
   } else { /* no thread could start: the caller does its own chunks, one at a time */
     bounce b = {0};
     while (job.next < job.n) {

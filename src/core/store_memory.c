@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "core/status_internal.h"
-#include "zt/store.h"
+#include "store_internal.h"
 
 /* Round to nearest even, NaN kept quiet: the rule of zt_f32_to_bf16, inlined for speed. */
 static inline uint16_t bf16_of(float x) {
@@ -81,5 +81,11 @@ static void memory_drop(void *ctx, const zt_store_item *it) {
 static const zt_store_ops memory_ops = {"memory", memory_put, memory_get, memory_drop, NULL, NULL};
 static const zt_store_ops bf16_ops = {"bf16", bf16_put, memory_get, memory_drop, NULL, NULL};
 
-zt_status zt_store_memory_new(zt_store **out) { return zt_store_new(&memory_ops, NULL, ZT_CPU, out); }
+/* memory: put is a memcpy, fine on the helper (write behind); bf16's put compresses with
+ * OpenMP, which the helper must not start: it stays on the caller's thread */
+zt_status zt_store_memory_new(zt_store **out) {
+  ZT_TRY(zt_store_new(&memory_ops, NULL, ZT_CPU, out));
+  (*out)->helper_put = true;
+  return ZT_OK;
+}
 zt_status zt_store_bf16_new(zt_store **out) { return zt_store_new(&bf16_ops, NULL, ZT_CPU, out); }

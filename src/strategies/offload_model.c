@@ -30,13 +30,25 @@ zt_offload_model_options zt_offload_model_options_default(void) {
 }
 
 /* ------------------------------------------------ residency */
+/* Written behind: the training thread goes on while the store's helper writes (the RAM held
+ * meanwhile is bounded by the store's write cap); a storage restored with keep and unchanged
+ * since is not written at all. */
 static zt_status storage_evict(zt_offload_model *om, zt_tensor *t) {
   if (!t || zt_storage_is_evicted(t->storage) || t->storage->nbytes == 0) return ZT_OK;
-  return zt_storage_evict(t->storage, om->store, t->dtype);
+  return zt_storage_evict_async(t->storage, om->store, t->dtype);
 }
 
-static zt_status storage_back(zt_tensor *t, bool async) {
+/* keep: the store's copy stays while the storage is unchanged (its next eviction is then
+ * free). Only for parameters: backward reads them and only the update (which bumps their
+ * version) writes them, so a slice brought in for backward goes out without a write. Grads are
+ * written by every backward that loads them and moments only come in for their update: a kept
+ * copy would only hold disk space until then. */
+static zt_status storage_back(zt_tensor *t, bool async, bool keep) {
   if (!t || !zt_storage_is_evicted(t->storage)) return ZT_OK;
+  if (keep) {
+    ZT_TRY(zt_storage_restore_async_keep(t->storage));
+    return async ? ZT_OK : zt_storage_wait(t->storage);
+  }
   return async ? zt_storage_restore_async(t->storage) : zt_storage_restore(t->storage);
 }
 
@@ -102,12 +114,12 @@ static zt_status slice_load(zt_offload_model *om, int s, bool async) {
     int i = om->sp[j];
     if (om->p_res[i]++ > 0) continue;
     zt_tensor *t = om->u.params[i].tensor;
-    if (!s0) s0 = storage_back(t, async);
-    if (!s0) s0 = storage_back(t->grad, async);
+    if (!s0) s0 = storage_back(t, async, true);
+    if (!s0) s0 = storage_back(t->grad, async, false);
     if (om->n_pending && om->pending[i]) { /* its update comes with this load: its optimizer state too */
       zt_tensor *const *ts;
       int n = zt__om_optim_states(om, i, &ts);
-      for (int j = 0; j < n && !s0; j++) s0 = storage_back(ts[j], async);
+      for (int j = 0; j < n && !s0; j++) s0 = storage_back(ts[j], async, false);
     }
   }
   return s0 ? zt__error_prefix(s0, "offload model: loading slice %d", s) : ZT_OK;
@@ -253,9 +265,9 @@ static zt_status act_ready(pass *p, int s, int k, zt_tensor **out) {
     return ZT_OK;
   }
   zt_tensor *a = p->act[s * p->M + k];
-  ZT_TRY(storage_back(a, true));
+  ZT_TRY(storage_back(a, true, false));
   ZT_TRY(storage_wait(a));
-  if (k + 1 < p->M) ZT_TRY(storage_back(p->act[s * p->M + k + 1], true)); /* the next chunk's, meanwhile */
+  if (k + 1 < p->M) ZT_TRY(storage_back(p->act[s * p->M + k + 1], true, false)); /* the next chunk's, meanwhile */
   *out = a;
   return ZT_OK;
 }
@@ -415,14 +427,14 @@ static zt_status shared_settle(zt_offload_model *om, pass *p, int s, int k, int 
       zt_storage_retag(c->storage, ZT_MEM_TAG_TEMP);
       *part = c;
     } else {
-      e = storage_back(*part, false);
+      e = storage_back(*part, false, false);
       if (!e) add_into(*part, c);
       zt_tensor_free(c);
     }
     return e ? e : act_park(om, *part);
   }
   if (*part) {
-    e = storage_back(*part, false);
+    e = storage_back(*part, false, false);
     if (!e && c) {
       add_into(c, *part);
     } else if (!e) {
@@ -432,7 +444,7 @@ static zt_status shared_settle(zt_offload_model *om, pass *p, int s, int k, int 
     zt_tensor_free(*part);
     *part = NULL;
   }
-  if (!e && stash) e = storage_back(stash, false); /* back from the store (chunk_backward) */
+  if (!e && stash) e = storage_back(stash, false, false); /* back from the store (chunk_backward) */
   if (!e && c && stash) {
     add_into(stash, c);
     zt_tensor_free(c);
@@ -523,13 +535,13 @@ static zt_status run_backward(zt_offload_model *om, pass *p, zt_tensor *g, bool 
   for (int s = S - 1; s >= 0 && !e; s--) {
     e = zt__om_slice_ensure(om, s, s > 0 ? s - 1 : -1);
     /* on their way meanwhile: this slice's first input, the previous slice's (its first chunk) */
-    if (!e && s > 0) e = storage_back(p->act[s * M], true);
-    if (!e && s > 1) e = storage_back(p->act[(s - 1) * M], true);
-    if (!e && gout[0]) e = storage_back(gout[0], true);
+    if (!e && s > 0) e = storage_back(p->act[s * M], true, false);
+    if (!e && s > 1) e = storage_back(p->act[(s - 1) * M], true, false);
+    if (!e && gout[0]) e = storage_back(gout[0], true, false);
     for (int k = 0; k < M && !e; k++) {
-      if (gout[k]) e = storage_back(gout[k], true);
+      if (gout[k]) e = storage_back(gout[k], true, false);
       if (!e && gout[k]) e = storage_wait(gout[k]);
-      if (!e && k + 1 < M && gout[k + 1]) e = storage_back(gout[k + 1], true); /* the next chunk's, meanwhile */
+      if (!e && k + 1 < M && gout[k + 1]) e = storage_back(gout[k + 1], true, false); /* the next chunk's, meanwhile */
       if (!e) e = chunk_backward(om, p, s, k, gout[k], g, want_in, &gin[k]);
       zt_tensor_free(gout[k]);
       gout[k] = NULL;
@@ -738,8 +750,12 @@ void zt_offload_model_free(zt_offload_model *om) {
       zt_tensor *t = om->u.params[i].tensor;
       ZT_IGNORE(zt_storage_restore(t->storage), "nothing to do on failure: the storage keeps the store's copy");
       if (t->grad) ZT_IGNORE(zt_storage_restore(t->grad->storage), "as above");
+      zt_storage_drop_kept(t->storage); /* the store is the caller's to free: nothing of ours stays in it */
     }
   }
+  /* the writes behind of what stays evicted finish (a failure keeps its bytes in RAM, and a
+   * restore gives them back: nothing to report here) */
+  if (om->store) ZT_IGNORE(zt_store_flush(om->store), "no status to return it in; the bytes are kept");
   zt_tensor_free(om->probe);
   free(om->first);
   free(om->count);
