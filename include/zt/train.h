@@ -312,6 +312,8 @@ typedef struct zt_train_memory_options {
    * it, and nothing brings the whole model into RAM (not even the end of the run: model_out is
    * refused). */
   bool offload_states;
+  int64_t offload_write_cap; /* > 0: the model offload store's write-behind cap (zt_store_set_write_cap; the
+                             * planner sets it); 0: the store's default */
   int64_t mem_limit;        /* > 0: plan offload_slices, offload_resident and offload_mode so that the predicted
                              * peak RAM fits this many bytes (refused when nothing does); needs offload_states */
 } zt_train_memory_options;
@@ -437,6 +439,7 @@ typedef struct zt_offload_plan_input {
   int64_t fixed_bytes;             /* RAM the process holds besides the model's states and activations */
   int64_t io_bytes;                /* the store's I/O buffers */
   int64_t cache_bytes;             /* the allocator's cache of freed blocks (resident, not accounted) */
+  int64_t write_cap_bytes;         /* evictions written behind: the most RAM held until written (the store's cap) */
   double gflops;                   /* compute rate for the time estimate (0: not estimated) */
   double read_bps, write_bps;      /* the store's measured bandwidth (0: unknown) */
   bool can_offload_activations;    /* the tier is lossless (activation offload keeps results bitwise) */
@@ -445,6 +448,8 @@ typedef struct zt_offload_plan {
   int slices, resident;
   zt_offload_plan_activations activations_mode;
   int64_t states_bytes, activation_bytes, io_bytes, cache_bytes, fixed_bytes; /* the predicted peak's parts */
+  int64_t write_cap_bytes;         /* the store's write-behind cap: the smallest slice's parameters at most, so
+                                    * what is in flight stays within the previous slice the states count */
   int64_t peak;                    /* their sum: the predicted peak RAM */
   int64_t smallest_peak;           /* the smallest peak of any plan (what the smallest workable limit is) */
   double compute_s, io_s, step_s;  /* predicted step: compute, disk time, the longer of the two */

@@ -81,6 +81,11 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
   p->io_bytes = in->io_bytes * (act == ZT_OFFLOAD_PLAN_OFFLOAD ? 2 : 1); /* the activations' own store too */
   p->fixed_bytes = in->fixed_bytes;
   p->cache_bytes = in->cache_bytes;
+  /* evictions written behind hold their RAM until written: capped at the smallest slice's
+   * parameters, they stay within the previous slice that every phase above counts as resident */
+  int64_t Pmin = P[0];
+  for (int s = 1; s < N; s++) Pmin = P[s] < Pmin ? P[s] : Pmin;
+  p->write_cap_bytes = in->write_cap_bytes < Pmin ? in->write_cap_bytes : Pmin;
   p->peak = p->states_bytes + p->activation_bytes + p->io_bytes + p->cache_bytes + p->fixed_bytes;
   /* time: compute (recompute runs the forward twice: 4/3 of a step's FLOPs) against the disk's
    * bytes per step (parameters twice in, moments and grads in and out, activations both ways
@@ -227,6 +232,7 @@ zt_status zt_train_plan_memory(zt_train_config *c, int world, zt_offload_plan *o
   probe_store(c, &in.read_bps, &in.write_bps);
   /* the allocator's cache of freed blocks is resident but not accounted: bounded, and counted */
   in.cache_bytes = c->memory.mem_limit / 64;
+  in.write_cap_bytes = (int64_t)ZT_STORE_WRITE_CAP_DEFAULT; /* at most; the plan lowers it to its smallest slice */
   in.can_offload_activations = c->memory.offload_model == ZT_OFFLOAD_DISK || c->memory.offload_model == ZT_OFFLOAD_HOST;
   zt_status s = zt_offload_plan_make(&in, c->memory.mem_limit, out);
   if (s) return s;
@@ -237,6 +243,7 @@ zt_status zt_train_plan_memory(zt_train_config *c, int world, zt_offload_plan *o
   c->memory.offload_activations = out->activations_mode == ZT_OFFLOAD_PLAN_OFFLOAD ? c->memory.offload_model : 0;
   out->read_bps = in.read_bps, out->write_bps = in.write_bps;
   zt_mem_set_cache_limit(in.cache_bytes);
+  c->memory.offload_write_cap = out->write_cap_bytes;
   c->memory.mem_limit = 0; /* planned: the run takes the options as they are now */
   return ZT_OK;
 }

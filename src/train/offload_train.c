@@ -60,10 +60,12 @@ zt_status zt__train_om_store(zt__train_om *om, const zt_train_config *c, zt_comm
                   no);
   const char *dir = c->memory.offload_dir[0] ? c->memory.offload_dir : NULL;
   switch ((zt_offload_tier)c->memory.offload_model) {
-  case ZT_OFFLOAD_BF16: return zt_store_bf16_new(&om->store);
-  case ZT_OFFLOAD_DISK: return zt_store_disk_new(dir, "zt_offload_model", &om->store);
-  default: return zt_store_memory_new(&om->store);
+  case ZT_OFFLOAD_BF16: ZT_TRY(zt_store_bf16_new(&om->store)); break;
+  case ZT_OFFLOAD_DISK: ZT_TRY(zt_store_disk_new(dir, "zt_offload_model", &om->store)); break;
+  default: ZT_TRY(zt_store_memory_new(&om->store)); break;
   }
+  if (c->memory.offload_write_cap > 0) zt_store_set_write_cap(om->store, (size_t)c->memory.offload_write_cap);
+  return ZT_OK;
 }
 
 zt_status zt__train_om_open(zt__train_om *om, const zt_train_config *c, zt_gpt2 *m, zt_comm *comm, int64_t rows) {
