@@ -38,7 +38,7 @@ asan: setup
 # (test_comm), per-thread state used from several threads (saved-tensor hooks, errors, the
 # allocator's accounting). libgomp is not instrumented:
 # these run with OMP_NUM_THREADS=1 and tests/tsan.supp (see tests/CMakeLists.txt).
-ZT_TSAN_TESTS = test_offload test_store test_comm test_hooks_saved_tensor test_errors test_allocator
+ZT_TSAN_TESTS = test_offload test_store test_storage test_comm test_hooks_saved_tensor test_errors test_allocator
 tsan: setup
 	@cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZT_TSAN=ON >/dev/null
 	@cmake --build $(BUILD)-tsan -j $(JOBS) --target $(ZT_TSAN_TESTS)
