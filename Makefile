@@ -34,7 +34,7 @@ asan: setup
 	@cd $(BUILD)-asan && ZT_ALLOC_CACHE_MB=0 ctest --output-on-failure -j $(JOBS)
 
 # ThreadSanitizer build of the tests of the threaded parts: the stores' helper thread
-# (test_store) and activation offload's prefetch through it (test_offload), the comm layer
+# (test_store), write-behind evictions (test_storage) and activation offload's prefetch through it (test_offload), the comm layer
 # (test_comm), per-thread state used from several threads (saved-tensor hooks, errors, the
 # allocator's accounting). libgomp is not instrumented:
 # these run with OMP_NUM_THREADS=1 and tests/tsan.supp (see tests/CMakeLists.txt).
