@@ -4,7 +4,7 @@
 # plain training's losses, grad norms and validation losses (as printed, all 9 digits) in both
 # modes at several slice and resident counts; checkpoints stream from and into the store (saved
 # under it, resumed under it and plainly, and a plain one resumed under it: the uninterrupted
-# run); the memory planner (--mem-limit) prints its plan and refuses a limit too small naming the
+# run; --init-from streams into it); with DDP on 2 ranks, DDP's losses; the memory planner (--mem-limit) prints its plan and refuses a limit too small naming the
 # smallest that works; under a kernel-enforced memory cgroup (bench/mem_limit.sh, as root) a
 # model whose plain training does not fit trains with its states on disk; the errors.
 # Usage: cli_offload_states_test.sh path/to/zt
@@ -51,6 +51,23 @@ check "a checkpoint saved from the store resumed plainly: the uninterrupted run"
 out=$("$zt" "${base[@]}" --microbatches 2 --save "$w/ckp" --save-every 2 --stop-at 2 --metrics "$w/part3.jsonl" 2>&1)
 out=$("$zt" "${base[@]}" "${st[@]}" --resume "$w/ckp" --metrics "$w/part3.jsonl" 2>&1)
 check "a plain checkpoint resumed into the store: the uninterrupted run" 'same_steps "$w/plain2.jsonl" "$w/part3.jsonl"'
+
+# --init-from streams a transformers checkpoint into the store: plain --init-from's losses
+out=$("$zt" "${base[@]}" --microbatches 2 --init-from "$w/ckp/step-00000002/model.safetensors" --metrics "$w/if.jsonl" 2>&1)
+out=$("$zt" "${base[@]}" "${st[@]}" --init-from "$w/ckp/step-00000002/model.safetensors" --metrics "$w/st-if.jsonl" 2>&1)
+check "--init-from into the store: plain --init-from's losses" 'same "$w/if.jsonl" "$w/st-if.jsonl"'
+
+# with DDP across 2 ranks (mpirun): each rank its rows and its own store, DDP's losses
+if command -v mpirun >/dev/null 2>&1; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  export OMPI_MCA_btl_vader_single_copy_mechanism=none
+  mpi() { local np=$1; shift; timeout 300 mpirun -np "$np" --oversubscribe "$zt" "$@"; }
+  out=$(mpi 2 "${base[@]}" --microbatches 2 --metrics "$w/ddp.jsonl" 2>&1)
+  out=$(mpi 2 "${base[@]}" "${st[@]}" --metrics "$w/st-ddp.jsonl" 2>&1)
+  check "every state on disk x DDP on 2 ranks: DDP's losses and grad norms" 'same_steps "$w/ddp.jsonl" "$w/st-ddp.jsonl"'
+else
+  echo "SKIP every state on disk x DDP: no mpirun"
+fi
 
 # the planner: three limits, three plans; the predicted peak RAM within 10% of the measured peak
 # RSS; each run fits its limit under a memory cgroup (as root), where plain training does not

@@ -52,7 +52,8 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
    * backward, slice s, as it starts: its parameters, the slice before it prefetched (with grads
    *   when an earlier chunk made them: keep-graph with M > 1), and the activations backward holds
    *   there; as it ends: its grads too, its own activations gone; at the first slice the tied
-   *   embedding's later contributions beside */
+   *   embedding's later contributions beside;
+   * the step's end (below) */
   bool prev_grads = act != ZT_OFFLOAD_PLAN_RECOMPUTE && in->microbatches > 1;
   double peak = 0, states = 0, acts = 0, blocks_before = 0;
   for (int s = 0; s < N; s++) {
@@ -73,6 +74,12 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
       if (phase_st[f] + phase_act[f] > peak) peak = phase_st[f] + phase_act[f], states = phase_st[f], acts = phase_act[f];
     blocks_before += nb[s];
   }
+  /* the step's end: backward leaves the first slices in RAM with their grads, and their
+   * updates run at once, one slice after the other (its moments in, AdamW, its grads freed and
+   * its moments out): slice 0's update beside slice 1's grads, then slice 1's */
+  double end = K >= 2 && N >= 2 ? fmax(4.0 * (double)P[0] + 2.0 * (double)P[1], (double)P[0] + 4.0 * (double)P[1])
+                                : 4.0 * (double)P[0];
+  if (end + temp > peak) peak = end + temp, states = end, acts = temp;
   if (K > 2) states += (double)(K - 2) * (double)Pmax;
   double st = states, a = acts;
   p->slices = N, p->resident = K, p->activations_mode = act;
