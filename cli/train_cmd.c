@@ -201,12 +201,19 @@ static void print_summary(const zt_train_config *c, const zt_train_result *r, zt
   char b1[32], b2[32];
   printf("activations: blocks %s (n none, s selective, f full); peak %s measured, %s predicted\n", r->recompute_plan,
          zt_cli_bytes((double)r->act_peak, b1), zt_cli_bytes((double)r->act_peak_predicted, b2));
-  if (r->offload_peak_bytes) printf("activation offload: peak %s in the tier\n", zt_cli_bytes((double)r->offload_peak_bytes, b1));
+  if (r->offload_peak_bytes)
+    printf("activation offload: peak %s in the tier; %.1f s putting saves in forward, %.1f s waiting for loads in "
+           "backward\n",
+           zt_cli_bytes((double)r->offload_peak_bytes, b1), r->offload_put_s, r->offload_wait_s);
   if (r->model_slices)
     printf("model offload: %d slices, %d in RAM at once; %lld slice loads (%lld prefetched); peak %s in its store "
            "(RAM peaks per tag and the store's device below)\n",
            r->model_slices, r->model_resident, (long long)r->model_slice_loads, (long long)r->model_slice_prefetched,
            zt_cli_bytes((double)r->model_store_peak_bytes, b1));
+  if (r->model_slices)
+    printf("model offload, the computing thread's time: %.1f s waiting for slices to load, %.1f s in updates, %.1f s "
+           "in evictions\n",
+           r->model_load_wait_s, r->model_update_s, r->model_evict_s);
   if (r->model_slices) {
     char dev[16];
     zt_device_str(r->model_store_device, dev);

@@ -100,6 +100,7 @@ typedef struct zt_offload_stats {
   int64_t prefetched;                         /* loads done by the helper thread (used or not) */
   int64_t threads_started;                    /* helper threads started (0 with prefetch 0) */
   double wait_ms;                             /* time backward spent waiting for loads */
+  double put_ms;                              /* time forward spent putting saves into the tier */
 } zt_offload_stats;
 /* A snapshot (NULL o: zeros). Call on the thread that uses the store. */
 ZT_API void zt_offload_stats_get(const zt_offload *o, zt_offload_stats *out);

@@ -156,6 +156,10 @@ typedef struct zt_offload_model_stats {
   int64_t prefetched;            /* of which started ahead on the store's helper thread */
   int64_t rng_calibrations;      /* forwards that first ran chunk 0 through every slice to learn the slices'
                                   * random draws (the first with M > 1 and each new chunk shape) */
+  /* Where the computing thread's time went outside compute (cumulative seconds): waiting for
+   * slices to load (a prefetch not done yet, or a load not prefetched), the updates applied
+   * at loads (AdamW, moments in and out), and evictions (puts, or waits for the write-behind cap). */
+  double load_wait_s, update_s, evict_s;
 } zt_offload_model_stats;
 ZT_API void zt_offload_model_stats_get(const zt_offload_model *om, zt_offload_model_stats *out);
 /* Slice s's units [*first, *first + *count). */

@@ -472,6 +472,9 @@ typedef struct zt_train_result {
   int64_t offload_peak_bytes; /* peak bytes in the activation offload tier (0: no offload) */
   int64_t model_store_peak_bytes; /* OffloadModel: peak bytes its store held (0: off) */
   int64_t model_slice_loads, model_slice_prefetched; /* OffloadModel: slice loads, of which prefetched */
+  double model_load_wait_s, model_update_s, model_evict_s; /* OffloadModel: the computing thread's time waiting for
+                                                            * loads, in updates, in evictions (zt_offload_model_stats) */
+  double offload_put_s, offload_wait_s; /* activation offload: forward's time putting saves, backward's waiting */
   int model_slices, model_resident;
   zt_device model_store_device;
   zt_mem_stats model_ram, model_store; /* OffloadModel: cpu and the store's device over the steps (peaks since step 1),

@@ -112,7 +112,9 @@ static zt_status make_entry(zt_offload *o, const zt_tensor *t, int64_t lo, int64
   e->nbytes = (size_t)n * es;
   /* the store stages the bytes through the storage's backend when the host cannot touch them */
   const char *src = (const char *)t->storage->data + lo * (int64_t)es;
+  double t0 = zt_clock_now();
   zt_status s = zt_store_put(o->store, t->storage->device, src, e->nbytes, t->dtype, ZT_MEM_TAG_ACTIVATION, &e->item);
+  o->st.put_ms += 1e3 * (zt_clock_now() - t0);
   if (s == ZT_OK) {
     tier_add(o, (int64_t)e->item.held);
     s = hash_insert(o, e);

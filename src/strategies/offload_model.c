@@ -93,6 +93,7 @@ static zt_status param_evict(zt_offload_model *om, int i) {
 }
 
 static zt_status slice_evict(zt_offload_model *om, int s) {
+  double t0 = zt_clock_now();
   zt_status s0 = ZT_OK;
   for (int j = om->sp_off[s]; j < om->sp_off[s + 1]; j++) {
     int i = om->sp[j];
@@ -102,6 +103,7 @@ static zt_status slice_evict(zt_offload_model *om, int s) {
     }
   }
   om->state[s] = SLICE_OUT;
+  om->st.evict_s += zt_clock_now() - t0;
   return s0 ? zt__error_prefix(s0, "offload model: evicting slice %d", s) : ZT_OK;
 }
 
@@ -125,7 +127,14 @@ static zt_status slice_load(zt_offload_model *om, int s, bool async) {
   return s0 ? zt__error_prefix(s0, "offload model: loading slice %d", s) : ZT_OK;
 }
 
+static zt_status slice_wait_(zt_offload_model *om, int s);
 static zt_status slice_wait(zt_offload_model *om, int s) {
+  double t0 = zt_clock_now();
+  zt_status e = slice_wait_(om, s);
+  om->st.load_wait_s += zt_clock_now() - t0;
+  return e;
+}
+static zt_status slice_wait_(zt_offload_model *om, int s) {
   for (int j = om->sp_off[s]; j < om->sp_off[s + 1]; j++) {
     zt_tensor *t = om->u.params[om->sp[j]].tensor;
     zt_status e = storage_in(t);

@@ -12,7 +12,14 @@
 
 /* The update of the parameters of slice s (in RAM) that wait for theirs; the last one to go
  * counts the optimizer's step. */
+static zt_status apply_pending(zt_offload_model *om, int s);
 zt_status zt__om_apply_pending(zt_offload_model *om, int s) {
+  double t0 = zt_clock_now();
+  zt_status e = apply_pending(om, s);
+  om->st.update_s += zt_clock_now() - t0;
+  return e;
+}
+static zt_status apply_pending(zt_offload_model *om, int s) {
   int n = 0;
   for (int j = om->sp_off[s]; j < om->sp_off[s + 1]; j++) {
     int i = om->sp[j];

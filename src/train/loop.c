@@ -592,6 +592,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
       zt_offload_stats os;
       zt_offload_stats_get(r.mem.offload, &os);
       result.offload_peak_bytes = os.peak_bytes_in_tier;
+      result.offload_put_s = os.put_ms / 1e3, result.offload_wait_s = os.wait_ms / 1e3;
     }
     if (!s)
       s = zt__run_log_step(r.log, &info,

@@ -79,7 +79,7 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
    * its moments out): slice 0's update beside slice 1's grads, then slice 1's */
   double end = K >= 2 && N >= 2 ? fmax(4.0 * (double)P[0] + 2.0 * (double)P[1], (double)P[0] + 4.0 * (double)P[1])
                                 : 4.0 * (double)P[0];
-  if (end + temp > peak) peak = end + temp, states = end, acts = temp;
+  if (end > peak) peak = end, states = end, acts = 0; /* backward's activations are gone by then */
   if (K > 2) states += (double)(K - 2) * (double)Pmax;
   double st = states, a = acts;
   p->slices = N, p->resident = K, p->activations_mode = act;
