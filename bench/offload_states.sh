@@ -65,6 +65,10 @@ if steps:
     if io:
         for k in ("read_bytes", "write_bytes", "read_ms", "write_ms"):
             r["io_" + k] = statistics.median(x[k] for x in io)
+m = re.search(r"([0-9.]+) s putting saves in forward, ([0-9.]+) s waiting for loads", text)
+if m: r["act_put_s"], r["act_wait_s"] = float(m.group(1)), float(m.group(2))
+m = re.search(r"computing thread's time: ([0-9.]+) s waiting for slices to load, ([0-9.]+) s in updates, ([0-9.]+) s in evictions", text)
+if m: r["load_wait_s"], r["update_s"], r["evict_s"] = (float(m.group(i)) for i in (1, 2, 3))
 m = re.search(r"(\d+) parameters", text)
 if m: r["params"] = int(m.group(1))
 if cg: r["cgroup"] = json.loads(cg[-1])["mem_limit"]
@@ -77,7 +81,7 @@ run plain-774m "$m1" "$steps1"
 run disk-774m "$m1" "$steps1" "$lim"
 run disk-1558m "$m2" "$steps2" "$lim"
 python3 - "$out" <<'PY'
-import json, sys
+import json, re, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 disk = next(r for r in rows if r["run"] == "disk")
 ref = [x for x in disk["rows"] if x.get("mode") == "reference"]
@@ -99,6 +103,10 @@ for name in ("plain-774m", "disk-774m", "disk-1558m"):
     if plain and "step_ms" in plain:
         s["ratio_to_plain_774m"] = round(s["gflops"] / (flops(plain) / (plain["step_ms"] / 1e3) / 1e9), 3)
     if "cgroup" in r: s["cgroup_peak"] = r["cgroup"]["peak"]; s["oom_kills"] = r["cgroup"]["oom_kills"]
+    for k in ("act_put_s", "act_wait_s", "load_wait_s", "update_s", "evict_s"):  # whole run (all steps)
+        if k in r: s["run_" + k] = r[k]
+    m = re.search(r"predicted peak RAM ([0-9.]+) (GiB|MiB)", r.get("plan", ""))
+    if m: s["predicted_peak"] = round(float(m.group(1)) * (2**30 if m.group(2) == "GiB" else 2**20))
     if "io_read_bytes" in r:
         s["read_bytes_per_step"] = r["io_read_bytes"]; s["write_bytes_per_step"] = r["io_write_bytes"]
         s["io_busy_s"] = round((r["io_read_ms"] + r["io_write_ms"]) / 1e3, 2)
