@@ -397,6 +397,9 @@ static zt_status prepare(run *r, zt_train_state *st, zt_train_result *result) {
 zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step_fn on_step, void *user_data,
                           zt_train_result *res, zt_gpt2 **model_out) {
   if (!c) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_run: config is NULL");
+  if (model_out && c->memory.offload_states)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_run: model_out asks for the whole model in RAM, which "
+                  "zt_train_config.memory.offload_states exists to avoid; pass NULL (the checkpoints have it)");
   run r = {0};
   r.c = c;
   zt_train_result result = {0};
@@ -616,9 +619,6 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
 done:
   zt__train_om_result(&r.om, &result);
   if (res) *res = result;
-  if (s == ZT_OK && model_out && c->memory.offload_states)
-    s = ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_run: model_out asks for the whole model in RAM, which "
-               "zt_train_config.memory.offload_states exists to avoid; pass NULL (the checkpoints have it)");
   zt__train_om_free(&r.om); /* the model whole again (for model_out) */
   if (s == ZT_OK && model_out) // the caller gets usable full parameters
     s = r.pp.P ? zt__train_pp_gather_full(&r.pp) : zt__train_dp_gather_full(&r.dp);
