@@ -1,0 +1,91 @@
+/* The --mem-limit planner (zt_offload_plan_make / _predict in zt/train.h), without running a
+ * model: a plan fits its limit; a larger limit never gives a slower plan; the slices' states
+ * shrink as slices are added (more, smaller slices); with the disk's time longer than compute
+ * the step is the disk's; a limit below every plan is ZT_STATUS_OOM naming the smallest peak,
+ * which is itself a limit that works; bad input is refused. (Predicted vs measured peaks:
+ * tests/cli_offload_states_test.sh.) */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "zt_test.h"
+#include "zt/train.h"
+
+static zt_offload_plan_input input(void) {
+  zt_offload_plan_input in = {0};
+  in.model = (zt_gpt2_config){12, 12, 768, 50257, 1024, 0.0}; /* GPT-2 124M */
+  in.rows = 8, in.seq = 256, in.microbatches = 1;
+  in.fixed_bytes = 64 << 20;
+  in.gflops = 150, in.read_bps = 1.5e9, in.write_bps = 1.5e9;
+  in.can_offload_activations = true;
+  return in;
+}
+
+static void test_fits_and_monotone(void) {
+  zt_offload_plan_input in = input();
+  double last_step = INFINITY;
+  for (int64_t mib = 600; mib <= 8192; mib *= 2) {
+    zt_offload_plan p;
+    zt_status s = zt_offload_plan_make(&in, mib << 20, &p);
+    if (s) continue; /* below the smallest plan: checked below */
+    ZT_CHECK(p.peak <= mib << 20);
+    ZT_CHECK(p.peak == p.states_bytes + p.activation_bytes + p.io_bytes + p.cache_bytes + p.fixed_bytes);
+    ZT_CHECK(p.slices >= 1 && p.slices <= in.model.n_layer + 2 && p.resident >= 1 && p.resident <= p.slices);
+    ZT_CHECK(p.step_s <= last_step * 1.0001); /* more memory never makes it slower */
+    last_step = p.step_s;
+  }
+  ZT_CHECK(isfinite(last_step));
+}
+
+static void test_slices_shrink_states(void) {
+  zt_offload_plan_input in = input();
+  zt_offload_plan a, b;
+  ZT_CHECK_OK(zt_offload_plan_predict(&in, 2, 2, ZT_OFFLOAD_PLAN_RECOMPUTE, &a));
+  ZT_CHECK_OK(zt_offload_plan_predict(&in, in.model.n_layer + 2, 2, ZT_OFFLOAD_PLAN_RECOMPUTE, &b));
+  ZT_CHECK(b.states_bytes < a.states_bytes && b.peak < a.peak); /* the parts are those of the peak's phase */
+  /* recompute pays the forward again; keep-graph holds every block's activations */
+  zt_offload_plan k;
+  ZT_CHECK_OK(zt_offload_plan_predict(&in, 2, 2, ZT_OFFLOAD_PLAN_KEEP, &k));
+  ZT_CHECK(k.compute_s < a.compute_s && k.peak > a.peak);
+  /* a slow disk: the step is the disk's */
+  in.read_bps = in.write_bps = 1e7;
+  zt_offload_plan d;
+  ZT_CHECK_OK(zt_offload_plan_predict(&in, 2, 2, ZT_OFFLOAD_PLAN_KEEP, &d));
+  ZT_CHECK(d.step_s == d.io_s && d.io_s > d.compute_s);
+}
+
+static void test_refusal_names_the_smallest(void) {
+  zt_offload_plan_input in = input();
+  zt_offload_plan p;
+  zt_status s = zt_offload_plan_make(&in, 100 << 20, &p);
+  ZT_CHECK(s == ZT_STATUS_OOM);
+  ZT_CHECK(strstr(zt_last_error(), "the smallest predicted peak is") != NULL);
+  ZT_CHECK(p.smallest_peak > 100 << 20);
+  zt_offload_plan q; /* the smallest is a limit that works */
+  ZT_CHECK_OK(zt_offload_plan_make(&in, p.smallest_peak, &q));
+  ZT_CHECK(q.peak <= p.smallest_peak);
+}
+
+static void test_bad_input(void) {
+  zt_offload_plan_input in = input();
+  zt_offload_plan p;
+  in.microbatches = 3; /* 8 rows do not cut into 3 */
+  ZT_CHECK(zt_offload_plan_make(&in, 1ll << 34, &p) == ZT_STATUS_INVALID_ARG);
+  in = input();
+  ZT_CHECK(zt_offload_plan_predict(&in, in.model.n_layer + 3, 2, ZT_OFFLOAD_PLAN_KEEP, &p) == ZT_STATUS_INVALID_ARG);
+  in.model.n_head = 7; /* 768 is not a multiple */
+  ZT_CHECK(zt_offload_plan_make(&in, 1ll << 34, &p) == ZT_STATUS_INVALID_ARG);
+  zt_train_config c;
+  zt_train_config_default(&c);
+  c.memory.mem_limit = 1 << 30; /* without offload_states */
+  ZT_CHECK(zt_train_plan_memory(&c, 1, &p) == ZT_STATUS_INVALID_ARG);
+  ZT_CHECK(strstr(zt_last_error(), "offload_states") != NULL);
+}
+
+int main(void) {
+  ZT_RUN(test_fits_and_monotone);
+  ZT_RUN(test_slices_shrink_states);
+  ZT_RUN(test_refusal_names_the_smallest);
+  ZT_RUN(test_bad_input);
+  return zt_test_finish();
+}
