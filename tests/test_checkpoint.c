@@ -403,15 +403,7 @@ static void test_failed_save_keeps_latest(void) {
   ZT_CHECK(model > 0 && optim > model + 1024);
   zt_test_gpt2_step(a, oa, 2);
   st = state_at(2);
-  struct rlimit old, lim;
-  ZT_CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
-  lim = old;
-  lim.rlim_cur = (rlim_t)(model + (optim - model) / 2);
-  void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
-  ZT_CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
-  zt_status s = zt_snapshot_save(ck, a, oa, &st);
-  ZT_CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
-  signal(SIGXFSZ, prev);
+  zt_status s = zt_test_snapshot_save_capped(ck, a, oa, &st, (int64_t)(model + (optim - model) / 2));
   ZT_CHECK(s == ZT_STATUS_IO);
   zt_train_state got;
   ZT_CHECK_OK(zt_snapshot_load(ck, b, ob, &got));

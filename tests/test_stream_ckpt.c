@@ -444,15 +444,7 @@ static void test_failed_save_keeps_previous(void) {
 
   /* 1. the file size limit cuts optim.safetensors short */
   st.step = 2;
-  struct rlimit old, lim;
-  ZT_CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
-  lim = old;
-  lim.rlim_cur = (rlim_t)(model_n + (optim_n - model_n) / 2);
-  void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
-  ZT_CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
-  zt_status s = zt_snapshot_save(ck, a, oa, &st);
-  ZT_CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
-  signal(SIGXFSZ, prev);
+  zt_status s = zt_test_snapshot_save_capped(ck, a, oa, &st, (int64_t)(model_n + (optim_n - model_n) / 2));
   ZT_CHECK(s == ZT_STATUS_IO);
   ZT_CHECK(all_evicted(a, oa));
   zt_train_state got;

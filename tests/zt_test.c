@@ -3,7 +3,9 @@
 #include <ftw.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <signal.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <string.h>
@@ -283,6 +285,20 @@ void zt_test_gpt2_step(zt_gpt2 *m, zt_optim *o, int seed) {
   zt_tensor_free(loss);
   zt_tensor_free(x);
   zt_tensor_free(y);
+}
+
+zt_status zt_test_snapshot_save_capped(const char *dir, zt_gpt2 *m, zt_optim *o, const zt_train_state *st,
+                                       int64_t max_file_bytes) {
+  struct rlimit old, lim;
+  ZT_CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
+  lim = old;
+  lim.rlim_cur = (rlim_t)max_file_bytes;
+  void (*prev)(int) = signal(SIGXFSZ, SIG_IGN); /* a write past the limit fails (EFBIG) instead of killing */
+  ZT_CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+  zt_status s = zt_snapshot_save(dir, m, o, st);
+  ZT_CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+  signal(SIGXFSZ, prev);
+  return s;
 }
 
 zt_optim *zt_test_gpt2_adamw(zt_gpt2 *m) {

@@ -12,6 +12,7 @@
 #include "zt/offload.h"
 #include "zt/strategy.h"
 #include "zt/optim.h"
+#include "zt/train.h"
 
 extern int zt_test_failed_checks;
 
@@ -100,6 +101,10 @@ double zt_test_gpt2_fwd_bwd(zt_gpt2 *m, zt_tensor *ids, zt_tensor *tg);
 zt_optim *zt_test_gpt2_adamw(zt_gpt2 *m);
 /* One AdamW step (lr 1e-2) of m on a fixed 2 x 8 batch made from seed (context >= 8). */
 void zt_test_gpt2_step(zt_gpt2 *m, zt_optim *o, int seed);
+/* zt_snapshot_save with the process's file size limit at max_file_bytes (SIGXFSZ ignored), so
+ * a write past it fails midway as a full disk would; the limit is restored after. */
+zt_status zt_test_snapshot_save_capped(const char *dir, zt_gpt2 *m, zt_optim *o, const zt_train_state *st,
+                                       int64_t max_file_bytes);
 
 /* ------------------------------------------------ temporary directory and files */
 /* Makes a fresh directory /tmp/zt_test_<tag>_XXXXXX (one at a time per process) and
