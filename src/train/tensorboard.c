@@ -410,7 +410,8 @@ zt_status zt__tb_open(const char *dir, int64_t resume_step, zt__tb **out) {
     return ZT_ERR(ZT_STATUS_OOM, "zt__tb_open('%s'): out of host memory", dir);
   }
   w->path = path;
-  long long secs = (long long)time(NULL);
+  /* the clock the events' wall_time uses (time() reads a coarse clock that can trail it by a tick) */
+  long long secs = (long long)wall_time_now();
   if (newest >= secs) secs = newest + 1;
   int fd = -1;
   for (int attempt = 0; attempt < 1000; attempt++, secs++) {
