@@ -549,22 +549,6 @@ static bool snapshot_bitwise(zt_tensor **a, zt_tensor **b, int n) {
   return true;
 }
 
-/* A folder every rank sees: rank 0 makes it and broadcasts its name. */
-static void shared_tmpdir(char *dir, size_t cap) {
-  int64_t buf[256] = {0};
-  if (R == 0) {
-    const char *t = zt_test_tmpdir_make("fsdpck");
-    for (size_t i = 0; t && t[i] && i < 255; i++) buf[i] = t[i];
-  }
-  zt_tensor *t = NULL;
-  ZT_CHECK_OK(zt_tensor_from_data(1, (int64_t[]){256}, ZT_DTYPE_I64, buf, &t));
-  ZT_CHECK_OK(zt_broadcast(g_world, t, 0));
-  size_t i = 0;
-  for (; i + 1 < cap && i < 255 && zt_tensor_get(t, (int64_t)i) != 0; i++) dir[i] = (char)zt_tensor_get(t, (int64_t)i);
-  dir[i] = '\0';
-  zt_tensor_free(t);
-}
-
 /* Continue two steps (batches 2, 3) and compare with the reference losses and parameters. */
 static void continue_and_compare(run *r, const double *ref_loss, zt_tensor **ref, const char *what) {
   double l[2];
@@ -580,7 +564,7 @@ static void continue_and_compare(run *r, const double *ref_loss, zt_tensor **ref
 
 static void test_fsdp_save_reshard_consolidate(void) {
   char dir[256], sh[320], full[320], cons[320];
-  shared_tmpdir(dir, sizeof dir);
+  zt_test_shared_tmpdir(g_world, "fsdpck", dir, sizeof dir);
   snprintf(sh, sizeof sh, "%s/sharded", dir);
   snprintf(full, sizeof full, "%s/full", dir);
   snprintf(cons, sizeof cons, "%s/consolidated", dir);
@@ -680,7 +664,7 @@ static void test_fsdp_save_reshard_consolidate(void) {
 
 static void test_fsdp_errors(void) {
   char dir[256], sh[320], path[700], moved[400];
-  shared_tmpdir(dir, sizeof dir);
+  zt_test_shared_tmpdir(g_world, "fsdpck", dir, sizeof dir);
   snprintf(sh, sizeof sh, "%s/sharded", dir);
   run a;
   run_new(&a, g_world, true, 1);
@@ -760,7 +744,7 @@ static void restamp(const char *path, const char *key, const char *value) {
  * next step's increment overflowed). */
 static void test_fsdp_full_bad_step(void) {
   char dir[256], full[320];
-  shared_tmpdir(dir, sizeof dir);
+  zt_test_shared_tmpdir(g_world, "fsdpck", dir, sizeof dir);
   snprintf(full, sizeof full, "%s/full", dir);
   run a;
   run_new(&a, g_world, true, 1);

@@ -257,6 +257,21 @@ double zt_test_mean_over(zt_comm *c, double v) {
   return r;
 }
 
+void zt_test_shared_tmpdir(zt_comm *c, const char *tag, char *dir, size_t cap) {
+  int64_t buf[256] = {0};
+  if (zt_comm_rank(c) == 0) {
+    const char *t = zt_test_tmpdir_make(tag);
+    for (size_t i = 0; t && t[i] && i < 255; i++) buf[i] = t[i];
+  }
+  zt_tensor *t = NULL;
+  ZT_CHECK_OK(zt_tensor_from_data(1, (int64_t[]){256}, ZT_DTYPE_I64, buf, &t));
+  ZT_CHECK_OK(zt_broadcast(c, t, 0));
+  size_t i = 0;
+  for (; t && i + 1 < cap && i < 255 && zt_tensor_get(t, (int64_t)i) != 0; i++) dir[i] = (char)zt_tensor_get(t, (int64_t)i);
+  dir[i] = '\0';
+  zt_tensor_free(t);
+}
+
 double zt_test_gpt2_fwd_bwd(zt_gpt2 *m, zt_tensor *ids, zt_tensor *tg) {
   zt_tensor *loss = NULL;
   ZT_CHECK_OK(zt_gpt2_forward(m, ids, tg, NULL, &loss));

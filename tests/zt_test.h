@@ -92,6 +92,9 @@ zt_tensor *zt_test_rows(const zt_tensor *t, int rank, int world);
 zt_comm *zt_test_world(int *rank, int *size);
 /* The mean of v over the ranks of c (every rank gets it). */
 double zt_test_mean_over(zt_comm *c, double v);
+/* A temporary directory every rank of c sees: rank 0 makes it (zt_test_tmpdir_make(tag)) and
+ * broadcasts its name into dir. Remove it on rank 0 (zt_test_tmpdir_remove) after a barrier. */
+void zt_test_shared_tmpdir(zt_comm *c, const char *tag, char *dir, size_t cap);
 
 /* ------------------------------------------------ GPT-2 helpers */
 /* Forward with targets, then backward from the loss; returns the loss (NaN on failure,

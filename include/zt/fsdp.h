@@ -11,6 +11,7 @@
 
 #include "zt/comm.h"
 #include "zt/optim.h"
+#include "zt/store.h"
 #include "zt/strategy.h"
 
 /* ================================================================ DDP */
@@ -106,6 +107,18 @@ typedef struct zt_fsdp_options {
    * underflow. Default f32 for both. GPT-2 has no buffers, so there is no buffer dtype. */
   zt_dtype param_dtype;
   zt_dtype reduce_dtype;
+  /* ZeRO-Infinity (default NULL: none): this rank's shard states live in this store
+   * (borrowed; outlives f; a disk store puts them on disk) between their uses: each unit's
+   * f32 master shard comes in for its gathers (the next unit's read ahead, in the order of
+   * the first forward and its reverse in backward) and goes back as the gather lands
+   * (unchanged: nothing is written); its reduced gradient shard goes out when its reduction
+   * lands (its sum of squares taken then, for the norm); with zt_fsdp_offload_optim the
+   * optimizer's state of its pieces too; zt_fsdp_optim_step brings each unit's three in,
+   * updates, and sends them out while the next unit's are read. Parameters evicted to a
+   * store before zt_fsdp_init (zt_gpt2_new_evicted) are read from it unit by unit, so the
+   * whole model is never in RAM. Results are bitwise those without a store. FULL, HYBRID and
+   * GRAD_OP only (OPT and NONE keep full parameters in RAM: the shards gain nothing). */
+  zt_store *state_store;
 } zt_fsdp_options;
 ZT_API zt_fsdp_options zt_fsdp_options_default(void);
 
@@ -167,6 +180,16 @@ ZT_API ZT_NODISCARD zt_status zt_fsdp_scale_grads(zt_fsdp *f, double factor);
 /* After zt_optim_step on the pieces: OPT all-gathers the updated shards into the full
  * parameters; the others have nothing to do (the next forward gathers). Collective. */
 ZT_API ZT_NODISCARD zt_status zt_fsdp_after_step(zt_fsdp *f);
+/* The update of the pieces by o (made with zt_optim_new over zt_fsdp_params), unit by unit:
+ * with a state store each unit's shard, gradient shard and (zt_fsdp_offload_optim) optimizer
+ * state are brought in (the next unit's read while this one updates), the pieces updated
+ * (zt_optim_step_params), the new values sent back (written behind); then the step counted
+ * (zt_optim_step_finish). Bitwise zt_optim_step, which it is without a store. Local. */
+ZT_API ZT_NODISCARD zt_status zt_fsdp_optim_step(zt_fsdp *f, zt_optim *o, double lr);
+/* Put o's state (made now for every piece, zero, as the first update would make it) in the
+ * state store, where it stays between zt_fsdp_optim_step's updates. Needs a state store; o
+ * must update zt_fsdp_params' list. Checkpoints read and write it there (streamed). */
+ZT_API ZT_NODISCARD zt_status zt_fsdp_offload_optim(zt_fsdp *f, zt_optim *o);
 /* no_sync: with sync off, backward keeps each unit's full (unsharded) gradient and
  * accumulates into it without communicating; the next backward with sync on reduces the
  * sums. Memory: every unit's full gradient. Default on. */

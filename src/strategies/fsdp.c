@@ -72,6 +72,11 @@ static zt_status check_options(const zt_fsdp_options *o, int world) {
   if (o->param_dtype != ZT_DTYPE_F32 && !low_precision(o->param_dtype))
     return ZT_ERR(ZT_STATUS_DTYPE, "zt_fsdp_new: param_dtype %s; use f32, bf16 or f16",
                   zt_dtype_name(o->param_dtype));
+  if (o->state_store && (o->strategy == ZT_SHARD_OPT || o->strategy == ZT_SHARD_NONE))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "zt_fsdp_new: a state store with strategy %s, which keeps every full parameter in RAM: use full, "
+                  "hybrid or grad_op (they gather each unit when it runs) or no state store",
+                  zt_shard_strategy_name(o->strategy));
   if (o->reduce_dtype != ZT_DTYPE_F32 && !low_precision(o->reduce_dtype))
     return ZT_ERR(ZT_STATUS_DTYPE, "zt_fsdp_new: reduce_dtype %s; use f32, bf16 or f16",
                   zt_dtype_name(o->reduce_dtype));
@@ -242,7 +247,7 @@ static zt_status check_param(zt_fsdp *f, const zt_param *p) {
   f->dev = zt_tensor_device(t);
   f->have_dev = true;
   if (!zt_tensor_is_leaf(t)) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_fsdp_init: parameter '%s' is not a leaf", p->name);
-  if (t->storage->released)
+  if (t->storage->released && !zt_storage_is_evicted(t->storage)) /* evicted: read from its store */
     return ZT_ERR(ZT_STATUS_RELEASED, "zt_fsdp_init: parameter '%s' has released storage", p->name);
   return ZT_OK;
 }
@@ -317,7 +322,17 @@ static zt_status flatten(zt_fsdp *f, zt__fsdp_unit *u) {
   }
   for (int i = 0; i < u->n_ps; i++) {
     zt__fsdp_param *p = &u->ps[i];
-    zt__dev_copy_range(u->full_t, p->off, p->t, 0, p->numel);
+    if (!zt_storage_is_evicted(p->t->storage)) {
+      zt__dev_copy_range(u->full_t, p->off, p->t, 0, p->numel);
+      continue;
+    }
+    /* built into a store (zt_gpt2_new_evicted): read from it, never restored */
+    char *dst = zt__tensor_host_ptr(u->full_t);
+    if (!dst)
+      return ZT_ERR(ZT_STATUS_DEVICE, "zt_fsdp_init: parameter '%s' is in a store and its unit's flat buffer is not "
+                                      "host memory: restore it first",
+                    p->name);
+    ZT_TRY(zt_storage_read_evicted(p->t->storage, 0, (size_t)p->numel * sizeof(float), dst + p->off * (int64_t)sizeof(float)));
   }
   if (f->o.broadcast_params && f->world > 1) {
     zt_comm_stats a, b;
@@ -329,7 +344,8 @@ static zt_status flatten(zt_fsdp *f, zt__fsdp_unit *u) {
     f->stats.bytes_sent += b.bytes_sent - a.bytes_sent;
   }
   for (int i = 0; i < u->n_ps; i++) zt__tensor_rebind(u->ps[i].t, u->full, u->ps[i].off);
-  u->aliased = G == 1 && f->o.param_dtype == ZT_DTYPE_F32;
+  /* with a state store the shard is its own storage even alone, so that it can leave RAM */
+  u->aliased = G == 1 && f->o.param_dtype == ZT_DTYPE_F32 && !zt__fsdp_stored(f);
   if (u->aliased) {
     ZT_TRY(zt__tensor_new_view(u->full, 0, 1, &u->S, NULL, ZT_DTYPE_F32, &u->shard));
   } else {
@@ -344,7 +360,9 @@ static zt_status flatten(zt_fsdp *f, zt__fsdp_unit *u) {
   /* FULL, HYBRID and GRAD_OP gather in the first forward; OPT and low-precision NONE keep
    * full values, made now as a gather would make them */
   if (f->o.strategy == ZT_SHARD_OPT || f->o.strategy == ZT_SHARD_NONE) return zt__fsdp_gather(u);
-  return zt__fsdp_reshard(u);
+  ZT_TRY(zt__fsdp_reshard(u));
+  zt_storage_set_name(u->shard->storage, u->is_root ? "FSDP shard of the root unit" : u->name);
+  return zt__fsdp_shard_out(u);
 }
 
 /* This rank's pieces: the part of each trainable parameter inside [r S, (r+1) S). */
@@ -358,6 +376,7 @@ static zt_status build_pieces(zt_fsdp *f) {
   for (int k = 0; k < f->n_units; k++) {
     zt__fsdp_unit *u = f->units[k];
     int64_t lo = (int64_t)r * u->S, hi = lo + u->S;
+    u->first_piece = f->n_pieces;
     for (int i = 0; i < u->n_ps; i++) {
       zt__fsdp_param *p = &u->ps[i];
       int64_t a = p->off > lo ? p->off : lo, b = p->off + p->numel < hi ? p->off + p->numel : hi;
@@ -372,6 +391,7 @@ static zt_status build_pieces(zt_fsdp *f) {
       f->pieces[j] = (zt_fsdp_piece){pp->name, p->t->ndim, p->t->shape, a - p->off, count};
       f->piece_of[j] = p;
     }
+    u->n_pieces = f->n_pieces - u->first_piece;
   }
   return ZT_OK;
 }

@@ -15,6 +15,7 @@
 #include "zt/fsdp.h"
 
 typedef struct zt__fsdp_unit zt__fsdp_unit;
+#define ZT__FSDP_MAX_SCALES 4 /* scalings of a gradient shard in the store deferred to its next load */
 
 typedef struct zt__fsdp_param {
   zt__fsdp_unit *u;
@@ -59,6 +60,12 @@ struct zt__fsdp_unit {
   zt_tensor *grad_full;  /* P f32 (GRAD): grads folded in this backward (or under no_sync) */
   zt_tensor *grad_shard; /* S f32 (GRAD): the reduced gradient until zero_grad */
   int pre_order, post_order; /* position in the first forward's pre/post-forward order, -1 unseen */
+  /* the state store (fsdp_store.c) */
+  int first_piece, n_pieces; /* its pieces: f->pieces[first_piece, first_piece + n_pieces) */
+  bool ss_valid;             /* grad_ss is the sum of squares of grad_shard as it is now */
+  double grad_ss;
+  int n_gscale;              /* factors the evicted grad_shard is to be multiplied by, in order */
+  double gscale[ZT__FSDP_MAX_SCALES];
 };
 
 /* A reduction in flight: in (P, reduce dtype) reduce-scattered into out (S), then, under a
@@ -99,6 +106,7 @@ struct zt_fsdp {
   zt_dp_stats stats;
   zt_device dev;             /* the parameters' device: flat buffers live there */
   bool have_dev;
+  zt_optim *state_opt;       /* the optimizer whose state lives in o.state_store (zt_fsdp_offload_optim) */
 };
 
 /* fsdp_run.c */
@@ -111,10 +119,32 @@ ZT_NODISCARD zt_status zt__fsdp_gather(zt__fsdp_unit *u);
 ZT_NODISCARD zt_status zt__fsdp_reshard(zt__fsdp_unit *u);
 /* Whether the unit's full values are current (gathered from the shard as it is now). */
 bool zt__fsdp_fresh(const zt__fsdp_unit *u);
+/* Free the unit's reduced gradient shard (set_to_none) and what is known of it. */
+void zt__fsdp_drop_grad_shard(zt__fsdp_unit *u);
 /* Free the unit's flat gradient (and the parameters' views of it) and its pending flags. */
 void zt__fsdp_drop_grads(zt__fsdp_unit *u);
 /* Finish what a backward that failed left behind (its end-of-backward never ran). */
 void zt__fsdp_recover(zt_fsdp *f);
+/* Sum of squares (f64) of the valid (unpadded) part of u's gradient shard, which is in RAM. */
+double zt__fsdp_grad_ss(const zt__fsdp_unit *u);
+
+/* fsdp_store.c: the state store (o.state_store; each is a no-op without one). The shard and
+ * the gradient shard of a unit come in with a restore that keeps the store's copy, so sending
+ * back what did not change writes nothing. */
+bool zt__fsdp_stored(const zt_fsdp *f);
+/* u's shard readable (its read ahead waited for, or read now). */
+ZT_NODISCARD zt_status zt__fsdp_shard_in(zt__fsdp_unit *u);
+/* u's shard back to the store (written behind when it changed). */
+ZT_NODISCARD zt_status zt__fsdp_shard_out(zt__fsdp_unit *u);
+/* Start reading u's shard (NULL, or in RAM: nothing); a failure shows at zt__fsdp_shard_in. */
+void zt__fsdp_shard_ahead(zt__fsdp_unit *u);
+/* u's gradient shard (made: u->grad_shard) readable with its deferred scalings applied. */
+ZT_NODISCARD zt_status zt__fsdp_grad_in(zt__fsdp_unit *u);
+/* u's gradient shard's sum of squares taken (unless current) and the shard to the store. */
+ZT_NODISCARD zt_status zt__fsdp_grad_out(zt__fsdp_unit *u);
+/* Multiply u's gradient shard by factor: now when in RAM, else at its next load. */
+ZT_NODISCARD zt_status zt__fsdp_grad_scale(zt__fsdp_unit *u, double factor);
+
 /* Collective on comm; counted in f's stats (kind: the counter to bump, NULL for none). */
 ZT_NODISCARD zt_status zt__fsdp_all_reduce(zt_fsdp *f, zt_comm *c, zt_tensor *t, int64_t *kind);
 

@@ -74,6 +74,7 @@ bool zt__fsdp_fresh(const zt__fsdp_unit *u) {
 zt_status zt__fsdp_start_gather(zt__fsdp_unit *u) {
   zt_fsdp *f = u->f;
   if (u->gather_work || zt__fsdp_fresh(u)) return ZT_OK;
+  ZT_TRY(zt__fsdp_shard_in(u));
   ZT_TRY(zt_storage_rematerialize(u->full));
   u->gathered = false;
   u->full_version = u->full->version;
@@ -118,7 +119,7 @@ zt_status zt__fsdp_finish_gather(zt__fsdp_unit *u) {
   u->full->version = u->full_version + (u->gather_version != u->gathered_from);
   u->gathered_from = u->gather_version;
   u->gathered = true;
-  return ZT_OK;
+  return zt__fsdp_shard_out(u); /* read by the gather only */
 }
 
 zt_status zt__fsdp_gather(zt__fsdp_unit *u) {
@@ -191,6 +192,14 @@ static void detach_grads(zt__fsdp_unit *u) {
   }
 }
 
+void zt__fsdp_drop_grad_shard(zt__fsdp_unit *u) {
+  zt_tensor_free(u->grad_shard);
+  u->grad_shard = NULL;
+  u->ss_valid = false;
+  u->n_gscale = 0;
+  for (int i = 0; i < u->n_ps; i++) u->ps[i].has_grad = false;
+}
+
 void zt__fsdp_drop_grads(zt__fsdp_unit *u) {
   detach_grads(u);
   zt_tensor_free(u->grad_full);
@@ -236,15 +245,14 @@ static zt_status finish_reduce(zt_fsdp *f, zt__fsdp_reduction *r) {
   zt_status s = r->work ? timed_wait(f, r->work) : ZT_OK;
   r->work = NULL;
   if (!s && f->rep_comm) s = zt__fsdp_all_reduce(f, f->rep_comm, r->out, &f->stats.all_reduces);
-  if (!s && u->grad_shard && views_dropped(f, u)) {
-    zt_tensor_free(u->grad_shard);
-    u->grad_shard = NULL;
-    for (int i = 0; i < u->n_ps; i++) u->ps[i].has_grad = false;
-  }
+  if (!s && u->grad_shard && views_dropped(f, u)) zt__fsdp_drop_grad_shard(u);
   if (!s && !u->grad_shard) s = grad_zeros(f->dev, u->S, &u->grad_shard);
+  if (!s) s = zt__fsdp_grad_in(u); /* a shard in the store that this reduction adds to */
   if (!s) {
     zt__dev_add_div(u->grad_shard, r->out, f->post_div); /* += (float)(widen(out) / post_div) */
     zt_tensor_bump_version(u->grad_shard);
+    u->ss_valid = false;
+    s = zt__fsdp_grad_out(u);
   }
   if (r->out != r->in) zt_tensor_free(r->out);
   zt_tensor_free(r->in);
@@ -459,6 +467,8 @@ static zt_status pre_backward(const zt_tensor *grad, zt_tensor **replacement, vo
   ZT_TRY(zt__fsdp_gather(u));
   ZT_TRY(attach_grads(u));
   if (f->o.backward_prefetch && u->post_order > 0) ZT_TRY(prefetch(f->post_seq[u->post_order - 1]));
+  int ahead = f->o.backward_prefetch ? 2 : 1; /* as in forward */
+  if (u->post_order >= ahead) zt__fsdp_shard_ahead(f->post_seq[u->post_order - ahead]);
   return ZT_OK;
 }
 
@@ -491,6 +501,10 @@ zt_status zt__fsdp_pre_forward(zt_module *m, void *user_data) {
     f->autocast_prev = zt_autocast_set((zt_autocast_state){true, f->o.param_dtype});
   if (f->o.forward_prefetch && f->order_done && u->pre_order >= 0 && u->pre_order + 1 < f->n_pre)
     ZT_TRY(prefetch(f->pre_seq[u->pre_order + 1]));
+  /* the state store: the shard of the unit gathered after the ones above is read meanwhile */
+  int ahead = f->o.forward_prefetch ? 2 : 1;
+  if (f->order_done && u->pre_order >= 0 && u->pre_order + ahead < f->n_pre)
+    zt__fsdp_shard_ahead(f->pre_seq[u->pre_order + ahead]);
   return ZT_OK;
 }
 

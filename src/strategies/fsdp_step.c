@@ -29,11 +29,8 @@ void zt_fsdp_zero_grad(zt_fsdp *f) {
     t->grad = NULL;
   }
   for (int k = 0; k < f->n_units; k++) {
-    zt__fsdp_unit *u = f->units[k];
-    zt_tensor_free(u->grad_shard);
-    u->grad_shard = NULL;
-    zt__fsdp_drop_grads(u); /* what no_sync accumulated goes too, like PyTorch's zero_grad */
-    for (int i = 0; i < u->n_ps; i++) u->ps[i].has_grad = false;
+    zt__fsdp_drop_grad_shard(f->units[k]);
+    zt__fsdp_drop_grads(f->units[k]); /* what no_sync accumulated goes too, like PyTorch's zero_grad */
   }
 }
 
@@ -41,10 +38,10 @@ void zt_fsdp_set_sync(zt_fsdp *f, bool sync) {
   if (f) f->sync = sync;
 }
 
-/* Elements of u's shard that hold parameters (the padding at the end excluded). */
-static int64_t valid_in_shard(const zt_fsdp *f, const zt__fsdp_unit *u) {
-  int64_t lo = (int64_t)zt_comm_rank(f->shard_comm) * u->S, v = u->numel - lo;
-  return v < 0 ? 0 : v > u->S ? u->S : v;
+double zt__fsdp_grad_ss(const zt__fsdp_unit *u) {
+  /* the valid elements: the padding at the end excluded */
+  int64_t lo = (int64_t)zt_comm_rank(u->f->shard_comm) * u->S, v = u->numel - lo;
+  return zt__dev_sum_squares(u->grad_shard, 0, v < 0 ? 0 : v > u->S ? u->S : v);
 }
 
 zt_status zt_fsdp_clip_grad_norm(zt_fsdp *f, double max_norm, double *norm) {
@@ -53,8 +50,15 @@ zt_status zt_fsdp_clip_grad_norm(zt_fsdp *f, double max_norm, double *norm) {
   if (isnan(max_norm)) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_fsdp_clip_grad_norm: max_norm is NaN (<= 0: no clipping)");
   double ss = 0;
   for (int k = 0; k < f->n_units; k++) {
-    const zt__fsdp_unit *u = f->units[k];
-    if (u->grad_shard) ss += zt__dev_sum_squares(u->grad_shard, 0, valid_in_shard(f, u));
+    zt__fsdp_unit *u = f->units[k];
+    if (!u->grad_shard) continue;
+    if (!u->ss_valid) { /* a state store's shards are taken when they leave RAM; after a scaling, read again */
+      ZT_TRY(zt__fsdp_grad_in(u));
+      u->grad_ss = zt__fsdp_grad_ss(u);
+      u->ss_valid = true;
+      ZT_TRY(zt__fsdp_grad_out(u));
+    }
+    ss += u->grad_ss;
   }
   /* replicas (HYBRID, NONE) hold equal shards: the sum over one shard group is the total */
   zt_tensor *t = NULL;
@@ -72,12 +76,7 @@ zt_status zt_fsdp_clip_grad_norm(zt_fsdp *f, double max_norm, double *norm) {
 
 zt_status zt_fsdp_scale_grads(zt_fsdp *f, double factor) {
   if (!f) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_fsdp_scale_grads: fsdp is NULL");
-  for (int k = 0; k < f->n_units; k++) {
-    zt__fsdp_unit *u = f->units[k];
-    if (!u->grad_shard) continue;
-    zt__dev_scale(u->grad_shard, factor); /* f32: scaled by (float)factor */
-    zt_tensor_bump_version(u->grad_shard);
-  }
+  for (int k = 0; k < f->n_units; k++) ZT_TRY(zt__fsdp_grad_scale(f->units[k], factor));
   return ZT_OK;
 }
 
@@ -145,8 +144,10 @@ zt_status zt_fsdp_shard_from_full(zt_fsdp *f) {
                     "write the full values first",
                     u->is_root ? "(root)" : u->name);
     if (u->aliased) continue;
+    ZT_TRY(zt__fsdp_shard_in(u));
     zt__dev_copy_range(u->shard, 0, u->full_t, (int64_t)r * u->S, u->S);
     zt_tensor_bump_version(u->shard);
+    ZT_TRY(zt__fsdp_shard_out(u));
     /* f32: full holds exactly what a gather of the new shard gives; low precision: it holds
      * the unrounded values, so the next use gathers again */
     u->gathered_from = f->o.param_dtype == ZT_DTYPE_F32 ? u->shard->storage->version : UINT64_MAX;

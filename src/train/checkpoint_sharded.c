@@ -273,7 +273,7 @@ static zt_status gather_state(zt_fsdp *f, zt_gpt2 *m, const local_pieces *L, ful
       for (int k = 1; k < ZT__SHARD_KIND_COUNT; k++)
         if (kinds[k] && me[2 * j + 1] > 0) {
           int i = piece_of_kind(L, mp[j].name, (zt__shard_kind)k);
-          if (i >= 0) zt__dev_read_range(L->p[i].t, 0, me[2 * j + 1], w);
+          if (i >= 0 && !s) s = zt__tensor_read_range(L->p[i].t, 0, me[2 * j + 1], w);
           w += me[2 * j + 1];
         }
     c = zt_send(sc, buf, 0, 0x5A7);
@@ -335,7 +335,7 @@ static zt_status gather_state(zt_fsdp *f, zt_gpt2 *m, const local_pieces *L, ful
         if (!kinds[k] || count == 0) continue;
         float *dst = (float *)zt__tensor_ptr(fs->ts[slot[j * (ZT__SHARD_KIND_COUNT - 1) + k - 1]]) + start;
         if (q == 0) {
-          zt__dev_read_range(L->p[piece_of_kind(L, mp[j].name, (zt__shard_kind)k)].t, 0, count, dst);
+          if (!s) s = zt__tensor_read_range(L->p[piece_of_kind(L, mp[j].name, (zt__shard_kind)k)].t, 0, count, dst);
         } else {
           memcpy(dst, rd, sizeof(float) * (size_t)count);
           rd += count;
@@ -404,10 +404,7 @@ static zt_status load_state_slices(const char *dir, const char *save_id, const l
     const char *nm = name;
     if (!(s = zt_tensor_empty_tagged(q->ndim, q->shape, ZT_DTYPE_F32, ZT_CPU, ZT_MEM_TAG_TEMP, &full)))
       s = zt_safetensors_load_into(path, 1, &nm, &full, false);
-    if (!s && q->count > 0) {
-      zt__dev_write_range(q->t, 0, q->count, (const float *)zt__tensor_ptr(full) + q->start); /* full: cpu */
-      zt_tensor_bump_version(q->t);
-    }
+    if (!s) s = zt__tensor_write_range(q->t, 0, q->count, (const float *)zt__tensor_ptr(full) + q->start); /* full: cpu */
     zt_tensor_free(full);
   }
   if (!s) zt_optim_set_step_count(o, v);

@@ -145,6 +145,12 @@ ZT_NODISCARD zt_status zt__stage_view(zt__stage *st, const zt_tensor *t, bool re
 /* The buffer (all of t's storage) as the new contents of t's evicted storage
  * (zt_storage_write_evicted: on failure the old contents stay). */
 ZT_NODISCARD zt_status zt__stage_store(zt__stage *st, zt_tensor *t);
+/* Elements [lo, lo + n) of contiguous t to / from host memory, t resident (its backend moves
+ * them) or evicted (read from / written into its store, never restored: a range that is not
+ * the whole storage passes through a host copy of it). A released, not evicted, t is
+ * ZT_STATUS_RELEASED. The write bumps t's version. */
+ZT_NODISCARD zt_status zt__tensor_read_range(const zt_tensor *t, int64_t lo, int64_t n, void *host_dst);
+ZT_NODISCARD zt_status zt__tensor_write_range(zt_tensor *t, int64_t lo, int64_t n, const void *host_src);
 /* Loaded weights or optimizer state with a NaN or inf is a damaged file, not a learning-rate
  * problem: ZT_STATUS_INVALID_ARG naming what (the source), the tensor and the first bad element.
  * Evicted tensors are read back through one stage, never restored. */

@@ -130,8 +130,6 @@ zt_status zt__shard_read(zt__shard_index *ix, const char *param, zt__shard_kind 
                  (long long)at, (long long)gap_end, param, zt__shard_kind_name(kind));
     }
   }
-  void *unused = NULL;
-  if (!s && count > 0) s = zt_tensor_data(dst, &unused); /* refuses released storage */
   for (int i = 0; i < nh && !s; i++) {
     const zt__shard_entry *e = hits[i];
     char path[ZT__SH_PATH_CAP];
@@ -144,12 +142,11 @@ zt_status zt__shard_read(zt__shard_index *ix, const char *param, zt__shard_kind 
     if (!s) {
       int64_t lo = e->start > start ? e->start : start;
       int64_t hi = e->start + e->count < start + count ? e->start + e->count : start + count;
-      /* tmp is a cpu tensor (host bytes); dst is written by its backend */
-      zt__dev_write_range(dst, lo - start, hi - lo, (const float *)zt__tensor_ptr(tmp) + (lo - e->start));
+      /* tmp is a cpu tensor (host bytes); dst is written by its backend, or in its store */
+      s = zt__tensor_write_range(dst, lo - start, hi - lo, (const float *)zt__tensor_ptr(tmp) + (lo - e->start));
     }
     zt_tensor_free(tmp);
   }
-  if (!s && count > 0) zt_tensor_bump_version(dst);
   free(hits);
   return s;
 }

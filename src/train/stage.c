@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/backend.h"
 #include "core/tensor_internal.h"
 #include "train/fileio.h"
 #include "zt/autograd.h"
@@ -50,6 +51,40 @@ zt_status zt__stage_view(zt__stage *st, const zt_tensor *t, bool read, zt_tensor
 
 zt_status zt__stage_store(zt__stage *st, zt_tensor *t) {
   return zt_storage_write_evicted(t->storage, 0, t->storage->nbytes, st->buf);
+}
+
+/* Where t's elements [lo, lo + n) lie in its storage, in bytes. */
+static void byte_range(const zt_tensor *t, int64_t lo, int64_t n, size_t *off, size_t *nbytes) {
+  size_t el = zt_dtype_size(t->dtype);
+  *off = (size_t)(t->offset + lo) * el;
+  *nbytes = (size_t)n * el;
+}
+
+zt_status zt__tensor_read_range(const zt_tensor *t, int64_t lo, int64_t n, void *host_dst) {
+  if (n <= 0) return ZT_OK;
+  if (zt_storage_is_evicted(t->storage)) {
+    size_t off, nb;
+    byte_range(t, lo, n, &off, &nb);
+    return zt_storage_read_evicted(t->storage, off, nb, host_dst);
+  }
+  void *unused = NULL;
+  ZT_TRY(zt_tensor_data(t, &unused)); /* refuses released storage */
+  zt__dev_read_range(t, lo, n, host_dst);
+  return ZT_OK;
+}
+
+zt_status zt__tensor_write_range(zt_tensor *t, int64_t lo, int64_t n, const void *host_src) {
+  if (n <= 0) return ZT_OK;
+  if (zt_storage_is_evicted(t->storage)) {
+    size_t off, nb;
+    byte_range(t, lo, n, &off, &nb);
+    return zt_storage_write_evicted(t->storage, off, nb, host_src); /* bumps the version */
+  }
+  void *unused = NULL;
+  ZT_TRY(zt_tensor_data(t, &unused));
+  zt__dev_write_range(t, lo, n, host_src);
+  zt_tensor_bump_version(t);
+  return ZT_OK;
 }
 
 /* A resident tensor: the sum says whether all is finite (any device); the first bad element
