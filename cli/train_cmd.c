@@ -170,7 +170,9 @@ static void print_start(const zt_train_config *c, int ranks) {
          c->data.path[0] ? c->data.path : "built-in", (long long)c->data.batch, (long long)c->data.seq, (long long)c->steps, c->optim.lr,
          (unsigned long long)c->seed, rc, tiers[c->memory.offload_activations]);
   if (c->data.microbatches > 1) printf(", %lld microbatches", (long long)c->data.microbatches);
-  if (c->memory.offload_model)
+  if (c->memory.offload_states && c->parallel.shard != ZT_SHARD_NONE)
+    printf(", every FSDP state in %s", tiers[c->memory.offload_model & 3]);
+  else if (c->memory.offload_model)
     printf(", model offload %s%s (%d slices, %d in RAM, %s)", tiers[c->memory.offload_model & 3],
            c->memory.offload_states ? " with every state" : "", c->memory.offload_slices,
            c->memory.offload_resident, c->memory.offload_mode ? "keep-graph" : "recompute");

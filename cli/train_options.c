@@ -82,7 +82,9 @@ static const train_option k_options[] = {
      "none | disk | bf16 | host: every model state in TIER (ZeRO-Infinity in one\n"
      "process): OffloadModel over TIER with AdamW's moments there too, the model\n"
      "built straight into it and checkpoints streamed from and into it, so the\n"
-     "whole model is never in RAM (--offload-model's options apply)"},
+     "whole model is never in RAM (--offload-model's options apply); with\n"
+     "--shard full|hybrid:G|grad_op, FSDP instead: each rank's shards, gradient\n"
+     "shards and AdamW state in its own TIER, a unit in RAM when it runs"},
     {NULL, "mem-limit", "SIZE", CFG(memory.mem_limit), TRAIN_OPT_TEXT, 0, 0, "none",
      "with --offload-states: choose slices, resident slices and the mode so\n"
      "that the predicted peak RAM fits SIZE (e.g. 4G); prints the plan, refuses\n"

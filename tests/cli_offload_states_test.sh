@@ -4,7 +4,9 @@
 # plain training's losses, grad norms and validation losses (as printed, all 9 digits) in both
 # modes at several slice and resident counts; checkpoints stream from and into the store (saved
 # under it, resumed under it and plainly, and a plain one resumed under it: the uninterrupted
-# run; --init-from streams into it); with DDP on 2 ranks, DDP's losses; the memory planner (--mem-limit) prints its plan and refuses a limit too small naming the
+# run; --init-from streams into it); with DDP on 2 ranks, DDP's losses; with FSDP (full,
+# grad_op; with activation checkpointing) keeping each rank's states in its own store, FSDP's
+# losses at 1 and 2 ranks, 2 ranks within 1e-5 of 1, sharded checkpoints both ways; the memory planner (--mem-limit) prints its plan and refuses a limit too small naming the
 # smallest that works; under a kernel-enforced memory cgroup (bench/mem_limit.sh, as root) a
 # model whose plain training does not fit trains with its states on disk; the errors.
 # Usage: cli_offload_states_test.sh path/to/zt
@@ -65,8 +67,43 @@ if command -v mpirun >/dev/null 2>&1; then
   out=$(mpi 2 "${base[@]}" --microbatches 2 --metrics "$w/ddp.jsonl" 2>&1)
   out=$(mpi 2 "${base[@]}" "${st[@]}" --metrics "$w/st-ddp.jsonl" 2>&1)
   check "every state on disk x DDP on 2 ranks: DDP's losses and grad norms" 'same_steps "$w/ddp.jsonl" "$w/st-ddp.jsonl"'
+  # FSDP keeps its states on disk itself (ZeRO-Infinity): each rank its shards, gradient shards
+  # and AdamW state in its own store; bitwise FSDP without it, at 1 and 2 ranks
+  fs=(--offload-states disk --shard)
+  out=$("$zt" "${base[@]}" --microbatches 2 --shard full --metrics "$w/f1.jsonl" 2>&1)
+  out=$("$zt" "${base[@]}" --microbatches 2 "${fs[@]}" full --metrics "$w/f1-st.jsonl" 2>&1)
+  check "FSDP full, every state on disk, 1 rank: FSDP's losses, grad norms, val loss" 'same "$w/f1.jsonl" "$w/f1-st.jsonl"'
+  check "the start line says FSDP keeps every state on disk" 'echo "$out" | grep -q "every FSDP state in disk"'
+  for sh in full grad_op; do
+    out=$(mpi 2 "${base[@]}" --microbatches 2 --shard $sh --metrics "$w/f2-$sh.jsonl" 2>&1)
+    out=$(mpi 2 "${base[@]}" --microbatches 2 "${fs[@]}" $sh --metrics "$w/f2-$sh-st.jsonl" 2>&1)
+    check "FSDP $sh, every state on disk, 2 ranks: FSDP's losses, grad norms, val loss" \
+      'same "$w/f2-$sh.jsonl" "$w/f2-$sh-st.jsonl"'
+  done
+  out=$(mpi 2 "${base[@]}" --recompute full "${fs[@]}" full --metrics "$w/f2-rc-st.jsonl" 2>&1)
+  out=$(mpi 2 "${base[@]}" --recompute full --shard full --metrics "$w/f2-rc.jsonl" 2>&1)
+  check "FSDP full with activation checkpointing, every state on disk, 2 ranks: the same losses" \
+    'same "$w/f2-rc.jsonl" "$w/f2-rc-st.jsonl"'
+  # 2 ranks against 1 (no dropout: each rank draws its own masks): the data-parallel tolerance
+  out=$("$zt" "${base[@]}" --dropout 0 "${fs[@]}" full --metrics "$w/z1.jsonl" 2>&1)
+  out=$(mpi 2 "${base[@]}" --dropout 0 "${fs[@]}" full --metrics "$w/z2.jsonl" 2>&1)
+  close() { paste <(losses "$1") <(losses "$2") | awk 'NF == 2 { n++; d = $1 - $2; if (d < 0) d = -d; if (d > 1e-5 * $1) bad++ }
+    END { exit !(n == 3 && !bad) }'; }
+  check "every state on disk: 2 ranks' losses within 1e-5 of 1 rank's" 'close "$w/z1.jsonl" "$w/z2.jsonl"'
+  # sharded checkpoints saved from the stores, resumed without them (and back): the uninterrupted
+  # run (no dropout: a resume gives every rank the saved stream, the run drew each rank's own)
+  ck=("${base[@]}" --dropout 0 --microbatches 2)
+  out=$(mpi 2 "${ck[@]}" --shard full --metrics "$w/fu.jsonl" 2>&1)
+  out=$(mpi 2 "${ck[@]}" "${fs[@]}" full --save "$w/fck" --save-every 2 --stop-at 2 --metrics "$w/fp.jsonl" 2>&1)
+  out=$(mpi 2 "${ck[@]}" --shard full --resume "$w/fck" --metrics "$w/fp.jsonl" 2>&1)
+  check "FSDP: a sharded checkpoint saved from the stores resumed without them: the uninterrupted run" \
+    'same_steps "$w/fu.jsonl" "$w/fp.jsonl"'
+  out=$(mpi 2 "${ck[@]}" --shard full --save "$w/fckp" --save-every 2 --stop-at 2 --metrics "$w/fp2.jsonl" 2>&1)
+  out=$(mpi 2 "${ck[@]}" "${fs[@]}" full --resume "$w/fckp" --metrics "$w/fp2.jsonl" 2>&1)
+  check "FSDP: a sharded checkpoint resumed into the stores: the uninterrupted run" \
+    'same_steps "$w/fu.jsonl" "$w/fp2.jsonl"'
 else
-  echo "SKIP every state on disk x DDP: no mpirun"
+  echo "SKIP every state on disk x DDP and x FSDP: no mpirun"
 fi
 
 # the planner: three limits, three plans; the predicted peak RAM within 10% of the measured peak
@@ -105,8 +142,13 @@ check "a limit nothing fits: refused, naming the smallest that works" \
   'echo "$out" | grep -q "no plan fits --mem-limit 50 MiB: the smallest predicted peak is [0-9]* MiB"'
 
 # errors
-out=$("$zt" "${base[@]}" --offload-states disk --shard full 2>&1)
-check "with FSDP: refused, naming it" 'echo "$out" | grep -q "shard"'
+out=$("$zt" "${base[@]}" --offload-states disk --shard opt 2>&1)
+check "with FSDP opt (full parameters in RAM): refused, naming the strategies that work" \
+  'echo "$out" | grep -q "shard opt.*use full, hybrid:G or grad_op"'
+out=$("$zt" "${base[@]}" --offload-model disk --shard full 2>&1)
+check "OffloadModel with FSDP: refused, pointing to --offload-states" 'echo "$out" | grep -q "offload_states"'
+out=$("$zt" "${base[@]}" --offload-states disk --shard full --mem-limit 1G 2>&1)
+check "--mem-limit with FSDP: refused, saying why" 'echo "$out" | grep -q "mem-limit plans OffloadModel"'
 out=$("$zt" "${base[@]}" --mem-limit 1G 2>&1)
 check "--mem-limit without --offload-states: refused" 'echo "$out" | grep -q "offload-states"'
 out=$("$zt" "${base[@]}" --offload-states nvme 2>&1)

@@ -184,14 +184,16 @@ ZT_API const char *zt_train_phase_name(zt_train_phase p); /* "forward", ... */
 /* A data-parallel strategy as the training step sees it: the few collective decisions of a
  * step. Every member is optional: NULL is the one-process behaviour (mean: the value itself;
  * set_sync: nothing; clip: zt_clip_grad_norm over the model's parameters; scale_grads: an
- * error, loss scaling needs a strategy that owns the gradients; after_step: zero the
- * optimizer's grads). The training loop makes one for none, DDP and FSDP. */
+ * error, loss scaling needs a strategy that owns the gradients; optim_step: zt_optim_step;
+ * after_step: zero the optimizer's grads). The training loop makes one for none, DDP and
+ * FSDP. */
 typedef struct zt_dp_strategy {
   zt_status (*mean)(void *ctx, double *v);                      /* *v = mean of *v over the ranks */
   void (*set_sync)(void *ctx, bool sync);                       /* off: the next backward only accumulates */
   zt_status (*clip)(void *ctx, double max_norm, double *norm);  /* global grad norm, clipped when max_norm > 0 */
   zt_status (*scale_grads)(void *ctx, double factor);           /* multiply every grad (loss unscaling) */
   zt_status (*after_step)(void *ctx, zt_optim *o);              /* after the update: zero grads and so on */
+  zt_status (*optim_step)(void *ctx, zt_optim *o, double lr);   /* the update (FSDP's states in a store: unit by unit) */
   void *ctx;
 } zt_dp_strategy;
 

@@ -458,7 +458,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     if ((s = zt__train_pp_link(&r.pp, c, &r.dp.params, &r.dp.n_params))) goto done;
   } else if (zt__train_om_wanted(c)) {
     r.dp.n_params = zt_gpt2_params(r.model, &r.dp.params); // OffloadModel averages the grads itself (DDP)
-  } else if ((s = zt__train_dp_wrap(&r.dp, c, r.model))) {
+  } else if ((s = zt__train_dp_wrap(&r.dp, c, r.model, r.om.store))) {
     goto done;
   }
   // the dropout masks of rank r must not repeat rank 0's: each rank its own stream
@@ -474,9 +474,11 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   r.scaler = zt_loss_scaler_default();
   // every state in the store: the offload model now, the optimizer's state made in the store, so
   // that a resume streams into it
-  if (c->memory.offload_states && ((s = zt__train_om_open(&r.om, c, r.model, r.dp.comm, c->data.batch / r.dp.data_world)) ||
-                                   (c->checkpoint.resume[0] && (s = zt_offload_model_evict_optim(r.om.om, r.opt)))))
+  if (zt__train_om_wanted(c) && c->memory.offload_states &&
+      ((s = zt__train_om_open(&r.om, c, r.model, r.dp.comm, c->data.batch / r.dp.data_world)) ||
+       (c->checkpoint.resume[0] && (s = zt_offload_model_evict_optim(r.om.om, r.opt)))))
     goto done;
+  if (zt__train_fsdp_stores(c) && (s = zt_fsdp_offload_optim(r.dp.fsdp, r.opt))) goto done; /* ZeRO-Infinity */
   if (c->checkpoint.resume[0]) {
     s = r.pp.P ? zt__train_pp_load(&r.pp, &r.oc, c->checkpoint.resume, r.opt, &st)
                : zt__train_dp_load(&r.dp, c->checkpoint.resume, r.model, r.opt, &st);

@@ -225,6 +225,10 @@ zt_status zt_train_plan_memory(zt_train_config *c, int world, zt_offload_plan *o
   if (!c->memory.offload_states)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.memory.mem_limit plans where every model state lives: it "
                                          "needs zt_train_config.memory.offload_states (a tier)");
+  if (c->parallel.shard != ZT_SHARD_NONE)
+    return ZT_ERR(ZT_STATUS_UNSUPPORTED, "zt_train_config.memory.mem_limit plans OffloadModel's slices; with "
+                                         "zt_train_config.parallel.shard FSDP keeps the states in the store unit by "
+                                         "unit (a block at a time, unplanned): drop mem_limit");
   zt_offload_plan_input in = {0};
   ZT_TRY(zt_train_model_config(c, &in.model));
   in.rows = c->data.batch / world;

@@ -44,14 +44,24 @@ zt_status zt_gpt2_offload_units(zt_gpt2 *m, zt_offload_units *out) {
 }
 
 /* ------------------------------------------------ the training loop's part */
-bool zt__train_om_wanted(const zt_train_config *c) { return c->memory.offload_model != 0; }
+bool zt__train_fsdp_stores(const zt_train_config *c) {
+  return c->memory.offload_states && c->parallel.shard != ZT_SHARD_NONE;
+}
+
+bool zt__train_om_wanted(const zt_train_config *c) { return c->memory.offload_model != 0 && !zt__train_fsdp_stores(c); }
 
 zt_status zt__train_om_store(zt__train_om *om, const zt_train_config *c, zt_comm *comm) {
   if (om->store) return ZT_OK;
+  bool fsdp = zt__train_fsdp_stores(c); /* the store is FSDP's: no offload model */
   const char *no = c->parallel.pp > 1 ? "zt_train_config.parallel.pp (a pipeline)"
-                   : c->parallel.shard != ZT_SHARD_NONE ? "zt_train_config.parallel.shard (FSDP)"
-                   : c->parallel.mixed_precision != ZT_DTYPE_F32 ? "zt_train_config.parallel.mixed_precision"
-                   : c->memory.offload_mode == ZT_OFFLOAD_MODEL_KEEP_GRAPH && comm && zt_comm_size(comm) > 1
+                   : !fsdp && c->parallel.shard != ZT_SHARD_NONE
+                       ? "zt_train_config.parallel.shard (FSDP; with memory.offload_states instead, FSDP keeps its "
+                         "states in the store itself: ZeRO-Infinity)"
+                   : !fsdp && c->parallel.mixed_precision != ZT_DTYPE_F32 ? "zt_train_config.parallel.mixed_precision"
+                   : fsdp && (c->parallel.shard == ZT_SHARD_OPT)
+                       ? "zt_train_config.parallel.shard opt, which keeps every full parameter in RAM (use full, "
+                         "hybrid:G or grad_op)"
+                   : !fsdp && c->memory.offload_mode == ZT_OFFLOAD_MODEL_KEEP_GRAPH && comm && zt_comm_size(comm) > 1
                        ? "more than one process in zt_train_config.memory.offload_mode keep-graph (its chunks decide "
                          "on their own losses; DDP needs recompute)"
                        : NULL;

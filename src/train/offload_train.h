@@ -17,8 +17,11 @@ typedef struct zt__train_om {
   zt_store_io_stats io_last; /* the store's I/O at the last step's end */
 } zt__train_om;
 
-/* Whether c asks for OffloadModel. */
+/* Whether c asks for OffloadModel (not when FSDP keeps the states: zt__train_fsdp_stores). */
 bool zt__train_om_wanted(const zt_train_config *c);
+/* Whether c asks for every state in a store held by FSDP (offload_states with a shard
+ * strategy: ZeRO-Infinity); the store is made and freed here all the same (om->store). */
+bool zt__train_fsdp_stores(const zt_train_config *c);
 /* Checks what it composes with (DDP over comm's ranks when there are several; no pipeline,
  * sharding or mixed precision) and makes the store (once). */
 ZT_NODISCARD zt_status zt__train_om_store(zt__train_om *om, const zt_train_config *c, zt_comm *comm);

@@ -42,7 +42,7 @@ zt_status zt__train_dp_open(zt__train_dp *dp, const zt_train_config *c, zt_comm 
   return ZT_OK;
 }
 
-zt_status zt__train_dp_wrap(zt__train_dp *dp, const zt_train_config *c, zt_gpt2 *m) {
+zt_status zt__train_dp_wrap(zt__train_dp *dp, const zt_train_config *c, zt_gpt2 *m, zt_store *state_store) {
   dp->n_params = zt_gpt2_params(m, &dp->params);
   if (c->parallel.shard == ZT_SHARD_NONE && dp->world == 1) return ZT_OK; /* plain training */
   zt_data_parallel_options o = {0};
@@ -53,6 +53,7 @@ zt_status zt__train_dp_wrap(zt__train_dp *dp, const zt_train_config *c, zt_gpt2 
   o.fsdp_options.hybrid_group = c->parallel.hybrid_group;
   o.fsdp_options.backward_prefetch = o.fsdp_options.forward_prefetch = c->parallel.prefetch;
   o.fsdp_options.param_dtype = o.fsdp_options.reduce_dtype = c->parallel.mixed_precision;
+  o.fsdp_options.state_store = state_store;
   ZT_TRY(zt_data_parallel_new(dp->comm, &o, &dp->strategy));
   zt_model model = zt_gpt2_model(m);
   ZT_TRY(zt_strategy_attach(zt_data_parallel_strategy(dp->strategy), &model));
@@ -109,10 +110,14 @@ static zt_status strategy_clip(void *ctx, double max_norm, double *norm) {
 }
 static zt_status strategy_scale_grads(void *ctx, double factor) { return zt__train_dp_scale_grads(ctx, factor); }
 static zt_status strategy_after_step(void *ctx, zt_optim *o) { return zt__train_dp_after_step(ctx, o); }
+static zt_status strategy_optim_step(void *ctx, zt_optim *o, double lr) {
+  zt__train_dp *dp = ctx;
+  return dp->fsdp ? zt_fsdp_optim_step(dp->fsdp, o, lr) : zt_optim_step(o, lr);
+}
 
 zt_dp_strategy zt__train_dp_strategy(zt__train_dp *dp) {
   return (zt_dp_strategy){strategy_mean, strategy_set_sync, strategy_clip,
-                          dp->fsdp ? strategy_scale_grads : NULL, strategy_after_step, dp};
+                          dp->fsdp ? strategy_scale_grads : NULL, strategy_after_step, strategy_optim_step, dp};
 }
 
 void zt__train_dp_step_stats(zt__train_dp *dp, zt_dp_stats *out) {

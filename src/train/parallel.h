@@ -22,8 +22,9 @@ typedef struct zt__train_dp {
 
 /* Pick the group (comm NULL: zt_comm_world) and check the batch divides by its replicas. */
 ZT_NODISCARD zt_status zt__train_dp_open(zt__train_dp *dp, const zt_train_config *c, zt_comm *comm);
-/* Wrap m as c asks (after the model's weights are final: init-from loaded). */
-ZT_NODISCARD zt_status zt__train_dp_wrap(zt__train_dp *dp, const zt_train_config *c, zt_gpt2 *m);
+/* Wrap m as c asks (after the model's weights are final: init-from loaded); FSDP keeps its
+ * states in state_store (borrowed; NULL: in RAM). */
+ZT_NODISCARD zt_status zt__train_dp_wrap(zt__train_dp *dp, const zt_train_config *c, zt_gpt2 *m, zt_store *state_store);
 void zt__train_dp_free(zt__train_dp *dp);
 /* *v = mean of *v over the ranks (every rank gets it). */
 ZT_NODISCARD zt_status zt__train_dp_mean(zt__train_dp *dp, double *v);

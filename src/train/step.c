@@ -105,7 +105,7 @@ zt_status zt_train_step(const zt_model *m, const zt_dp_strategy *dp, zt_optim *o
     s = ZT_ERR(ZT_STATUS_STATE, "gradient norm is %g at step %lld: the step stopped before its update", r.grad_norm,
                (long long)opt->step);
   }
-  if (!s && !r.skipped) s = zt_optim_step(o, opt->lr);
+  if (!s && !r.skipped) s = dp && dp->optim_step ? dp->optim_step(dp->ctx, o, opt->lr) : zt_optim_step(o, opt->lr);
   if (!s) {
     if (dp && dp->after_step)
       s = dp->after_step(dp->ctx, o);
