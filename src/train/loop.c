@@ -484,6 +484,9 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
                : zt__train_dp_load(&r.dp, c->checkpoint.resume, r.model, r.opt, &st);
     if (s) goto done;
     if ((s = zt_loader_set_pos(r.loader, st.data))) goto done;
+    // rank 0's stream was saved; a data-parallel rank r draws from seed + r (above) exactly as
+    // many values as rank 0 (the same shapes), so its stream continues at rank 0's offset
+    if (r.dp.world > 1 && !r.pp.P) st.rng.seed += (uint64_t)r.dp.rank;
     zt_rng_set_state(st.rng);
     if (st.loss_scale > 0) r.scaler.scale = st.loss_scale, r.scaler.good_steps = st.loss_scale_good;
   }
