@@ -6,8 +6,8 @@
  * scalings (loss unscaling then clipping) and the model built straight into the store; between
  * steps no parameter, gradient or optimizer byte in RAM and the store holding exactly the
  * shards and moments. Against one rank running the whole batch (a one-rank stored FSDP): within
- * the data-parallel tolerance of test_fsdp.c. A sharded checkpoint saved from the store loads
- * into a plain FSDP (and back), the same values. A write that fails in the step: an IO error. */
+ * the data-parallel tolerance of test_fsdp.c. A sharded checkpoint saved from the store (each
+ * storage read once) loads into a plain FSDP (and back), the same values. A write that fails in the step: an IO error. */
 #include <stdlib.h>
 
 #include "core/store_internal.h"
@@ -243,7 +243,17 @@ static void test_checkpoints(void) {
   zt_train_state ts = {0};
   ts.step = 1;
   ts.model = CFG;
+  zt_store_io_stats io0, io1;
+  zt_store_io_stats_get(st.store, &io0);
   ZT_CHECK_OK(zt_snapshot_save_sharded(a, st.f, st.o, &ts));
+  zt_store_io_stats_get(st.store, &io1);
+  zt_store_stats ss;
+  zt_store_stats_get(st.store, &ss);
+  /* each storage read once (a shard's pieces one after another share one read), whole
+   * 4096-byte blocks */
+  if (io1.read_bytes - io0.read_bytes > ss.bytes_held + 4096 * ss.items)
+    zt_test_fail(__FILE__, __LINE__, "the save read %lld bytes from a store holding %lld in %lld items",
+                 (long long)(io1.read_bytes - io0.read_bytes), (long long)ss.bytes_held, (long long)ss.items);
   zt_train_state got = {0};
   ZT_CHECK_OK(zt_snapshot_load_sharded(a, pl.f, pl.o, &got));
   ZT_CHECK(got.step == 1 && zt_optim_step_count(pl.o) == zt_optim_step_count(st.o));

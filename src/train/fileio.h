@@ -129,6 +129,7 @@ const zt__st_info *zt__st_find(const zt__st_info *info, int n, const char *name)
 typedef struct zt__stage {
   void *buf;
   size_t cap;
+  uint64_t held_id, held_version; /* the buffer holds that storage's contents at that version (id 0: none) */
 } zt__stage;
 /* Sized for the largest storage among the evicted, non-empty tensors of ts (entries may be
  * NULL); none evicted: nothing allocated. Free with zt__stage_free (also after a failure). */
@@ -139,8 +140,9 @@ void zt__stage_free(zt__stage *st);
 bool zt__stage_covers(const zt_tensor *t);
 /* t's storage is evicted (and the stage was sized for it): *view is a cpu tensor with t's
  * offset, shape, strides and dtype over the buffer, which then holds the storage's contents
- * (read) or what was last there (!read: the caller fills all of it). Free the view before the
- * next call; the buffer stays the stage's. */
+ * (read: not read again when the buffer holds them already, so views of one storage one after
+ * another, an FSDP shard's pieces, read it once) or what was last there (!read: the caller
+ * fills all of it). Free the view before the next call; the buffer stays the stage's. */
 ZT_NODISCARD zt_status zt__stage_view(zt__stage *st, const zt_tensor *t, bool read, zt_tensor **view);
 /* The buffer (all of t's storage) as the new contents of t's evicted storage
  * (zt_storage_write_evicted: on failure the old contents stay). */

@@ -362,6 +362,7 @@ static zt_status load_entry(const st_file *f, const st_entry *e, zt_tensor *dst,
   zt_tensor *view = NULL;
   zt_status s = zt__stage_view(stage, dst, !zt__stage_covers(dst), &view);
   if (!s) s = read_entry(f, e, view);
+  if (s) stage->held_id = 0; /* the buffer may be partly written: not the storage's contents */
   if (!s) s = zt__stage_store(stage, dst);
   zt_tensor_free(view);
   return s;

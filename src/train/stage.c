@@ -41,7 +41,10 @@ zt_status zt__stage_view(zt__stage *st, const zt_tensor *t, bool read, zt_tensor
   *view = NULL;
   zt_storage *s = t->storage;
   ZT_ASSERT(zt_storage_is_evicted(s) && s->nbytes <= st->cap); /* zt__stage_init sized it for t */
-  if (read) ZT_TRY(zt_storage_read_evicted(s, 0, s->nbytes, st->buf));
+  bool held = st->held_id == s->id && st->held_version == s->version;
+  st->held_id = 0; /* until read (the caller may write into the view) */
+  if (read && !held) ZT_TRY(zt_storage_read_evicted(s, 0, s->nbytes, st->buf));
+  if (read) st->held_id = s->id, st->held_version = s->version;
   zt_storage *w = NULL;
   ZT_TRY(zt_storage_wrap(st->buf, s->nbytes, ZT_CPU, &w));
   zt_status r = zt__tensor_new_view(w, t->offset, t->ndim, t->shape, t->stride, t->dtype, view);
@@ -50,7 +53,10 @@ zt_status zt__stage_view(zt__stage *st, const zt_tensor *t, bool read, zt_tensor
 }
 
 zt_status zt__stage_store(zt__stage *st, zt_tensor *t) {
-  return zt_storage_write_evicted(t->storage, 0, t->storage->nbytes, st->buf);
+  st->held_id = 0;
+  ZT_TRY(zt_storage_write_evicted(t->storage, 0, t->storage->nbytes, st->buf));
+  st->held_id = t->storage->id, st->held_version = t->storage->version; /* the buffer is what was written */
+  return ZT_OK;
 }
 
 /* Where t's elements [lo, lo + n) lie in its storage, in bytes. */
