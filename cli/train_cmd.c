@@ -160,7 +160,9 @@ int zt_cmd_train(int argc, char **argv) {
 /* The header line, and what a resume changes (the library refuses course changes unless asked). */
 static void print_start(const zt_train_config *c, int ranks) {
   char rc[64];
-  if (c->memory.recompute_budget > 0)
+  if (c->memory.recompute_plan[0])
+    snprintf(rc, sizeof rc, "plan %.50s%s", c->memory.recompute_plan, strlen(c->memory.recompute_plan) > 50 ? "..." : "");
+  else if (c->memory.recompute_budget > 0)
     snprintf(rc, sizeof rc, "budget %s", zt_cli_bytes((double)c->memory.recompute_budget, (char[32]){0}));
   else
     snprintf(rc, sizeof rc, "%s", zt_recompute_name(c->memory.recompute));
@@ -255,6 +257,10 @@ static void print_plan(const zt_offload_plan *p) {
          zt_cli_bytes((double)p->activation_bytes, b[2]), zt_cli_bytes((double)p->io_bytes, b[3]),
          zt_cli_bytes((double)p->cache_bytes, b[6]), zt_cli_bytes((double)p->fixed_bytes, b[4]),
          zt_cli_bytes((double)p->write_cap_bytes, b[7]), zt_cli_bytes((double)p->smallest_peak, b[5]));
+  if (p->recomputed_slices)
+    printf("zt train: memory plan: %d of the %d slices recompute their blocks instead of offloading their activations "
+           "(the disk's time would pass the compute's): blocks %s (f recomputed, n offloaded)\n",
+           p->recomputed_slices, p->slices, p->recompute_plan);
   printf("zt train: predicted step %.1f s (compute %.1f s, disk %.1f s at %.2f GB/s read, %.2f GB/s written)\n",
          p->step_s, p->compute_s, p->io_s, p->read_bps / 1e9, p->write_bps / 1e9);
 }

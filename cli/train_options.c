@@ -64,7 +64,8 @@ static const train_option k_options[] = {
      "(bitwise the same results, less activation memory):\n"
      "none | full | selective (keep QKV and MLP up-projection outputs,\n"
      "recompute the rest; also selective:gemm, selective:attention) |\n"
-     "budget=SIZE (per-block plan that fits SIZE bytes of activations, e.g. 300M)"},
+     "budget=SIZE (per-block plan that fits SIZE bytes of activations, e.g. 300M) |\n"
+     "plan=LETTERS (a mode per block: n none, s selective, f full; e.g. nnff)"},
     {NULL, "checkpoint-every", "K", CFG(memory.checkpoint_every), TRAIN_OPT_INT, 0, 0, NULL,
      "blocks per recomputed region"},
     {NULL, "offload-activations", "TIER", CFG(memory.offload_activations), TRAIN_OPT_TEXT, 0, 0, "none",

@@ -39,6 +39,16 @@ out=$("$zt" "${base[@]}" --microbatches 2 --recompute full --offload-states disk
 check "with activation checkpointing inside the slices: plain's losses" 'same "$w/rc.jsonl" "$w/st-rc.jsonl"'
 check "the start line and the summary say every state is in the store, AdamW's on disk" \
   'echo "$out" | grep -q "model offload disk with every state" && echo "$out" | grep -q "OPTIM RAM .* disk "'
+# the planner's per-slice choice, as it hands it over: some blocks recomputed, the others' saved
+# tensors offloaded (keep-graph): plain training's losses still
+out=$("$zt" "${base[@]}" --microbatches 2 --offload-states disk --offload-slices 3 --offload-mode keep-graph \
+  --offload-activations disk --recompute plan=fnf --metrics "$w/st-mix.jsonl" 2>&1)
+check "recompute per block (plan=fnf) with the other blocks' activations on disk: plain's losses" \
+  'same "$w/plain2.jsonl" "$w/st-mix.jsonl" && echo "$out" | grep -q "blocks fnf"'
+out=$("$zt" "${base[@]}" --recompute plan=fxf 2>&1)
+check "a recompute plan with a bad letter: refused" 'echo "$out" | grep -q "n (none), s (selective) or f (full)"'
+out=$("$zt" "${base[@]}" --recompute plan=ff 2>&1)
+check "a recompute plan of the wrong length: refused, naming the block count" 'echo "$out" | grep -q "has 2 letters; the model has 3 blocks"'
 
 # checkpoints streamed from and into the store
 st=(--offload-states disk --offload-slices 3 --offload-resident 1 --microbatches 2)

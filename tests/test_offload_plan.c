@@ -1,7 +1,8 @@
 /* The --mem-limit planner (zt_offload_plan_make / _predict in zt/train.h), without running a
  * model: a plan fits its limit; a larger limit never gives a slower plan; the slices' states
  * shrink as slices are added (more, smaller slices); with the disk's time longer than compute
- * the step is the disk's; a limit below every plan is ZT_STATUS_OOM naming the smallest peak,
+ * the step is the disk's; with activation offload's I/O past the compute, the slices that
+ * recompute instead are chosen per slice; a limit below every plan is ZT_STATUS_OOM naming the smallest peak,
  * which is itself a limit that works; bad input is refused. (Predicted vs measured peaks:
  * tests/cli_offload_states_test.sh.) */
 #include <math.h>
@@ -54,6 +55,29 @@ static void test_slices_shrink_states(void) {
   ZT_CHECK(d.step_s == d.io_s && d.io_s > d.compute_s);
 }
 
+/* Activation offload whose disk time passes the compute's: some slices recompute their blocks
+ * instead (per slice), faster than offloading every slice's activations or recomputing every
+ * slice; with a fast disk none does. */
+static void test_recompute_per_slice(void) {
+  zt_offload_plan_input in = input();
+  in.read_bps = in.write_bps = 0.6e9; /* every activation on disk: 12.3 s of I/O against 10.6 s of compute */
+  zt_offload_plan p;
+  ZT_CHECK_OK(zt_offload_plan_make(&in, 800 << 20, &p)); /* too small to keep the graph */
+  ZT_CHECK(p.activations_mode == ZT_OFFLOAD_PLAN_OFFLOAD);
+  ZT_CHECK(p.recomputed_slices > 0 && p.recomputed_slices < p.slices);
+  ZT_CHECK(strlen(p.recompute_plan) == (size_t)in.model.n_layer && strchr(p.recompute_plan, 'f') &&
+           strchr(p.recompute_plan, 'n'));
+  zt_offload_plan all_off, all_rc;
+  ZT_CHECK_OK(zt_offload_plan_predict(&in, p.slices, p.resident, ZT_OFFLOAD_PLAN_OFFLOAD, &all_off));
+  ZT_CHECK_OK(zt_offload_plan_predict(&in, p.slices, p.resident, ZT_OFFLOAD_PLAN_RECOMPUTE, &all_rc));
+  ZT_CHECK(p.step_s < all_off.step_s && p.step_s < all_rc.step_s);
+  ZT_CHECK(p.compute_s > all_off.compute_s && p.io_s < all_off.io_s); /* the trade */
+  ZT_CHECK(p.peak >= all_off.peak); /* a recomputed block's activations during its backward */
+  in.read_bps = in.write_bps = 1.5e9; /* the I/O hides behind compute: nothing recomputed */
+  ZT_CHECK_OK(zt_offload_plan_make(&in, 800 << 20, &p));
+  ZT_CHECK(p.activations_mode == ZT_OFFLOAD_PLAN_OFFLOAD && p.recomputed_slices == 0 && !p.recompute_plan[0]);
+}
+
 static void test_refusal_names_the_smallest(void) {
   zt_offload_plan_input in = input();
   zt_offload_plan p;
@@ -85,6 +109,7 @@ static void test_bad_input(void) {
 int main(void) {
   ZT_RUN(test_fits_and_monotone);
   ZT_RUN(test_slices_shrink_states);
+  ZT_RUN(test_recompute_per_slice);
   ZT_RUN(test_refusal_names_the_smallest);
   ZT_RUN(test_bad_input);
   return zt_test_finish();

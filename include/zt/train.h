@@ -295,11 +295,14 @@ typedef struct zt_train_optim_options {
   int64_t warmup;        /* < 0: min(100, steps / 10) */
   double weight_decay, beta1, beta2, momentum, grad_clip; /* grad_clip <= 0: off */
 } zt_train_optim_options;
+#define ZT_TRAIN_MAX_LAYERS 1022 /* blocks a per-block recompute plan (and the --mem-limit planner) handles */
 typedef struct zt_train_memory_options {
   zt_recompute recompute; /* activation recomputation of the blocks: NONE, FULL or SELECTIVE (default none) */
   int checkpoint_every;   /* blocks per checkpoint region (default 1) */
   zt_checkpoint_policy_fn selective_policy; /* of SELECTIVE (NULL: save_wide_gemm) */
   int64_t recompute_budget; /* > 0: plan per-block modes for this many ACTIVATION bytes (overrides recompute) */
+  char recompute_plan[ZT_TRAIN_MAX_LAYERS + 1]; /* non-empty: a mode per block, 'n' none, 's' selective, 'f' full
+                                                 * (overrides recompute and recompute_budget) */
   int offload_activations;  /* 0: off, else a zt_offload_tier for the blocks' saved tensors */
   char offload_dir[512];    /* DISK tier: where the spill file goes ("" = $TMPDIR or /tmp) */
   /* OffloadModel (zt/offload_model.h, src/train/offload_train.c): 0 off, else a zt_offload_tier
@@ -433,7 +436,7 @@ typedef enum zt_offload_plan_activations {
   ZT_OFFLOAD_PLAN_OFFLOAD
 } zt_offload_plan_activations;
 ZT_API const char *zt_offload_plan_activations_name(zt_offload_plan_activations a);
-#define ZT_OFFLOAD_PLAN_MAX_UNITS 1024 /* layers + 2 */
+#define ZT_OFFLOAD_PLAN_MAX_UNITS (ZT_TRAIN_MAX_LAYERS + 2) /* layers + 2 */
 #define ZT_OFFLOAD_PLAN_TEMP 8.0 /* values per token of one block's backward temporaries (measured) */
 typedef struct zt_offload_plan_input {
   zt_gpt2_config model;
@@ -449,6 +452,12 @@ typedef struct zt_offload_plan_input {
 typedef struct zt_offload_plan {
   int slices, resident;
   zt_offload_plan_activations activations_mode;
+  /* OFFLOAD: the slices whose blocks are recomputed instead (only each block's input goes to the
+   * tier; its forward runs again in backward), chosen per slice where the disk's time would
+   * pass the compute's: a letter per block, 'f' recomputed, 'n' offloaded ("" none), as
+   * zt_train_config.memory.recompute_plan takes it; recomputed_slices counts them */
+  char recompute_plan[ZT_TRAIN_MAX_LAYERS + 1];
+  int recomputed_slices;
   int64_t states_bytes, activation_bytes, io_bytes, cache_bytes, fixed_bytes; /* the predicted peak's parts */
   int64_t write_cap_bytes;         /* the store's write-behind cap: the smallest slice's parameters at most, so
                                     * what is in flight stays within the previous slice the states count */
@@ -457,10 +466,12 @@ typedef struct zt_offload_plan {
   double compute_s, io_s, step_s;  /* predicted step: compute, disk time, the longer of the two */
   double read_bps, write_bps;      /* zt_train_plan_memory: the store's bandwidth it measured */
 } zt_offload_plan;
-/* One plan's prediction: slices N, resident K, activations act. */
+/* One plan's prediction: slices N, resident K, activations act (OFFLOAD: nothing recomputed). */
 ZT_API ZT_NODISCARD zt_status zt_offload_plan_predict(const zt_offload_plan_input *in, int slices, int resident,
                                                       zt_offload_plan_activations act, zt_offload_plan *out);
-/* The fastest plan whose predicted peak RAM fits limit (ties: prefetching, then fewer slices);
+/* The fastest plan whose predicted peak RAM fits limit (ties: prefetching, then fewer slices),
+ * with activation offload trying every count of slices recomputed instead (the ones with the
+ * most blocks first);
  * ZT_STATUS_OOM naming the smallest peak when none does (out->smallest_peak set either way). */
 ZT_API ZT_NODISCARD zt_status zt_offload_plan_make(const zt_offload_plan_input *in, int64_t limit, zt_offload_plan *out);
 

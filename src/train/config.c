@@ -131,15 +131,30 @@ static zt_status parse_recompute(zt_train_config *c, const char *v) {
       c->memory.recompute = modes[i].mode;
       c->memory.selective_policy = modes[i].policy;
       c->memory.recompute_budget = 0;
+      c->memory.recompute_plan[0] = '\0';
       return ZT_OK;
     }
   if (v && !strncmp(v, "budget=", 7)) {
     ZT_TRY(parse_bytes("recompute budget", v + 7, &c->memory.recompute_budget));
     c->memory.recompute = ZT_RECOMPUTE_NONE;
+    c->memory.recompute_plan[0] = '\0';
+    return ZT_OK;
+  }
+  if (v && !strncmp(v, "plan=", 5)) {
+    size_t n = strlen(v + 5);
+    if (n < 1 || n > ZT_TRAIN_MAX_LAYERS || strspn(v + 5, "nsf") != n)
+      return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                    "option 'recompute' plan=LETTERS takes a letter per block, n (none), s (selective) or f (full), "
+                    "at most %d of them (got '%s')",
+                    ZT_TRAIN_MAX_LAYERS, v + 5);
+    memcpy(c->memory.recompute_plan, v + 5, n + 1);
+    c->memory.recompute = ZT_RECOMPUTE_NONE;
+    c->memory.recompute_budget = 0;
     return ZT_OK;
   }
   return ZT_ERR(ZT_STATUS_INVALID_ARG,
-                "option 'recompute' is none, full, selective[:wide|:gemm|:attention] or budget=SIZE (got '%s')",
+                "option 'recompute' is none, full, selective[:wide|:gemm|:attention], budget=SIZE or plan=LETTERS (got "
+                "'%s')",
                 v ? v : "");
 }
 

@@ -309,7 +309,21 @@ zt_status zt_train_memory_attach(zt_gpt2 *m, const zt_train_config *c, int64_t r
   ro.mode = c->memory.recompute;
   ro.every = c->memory.checkpoint_every;
   zt_status s = ZT_OK;
-  if (c->memory.recompute_budget > 0) {
+  if (c->memory.recompute_plan[0]) { /* a letter per block */
+    if (strlen(c->memory.recompute_plan) != (size_t)L)
+      s = ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.memory.recompute_plan '%s' has %zu letters; the model has %d "
+                                        "blocks: give one letter (n, s or f) per block",
+                 c->memory.recompute_plan, strlen(c->memory.recompute_plan), L);
+    for (int i = 0; i < L && !s; i++) {
+      char ch = c->memory.recompute_plan[i];
+      if (ch != 'n' && ch != 's' && ch != 'f')
+        s = ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.memory.recompute_plan '%s': block %d's letter '%c' is not "
+                                          "n (none), s (selective) or f (full)",
+                   c->memory.recompute_plan, i, ch);
+      modes[i] = ch == 'f' ? ZT_RECOMPUTE_FULL : ch == 's' ? ZT_RECOMPUTE_SELECTIVE : ZT_RECOMPUTE_NONE;
+    }
+    ro.modes = modes, ro.n_modes = L, ro.every = 1;
+  } else if (c->memory.recompute_budget > 0) {
     s = zt_gpt2_plan_recompute(m, rows, c->data.seq, c->memory.recompute_budget, ro.policy, modes, NULL);
     if (s) zt__error_prefix(s, "zt_train_config.memory.recompute_budget=%lld", (long long)c->memory.recompute_budget);
     ro.modes = modes, ro.n_modes = L, ro.every = 1;

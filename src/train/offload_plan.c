@@ -19,9 +19,10 @@
 /* Values per token a block keeps for backward with nothing recomputed (gpt2_plan.c). */
 static double block_kept(const zt_gpt2_config *g) { return 16.0 * g->n_embd + 4 + g->n_head; }
 
-/* What one plan holds at its peak, and how long a step takes. */
+/* What one plan holds at its peak, and how long a step takes. rec (OFFLOAD only; NULL: none):
+ * the slices whose blocks are recomputed instead of offloaded. */
 static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, const int *count, int N, int K,
-                    zt_offload_plan_activations act, zt_offload_plan *p) {
+                    zt_offload_plan_activations act, const bool *rec, zt_offload_plan *p) {
   const zt_gpt2_config *g = &in->model;
   double C = g->n_embd, V = g->vocab_size, L = g->n_layer;
   double t = (double)in->rows / (double)in->microbatches * (double)in->seq; /* tokens of a chunk */
@@ -66,6 +67,7 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
     phase_act[1] = act == ZT_OFFLOAD_PLAN_KEEP        ? (blocks_before + nb[s]) * kept + temp
                    : act == ZT_OFFLOAD_PLAN_OFFLOAD ? window + temp + edge
                                                       : nb[s] * kept + temp + edge;
+    if (rec && rec[s] && nb[s]) phase_act[1] += block_kept(g) * t * 4; /* a recomputed block's activations */
     if (s == N - 1) phase_act[1] += head + (act == ZT_OFFLOAD_PLAN_RECOMPUTE ? 0 : wte);
     phase_st[2] = 2.0 * (double)P[s] + b_prev + tied;
     phase_act[2] = (act == ZT_OFFLOAD_PLAN_KEEP ? blocks_before * kept : act == ZT_OFFLOAD_PLAN_OFFLOAD ? window : 0) +
@@ -83,6 +85,17 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
   if (K > 2) states += (double)(K - 2) * (double)Pmax;
   double st = states, a = acts;
   p->slices = N, p->resident = K, p->activations_mode = act;
+  /* the recomputed blocks, a letter each */
+  double rec_blocks = 0;
+  p->recompute_plan[0] = '\0';
+  p->recomputed_slices = 0;
+  for (int s = 0, b = 0; rec && s < N; s++) {
+    p->recomputed_slices += rec[s] && nb[s];
+    for (int j = 0; j < nb[s]; j++) p->recompute_plan[b++] = rec[s] ? 'f' : 'n';
+    rec_blocks += rec[s] ? nb[s] : 0;
+    p->recompute_plan[b] = '\0';
+  }
+  if (!p->recomputed_slices) p->recompute_plan[0] = '\0';
   p->states_bytes = (int64_t)st;
   p->activation_bytes = (int64_t)a;
   p->io_bytes = in->io_bytes * (act == ZT_OFFLOAD_PLAN_OFFLOAD ? 2 : 1); /* the activations' own store too */
@@ -101,8 +114,12 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
   double flops = 6.0 * n_params * tokens + 12.0 * L * (double)in->seq * C * tokens;
   double comp = in->gflops > 0 ? flops / (in->gflops * 1e9) : 0;
   if (act == ZT_OFFLOAD_PLAN_RECOMPUTE) comp *= 4.0 / 3.0;
+  /* a recomputed block runs its forward again (2 x its parameters + the attention's 4 T C per
+   * token) and sends only its input to the tier */
+  if (in->gflops > 0) comp += rec_blocks * (24.0 * C * C + 4.0 * (double)in->seq * C) * tokens / (in->gflops * 1e9);
   double rd = 20.0 * n_params, wr = 20.0 * n_params;
-  if (act == ZT_OFFLOAD_PLAN_OFFLOAD) rd += L * block_kept(g) * tokens * 4, wr += L * block_kept(g) * tokens * 4;
+  double act_bytes = ((L - rec_blocks) * block_kept(g) + rec_blocks * C) * tokens * 4;
+  if (act == ZT_OFFLOAD_PLAN_OFFLOAD) rd += act_bytes, wr += act_bytes;
   double io = (in->read_bps > 0 ? rd / in->read_bps : 0) + (in->write_bps > 0 ? wr / in->write_bps : 0);
   p->compute_s = comp;
   p->io_s = io;
@@ -144,8 +161,31 @@ zt_status zt_offload_plan_predict(const zt_offload_plan_input *in, int slices, i
   ZT_TRY(units_of(in, ub, &U, fn));
   if (resident < 1) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: %d resident slices", fn, resident);
   ZT_TRY(zt_offload_model_balance(U, slices, ub, count));
-  predict(in, ub, U, count, slices, resident < slices ? resident : slices, act, out);
+  predict(in, ub, U, count, slices, resident < slices ? resident : slices, act, NULL, out);
   return ZT_OK;
+}
+
+/* Activation offload with the q slices of most blocks (the later first among equals)
+ * recomputed instead, for q = 0..N: the fastest (the fewest recomputed among equals). */
+static void predict_offload(const zt_offload_plan_input *in, const int64_t *ub, int U, const int *count, int N, int K,
+                            zt_offload_plan *best) {
+  bool rec[ZT_OFFLOAD_PLAN_MAX_UNITS] = {false};
+  int nb[ZT_OFFLOAD_PLAN_MAX_UNITS];
+  for (int s = 0, first = 0; s < N; first += count[s], s++) {
+    nb[s] = 0;
+    for (int u = first; u < first + count[s]; u++) nb[s] += u > 0 && u < U - 1;
+  }
+  predict(in, ub, U, count, N, K, ZT_OFFLOAD_PLAN_OFFLOAD, NULL, best);
+  for (int q = 1; q <= N; q++) {
+    int pick = -1; /* the next slice to recompute */
+    for (int s = N - 1; s >= 0; s--)
+      if (!rec[s] && nb[s] && (pick < 0 || nb[s] > nb[pick])) pick = s;
+    if (pick < 0) break;
+    rec[pick] = true;
+    zt_offload_plan p;
+    predict(in, ub, U, count, N, K, ZT_OFFLOAD_PLAN_OFFLOAD, rec, &p);
+    if (p.step_s < best->step_s * 0.999) *best = p;
+  }
 }
 
 zt_status zt_offload_plan_make(const zt_offload_plan_input *in, int64_t limit, zt_offload_plan *out) {
@@ -166,7 +206,10 @@ zt_status zt_offload_plan_make(const zt_offload_plan_input *in, int64_t limit, z
         if (K > N) continue;
         ZT_TRY(zt_offload_model_balance(U, N, ub, count));
         zt_offload_plan p;
-        predict(in, ub, U, count, N, K, act, &p);
+        if (act == ZT_OFFLOAD_PLAN_OFFLOAD)
+          predict_offload(in, ub, U, count, N, K, &p);
+        else
+          predict(in, ub, U, count, N, K, act, NULL, &p);
         if (!smallest.peak || p.peak < smallest.peak) smallest = p;
         if (p.peak > limit) continue;
         /* the fastest; then prefetch (K 2); then a 15% margin under the limit (the prediction's
@@ -252,6 +295,7 @@ zt_status zt_train_plan_memory(zt_train_config *c, int world, zt_offload_plan *o
   c->memory.offload_mode = out->activations_mode == ZT_OFFLOAD_PLAN_RECOMPUTE ? ZT_OFFLOAD_MODEL_RECOMPUTE
                                                                                : ZT_OFFLOAD_MODEL_KEEP_GRAPH;
   c->memory.offload_activations = out->activations_mode == ZT_OFFLOAD_PLAN_OFFLOAD ? c->memory.offload_model : 0;
+  if (out->recomputed_slices) memcpy(c->memory.recompute_plan, out->recompute_plan, sizeof c->memory.recompute_plan);
   out->read_bps = in.read_bps, out->write_bps = in.write_bps;
   zt_mem_set_cache_limit(in.cache_bytes);
   c->memory.offload_write_cap = out->write_cap_bytes;
