@@ -266,7 +266,17 @@ static void test_checkpoints(void) {
   /* and back: plain -> the store (into the evicted shards and moments) */
   train_step(&pl, &c, 2, false, &l3, &n3);
   ZT_CHECK_OK(zt_snapshot_save_sharded(b, pl.f, pl.o, &ts));
+  zt_store_io_stats_get(st.store, &io0);
   ZT_CHECK_OK(zt_snapshot_load_sharded(b, st.f, st.o, &got));
+  zt_store_io_stats_get(st.store, &io1);
+  zt_store_stats_get(st.store, &ss);
+  /* into the store: each storage read once (a shard, for the padding its pieces leave) and
+   * written once */
+  if (io1.read_bytes - io0.read_bytes > ss.bytes_held + 4096 * ss.items ||
+      io1.write_bytes - io0.write_bytes > ss.bytes_held + 4096 * ss.items)
+    zt_test_fail(__FILE__, __LINE__, "the load read %lld and wrote %lld bytes into a store holding %lld in %lld items",
+                 (long long)(io1.read_bytes - io0.read_bytes), (long long)(io1.write_bytes - io0.write_bytes),
+                 (long long)ss.bytes_held, (long long)ss.items);
   ZT_CHECK(param_diff(&st, &pl) == 0);
   train_step(&st, &c, 3, false, &l2, &n2);
   train_step(&pl, &c, 3, false, &l3, &n3);

@@ -151,6 +151,51 @@ out:
   return s;
 }
 
+/* Orders pieces by their storage (stable: by index within one). */
+static const local_pieces *g_sort_L; /* qsort has no context argument */
+static int cmp_storage(const void *a, const void *b) {
+  const zt__shard_piece *x = &g_sort_L->p[*(const int *)a], *y = &g_sort_L->p[*(const int *)b];
+  uint64_t i = x->t->storage->id, j = y->t->storage->id;
+  return i != j ? (i < j ? -1 : 1) : (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+}
+
+/* Every local piece from the checkpoint. Pieces whose storage is in a store (FSDP's state
+ * store) are read into a stage holding the storage's bytes, read once, and the storage is
+ * written once after its last piece (a shard's pieces together): not a read and a write of the
+ * whole storage per piece. */
+static zt_status read_pieces(zt__shard_index *ix, const local_pieces *L) {
+  int *order = malloc(sizeof *order * (size_t)(L->n ? L->n : 1));
+  zt_tensor **ts = malloc(sizeof *ts * (size_t)(L->n ? L->n : 1));
+  if (!order || !ts) {
+    free(order);
+    free(ts);
+    return ZT_ERR(ZT_STATUS_OOM, "reading checkpoint '%s': out of memory", ix->dir);
+  }
+  for (int i = 0; i < L->n; i++) order[i] = i, ts[i] = L->p[i].t;
+  g_sort_L = L;
+  qsort(order, (size_t)L->n, sizeof *order, cmp_storage);
+  zt__stage stage;
+  zt_status s = zt__stage_init(&stage, L->n, ts);
+  for (int k = 0; k < L->n && !s; k++) {
+    const zt__shard_piece *q = &L->p[order[k]];
+    if (!zt_storage_is_evicted(q->t->storage) || q->count == 0) {
+      s = zt__shard_read(ix, q->param, q->kind, q->ndim, q->shape, q->start, q->count, q->t);
+      continue;
+    }
+    zt_tensor *v = NULL; /* the piece over the stage, which holds its storage (read at its first piece) */
+    s = zt__stage_view(&stage, q->t, true, &v);
+    if (!s) s = zt__shard_read(ix, q->param, q->kind, q->ndim, q->shape, q->start, q->count, v);
+    zt_tensor_free(v);
+    if (s) break;
+    bool last = k + 1 == L->n || L->p[order[k + 1]].t->storage != q->t->storage;
+    if (last) s = zt__stage_store(&stage, q->t);
+  }
+  zt__stage_free(&stage);
+  free(order);
+  free(ts);
+  return s;
+}
+
 zt_status zt_snapshot_load_sharded(const char *dir_in, zt_fsdp *f, zt_optim *o, zt_train_state *st) {
   if (!dir_in || !f) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_snapshot_load_sharded: NULL folder or fsdp");
   char dir[ZT__SH_PATH_CAP];
@@ -165,10 +210,7 @@ zt_status zt_snapshot_load_sharded(const char *dir_in, zt_fsdp *f, zt_optim *o, 
                "it; load it without an optimizer",
                dir);
   if ((s = agree(f, s, "loading sharded checkpoint", dir))) goto out;
-  for (int i = 0; i < L.n && !s; i++) {
-    const zt__shard_piece *q = &L.p[i];
-    s = zt__shard_read(ix, q->param, q->kind, q->ndim, q->shape, q->start, q->count, q->t);
-  }
+  s = read_pieces(ix, &L);
   /* Parameters of the checkpoint that no rank of the shard group holds: another model. */
   zt_tensor *seen = NULL;
   zt_mem_tag prev = zt_mem_tag_push(ZT_MEM_TAG_COMM);
