@@ -7,7 +7,8 @@
  * steps no parameter, gradient or optimizer byte in RAM and the store holding exactly the
  * shards and moments. Against one rank running the whole batch (a one-rank stored FSDP): within
  * the data-parallel tolerance of test_fsdp.c. A sharded checkpoint saved from the store (each
- * storage read once) loads into a plain FSDP (and back), the same values. A write that fails in the step: an IO error. */
+ * storage read once) loads into a plain FSDP (and back), the same values. A write that fails
+ * or a read that comes back short in the update: an IO error, the last checkpoint intact. */
 #include <stdlib.h>
 
 #include "core/store_internal.h"
@@ -319,29 +320,55 @@ static void test_errors(void) {
   zt_store_free(store);
 }
 
-/* A write of the step's new values fails (a full disk): the update says so, as an IO error
- * (local: no collective follows, so every rank's timing may differ). */
-static void test_failed_write(void) {
+/* The update meets a fault of the disk (a full disk on a write, a short read): the step says
+ * so, as an IO error naming what to do (local: no collective follows, so every rank's timing may
+ * differ), and the checkpoint saved before it is intact: it loads into FSDP without a store as
+ * the state it saved. */
+static void fault_case(zt__io_fault kind, const char *expect) {
   scase c = base(ZT_SHARD_FULL);
-  side s;
+  side s, pl, q;
   side_open(&s, &c, W, true);
-  if (!s.o) return side_close(&s);
+  side_open(&pl, &c, W, false);
+  side_open(&q, &c, W, false);
+  char dir[256], ck[300];
+  zt_test_shared_tmpdir(W, "fsdp_store_fault", dir, sizeof dir);
+  snprintf(ck, sizeof ck, "%s/ck", dir);
+  if (!s.o || !pl.o || !q.o) goto out;
   double l, n;
   train_step(&s, &c, 0, false, &l, &n);
+  train_step(&pl, &c, 0, false, &l, &n);
+  zt_train_state ts = {0};
+  ts.step = 1;
+  ts.model = CFG;
+  ZT_CHECK_OK(zt_snapshot_save_sharded(ck, s.f, s.o, &ts));
   zt_tensor *ids = zt_test_rand_ids(GB, GT, CFG.vocab_size, 7), *tg = zt_test_rand_ids(GB, GT, CFG.vocab_size, 8);
   zt_tensor *ri = zt_test_rows(ids, R, N), *rt = zt_test_rows(tg, R, N), *loss = NULL;
   ZT_CHECK_OK(zt_gpt2_forward(s.m, ri, rt, NULL, &loss));
   if (loss) ZT_CHECK_OK(zt_backward(1, &loss, NULL, false));
   ZT_CHECK_OK(zt_store_flush(s.store));
-  ZT_CHECK(zt__store_disk_fault_at(s.store, ZT__IO_FAULT_WRITE_ENOSPC, 1)); /* the next write: a full disk */
+  ZT_CHECK(zt__store_disk_fault_at(s.store, kind, 1)); /* the next request of that kind */
   zt_status e = zt_fsdp_optim_step(s.f, s.o, LR);
   if (!e) e = zt_store_flush(s.store); /* written behind: reported by a later eviction or the flush */
   ZT_CHECK(e == ZT_STATUS_IO);
-  if (e) ZT_CHECK(strstr(zt_last_error(), "free space") || strstr(zt_last_error(), "space"));
-  ZT_CHECK(zt__store_disk_fault_at(s.store, ZT__IO_FAULT_WRITE_ENOSPC, 0));
+  if (e && !strstr(zt_last_error(), expect))
+    zt_test_fail(__FILE__, __LINE__, "the error does not say '%s': %s", expect, zt_last_error());
+  ZT_CHECK(zt__store_disk_fault_at(s.store, kind, 0));
   zt_fsdp_zero_grad(s.f);
   zt_test_free_all((zt_tensor *[]){ids, tg, ri, rt, loss}, 5);
+  zt_train_state got = {0};
+  ZT_CHECK_OK(zt_snapshot_load_sharded(ck, q.f, q.o, &got));
+  ZT_CHECK(got.step == 1 && param_diff(&q, &pl) == 0);
+out:
+  ZT_CHECK_OK(zt_barrier(W));
+  if (R == 0) zt_test_tmpdir_remove();
+  side_close(&q);
+  side_close(&pl);
   side_close(&s);
+}
+
+static void test_faults(void) {
+  fault_case(ZT__IO_FAULT_WRITE_ENOSPC, "free space");
+  fault_case(ZT__IO_FAULT_READ_SHORT, "unexpected end of file");
 }
 
 int main(void) {
@@ -350,7 +377,7 @@ int main(void) {
   ZT_RUN(test_bitwise_as_without_store);
   ZT_RUN(test_ranks_against_one);
   ZT_RUN(test_checkpoints);
-  ZT_RUN(test_failed_write);
+  ZT_RUN(test_faults);
   int rc = zt_test_finish();
   zt_comm_free(W);
   return rc;
