@@ -61,7 +61,24 @@ zt_status zt_train_model_config(const zt_train_config *c, zt_gpt2_config *g) {
   return zt_gpt2_config_validate(g);
 }
 
-typedef struct run {
+typedef struct run run;
+
+/* How the loop runs the kind of training the config asks for, chosen once (train_mode_of): a
+ * pipeline (pipeline_train.c), OffloadModel (offload_train.c) or data parallel training, plain,
+ * DDP or FSDP (parallel.c). The loop itself never asks which. */
+typedef struct train_mode {
+  const char *(*name)(const run *r); /* in metrics ("single", "ddp", "full", "offload", "pipeline", ...) */
+  zt_status (*step)(run *r, const zt_train_step_options *so, zt_train_step_result *out);
+  /* a validation batch's loss (grad off), and the mean of a value over the ranks that share it */
+  zt_status (*loss)(run *r, zt_tensor *x, zt_tensor *y, double *loss);
+  zt_status (*mean)(run *r, double *v);
+  zt_status (*save)(run *r, const zt_train_state *st);
+  zt_status (*load)(run *r, zt_train_state *st);
+  zt_status (*gather_full)(run *r); /* usable full parameters for a caller that takes the model */
+} train_mode;
+
+struct run {
+  const train_mode *mode;
   const zt_train_config *c;
   zt_gpt2_config g;
   zt_gpt2 *model;
@@ -81,7 +98,72 @@ typedef struct run {
   int64_t start;         /* steps done before this run (resumed) */
   int64_t saved_step;    /* step of the last checkpoint this run wrote (0: none yet) */
   char options[4096];    /* recorded in checkpoints */
-} run;
+  zt_dp_strategy dps;    /* the data-parallel strategy as a step sees it */
+};
+
+/* ------------------------------------------------ the modes */
+static zt_status next_batch(void *ud, zt_tensor **x, zt_tensor **y);
+
+static const char *dp_name(const run *r) {
+  return !r->dp.ddp && !r->dp.fsdp ? "single" : r->dp.ddp ? "ddp" : zt_shard_strategy_name(r->c->parallel.shard);
+}
+static zt_status dp_step(run *r, const zt_train_step_options *so, zt_train_step_result *out) {
+  zt_model model = zt_gpt2_model(r->model);
+  return zt_train_step(&model, &r->dps, r->opt, next_batch, r, so, out);
+}
+static zt_status dp_loss(run *r, zt_tensor *x, zt_tensor *y, double *loss) {
+  zt_tensor *l = NULL;
+  ZT_TRY(zt_gpt2_forward(r->model, x, y, NULL, &l));
+  *loss = zt_tensor_get(l, 0);
+  zt_tensor_free(l);
+  return ZT_OK;
+}
+static zt_status dp_mean(run *r, double *v) { return zt__train_dp_mean(&r->dp, v); }
+static zt_status dp_save(run *r, const zt_train_state *st) {
+  return zt__train_dp_save(&r->dp, r->c, r->c->checkpoint.save, r->model, r->opt, st);
+}
+static zt_status dp_load(run *r, zt_train_state *st) {
+  return zt__train_dp_load(&r->dp, r->c->checkpoint.resume, r->model, r->opt, st);
+}
+static zt_status dp_gather_full(run *r) { return zt__train_dp_gather_full(&r->dp); }
+static const train_mode k_data_parallel = {dp_name, dp_step, dp_loss, dp_mean, dp_save, dp_load, dp_gather_full};
+
+static const char *om_name(const run *r) { return r->dp.world > 1 ? "offload+ddp" : "offload"; }
+static zt_status om_step(run *r, const zt_train_step_options *so, zt_train_step_result *out) {
+  return zt__train_om_step(&r->om, &r->dps, r->opt, next_batch, r, so, out);
+}
+static zt_status om_loss(run *r, zt_tensor *x, zt_tensor *y, double *loss) {
+  return zt__train_om_loss(&r->om, x, y, loss);
+}
+/* its parameters (and with offload_states its optimizer state) stream from the store into the
+ * files, never all in RAM; the waiting updates first, so the optimizer's state and count are
+ * the step's */
+static zt_status om_save(run *r, const zt_train_state *st) {
+  ZT_TRY(zt__train_om_settle(&r->om));
+  return dp_save(r, st);
+}
+static const train_mode k_offload = {om_name, om_step, om_loss, dp_mean, om_save, dp_load, dp_gather_full};
+
+static const char *pp_name(const run *r) { return r->pp.D > 1 ? "pipeline+ddp" : "pipeline"; }
+static zt_status pp_step(run *r, const zt_train_step_options *so, zt_train_step_result *out) {
+  return zt__train_pp_step(&r->pp, r->opt, next_batch, r, so, out);
+}
+static zt_status pp_loss(run *r, zt_tensor *x, zt_tensor *y, double *loss) {
+  return zt__train_pp_loss(&r->pp, x, y, loss);
+}
+static zt_status pp_mean(run *r, double *v) { return zt__train_pp_replica_mean(&r->pp, v); }
+static zt_status pp_save(run *r, const zt_train_state *st) {
+  return zt__train_pp_save(&r->pp, r->dp.comm, &r->oc, r->c->checkpoint.save, r->opt, st);
+}
+static zt_status pp_load(run *r, zt_train_state *st) {
+  return zt__train_pp_load(&r->pp, &r->oc, r->c->checkpoint.resume, r->opt, st);
+}
+static zt_status pp_gather_full(run *r) { return zt__train_pp_gather_full(&r->pp); }
+static const train_mode k_pipeline = {pp_name, pp_step, pp_loss, pp_mean, pp_save, pp_load, pp_gather_full};
+
+static const train_mode *train_mode_of(const zt_train_config *c) {
+  return zt__train_pp_wanted(c) ? &k_pipeline : zt__train_om_wanted(c) ? &k_offload : &k_data_parallel;
+}
 
 /* Frees everything; the status is the logs' (their last bytes written or not). */
 static zt_status run_free(run *r) {
@@ -201,20 +283,16 @@ static zt_status eval_loss(run *r, double *out) {
   double acc = 0;
   zt_status s = ZT_OK;
   for (int64_t b = 0; b < nb && s == ZT_OK; b++) {
-    zt_tensor *loss = NULL;
     double l = 0;
     s = zt_loader_next(r->val_loader, r->vx, r->vy);
-    if (!s && r->pp.P) s = zt__train_pp_loss(&r->pp, r->vx, r->vy, &l);
-    else if (!s && r->om.om) s = zt__train_om_loss(&r->om, r->vx, r->vy, &l);
-    else if (!s) s = zt_gpt2_forward(r->model, r->vx, r->vy, NULL, &loss);
-    if (!s) acc += loss ? zt_tensor_get(loss, 0) : l;
-    zt_tensor_free(loss);
+    if (!s) s = r->mode->loss(r, r->vx, r->vy, &l);
+    if (!s) acc += l;
   }
   zt_gpt2_set_training(r->model, was_training);
   zt_set_grad_enabled(prev);
   *out = acc / (double)nb;
   if (s) return s;
-  return r->pp.P ? zt__train_pp_replica_mean(&r->pp, out) : zt__train_dp_mean(&r->dp, out);
+  return r->mode->mean(r, out);
 }
 
 /* A save folder that can be written: made now (one level), so a bad --save fails before step 1. */
@@ -252,15 +330,7 @@ static zt_status save_checkpoint(run *r, int64_t step) {
   zt_train_state st = {step, zt_rng_get_state(), zt_loader_get_pos(r->loader), r->g, 0, 0, ""};
   memcpy(st.options, r->options, sizeof st.options);
   if (r->scaling) st.loss_scale = r->scaler.scale, st.loss_scale_good = r->scaler.good_steps;
-  if (r->pp.P) {
-    ZT_TRY(zt__train_pp_save(&r->pp, r->dp.comm, &r->oc, r->c->checkpoint.save, r->opt, &st));
-  } else {
-    /* OffloadModel: its parameters (and with offload_states its optimizer state) stream from the
-     * store into the files, never all in RAM; the waiting updates first, so the optimizer's
-     * state and count are the step's */
-    ZT_TRY(zt__train_om_settle(&r->om));
-    ZT_TRY(zt__train_dp_save(&r->dp, r->c, r->c->checkpoint.save, r->model, r->opt, &st));
-  }
+  ZT_TRY(r->mode->save(r, &st));
   r->saved_step = step;
   if (r->dp.rank != 0) return ZT_OK;
   zt_status s = zt_snapshot_prune(r->c->checkpoint.save, r->c->checkpoint.keep_checkpoints);
@@ -416,6 +486,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
                   "zt_train_config.memory.offload_states exists to avoid; pass NULL (the checkpoints have it)");
   run r = {0};
   r.c = c;
+  r.mode = train_mode_of(c);
   zt_train_result result = {0};
   zt_status s = ZT_OK;
   zt_set_num_threads(c->threads);
@@ -494,9 +565,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     goto done;
   if (zt__train_fsdp_stores(c) && (s = zt_fsdp_offload_optim(r.dp.fsdp, r.opt))) goto done; /* ZeRO-Infinity */
   if (c->checkpoint.resume[0]) {
-    s = r.pp.P ? zt__train_pp_load(&r.pp, &r.oc, c->checkpoint.resume, r.opt, &st)
-               : zt__train_dp_load(&r.dp, c->checkpoint.resume, r.model, r.opt, &st);
-    if (s) goto done;
+    if ((s = r.mode->load(&r, &st))) goto done;
     if ((s = zt_loader_set_pos(r.loader, st.data))) goto done;
     // rank 0's stream was saved; a data-parallel rank r draws from seed + r (above) exactly as
     // many values as rank 0 (the same shapes), so its stream continues at rank 0's offset
@@ -532,8 +601,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   result.first_loss = NAN;
   result.last_val_loss = NAN;
   char why[700];
-  zt_model model = zt_gpt2_model(r.model);
-  zt_dp_strategy dps = zt__train_dp_strategy(&r.dp);
+  r.dps = zt__train_dp_strategy(&r.dp);
   for (int64_t step = start; step < c->steps; step++) {
     double t0 = zt_clock_now();
     double lr = zt_lr_cosine(step, warmup, c->steps, c->optim.lr, min_lr);
@@ -547,9 +615,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     so.on_phase = c->on_phase;
     so.phase_user_data = c->phase_user_data;
     zt_train_step_result sr;
-    s = r.pp.P   ? zt__train_pp_step(&r.pp, r.opt, next_batch, &r, &so, &sr)
-        : r.om.om ? zt__train_om_step(&r.om, &dps, r.opt, next_batch, &r, &so, &sr)
-                  : zt_train_step(&model, &dps, r.opt, next_batch, &r, &so, &sr);
+    s = r.mode->step(&r, &so, &sr);
     double lv = sr.loss, gnorm = sr.grad_norm, scale = sr.loss_scale;
     bool skipped = sr.skipped;
     if (sr.bad_loss)
@@ -617,13 +683,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
       result.offload_put_s = os.put_ms / 1e3, result.offload_wait_s = os.wait_ms / 1e3;
     }
     if (!s)
-      s = zt__run_log_step(r.log, &info,
-                           r.pp.P ? (r.pp.D > 1 ? "pipeline+ddp" : "pipeline")
-                           : r.om.om ? (r.dp.world > 1 ? "offload+ddp" : "offload")
-                           : !r.dp.ddp && !r.dp.fsdp ? "single"
-                           : r.dp.ddp ? "ddp"
-                                      : zt_shard_strategy_name(c->parallel.shard),
-                           all ? all : mine);
+      s = zt__run_log_step(r.log, &info, r.mode->name(&r), all ? all : mine);
     free(all);
     if (s) break;
     if (on_step) on_step(&info, user_data);
@@ -640,7 +700,7 @@ done:
   if (res) *res = result;
   zt__train_om_free(&r.om); /* the model whole again (for model_out) */
   if (s == ZT_OK && model_out) // the caller gets usable full parameters
-    s = r.pp.P ? zt__train_pp_gather_full(&r.pp) : zt__train_dp_gather_full(&r.dp);
+    s = r.mode->gather_full(&r);
   if (s == ZT_OK && model_out) {
     *model_out = r.model;
     r.model = NULL;
