@@ -62,7 +62,8 @@ struct zt__fsdp_unit {
   int pre_order, post_order; /* position in the first forward's pre/post-forward order, -1 unseen */
   /* the state store (fsdp_store.c) */
   int first_piece, n_pieces; /* its pieces: f->pieces[first_piece, first_piece + n_pieces) */
-  bool ss_valid;             /* grad_ss is the sum of squares of grad_shard as it is now */
+  uint64_t ss_id, ss_version; /* grad_ss is the sum of squares of the gradient shard storage with
+                               * that id at that version (id 0: none) */
   double grad_ss;
   int n_gscale;              /* factors the evicted grad_shard is to be multiplied by, in order */
   double gscale[ZT__FSDP_MAX_SCALES];
@@ -125,8 +126,12 @@ void zt__fsdp_drop_grad_shard(zt__fsdp_unit *u);
 void zt__fsdp_drop_grads(zt__fsdp_unit *u);
 /* Finish what a backward that failed left behind (its end-of-backward never ran). */
 void zt__fsdp_recover(zt_fsdp *f);
-/* Sum of squares (f64) of the valid (unpadded) part of u's gradient shard, which is in RAM. */
-double zt__fsdp_grad_ss(const zt__fsdp_unit *u);
+/* The sum of squares (f64) of the valid (unpadded) part of u's gradient shard: taken now (the
+ * shard in RAM) unless known for the shard as it is (its storage and version, no scaling
+ * deferred), which is then returned without reading it. */
+double zt__fsdp_grad_ss(zt__fsdp_unit *u);
+/* Whether u->grad_ss is that of u's gradient shard as it is. */
+bool zt__fsdp_ss_known(const zt__fsdp_unit *u);
 
 /* fsdp_store.c: the state store (o.state_store; each is a no-op without one). The shard and
  * the gradient shard of a unit come in with a restore that keeps the store's copy, so sending

@@ -195,7 +195,6 @@ static void detach_grads(zt__fsdp_unit *u) {
 void zt__fsdp_drop_grad_shard(zt__fsdp_unit *u) {
   zt_tensor_free(u->grad_shard);
   u->grad_shard = NULL;
-  u->ss_valid = false;
   u->n_gscale = 0;
   for (int i = 0; i < u->n_ps; i++) u->ps[i].has_grad = false;
 }
@@ -251,7 +250,6 @@ static zt_status finish_reduce(zt_fsdp *f, zt__fsdp_reduction *r) {
   if (!s) {
     zt__dev_add_div(u->grad_shard, r->out, f->post_div); /* += (float)(widen(out) / post_div) */
     zt_tensor_bump_version(u->grad_shard);
-    u->ss_valid = false;
     s = zt__fsdp_grad_out(u);
   }
   if (r->out != r->in) zt_tensor_free(r->out);

@@ -38,10 +38,18 @@ void zt_fsdp_set_sync(zt_fsdp *f, bool sync) {
   if (f) f->sync = sync;
 }
 
-double zt__fsdp_grad_ss(const zt__fsdp_unit *u) {
+bool zt__fsdp_ss_known(const zt__fsdp_unit *u) {
+  const zt_storage *g = u->grad_shard ? u->grad_shard->storage : NULL;
+  return g && u->ss_id == g->id && u->ss_version == g->version && u->n_gscale == 0;
+}
+
+double zt__fsdp_grad_ss(zt__fsdp_unit *u) {
+  if (zt__fsdp_ss_known(u)) return u->grad_ss;
   /* the valid elements: the padding at the end excluded */
   int64_t lo = (int64_t)zt_comm_rank(u->f->shard_comm) * u->S, v = u->numel - lo;
-  return zt__dev_sum_squares(u->grad_shard, 0, v < 0 ? 0 : v > u->S ? u->S : v);
+  u->grad_ss = zt__dev_sum_squares(u->grad_shard, 0, v < 0 ? 0 : v > u->S ? u->S : v);
+  u->ss_id = u->grad_shard->storage->id, u->ss_version = u->grad_shard->storage->version;
+  return u->grad_ss;
 }
 
 zt_status zt_fsdp_clip_grad_norm(zt_fsdp *f, double max_norm, double *norm) {
@@ -52,13 +60,9 @@ zt_status zt_fsdp_clip_grad_norm(zt_fsdp *f, double max_norm, double *norm) {
   for (int k = 0; k < f->n_units; k++) {
     zt__fsdp_unit *u = f->units[k];
     if (!u->grad_shard) continue;
-    if (!u->ss_valid) { /* a state store's shards are taken when they leave RAM; after a scaling, read again */
-      ZT_TRY(zt__fsdp_grad_in(u));
-      u->grad_ss = zt__fsdp_grad_ss(u);
-      u->ss_valid = true;
-      ZT_TRY(zt__fsdp_grad_out(u));
-    }
-    ss += u->grad_ss;
+    if (!zt__fsdp_ss_known(u)) ZT_TRY(zt__fsdp_grad_in(u)); /* a state store's shard: read back after a scaling */
+    ss += zt__fsdp_grad_ss(u);
+    ZT_TRY(zt__fsdp_grad_out(u));
   }
   /* replicas (HYBRID, NONE) hold equal shards: the sum over one shard group is the total */
   zt_tensor *t = NULL;

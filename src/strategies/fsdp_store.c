@@ -65,17 +65,13 @@ zt_status zt__fsdp_grad_in(zt__fsdp_unit *u) {
 
 zt_status zt__fsdp_grad_out(zt__fsdp_unit *u) {
   if (!zt__fsdp_stored(u->f) || !u->grad_shard || zt_storage_is_evicted(u->grad_shard->storage)) return ZT_OK;
-  if (!u->ss_valid) {
-    u->grad_ss = zt__fsdp_grad_ss(u);
-    u->ss_valid = true;
-  }
+  (void)zt__fsdp_grad_ss(u); /* taken while it is in RAM: the norm needs no read */
   zt_status s = send_out(u->f, u->grad_shard);
   return s ? zt__error_prefix(s, "FSDP: writing the gradient shard of unit '%s' to its store", label(u)) : ZT_OK;
 }
 
 zt_status zt__fsdp_grad_scale(zt__fsdp_unit *u, double factor) {
   if (!u->grad_shard) return ZT_OK;
-  u->ss_valid = false;
   bool evicted = zt_storage_is_evicted(u->grad_shard->storage);
   if (evicted && u->n_gscale < ZT__FSDP_MAX_SCALES) {
     u->gscale[u->n_gscale++] = factor;
