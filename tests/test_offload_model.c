@@ -401,10 +401,15 @@ static void test_states_on_store(void) {
             zt_mem_stats_get(ZT_CPU, &ms);
             zt_mem_stats_get((zt_device){ZT_DEVICE_DISK, 0}, &disk);
             ZT_CHECK(ms.current[ZT_MEM_TAG_OPTIM] == 0);
+            /* moments in RAM: one slice's (the step's end reads the next ones ahead within it), and
+             * those written behind */
+            ZT_CHECK(ms.peak[ZT_MEM_TAG_OPTIM] <= 2 * st.slice_param_bytes_max + wcap);
             ZT_CHECK(ms.current[ZT_MEM_TAG_PARAM] <= K * st.slice_param_bytes_max);
             ZT_CHECK(disk.current[ZT_MEM_TAG_PARAM] + ms.current[ZT_MEM_TAG_PARAM] - kept == full);
             if (i > 0 || config % 2 || !lazy) ZT_CHECK(disk.current[ZT_MEM_TAG_OPTIM] >= full); /* made by now */
           }
+          zt_offload_model_stats_get(om, &st);
+          ZT_CHECK(st.moments_read_ahead > 0); /* the step's end read moments while AdamW ran */
           int64_t bound = (int64_t)K * 4 * st.slice_param_bytes_max + 3 * wte + wcap;
           if (peak > bound)
             zt_test_fail(__FILE__, __LINE__, "mode %d lazy %d slices %d K %d: peak PARAM+GRAD+OPTIM %lld > %lld", mode,

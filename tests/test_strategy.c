@@ -262,7 +262,7 @@ static void test_failed_attach_leaves_nothing(void) {
   zt_recompute_plan *rc = NULL;
   zt_offload *off = NULL;
   ZT_CHECK_OK(zt_recompute_plan_new(&ro, &rc));
-  ZT_CHECK_OK(zt_offload_new(&(zt_offload_options){ZT_OFFLOAD_HOST, NULL, 0, 0}, &off));
+  ZT_CHECK_OK(zt_offload_new(&(zt_offload_options){ZT_OFFLOAD_HOST, NULL, 0, 0, 0}, &off));
   zt_strategy s[] = {zt_recompute_plan_strategy(rc), zt_offload_strategy(off)};
   ZT_CHECK_ERR(zt_strategies_attach(2, s, &model), ZT_STATUS_INVALID_ARG,
                "attaching the recompute strategy: the recompute plan has 2 per-block modes but the model has 3 blocks");

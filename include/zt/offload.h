@@ -33,9 +33,20 @@
  * - The tier is a store (zt/store.h: ZT_OFFLOAD_HOST the memory store, BF16 the bf16 store,
  *   DISK the disk store with its spill file named zt_offload_XXXXXX) owned by the offload;
  *   the helper thread is the store's, and its loads are asynchronous gets (zt_store_prefetch).
- * - DISK writes synchronously in pack (pwrite at an offset of the spill file; freed extents
- *   are reused first fit, and the file is truncated when no entry is live). Its bytes are
- *   accounted on the disk device, tag ACTIVATION; BF16 and HOST bytes are cpu ACTIVATION. */
+ * - DISK writes behind (write_cap > 0, the default): pack copies the span into host memory
+ *   (cpu, ACTIVATION) and returns while the store's helper thread writes the copy (direct I/O at
+ *   an offset of the spill file; freed extents are reused first fit, and the file is truncated
+ *   when no entry is live); the copy is freed when written. Copies not yet written hold at most
+ *   write_cap bytes (pack waits for earlier writes first; one save larger than the cap alone goes
+ *   through). A save needed before its write ended (unpacked, or entering the prefetch window)
+ *   takes its copy back: a write not started is never done, a running one is waited for; the
+ *   copy then serves backward, without a read, until the record is released. A failed write
+ *   loses nothing (its copy stays in RAM and serves backward) and is reported, once, as the
+ *   store's error (ZT_STATUS_IO naming the spill file's directory) by the next pack, unpack or
+ *   zt_offload_flush. write_cap 0: pack writes synchronously (no copy). The store's bytes are
+ *   accounted on the disk device, tag ACTIVATION; BF16 and HOST bytes are cpu ACTIVATION (their
+ *   puts are copies in RAM: always synchronous). Why a copy and not a reference to the saved
+ *   storage while its write runs: see make_entry in src/strategies/offload.c. */
 
 typedef enum zt_offload_tier {
   ZT_OFFLOAD_BF16 = 1, /* keep a bf16 copy in host memory: half the bytes of f32 (a quarter of f64); lossy
@@ -52,9 +63,11 @@ typedef struct zt_offload_options {
                         goes) */
   int prefetch;      /* how many saved tensors a helper thread brings back ahead of use (default 2; 0: no
                         thread, every load is synchronous in unpack); at most 64 */
+  int64_t write_cap; /* DISK: the most bytes of RAM that copies of saves being written behind hold at once
+                        (default ZT_STORE_WRITE_CAP_DEFAULT; 0: pack writes synchronously); >= 0 */
 } zt_offload_options;
 
-/* min_bytes 64 KiB, prefetch 2, dir NULL. */
+/* min_bytes 64 KiB, prefetch 2, dir NULL, write_cap ZT_STORE_WRITE_CAP_DEFAULT. */
 ZT_API zt_offload_options zt_offload_options_default(zt_offload_tier tier);
 
 typedef struct zt_offload zt_offload;
@@ -80,6 +93,12 @@ ZT_API ZT_NODISCARD zt_status zt_offload_pop(zt_offload *o);
  * are bitwise those without offload for the lossless tiers (DISK, HOST). */
 ZT_API zt_strategy zt_offload_strategy(zt_offload *o);
 
+/* Wait until no save is being written behind, then report (and forget) the first write that
+ * failed since the last report: ZT_STATUS_IO (or what the store said) naming it. The saves
+ * whose writes failed keep their bytes in RAM (backward reads them from there). With nothing
+ * written behind (other tiers, write_cap 0): ZT_OK at once. */
+ZT_API ZT_NODISCARD zt_status zt_offload_flush(zt_offload *o);
+
 /* Drop the caller's handle (detaching it first if it is attached as a strategy). Graphs still holding records keep the store (tier bytes, spill
  * file, helper thread) alive until they are freed; the last one frees it. Freeing while
  * its hooks are still pushed is a broken invariant (ZT_ASSERT). NULL is a no-op.
@@ -91,16 +110,22 @@ typedef struct zt_offload_stats {
   int64_t tensors_offloaded, bytes_offloaded; /* cumulative: saves sent to the tier (sharing an entry included) /
                                                  bytes of the original tensors copied there (once per entry) */
   int64_t entries;                            /* cumulative: tier copies made (saves of one storage share one) */
-  int64_t bytes_in_tier, peak_bytes_in_tier;  /* bytes held by the tier now / at peak (bf16: compressed bytes) */
+  int64_t bytes_in_tier, peak_bytes_in_tier;  /* bytes held by the tier now / at peak (bf16: compressed bytes;
+                                                 a write behind counts from its pack until taken back) */
   int64_t tensors_kept;                       /* saved tensors left alone (small, parameters, not float) */
   int64_t unpacks;                            /* unpacks of offloaded tensors (kept ones are not counted) */
-  int64_t prefetch_hits;                      /* unpacks that found the helper's load ready */
+  int64_t prefetch_hits;                      /* unpacks that found the bytes ready: loaded by the helper, or
+                                                 still in RAM from a write behind taken back without a wait */
   int64_t reuses;                             /* unpacks served by the load of an earlier unpack of the same entry */
   int64_t waits;                              /* unpacks that had to wait for or do the load themselves */
   int64_t prefetched;                         /* loads done by the helper thread (used or not) */
   int64_t threads_started;                    /* helper threads started (0 with prefetch 0) */
   double wait_ms;                             /* time backward spent waiting for loads */
-  double put_ms;                              /* time forward spent putting saves into the tier */
+  double put_ms;                              /* time forward spent putting saves into the tier (written
+                                                 behind: copying them, and waiting for the write cap) */
+  int64_t writes_behind;                      /* entries whose write went behind (DISK, write_cap > 0) */
+  int64_t writes_taken_back;                  /* of those, writes not started when backward (or a release)
+                                                 needed the entry: never done, the RAM copy used instead */
 } zt_offload_stats;
 /* A snapshot (NULL o: zeros). Call on the thread that uses the store. */
 ZT_API void zt_offload_stats_get(const zt_offload *o, zt_offload_stats *out);

@@ -116,12 +116,17 @@ ZT_API double zt_offload_model_last_loss(const zt_offload_model *om);
  * zt_clip_grad_norm sums it: bitwise its value), clipping (grad_clip > 0: every grad times
  * grad_clip / (norm + 1e-6) when the norm exceeds it; 0: measure only; < 0: neither, *norm
  * NaN), then the update of opt at lr slice by slice (each slice's parameters and grads
- * restored, its grads scaled, its parameters stepped with zt_optim_step_params, its grads
- * freed, the slice evicted again), then zt_optim_step_finish; with lazy_update a slice not in
- * RAM is updated when it is next loaded (see zt_offload_model_flush). opt must update u's parameter
- * list (the same array); its state stays in RAM. A non-finite norm (when measured) stops
- * before any update: ZT_STATUS_STATE, grads kept. A store failure midway leaves the slices
- * before it updated. *norm may be NULL. */
+ * restored, its grads scaled, its parameters stepped with zt_optim_step_params one after
+ * another, its grads freed, the slice evicted again), then zt_optim_step_finish; with
+ * lazy_update a slice not in RAM is updated when it is next loaded (see
+ * zt_offload_model_flush). opt must update u's parameter list (the same array); its state
+ * stays in RAM, or with offload_optim_state in the store: a parameter's moments come in for
+ * its update and go back right after it, and the slices in RAM now are updated as one run in
+ * which the moments of the parameters after the one being updated (the next slice's too) are
+ * read ahead by the store's helper while its AdamW runs, holding at most the moments of the
+ * slice being updated. A non-finite norm (when measured) stops before any update:
+ * ZT_STATUS_STATE, grads kept. A store failure midway leaves the parameters before it
+ * updated. *norm may be NULL. */
 ZT_API ZT_NODISCARD zt_status zt_offload_model_step(zt_offload_model *om, zt_optim *opt, double lr, double grad_clip,
                                                     double *norm);
 /* Lazy updates: apply every update that waits for its slice's next load now (loading those
@@ -160,6 +165,9 @@ typedef struct zt_offload_model_stats {
    * slices to load (a prefetch not done yet, or a load not prefetched), the updates applied
    * at loads (AdamW, moments in and out), and evictions (puts, or waits for the write-behind cap). */
   double load_wait_s, update_s, evict_s;
+  /* offload_optim_state: parameters whose moments the step's end (the updates of the slices
+   * backward left in RAM) began reading before their turn, while earlier parameters' AdamW ran */
+  int64_t moments_read_ahead;
 } zt_offload_model_stats;
 ZT_API void zt_offload_model_stats_get(const zt_offload_model *om, zt_offload_model_stats *out);
 /* Slice s's units [*first, *first + *count). */

@@ -14,6 +14,7 @@
 
 #include "core/status_internal.h"
 #include "core/store_internal.h"
+#include "core/tensor_internal.h"
 #include "zt/store.h"
 #include "zt/tensor.h"
 
@@ -121,6 +122,19 @@ zt_status zt_storage_new(size_t nbytes, zt_device dev, zt_mem_tag tag, zt_storag
   return ZT_OK;
 }
 
+zt_status zt__storage_adopt(void *data, size_t nbytes, zt_device dev, zt_mem_tag tag, zt_storage **out) {
+  zt_storage *s = calloc(1, sizeof *s);
+  if (!s) return ZT_ERR(ZT_STATUS_OOM, "out of host memory for a storage object");
+  s->data = data;
+  s->nbytes = nbytes;
+  s->device = dev;
+  s->tag = tag;
+  s->refcount = 1;
+  s->id = next_id();
+  *out = s;
+  return ZT_OK;
+}
+
 zt_status zt_storage_wrap(void *data, size_t nbytes, zt_device dev, zt_storage **out) {
   zt_storage *s = calloc(1, sizeof *s);
   if (!s) return ZT_ERR(ZT_STATUS_OOM, "out of host memory for a storage object");
@@ -224,7 +238,7 @@ static zt_status evict(zt_storage *s, zt_store *store, zt_dtype dtype, bool asyn
   } else {
     kept_drop(k); /* changed (or another store, dtype): the copy is stale */
     zt_status st = ZT_OK;
-    if (async) st = zt__store_put_async(store, s->device, s->data, s->nbytes, dtype, s->tag, &e->wreq);
+    if (async) st = zt__store_put_async(store, s->device, s->data, s->nbytes, dtype, s->tag, fn, &e->wreq);
     if (!st && !e->wreq) { /* synchronous (asked for, or the store cannot write behind) */
       st = zt_store_put(store, s->device, s->data, s->nbytes, dtype, s->tag, &e->item);
       e->has_item = !st;

@@ -144,7 +144,7 @@ static void *helper_main(void *arg) {
   zt_store *s = arg;
   pthread_mutex_lock(&s->mu);
   for (;;) {
-    while (!s->stop && !s->q_head) pthread_cond_wait(&s->work, &s->mu);
+    while (!s->stop && (!s->q_head || s->paused)) pthread_cond_wait(&s->work, &s->mu);
     if (s->stop) break;
     zt_store_request *r = s->q_head;
     s->q_head = r->next;
@@ -312,6 +312,13 @@ size_t zt_store_write_cap(const zt_store *s) {
   return c;
 }
 
+void zt__store_pause(zt_store *s, bool paused) {
+  pthread_mutex_lock(&s->mu);
+  s->paused = paused;
+  pthread_cond_broadcast(&s->work);
+  pthread_mutex_unlock(&s->mu);
+}
+
 void zt__store_count_skipped(zt_store *s) {
   pthread_mutex_lock(&s->mu);
   s->st.puts_skipped++;
@@ -326,37 +333,65 @@ static zt_status take_write_error(zt_store *s, const char *where) {
   s->w_err = ZT_OK;
   s->w_msg = NULL;
   e = ZT_ERR(e,
-             "%s: an earlier write behind into the %s store failed: %s; the storage it evicted keeps its bytes in "
-             "RAM (restoring it gives them back): free space in the store, or evict to another one",
+             "%s: an earlier write behind into the %s store failed: %s; what it was writing keeps its bytes in RAM, "
+             "nothing is lost (an evicted storage is restored from them, an offloaded saved tensor read back from "
+             "them): free space in the store, or use another one",
              where, zt_store_kind(s), msg ? msg : "(its message was lost: out of host memory)");
   free(msg);
   return e;
 }
 
+/* Under mu, the helper started: wait while nbytes more would pass the cap (an item larger than
+ * the cap alone goes through). */
+static zt_status wait_room(zt_store *s, size_t nbytes, const char *where) {
+  while (s->thread_on && s->st.write_bytes_in_flight > 0 && (size_t)s->st.write_bytes_in_flight + nbytes > s->w_cap) {
+    if (s->w_active == 0) /* only failed writes hold the bytes: waiting would never end */
+      return ZT_ERR(ZT_STATUS_STATE,
+                    "%s: %lld bytes of failed writes behind are held in RAM, past the %s store's write cap of %zu "
+                    "bytes: restore or free what they were writing (zt_store_flush reports the failure)",
+                    where, (long long)s->st.write_bytes_in_flight, zt_store_kind(s), s->w_cap);
+    pthread_cond_wait(&s->done, &s->mu);
+  }
+  return ZT_OK;
+}
+
+zt_status zt__store_write_room(zt_store *s, size_t nbytes, const char *where) {
+  pthread_mutex_lock(&s->mu);
+  zt_status e = take_write_error(s, where);
+  if (!e) helper_start(s);
+  if (!e) e = wait_room(s, nbytes, where);
+  pthread_mutex_unlock(&s->mu);
+  return e;
+}
+
+zt_status zt__store_write_error(zt_store *s, const char *where) {
+  pthread_mutex_lock(&s->mu);
+  zt_status e = take_write_error(s, where);
+  pthread_mutex_unlock(&s->mu);
+  return e;
+}
+
+bool zt__store_can_write_behind(zt_store *s) {
+  pthread_mutex_lock(&s->mu);
+  bool can = s->helper_put && !s->st.helper_failed;
+  pthread_mutex_unlock(&s->mu);
+  return can;
+}
+
 zt_status zt__store_put_async(zt_store *s, zt_device dev, void *src, size_t nbytes, zt_dtype dtype, zt_mem_tag tag,
-                              zt_store_request **out) {
+                              const char *where, zt_store_request **out) {
   *out = NULL;
   const zt__backend *b;
-  ZT_TRY(zt__backend_of(dev, "zt_storage_evict_async", &b));
+  ZT_TRY(zt__backend_of(dev, where, &b));
   if (!s->helper_put || !b->host_accessible || !nbytes) return ZT_OK; /* the caller puts */
   zt_store_request *r = calloc(1, sizeof *r);
-  if (!r) return ZT_ERR(ZT_STATUS_OOM, "zt_storage_evict_async: out of host memory for a request");
+  if (!r) return ZT_ERR(ZT_STATUS_OOM, "%s: out of host memory for a request", where);
   *r = (zt_store_request){.store = s, .kind = ZT__STORE_REQ_PUT, .dev = dev, .src = src,
                           .item = {.nbytes = nbytes, .dtype = dtype, .tag = tag}};
   pthread_mutex_lock(&s->mu);
-  zt_status e = take_write_error(s, "zt_storage_evict_async");
+  zt_status e = take_write_error(s, where);
   if (!e) helper_start(s);
-  /* past the cap: wait for earlier writes (an item larger than the cap alone goes through) */
-  while (!e && s->thread_on && s->st.write_bytes_in_flight > 0 &&
-         (size_t)s->st.write_bytes_in_flight + nbytes > s->w_cap) {
-    if (s->w_active == 0) /* only failed writes hold the bytes: waiting would never end */
-      e = ZT_ERR(ZT_STATUS_STATE,
-                 "zt_storage_evict_async: %lld bytes of failed writes behind are held in RAM, past the %s store's "
-                 "write cap of %zu bytes: restore or free the storages whose writes failed (zt_store_flush reports "
-                 "the failure)",
-                 (long long)s->st.write_bytes_in_flight, zt_store_kind(s), s->w_cap);
-    else pthread_cond_wait(&s->done, &s->mu);
-  }
+  if (!e) e = wait_room(s, nbytes, where); /* past the cap: earlier writes first */
   if (e || !s->thread_on) { /* no helper: the caller puts, synchronously */
     pthread_mutex_unlock(&s->mu);
     free(r);
@@ -406,12 +441,22 @@ static void put_done(zt_store *s, zt_store_request *r, zt_status st, char *msg) 
   pthread_mutex_unlock(&s->mu);
 }
 
-zt_status zt__store_put_finish(zt_store_request *r, bool take_back, zt_store_item *item, void **ram) {
+/* put_finish; with !wait it returns *settled false (r untouched) where it would wait: a write
+ * running, or queued and not taken back. !report: a failure is returned as its code only (no
+ * message is made: the thread's last error stays the one being reported). */
+static zt_status put_finish(zt_store_request *r, bool take_back, bool wait, bool report, zt_store_item *item,
+                            void **ram, bool *settled) {
   zt_store *s = r->store;
   size_t n = r->item.nbytes;
   *item = (zt_store_item){0};
   *ram = NULL;
+  *settled = true;
   pthread_mutex_lock(&s->mu);
+  if (!wait && (r->state == ZT__STORE_REQ_RUNNING || (r->state == ZT__STORE_REQ_QUEUED && !take_back))) {
+    pthread_mutex_unlock(&s->mu);
+    *settled = false;
+    return ZT_OK;
+  }
   if (r->state == ZT__STORE_REQ_QUEUED) {
     unqueue(s, r);
     if (take_back) { /* never written: the bytes go back as they are */
@@ -437,11 +482,20 @@ zt_status zt__store_put_finish(zt_store_request *r, bool take_back, zt_store_ite
   pthread_mutex_unlock(&s->mu);
   if (!st) *item = r->item;
   if (!r->src_freed) *ram = r->src;
-  if (st)
+  if (st && report)
     st = ZT_ERR(st, "%s store: the write behind of %zu bytes failed: %s", zt_store_kind(s), n,
                 r->msg ? r->msg : "(its message was lost: out of host memory)");
   request_free(s, r);
   return st;
+}
+
+zt_status zt__store_put_finish(zt_store_request *r, bool take_back, zt_store_item *item, void **ram) {
+  bool settled;
+  return put_finish(r, take_back, true, true, item, ram, &settled);
+}
+
+bool zt__store_put_settle(zt_store_request *r, bool wait, zt_store_item *item, void **ram, bool *settled) {
+  return put_finish(r, true, wait, false, item, ram, settled) != ZT_OK;
 }
 
 zt_status zt_store_flush(zt_store *s) {

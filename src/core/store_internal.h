@@ -44,6 +44,7 @@ struct zt_store {
   pthread_cond_t work, done;
   pthread_t thread;
   bool thread_on, stop;
+  bool paused;                       /* tests: the helper starts no request (zt__store_pause) */
   zt_store_request *q_head, *q_tail; /* FIFO of queued requests */
   int in_flight;                     /* requests made and not yet waited or cancelled */
   zt_store_stats st;                 /* guarded by mu */
@@ -61,15 +62,33 @@ struct zt_store {
  * unless taken back. Waits while the write cap would be passed. *out NULL with ZT_OK: this
  * store cannot write behind (not helper_put, dev not host-accessible, no helper thread): the
  * caller keeps src and puts synchronously. A failure of an earlier write is reported here
- * (and src stays the caller's). */
+ * (and src stays the caller's). where names the caller in messages. */
 zt_status zt__store_put_async(zt_store *s, zt_device dev, void *src, size_t nbytes, zt_dtype dtype, zt_mem_tag tag,
-                              zt_store_request **out);
+                              const char *where, zt_store_request **out);
+/* Whether puts into s may be written behind (helper_put, and its helper did not fail to start):
+ * a caller that must copy its bytes first asks before copying. */
+bool zt__store_can_write_behind(zt_store *s);
+/* Wait until nbytes more written behind would stay within the write cap (as zt__store_put_async
+ * waits), first reporting an earlier failed write. A caller that allocates the RAM it hands to
+ * zt__store_put_async calls it before allocating, so the RAM held stays within the cap with the
+ * new copy counted (one caller thread per store: nothing else adds writes in between). */
+zt_status zt__store_write_room(zt_store *s, size_t nbytes, const char *where);
+/* The first failed write behind not yet reported (cleared), without waiting: ZT_OK when none. */
+zt_status zt__store_write_error(zt_store *s, const char *where);
 /* Finish a put request and free it. take_back: the owner wants the bytes in RAM (a restore,
  * a free): a write not started is dropped, a running one waited for and its source kept.
  * Otherwise the write is done (here, if not started). *item: the store's copy (empty when
  * none was written); *ram: the source bytes when they were not freed (taken back, or the
  * write failed), the caller's from now on. A failed write: its status and message, *ram set. */
 zt_status zt__store_put_finish(zt_store_request *r, bool take_back, zt_store_item *item, void **ram);
+/* zt__store_put_finish with take_back, for an owner whose writes' failures the store reports
+ * (zt__store_write_error, zt_store_flush): returns whether the write failed, making no message.
+ * !wait: only where that needs no wait (the write done, or not started: taken back), else
+ * *settled false and r is left as it was. */
+bool zt__store_put_settle(zt_store_request *r, bool wait, zt_store_item *item, void **ram, bool *settled);
+/* Tests: while paused the helper starts no request (queued ones stay queued: a wait or a put
+ * finish does them, or takes them back); a flush or a write cap would then wait until unpaused. */
+void zt__store_pause(zt_store *s, bool paused);
 /* Count an eviction that needed no put (the store's kept copy was clean). */
 void zt__store_count_skipped(zt_store *s);
 

@@ -9,6 +9,9 @@
  * being restored from one), naming the tensor; where says who read it ("op 'add': input
  * 0"). Every reader that finds storage->released asks this first when storage->evicted. */
 ZT_NODISCARD zt_status zt__storage_evicted_error(const zt_tensor *t, const char *where);
+/* A storage that owns data: nbytes allocated with zt_mem_alloc on dev under tag, freed (and
+ * unaccounted) with the storage. On failure (out of host memory) data stays the caller's. */
+ZT_NODISCARD zt_status zt__storage_adopt(void *data, size_t nbytes, zt_device dev, zt_mem_tag tag, zt_storage **out);
 
 /* zt_tensor_data for code that has already checked (asserts). */
 void *zt__tensor_ptr(const zt_tensor *t);

@@ -1,15 +1,18 @@
 /* Activation offload on saved-tensor hooks: pack copies a saved view's span of storage into
  * an entry held by a store (zt/store.h; shared per storage id + version) and keeps no
- * reference to the storage; the store's helper thread loads the entries packed just before
- * the one being unpacked.
- * Invariants: an entry's store bytes are dropped only when no request of it is in flight;
- * entries are touched by the thread that runs forward and backward only.
+ * reference to the storage; on the disk tier the copy is written behind by the store's helper
+ * thread; the same helper loads the entries packed just before the one being unpacked.
+ * Invariants: an entry's bytes are always in one of: its write behind, the store, its ready
+ * storage (offload_internal.h); its store bytes are dropped only when no request of it is in
+ * flight; entries are touched by the thread that runs forward and backward only.
  * This file: the entries, the offload object and its public zt_offload_* API, and the
  * saved-tensor hooks; offload_internal.h lists the others. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/backend.h"
 #include "core/status_internal.h"
+#include "core/store_internal.h"
 #include "offload_internal.h"
 
 /* What one saved tensor keeps: its view geometry and its entry, or an alias when kept. */
@@ -76,8 +79,26 @@ static zt__offload_entry *find_entry(const zt_offload *o, const zt_tensor *t, in
 }
 
 static void free_tier_bytes(zt_offload *o, zt__offload_entry *e) {
-  tier_add(o, -(int64_t)e->item.held);
-  zt_store_drop(o->store, &e->item);
+  tier_add(o, -(int64_t)e->tier_bytes);
+  e->tier_bytes = 0;
+  if (e->in_store) zt_store_drop(o->store, &e->item);
+  e->in_store = false;
+}
+
+/* Everything e holds freed: a write behind taken back (never done when not started) or
+ * waited for, a load in flight waited for (its store bytes are being read), its ready
+ * storage, its host copy, its store bytes. */
+static void entry_bytes_free(zt_offload *o, zt__offload_entry *e) {
+  if (e->state == ZT__OFFLOAD_ENTRY_WRITING) {
+    bool settled;
+    ZT_IGNORE(zt__offload_settle(o, e, true, &settled), "a copy not made a storage stays in e->ram: freed below");
+  }
+  zt__offload_unwant(o, e);
+  zt_storage_release_ref(e->ready); /* the only copy (never written) is kept by unwant */
+  e->ready = NULL;
+  if (e->ram) zt_mem_free(e->ram, e->nbytes, ZT_CPU, ZT_MEM_TAG_ACTIVATION);
+  e->ram = NULL;
+  free_tier_bytes(o, e);
 }
 
 zt_status zt__offload_alloc(const zt__offload_entry *e, zt_storage **out) {
@@ -97,6 +118,89 @@ static zt_status load(zt_offload *o, const zt__offload_entry *e, zt_storage **ou
   return ZT_OK;
 }
 
+/* The entry's host copy (e->ram) becomes its ready storage: adopted as it is on cpu, else
+ * written into a new storage on the entry's device. On failure e->ram stays. */
+static zt_status ram_to_ready(zt__offload_entry *e) {
+  zt_storage *s = NULL;
+  if (zt_device_equal(e->device, ZT_CPU)) {
+    ZT_TRY(zt__storage_adopt(e->ram, e->nbytes, ZT_CPU, ZT_MEM_TAG_ACTIVATION, &s));
+    if (e->tag != ZT_MEM_TAG_ACTIVATION) zt_storage_retag(s, e->tag); /* accounted as what it brings back */
+  } else {
+    ZT_TRY(zt__offload_alloc(e, &s));
+    zt__dev_storage_write(s, 0, e->ram, e->nbytes);
+    zt_mem_free(e->ram, e->nbytes, ZT_CPU, ZT_MEM_TAG_ACTIVATION);
+  }
+  e->ram = NULL;
+  e->ready = s;
+  e->state = ZT__OFFLOAD_ENTRY_READY;
+  e->used = false;
+  return ZT_OK;
+}
+
+zt_status zt__offload_settle(zt_offload *o, zt__offload_entry *e, bool wait, bool *settled) {
+  *settled = true;
+  if (e->state != ZT__OFFLOAD_ENTRY_WRITING) return ZT_OK;
+  zt_store_item item;
+  void *ram = NULL;
+  bool done = true;
+  /* a failed write is the store's to report (zt__store_write_error: the next pack or unpack), once */
+  bool failed = zt__store_put_settle(e->wreq, wait, &item, &ram, &done);
+  if (!done) {
+    *settled = false;
+    return ZT_OK;
+  }
+  e->wreq = NULL;
+  e->state = ZT__OFFLOAD_ENTRY_STORED;
+  if (item.nbytes) { /* written */
+    e->item = item;
+    e->in_store = true;
+    tier_add(o, (int64_t)item.held - (int64_t)e->tier_bytes);
+    e->tier_bytes = item.held;
+  } else { /* taken back before it started, or failed: the bytes are only in RAM now */
+    tier_add(o, -(int64_t)e->tier_bytes);
+    e->tier_bytes = 0;
+    o->st.writes_taken_back += !failed;
+  }
+  if (!ram) return ZT_OK;
+  e->ram = ram;
+  zt_status s = ram_to_ready(e);
+  if (s == ZT_OK) e->ram_hit = true;
+  else if (e->in_store) { /* the store has it: the copy is not needed */
+    zt_mem_free(e->ram, e->nbytes, ZT_CPU, ZT_MEM_TAG_ACTIVATION);
+    e->ram = NULL;
+  }
+  return s;
+}
+
+/* Write behind: a host copy of the span handed to the store's helper. *e->wreq NULL when the
+ * store cannot (then the caller puts synchronously). The copy is made in host memory rather
+ * than the saved storage being held (retained) until its write ends: that would keep forward's
+ * whole storage (not only the span) for the write's time, and it would not be correct: the
+ * saved bytes must be the ones the op saw at the save, but forward may change the storage in
+ * place after it (offload's contract: backward then sees the saved values, zt/offload.h), and
+ * the storage may be released or evicted (FSDP's reshard, OffloadModel's boundary
+ * activations) while the helper reads it; the helper would race with those writes. A copy is
+ * forward's own for as long as the write needs it, and a memcpy costs far less than the write. */
+static zt_status put_behind(zt_offload *o, const zt_tensor *t, int64_t lo, zt__offload_entry *e) {
+  const char *where = "zt_offload: writing a saved tensor behind";
+  ZT_TRY(zt__store_write_room(o->store, e->nbytes, where)); /* first: the cap counts the copy about to be made */
+  void *buf = NULL;
+  ZT_TRY(zt_mem_alloc(e->nbytes, ZT_CPU, ZT_MEM_TAG_ACTIVATION, &buf));
+  zt__dev_storage_read(t->storage, (size_t)lo * zt_dtype_size(t->dtype), buf, e->nbytes);
+  zt_status s = zt__store_put_async(o->store, ZT_CPU, buf, e->nbytes, t->dtype, ZT_MEM_TAG_ACTIVATION, where, &e->wreq);
+  if (s == ZT_OK && !e->wreq) /* no helper after all: put the copy now */
+    s = zt_store_put(o->store, ZT_CPU, buf, e->nbytes, t->dtype, ZT_MEM_TAG_ACTIVATION, &e->item);
+  if (!e->wreq) {
+    zt_mem_free(buf, e->nbytes, ZT_CPU, ZT_MEM_TAG_ACTIVATION);
+    if (s == ZT_OK) e->in_store = true, e->tier_bytes = e->item.held;
+    return s;
+  }
+  e->state = ZT__OFFLOAD_ENTRY_WRITING;
+  e->tier_bytes = e->nbytes; /* what the lossless stores that write behind hold for it */
+  o->st.writes_behind++;
+  return ZT_OK;
+}
+
 /* Copy elements [lo, lo + n) of t's storage to the tier, as a new live entry. */
 static zt_status make_entry(zt_offload *o, const zt_tensor *t, int64_t lo, int64_t n, zt__offload_entry **out) {
   zt__offload_entry *e = calloc(1, sizeof *e);
@@ -110,15 +214,21 @@ static zt_status make_entry(zt_offload *o, const zt_tensor *t, int64_t lo, int64
   e->lo = lo;
   e->n = n;
   e->nbytes = (size_t)n * es;
-  /* the store stages the bytes through the storage's backend when the host cannot touch them */
-  const char *src = (const char *)t->storage->data + lo * (int64_t)es;
   double t0 = zt_clock_now();
-  zt_status s = zt_store_put(o->store, t->storage->device, src, e->nbytes, t->dtype, ZT_MEM_TAG_ACTIVATION, &e->item);
+  zt_status s;
+  if (o->opt.tier == ZT_OFFLOAD_DISK && o->opt.write_cap > 0 && zt__store_can_write_behind(o->store)) {
+    s = put_behind(o, t, lo, e);
+  } else {
+    /* the store stages the bytes through the storage's backend when the host cannot touch them */
+    const char *src = (const char *)t->storage->data + lo * (int64_t)es;
+    s = zt_store_put(o->store, t->storage->device, src, e->nbytes, t->dtype, ZT_MEM_TAG_ACTIVATION, &e->item);
+    if (s == ZT_OK) e->in_store = true, e->tier_bytes = e->item.held;
+  }
   o->st.put_ms += 1e3 * (zt_clock_now() - t0);
   if (s == ZT_OK) {
-    tier_add(o, (int64_t)e->item.held);
+    tier_add(o, (int64_t)e->tier_bytes);
     s = hash_insert(o, e);
-    if (s) free_tier_bytes(o, e);
+    if (s) entry_bytes_free(o, e);
   }
   if (s) {
     free(e);
@@ -137,9 +247,8 @@ static zt_status make_entry(zt_offload *o, const zt_tensor *t, int64_t lo, int64
 
 static void entry_unref(zt_offload *o, zt__offload_entry *e) {
   if (--e->refs > 0) return;
-  zt__offload_unwant(o, e); /* a load in flight is waited for: its store bytes are being read */
+  entry_bytes_free(o, e);
   zt__offload_window_remove(o, e);
-  free_tier_bytes(o, e);
   hash_remove(o, e);
   if (e->prev) e->prev->next = e->next;
   else o->head = e->next;
@@ -162,7 +271,7 @@ static void store_unref(zt_offload *o) {
 }
 
 zt_offload_options zt_offload_options_default(zt_offload_tier tier) {
-  return (zt_offload_options){tier, NULL, 64 << 10, 2};
+  return (zt_offload_options){tier, NULL, 64 << 10, 2, (int64_t)ZT_STORE_WRITE_CAP_DEFAULT};
 }
 
 zt_status zt_offload_new(const zt_offload_options *opt, zt_offload **out) {
@@ -179,6 +288,9 @@ zt_status zt_offload_new(const zt_offload_options *opt, zt_offload **out) {
   if (opt->prefetch < 0 || opt->prefetch > ZT__OFFLOAD_MAX_PREFETCH)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_offload_new: prefetch is %d; it must be in [0, %d] (0: no helper thread)",
                   opt->prefetch, ZT__OFFLOAD_MAX_PREFETCH);
+  if (opt->write_cap < 0)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_offload_new: write_cap is %lld; it must be >= 0 (0: synchronous writes)",
+                  (long long)opt->write_cap);
   zt_offload *o = calloc(1, sizeof *o);
   if (!o) return ZT_ERR(ZT_STATUS_OOM, "zt_offload_new: out of host memory");
   o->opt = *opt;
@@ -197,6 +309,7 @@ zt_status zt_offload_new(const zt_offload_options *opt, zt_offload **out) {
     store_destroy(o);
     return s;
   }
+  zt_store_set_write_cap(o->store, (size_t)opt->write_cap); /* nothing in flight yet */
   *out = o;
   return ZT_OK;
 }
@@ -292,6 +405,15 @@ static zt_status off_unpack(void *packed, zt_tensor **out, void *user_data) {
   /* before our own wait or load, so the helper works meanwhile; a request of e that the
    * helper has not started is done by the wait below, at once */
   zt__offload_schedule(o, e);
+  if (e->state == ZT__OFFLOAD_ENTRY_WRITING) { /* its copy is still in RAM: taken back, or its running write waited for */
+    bool settled;
+    err = zt__offload_settle(o, e, false, &settled);
+    if (!err && !settled) {
+      err = zt__offload_settle(o, e, true, &settled);
+      e->ram_hit = false; /* it waited */
+    }
+  }
+  if (!err && e->ram) err = ram_to_ready(e); /* a copy that could not be made a storage before */
   if (e->state == ZT__OFFLOAD_ENTRY_LOADING) {
     served = zt_store_request_done(e->req);
     err = zt_store_wait(e->req);
@@ -312,10 +434,12 @@ static zt_status off_unpack(void *packed, zt_tensor **out, void *user_data) {
     if (e->used) {
       served = true;
       o->st.reuses++;
-    } else if (served) {
+    } else if (served || e->ram_hit) {
+      served = true;
       o->st.prefetch_hits++;
     }
     e->used = true;
+    e->ram_hit = false;
   } else if (!err) {
     err = load(o, e, &s);
     if (err == ZT_OK && e->wanted) { /* kept for the other saves of this storage */
@@ -329,7 +453,13 @@ static zt_status off_unpack(void *packed, zt_tensor **out, void *user_data) {
     o->st.waits++;
     o->st.wait_ms += 1e3 * zt_clock_now() - t0;
   }
-  if (err) return zt__error_prefix(err, "zt_offload: loading a saved tensor back");
+  /* a write behind that failed (this entry's or another's): its bytes are safe in RAM, but the
+   * store's trouble is reported now, once */
+  if (!err) err = zt__store_write_error(o->store, "zt_offload: a saved tensor's write behind");
+  if (err) {
+    zt_storage_release_ref(s);
+    return zt__error_prefix(err, "zt_offload: loading a saved tensor back");
+  }
   zt_status st = zt__tensor_new_view(s, r->offset, r->ndim, r->shape, r->stride, r->dtype, out);
   zt_storage_release_ref(s); /* the view holds it now; the tier copy stays until release */
   return st;
@@ -368,6 +498,11 @@ zt_status zt_offload_pop(zt_offload *o) {
   ZT_TRY(zt_saved_tensor_hooks_pop());
   o->pushed--;
   return ZT_OK;
+}
+
+zt_status zt_offload_flush(zt_offload *o) {
+  if (!o) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_offload_flush: offload is NULL");
+  return zt_store_flush(o->store);
 }
 
 void zt_offload_stats_get(const zt_offload *o, zt_offload_stats *out) {

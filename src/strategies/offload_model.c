@@ -783,8 +783,6 @@ void zt_offload_model_free(zt_offload_model *om) {
   free(om->ss);
   free(om->ss_set);
   free(om->pending);
-  free(om->upd_idx);
-  free(om->upd_params);
   free(om);
 }
 
@@ -887,13 +885,10 @@ static zt_status build(zt_offload_model *om) {
   om->ss = calloc((size_t)(P ? P : 1), sizeof *om->ss);
   om->ss_set = calloc((size_t)(P ? P : 1), sizeof *om->ss_set);
   om->pending = calloc((size_t)(P ? P : 1), sizeof *om->pending);
-  om->upd_idx = calloc((size_t)(P ? P : 1), sizeof *om->upd_idx);
-  om->upd_params = calloc((size_t)(P ? P : 1), sizeof *om->upd_params);
   zt_status e = ZT_OK;
   if (!use || !ubytes || !uu || !om->first || !om->count || !om->sp || !om->sp_off || !om->owned || !om->owned_off ||
       !om->p_first || !om->p_nslices || !om->p_res || !om->shared || !om->shared_idx ||
-      !om->state || !om->last_use || !om->rng_blocks || !om->ss || !om->ss_set || !om->pending || !om->upd_idx ||
-      !om->upd_params)
+      !om->state || !om->last_use || !om->rng_blocks || !om->ss || !om->ss_set || !om->pending)
     e = ZT_ERR(ZT_STATUS_OOM, "zt_offload_model_new: out of host memory for the slice tables");
   for (int v = 0; v < U && !e; v++)
     for (int i = 0; i < P; i++)

@@ -52,8 +52,6 @@ struct zt_offload_model {
   zt_optim *state_opt;      /* offload_optim_state: the optimizer whose state lives in the store (the last step's) */
   zt_optim *pend_opt;       /* the update that waits: optimizer, lr, clip factor (0: none) */
   double pend_lr, pend_coef;
-  int *upd_idx;             /* [n_params]: scratch for an update's indices and entries */
-  zt_param *upd_params;
   double last_loss;
   bool graph_last;         /* graph-keeping mode: this backward is the step's last (its grads are final); the
                             * first slice's are settled by the step */

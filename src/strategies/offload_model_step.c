@@ -2,52 +2,125 @@
  * of squares in the optimizer's order, clipping and the update slice by slice, now or (lazy
  * updates) at each slice's next load; the training step of both modes.
  * Invariants: an update waits (pending) only for a slice not in RAM; the optimizer's step
- * count advances once, when the last waiting parameter is updated. */
+ * count advances once, when the last waiting parameter is updated; the moments in RAM for
+ * the parameters not yet updated (those read ahead included) are at most those of the slice
+ * being updated (what one slice's update holds). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/status_internal.h"
 #include "offload_model_internal.h"
 #include "zt/autograd.h"
 
-/* The update of the parameters of slice s (in RAM) that wait for theirs; the last one to go
- * counts the optimizer's step. */
-static zt_status apply_pending(zt_offload_model *om, int s);
-zt_status zt__om_apply_pending(zt_offload_model *om, int s) {
-  double t0 = zt_clock_now();
-  zt_status e = apply_pending(om, s);
-  om->st.update_s += zt_clock_now() - t0;
-  return e;
+/* One pending parameter of an update run: its index, its moments' bytes, and the most moment
+ * bytes the run may hold while updating it (the moments of its slice's pending parameters). */
+typedef struct upd {
+  int i;
+  size_t bytes, budget;
+} upd;
+
+/* Parameter i's optimizer state in the store: its bytes; with start, its restores begun (the
+ * store's helper reads it while the caller goes on; a no-op for one in RAM or on its way). */
+static size_t moments(zt_offload_model *om, int i, bool start, zt_status *st) {
+  zt_tensor *const *ts;
+  int n = zt__om_optim_states(om, i, &ts);
+  size_t b = 0;
+  for (int q = 0; q < n; q++) {
+    b += ts[q]->storage->nbytes;
+    if (start && !*st) *st = zt_storage_restore_async(ts[q]->storage);
+  }
+  return b;
 }
-static zt_status apply_pending(zt_offload_model *om, int s) {
-  int n = 0;
-  for (int j = om->sp_off[s]; j < om->sp_off[s + 1]; j++) {
-    int i = om->sp[j];
-    if (!om->pending[i]) continue;
-    om->upd_idx[n] = i;
-    om->upd_params[n++] = om->u.params[i];
-  }
-  if (!n) return ZT_OK;
-  for (int j = 0; j < n; j++) { /* optimizer state from the store: prefetched with the slice, or now */
-    zt_tensor *const *ts;
-    int ns = zt__om_optim_states(om, om->upd_idx[j], &ts);
-    for (int q = 0; q < ns; q++) ZT_TRY(zt_storage_restore(ts[q]->storage)); /* waits for one in flight */
-  }
-  if (om->pend_coef > 0) ZT_TRY(zt_grads_scale(n, om->upd_params, om->pend_coef));
-  ZT_TRY(zt_optim_step_params(om->pend_opt, om->pend_lr, n, om->upd_idx));
+
+/* Parameter i's update: its moments in RAM (waited for, or read now), its grad scaled, AdamW,
+ * its grad freed, its moments back to the store at once (written behind). */
+static zt_status update_one(zt_offload_model *om, int i) {
+  zt_tensor *const *ts;
+  int ns = zt__om_optim_states(om, i, &ts);
+  for (int q = 0; q < ns; q++) ZT_TRY(zt_storage_restore(ts[q]->storage)); /* waits for one in flight */
+  if (om->pend_coef > 0) ZT_TRY(zt_grads_scale(1, &om->u.params[i], om->pend_coef));
+  ZT_TRY(zt_optim_step_params(om->pend_opt, om->pend_lr, 1, &i));
+  zt_tensor *t = om->u.params[i].tensor;
+  zt_tensor_free(t->grad);
+  t->grad = NULL;
+  om->pending[i] = false;
+  om->n_pending--;
+  return zt__om_optim_evict(om, i); /* back to the store at once: RAM holds it for the update only */
+}
+
+/* The updates of u[0..n), one parameter after another (AdamW is per parameter: updating them
+ * one by one is bitwise the same as together). Before each, the moments of the parameters
+ * after it are read ahead while they fit, with those of it and the others read ahead not yet
+ * updated, within its budget: so the reads of the next parameters, and of the next slice's
+ * once this slice's last ones are in, go on while this one's AdamW runs, and RAM never holds
+ * more moments than one whole slice's update did when they were read all at once. The last
+ * waiting parameter counts the optimizer's step. A failure leaves the ones before it updated
+ * (not pending); restores started for the others finish with their slices' evictions. */
+static zt_status update_run(zt_offload_model *om, int n, const upd *u, bool count) {
+  int ahead = 0;    /* restores started for u[0..ahead) */
+  size_t held = 0;  /* moment bytes of u[j..ahead): in RAM or on their way, not yet updated */
   for (int j = 0; j < n; j++) {
-    zt_tensor *t = om->u.params[om->upd_idx[j]].tensor;
-    zt_tensor_free(t->grad);
-    t->grad = NULL;
-    om->pending[om->upd_idx[j]] = false;
-    ZT_TRY(zt__om_optim_evict(om, om->upd_idx[j])); /* back to the store at once: RAM holds it for the update only */
+    while (ahead < n && (ahead == j || held + u[ahead].bytes <= u[j].budget)) {
+      zt_status st = ZT_OK;
+      moments(om, u[ahead].i, true, &st);
+      if (st) return st;
+      om->st.moments_read_ahead += count && ahead > j && u[ahead].bytes > 0;
+      held += u[ahead].bytes;
+      ahead++;
+    }
+    ZT_TRY(update_one(om, u[j].i));
+    held -= u[j].bytes;
   }
-  om->n_pending -= n;
   if (om->n_pending == 0) {
     zt_optim_step_finish(om->pend_opt);
     om->pend_opt = NULL;
   }
   return ZT_OK;
+}
+
+/* Append slice s's pending parameters (not yet in u) to u[*n..), each with the slice's budget. */
+static void add_slice(zt_offload_model *om, int s, upd *u, int *n, bool *in_run) {
+  int first = *n;
+  size_t budget = 0;
+  zt_status unused = ZT_OK;
+  for (int j = om->sp_off[s]; j < om->sp_off[s + 1]; j++) {
+    int i = om->sp[j];
+    if (!om->pending[i] || in_run[i]) continue;
+    in_run[i] = true;
+    u[*n] = (upd){i, moments(om, i, false, &unused), 0};
+    budget += u[(*n)++].bytes;
+  }
+  for (int k = first; k < *n; k++) u[k].budget = budget;
+}
+
+/* The update of the parameters of the slices marked in `which` (in RAM), in slice order;
+ * count: the moments read ahead are counted (the step's end: none was on its way before). */
+static zt_status apply_slices(zt_offload_model *om, const bool *which, bool count) {
+  int P = om->u.n_params, n = 0;
+  upd *u = malloc(sizeof *u * (size_t)(P ? P : 1));
+  bool *in_run = calloc((size_t)(P ? P : 1), sizeof *in_run);
+  zt_status e = ZT_OK;
+  if (!u || !in_run) e = ZT_ERR(ZT_STATUS_OOM, "offload model: out of host memory for an update");
+  for (int s = 0; !e && s < om->S; s++)
+    if (which[s]) add_slice(om, s, u, &n, in_run);
+  if (!e && n) e = update_run(om, n, u, count);
+  free(u);
+  free(in_run);
+  return e;
+}
+
+/* The update of the parameters of slice s (in RAM) that wait for theirs; the last one to go
+ * counts the optimizer's step. */
+zt_status zt__om_apply_pending(zt_offload_model *om, int s) {
+  double t0 = zt_clock_now();
+  bool *which = calloc((size_t)om->S, sizeof *which);
+  zt_status e = which ? ZT_OK : ZT_ERR(ZT_STATUS_OOM, "offload model: out of host memory for an update");
+  if (which) which[s] = true;
+  if (!e) e = apply_slices(om, which, false);
+  free(which);
+  om->st.update_s += zt_clock_now() - t0;
+  return e;
 }
 
 zt_status zt_offload_model_step(zt_offload_model *om, zt_optim *opt, double lr, double grad_clip, double *norm) {
@@ -93,8 +166,16 @@ zt_status zt_offload_model_step(zt_offload_model *om, zt_optim *opt, double lr, 
     om->pend_opt = NULL;
     return ZT_OK;
   }
-  for (int s = 0; s < om->S && om->n_pending; s++)
-    if (om->state[s] == SLICE_IN) ZT_TRY(zt__om_apply_pending(om, s));
+  /* the slices in RAM (backward left the first ones), as one run: the moments of the next slice
+   * are read while this one's AdamW runs */
+  double t0 = zt_clock_now();
+  bool *which = calloc((size_t)om->S, sizeof *which);
+  if (!which) return ZT_ERR(ZT_STATUS_OOM, "%s: out of host memory", fn);
+  for (int s = 0; s < om->S; s++) which[s] = om->state[s] == SLICE_IN;
+  zt_status e = apply_slices(om, which, true);
+  free(which);
+  om->st.update_s += zt_clock_now() - t0;
+  if (e) return e;
   return om->o.lazy_update ? ZT_OK : zt_offload_model_flush(om);
 }
 

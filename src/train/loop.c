@@ -402,6 +402,7 @@ zt_status zt_train_memory_attach(zt_gpt2 *m, const zt_train_config *c, int64_t r
   if (!s && c->memory.offload_activations) {
     zt_offload_options o = zt_offload_options_default((zt_offload_tier)c->memory.offload_activations);
     if (c->memory.offload_dir[0]) o.dir = c->memory.offload_dir;
+    o.write_cap = zt__train_act_write_cap(zt_gpt2_get_config(m), rows * c->data.seq); /* what the planner counts */
     s = zt_offload_new(&o, &mem->offload);
   }
   zt_model model = zt_gpt2_model(m);

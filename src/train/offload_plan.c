@@ -14,10 +14,13 @@
 #include <string.h>
 
 #include "core/status_internal.h"
+#include "train/offload_train.h"
 #include "zt/train.h"
 
 /* Values per token a block keeps for backward with nothing recomputed (gpt2_plan.c). */
 static double block_kept(const zt_gpt2_config *g) { return 16.0 * g->n_embd + 4 + g->n_head; }
+
+int64_t zt__train_act_write_cap(const zt_gpt2_config *g, int64_t tokens) { return 2 * 4 * (int64_t)g->n_embd * tokens * 4; }
 
 /* What one plan holds at its peak, and how long a step takes. rec (OFFLOAD only; NULL: none):
  * the slices whose blocks are recomputed instead of offloaded. */
@@ -43,10 +46,13 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
   /* activations of one chunk (t tokens): a block keeps block_kept values per token; one
    * block's backward temporaries (ZT_OFFLOAD_PLAN_TEMP per token); a slice's boundary activation
    * and its grad; the head's chunked logits and their grad (the output layer's wte grad waits
-   * in the engine in keep-graph mode); offloaded: a prefetch window of two of the largest (4C) */
+   * in the engine in keep-graph mode); offloaded: the offload's own RAM, two of the largest (4C):
+   * in forward the copies of saves being written behind (its write cap, zt__train_act_write_cap,
+   * is this much), in backward a prefetch window (whose entries not yet written are their own
+   * copies, taken back, in place of their loads) */
   double kept = block_kept(g) * t * 4, temp = ZT_OFFLOAD_PLAN_TEMP * C * t * 4, edge = 2 * C * t * 4;
   double head = fmin(512.0, t) * V * 4 * 2;
-  double window = 2 * 4 * C * t * 4;
+  double window = (double)zt__train_act_write_cap(g, (int64_t)t);
   /* the peak over the phases of a step (M chunks; lazy updates):
    * forward, slice s: its update (parameters, grads, moments: 4x its parameter bytes) beside
    *   the slice before it, with the activations kept so far (keep-graph) or none;

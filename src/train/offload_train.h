@@ -17,6 +17,11 @@ typedef struct zt__train_om {
   zt_store_io_stats io_last; /* the store's I/O at the last step's end */
 } zt__train_om;
 
+/* The write-behind cap of the activation offload in training (zt_offload_options.write_cap):
+ * two of the largest tensors a GPT-2 block saves (the MLP's 4 x n_embd wide ones) for a chunk
+ * of tokens tokens, so a block's saves are written while its next ops compute, in bounded RAM
+ * that the memory planner counts (src/train/offload_plan.c). */
+int64_t zt__train_act_write_cap(const zt_gpt2_config *g, int64_t tokens);
 /* Whether c asks for OffloadModel (not when FSDP keeps the states: zt__train_fsdp_stores). */
 bool zt__train_om_wanted(const zt_train_config *c);
 /* Whether c asks for every state in a store held by FSDP (offload_states with a shard
