@@ -3,7 +3,7 @@
 # in one go: a GPT-2 at 2 ranks (mpirun, one thread each), each rank's shards, gradient shards
 # and AdamW state in its own disk store, blocks recomputed (--recompute full), inside one memory
 # cgroup of LIMIT for both ranks (bench/mem_limit.sh: the kernel enforces it, page cache
-# included). B=8 (4 rows per rank), T=256, --metrics. One JSON line to
+# included), the allocator's cache bounded to 64 MiB per rank. B=8 (4 rows per rank), T=256, --metrics. One JSON line to
 # bench/results/fsdp_states.jsonl: the step times, model GFLOP/s (6NBT + 12LTdBT), the cgroup's
 # peak and OOM kills, each rank's peak RSS, rank 0's disk bytes read/written per step.
 # usage: bench/fsdp_states.sh [build dir (default build)] [model (default gpt2-1558m)] [limit (default 4G)] [steps (default 2)]
@@ -22,7 +22,9 @@ out=bench/results/fsdp_states.jsonl
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 m="$dir/run.jsonl" log="$dir/run.log"
 rm -f "$m"
-bench/mem_limit.sh "$lim" -- mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS=1 "$zt" train --model "$model" \
+# the allocator's cache of freed blocks (ZT_ALLOC_CACHE_MB, 1 GiB by default, per process) bounded:
+# without --mem-limit's planner (OffloadModel only) nothing else bounds it
+bench/mem_limit.sh "$lim" -- mpirun -np 2 --oversubscribe -x OMP_NUM_THREADS=1 -x ZT_ALLOC_CACHE_MB=64 "$zt" train --model "$model" \
   --batch 8 --seq 256 --steps "$steps" --eval-every 0 --eval-batches 1 --sample-len 0 --log-every 1 --threads 1 \
   --shard full --offload-states disk --recompute full --offload-dir "$dir" --metrics "$m" > "$log" 2>&1 || true
 tail -4 "$log" >&2
