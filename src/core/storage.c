@@ -105,48 +105,36 @@ static uint64_t next_id(void) {
   return __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
 }
 
-zt_status zt_storage_new(size_t nbytes, zt_device dev, zt_mem_tag tag, zt_storage **out) {
+/* A storage object over data (owned unless external). */
+static zt_status storage_object(void *data, size_t nbytes, zt_device dev, zt_mem_tag tag, bool external,
+                                zt_storage **out) {
   zt_storage *s = calloc(1, sizeof *s);
   if (!s) return ZT_ERR(ZT_STATUS_OOM, "out of host memory for a storage object");
+  s->data = data;
   s->nbytes = nbytes;
   s->device = dev;
   s->tag = tag;
   s->refcount = 1;
   s->id = next_id();
-  zt_status st = zt_mem_alloc(nbytes, dev, tag, &s->data);
-  if (st) {
-    free(s);
-    return st;
-  }
+  s->external = external;
   *out = s;
   return ZT_OK;
+}
+
+zt_status zt_storage_new(size_t nbytes, zt_device dev, zt_mem_tag tag, zt_storage **out) {
+  void *data = NULL;
+  ZT_TRY(zt_mem_alloc(nbytes, dev, tag, &data));
+  zt_status st = storage_object(data, nbytes, dev, tag, false, out);
+  if (st) zt_mem_free(data, nbytes, dev, tag);
+  return st;
 }
 
 zt_status zt__storage_adopt(void *data, size_t nbytes, zt_device dev, zt_mem_tag tag, zt_storage **out) {
-  zt_storage *s = calloc(1, sizeof *s);
-  if (!s) return ZT_ERR(ZT_STATUS_OOM, "out of host memory for a storage object");
-  s->data = data;
-  s->nbytes = nbytes;
-  s->device = dev;
-  s->tag = tag;
-  s->refcount = 1;
-  s->id = next_id();
-  *out = s;
-  return ZT_OK;
+  return storage_object(data, nbytes, dev, tag, false, out);
 }
 
 zt_status zt_storage_wrap(void *data, size_t nbytes, zt_device dev, zt_storage **out) {
-  zt_storage *s = calloc(1, sizeof *s);
-  if (!s) return ZT_ERR(ZT_STATUS_OOM, "out of host memory for a storage object");
-  s->data = data;
-  s->nbytes = nbytes;
-  s->device = dev;
-  s->tag = ZT_MEM_TAG_TEMP;
-  s->refcount = 1;
-  s->id = next_id();
-  s->external = true;
-  *out = s;
-  return ZT_OK;
+  return storage_object(data, nbytes, dev, ZT_MEM_TAG_TEMP, true, out);
 }
 
 void zt_storage_retain(zt_storage *s) {
