@@ -110,6 +110,9 @@ struct zt_fsdp {
   zt_optim *state_opt;       /* the optimizer whose state lives in o.state_store (zt_fsdp_offload_optim) */
 };
 
+/* A unit's name for messages: its module's, "(root)" for the root (fsdp_run.c). */
+const char *zt__fsdp_unit_label(const zt__fsdp_unit *u);
+
 /* fsdp_run.c */
 ZT_NODISCARD zt_status zt__fsdp_pre_forward(zt_module *m, void *user_data);
 ZT_NODISCARD zt_status zt__fsdp_post_forward(zt_module *m, int n_outputs, zt_tensor *const *outputs, void *user_data);

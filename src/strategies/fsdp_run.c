@@ -45,13 +45,13 @@ zt_status zt__fsdp_all_reduce(zt_fsdp *f, zt_comm *c, zt_tensor *t, int64_t *kin
   return s;
 }
 
-static const char *unit_label(const zt__fsdp_unit *u) { return u->is_root ? "(root)" : u->name; }
+const char *zt__fsdp_unit_label(const zt__fsdp_unit *u) { return u->is_root ? "(root)" : u->name; }
 
 static zt_status state_error(const zt__fsdp_unit *u, const char *event, const char *hint) {
   return ZT_ERR(ZT_STATUS_STATE,
                 "FSDP unit '%s': %s in state %s is not a legal transition (IDLE -> FORWARD -> IDLE -> BACKWARD_PRE "
                 "-> BACKWARD_POST -> IDLE); %s",
-                unit_label(u), event, zt_fsdp_state_name(u->state), hint);
+                zt__fsdp_unit_label(u), event, zt_fsdp_state_name(u->state), hint);
 }
 
 static bool reshards_after_forward(const zt__fsdp_unit *u) {
@@ -99,7 +99,7 @@ zt_status zt__fsdp_start_gather(zt__fsdp_unit *u) {
     zt_tensor_free(u->gather_send);
     zt_tensor_free(u->gather_recv);
     u->gather_send = u->gather_recv = NULL;
-    return zt__error_prefix(s, "FSDP: gathering unit '%s'", unit_label(u));
+    return zt__error_prefix(s, "FSDP: gathering unit '%s'", zt__fsdp_unit_label(u));
   }
   f->stats.all_gathers++;
   return ZT_OK;
@@ -114,7 +114,7 @@ zt_status zt__fsdp_finish_gather(zt__fsdp_unit *u) {
   zt_tensor_free(u->gather_send);
   zt_tensor_free(u->gather_recv);
   u->gather_send = u->gather_recv = NULL;
-  if (s) return zt__error_prefix(s, "FSDP: gathering unit '%s'", unit_label(u));
+  if (s) return zt__error_prefix(s, "FSDP: gathering unit '%s'", zt__fsdp_unit_label(u));
   /* unchanged values keep the version (saved tensors stay valid); new values bump it once */
   u->full->version = u->full_version + (u->gather_version != u->gathered_from);
   u->gathered_from = u->gather_version;
@@ -255,7 +255,7 @@ static zt_status finish_reduce(zt_fsdp *f, zt__fsdp_reduction *r) {
   if (r->out != r->in) zt_tensor_free(r->out);
   zt_tensor_free(r->in);
   *r = (zt__fsdp_reduction){0};
-  return s ? zt__error_prefix(s, "FSDP: reducing the gradient of unit '%s'", unit_label(u)) : ZT_OK;
+  return s ? zt__error_prefix(s, "FSDP: reducing the gradient of unit '%s'", zt__fsdp_unit_label(u)) : ZT_OK;
 }
 
 static zt_status finish_oldest(zt_fsdp *f) {
@@ -310,7 +310,7 @@ static zt_status start_reduce(zt__fsdp_unit *u) {
   if (s) {
     if (out != in) zt_tensor_free(out);
     zt_tensor_free(in);
-    return zt__error_prefix(s, "FSDP: reducing the gradient of unit '%s'", unit_label(u));
+    return zt__error_prefix(s, "FSDP: reducing the gradient of unit '%s'", zt__fsdp_unit_label(u));
   }
   f->pend[f->n_pend++] = (zt__fsdp_reduction){u, in, out, w};
   return f->n_pend > ZT__FSDP_MAX_PENDING ? finish_oldest(f) : ZT_OK;

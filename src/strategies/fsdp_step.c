@@ -17,7 +17,7 @@ static zt_status need_idle(const zt_fsdp *f, const char *fn) {
   for (int k = 0; k < f->n_units; k++)
     if (f->units[k]->state != ZT_FSDP_STATE_IDLE)
       return ZT_ERR(ZT_STATUS_STATE, "%s: unit '%s' is in state %s; call it between training steps (every unit IDLE)",
-                    fn, f->units[k]->is_root ? "(root)" : f->units[k]->name, zt_fsdp_state_name(f->units[k]->state));
+                    fn, zt__fsdp_unit_label(f->units[k]), zt_fsdp_state_name(f->units[k]->state));
   return ZT_OK;
 }
 
@@ -146,7 +146,7 @@ zt_status zt_fsdp_shard_from_full(zt_fsdp *f) {
       return ZT_ERR(ZT_STATUS_STATE,
                     "zt_fsdp_shard_from_full: unit '%s' holds no full parameters; call zt_fsdp_gather_full_params and "
                     "write the full values first",
-                    u->is_root ? "(root)" : u->name);
+                    zt__fsdp_unit_label(u));
     if (u->aliased) continue;
     ZT_TRY(zt__fsdp_shard_in(u));
     zt__dev_copy_range(u->shard, 0, u->full_t, (int64_t)r * u->S, u->S);

@@ -17,8 +17,6 @@
 
 bool zt__fsdp_stored(const zt_fsdp *f) { return f->o.state_store != NULL; }
 
-static const char *label(const zt__fsdp_unit *u) { return u->is_root ? "(root)" : u->name; }
-
 /* Restore t's storage keeping the store's copy, or wait for the restore already under way. */
 static zt_status bring_in(zt_tensor *t) {
   ZT_TRY(zt_storage_restore_async_keep(t->storage));
@@ -38,13 +36,13 @@ static void read_ahead(zt_tensor *t) {
 zt_status zt__fsdp_shard_in(zt__fsdp_unit *u) {
   if (!zt__fsdp_stored(u->f) || !u->shard) return ZT_OK;
   zt_status s = bring_in(u->shard);
-  return s ? zt__error_prefix(s, "FSDP: reading the shard of unit '%s' from its store", label(u)) : ZT_OK;
+  return s ? zt__error_prefix(s, "FSDP: reading the shard of unit '%s' from its store", zt__fsdp_unit_label(u)) : ZT_OK;
 }
 
 zt_status zt__fsdp_shard_out(zt__fsdp_unit *u) {
   if (!zt__fsdp_stored(u->f) || !u->shard) return ZT_OK;
   zt_status s = send_out(u->f, u->shard);
-  return s ? zt__error_prefix(s, "FSDP: writing the shard of unit '%s' to its store", label(u)) : ZT_OK;
+  return s ? zt__error_prefix(s, "FSDP: writing the shard of unit '%s' to its store", zt__fsdp_unit_label(u)) : ZT_OK;
 }
 
 void zt__fsdp_shard_ahead(zt__fsdp_unit *u) {
@@ -54,7 +52,7 @@ void zt__fsdp_shard_ahead(zt__fsdp_unit *u) {
 zt_status zt__fsdp_grad_in(zt__fsdp_unit *u) {
   if (!zt__fsdp_stored(u->f) || !u->grad_shard) return ZT_OK;
   zt_status s = bring_in(u->grad_shard);
-  if (s) return zt__error_prefix(s, "FSDP: reading the gradient shard of unit '%s' from its store", label(u));
+  if (s) return zt__error_prefix(s, "FSDP: reading the gradient shard of unit '%s' from its store", zt__fsdp_unit_label(u));
   for (int i = 0; i < u->n_gscale; i++) {
     zt__dev_scale(u->grad_shard, u->gscale[i]); /* as zt_fsdp_scale_grads would have, then */
     zt_tensor_bump_version(u->grad_shard);
@@ -67,7 +65,7 @@ zt_status zt__fsdp_grad_out(zt__fsdp_unit *u) {
   if (!zt__fsdp_stored(u->f) || !u->grad_shard || zt_storage_is_evicted(u->grad_shard->storage)) return ZT_OK;
   (void)zt__fsdp_grad_ss(u); /* taken while it is in RAM: the norm needs no read */
   zt_status s = send_out(u->f, u->grad_shard);
-  return s ? zt__error_prefix(s, "FSDP: writing the gradient shard of unit '%s' to its store", label(u)) : ZT_OK;
+  return s ? zt__error_prefix(s, "FSDP: writing the gradient shard of unit '%s' to its store", zt__fsdp_unit_label(u)) : ZT_OK;
 }
 
 zt_status zt__fsdp_grad_scale(zt__fsdp_unit *u, double factor) {
