@@ -151,12 +151,15 @@ out:
   return s;
 }
 
-/* Orders pieces by their storage (stable: by index within one). */
-static const local_pieces *g_sort_L; /* qsort has no context argument */
-static int cmp_storage(const void *a, const void *b) {
-  const zt__shard_piece *x = &g_sort_L->p[*(const int *)a], *y = &g_sort_L->p[*(const int *)b];
-  uint64_t i = x->t->storage->id, j = y->t->storage->id;
-  return i != j ? (i < j ? -1 : 1) : (*(const int *)a > *(const int *)b) - (*(const int *)a < *(const int *)b);
+/* A piece's place in the load order: by its storage, then by its index (stable). */
+typedef struct piece_order {
+  uint64_t storage_id;
+  int i;
+} piece_order;
+static int cmp_order(const void *a, const void *b) {
+  const piece_order *x = a, *y = b;
+  if (x->storage_id != y->storage_id) return x->storage_id < y->storage_id ? -1 : 1;
+  return (x->i > y->i) - (x->i < y->i);
 }
 
 /* Every local piece from the checkpoint. Pieces whose storage is in a store (FSDP's state
@@ -164,20 +167,19 @@ static int cmp_storage(const void *a, const void *b) {
  * written once after its last piece (a shard's pieces together): not a read and a write of the
  * whole storage per piece. */
 static zt_status read_pieces(zt__shard_index *ix, const local_pieces *L) {
-  int *order = malloc(sizeof *order * (size_t)(L->n ? L->n : 1));
+  piece_order *order = malloc(sizeof *order * (size_t)(L->n ? L->n : 1));
   zt_tensor **ts = malloc(sizeof *ts * (size_t)(L->n ? L->n : 1));
   if (!order || !ts) {
     free(order);
     free(ts);
     return ZT_ERR(ZT_STATUS_OOM, "reading checkpoint '%s': out of memory", ix->dir);
   }
-  for (int i = 0; i < L->n; i++) order[i] = i, ts[i] = L->p[i].t;
-  g_sort_L = L;
-  qsort(order, (size_t)L->n, sizeof *order, cmp_storage);
+  for (int i = 0; i < L->n; i++) order[i] = (piece_order){L->p[i].t->storage->id, i}, ts[i] = L->p[i].t;
+  qsort(order, (size_t)L->n, sizeof *order, cmp_order);
   zt__stage stage;
   zt_status s = zt__stage_init(&stage, L->n, ts);
   for (int k = 0; k < L->n && !s; k++) {
-    const zt__shard_piece *q = &L->p[order[k]];
+    const zt__shard_piece *q = &L->p[order[k].i];
     if (!zt_storage_is_evicted(q->t->storage) || q->count == 0) {
       s = zt__shard_read(ix, q->param, q->kind, q->ndim, q->shape, q->start, q->count, q->t);
       continue;
@@ -187,7 +189,7 @@ static zt_status read_pieces(zt__shard_index *ix, const local_pieces *L) {
     if (!s) s = zt__shard_read(ix, q->param, q->kind, q->ndim, q->shape, q->start, q->count, v);
     zt_tensor_free(v);
     if (s) break;
-    bool last = k + 1 == L->n || L->p[order[k + 1]].t->storage != q->t->storage;
+    bool last = k + 1 == L->n || order[k + 1].storage_id != order[k].storage_id;
     if (last) s = zt__stage_store(&stage, q->t);
   }
   zt__stage_free(&stage);
