@@ -2,7 +2,8 @@
  * zt_fsdp_offload_optim, zt_fsdp_optim_step), run plainly (one rank) and under mpirun -np 2 /
  * -np 4. At every world size, against FSDP without a store on the same ranks: losses, grad
  * norms (clipping engaged) and parameters after three AdamW steps bitwise equal, for FULL,
- * HYBRID and GRAD_OP, with checkpointed units, no_sync micro-batches, deferred gradient
+ * HYBRID and GRAD_OP, with checkpointed units, no_sync micro-batches, micro-batches each reduced
+ * (the second adding into gradient shards in the store), deferred gradient
  * scalings (loss unscaling then clipping) and the model built straight into the store; between
  * steps no parameter, gradient or optimizer byte in RAM and the store holding exactly the
  * shards and moments. Against one rank running the whole batch (a one-rank stored FSDP): within
@@ -31,6 +32,7 @@ typedef struct scase {
   int group;      /* HYBRID */
   int every;      /* > 0: checkpointed blocks */
   bool no_sync;   /* two micro-batches, the first with sync off */
+  bool sync_both; /* two micro-batches, both reduced: the second adds into gradient shards in the store */
   bool scaling;   /* the loss times 1024, the gradients times 1/1024 before clipping */
   bool evicted;   /* the model built into the store (zt_gpt2_new_evicted) */
 } scase;
@@ -84,7 +86,7 @@ static void side_close(side *s) {
 /* One training step on this rank's rows (all rows when alone): loss (mean over the ranks),
  * grad norm. */
 static void train_step(side *s, const scase *c, int step, bool alone, double *loss, double *norm) {
-  int micro = c->no_sync ? 2 : 1;
+  int micro = c->no_sync || c->sync_both ? 2 : 1;
   double sum = 0;
   double scale = c->scaling ? 1024.0 : 1.0;
   for (int k = 0; k < micro; k++) {
@@ -199,6 +201,9 @@ static void test_bitwise_as_without_store(void) {
   c = base(ZT_SHARD_FULL);
   c.no_sync = true;
   run_case(&c, "full, no_sync micro-batches");
+  c = base(ZT_SHARD_FULL);
+  c.sync_both = true;
+  run_case(&c, "full, two reduced micro-batches");
   c = base(ZT_SHARD_FULL);
   c.scaling = true;
   run_case(&c, "full, loss scaling");
