@@ -216,8 +216,9 @@ static void print_summary(const zt_train_config *c, const zt_train_result *r, zt
            zt_cli_bytes((double)r->model_store_peak_bytes, b1));
   if (r->model_slices)
     printf("model offload, the computing thread's time: %.1f s waiting for slices to load, %.1f s in updates, %.1f s "
-           "in evictions\n",
-           r->model_load_wait_s, r->model_update_s, r->model_evict_s);
+           "in evictions; of the updates %.1f s at steps' ends, %.1f s waiting for moments, %.1f s in AdamW\n",
+           r->model_load_wait_s, r->model_update_s, r->model_evict_s, r->model_update_end_s,
+           r->model_update_read_wait_s, r->model_update_adamw_s);
   if (r->model_slices) {
     char dev[16];
     zt_device_str(r->model_store_device, dev);

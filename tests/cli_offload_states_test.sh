@@ -126,16 +126,31 @@ to_bytes() { awk -v v="$1" -v u="$2" 'BEGIN { m = u == "GiB" ? 2^30 : u == "MiB"
 cg=1 rss_checks=1
 [ -n "${ASAN_OPTIONS:-}" ] && rss_checks=0 cg=0 && echo "SKIP the RSS prediction and cgroup checks under ASan"
 [ $cg = 1 ] && { "$root/bench/mem_limit.sh" 64M -- true 2>/dev/null || cg=0; }
-for lim in 1G 300M 160M; do
-  out=$("$zt" "${big[@]}" --offload-states disk --mem-limit $lim --metrics "$w/plan-$lim.jsonl" 2>&1)
+# plan_run LIMIT [env...]: the plan's predicted peak ($pred), its allocator cache ($cache) and the
+# measured peak RSS ($rss)
+plan_run() {
+  local lim=$1
+  shift
+  out=$(env "$@" "$zt" "${big[@]}" --offload-states disk --mem-limit $lim --metrics "$w/plan-$lim.jsonl" 2>&1)
   plan=$(echo "$out" | grep "memory plan:")
-  pred=$(echo "$plan" | sed -n 's/.*predicted peak RAM \([0-9.]*\) \([KMG]*i*B\).*/\1 \2/p')
-  pred=$(to_bytes $pred)
+  pred=$(to_bytes $(echo "$plan" | sed -n 's/.*predicted peak RAM \([0-9.]*\) \([KMG]*i*B\).*/\1 \2/p'))
+  cache=$(to_bytes $(echo "$plan" | sed -n 's/.*allocator cache \([0-9.]*\) \([KMG]*i*B\).*/\1 \2/p'))
   rss=$(sed -n 's/.*"peak_rss":\([0-9]*\).*/\1/p' "$w/plan-$lim.jsonl" | sort -n | tail -1)
-  echo "limit $lim: $plan; measured peak RSS $rss"
-  check "--mem-limit $lim: a plan printed and trained" '[ -n "$pred" ] && [ -n "$rss" ] && [ "$pred" -le $(to_bytes ${lim%?} ${lim: -1}iB) ]'
-  [ $rss_checks = 1 ] && check "--mem-limit $lim: predicted peak within 10% of the measured peak RSS" \
+  echo "limit $lim ($*): $plan; measured peak RSS $rss"
+}
+for lim in 1G 300M 160M; do
+  # ZT_ALLOC_CACHE_MB=0: the allocator's cache at the plan's floor (1/64 of the limit), the
+  # prediction proper (states, activations, buffers)
+  plan_run $lim ZT_ALLOC_CACHE_MB=0
+  [ $rss_checks = 1 ] && check "--mem-limit $lim, the allocator cache at its floor: predicted peak within 10% of the measured peak RSS" \
     'awk -v p="$pred" -v m="$rss" "BEGIN { exit !(p > 0.9 * m && p < 1.1 * m) }"'
+  # as runs are: the plan gives the cache what the limit leaves (up to 1 GiB), a bound that the
+  # cache fills only as far as freed blocks come: the peak within 10% of the prediction with the
+  # cache full, and of it with the cache empty
+  plan_run $lim
+  check "--mem-limit $lim: a plan printed and trained" '[ -n "$pred" ] && [ -n "$rss" ] && [ -n "$cache" ] && [ "$pred" -le $(to_bytes ${lim%?} ${lim: -1}iB) ]'
+  [ $rss_checks = 1 ] && check "--mem-limit $lim: measured peak RSS between 0.9x the prediction without its allocator cache and 1.1x with it" \
+    'awk -v p="$pred" -v c="$cache" -v m="$rss" "BEGIN { exit !(m > 0.9 * (p - c) && m < 1.1 * p) }"'
   if [ $cg = 1 ]; then
     out=$("$root/bench/mem_limit.sh" $lim -- "$zt" "${big[@]}" --offload-states disk --mem-limit $lim 2>&1)
     check "--mem-limit $lim: fits a memory cgroup of $lim" 'echo "$out" | grep -q "\"oom_kills\":0,\"rc\":0"'

@@ -78,6 +78,43 @@ static void test_recompute_per_slice(void) {
   ZT_CHECK(p.activations_mode == ZT_OFFLOAD_PLAN_OFFLOAD && p.recomputed_slices == 0 && !p.recompute_plan[0]);
 }
 
+/* The allocator's cache takes what the limit leaves under the 15% margin (cache_max_bytes),
+ * bounded by four copies of the largest slice's parameters; ties go to the larger cache, which
+ * may mean more slices; without cache_max_bytes the cache is cache_bytes. */
+static void test_cache_fills_the_room(void) {
+  zt_offload_plan_input in = input();
+  in.cache_bytes = 8 << 20;
+  int64_t limits[] = {700ll << 20, 1ll << 30, 2ll << 30, 4ll << 30};
+  int64_t total = (int64_t)zt_gpt2_config_num_params(&in.model) * 4 + (int64_t)in.model.vocab_size * in.model.n_embd * 4;
+  for (int i = 0; i < 4; i++) {
+    int64_t lim = limits[i];
+    zt_offload_plan a, b, c;
+    in.cache_max_bytes = 0;
+    ZT_CHECK_OK(zt_offload_plan_make(&in, lim, &a));
+    ZT_CHECK(a.cache_bytes == in.cache_bytes);
+    in.cache_max_bytes = 1ll << 30;
+    ZT_CHECK_OK(zt_offload_plan_make(&in, lim, &b));
+    ZT_CHECK(b.peak == b.states_bytes + b.activation_bytes + b.io_bytes + b.cache_bytes + b.fixed_bytes);
+    ZT_CHECK(b.step_s <= a.step_s * 1.001 && b.resident == a.resident && b.peak <= lim);
+    if (i == 0) { /* 700 MiB: the plan is past the margin already, no room */
+      ZT_CHECK(b.cache_bytes == in.cache_bytes && b.slices == a.slices && b.peak == a.peak);
+    } else {
+      ZT_CHECK(b.cache_bytes > a.cache_bytes && b.cache_bytes <= in.cache_max_bytes && b.slices >= a.slices);
+      ZT_CHECK((double)b.peak <= 0.85 * (double)lim + 1); /* the room under the margin, no more */
+      ZT_CHECK(b.cache_bytes <= 4 * total);                /* four copies of a slice at most */
+    }
+    in.cache_max_bytes = 4 << 20; /* below cache_bytes: cache_bytes */
+    ZT_CHECK_OK(zt_offload_plan_make(&in, lim, &c));
+    ZT_CHECK(c.cache_bytes == in.cache_bytes && c.slices == a.slices && c.peak == a.peak);
+  }
+  /* 2 GiB: the room (over 1.2 GiB with the fewest slices) is more than four copies of a slice
+   * take: the cache stops there, below cache_max_bytes */
+  in.cache_max_bytes = 1ll << 30;
+  zt_offload_plan d;
+  ZT_CHECK_OK(zt_offload_plan_make(&in, 2ll << 30, &d));
+  ZT_CHECK(d.cache_bytes < in.cache_max_bytes && (double)d.peak < 0.85 * (double)(2ll << 30));
+}
+
 static void test_refusal_names_the_smallest(void) {
   zt_offload_plan_input in = input();
   zt_offload_plan p;
@@ -110,6 +147,7 @@ int main(void) {
   ZT_RUN(test_fits_and_monotone);
   ZT_RUN(test_slices_shrink_states);
   ZT_RUN(test_recompute_per_slice);
+  ZT_RUN(test_cache_fills_the_room);
   ZT_RUN(test_refusal_names_the_smallest);
   ZT_RUN(test_bad_input);
   return zt_test_finish();

@@ -165,6 +165,9 @@ typedef struct zt_offload_model_stats {
    * slices to load (a prefetch not done yet, or a load not prefetched), the updates applied
    * at loads (AdamW, moments in and out), and evictions (puts, or waits for the write-behind cap). */
   double load_wait_s, update_s, evict_s;
+  /* Of update_s: the step's end (the slices backward left in RAM), waiting for moments to be
+   * read, and AdamW itself (the rest: grads scaled, moments handed to the store) */
+  double update_end_s, update_read_wait_s, update_adamw_s;
   /* offload_optim_state: parameters whose moments the step's end (the updates of the slices
    * backward left in RAM) began reading before their turn, while earlier parameters' AdamW ran */
   int64_t moments_read_ahead;

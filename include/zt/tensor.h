@@ -108,6 +108,8 @@ ZT_API size_t zt_mem_report(char *buf, size_t cap);
  * cached blocks are not accounted but are resident. Also fixes glibc's mmap threshold at 1 MiB,
  * so freed large blocks go back to the kernel (a memory-limited run: zt_train_plan_memory). */
 ZT_API void zt_mem_set_cache_limit(int64_t bytes);
+/* The cache's bound now (ZT_ALLOC_CACHE_MB until zt_mem_set_cache_limit). */
+ZT_API int64_t zt_mem_cache_limit(void);
 ZT_API int64_t zt_mem_cached_bytes(void);
 ZT_API void zt_mem_empty_cache(void);
 /* Peak resident set size of this process in bytes (from the OS), for cross-checks. */

@@ -444,6 +444,10 @@ typedef struct zt_offload_plan_input {
   int64_t fixed_bytes;             /* RAM the process holds besides the model's states and activations */
   int64_t io_bytes;                /* the store's I/O buffers */
   int64_t cache_bytes;             /* the allocator's cache of freed blocks (resident, not accounted) */
+  int64_t cache_max_bytes;         /* > cache_bytes: zt_offload_plan_make gives the cache what the limit leaves
+                                    * under a 15% margin, up to this and to four copies of the largest slice's
+                                    * parameters (what a step frees and allocates again per slice): a freed block
+                                    * reused costs no page faults and no zeroing by the kernel */
   int64_t write_cap_bytes;         /* evictions written behind: the most RAM held until written (the store's cap) */
   double gflops;                   /* compute rate for the time estimate (0: not estimated) */
   double read_bps, write_bps;      /* the store's measured bandwidth (0: unknown) */
@@ -469,7 +473,8 @@ typedef struct zt_offload_plan {
 /* One plan's prediction: slices N, resident K, activations act (OFFLOAD: nothing recomputed). */
 ZT_API ZT_NODISCARD zt_status zt_offload_plan_predict(const zt_offload_plan_input *in, int slices, int resident,
                                                       zt_offload_plan_activations act, zt_offload_plan *out);
-/* The fastest plan whose predicted peak RAM fits limit (ties: prefetching, then fewer slices),
+/* The fastest plan whose predicted peak RAM fits limit (ties: prefetching, then the larger
+ * allocator cache (in->cache_max_bytes), then a 15% margin, then fewer slices),
  * with activation offload trying every count of slices recomputed instead (the ones with the
  * most blocks first);
  * ZT_STATUS_OOM naming the smallest peak when none does (out->smallest_peak set either way). */
@@ -487,6 +492,7 @@ typedef struct zt_train_result {
   int64_t model_slice_loads, model_slice_prefetched; /* OffloadModel: slice loads, of which prefetched */
   double model_load_wait_s, model_update_s, model_evict_s; /* OffloadModel: the computing thread's time waiting for
                                                             * loads, in updates, in evictions (zt_offload_model_stats) */
+  double model_update_end_s, model_update_read_wait_s, model_update_adamw_s; /* of model_update_s (the same) */
   double offload_put_s, offload_wait_s; /* activation offload: forward's time putting saves, backward's waiting */
   int model_slices, model_resident;
   zt_device model_store_device;

@@ -126,6 +126,8 @@ void zt_mem_empty_cache(void) {
   pthread_mutex_unlock(&g_cache_mu);
 }
 
+int64_t zt_mem_cache_limit(void) { return cache_limit(); }
+
 void zt_mem_set_cache_limit(int64_t bytes) {
   pthread_mutex_lock(&g_cache_mu);
   g_cache_limit = bytes > 0 ? bytes : 0;

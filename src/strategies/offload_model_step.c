@@ -38,9 +38,12 @@ static size_t moments(zt_offload_model *om, int i, bool start, zt_status *st) {
 static zt_status update_one(zt_offload_model *om, int i) {
   zt_tensor *const *ts;
   int ns = zt__om_optim_states(om, i, &ts);
+  double t0 = zt_clock_now();
   for (int q = 0; q < ns; q++) ZT_TRY(zt_storage_restore(ts[q]->storage)); /* waits for one in flight */
+  double t1 = zt_clock_now();
   if (om->pend_coef > 0) ZT_TRY(zt_grads_scale(1, &om->u.params[i], om->pend_coef));
   ZT_TRY(zt_optim_step_params(om->pend_opt, om->pend_lr, 1, &i));
+  om->st.update_read_wait_s += t1 - t0, om->st.update_adamw_s += zt_clock_now() - t1;
   zt_tensor *t = om->u.params[i].tensor;
   zt_tensor_free(t->grad);
   t->grad = NULL;
@@ -94,9 +97,11 @@ static void add_slice(zt_offload_model *om, int s, upd *u, int *n, bool *in_run)
   for (int k = first; k < *n; k++) u[k].budget = budget;
 }
 
-/* The update of the parameters of the slices marked in `which` (in RAM), in slice order;
- * count: the moments read ahead are counted (the step's end: none was on its way before). */
+/* The update of the parameters of the slices marked in `which` (in RAM), in slice order, as
+ * one run (the moments of the next slice read while this one's AdamW runs); count: the moments
+ * read ahead are counted (the step's end: none was on its way before). */
 static zt_status apply_slices(zt_offload_model *om, const bool *which, bool count) {
+  double t0 = zt_clock_now();
   int P = om->u.n_params, n = 0;
   upd *u = malloc(sizeof *u * (size_t)(P ? P : 1));
   bool *in_run = calloc((size_t)(P ? P : 1), sizeof *in_run);
@@ -107,21 +112,21 @@ static zt_status apply_slices(zt_offload_model *om, const bool *which, bool coun
   if (!e && n) e = update_run(om, n, u, count);
   free(u);
   free(in_run);
-  return e;
-}
-
-/* The update of the parameters of slice s (in RAM) that wait for theirs; the last one to go
- * counts the optimizer's step. */
-zt_status zt__om_apply_pending(zt_offload_model *om, int s) {
-  double t0 = zt_clock_now();
-  bool *which = calloc((size_t)om->S, sizeof *which);
-  zt_status e = which ? ZT_OK : ZT_ERR(ZT_STATUS_OOM, "offload model: out of host memory for an update");
-  if (which) which[s] = true;
-  if (!e) e = apply_slices(om, which, false);
-  free(which);
   om->st.update_s += zt_clock_now() - t0;
   return e;
 }
+
+/* Slice s if it is in RAM, or (s < 0) every slice in RAM, as one run. */
+static zt_status apply_in_ram(zt_offload_model *om, int s, bool count) {
+  bool *which = calloc((size_t)om->S, sizeof *which);
+  if (!which) return ZT_ERR(ZT_STATUS_OOM, "offload model: out of host memory for an update");
+  for (int q = 0; q < om->S; q++) which[q] = (s < 0 || q == s) && om->state[q] == SLICE_IN;
+  zt_status e = apply_slices(om, which, count);
+  free(which);
+  return e;
+}
+
+zt_status zt__om_apply_pending(zt_offload_model *om, int s) { return apply_in_ram(om, s, false); }
 
 zt_status zt_offload_model_step(zt_offload_model *om, zt_optim *opt, double lr, double grad_clip, double *norm) {
   const char *fn = "zt_offload_model_step";
@@ -169,12 +174,8 @@ zt_status zt_offload_model_step(zt_offload_model *om, zt_optim *opt, double lr, 
   /* the slices in RAM (backward left the first ones), as one run: the moments of the next slice
    * are read while this one's AdamW runs */
   double t0 = zt_clock_now();
-  bool *which = calloc((size_t)om->S, sizeof *which);
-  if (!which) return ZT_ERR(ZT_STATUS_OOM, "%s: out of host memory", fn);
-  for (int s = 0; s < om->S; s++) which[s] = om->state[s] == SLICE_IN;
-  zt_status e = apply_slices(om, which, true);
-  free(which);
-  om->st.update_s += zt_clock_now() - t0;
+  zt_status e = apply_in_ram(om, -1, true);
+  om->st.update_end_s += zt_clock_now() - t0;
   if (e) return e;
   return om->o.lazy_update ? ZT_OK : zt_offload_model_flush(om);
 }

@@ -204,6 +204,8 @@ void zt__train_om_result(const zt__train_om *om, zt_train_result *res) {
   res->model_slice_loads = st.loads;
   res->model_slice_prefetched = st.prefetched;
   res->model_load_wait_s = st.load_wait_s, res->model_update_s = st.update_s, res->model_evict_s = st.evict_s;
+  res->model_update_end_s = st.update_end_s, res->model_update_read_wait_s = st.update_read_wait_s;
+  res->model_update_adamw_s = st.update_adamw_s;
   res->model_store_peak_bytes = ss.peak_bytes_held;
   zt_mem_stats_get(ZT_CPU, &res->model_ram);
   res->model_store_device = zt_store_device(om->store);
