@@ -410,6 +410,9 @@ static void test_states_on_store(void) {
           }
           zt_offload_model_stats_get(om, &st);
           ZT_CHECK(st.moments_read_ahead > 0); /* the step's end read moments while AdamW ran */
+          /* the updates' parts: AdamW ran, within the updates, as did the step's end and the waits */
+          ZT_CHECK(st.update_adamw_s > 0 && st.update_end_s > 0 && st.update_read_wait_s >= 0);
+          ZT_CHECK(st.update_end_s <= st.update_s && st.update_adamw_s + st.update_read_wait_s <= st.update_s);
           int64_t bound = (int64_t)K * 4 * st.slice_param_bytes_max + 3 * wte + wcap;
           if (peak > bound)
             zt_test_fail(__FILE__, __LINE__, "mode %d lazy %d slices %d K %d: peak PARAM+GRAD+OPTIM %lld > %lld", mode,

@@ -107,6 +107,18 @@ static void test_cache_fills_the_room(void) {
     ZT_CHECK_OK(zt_offload_plan_make(&in, lim, &c));
     ZT_CHECK(c.cache_bytes == in.cache_bytes && c.slices == a.slices && c.peak == a.peak);
   }
+  /* zt_train_plan_memory sets the allocator's bound to the plan's cache */
+  zt_train_config cfg;
+  zt_train_config_default(&cfg);
+  cfg.memory.offload_model = ZT_OFFLOAD_HOST;
+  cfg.memory.offload_states = true;
+  cfg.memory.mem_limit = 1ll << 30;
+  cfg.model.n_layer = 4, cfg.model.n_embd = 512, cfg.model.n_head = 8; /* slices of megabytes: room for a cache */
+  int64_t before = zt_mem_cache_limit();
+  zt_offload_plan tp;
+  ZT_CHECK_OK(zt_train_plan_memory(&cfg, 1, &tp));
+  ZT_CHECK(tp.cache_bytes > (1ll << 30) / 64 && zt_mem_cache_limit() == tp.cache_bytes);
+  zt_mem_set_cache_limit(before);
   /* 2 GiB: the room (over 1.2 GiB with the fewest slices) is more than four copies of a slice
    * take: the cache stops there, below cache_max_bytes */
   in.cache_max_bytes = 1ll << 30;

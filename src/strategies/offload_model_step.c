@@ -97,10 +97,11 @@ static void add_slice(zt_offload_model *om, int s, upd *u, int *n, bool *in_run)
   for (int k = first; k < *n; k++) u[k].budget = budget;
 }
 
-/* The update of the parameters of the slices marked in `which` (in RAM), in slice order, as
- * one run (the moments of the next slice read while this one's AdamW runs); count: the moments
- * read ahead are counted (the step's end: none was on its way before). */
-static zt_status apply_slices(zt_offload_model *om, const bool *which, bool count) {
+/* The update of the parameters of slice only (in RAM), or (only < 0) of every slice in RAM, in
+ * slice order, as one run (the moments of the next slice read while this one's AdamW runs);
+ * step_end: the step's end's run (its moments read ahead are counted: none was on its way
+ * before; its time is the step end's too). */
+static zt_status apply_slices(zt_offload_model *om, int only, bool step_end) {
   double t0 = zt_clock_now();
   int P = om->u.n_params, n = 0;
   upd *u = malloc(sizeof *u * (size_t)(P ? P : 1));
@@ -108,25 +109,17 @@ static zt_status apply_slices(zt_offload_model *om, const bool *which, bool coun
   zt_status e = ZT_OK;
   if (!u || !in_run) e = ZT_ERR(ZT_STATUS_OOM, "offload model: out of host memory for an update");
   for (int s = 0; !e && s < om->S; s++)
-    if (which[s]) add_slice(om, s, u, &n, in_run);
-  if (!e && n) e = update_run(om, n, u, count);
+    if ((only < 0 || s == only) && om->state[s] == SLICE_IN) add_slice(om, s, u, &n, in_run);
+  if (!e && n) e = update_run(om, n, u, step_end);
   free(u);
   free(in_run);
-  om->st.update_s += zt_clock_now() - t0;
+  double dt = zt_clock_now() - t0;
+  om->st.update_s += dt;
+  if (step_end) om->st.update_end_s += dt;
   return e;
 }
 
-/* Slice s if it is in RAM, or (s < 0) every slice in RAM, as one run. */
-static zt_status apply_in_ram(zt_offload_model *om, int s, bool count) {
-  bool *which = calloc((size_t)om->S, sizeof *which);
-  if (!which) return ZT_ERR(ZT_STATUS_OOM, "offload model: out of host memory for an update");
-  for (int q = 0; q < om->S; q++) which[q] = (s < 0 || q == s) && om->state[q] == SLICE_IN;
-  zt_status e = apply_slices(om, which, count);
-  free(which);
-  return e;
-}
-
-zt_status zt__om_apply_pending(zt_offload_model *om, int s) { return apply_in_ram(om, s, false); }
+zt_status zt__om_apply_pending(zt_offload_model *om, int s) { return apply_slices(om, s, false); }
 
 zt_status zt_offload_model_step(zt_offload_model *om, zt_optim *opt, double lr, double grad_clip, double *norm) {
   const char *fn = "zt_offload_model_step";
@@ -173,9 +166,7 @@ zt_status zt_offload_model_step(zt_offload_model *om, zt_optim *opt, double lr, 
   }
   /* the slices in RAM (backward left the first ones), as one run: the moments of the next slice
    * are read while this one's AdamW runs */
-  double t0 = zt_clock_now();
-  zt_status e = apply_in_ram(om, -1, true);
-  om->st.update_end_s += zt_clock_now() - t0;
+  zt_status e = apply_slices(om, -1, true);
   if (e) return e;
   return om->o.lazy_update ? ZT_OK : zt_offload_model_flush(om);
 }

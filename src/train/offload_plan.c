@@ -196,6 +196,9 @@ static void predict_offload(const zt_offload_plan_input *in, const int64_t *ub, 
   }
 }
 
+/* The plans' preferred margin under the limit: the prediction's error is within 10%. */
+#define MARGIN 0.85
+
 /* The allocator's cache: what limit leaves under the 15% margin, between in->cache_bytes and
  * in->cache_max_bytes, and no more than four copies of the largest slice's parameters (a step
  * frees and allocates that much again per slice; a larger cache would not fill). */
@@ -204,7 +207,7 @@ static void fill_cache(const zt_offload_plan_input *in, const int64_t *ub, int U
   int64_t P[ZT_OFFLOAD_PLAN_MAX_UNITS];
   int nb[ZT_OFFLOAD_PLAN_MAX_UNITS];
   int64_t Pmax = slices_of(ub, U, count, p->slices, P, nb);
-  int64_t base = p->peak - p->cache_bytes, room = (int64_t)(0.85 * (double)limit) - base;
+  int64_t base = p->peak - p->cache_bytes, room = (int64_t)(MARGIN * (double)limit) - base;
   int64_t cap = in->cache_max_bytes < 4 * Pmax ? in->cache_max_bytes : 4 * Pmax;
   int64_t c = room < cap ? room : cap;
   if (c > p->cache_bytes) p->cache_bytes = c, p->peak = base + c;
@@ -239,7 +242,7 @@ zt_status zt_offload_plan_make(const zt_offload_plan_input *in, int64_t limit, z
          * 774M in 4 GiB: 64 MiB -> 1 GiB took the kernel's minor faults from 26 to 4.9 million
          * in three steps and a step from 63 to 56 s); then a 15% margin under the limit (the
          * prediction's error is within 10%); then the fewest slices (fewer, larger transfers) */
-        bool safe = (double)p.peak <= 0.85 * (double)limit, best_safe = (double)best.peak <= 0.85 * (double)limit;
+        bool safe = (double)p.peak <= MARGIN * (double)limit, best_safe = (double)best.peak <= MARGIN * (double)limit;
         bool better =
             !found || p.step_s < best.step_s * 0.999 ||
             (p.step_s <= best.step_s * 1.001 &&
