@@ -83,6 +83,24 @@ static void on_phase(zt_train_phase ph, int64_t step, void *ud) {
   pthread_mutex_unlock(&p->mu);
 }
 
+/* The activation trial's measurements and choice (zt_train_config.memory.activation_trial). */
+static void print_choice(const zt_act_choice *c) {
+  printf("zt train: activation trial, each slice's forward + backward with its activations offloaded (step %lld, "
+         "%.1f s) and recomputed (step %lld, %.1f s):\n",
+         (long long)c->offload_step, c->offload_step_s, (long long)c->recompute_step, c->recompute_step_s);
+  for (int s = 0; s < c->slices; s++) {
+    if (!c->blocks[s]) continue;
+    char b[32];
+    if (c->blocks[s] == 1) snprintf(b, sizeof b, "block %d", c->first_block[s]);
+    else snprintf(b, sizeof b, "blocks %d-%d", c->first_block[s], c->first_block[s] + c->blocks[s] - 1);
+    printf("  slice %d (%s): %.2f s offloaded, %.2f s recomputed: %s\n", s, b, c->offload_s[s], c->recompute_s[s],
+           c->recompute_s[s] < c->offload_s[s] ? "recompute" : "offload");
+  }
+  printf("zt train: from step %lld, %d of the %d slices recompute their blocks: blocks %s (f recomputed, n "
+         "offloaded)\n",
+         (long long)c->recompute_step + 1, c->recomputed_slices, c->slices, c->plan);
+}
+
 static void on_step(const zt_train_step_info *in, void *ud) {
   progress *p = ud;
   if (in->rank != 0) return; // rank 0 speaks for all (per-rank figures are in --metrics)
@@ -96,6 +114,7 @@ static void on_step(const zt_train_step_info *in, void *ud) {
     double per_step = in->elapsed_s / (double)(in->step - in->first_step + 1);
     printf("step %5lld/%lld | loss %.4f", (long long)in->step, (long long)in->total_steps, in->loss);
     if (!isnan(in->val_loss)) printf(" | val %.4f", in->val_loss);
+    if (in->act_trial) printf(" | trial: every slice's activations %s", in->act_trial == 1 ? "offloaded" : "recomputed");
     if (!isnan(in->pp_bubble)) printf(" | bubble %.1f%% (sim %.1f%%)", 100 * in->pp_bubble, 100 * in->pp_sim_bubble);
     if (in->io_read_bytes || in->io_write_bytes) {
       char r[32], w[32];
@@ -109,8 +128,9 @@ static void on_step(const zt_train_step_info *in, void *ud) {
            zt_cli_bytes((double)in->mem.current[ZT_MEM_TAG_ACTIVATION], b[3]),
            zt_cli_bytes((double)in->mem.peak[ZT_MEM_TAG_ACTIVATION], b[4]), zt_cli_bytes((double)in->peak_rss, b[5]),
            duration(in->elapsed_s, e[0]), duration(per_step * (double)(p->end_step - in->step), e[1]));
-    fflush(stdout);
   }
+  if (in->act_choice) clear_status(p), print_choice(in->act_choice);
+  fflush(stdout);
   pthread_mutex_unlock(&p->mu);
 }
 
@@ -260,8 +280,12 @@ static void print_plan(const zt_offload_plan *p) {
          zt_cli_bytes((double)p->write_cap_bytes, b[7]), zt_cli_bytes((double)p->smallest_peak, b[5]));
   if (p->recomputed_slices)
     printf("zt train: memory plan: %d of the %d slices recompute their blocks instead of offloading their activations "
-           "(the disk's time would pass the compute's): blocks %s (f recomputed, n offloaded)\n",
-           p->recomputed_slices, p->slices, p->recompute_plan);
+           "(the disk's time would pass the compute's): blocks %s (f recomputed, n offloaded)%s\n",
+           p->recomputed_slices, p->slices, p->recompute_plan, p->trial ? "; predicted" : "");
+  if (p->trial)
+    printf("zt train: memory plan: activation trial: step 2 offloads every slice's activations, step 3 recomputes "
+           "every slice's blocks, and from step 4 each slice keeps the faster way, measured (the peak above counts "
+           "both)\n");
   printf("zt train: predicted step %.1f s (compute %.1f s, disk %.1f s at %.2f GB/s read, %.2f GB/s written)\n",
          p->step_s, p->compute_s, p->io_s, p->read_bps / 1e9, p->write_bps / 1e9);
 }

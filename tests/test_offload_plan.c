@@ -78,6 +78,28 @@ static void test_recompute_per_slice(void) {
   ZT_CHECK(p.activations_mode == ZT_OFFLOAD_PLAN_OFFLOAD && p.recomputed_slices == 0 && !p.recompute_plan[0]);
 }
 
+/* With the activation trial (every slice recomputed for a step) the plan's peak counts that
+ * step: a recomputed block's activations at backward's start; where only the offloading way fits
+ * among the fastest plans, the plan runs none (the prediction's choice stays). */
+static void test_trial_counts_both_ways(void) {
+  zt_offload_plan_input in = input();
+  in.rows = 32; /* a block's activations (670 MB a chunk) weigh in the peak */
+  zt_offload_plan p, q, off;
+  ZT_CHECK_OK(zt_offload_plan_make(&in, 1250ll << 20, &q)); /* no trial asked */
+  ZT_CHECK(!q.trial);
+  in.trial = true;
+  ZT_CHECK_OK(zt_offload_plan_make(&in, 1250ll << 20, &p));
+  ZT_CHECK(p.activations_mode == ZT_OFFLOAD_PLAN_OFFLOAD && p.trial && p.peak <= 1250ll << 20);
+  ZT_CHECK_OK(zt_offload_plan_predict(&in, p.slices, p.resident, ZT_OFFLOAD_PLAN_OFFLOAD, &off));
+  ZT_CHECK(p.peak > off.peak && p.peak - off.peak <= (int64_t)((16.0 * 768 + 4 + 12) * 32 * 256 * 4));
+  ZT_CHECK(p.step_s <= q.step_s * 1.001); /* the trial costs no predicted speed */
+  ZT_CHECK_OK(zt_offload_plan_make(&in, 1050ll << 20, &p)); /* room for offloading only */
+  ZT_CHECK(p.activations_mode == ZT_OFFLOAD_PLAN_OFFLOAD && !p.trial && p.peak <= 1050ll << 20);
+  in.can_offload_activations = false; /* nothing to try */
+  ZT_CHECK_OK(zt_offload_plan_make(&in, 1250ll << 20, &p));
+  ZT_CHECK(p.activations_mode != ZT_OFFLOAD_PLAN_OFFLOAD && !p.trial);
+}
+
 /* The allocator's cache takes what the limit leaves under the 15% margin (cache_max_bytes),
  * bounded by four copies of the largest slice's parameters; ties go to the larger cache, which
  * may mean more slices; without cache_max_bytes the cache is cache_bytes. */
@@ -160,6 +182,7 @@ int main(void) {
   ZT_RUN(test_fits_and_monotone);
   ZT_RUN(test_slices_shrink_states);
   ZT_RUN(test_recompute_per_slice);
+  ZT_RUN(test_trial_counts_both_ways);
   ZT_RUN(test_cache_fills_the_room);
   ZT_RUN(test_refusal_names_the_smallest);
   ZT_RUN(test_bad_input);

@@ -173,6 +173,13 @@ typedef struct zt_offload_model_stats {
   int64_t moments_read_ahead;
 } zt_offload_model_stats;
 ZT_API void zt_offload_model_stats_get(const zt_offload_model *om, zt_offload_model_stats *out);
+/* Slice s's time so far in the graph-keeping mode's steps (zt_offload_model_train_step),
+ * cumulative seconds: its forward (from its load being waited for to its output) and its
+ * backward (from the later slice's sync node, or backward's start, to its own, or backward's
+ * end), both without the updates applied at loads (lazy updates: the last step's, which run in
+ * the next forward). What a slice's activations cost (offloaded, or recomputed in its backward)
+ * shows here; zt train's activation trial compares these. Either pointer may be NULL. */
+ZT_API void zt_offload_model_slice_times(const zt_offload_model *om, int s, double *forward_s, double *backward_s);
 /* Slice s's units [*first, *first + *count). */
 ZT_API void zt_offload_model_slice_units(const zt_offload_model *om, int s, int *first, int *count);
 

@@ -321,7 +321,29 @@ typedef struct zt_train_memory_options {
                              * planner sets it); 0: the store's default */
   int64_t mem_limit;        /* > 0: plan offload_slices, offload_resident and offload_mode so that the predicted
                              * peak RAM fits this many bytes (refused when nothing does); needs offload_states */
+  /* The activation trial (src/train/act_trial.c), for OffloadModel's keep-graph mode with
+   * activation offload, where each slice's blocks either offload their saved tensors or are
+   * recomputed in backward: the run's second step offloads every slice's, its third recomputes
+   * every slice's, and from its fourth each slice keeps the way its forward + backward took less
+   * time in (zt_offload_model_slice_times; zt_train_result.act_choice). Bitwise the same results
+   * either way. ZT_ACT_TRIAL_AUTO (default): when the --mem-limit planner chooses activation
+   * offload (it then counts the RAM of both ways), ON: any such run, OFF: the planner's predicted
+   * choice stays. Runs of fewer than four steps run no trial. */
+  int activation_trial;
 } zt_train_memory_options;
+enum { ZT_ACT_TRIAL_OFF = -1, ZT_ACT_TRIAL_AUTO = 0, ZT_ACT_TRIAL_ON = 1 };
+/* What an activation trial measured and chose. */
+typedef struct zt_act_choice {
+  int slices;                            /* OffloadModel's slices (0: no trial ran) */
+  int64_t offload_step, recompute_step;  /* the steps (1-based) that ran every slice one way, then the other */
+  double offload_step_s, recompute_step_s; /* those steps' times */
+  /* per slice: its blocks [first_block, first_block + blocks) and its forward + backward seconds
+   * in each of the two steps (slices without blocks: 0 blocks, nothing to choose) */
+  int first_block[ZT_TRAIN_MAX_LAYERS + 2], blocks[ZT_TRAIN_MAX_LAYERS + 2];
+  double offload_s[ZT_TRAIN_MAX_LAYERS + 2], recompute_s[ZT_TRAIN_MAX_LAYERS + 2];
+  char plan[ZT_TRAIN_MAX_LAYERS + 1];    /* the choice, a letter per block: f recomputed, n offloaded */
+  int recomputed_slices;
+} zt_act_choice;
 /* Data parallel over the ranks of mpirun (one rank: plain training unless a shard strategy is
  * asked for). */
 typedef struct zt_train_parallel_options {
@@ -423,6 +445,12 @@ typedef struct zt_train_step_info {
    * wall time with a read / a write in flight (zt_store_io_stats; 0 for memory tiers). */
   int64_t io_read_bytes, io_write_bytes;
   double io_read_ms, io_write_ms;
+  /* The activation trial (zt_train_config.memory.activation_trial): 1 this step offloaded every
+   * slice's activations, 2 it recomputed every slice's (0: neither); act_choice: after the second,
+   * what it measured and chose (NULL at every other step) */
+  int act_trial;
+  const zt_act_choice *act_choice;
+  int64_t act_offload_bytes; /* activation offload: bytes of saved tensors sent to its tier in this step */
 } zt_train_step_info;
 typedef void (*zt_train_step_fn)(const zt_train_step_info *info, void *user_data);
 
@@ -452,6 +480,8 @@ typedef struct zt_offload_plan_input {
   double gflops;                   /* compute rate for the time estimate (0: not estimated) */
   double read_bps, write_bps;      /* the store's measured bandwidth (0: unknown) */
   bool can_offload_activations;    /* the tier is lossless (activation offload keeps results bitwise) */
+  bool trial;                      /* an activation offload plan runs the activation trial (both ways in turn)
+                                    * where both fit the limit, its peak then the larger of the two */
 } zt_offload_plan_input;
 typedef struct zt_offload_plan {
   int slices, resident;
@@ -462,6 +492,8 @@ typedef struct zt_offload_plan {
    * zt_train_config.memory.recompute_plan takes it; recomputed_slices counts them */
   char recompute_plan[ZT_TRAIN_MAX_LAYERS + 1];
   int recomputed_slices;
+  bool trial;                      /* the run measures the choice (zt_train_config.memory.activation_trial) from
+                                    * its second step: recompute_plan is the prediction it starts from */
   int64_t states_bytes, activation_bytes, io_bytes, cache_bytes, fixed_bytes; /* the predicted peak's parts */
   int64_t write_cap_bytes;         /* the store's write-behind cap: the smallest slice's parameters at most, so
                                     * what is in flight stays within the previous slice the states count */
@@ -499,6 +531,7 @@ typedef struct zt_train_result {
   zt_mem_stats model_ram, model_store; /* OffloadModel: cpu and the store's device over the steps (peaks since step 1),
                                         * taken before the parameters come back into RAM at the end */
   zt_offload_plan plan;  /* the --mem-limit plan the run made (zeroed: none) */
+  zt_act_choice act_choice; /* the activation trial's measurements and choice (slices 0: none ran) */
   bool failed_together; /* the run failed on every rank at once, with the same message (a bad input found
                          * before the first step, or a NaN loss): no rank is left waiting in a collective.
                          * Any other failure under several ranks may leave the others waiting (until their

@@ -734,6 +734,12 @@ void zt_offload_model_stats_get(const zt_offload_model *om, zt_offload_model_sta
   if (om) *out = om->st;
 }
 
+void zt_offload_model_slice_times(const zt_offload_model *om, int s, double *forward_s, double *backward_s) {
+  ZT_ASSERT(om && s >= 0 && s < om->S);
+  if (forward_s) *forward_s = om->slice_fwd_s[s];
+  if (backward_s) *backward_s = om->slice_bwd_s[s];
+}
+
 void zt_offload_model_slice_units(const zt_offload_model *om, int s, int *first, int *count) {
   ZT_ASSERT(om && s >= 0 && s < om->S);
   if (first) *first = om->first[s];
@@ -783,6 +789,8 @@ void zt_offload_model_free(zt_offload_model *om) {
   free(om->ss);
   free(om->ss_set);
   free(om->pending);
+  free(om->slice_fwd_s);
+  free(om->slice_bwd_s);
   free(om);
 }
 
@@ -885,10 +893,13 @@ static zt_status build(zt_offload_model *om) {
   om->ss = calloc((size_t)(P ? P : 1), sizeof *om->ss);
   om->ss_set = calloc((size_t)(P ? P : 1), sizeof *om->ss_set);
   om->pending = calloc((size_t)(P ? P : 1), sizeof *om->pending);
+  om->slice_fwd_s = calloc((size_t)S, sizeof *om->slice_fwd_s);
+  om->slice_bwd_s = calloc((size_t)S, sizeof *om->slice_bwd_s);
   zt_status e = ZT_OK;
   if (!use || !ubytes || !uu || !om->first || !om->count || !om->sp || !om->sp_off || !om->owned || !om->owned_off ||
       !om->p_first || !om->p_nslices || !om->p_res || !om->shared || !om->shared_idx ||
-      !om->state || !om->last_use || !om->rng_blocks || !om->ss || !om->ss_set || !om->pending)
+      !om->state || !om->last_use || !om->rng_blocks || !om->ss || !om->ss_set || !om->pending ||
+      !om->slice_fwd_s || !om->slice_bwd_s)
     e = ZT_ERR(ZT_STATUS_OOM, "zt_offload_model_new: out of host memory for the slice tables");
   for (int v = 0; v < U && !e; v++)
     for (int i = 0; i < P; i++)

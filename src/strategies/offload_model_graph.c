@@ -37,11 +37,18 @@ static zt_status sync_backward(zt_node *ctx, int n_outputs, zt_tensor *const *gr
   zt_offload_model *om = d->om;
   int s = d->s;
   if (!needs[1]) return zt__om_no_zt_grad();
+  zt__om_backward_mark(om, s);
   /* slice s's backward is done: its grads are final after the step's last chunk */
   if (om->graph_last) ZT_TRY(zt__om_settle_owned(om, s));
   ZT_TRY(zt__om_slice_ensure(om, s - 1, s >= 2 ? s - 2 : -1));
   if (needs[0]) ZT_TRY(zt_tensor_alias(grad_outputs[0], &grad_inputs[0]));
   return ZT_OK;
+}
+
+void zt__om_backward_mark(zt_offload_model *om, int s) {
+  double t = zt_clock_now();
+  om->slice_bwd_s[s] += t - om->bwd_mark - (om->st.update_s - om->bwd_update_mark);
+  om->bwd_mark = t, om->bwd_update_mark = om->st.update_s;
 }
 
 static const zt_function sync_fn = {"OffloadModelSliceSync", sync_forward, sync_backward};
@@ -53,6 +60,7 @@ zt_status zt__om_forward_graph(zt_offload_model *om, zt_tensor *x, zt_tensor *y,
   zt_status e = ZT_OK;
   for (int s = 0; s < S && !e; s++) {
     zt_tensor *in = cur, *out = NULL;
+    double t0 = zt_clock_now(), u0 = om->st.update_s;
     e = zt__om_slice_ensure(om, s, s + 1 < S ? s + 1 : -1);
     if (!e && s > 0 && zt_grad_enabled()) {
       zt_tensor *args[2] = {cur, om->probe};
@@ -68,6 +76,7 @@ zt_status zt__om_forward_graph(zt_offload_model *om, zt_tensor *x, zt_tensor *y,
     if (in != cur) zt_tensor_free(in);
     if (cur != x) zt_tensor_free(cur);
     cur = out;
+    om->slice_fwd_s[s] += zt_clock_now() - t0 - (om->st.update_s - u0);
   }
   if (e) {
     if (cur != x) zt_tensor_free(cur);

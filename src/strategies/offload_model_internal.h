@@ -56,6 +56,9 @@ struct zt_offload_model {
   bool graph_last;         /* graph-keeping mode: this backward is the step's last (its grads are final); the
                             * first slice's are settled by the step */
   zt_offload_model_stats st;
+  /* [S]: each slice's forward and backward seconds in the graph-keeping mode, updates at loads
+   * left out (zt_offload_model_slice_times); bwd_mark: when the backward's current slice began */
+  double *slice_fwd_s, *slice_bwd_s, bwd_mark, bwd_update_mark;
 };
 
 /* Slice s in RAM (waited for); then, with prefetch, slice next (-1: none) on its way. */
@@ -76,6 +79,9 @@ ZT_NODISCARD zt_status zt__om_apply_pending(zt_offload_model *om, int s);
 int zt__om_optim_states(zt_offload_model *om, int i, zt_tensor *const **ts);
 /* Parameter i's optimizer state to the store (no-op without one). */
 ZT_NODISCARD zt_status zt__om_optim_evict(zt_offload_model *om, int i);
+/* The graph-keeping backward's slice s is done now (its time since bwd_mark counted, updates
+ * at loads left out) and the next one begins. */
+void zt__om_backward_mark(zt_offload_model *om, int s);
 /* Every slice being loaded (prefetched) waited for. */
 ZT_NODISCARD zt_status zt__om_wait_loading(zt_offload_model *om);
 /* Chunk k of M of x along dim 0 (a view; NULL x: NULL). */

@@ -192,7 +192,9 @@ static zt_status graph_chunks(zt_offload_model *om, zt_tensor *inputs, zt_tensor
                                   "backward",
                  k, lv);
     if (!e && M > 1) e = zt_mul_scalar(l, 1.0 / (double)M, &scaled); /* as zt_train_step */
+    om->bwd_mark = zt_clock_now(), om->bwd_update_mark = om->st.update_s; /* the last slice's backward begins */
     if (!e) e = zt_backward(1, scaled ? &scaled : &l, NULL, false);
+    if (!e) zt__om_backward_mark(om, 0);
     if (!e) sum += lv;
     zt_tensor_free(scaled);
     zt_tensor_free(l);

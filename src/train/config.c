@@ -243,6 +243,15 @@ zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v
     return ZT_OK;
   }
   if (!strcmp(key, "mem-limit")) return parse_bytes("mem-limit", v, &c->memory.mem_limit);
+  if (!strcmp(key, "activation-trial")) {
+    static const char *const names[] = {"off", "auto", "on"};
+    for (int i = 0; i < 3; i++)
+      if (v && !strcmp(v, names[i])) {
+        c->memory.activation_trial = i - 1; /* ZT_ACT_TRIAL_OFF, _AUTO, _ON */
+        return ZT_OK;
+      }
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'activation-trial' is auto, on or off (got '%s')", v ? v : "");
+  }
   if (!strcmp(key, "offload-slices")) return parse_int(key, v, 1, 1 << 20, &c->memory.offload_slices);
   if (!strcmp(key, "offload-resident")) return parse_int(key, v, 1, 1 << 20, &c->memory.offload_resident);
   if (!strcmp(key, "offload-mode")) {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/status_internal.h"
+#include "train/act_trial.h"
 #include "train/fileio.h"
 #include "train/offload_train.h"
 #include "train/parallel.h"
@@ -93,6 +94,7 @@ struct run {
   zt__train_om om;       /* OffloadModel (om.om NULL: none) */
   zt_optim_config oc;
   zt_train_memory mem;   /* recompute and activation offload, attached to model */
+  zt__act_trial trial;   /* the activation trial (off unless asked for) */
   bool scaling;          /* f16: dynamic loss scaling */
   zt_loss_scaler scaler;
   int64_t start;         /* steps done before this run (resumed) */
@@ -175,6 +177,7 @@ static zt_status run_free(run *r) {
   zt_loader_free(r->val_loader);
   zt_tokens_free(r->train);
   zt_tokens_free(r->val);
+  zt__act_trial_close(&r->trial);
   zt__train_om_free(&r->om); /* before the model: its parameters come back into RAM (or stay in the store) */
   zt_optim_free(r->opt);
   zt__train_pp_free(&r->pp);
@@ -590,6 +593,8 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
       (s = zt__train_om_open(&r.om, c, r.model, r.dp.comm, c->data.batch / r.dp.data_world)))
     goto done;
   int64_t start = r.start;
+  if ((s = zt__act_trial_open(&r.trial, c, r.om.om, r.mem.recompute, r.g.n_layer, start, &result.act_choice)))
+    goto done;
   int64_t warmup = c->optim.warmup >= 0 ? c->optim.warmup : (c->steps / 10 < 100 ? c->steps / 10 : 100);
   double min_lr = c->optim.min_lr >= 0 ? c->optim.min_lr : c->optim.lr / 10;
   result.sgemm_gflops = zt_sgemm_gflops(512, 5);
@@ -603,6 +608,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   result.last_val_loss = NAN;
   char why[700];
   r.dps = zt__train_dp_strategy(&r.dp);
+  int64_t act_bytes_before = 0; /* the activation offload's bytes before this step */
   for (int64_t step = start; step < c->steps; step++) {
     double t0 = zt_clock_now();
     double lr = zt_lr_cosine(step, warmup, c->steps, c->optim.lr, min_lr);
@@ -616,6 +622,9 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     so.on_phase = c->on_phase;
     so.phase_user_data = c->phase_user_data;
     zt_train_step_result sr;
+    int trial_kind = 0;
+    bool chosen = false;
+    if ((s = zt__act_trial_before(&r.trial, step + 1, &trial_kind))) break;
     s = r.mode->step(&r, &so, &sr);
     double lv = sr.loss, gnorm = sr.grad_norm, scale = sr.loss_scale;
     bool skipped = sr.skipped;
@@ -628,6 +637,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     if (sr.bad_loss || sr.bad_grad) result.failed_together = true;
     if (s) break;
     double dt = zt_clock_now() - t0;
+    if ((s = zt__act_trial_after(&r.trial, step + 1, dt, &chosen))) break;
     if (isnan(result.first_loss)) result.first_loss = lv;
     result.last_loss = lv;
     result.steps_done = step + 1 - start;
@@ -643,6 +653,8 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     info.elapsed_s = zt_clock_now() - t_start;
     info.tokens_per_s = (double)(c->data.batch * c->data.seq) / dt;
     info.mfu = flops / dt / 1e9 / (result.sgemm_gflops * r.dp.world); // every rank has its own ceiling
+    info.act_trial = trial_kind;
+    info.act_choice = chosen ? &result.act_choice : NULL;
     bool last = step + 1 == c->steps || step + 1 == c->stop_at;
     if ((c->log.eval_every && (step + 1) % c->log.eval_every == 0) || last) {
       phase(&r, ZT_TRAIN_PHASE_EVAL, step + 1);
@@ -680,6 +692,8 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     if (r.mem.offload) {
       zt_offload_stats os;
       zt_offload_stats_get(r.mem.offload, &os);
+      info.act_offload_bytes = os.bytes_offloaded - act_bytes_before;
+      act_bytes_before = os.bytes_offloaded;
       result.offload_peak_bytes = os.peak_bytes_in_tier;
       result.offload_put_s = os.put_ms / 1e3, result.offload_wait_s = os.wait_ms / 1e3;
     }

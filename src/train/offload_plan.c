@@ -94,7 +94,7 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
   if (end > peak) peak = end, states = end, acts = 0; /* backward's activations are gone by then */
   if (K > 2) states += (double)(K - 2) * (double)Pmax;
   double st = states, a = acts;
-  p->slices = N, p->resident = K, p->activations_mode = act;
+  p->slices = N, p->resident = K, p->activations_mode = act, p->trial = false;
   /* the recomputed blocks, a letter each */
   double rec_blocks = 0;
   p->recompute_plan[0] = '\0';
@@ -176,9 +176,10 @@ zt_status zt_offload_plan_predict(const zt_offload_plan_input *in, int slices, i
 }
 
 /* Activation offload with the q slices of most blocks (the later first among equals)
- * recomputed instead, for q = 0..N: the fastest (the fewest recomputed among equals). */
+ * recomputed instead, for q = 0..N: the fastest (the fewest recomputed among equals); *all: every
+ * slice recomputed (what the activation trial holds at its most). */
 static void predict_offload(const zt_offload_plan_input *in, const int64_t *ub, int U, const int *count, int N, int K,
-                            zt_offload_plan *best) {
+                            zt_offload_plan *best, zt_offload_plan *all) {
   bool rec[ZT_OFFLOAD_PLAN_MAX_UNITS] = {false};
   int64_t P[ZT_OFFLOAD_PLAN_MAX_UNITS];
   int nb[ZT_OFFLOAD_PLAN_MAX_UNITS];
@@ -194,6 +195,17 @@ static void predict_offload(const zt_offload_plan_input *in, const int64_t *ub, 
     predict(in, ub, U, count, N, K, ZT_OFFLOAD_PLAN_OFFLOAD, rec, &p);
     if (p.step_s < best->step_s * 0.999) *best = p;
   }
+  /* the activation trial recomputes every slice for a step: that holds the most (a recomputed
+   * block's activations at backward's start, beside what offloading holds) */
+  for (int s = 0; s < N; s++) rec[s] = true;
+  predict(in, ub, U, count, N, K, ZT_OFFLOAD_PLAN_OFFLOAD, rec, all);
+}
+
+/* With the activation trial where both of its ways fit limit: p runs it, its peak the larger. */
+static void with_trial(const zt_offload_plan *all, int64_t limit, zt_offload_plan *p) {
+  if (all->peak > limit) return; /* the prediction's choice stays */
+  p->trial = true;
+  if (all->peak > p->peak) p->states_bytes = all->states_bytes, p->activation_bytes = all->activation_bytes, p->peak = all->peak;
 }
 
 /* The plans' preferred margin under the limit: the prediction's error is within 10%. */
@@ -230,27 +242,31 @@ zt_status zt_offload_plan_make(const zt_offload_plan_input *in, int64_t limit, z
       for (int N = 1; N <= U; N++) {
         if (K > N) continue;
         ZT_TRY(zt_offload_model_balance(U, N, ub, count));
-        zt_offload_plan p;
+        zt_offload_plan p, all;
         if (act == ZT_OFFLOAD_PLAN_OFFLOAD)
-          predict_offload(in, ub, U, count, N, K, &p);
+          predict_offload(in, ub, U, count, N, K, &p, &all);
         else
           predict(in, ub, U, count, N, K, act, NULL, &p);
         if (!smallest.peak || p.peak < smallest.peak) smallest = p;
         if (p.peak > limit) continue;
+        if (act == ZT_OFFLOAD_PLAN_OFFLOAD && in->trial) with_trial(&all, limit, &p);
         fill_cache(in, ub, U, count, limit, &p);
-        /* the fastest; then prefetch (K 2); then the larger allocator cache (measured at GPT-2
-         * 774M in 4 GiB: 64 MiB -> 1 GiB took the kernel's minor faults from 26 to 4.9 million
-         * in three steps and a step from 63 to 56 s); then a 15% margin under the limit (the
-         * prediction's error is within 10%); then the fewest slices (fewer, larger transfers) */
+        /* the fastest; then prefetch (K 2); then the activation trial (the choice measured, not
+         * predicted); then the larger allocator cache (measured at GPT-2 774M in 4 GiB: 64 MiB ->
+         * 1 GiB took the kernel's minor faults from 26 to 4.9 million in three steps and a step
+         * from 63 to 56 s); then a 15% margin under the limit (the prediction's error is within
+         * 10%); then the fewest slices (fewer, larger transfers) */
         bool safe = (double)p.peak <= MARGIN * (double)limit, best_safe = (double)best.peak <= MARGIN * (double)limit;
         bool better =
             !found || p.step_s < best.step_s * 0.999 ||
             (p.step_s <= best.step_s * 1.001 &&
              (p.resident > best.resident ||
               (p.resident == best.resident &&
-               (p.cache_bytes > best.cache_bytes ||
-                (p.cache_bytes == best.cache_bytes &&
-                 (safe > best_safe || (safe == best_safe && p.slices < best.slices)))))));
+               (p.trial > best.trial ||
+                (p.trial == best.trial &&
+                 (p.cache_bytes > best.cache_bytes ||
+                  (p.cache_bytes == best.cache_bytes &&
+                   (safe > best_safe || (safe == best_safe && p.slices < best.slices)))))))));
         if (better) best = p, found = true;
       }
   }
@@ -321,8 +337,11 @@ zt_status zt_train_plan_memory(zt_train_config *c, int world, zt_offload_plan *o
   in.cache_max_bytes = zt_mem_cache_limit(); /* ZT_ALLOC_CACHE_MB, 1 GiB by default: what runs without a limit get */
   in.write_cap_bytes = (int64_t)ZT_STORE_WRITE_CAP_DEFAULT; /* at most; the plan lowers it to its smallest slice */
   in.can_offload_activations = c->memory.offload_model == ZT_OFFLOAD_DISK || c->memory.offload_model == ZT_OFFLOAD_HOST;
+  in.trial = c->memory.activation_trial != ZT_ACT_TRIAL_OFF && c->steps >= 4; /* a trial needs four steps */
   zt_status s = zt_offload_plan_make(&in, c->memory.mem_limit, out);
   if (s) return s;
+  out->trial = out->trial && out->activations_mode == ZT_OFFLOAD_PLAN_OFFLOAD;
+  c->memory.activation_trial = out->trial ? ZT_ACT_TRIAL_ON : ZT_ACT_TRIAL_OFF; /* nothing to try otherwise */
   c->memory.offload_slices = out->slices;
   c->memory.offload_resident = out->resident;
   c->memory.offload_mode = out->activations_mode == ZT_OFFLOAD_PLAN_RECOMPUTE ? ZT_OFFLOAD_MODEL_RECOMPUTE

@@ -1,0 +1,127 @@
+/* The activation trial (zt_train_config.memory.activation_trial, src/train/act_trial.c): the
+ * choice from measured times, slice by slice; in zt_train_run under OffloadModel's keep-graph
+ * mode with activation offload, step 2 offloads every block's activations and step 3 recomputes
+ * every block (shown by the bytes sent to the tier), step 4 runs the choice (its bytes those of
+ * the slices it offloads), each slice's times are measured, and the losses are bitwise those
+ * of the run without the trial and of plain training; fewer than four steps run no trial; asked
+ * for where it cannot run, a clear error. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "train/act_trial.h"
+#include "zt_test.h"
+
+/* Slices without blocks are skipped; a slice recomputes where that was faster; a tie offloads. */
+static void test_choose(void) {
+  zt_act_choice c = {0};
+  c.slices = 5;
+  int first[] = {0, 0, 2, 5, 6}, blocks[] = {0, 2, 3, 1, 0};
+  double off[] = {1, 2.0, 1.0, 0.5, 1}, rec[] = {0.1, 1.5, 1.2, 0.5, 0.1};
+  for (int s = 0; s < 5; s++) c.first_block[s] = first[s], c.blocks[s] = blocks[s], c.offload_s[s] = off[s], c.recompute_s[s] = rec[s];
+  zt__act_choose(&c, 6);
+  ZT_CHECK(!strcmp(c.plan, "ffnnnn"));
+  ZT_CHECK(c.recomputed_slices == 1);
+  c.recompute_s[2] = 0.9, c.recompute_s[3] = 0.4;
+  zt__act_choose(&c, 6);
+  ZT_CHECK(!strcmp(c.plan, "ffffff") && c.recomputed_slices == 3);
+}
+
+#define STEPS 5
+typedef struct seen {
+  double loss[STEPS];
+  int kind[STEPS];
+  int64_t bytes[STEPS];
+  int choices, choice_step;
+  char plan[ZT_TRAIN_MAX_LAYERS + 1];
+} seen;
+
+static void on_step(const zt_train_step_info *in, void *ud) {
+  seen *s = ud;
+  int i = (int)in->step - 1;
+  if (i < 0 || i >= STEPS) return;
+  s->loss[i] = in->loss, s->kind[i] = in->act_trial, s->bytes[i] = in->act_offload_bytes;
+  if (in->act_choice) s->choices++, s->choice_step = (int)in->step, snprintf(s->plan, sizeof s->plan, "%s", in->act_choice->plan);
+}
+
+/* trial: -1 off, 1 on, 2 plain training (no offload at all) */
+static zt_status run(int trial, int64_t steps, seen *out, zt_train_result *res) {
+  memset(out, 0, sizeof *out);
+  zt_train_config c;
+  zt_train_config_default(&c);
+  c.data.batch = 4, c.data.seq = 64; /* a block's input, 64 KiB, is offloaded (zt_offload_options.min_bytes) */
+  c.model.n_layer = 4, c.model.n_embd = 64, c.model.n_head = 4, c.model.dropout = 0.1;
+  c.steps = steps, c.optim.grad_clip = 0.5, c.optim.warmup = 1, c.log.eval_every = 0, c.log.eval_batches = 1, c.threads = 1;
+  if (trial != 2) {
+    c.memory.offload_model = ZT_OFFLOAD_HOST, c.memory.offload_states = true;
+    c.memory.offload_mode = ZT_OFFLOAD_MODEL_KEEP_GRAPH, c.memory.offload_slices = 3;
+    c.memory.offload_activations = ZT_OFFLOAD_HOST;
+    c.memory.activation_trial = trial;
+  }
+  return zt_train_run(&c, on_step, out, res, NULL);
+}
+
+static void test_trial_in_training(void) {
+  seen on, off, plain;
+  zt_train_result r;
+  ZT_CHECK_OK(run(ZT_ACT_TRIAL_ON, STEPS, &on, &r));
+  ZT_CHECK_OK(run(ZT_ACT_TRIAL_OFF, STEPS, &off, NULL));
+  ZT_CHECK_OK(run(2, STEPS, &plain, NULL));
+  for (int i = 0; i < STEPS; i++)
+    if (on.loss[i] != off.loss[i] || on.loss[i] != plain.loss[i])
+      zt_test_fail(__FILE__, __LINE__, "step %d: loss %.9g with the trial, %.9g without, %.9g plain", i + 1, on.loss[i],
+                   off.loss[i], plain.loss[i]);
+  /* steps 2 and 3 ran the trial; the choice came once, after step 3 */
+  int kinds[STEPS] = {0, 1, 2, 0, 0};
+  for (int i = 0; i < STEPS; i++) ZT_CHECK(on.kind[i] == kinds[i] && off.kind[i] == 0);
+  ZT_CHECK(on.choices == 1 && on.choice_step == 3 && off.choices == 0);
+  /* every block's saves to the tier in step 2; only the blocks' inputs in step 3 */
+  ZT_CHECK(on.bytes[1] == off.bytes[1] && on.bytes[2] > 0 && on.bytes[2] * 4 < on.bytes[1]);
+  /* step 4 runs the choice: as step 2 with nothing recomputed, as step 3 with everything, between otherwise */
+  const zt_act_choice *c = &r.act_choice;
+  printf("  choice %s: offloaded", c->plan);
+  for (int s = 0; s < c->slices; s++) printf(" %.4f", c->offload_s[s]);
+  printf(" s, recomputed");
+  for (int s = 0; s < c->slices; s++) printf(" %.4f", c->recompute_s[s]);
+  printf(" s; bytes to the tier per step %lld %lld %lld %lld\n", (long long)on.bytes[1], (long long)on.bytes[2],
+         (long long)on.bytes[3], (long long)on.bytes[4]);
+  ZT_CHECK(!strcmp(c->plan, on.plan) && strlen(c->plan) == 4);
+  if (!strchr(c->plan, 'f')) ZT_CHECK(on.bytes[3] == on.bytes[1]);
+  else if (!strchr(c->plan, 'n')) ZT_CHECK(on.bytes[3] == on.bytes[2]);
+  else ZT_CHECK(on.bytes[3] > on.bytes[2] && on.bytes[3] < on.bytes[1]);
+  ZT_CHECK(on.bytes[4] == on.bytes[3]);
+  /* what it measured: three slices, their blocks 0..3 in order, each timed both ways */
+  ZT_CHECK(c->slices == 3 && c->offload_step == 2 && c->recompute_step == 3);
+  ZT_CHECK(c->offload_step_s > 0 && c->recompute_step_s > 0);
+  int next = 0;
+  for (int s = 0; s < c->slices; s++) {
+    ZT_CHECK(c->first_block[s] == next && c->blocks[s] > 0);
+    next += c->blocks[s];
+    ZT_CHECK(c->offload_s[s] > 0 && c->recompute_s[s] > 0);
+    ZT_CHECK(c->offload_s[s] < c->offload_step_s && c->recompute_s[s] < c->recompute_step_s);
+  }
+  ZT_CHECK(next == 4);
+}
+
+static void test_too_few_steps_or_nothing_to_try(void) {
+  seen s;
+  zt_train_result r;
+  ZT_CHECK_OK(run(ZT_ACT_TRIAL_ON, 3, &s, &r)); /* no step would run the choice */
+  ZT_CHECK(r.act_choice.slices == 0 && s.choices == 0 && s.kind[1] == 0 && s.kind[2] == 0);
+  zt_train_config c;
+  zt_train_config_default(&c);
+  c.data.batch = 4, c.data.seq = 32, c.model.n_layer = 2, c.model.n_embd = 32, c.model.n_head = 2;
+  c.steps = 4, c.log.eval_every = 0, c.threads = 1;
+  c.memory.activation_trial = ZT_ACT_TRIAL_ON; /* no OffloadModel, no activation offload */
+  ZT_CHECK_ERR(zt_train_run(&c, NULL, NULL, NULL, NULL), ZT_STATUS_INVALID_ARG, "needs OffloadModel");
+  ZT_CHECK_OK(zt_train_config_set(&c, "activation-trial", "off"));
+  ZT_CHECK(c.memory.activation_trial == ZT_ACT_TRIAL_OFF);
+  ZT_CHECK_ERR(zt_train_config_set(&c, "activation-trial", "sometimes"), ZT_STATUS_INVALID_ARG, "auto, on or off");
+}
+
+int main(void) {
+  ZT_RUN(test_choose);
+  ZT_RUN(test_trial_in_training);
+  ZT_RUN(test_too_few_steps_or_nothing_to_try);
+  return zt_test_finish();
+}
