@@ -4,9 +4,12 @@
 #   1. gpt2-774m in RAM, plain training (the reference model GFLOP/s);
 #   2. gpt2-774m with every state on disk (--offload-states disk --mem-limit 4G), inside a 4 GiB
 #      memory cgroup (bench/mem_limit.sh: the kernel enforces it, page cache included);
-#   3. gpt2-1558m the same, two steps.
+#   3. gpt2-1558m the same, four steps.
+# The runs on disk run the activation trial (steps 2 and 3: every slice's activations offloaded,
+# then recomputed; from step 4 each slice's measured faster way): 5 and 4 steps.
 # B=8, T=256, 2 threads, zt train with --metrics; a run's step time is the median of its steps
-# after the first (the last step for two-step runs). Model GFLOP/s by 6NBT + 12LTdBT. Per run
+# after the first that are not trial steps (the trial steps' times, per slice too, and the choice
+# are reported beside). Model GFLOP/s by 6NBT + 12LTdBT. Per run
 # one JSON line to bench/results/offload_states.jsonl: step time, GFLOP/s and its ratio to (1),
 # peak RSS, the cgroup's peak, disk bytes read/written per step, I/O busy time, the fraction of
 # I/O time hidden behind compute (1 - (step - compute-bound step) / I/O time, compute-bound step:
@@ -21,10 +24,10 @@ command -v python3 >/dev/null || { echo "bench/offload_states.sh: needs python3 
 dir=${ZT_OFFLOAD_DIR:-${TMPDIR:-/tmp}}/zt_offload_states_bench
 mkdir -p "$dir"
 out=bench/results/offload_states.jsonl
-m1=gpt2-774m m2=gpt2-1558m lim=4G steps1=3 steps2=2 cfg=(--batch 8 --seq 256)
+m1=gpt2-774m m2=gpt2-1558m lim=4G steps0=3 steps1=5 steps2=4 cfg=(--batch 8 --seq 256)
 if [ "${2:-}" = "--quick" ]; then
   out=${TMPDIR:-/tmp}/zt_offload_states_quick.jsonl
-  m1=gpt2-tiny m2=gpt2-tiny lim=200M cfg=(--batch 8 --seq 128)
+  m1=gpt2-tiny m2=gpt2-tiny lim=60M cfg=(--batch 8 --seq 128) # 60M: activation offload, and the trial
 fi
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 common=(train "${cfg[@]}" --eval-every 0 --eval-batches 1 --sample-len 0 --log-every 1 --threads "$OMP_NUM_THREADS")
@@ -53,14 +56,20 @@ name, model, mpath, log, out, limit = sys.argv[1:7]
 steps = [json.loads(l) for l in open(mpath)] if open(mpath).read().strip() else []
 text = open(log).read()
 cg = re.findall(r'\{"mem_limit":\{[^}]*\}\}', text)
-plan = re.findall(r"memory plan: .*", text)
+plan = [p for p in re.findall(r"memory plan: .*", text) if "predicted peak RAM" in p]
 r = {"run": name, "model": model, "limit": limit or None, "steps": len(steps)}
 if steps:
-    later = steps[1:] or steps
+    later = [s for s in steps[1:] if "act_trial" not in s] or steps[1:] or steps
     r["step_ms"] = statistics.median(s["step_ms"] for s in later)
     r["step_ms_all"] = [s["step_ms"] for s in steps]
     r["tokens_per_s"] = statistics.median(s["tokens_per_s"] for s in later)
     r["peak_rss"] = max(s["peak_rss"] for s in steps)
+    for s in steps:
+        if "act_trial" in s: r["trial_" + s["act_trial"] + "_step_ms"] = s["step_ms"]
+        if "act_choice" in s: r["act_choice"] = s["act_choice"]
+        if "act_offload_bytes" in s: r.setdefault("act_offload_bytes_all", []).append(s["act_offload_bytes"])
+    sl = re.findall(r"slice (\d+) \((?:blocks? [0-9-]+)\): ([0-9.]+) s offloaded, ([0-9.]+) s recomputed: (\w+)", text)
+    if sl: r["trial_slices"] = [{"slice": int(a), "offload_s": float(b), "recompute_s": float(c), "way": d} for a, b, c, d in sl]
     io = [s.get("io") for s in later if s.get("io")]
     if io:
         for k in ("read_bytes", "write_bytes", "read_ms", "write_ms"):
@@ -79,7 +88,7 @@ with open(out, "a") as f: f.write(json.dumps(r) + "\n")
 print(json.dumps(r))
 PY
 }
-run plain-774m "$m1" "$steps1"
+run plain-774m "$m1" "$steps0"
 run disk-774m "$m1" "$steps1" "$lim"
 run disk-1558m "$m2" "$steps2" "$lim"
 python3 - "$out" <<'PY'
@@ -107,6 +116,11 @@ for name in ("plain-774m", "disk-774m", "disk-1558m"):
     if "cgroup" in r: s["cgroup_peak"] = r["cgroup"]["peak"]; s["oom_kills"] = r["cgroup"]["oom_kills"]
     for k in ("act_put_s", "act_wait_s", "load_wait_s", "update_s", "evict_s"):  # whole run (all steps)
         if k in r: s["run_" + k] = r[k]
+    for k in ("trial_offload_step_ms", "trial_recompute_step_ms"):
+        if k in r: s[k.replace("_ms", "_s")] = round(r[k] / 1e3, 2)
+    if "act_choice" in r:
+        s["act_choice"] = r["act_choice"]
+        s["recomputed_slices"] = sum(1 for x in r.get("trial_slices", []) if x["way"] == "recompute")
     m = re.search(r"predicted peak RAM ([0-9.]+) (GiB|MiB)", r.get("plan", ""))
     if m: s["predicted_peak"] = round(float(m.group(1)) * (2**30 if m.group(2) == "GiB" else 2**20))
     if "io_read_bytes" in r:

@@ -283,14 +283,16 @@ zt_status zt_offload_plan_make(const zt_offload_plan_input *in, int64_t limit, z
   return ZT_OK;
 }
 
-/* The store's bandwidth, measured: 64 MiB put and got back through a store like the run's. */
+/* The store's bandwidth, measured: 64 MiB (a sixteenth of the limit when that is less, so the
+ * probe fits it too) put and got back through a store like the run's. */
 static void probe_store(const zt_train_config *c, double *rd, double *wr) {
   *rd = *wr = 0;
   zt_store *st = NULL;
   const char *dir = c->memory.offload_dir[0] ? c->memory.offload_dir : NULL;
   zt_status s = c->memory.offload_model == ZT_OFFLOAD_DISK ? zt_store_disk_new(dir, "zt_plan_probe", &st)
                                                            : zt_store_memory_new(&st);
-  size_t n = (size_t)64 << 20;
+  int64_t want = c->memory.mem_limit / 16 < ((int64_t)64 << 20) ? c->memory.mem_limit / 16 : (int64_t)64 << 20;
+  size_t n = (size_t)(want > (1 << 20) ? want : (1 << 20)) & ~(size_t)4095;
   void *buf = NULL; /* not from zt_mem_alloc: its cache would keep the block (and the RSS) for the whole run */
   if (!s && posix_memalign(&buf, 4096, n) != 0) buf = NULL, s = ZT_ERR(ZT_STATUS_OOM, "out of host memory");
   if (buf) memset(buf, 1, n), zt_mem_account(ZT_CPU, ZT_MEM_TAG_TEMP, (int64_t)n);
