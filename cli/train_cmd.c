@@ -283,9 +283,10 @@ static void print_plan(const zt_offload_plan *p) {
            "(the disk's time would pass the compute's): blocks %s (f recomputed, n offloaded)%s\n",
            p->recomputed_slices, p->slices, p->recompute_plan, p->trial ? "; predicted" : "");
   if (p->trial)
-    printf("zt train: memory plan: activation trial: step 2 offloads every slice's activations, step 3 recomputes "
-           "every slice's blocks, and from step 4 each slice keeps the faster way, measured (the peak above counts "
-           "both)\n");
+    printf("zt train: memory plan: activation trial: the run's step %d offloads every slice's activations, its step "
+           "%d recomputes every slice's blocks, and from its step %d each slice keeps the faster way, measured (the "
+           "peak above counts both)\n",
+           ZT_ACT_TRIAL_FIRST, ZT_ACT_TRIAL_FIRST + 1, ZT_ACT_TRIAL_FIRST + 2);
   printf("zt train: predicted step %.1f s (compute %.1f s, disk %.1f s at %.2f GB/s read, %.2f GB/s written)\n",
          p->step_s, p->compute_s, p->io_s, p->read_bps / 1e9, p->write_bps / 1e9);
 }

@@ -91,9 +91,9 @@ static const train_option k_options[] = {
      "that the predicted peak RAM fits SIZE (e.g. 4G); prints the plan, refuses\n"
      "a SIZE nothing fits, naming the smallest that does"},
     {NULL, "activation-trial", "MODE", CFG(memory.activation_trial), TRAIN_OPT_TEXT, 0, 0, "auto",
-     "keep-graph OffloadModel with activation offload: step 2 offloads every\n"
-     "slice's activations, step 3 recomputes every slice's blocks, and from\n"
-     "step 4 each slice keeps the faster way, as measured (printed);\n"
+     "keep-graph OffloadModel with activation offload: step 3 offloads every\n"
+     "slice's activations, step 4 recomputes every slice's blocks, and from\n"
+     "step 5 each slice keeps the faster way, as measured (printed);\n"
      "auto (when --mem-limit chose activation offload) | on | off"},
     {NULL, "offload-slices", "N", CFG(memory.offload_slices), TRAIN_OPT_INT, 0, 0, NULL,
      "OffloadModel: slices, balanced by parameter bytes (at most layers + 2)"},

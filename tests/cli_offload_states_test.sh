@@ -45,6 +45,20 @@ out=$("$zt" "${base[@]}" --microbatches 2 --offload-states disk --offload-slices
   --offload-activations disk --recompute plan=fnf --metrics "$w/st-mix.jsonl" 2>&1)
 check "recompute per block (plan=fnf) with the other blocks' activations on disk: plain's losses" \
   'same "$w/plain2.jsonl" "$w/st-mix.jsonl" && echo "$out" | grep -q "blocks fnf"'
+# the activation trial: step 3 offloads every slice's activations, step 4 recomputes every
+# slice's blocks, then each slice's measured faster way; plain training's losses throughout
+out=$("$zt" "${base[@]}" --steps 6 --microbatches 2 --metrics "$w/plain6.jsonl" 2>&1)
+out=$("$zt" "${base[@]}" --steps 6 --microbatches 2 --offload-states disk --offload-slices 3 --offload-mode keep-graph \
+  --offload-activations disk --activation-trial on --metrics "$w/trial.jsonl" 2>&1)
+check "the activation trial: plain's losses; steps 3 and 4 tried, the choice printed and in the metrics" \
+  'same_steps "$w/plain6.jsonl" "$w/trial.jsonl" &&
+   [ "$(grep -o "\"act_trial\":\"[a-z]*\"" "$w/trial.jsonl" | tr "\n" " ")" = "\"act_trial\":\"offload\" \"act_trial\":\"recompute\" " ] &&
+   grep -q "\"step\":4,.*\"act_choice\":\"[nf][nf][nf]\"" "$w/trial.jsonl" &&
+   echo "$out" | grep -q "s offloaded, .* s recomputed: " &&
+   echo "$out" | grep -q "from step 5, [0-3] of the 3 slices recompute their blocks: blocks [nf][nf][nf]"'
+out=$("$zt" "${base[@]}" --steps 5 --activation-trial on 2>&1)
+check "the activation trial without activation offload: refused, saying what it needs" \
+  'echo "$out" | grep -q "activation-trial on compares"'
 out=$("$zt" "${base[@]}" --recompute plan=fxf 2>&1)
 check "a recompute plan with a bad letter: refused" 'echo "$out" | grep -q "n (none), s (selective) or f (full)"'
 out=$("$zt" "${base[@]}" --recompute plan=ff 2>&1)

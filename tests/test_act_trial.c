@@ -1,9 +1,9 @@
 /* The activation trial (zt_train_config.memory.activation_trial, src/train/act_trial.c): the
  * choice from measured times, slice by slice; in zt_train_run under OffloadModel's keep-graph
- * mode with activation offload, step 2 offloads every block's activations and step 3 recomputes
- * every block (shown by the bytes sent to the tier), step 4 runs the choice (its bytes those of
+ * mode with activation offload, step 3 offloads every block's activations and step 4 recomputes
+ * every block (shown by the bytes sent to the tier), step 5 runs the choice (its bytes those of
  * the slices it offloads), each slice's times are measured, and the losses are bitwise those
- * of the run without the trial and of plain training; fewer than four steps run no trial; asked
+ * of the run without the trial and of plain training; fewer than five steps run no trial; asked
  * for where it cannot run, a clear error. */
 #include <math.h>
 #include <stdio.h>
@@ -27,7 +27,7 @@ static void test_choose(void) {
   ZT_CHECK(!strcmp(c.plan, "ffffff") && c.recomputed_slices == 3);
 }
 
-#define STEPS 5
+#define STEPS 6
 typedef struct seen {
   double loss[STEPS];
   int kind[STEPS];
@@ -71,27 +71,28 @@ static void test_trial_in_training(void) {
     if (on.loss[i] != off.loss[i] || on.loss[i] != plain.loss[i])
       zt_test_fail(__FILE__, __LINE__, "step %d: loss %.9g with the trial, %.9g without, %.9g plain", i + 1, on.loss[i],
                    off.loss[i], plain.loss[i]);
-  /* steps 2 and 3 ran the trial; the choice came once, after step 3 */
-  int kinds[STEPS] = {0, 1, 2, 0, 0};
+  /* steps 3 and 4 ran the trial; the choice came once, after step 4 */
+  int kinds[STEPS] = {0, 0, 1, 2, 0, 0};
   for (int i = 0; i < STEPS; i++) ZT_CHECK(on.kind[i] == kinds[i] && off.kind[i] == 0);
-  ZT_CHECK(on.choices == 1 && on.choice_step == 3 && off.choices == 0);
-  /* every block's saves to the tier in step 2; only the blocks' inputs in step 3 */
-  ZT_CHECK(on.bytes[1] == off.bytes[1] && on.bytes[2] > 0 && on.bytes[2] * 4 < on.bytes[1]);
-  /* step 4 runs the choice: as step 2 with nothing recomputed, as step 3 with everything, between otherwise */
+  ZT_CHECK(on.choices == 1 && on.choice_step == 4 && off.choices == 0);
+  /* every block's saves to the tier in step 3 (as in steps 1 and 2); only the blocks' inputs in step 4 */
+  int64_t *b = on.bytes + 2;
+  ZT_CHECK(b[0] == off.bytes[2] && b[0] == on.bytes[0] && b[1] > 0 && b[1] * 4 < b[0]);
+  /* step 5 runs the choice: as step 3 with nothing recomputed, as step 4 with everything, between otherwise */
   const zt_act_choice *c = &r.act_choice;
   printf("  choice %s: offloaded", c->plan);
   for (int s = 0; s < c->slices; s++) printf(" %.4f", c->offload_s[s]);
   printf(" s, recomputed");
   for (int s = 0; s < c->slices; s++) printf(" %.4f", c->recompute_s[s]);
-  printf(" s; bytes to the tier per step %lld %lld %lld %lld\n", (long long)on.bytes[1], (long long)on.bytes[2],
-         (long long)on.bytes[3], (long long)on.bytes[4]);
+  printf(" s; bytes to the tier in steps 3-6 %lld %lld %lld %lld\n", (long long)b[0], (long long)b[1],
+         (long long)b[2], (long long)b[3]);
   ZT_CHECK(!strcmp(c->plan, on.plan) && strlen(c->plan) == 4);
-  if (!strchr(c->plan, 'f')) ZT_CHECK(on.bytes[3] == on.bytes[1]);
-  else if (!strchr(c->plan, 'n')) ZT_CHECK(on.bytes[3] == on.bytes[2]);
-  else ZT_CHECK(on.bytes[3] > on.bytes[2] && on.bytes[3] < on.bytes[1]);
-  ZT_CHECK(on.bytes[4] == on.bytes[3]);
+  if (!strchr(c->plan, 'f')) ZT_CHECK(b[2] == b[0]);
+  else if (!strchr(c->plan, 'n')) ZT_CHECK(b[2] == b[1]);
+  else ZT_CHECK(b[2] > b[1] && b[2] < b[0]);
+  ZT_CHECK(b[3] == b[2]);
   /* what it measured: three slices, their blocks 0..3 in order, each timed both ways */
-  ZT_CHECK(c->slices == 3 && c->offload_step == 2 && c->recompute_step == 3);
+  ZT_CHECK(c->slices == 3 && c->offload_step == 3 && c->recompute_step == 4);
   ZT_CHECK(c->offload_step_s > 0 && c->recompute_step_s > 0);
   int next = 0;
   for (int s = 0; s < c->slices; s++) {
@@ -106,14 +107,14 @@ static void test_trial_in_training(void) {
 static void test_too_few_steps_or_nothing_to_try(void) {
   seen s;
   zt_train_result r;
-  ZT_CHECK_OK(run(ZT_ACT_TRIAL_ON, 3, &s, &r)); /* no step would run the choice */
-  ZT_CHECK(r.act_choice.slices == 0 && s.choices == 0 && s.kind[1] == 0 && s.kind[2] == 0);
+  ZT_CHECK_OK(run(ZT_ACT_TRIAL_ON, 4, &s, &r)); /* no step would run the choice */
+  ZT_CHECK(r.act_choice.slices == 0 && s.choices == 0 && s.kind[2] == 0 && s.kind[3] == 0);
   zt_train_config c;
   zt_train_config_default(&c);
   c.data.batch = 4, c.data.seq = 32, c.model.n_layer = 2, c.model.n_embd = 32, c.model.n_head = 2;
   c.steps = 4, c.log.eval_every = 0, c.threads = 1;
   c.memory.activation_trial = ZT_ACT_TRIAL_ON; /* no OffloadModel, no activation offload */
-  ZT_CHECK_ERR(zt_train_run(&c, NULL, NULL, NULL, NULL), ZT_STATUS_INVALID_ARG, "needs OffloadModel");
+  ZT_CHECK_ERR(zt_train_run(&c, NULL, NULL, NULL, NULL), ZT_STATUS_INVALID_ARG, "it needs zt_train_config.memory.offload_model");
   ZT_CHECK_OK(zt_train_config_set(&c, "activation-trial", "off"));
   ZT_CHECK(c.memory.activation_trial == ZT_ACT_TRIAL_OFF);
   ZT_CHECK_ERR(zt_train_config_set(&c, "activation-trial", "sometimes"), ZT_STATUS_INVALID_ARG, "auto, on or off");

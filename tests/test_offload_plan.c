@@ -2,7 +2,8 @@
  * model: a plan fits its limit; a larger limit never gives a slower plan; the slices' states
  * shrink as slices are added (more, smaller slices); with the disk's time longer than compute
  * the step is the disk's; with activation offload's I/O past the compute, the slices that
- * recompute instead are chosen per slice; a limit below every plan is ZT_STATUS_OOM naming the smallest peak,
+ * recompute instead are chosen per slice; the activation trial's peak counts both ways, and the
+ * trial is dropped where only offloading fits; a limit below every plan is ZT_STATUS_OOM naming the smallest peak,
  * which is itself a limit that works; bad input is refused. (Predicted vs measured peaks:
  * tests/cli_offload_states_test.sh.) */
 #include <math.h>

@@ -323,15 +323,17 @@ typedef struct zt_train_memory_options {
                              * peak RAM fits this many bytes (refused when nothing does); needs offload_states */
   /* The activation trial (src/train/act_trial.c), for OffloadModel's keep-graph mode with
    * activation offload, where each slice's blocks either offload their saved tensors or are
-   * recomputed in backward: the run's second step offloads every slice's, its third recomputes
-   * every slice's, and from its fourth each slice keeps the way its forward + backward took less
-   * time in (zt_offload_model_slice_times; zt_train_result.act_choice). Bitwise the same results
+   * recomputed in backward: the run's third step (ZT_ACT_TRIAL_FIRST; the first two are unlike
+   * the later ones) offloads every slice's, its fourth recomputes every slice's blocks, and from
+   * its fifth each slice keeps the way its forward + backward took less time in
+   * (zt_offload_model_slice_times; zt_train_result.act_choice). Bitwise the same results
    * either way. ZT_ACT_TRIAL_AUTO (default): when the --mem-limit planner chooses activation
    * offload (it then counts the RAM of both ways), ON: any such run, OFF: the planner's predicted
-   * choice stays. Runs of fewer than four steps run no trial. */
+   * choice stays. Runs of fewer than five steps run no trial. */
   int activation_trial;
 } zt_train_memory_options;
 enum { ZT_ACT_TRIAL_OFF = -1, ZT_ACT_TRIAL_AUTO = 0, ZT_ACT_TRIAL_ON = 1 };
+#define ZT_ACT_TRIAL_FIRST 3 /* the step of a run (1-based) that starts the activation trial */
 /* What an activation trial measured and chose. */
 typedef struct zt_act_choice {
   int slices;                            /* OffloadModel's slices (0: no trial ran) */
@@ -493,7 +495,7 @@ typedef struct zt_offload_plan {
   char recompute_plan[ZT_TRAIN_MAX_LAYERS + 1];
   int recomputed_slices;
   bool trial;                      /* the run measures the choice (zt_train_config.memory.activation_trial) from
-                                    * its second step: recompute_plan is the prediction it starts from */
+                                    * its ZT_ACT_TRIAL_FIRST step: recompute_plan is the prediction until then */
   int64_t states_bytes, activation_bytes, io_bytes, cache_bytes, fixed_bytes; /* the predicted peak's parts */
   int64_t write_cap_bytes;         /* the store's write-behind cap: the smallest slice's parameters at most, so
                                     * what is in flight stays within the previous slice the states count */
@@ -505,8 +507,9 @@ typedef struct zt_offload_plan {
 /* One plan's prediction: slices N, resident K, activations act (OFFLOAD: nothing recomputed). */
 ZT_API ZT_NODISCARD zt_status zt_offload_plan_predict(const zt_offload_plan_input *in, int slices, int resident,
                                                       zt_offload_plan_activations act, zt_offload_plan *out);
-/* The fastest plan whose predicted peak RAM fits limit (ties: prefetching, then the larger
- * allocator cache (in->cache_max_bytes), then a 15% margin, then fewer slices),
+/* The fastest plan whose predicted peak RAM fits limit (ties: prefetching, then room for the
+ * activation trial (in->trial), then the larger allocator cache (in->cache_max_bytes), then a
+ * 15% margin, then fewer slices),
  * with activation offload trying every count of slices recomputed instead (the ones with the
  * most blocks first);
  * ZT_STATUS_OOM naming the smallest peak when none does (out->smallest_peak set either way). */

@@ -1,7 +1,8 @@
 /* The activation trial of zt train (src/train/act_trial.c; zt_train_config.memory.
  * activation_trial): under OffloadModel's keep-graph mode with activation offload, the run's
- * second step offloads every slice's activations, its third recomputes every slice's blocks,
- * and from its fourth each slice keeps the way its forward + backward took less time in.
+ * third step (ZT_ACT_TRIAL_FIRST) offloads every slice's activations, its fourth recomputes
+ * every slice's blocks, and from its fifth each slice keeps the way its forward + backward took
+ * less time in.
  * Internal. */
 #ifndef ZT_TRAIN_ACT_TRIAL_H
 #define ZT_TRAIN_ACT_TRIAL_H
@@ -20,7 +21,7 @@ typedef struct zt__act_trial {
 } zt__act_trial;
 
 /* A trial for this run when c asks for one (activation_trial ON; the planner turns AUTO into ON
- * where it chose activation offload) and start + 4 <= c->steps (start: the steps done before
+ * where it chose activation offload) and start + ZT_ACT_TRIAL_FIRST + 2 <= c->steps (start: the steps done before
  * this run); otherwise t stays off. ON without OffloadModel's keep-graph mode and activation
  * offload (om NULL, or not that mode): ZT_STATUS_INVALID_ARG saying so. */
 ZT_NODISCARD zt_status zt__act_trial_open(zt__act_trial *t, const zt_train_config *c, zt_offload_model *om,

@@ -339,7 +339,8 @@ zt_status zt_train_plan_memory(zt_train_config *c, int world, zt_offload_plan *o
   in.cache_max_bytes = zt_mem_cache_limit(); /* ZT_ALLOC_CACHE_MB, 1 GiB by default: what runs without a limit get */
   in.write_cap_bytes = (int64_t)ZT_STORE_WRITE_CAP_DEFAULT; /* at most; the plan lowers it to its smallest slice */
   in.can_offload_activations = c->memory.offload_model == ZT_OFFLOAD_DISK || c->memory.offload_model == ZT_OFFLOAD_HOST;
-  in.trial = c->memory.activation_trial != ZT_ACT_TRIAL_OFF && c->steps >= 4; /* a trial needs four steps */
+  /* a trial needs its two steps and one to run the choice */
+  in.trial = c->memory.activation_trial != ZT_ACT_TRIAL_OFF && c->steps >= ZT_ACT_TRIAL_FIRST + 2;
   zt_status s = zt_offload_plan_make(&in, c->memory.mem_limit, out);
   if (s) return s;
   out->trial = out->trial && out->activations_mode == ZT_OFFLOAD_PLAN_OFFLOAD;
