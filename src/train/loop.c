@@ -602,8 +602,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   double flops = zt_gpt2_flops_per_step(r.model, c->data.batch, c->data.seq);
   double t_start = zt_clock_now();
   zt_mem_reset_peaks(); /* the peaks reported (per step, act_peak) are this run's, from its first step */
-  zt_train_step_info setup_io = {0};
-  zt__train_om_io_step(&r.om, &setup_io); /* the set-up's I/O (building, loading) is no step's */
+  zt__train_om_io_skip(&r.om); /* the set-up's I/O (building, loading) is no step's */
   result.first_loss = NAN;
   result.last_val_loss = NAN;
   char why[700];
@@ -656,14 +655,15 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     info.act_trial = trial_kind;
     info.act_choice = chosen ? &result.act_choice : NULL;
     bool last = step + 1 == c->steps || step + 1 == c->stop_at;
+    zt__train_om_io_step(&r.om, &info); /* the step's own I/O: the evaluation's is no step's */
     if ((c->log.eval_every && (step + 1) % c->log.eval_every == 0) || last) {
       phase(&r, ZT_TRAIN_PHASE_EVAL, step + 1);
       if ((s = eval_loss(&r, &info.val_loss))) break;
       result.last_val_loss = info.val_loss;
+      zt__train_om_io_skip(&r.om);
     }
     zt_mem_stats_get(ZT_CPU, &info.mem);
     info.peak_rss = zt_mem_peak_rss();
-    zt__train_om_io_step(&r.om, &info);
     info.act_peak_predicted = result.act_peak_predicted;
     info.loss_scale = scale;
     info.skipped = skipped;

@@ -193,6 +193,11 @@ void zt__train_om_io_step(zt__train_om *om, zt_train_step_info *info) {
   om->io_last = now;
 }
 
+void zt__train_om_io_skip(zt__train_om *om) {
+  zt_train_step_info unused = {0};
+  zt__train_om_io_step(om, &unused);
+}
+
 void zt__train_om_result(const zt__train_om *om, zt_train_result *res) {
   if (!om->om) return;
   zt_offload_model_stats st;

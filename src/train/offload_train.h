@@ -49,6 +49,8 @@ ZT_NODISCARD zt_status zt__train_om_loss(zt__train_om *om, zt_tensor *x, zt_tens
 ZT_NODISCARD zt_status zt__train_om_settle(zt__train_om *om);
 /* The store's I/O since the last call (bytes and busy time per direction) into info. */
 void zt__train_om_io_step(zt__train_om *om, zt_train_step_info *info);
+/* The store's I/O since the last call is no step's (the set-up's, an evaluation's). */
+void zt__train_om_io_skip(zt__train_om *om);
 /* The run's figures (slices, loads, the store's peak). */
 void zt__train_om_result(const zt__train_om *om, zt_train_result *res);
 /* Frees the offload model (every parameter back in RAM, unless offload_states) and the batch;
