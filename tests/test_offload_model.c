@@ -2,7 +2,8 @@
  * give bitwise plain training's losses and parameters (zt_train_step over the same
  * microbatches) for every slice count, microbatch count, resident count and lossless store;
  * the bf16 store within a stated tolerance; the RAM held by parameters and grads from the
- * accounting; a float input's grad and requires_grad; the errors (zt_grad through it, a
+ * accounting; the slices' times (graph-keeping mode); a float input's grad and requires_grad;
+ * the errors (zt_grad through it, a
  * failing store, an evicted parameter read). */
 #include <dirent.h>
 #include <limits.h>
@@ -183,6 +184,48 @@ static void test_bitwise(void) {
   g_mode = ZT_OFFLOAD_MODEL_RECOMPUTE;
   batches_free(&b);
   zt_test_tmpdir_remove();
+}
+
+/* The slices' times in the graph-keeping mode: every slice's forward and backward are timed
+ * (slice 0's backward to backward's end), and with the updates (timed apart) they are the
+ * steps' time but for the loss and the loop around; the recomputing mode times none. */
+static void test_slice_times(void) {
+  batches b;
+  batches_make(&b);
+  for (int mode = 0; mode < 2; mode++) {
+    zt_gpt2 *m = model_new();
+    zt_optim *o = zt_test_gpt2_adamw(m);
+    zt_store *store = store_new(STORE_MEMORY);
+    zt_offload_units u;
+    ZT_CHECK_OK(zt_gpt2_offload_units(m, &u));
+    zt_offload_model_options oo = zt_offload_model_options_default();
+    oo.slices = cfg.n_layer + 2, oo.resident = 2, oo.microbatches = 2;
+    oo.mode = mode ? ZT_OFFLOAD_MODEL_KEEP_GRAPH : ZT_OFFLOAD_MODEL_RECOMPUTE;
+    zt_offload_model *om = NULL;
+    ZT_CHECK_OK(zt_offload_model_new(&u, store, &oo, &om));
+    double t0 = zt_clock_now(), loss, norm;
+    for (int i = 0; om && i < STEPS; i++)
+      ZT_CHECK_OK(zt_offload_model_train_step(om, o, b.x[i], b.y[i], 1e-2, 0.5, &loss, &norm));
+    double wall = zt_clock_now() - t0, sum = 0;
+    zt_offload_model_stats st;
+    zt_offload_model_stats_get(om, &st);
+    for (int s = 0; om && s < oo.slices; s++) {
+      double f = -1, bw = -1;
+      zt_offload_model_slice_times(om, s, &f, &bw);
+      if (mode) ZT_CHECK(f > 0 && bw > 0);
+      else ZT_CHECK(f == 0 && bw == 0);
+      sum += f + bw;
+    }
+    if (mode) {
+      printf("  slices %.4f s + updates %.4f s of %.4f s\n", sum, st.update_s, wall);
+      ZT_CHECK(sum + st.update_s <= wall * 1.01 + 1e-4 && sum + st.update_s > 0.5 * wall); /* disjoint, within the steps */
+    }
+    zt_offload_model_free(om);
+    zt_optim_free(o);
+    zt_gpt2_free(m);
+    zt_store_free(store);
+  }
+  batches_free(&b);
 }
 
 /* Updates done in the step (lazy_update off) give the same bits as lazy ones, at the cost of
@@ -653,6 +696,7 @@ int main(void) {
   ZT_RUN(test_float_input_and_zt_grad);
   ZT_RUN(test_bitwise);
   ZT_RUN(test_lazy_update);
+  ZT_RUN(test_slice_times);
   ZT_RUN(test_bf16);
   ZT_RUN(test_memory);
   ZT_RUN(test_states_on_store);
