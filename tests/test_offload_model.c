@@ -115,33 +115,55 @@ static void plain_run(const batches *b, int M, run *r) {
 static zt_offload_model_mode g_mode = ZT_OFFLOAD_MODEL_RECOMPUTE; /* of offload_run */
 static bool g_lazy = true;
 
+/* A fresh model, its AdamW and a store of kind sk, under an offload model of N slices, K
+ * resident, M microbatches in mode (lazy updates as g_lazy says); om_close frees them. */
+typedef struct om_fixture {
+  zt_gpt2 *m;
+  zt_optim *o;
+  zt_store *store;
+  zt_offload_model *om;
+} om_fixture;
+
+static void om_open(om_fixture *f, int N, int M, int K, zt_offload_model_mode mode, store_kind sk) {
+  f->m = model_new();
+  f->o = zt_test_gpt2_adamw(f->m);
+  f->store = store_new(sk);
+  zt_offload_units u;
+  ZT_CHECK_OK(zt_gpt2_offload_units(f->m, &u));
+  zt_offload_model_options oo = zt_offload_model_options_default();
+  oo.slices = N, oo.resident = K, oo.microbatches = M, oo.mode = mode, oo.lazy_update = g_lazy;
+  f->om = NULL;
+  ZT_CHECK_OK(zt_offload_model_new(&u, f->store, &oo, &f->om));
+}
+
+static void om_close(om_fixture *f) {
+  zt_offload_model_free(f->om);
+  zt_optim_free(f->o);
+  zt_gpt2_free(f->m);
+  zt_store_free(f->store);
+  *f = (om_fixture){0};
+}
+
 static void offload_run(const batches *b, int N, int M, int K, store_kind sk, run *r, int64_t *peak_pg,
                         zt_offload_model_stats *st) {
-  zt_gpt2 *m = model_new();
-  zt_optim *o = zt_test_gpt2_adamw(m);
-  zt_store *store = store_new(sk);
-  zt_offload_units u;
-  ZT_CHECK_OK(zt_gpt2_offload_units(m, &u));
-  zt_offload_model_options oo = zt_offload_model_options_default();
-  oo.slices = N, oo.resident = K, oo.microbatches = M, oo.mode = g_mode, oo.lazy_update = g_lazy;
-  zt_offload_model *om = NULL;
-  ZT_CHECK_OK(zt_offload_model_new(&u, store, &oo, &om));
+  om_fixture f;
+  om_open(&f, N, M, K, g_mode, sk);
+  zt_offload_model *om = f.om;
   zt_rng_seed(11);
   for (int i = 0; om && i < STEPS; i++) {
     zt_mem_stats ms;
     zt_mem_stats_get(ZT_CPU, &ms);
     int64_t optim = ms.current[ZT_MEM_TAG_OPTIM];
     zt_mem_reset_peaks();
-    ZT_CHECK_OK(zt_offload_model_train_step(om, o, b->x[i], b->y[i], 1e-2, 0.5, &r->loss[i], &r->norm[i]));
+    ZT_CHECK_OK(zt_offload_model_train_step(om, f.o, b->x[i], b->y[i], 1e-2, 0.5, &r->loss[i], &r->norm[i]));
     zt_mem_stats_get(ZT_CPU, &ms);
     if (peak_pg && i == STEPS - 1) *peak_pg = ms.peak_state - optim;
   }
   if (st) zt_offload_model_stats_get(om, st);
   zt_offload_model_free(om);
-  keep_params(m, r);
-  zt_optim_free(o);
-  zt_gpt2_free(m);
-  zt_store_free(store);
+  f.om = NULL;
+  keep_params(f.m, r);
+  om_close(&f);
 }
 
 static bool runs_equal(const run *a, const run *b) {
@@ -193,23 +215,17 @@ static void test_slice_times(void) {
   batches b;
   batches_make(&b);
   for (int mode = 0; mode < 2; mode++) {
-    zt_gpt2 *m = model_new();
-    zt_optim *o = zt_test_gpt2_adamw(m);
-    zt_store *store = store_new(STORE_MEMORY);
-    zt_offload_units u;
-    ZT_CHECK_OK(zt_gpt2_offload_units(m, &u));
-    zt_offload_model_options oo = zt_offload_model_options_default();
-    oo.slices = cfg.n_layer + 2, oo.resident = 2, oo.microbatches = 2;
-    oo.mode = mode ? ZT_OFFLOAD_MODEL_KEEP_GRAPH : ZT_OFFLOAD_MODEL_RECOMPUTE;
-    zt_offload_model *om = NULL;
-    ZT_CHECK_OK(zt_offload_model_new(&u, store, &oo, &om));
+    om_fixture fx;
+    int N = cfg.n_layer + 2;
+    om_open(&fx, N, 2, 2, mode ? ZT_OFFLOAD_MODEL_KEEP_GRAPH : ZT_OFFLOAD_MODEL_RECOMPUTE, STORE_MEMORY);
+    zt_offload_model *om = fx.om;
     double t0 = zt_clock_now(), loss, norm;
     for (int i = 0; om && i < STEPS; i++)
-      ZT_CHECK_OK(zt_offload_model_train_step(om, o, b.x[i], b.y[i], 1e-2, 0.5, &loss, &norm));
+      ZT_CHECK_OK(zt_offload_model_train_step(om, fx.o, b.x[i], b.y[i], 1e-2, 0.5, &loss, &norm));
     double wall = zt_clock_now() - t0, sum = 0;
     zt_offload_model_stats st;
     zt_offload_model_stats_get(om, &st);
-    for (int s = 0; om && s < oo.slices; s++) {
+    for (int s = 0; om && s < N; s++) {
       double f = -1, bw = -1;
       zt_offload_model_slice_times(om, s, &f, &bw);
       if (mode) ZT_CHECK(f > 0 && bw > 0);
@@ -220,10 +236,7 @@ static void test_slice_times(void) {
       printf("  slices %.4f s + updates %.4f s of %.4f s\n", sum, st.update_s, wall);
       ZT_CHECK(sum + st.update_s <= wall * 1.01 + 1e-4 && sum + st.update_s > 0.5 * wall); /* disjoint, within the steps */
     }
-    zt_offload_model_free(om);
-    zt_optim_free(o);
-    zt_gpt2_free(m);
-    zt_store_free(store);
+    om_close(&fx);
   }
   batches_free(&b);
 }
