@@ -18,14 +18,15 @@
 #include "core/status_internal.h"
 #include "train/act_trial.h"
 
-/* Every block one way: 'n' offloaded, 'f' recomputed. */
-static zt_status set_plan(zt__act_trial *t, const char *letters) {
-  zt_recompute *modes = calloc((size_t)t->L, sizeof *modes);
-  if (!modes) return ZT_ERR(ZT_STATUS_OOM, "activation trial: out of host memory");
-  for (int i = 0; i < t->L; i++) modes[i] = letters[i] == 'f' ? ZT_RECOMPUTE_FULL : ZT_RECOMPUTE_NONE;
+/* Every block in mode (letters NULL), or each as its letter says: 'f' recomputed, 'n' offloaded. */
+static zt_status set_plan(zt__act_trial *t, zt_recompute mode, const char *letters) {
   zt_recompute_options ro = zt_recompute_options_default();
   ro.policy = zt_recompute_plan_policy(t->plan);
-  ro.modes = modes, ro.n_modes = t->L, ro.every = 1;
+  ro.mode = mode, ro.every = 1;
+  zt_recompute *modes = letters ? calloc((size_t)t->L, sizeof *modes) : NULL;
+  if (letters && !modes) return ZT_ERR(ZT_STATUS_OOM, "activation trial: out of host memory");
+  for (int i = 0; letters && i < t->L; i++) modes[i] = letters[i] == 'f' ? ZT_RECOMPUTE_FULL : ZT_RECOMPUTE_NONE;
+  if (modes) ro.modes = modes, ro.n_modes = t->L;
   zt_status s = zt_recompute_plan_set(t->plan, &ro);
   free(modes);
   return s;
@@ -70,12 +71,7 @@ zt_status zt__act_trial_before(zt__act_trial *t, int64_t step, int *kind) {
   *kind = 0;
   if (!t->om || step < t->first || step > t->first + 1) return ZT_OK;
   *kind = (int)(step - t->first) + 1;
-  char *letters = malloc((size_t)t->L + 1);
-  if (!letters) return ZT_ERR(ZT_STATUS_OOM, "activation trial: out of host memory");
-  memset(letters, *kind == 1 ? 'n' : 'f', (size_t)t->L);
-  letters[t->L] = 0;
-  zt_status s = set_plan(t, letters);
-  free(letters);
+  zt_status s = set_plan(t, *kind == 1 ? ZT_RECOMPUTE_NONE : ZT_RECOMPUTE_FULL, NULL);
   for (int i = 0; i < t->out->slices; i++) t->t0[i] = slice_time(t->om, i);
   return s;
 }
@@ -101,7 +97,7 @@ zt_status zt__act_trial_after(zt__act_trial *t, int64_t step, double step_s, boo
   if (!rec) return ZT_OK;
   zt__act_choose(c, t->L);
   *chosen = true;
-  return set_plan(t, c->plan);
+  return set_plan(t, ZT_RECOMPUTE_NONE, c->plan);
 }
 
 void zt__act_trial_close(zt__act_trial *t) {

@@ -343,7 +343,6 @@ zt_status zt_train_plan_memory(zt_train_config *c, int world, zt_offload_plan *o
   in.trial = c->memory.activation_trial != ZT_ACT_TRIAL_OFF && c->steps >= ZT_ACT_TRIAL_FIRST + 2;
   zt_status s = zt_offload_plan_make(&in, c->memory.mem_limit, out);
   if (s) return s;
-  out->trial = out->trial && out->activations_mode == ZT_OFFLOAD_PLAN_OFFLOAD;
   c->memory.activation_trial = out->trial ? ZT_ACT_TRIAL_ON : ZT_ACT_TRIAL_OFF; /* nothing to try otherwise */
   c->memory.offload_slices = out->slices;
   c->memory.offload_resident = out->resident;
