@@ -23,6 +23,8 @@ int zt_cmd_consolidate(int argc, char **argv);
 /* zt schedule: pipeline schedules generated or read, validated, simulated, rendered (cli/schedule_cmd.c) */
 int zt_cmd_schedule(int argc, char **argv);
 
+/* How the command was called (argv[0]: "build/zt"), for commands it prints. */
+extern const char *zt_cli_program;
 /* "1.5 GiB" style; buf of 32 bytes. */
 const char *zt_cli_bytes(double b, char *buf);
 /* Print zt_last_error() (fields written as flags: zt_cli_train_message) after "zt CMD: " and

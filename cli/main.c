@@ -111,7 +111,10 @@ int zt_cli_i64(const char *cmd, const char *name, const char *value, int64_t lo,
   return 2;
 }
 
+const char *zt_cli_program = "zt";
+
 int main(int argc, char **argv) {
+  zt_cli_program = argv[0];
   if (argc < 2) {
     usage(stderr);
     return 2;

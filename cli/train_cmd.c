@@ -3,8 +3,10 @@
  * long (a live status line on a terminal, plain lines otherwise), a summary, and
  * (byte-level models) a sample of text. Under mpirun, an error that did not reach every
  * rank at once ends the whole job, so no rank is left waiting. */
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +19,12 @@
 typedef struct progress {
   int64_t log_every, sample_len, end_step;
   bool tty;
-  double slow_s;         /* steps at least this long show their parts (ZT_STEP_PROGRESS_S, default 3) */
+  double slow_s;         /* a step this far in shows its part (ZT_STEP_PROGRESS_S; default 3 s on a terminal,
+                          * 30 s in a log, where a line per part would flood it) */
+  double part_shown;     /* plain output: when the last part line was printed */
+  const char *save_dir;  /* --save: a line per checkpoint written */
+  double win_tokens, win_s, win_mfu_s; /* since the last progress line: tokens, seconds, mfu x seconds */
+  size_t warned;         /* bytes of zt_train_result.warnings already printed (as the steps met them) */
   pthread_mutex_t mu;
   pthread_t ticker;
   bool ticking, stop;
@@ -72,15 +79,23 @@ static void on_phase(zt_train_phase ph, int64_t step, void *ud) {
   if (step != p->step) p->step_t0 = t;
   p->step = step;
   p->phase = ph;
-  /* plain output: a line per part of a slow step */
-  bool slow = p->last_step_s >= p->slow_s || t - p->step_t0 >= p->slow_s;
-  if (!p->tty && slow) {
+  /* plain output: a line per part of a long step, at most one per slow_s */
+  if (!p->tty && t - p->step_t0 >= p->slow_s && t - p->part_shown >= p->slow_s) {
+    p->part_shown = t;
     char a[32];
     printf("step %5lld/%lld: %s (%s into the step)\n", (long long)step, (long long)p->end_step,
            zt_train_phase_name(ph), duration(t - p->step_t0, a));
     fflush(stdout);
   }
   pthread_mutex_unlock(&p->mu);
+}
+
+/* "zt train: saved DIR/step-N" (the version 'latest' names now), then tail. */
+static void print_saved(const char *dir, int64_t step, const char *tail) {
+  char v[4096];
+  if (zt_snapshot_resolve(dir, v, sizeof v)) snprintf(v, sizeof v, "%s (step %lld)", dir, (long long)step);
+  zt_clear_error();
+  printf("zt train: saved %s%s\n", v, tail);
 }
 
 /* The activation trial's measurements and choice (zt_train_config.memory.activation_trial). */
@@ -107,8 +122,19 @@ static void on_step(const zt_train_step_info *in, void *ud) {
   pthread_mutex_lock(&p->mu);
   p->last_step_s = in->step_ms / 1e3;
   p->step = 0;
+  p->win_tokens += in->tokens_per_s * in->step_ms / 1e3, p->win_s += in->step_ms / 1e3;
+  p->win_mfu_s += in->mfu * in->step_ms / 1e3;
+  if (in->warning) {
+    clear_status(p);
+    fprintf(stderr, "zt train: warning: %s\n", in->warning);
+    p->warned += strlen(in->warning) + (p->warned ? 2 : 0); /* "; " between them */
+  }
   bool show = !(in->step % p->log_every && in->step != p->end_step && isnan(in->val_loss));
   if (show) {
+    /* tokens/s and MFU over the steps since the last line, not the last step alone */
+    double tps = p->win_s > 0 ? p->win_tokens / p->win_s : in->tokens_per_s;
+    double mfu = p->win_s > 0 ? p->win_mfu_s / p->win_s : in->mfu;
+    p->win_tokens = p->win_s = p->win_mfu_s = 0;
     clear_status(p);
     char b[6][32], e[2][32];
     double per_step = in->elapsed_s / (double)(in->step - in->first_step + 1);
@@ -122,7 +148,7 @@ static void on_step(const zt_train_step_info *in, void *ud) {
              in->io_read_ms / 1e3, zt_cli_bytes((double)in->io_write_bytes, w), in->io_write_ms / 1e3);
     }
     printf(" | lr %.2e | %.0f tok/s | mfu %.1f%% | mem param %s grad %s optim %s act %s (peak %s) | rss %s | %s, ETA %s\n",
-           in->lr, in->tokens_per_s, 100 * in->mfu, zt_cli_bytes((double)in->mem.current[ZT_MEM_TAG_PARAM], b[0]),
+           in->lr, tps, 100 * mfu, zt_cli_bytes((double)in->mem.current[ZT_MEM_TAG_PARAM], b[0]),
            zt_cli_bytes((double)in->mem.current[ZT_MEM_TAG_GRAD], b[1]),
            zt_cli_bytes((double)in->mem.current[ZT_MEM_TAG_OPTIM], b[2]),
            zt_cli_bytes((double)in->mem.current[ZT_MEM_TAG_ACTIVATION], b[3]),
@@ -130,6 +156,7 @@ static void on_step(const zt_train_step_info *in, void *ud) {
            duration(in->elapsed_s, e[0]), duration(per_step * (double)(p->end_step - in->step), e[1]));
   }
   if (in->act_choice) clear_status(p), print_choice(in->act_choice);
+  if (in->saved_step) clear_status(p), print_saved(p->save_dir, in->saved_step, "");
   fflush(stdout);
   pthread_mutex_unlock(&p->mu);
 }
@@ -147,7 +174,93 @@ static zt_status set_option(const char *name, const char *value, void *ud) {
 
 static int usage_error(void) { return (zt_cli_fail("train"), 2); }
 
-static int run_train(zt_train_config *c, zt_comm *world, progress *p);
+/* ------------------------------------------------ stopping on a signal
+ * The first SIGINT, SIGTERM, SIGHUP or SIGUSR1 asks the run to stop at its next safe point and
+ * save (zt_train_config.stop_request); a second one, a second or more after the first, ends the
+ * process at once (by the signal's default action). A copy that arrives within that second is
+ * the same request delivered twice: Ctrl-C under mpirun reaches the ranks from the terminal and
+ * again from mpirun. */
+static volatile sig_atomic_t g_stop;     /* the first signal's number (0: none) */
+static volatile sig_atomic_t g_speak;    /* this process says so on stderr (rank 0) */
+static struct timespec g_stop_t;         /* when the first came */
+static const int k_stop_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
+
+static void on_stop_signal(int sig) {
+  int saved = errno;
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  if (g_stop) {
+    if ((double)(now.tv_sec - g_stop_t.tv_sec) + (double)(now.tv_nsec - g_stop_t.tv_nsec) / 1e9 >= 1.0) {
+      signal(sig, SIG_DFL); /* the second: at once */
+      raise(sig);
+    }
+    errno = saved;
+    return;
+  }
+  g_stop_t = now;
+  g_stop = sig;
+  static const char head[] = "\nzt train: ", tail[] =
+      " received: stopping at the next safe point (the end of this step, or between its microbatches) and saving "
+      "a checkpoint when --save is given; send it again to exit at once\n";
+  const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "SIGUSR1";
+  if (g_speak) {
+    ssize_t w = write(STDERR_FILENO, head, sizeof head - 1);
+    w = write(STDERR_FILENO, name, strlen(name));
+    w = write(STDERR_FILENO, tail, sizeof tail - 1);
+    (void)w;
+  }
+  errno = saved;
+}
+
+static void catch_stop_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  for (size_t i = 0; i < sizeof k_stop_signals / sizeof k_stop_signals[0]; i++) sigaction(k_stop_signals[i], &sa, NULL);
+}
+
+static const char *signal_name(int sig) {
+  return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "SIGUSR1";
+}
+
+/* An argument as the shell reads it back: as it is when it holds only safe characters, else in
+ * single quotes. */
+static void print_shell_word(const char *a) {
+  bool plain = *a != '\0';
+  for (const char *q = a; *q && plain; q++)
+    plain = (*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || strchr("_-./:=,+@%", *q);
+  if (plain) {
+    printf("%s", a);
+    return;
+  }
+  putchar('\'');
+  for (const char *q = a; *q; q++) q[0] == '\'' ? printf("'\\''") : putchar(*q);
+  putchar('\'');
+}
+
+/* "resume with: [mpirun -np N ]zt train ARGS --resume DIR": the command as given, its own
+ * --resume left out. */
+static void print_resume_hint(int argc, char **argv, int ranks, const char *dir) {
+  printf("zt train: resume with: ");
+  if (ranks > 1) printf("mpirun -np %d ", ranks);
+  print_shell_word(zt_cli_program);
+  printf(" train");
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--resume") && i + 1 < argc) {
+      i++;
+      continue;
+    }
+    if (!strncmp(argv[i], "--resume=", 9)) continue;
+    putchar(' ');
+    print_shell_word(argv[i]);
+  }
+  printf(" --resume ");
+  print_shell_word(dir);
+  printf("\n");
+}
+
+static int run_train(zt_train_config *c, zt_comm *world, progress *p, int argc, char **argv);
 
 int zt_cmd_train(int argc, char **argv) {
   zt_train_config c;
@@ -172,7 +285,10 @@ int zt_cmd_train(int argc, char **argv) {
   zt_comm *world = NULL;
   if (zt_comm_world(&world)) return zt_cli_fail("train");
   progress p = {.log_every = o.own.log_every, .sample_len = o.own.sample_len};
-  int code = run_train(&c, world, &p);
+  g_speak = zt_comm_rank(world) == 0;
+  c.stop_request = &g_stop;
+  catch_stop_signals();
+  int code = run_train(&c, world, &p, argc, argv);
   zt_comm_free(world);
   return code;
 }
@@ -291,14 +407,16 @@ static void print_plan(const zt_offload_plan *p) {
          p->step_s, p->compute_s, p->io_s, p->read_bps / 1e9, p->write_bps / 1e9);
 }
 
-static int run_train(zt_train_config *c, zt_comm *world, progress *p) {
+static int run_train(zt_train_config *c, zt_comm *world, progress *p, int argc, char **argv) {
   int rank = zt_comm_rank(world), ranks = zt_comm_size(world);
   p->end_step = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
   p->tty = rank == 0 && isatty(STDOUT_FILENO);
+  p->save_dir = c->checkpoint.save;
   const char *env = getenv("ZT_STEP_PROGRESS_S");
   char *end = NULL;
-  p->slow_s = env ? strtod(env, &end) : 3.0;
-  if (!env || end == env || *end || !(p->slow_s >= 0)) p->slow_s = 3.0;
+  double dflt = p->tty ? 3.0 : 30.0;
+  p->slow_s = env ? strtod(env, &end) : dflt;
+  if (!env || end == env || *end || !(p->slow_s >= 0)) p->slow_s = dflt;
   zt_offload_plan plan;
   if (zt_train_plan_memory(c, ranks, &plan)) { /* --mem-limit: the plan's options go into c */
     if (rank == 0) zt_cli_fail("train");
@@ -335,7 +453,29 @@ static int run_train(zt_train_config *c, zt_comm *world, progress *p) {
     zt_comm_abort(world, 1);
     return 1;
   }
-  if (rank == 0) print_summary(c, &r, m, p->sample_len);
+  if (rank == 0 && r.warnings[p->warned ? p->warned + 2 : 0] && strlen(r.warnings) > p->warned)
+    fprintf(stderr, "zt train: warning: %s\n", r.warnings + (p->warned ? p->warned + 2 : 0));
+  int code = 0;
+  if (r.stopped) { /* a signal: what was kept, and how to go on */
+    int sig = g_stop ? g_stop : SIGTERM;
+    code = 128 + sig;
+    if (rank == 0) {
+      print_summary(c, &r, NULL, 0);
+      printf("zt train: stopped by %s after step %lld of %lld\n", signal_name(sig), (long long)r.last_step,
+             (long long)c->steps);
+      if (r.saved_step) {
+        print_saved(c->checkpoint.save, r.saved_step, "");
+        print_resume_hint(argc, argv, ranks, c->checkpoint.save);
+      } else if (!c->checkpoint.save[0]) {
+        printf("zt train: nothing was saved (no --save DIR); the steps of this run are lost\n");
+      } else {
+        printf("zt train: no step completed in this run: nothing new to save\n");
+      }
+    }
+  } else if (rank == 0) {
+    print_summary(c, &r, m, p->sample_len);
+  }
+  fflush(stdout);
   zt_gpt2_free(m);
-  return 0;
+  return code;
 }

@@ -3,6 +3,7 @@
  * a non-finite loss stops the step before the update; bad arguments are named. GPT-2 is
  * seen only through the model interface. */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,10 +213,131 @@ static void test_train_run_microbatches(void) {
   ZT_CHECK(r3.steps_done == 0);
 }
 
+/* A stop request seen between microbatches drops the step: nothing updated, the grads gone,
+ * the rest of the step's microbatches never taken. The caller looks before a step, so a step of
+ * one microbatch (or the first microbatch) always runs. */
+typedef struct stopping {
+  batches b;
+  volatile sig_atomic_t *flag;
+  int set_at; /* the batch call (0-based) that raises the flag */
+} stopping;
+
+static zt_status take_and_stop(void *ud, zt_tensor **x, zt_tensor **y) {
+  stopping *s = ud;
+  if (s->b.next == s->set_at) *s->flag = SIGTERM;
+  return take(&s->b, x, y);
+}
+
+static void test_stop_between_microbatches(void) {
+  side a;
+  side_open(&a, ZT_OPTIM_ADAMW);
+  if (!a.o) return;
+  zt_tensor *x = zt_test_rand_ids(2, 8, 32, 7), *y = zt_test_rand_ids(2, 8, 32, 8);
+  volatile sig_atomic_t flag = 0;
+  stopping st = {{{x}, {y}, 1, 0}, &flag, 0};
+  zt_model model = zt_gpt2_model(a.m);
+  double before = zt_tensor_get(a.ps[0].tensor, 0);
+  zt_train_step_options so = zt_train_step_options_default();
+  so.microbatches = 3;
+  so.stop_request = &flag;
+  zt_train_step_result r;
+  ZT_CHECK_OK(zt_train_step(&model, NULL, a.o, take_and_stop, &st, &so, &r));
+  ZT_CHECK(r.interrupted && st.b.next == 1); /* stopped before the second microbatch */
+  ZT_CHECK(zt_tensor_get(a.ps[0].tensor, 0) == before && zt_optim_step_count(a.o) == 0);
+  for (int i = 0; i < a.n; i++) ZT_CHECK(a.ps[i].tensor->grad == NULL);
+  /* one microbatch: the caller's look before the step is the only one */
+  so.microbatches = 1;
+  ZT_CHECK_OK(zt_train_step(&model, NULL, a.o, take_and_stop, &st, &so, &r));
+  ZT_CHECK(!r.interrupted && zt_optim_step_count(a.o) == 1);
+  /* no request: every microbatch runs */
+  flag = 0;
+  st.set_at = -1;
+  so.microbatches = 3;
+  ZT_CHECK_OK(zt_train_step(&model, NULL, a.o, take_and_stop, &st, &so, &r));
+  ZT_CHECK(!r.interrupted && zt_optim_step_count(a.o) == 2 && st.b.next == 5);
+  zt_tensor_free(x);
+  zt_tensor_free(y);
+  side_close(&a);
+}
+
+/* zt_train_run stopped on request, mid-step (between microbatches) or at a step's end: it
+ * returns ZT_OK with stopped set, saves its last complete step, and a run resumed from that
+ * checkpoint gives the uninterrupted run's losses bitwise (the step cut short left no trace:
+ * the data position and the random stream were put back). */
+typedef struct stop_plan {
+  volatile sig_atomic_t flag;
+  int64_t step;          /* raise the flag in this step ... */
+  zt_train_phase phase;  /* ... at the second time this phase starts (the second microbatch's forward) */
+  int seen;
+  double loss[8];
+} stop_plan;
+
+static void stop_on_phase(zt_train_phase p, int64_t step, void *ud) {
+  stop_plan *sp = ud;
+  if (step == sp->step && p == sp->phase && ++sp->seen == 1) sp->flag = SIGINT;
+}
+
+static void keep_loss(const zt_train_step_info *info, void *ud) {
+  stop_plan *sp = ud;
+  if (info->step >= 1 && info->step <= 8) sp->loss[info->step - 1] = info->loss;
+}
+
+static void stop_config(zt_train_config *c, const char *save, const char *resume) {
+  zt_train_config_default(c);
+  c->data.batch = 4, c->data.seq = 16, c->data.microbatches = 2;
+  c->model.n_layer = 2, c->model.n_embd = 32, c->model.n_head = 2, c->model.dropout = 0.1; /* the stream matters */
+  c->steps = 6, c->log.eval_every = 0, c->log.eval_batches = 1, c->threads = 1;
+  snprintf(c->checkpoint.save, sizeof c->checkpoint.save, "%s", save);
+  snprintf(c->checkpoint.resume, sizeof c->checkpoint.resume, "%s", resume);
+}
+
+static void test_train_run_stops_and_resumes(void) {
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/ck", zt_test_tmpdir_make("stop"));
+  zt_train_config c;
+  stop_plan ref = {0};
+  stop_config(&c, "", "");
+  zt_train_result r;
+  ZT_CHECK_OK(zt_train_run(&c, keep_loss, &ref, &r, NULL));
+  ZT_CHECK(!r.stopped && r.last_step == 6);
+  /* mid-step: the request comes in step 4's first microbatch, seen before its second */
+  for (int mid = 1; mid >= 0; mid--) {
+    stop_plan sp = {0};
+    sp.step = mid ? 4 : 3, sp.phase = mid ? ZT_TRAIN_PHASE_FORWARD : ZT_TRAIN_PHASE_OPTIMIZER;
+    stop_config(&c, dir, "");
+    c.stop_request = &sp.flag;
+    c.on_phase = stop_on_phase, c.phase_user_data = &sp;
+    ZT_CHECK_OK(zt_train_run(&c, keep_loss, &sp, &r, NULL));
+    ZT_CHECK(r.stopped && r.last_step == 3 && r.saved_step == 3 && r.steps_done == 3);
+    zt_train_state st;
+    ZT_CHECK_OK(zt_snapshot_read_state(dir, &st));
+    ZT_CHECK(st.step == 3);
+    stop_plan rest = {0};
+    stop_config(&c, "", dir);
+    ZT_CHECK_OK(zt_train_run(&c, keep_loss, &rest, &r, NULL));
+    ZT_CHECK(!r.stopped && r.last_step == 6);
+    for (int k = 0; k < 6; k++) {
+      double got = k < 3 ? sp.loss[k] : rest.loss[k];
+      if (got != ref.loss[k])
+        zt_test_fail(__FILE__, __LINE__, "stopped %s: step %d's loss %.9g, uninterrupted %.9g",
+                     mid ? "mid-step" : "after a step", k + 1, got, ref.loss[k]);
+    }
+  }
+  /* a request before step 1: nothing to save, and nothing was */
+  stop_plan early = {.flag = SIGTERM};
+  stop_config(&c, dir, dir);
+  c.stop_request = &early.flag;
+  ZT_CHECK_OK(zt_train_run(&c, keep_loss, &early, &r, NULL));
+  ZT_CHECK(r.stopped && r.steps_done == 0 && r.saved_step == 0 && r.last_step == 3);
+  zt_test_tmpdir_remove();
+}
+
 int main(void) {
   ZT_RUN(test_one_microbatch_is_the_hand_written_step);
   ZT_RUN(test_two_microbatches_make_the_whole_batch);
   ZT_RUN(test_bad_loss_stops_before_the_update_and_errors);
   ZT_RUN(test_train_run_microbatches);
+  ZT_RUN(test_stop_between_microbatches);
+  ZT_RUN(test_train_run_stops_and_resumes);
   return zt_test_finish();
 }

@@ -4,6 +4,8 @@
 #ifndef ZT_TRAIN_H
 #define ZT_TRAIN_H
 
+#include <signal.h>
+
 #include "zt/fsdp.h"
 #include "zt/offload.h"
 #include "zt/offload_model.h"
@@ -211,6 +213,11 @@ typedef struct zt_train_step_options {
   /* Optional: told when each part of the step starts (FORWARD, BACKWARD, OPTIMIZER). */
   void (*on_phase)(zt_train_phase phase, int64_t step, void *user_data);
   void *phase_user_data;
+  /* Optional: a stop request (zt_train_config.stop_request), polled between microbatches: when
+   * it is set on any rank (the ranks agree through dp's mean), the step stops before its next
+   * microbatch, drops the gradients accumulated so far (dp's after-step, or zeroing) and
+   * returns ZT_OK with interrupted set and nothing updated. */
+  const volatile sig_atomic_t *stop_request;
 } zt_train_step_options;
 /* microbatches 1, lr 6e-4, grad_clip 0, the rest off. */
 ZT_API zt_train_step_options zt_train_step_options_default(void);
@@ -222,6 +229,7 @@ typedef struct zt_train_step_result {
   bool skipped;      /* the scaler skipped the update (an inf/NaN gradient; the scale backs off) */
   bool bad_loss;     /* stopped: a microbatch's loss was not finite (before its backward) */
   bool bad_grad;     /* stopped: the grad norm was not finite without a scaler to skip the step */
+  bool interrupted;  /* stopped between microbatches on a stop request: no update, the grads dropped */
 } zt_train_step_result;
 
 /* One optimizer step of model m (borrowed) over opt.microbatches microbatches from next: per
@@ -398,6 +406,15 @@ typedef struct zt_train_config {
   /* Optional: told when each part of a step starts (for progress shown inside long steps). */
   void (*on_phase)(zt_train_phase phase, int64_t step, void *user_data);
   void *phase_user_data;
+  /* Optional: a stop request, set asynchronously (zt train's signal handler sets it on SIGINT,
+   * SIGTERM, SIGHUP and SIGUSR1). The run polls it at its safe points: before each step and,
+   * in data-parallel training (plain, DDP, FSDP), between a step's microbatches (a pipeline's
+   * and OffloadModel's steps run to their end). The ranks agree: one rank's request stops every
+   * rank at the same point. A step cut short is dropped whole (its gradients discarded, the data
+   * position and the random stream put back to its start), so the run ends at its last complete
+   * step, saves it when checkpoint.save is set (no evaluation), and returns ZT_OK with
+   * zt_train_result.stopped set. */
+  const volatile sig_atomic_t *stop_request;
 } zt_train_config;
 /* Defaults: gpt2-tiny on the default data (the values `zt train` shows in --help). */
 ZT_API void zt_train_config_default(zt_train_config *c);
@@ -453,6 +470,9 @@ typedef struct zt_train_step_info {
   int act_trial;
   const zt_act_choice *act_choice;
   int64_t act_offload_bytes; /* activation offload: bytes of saved tensors sent to its tier in this step */
+  int64_t saved_step;     /* a checkpoint of this step was just written (the step), else 0 */
+  const char *warning;    /* a problem this step met that cost no training (a log that could not be
+                           * written; also in zt_train_result.warnings), else NULL */
 } zt_train_step_info;
 typedef void (*zt_train_step_fn)(const zt_train_step_info *info, void *user_data);
 
@@ -535,6 +555,12 @@ typedef struct zt_train_result {
                                         * taken before the parameters come back into RAM at the end */
   zt_offload_plan plan;  /* the --mem-limit plan the run made (zeroed: none) */
   zt_act_choice act_choice; /* the activation trial's measurements and choice (slices 0: none ran) */
+  bool stopped;          /* a stop request ended the run early (zt_train_config.stop_request) */
+  int64_t last_step;     /* the last step completed (a resumed run counts the checkpoint's steps) */
+  int64_t saved_step;    /* the step of the last checkpoint this run wrote (0: none) */
+  /* Problems that cost no training and no checkpoint (a figure or a log that could not be
+   * written): "; "-joined sentences, "" when none. The run still returns ZT_OK for them. */
+  char warnings[2048];
   bool failed_together; /* the run failed on every rank at once, with the same message (a bad input found
                          * before the first step, or a NaN loss): no rank is left waiting in a collective.
                          * Any other failure under several ranks may leave the others waiting (until their

@@ -8,6 +8,7 @@
 #include <cblas.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,8 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-double zt_sgemm_gflops(int n, int reps) {
+/* GFLOP/s of n^3 sgemm over reps runs after a warm-up: their median, or their best. */
+static double sgemm_rate(int n, int reps, bool best) {
   size_t nn = (size_t)n * (size_t)n;
   float *a = malloc(nn * sizeof *a), *b = malloc(nn * sizeof *b), *c = malloc(nn * sizeof *c);
   double *t = reps >= 1 ? malloc(sizeof *t * (size_t)reps) : NULL;
@@ -45,9 +47,18 @@ double zt_sgemm_gflops(int n, int reps) {
     t[r] = zt_clock_now() - t0;
   }
   qsort(t, (size_t)reps, sizeof *t, cmp_double);
-  double g = 2.0 * n * (double)n * n / t[reps / 2] / 1e9;
+  double g = 2.0 * n * (double)n * n / t[best ? 0 : reps / 2] / 1e9;
   free(t), free(a), free(b), free(c);
   return g;
+}
+
+double zt_sgemm_gflops(int n, int reps) { return sgemm_rate(n, reps, false); }
+
+/* The ceiling MFU is measured against: the best of a few runs at two sizes, so that a moment of
+ * load beside the run (which only ever slows a run down) does not set it low. */
+static double sgemm_ceiling(void) {
+  double a = sgemm_rate(512, 4, true), b = sgemm_rate(1024, 3, true);
+  return a > b ? a : b;
 }
 
 /* Model config from the preset plus explicit overrides. */
@@ -102,6 +113,9 @@ struct run {
   char options[4096];    /* recorded in checkpoints */
   zt_dp_strategy dps;    /* the data-parallel strategy as a step sees it */
 };
+
+/* The run's rows of one microbatch on this rank. */
+static int64_t microbatch_rows(const run *r) { return r->c->data.batch / r->dp.data_world / r->c->data.microbatches; }
 
 /* ------------------------------------------------ the modes */
 static zt_status next_batch(void *ud, zt_tensor **x, zt_tensor **y);
@@ -369,6 +383,19 @@ static void plan_string(const zt_recompute *modes, int L, char *out, size_t cap)
   out[n] = 0;
 }
 
+/* res's recompute_plan and act_peak_predicted from the plan now attached (rows: a microbatch). */
+static void plan_result(zt_gpt2 *m, const zt_train_memory *mem, int64_t rows, int64_t seq, zt_train_result *res) {
+  int L = zt_gpt2_get_config(m)->n_layer, every = 1;
+  zt_recompute *modes = calloc((size_t)L, sizeof *modes);
+  if (!modes) return; /* out of host memory: the figures stay as they were */
+  zt_recompute_plan_modes(mem->recompute, L, modes);
+  zt_recompute_plan_mode(mem->recompute, &every);
+  plan_string(modes, L, res->recompute_plan, sizeof res->recompute_plan);
+  res->act_peak_predicted = zt_gpt2_predict_activation_peak(m, rows, seq, modes, every,
+                                                            zt_recompute_plan_policy(mem->recompute));
+  free(modes);
+}
+
 zt_status zt_train_memory_attach(zt_gpt2 *m, const zt_train_config *c, int64_t rows, zt_train_memory *mem,
                                  zt_train_result *res) {
   if (!m || !c || !mem) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_memory_attach: model, config or out is NULL");
@@ -411,14 +438,8 @@ zt_status zt_train_memory_attach(zt_gpt2 *m, const zt_train_config *c, int64_t r
   zt_model model = zt_gpt2_model(m);
   zt_strategy st[2] = {zt_recompute_plan_strategy(mem->recompute), zt_offload_strategy(mem->offload)};
   if (!s) s = zt_strategies_attach(mem->offload ? 2 : 1, st, &model);
-  if (!s && res) {
-    int every = 1;
-    zt_recompute_plan_modes(mem->recompute, L, modes);
-    zt_recompute_plan_mode(mem->recompute, &every);
-    plan_string(modes, L, res->recompute_plan, sizeof res->recompute_plan);
-    res->act_peak_predicted = zt_gpt2_predict_activation_peak(m, rows, c->data.seq, modes, every, ro.policy);
-  }
   free(modes);
+  if (!s && res) plan_result(m, mem, rows, c->data.seq, res);
   if (s) zt_train_memory_free(mem);
   return s;
 }
@@ -476,10 +497,83 @@ static zt_status prepare(run *r, zt_train_state *st, zt_train_result *result) {
     ZT_TRY(zt_gpt2_new(&r->g, &r->model));
   }
   // load_data checked that the batch divides into ranks x microbatches
-  ZT_TRY(zt_train_memory_attach(r->model, c, c->data.batch / r->dp.data_world / c->data.microbatches, &r->mem, result));
+  ZT_TRY(zt_train_memory_attach(r->model, c, microbatch_rows(r), &r->mem, result));
   if (c->model.init_from[0]) ZT_TRY(zt_gpt2_load_hf(r->model, c->model.init_from));
   if (r->pp.P) ZT_TRY(zt__train_pp_setup(&r->pp, c, r->model));
   return ZT_OK;
+}
+
+/* After the activation trial's choice: the summary's plan and prediction are the new plan's. */
+static void describe_plan(run *r, zt_train_result *res) {
+  plan_result(r->model, &r->mem, microbatch_rows(r), r->c->data.seq, res);
+}
+
+/* Options that make sense alone but not together; the checks that need no file or rank. */
+static zt_status check_combinations(const zt_train_config *c) {
+  bool pp = zt__train_pp_wanted(c);
+  if (c->log.timeline[0] && !pp)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.log.timeline draws a pipeline's steps: it needs "
+                  "zt_train_config.parallel.pp > 1");
+  if (!pp && strcmp(c->parallel.schedule, "1f1b"))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.parallel.schedule '%s' is a pipeline schedule, and this run "
+                  "has no pipeline: give zt_train_config.parallel.pp > 1, or leave the schedule out",
+                  c->parallel.schedule);
+  if (!pp && c->parallel.chunks)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.parallel.chunks %d sets a pipeline's stages per rank, and "
+                  "this run has no pipeline: give zt_train_config.parallel.pp > 1, or leave it out",
+                  c->parallel.chunks);
+  if (!pp && strcmp(c->parallel.pp_balance, "even"))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.parallel.pp_balance '%s' sets a pipeline's stages, and this "
+                  "run has no pipeline: give zt_train_config.parallel.pp > 1, or leave it out",
+                  c->parallel.pp_balance);
+  if (c->optim.min_lr > c->optim.lr)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.optim.min_lr %g is above zt_train_config.optim.lr %g: the "
+                  "cosine schedule would rise from the peak to the floor; give a floor at most the peak rate",
+                  c->optim.min_lr, c->optim.lr);
+  return pp ? zt__train_pp_check(c) : ZT_OK;
+}
+
+/* Every rank gets the first failure of any rank (s: this rank's); on success, the ranks' options
+ * (with resumed: the checkpoint read, and the data's content) are compared, and a difference is
+ * an error naming the option and the ranks' values. Collective. */
+static zt_status agree(run *r, zt_status s, const zt_train_state *resumed) {
+  if (!r->dp.comm || r->dp.world < 2) return s;
+  s = zt_comm_agree_status(r->dp.comm, s);
+  zt__run_opts *o = s ? NULL : malloc(sizeof *o);
+  if (!s && !o) s = ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  if (!s) {
+    zt__run_options(r->c, &r->g, r->dp.world, resumed, o);
+    if (r->train) zt__run_options_add_data(o, r->train, r->val);
+    const char *values[ZT__RUN_OPTS_MAX];
+    for (int i = 0; i < o->n; i++) values[i] = o->value[i];
+    s = zt_comm_check_same(r->dp.comm, o->n, o->name, values);
+  }
+  free(o);
+  return s;
+}
+
+/* Whether any rank was asked to stop (every rank gets the same answer). */
+static zt_status stop_agreed(run *r, bool *stop) {
+  *stop = false;
+  if (!r->c->stop_request) return ZT_OK;
+  double v = *r->c->stop_request ? 1 : 0;
+  ZT_TRY(zt__train_dp_mean(&r->dp, &v)); /* the whole world, pipeline ranks included */
+  *stop = v > 0;
+  return ZT_OK;
+}
+
+/* Adds a sentence to res->warnings; returns it (for the step's info). */
+static const char *warn(zt_train_result *res, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static const char *warn(zt_train_result *res, const char *fmt, ...) {
+  size_t n = strlen(res->warnings), cap = sizeof res->warnings;
+  if (n + 3 >= cap) return res->warnings;
+  if (n) n += (size_t)snprintf(res->warnings + n, cap - n, "; ");
+  const char *at = res->warnings + n;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(res->warnings + n, cap - n, fmt, ap);
+  va_end(ap);
+  return at;
 }
 
 zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step_fn on_step, void *user_data,
@@ -495,13 +589,15 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   zt_status s = ZT_OK;
   zt_set_num_threads(c->threads);
   if (res) *res = result;
-  ZT_TRY(zt_train_model_config(c, &r.g));
-  if (c->data.seq > r.g.block_size)
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.data.seq %lld is longer than the model's context (%d); use "
-                  "zt_train_config.data.seq <= %d or zt_train_config.model.block_size",
-                  (long long)c->data.seq, r.g.block_size, r.g.block_size);
   zt_train_state st = {0};
+  /* Until the ranks agree, nothing here is a collective: a rank that fails alone (another option
+   * than the others', a file only it cannot read) reaches the agreement like the others. */
   s = zt__train_dp_open(&r.dp, c, comm);
+  if (!s) s = zt_train_model_config(c, &r.g);
+  if (!s && c->data.seq > r.g.block_size)
+    s = ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.data.seq %lld is longer than the model's context (%d); use "
+               "zt_train_config.data.seq <= %d or zt_train_config.model.block_size",
+               (long long)c->data.seq, r.g.block_size, r.g.block_size);
   zt_train_config planned; /* --mem-limit: the options the planner chose */
   if (!s && c->memory.mem_limit > 0) {
     planned = *c;
@@ -509,25 +605,12 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     c = r.c = &planned;
   }
   if (r.dp.comm) zt_comm_set_timeout(r.dp.comm, c->parallel.comm_timeout);
-  if (!s && c->log.timeline[0] && !zt__train_pp_wanted(c))
-    s = ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.log.timeline draws a pipeline's steps: it needs "
-               "zt_train_config.parallel.pp > 1");
+  if (!s) s = check_combinations(c);
+  // the ranks fail together on any rank's bad input, and refuse to run with different options
+  s = agree(&r, s, NULL);
   if (!s && zt__train_pp_wanted(c)) s = zt__train_pp_open(&r.pp, c, r.dp.comm);
   if (!s) s = prepare(&r, &st, &result);
-  // the ranks fail together on any rank's bad input, and refuse to run with different options
-  if (r.dp.comm && r.dp.world > 1) {
-    s = zt_comm_agree_status(r.dp.comm, s);
-    zt__run_opts *o = s ? NULL : malloc(sizeof *o);
-    if (!s && !o) s = ZT_ERR(ZT_STATUS_OOM, "out of host memory");
-    if (!s) {
-      zt__run_options(c, &r.g, r.dp.world, o);
-      zt__run_options_add_data(o, r.train, r.val);
-      const char *values[ZT__RUN_OPTS_MAX];
-      for (int i = 0; i < o->n; i++) values[i] = o->value[i];
-      s = zt_comm_check_same(r.dp.comm, o->n, o->name, values);
-    }
-    free(o);
-  }
+  s = agree(&r, s, c->checkpoint.resume[0] ? &st : NULL); /* now with the data's content */
   if (s) {
     result.failed_together = true;
     goto done;
@@ -538,7 +621,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
       s = ZT_ERR(ZT_STATUS_OOM, "out of host memory");
       goto done;
     }
-    zt__run_options(c, &r.g, r.dp.world, o);
+    zt__run_options(c, &r.g, r.dp.world, c->checkpoint.resume[0] ? &st : NULL, o);
     zt__run_options_record(o, r.options, sizeof r.options);
     free(o);
   }
@@ -595,9 +678,10 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   int64_t start = r.start;
   if ((s = zt__act_trial_open(&r.trial, c, r.om.om, r.mem.recompute, r.g.n_layer, start, &result.act_choice)))
     goto done;
-  int64_t warmup = c->optim.warmup >= 0 ? c->optim.warmup : (c->steps / 10 < 100 ? c->steps / 10 : 100);
-  double min_lr = c->optim.min_lr >= 0 ? c->optim.min_lr : c->optim.lr / 10;
-  result.sgemm_gflops = zt_sgemm_gflops(512, 5);
+  int64_t warmup;
+  double min_lr;
+  zt__run_schedule(c, c->checkpoint.resume[0] ? &st : NULL, &warmup, &min_lr);
+  result.sgemm_gflops = sgemm_ceiling();
   result.num_params = zt_gpt2_num_params(r.model);
   double flops = zt_gpt2_flops_per_step(r.model, c->data.batch, c->data.seq);
   double t_start = zt_clock_now();
@@ -608,7 +692,14 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   char why[700];
   r.dps = zt__train_dp_strategy(&r.dp);
   int64_t act_bytes_before = 0; /* the activation offload's bytes before this step */
-  for (int64_t step = start; step < c->steps; step++) {
+  int64_t step = start;
+  for (; step < c->steps; step++) {
+    bool stop = false;
+    if ((s = stop_agreed(&r, &stop))) break;
+    if (stop) {
+      result.stopped = true;
+      break;
+    }
     double t0 = zt_clock_now();
     double lr = zt_lr_cosine(step, warmup, c->steps, c->optim.lr, min_lr);
     zt_train_step_options so = zt_train_step_options_default();
@@ -620,11 +711,21 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     so.step = step + 1;
     so.on_phase = c->on_phase;
     so.phase_user_data = c->phase_user_data;
+    so.stop_request = c->stop_request;
     zt_train_step_result sr;
     int trial_kind = 0;
     bool chosen = false;
+    /* where a step cut short puts the data and the random stream back to */
+    zt_loader_pos pos0 = zt_loader_get_pos(r.loader);
+    zt_rng_state rng0 = zt_rng_get_state();
     if ((s = zt__act_trial_before(&r.trial, step + 1, &trial_kind))) break;
     s = r.mode->step(&r, &so, &sr);
+    if (!s && sr.interrupted) {
+      s = zt_loader_set_pos(r.loader, pos0);
+      zt_rng_set_state(rng0);
+      result.stopped = true;
+      break;
+    }
     double lv = sr.loss, gnorm = sr.grad_norm, scale = sr.loss_scale;
     bool skipped = sr.skipped;
     if (sr.bad_loss)
@@ -637,6 +738,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     if (s) break;
     double dt = zt_clock_now() - t0;
     if ((s = zt__act_trial_after(&r.trial, step + 1, dt, &chosen))) break;
+    if (chosen) describe_plan(&r, &result); /* the summary shows the plan the trial chose */
     if (isnan(result.first_loss)) result.first_loss = lv;
     result.last_loss = lv;
     result.steps_done = step + 1 - start;
@@ -651,7 +753,10 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     info.step_ms = dt * 1e3;
     info.elapsed_s = zt_clock_now() - t_start;
     info.tokens_per_s = (double)(c->data.batch * c->data.seq) / dt;
-    info.mfu = flops / dt / 1e9 / (result.sgemm_gflops * r.dp.world); // every rank has its own ceiling
+    /* every rank has its own ceiling; one the step beat was measured while the machine was busier */
+    double gflops = flops / dt / 1e9 / r.dp.world;
+    if (gflops > result.sgemm_gflops) result.sgemm_gflops = gflops;
+    info.mfu = result.sgemm_gflops > 0 ? gflops / result.sgemm_gflops : 0;
     info.act_trial = trial_kind;
     info.act_choice = chosen ? &result.act_choice : NULL;
     bool last = step + 1 == c->steps || step + 1 == c->stop_at;
@@ -677,7 +782,6 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
       info.pp_bubble = pf.bubble, info.pp_sim_bubble = pf.sim_bubble;
       info.pp_f_ms = pf.f_s * 1e3, info.pp_b_ms = pf.b_s * 1e3, info.pp_w_ms = pf.w_s * 1e3;
       info.pp_wait_ms = pf.wait_s * 1e3;
-      if (last && c->log.timeline[0] && (s = zt__train_pp_timeline(&r.pp, c->log.timeline))) break;
     }
     double mine[ZT__RANK_FIG_N], *all = NULL;
     zt__rank_figures(&info, mine);
@@ -697,16 +801,37 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
       result.offload_peak_bytes = os.peak_bytes_in_tier;
       result.offload_put_s = os.put_ms / 1e3, result.offload_wait_s = os.wait_ms / 1e3;
     }
-    if (!s)
-      s = zt__run_log_step(r.log, &info, r.mode->name(&r), all ? all : mine);
+    if (!s && r.log && zt__run_log_step(r.log, &info, r.mode->name(&r), all ? all : mine)) {
+      /* a log that cannot be written costs no training: said once, and written no more */
+      info.warning = warn(&result, "%s; the run goes on without its logs", zt_last_error());
+      ZT_IGNORE(zt__run_log_close(r.log), "the write's failure is the one reported");
+      r.log = NULL;
+    }
     free(all);
     if (s) break;
-    if (on_step) on_step(&info, user_data);
     if (c->checkpoint.save[0] && ((c->checkpoint.save_every && (step + 1) % c->checkpoint.save_every == 0) || last)) {
       phase(&r, ZT_TRAIN_PHASE_SAVE, step + 1);
       if ((s = save_checkpoint(&r, step + 1))) break;
+      info.saved_step = step + 1;
     }
-    if (step + 1 == c->stop_at) break;
+    if (on_step) on_step(&info, user_data);
+    if (step + 1 == c->stop_at) {
+      step++;
+      break;
+    }
+  }
+  /* stopped on request: the last complete step is saved (without an evaluation: a scheduler's
+   * grace period is short) */
+  if (!s && result.stopped && c->checkpoint.save[0] && step > start && r.saved_step != step) {
+    phase(&r, ZT_TRAIN_PHASE_SAVE, step);
+    s = save_checkpoint(&r, step);
+  }
+  result.saved_step = r.saved_step;
+  result.last_step = step;
+  /* figures last: one that cannot be written is a warning, after the checkpoint is safe */
+  if (!s && r.pp.P && c->log.timeline[0] && result.steps_done > 0) {
+    zt_status t = zt__train_pp_timeline(&r.pp, c->log.timeline);
+    if (t) warn(&result, "%s; the training and its checkpoints are not affected", zt_last_error());
   }
   result.seconds = zt_clock_now() - t_start;
   if (result.seconds > 0) result.tokens_per_s = (double)(result.steps_done * c->data.batch * c->data.seq) / result.seconds;

@@ -20,9 +20,7 @@ static int tag_save(int param, int k) { return (8 * param + k) % ZT_COMM_MAX_TAG
 
 bool zt__train_pp_wanted(const zt_train_config *c) { return c->parallel.pp > 1; }
 
-zt_status zt__train_pp_open(zt__train_pp *pp, const zt_train_config *c, zt_comm *world) {
-  memset(pp, 0, sizeof *pp);
-  int P = c->parallel.pp, W = zt_comm_size(world), rank = zt_comm_rank(world); /* P divides W: zt__train_dp_open */
+zt_status zt__train_pp_check(const zt_train_config *c) {
   if (c->parallel.shard == ZT_SHARD_HYBRID)
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
                   "zt_train_config.parallel.shard hybrid with a pipeline is not supported: the replicas of a stage shard "
@@ -34,6 +32,12 @@ zt_status zt__train_pp_open(zt__train_pp *pp, const zt_train_config *c, zt_comm 
   if (c->memory.offload_activations)
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
                   "zt_train_config.memory.offload_activations with a pipeline is not supported yet; use recompute");
+  return ZT_OK;
+}
+
+zt_status zt__train_pp_open(zt__train_pp *pp, const zt_train_config *c, zt_comm *world) {
+  memset(pp, 0, sizeof *pp);
+  int P = c->parallel.pp, W = zt_comm_size(world), rank = zt_comm_rank(world); /* P divides W: zt__train_dp_open */
   pp->P = P, pp->D = W / P, pp->p = rank % P, pp->d = rank / P;
   ZT_TRY(zt_comm_split(world, pp->d, pp->p, &pp->pp_comm));
   zt_comm *dp = NULL;

@@ -33,6 +33,9 @@ typedef struct zt__train_pp {
 
 /* Whether c asks for a pipeline. */
 bool zt__train_pp_wanted(const zt_train_config *c);
+/* What a pipeline run does not support with c's other options (hybrid sharding, mixed precision,
+ * activation offload, the NaN injection); local, before any collective. */
+ZT_NODISCARD zt_status zt__train_pp_check(const zt_train_config *c);
 /* Split world (rank, size) into the pipeline and replica groups and check the sizes (world a
  * multiple of P, the batch of D, each replica's rows of M). Collective over world. */
 ZT_NODISCARD zt_status zt__train_pp_open(zt__train_pp *pp, const zt_train_config *c, zt_comm *world);

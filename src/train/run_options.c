@@ -2,6 +2,7 @@
  * them at start-up (a different --batch or --seed on one rank is refused before any work), and
  * a checkpoint records those that set the run's course, so that a resume with other values is
  * reported, and refused unless asked (the continuation would not be bitwise). */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,10 @@ static const char *const k_course[] = {"seed",     "batch",     "seq",     "lr",
  * a lossless tier; its checkpoints are single-process ones). */
 static const char *const k_info[] = {"steps", "val-data", "ranks", "shard", "microbatches", "pp", "schedule", "chunks",
                                      "pp-balance", "offload-model"};
+/* Recorded for the next run's use, not compared: the warm-up the run resolved (an unset warm-up
+ * follows the step count, and a resume that extends the run keeps the checkpoint's, so the
+ * schedule up to the resume step is the one the run had). */
+static const char *const k_quiet[] = {"warmup-resolved"};
 
 static bool in_list(const char *name, const char *const *list, size_t n) {
   for (size_t i = 0; i < n; i++)
@@ -47,15 +52,54 @@ static void add_f64(zt__run_opts *o, const char *name, double v) {
   add(o, name, "%s", zt__fmt_double(b, v));
 }
 
-void zt__run_options(const zt_train_config *c, const zt_gpt2_config *g, int world, zt__run_opts *o) {
+/* The value recorded for name in "name=value\n" lines (NULL if absent); copied into out. */
+static const char *recorded(const char *rec, const char *name, char *out, size_t cap) {
+  size_t l = strlen(name);
+  for (const char *p = rec; p && *p;) {
+    const char *nl = strchr(p, '\n');
+    size_t len = nl ? (size_t)(nl - p) : strlen(p);
+    if (len > l && !strncmp(p, name, l) && p[l] == '=') {
+      snprintf(out, cap, "%.*s", (int)(len - l - 1), p + l + 1);
+      return out;
+    }
+    p = nl ? nl + 1 : NULL;
+  }
+  return NULL;
+}
+
+/* A whole decimal number recorded for name, or -1. */
+static int64_t recorded_i64(const char *rec, const char *name) {
+  char v[ZT__RUN_OPT_VALUE], *end = NULL;
+  if (!recorded(rec, name, v, sizeof v)) return -1;
+  long long x = strtoll(v, &end, 10);
+  return end != v && !*end && x >= 0 ? x : -1;
+}
+
+void zt__run_schedule(const zt_train_config *c, const zt_train_state *st, int64_t *warmup, double *min_lr) {
+  *min_lr = c->optim.min_lr >= 0 ? c->optim.min_lr : c->optim.lr / 10;
+  *warmup = c->optim.warmup;
+  if (*warmup < 0 && st) { /* the checkpoint's resolved warm-up; older checkpoints recorded it as "warmup" */
+    *warmup = recorded_i64(st->options, "warmup-resolved");
+    if (*warmup < 0) *warmup = recorded_i64(st->options, "warmup");
+  }
+  if (*warmup < 0) *warmup = c->steps / 10 < 100 ? c->steps / 10 : 100;
+}
+
+void zt__run_options(const zt_train_config *c, const zt_gpt2_config *g, int world, const zt_train_state *resumed,
+                     zt__run_opts *o) {
   memset(o, 0, sizeof *o);
+  int64_t warmup;
+  double min_lr;
+  zt__run_schedule(c, resumed, &warmup, &min_lr);
   add(o, "seed", "%llu", (unsigned long long)c->seed);
   add(o, "batch", "%lld", (long long)c->data.batch);
   add(o, "seq", "%lld", (long long)c->data.seq);
   add(o, "steps", "%lld", (long long)c->steps);
   add_f64(o, "lr", c->optim.lr);
-  add_f64(o, "min-lr", c->optim.min_lr >= 0 ? c->optim.min_lr : c->optim.lr / 10);
-  add(o, "warmup", "%lld", (long long)(c->optim.warmup >= 0 ? c->optim.warmup : (c->steps / 10 < 100 ? c->steps / 10 : 100)));
+  add_f64(o, "min-lr", min_lr);
+  if (c->optim.warmup >= 0) add(o, "warmup", "%lld", (long long)c->optim.warmup);
+  else add(o, "warmup", "auto");
+  add(o, "warmup-resolved", "%lld", (long long)warmup);
   add(o, "optimizer", "%s", c->optim.kind == ZT_OPTIM_SGD ? "sgd" : "adamw");
   add_f64(o, "weight-decay", c->optim.weight_decay);
   add_f64(o, "beta1", c->optim.beta1);
@@ -125,19 +169,30 @@ void zt__run_options_record(const zt__run_opts *o, char *buf, size_t cap) {
   }
 }
 
-/* The value recorded for name in "name=value\n" lines (NULL if absent); copied into out. */
-static const char *recorded(const char *rec, const char *name, char *out, size_t cap) {
-  size_t l = strlen(name);
-  for (const char *p = rec; p && *p;) {
-    const char *nl = strchr(p, '\n');
-    size_t len = nl ? (size_t)(nl - p) : strlen(p);
-    if (len > l && !strncmp(p, name, l) && p[l] == '=') {
-      snprintf(out, cap, "%.*s", (int)(len - l - 1), p + l + 1);
-      return out;
-    }
-    p = nl ? nl + 1 : NULL;
-  }
-  return NULL;
+/* A number recorded for name, or NAN. */
+static double recorded_f64(const char *rec, const char *name) {
+  char v[ZT__RUN_OPT_VALUE], *end = NULL;
+  if (!recorded(rec, name, v, sizeof v)) return NAN;
+  double x = strtod(v, &end);
+  return end != v && !*end ? x : NAN;
+}
+
+/* "; the learning rate at step N + 1 changes: X -> Y" when the schedule the checkpoint's run had
+ * (its steps, warm-up, rates) and this run's give another rate at the resume step. */
+static void lr_change(const zt_train_config *c, const zt_train_state *st, char *buf, size_t cap) {
+  buf[0] = '\0';
+  int64_t old_steps = recorded_i64(st->options, "steps"), old_warm = recorded_i64(st->options, "warmup-resolved");
+  if (old_warm < 0) old_warm = recorded_i64(st->options, "warmup");
+  double old_lr = recorded_f64(st->options, "lr"), old_min = recorded_f64(st->options, "min-lr");
+  if (old_steps < 1 || old_warm < 0 || isnan(old_lr) || isnan(old_min)) return; /* not recorded */
+  int64_t warmup;
+  double min_lr;
+  zt__run_schedule(c, st, &warmup, &min_lr);
+  double was = zt_lr_cosine(st->step, old_warm, old_steps, old_lr, old_min);
+  double now = zt_lr_cosine(st->step, warmup, c->steps, c->optim.lr, min_lr);
+  if (fabs(was - now) > 1e-9 * fabs(was)) /* equal schedules give the same bits; this leaves room for printing */
+    snprintf(buf, cap, "; the learning rate at step %lld changes: %.3e in the checkpoint's schedule -> %.3e",
+             (long long)st->step + 1, was, now);
 }
 
 zt_status zt_train_resume_changes(const zt_train_config *c, int world, const zt_train_state *st, char *buf,
@@ -147,13 +202,16 @@ zt_status zt_train_resume_changes(const zt_train_config *c, int world, const zt_
   ZT_TRY(zt_train_model_config(c, &g));
   zt__run_opts *o = malloc(sizeof *o);
   if (!o) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
-  zt__run_options(c, &g, world, o);
+  zt__run_options(c, &g, world, st, o);
   size_t n = 0;
   buf[0] = '\0';
   *course = false;
   for (int i = 0; i < o->n_recorded; i++) {
     char was[ZT__RUN_OPT_VALUE];
-    if (!recorded(st->options, o->name[i], was, sizeof was) || !strcmp(was, o->value[i])) continue;
+    if (IN(o->name[i], k_quiet) || !recorded(st->options, o->name[i], was, sizeof was) || !strcmp(was, o->value[i]))
+      continue;
+    /* an unset warm-up keeps the checkpoint's (older checkpoints recorded the number it resolved to) */
+    if (!strcmp(o->name[i], "warmup") && !strcmp(o->value[i], "auto")) continue;
     bool is_course = IN(o->name[i], k_course);
     ZT_ASSERT(is_course || IN(o->name[i], k_info));
     *course |= is_course;
@@ -162,5 +220,8 @@ zt_status zt_train_resume_changes(const zt_train_config *c, int world, const zt_
     n += (size_t)w;
   }
   free(o);
+  char lr[160];
+  lr_change(c, st, lr, sizeof lr);
+  if (lr[0] && n + strlen(lr) < cap) strcpy(buf + n, lr);
   return ZT_OK;
 }

@@ -15,8 +15,14 @@ typedef struct zt__run_opts {
   char value[ZT__RUN_OPTS_MAX][ZT__RUN_OPT_VALUE];
 } zt__run_opts;
 
-/* Every option of c (with g, the model config it resolves to) that must agree between ranks. */
-void zt__run_options(const zt_train_config *c, const zt_gpt2_config *g, int world, zt__run_opts *o);
+/* Every option of c (with g, the model config it resolves to) that must agree between ranks;
+ * resumed: the checkpoint the run continues (NULL: none), whose resolved warm-up an unset one keeps. */
+void zt__run_options(const zt_train_config *c, const zt_gpt2_config *g, int world, const zt_train_state *resumed,
+                     zt__run_opts *o);
+/* The learning-rate schedule a run uses: the warm-up and floor it was given, else (warm-up) the
+ * one the resumed checkpoint's run resolved (st may be NULL), else the defaults
+ * (min(100, steps / 10) and lr / 10). */
+void zt__run_schedule(const zt_train_config *c, const zt_train_state *st, int64_t *warmup, double *min_lr);
 /* Adds the token counts and a hash of the data, so ranks reading different files are told. */
 void zt__run_options_add_data(zt__run_opts *o, const zt_tokens *train, const zt_tokens *val);
 /* The recorded entries as "name=value\n" lines (for zt_train_state.options). */

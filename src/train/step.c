@@ -78,11 +78,19 @@ zt_status zt_train_step(const zt_model *m, const zt_dp_strategy *dp, zt_optim *o
   double sum = 0;
   zt_status s = ZT_OK;
   for (int64_t k = 0; k < M && !s; k++) {
+    if (k > 0 && opt->stop_request) { /* the caller looked before the step; here, between microbatches */
+      double v = *opt->stop_request ? 1 : 0;
+      s = dp_mean(dp, &v); /* any rank's request stops every rank here */
+      if (!s && v > 0) r.interrupted = true;
+      if (r.interrupted) break;
+    }
     if (M > 1) dp_set_sync(dp, k == M - 1);
     s = microbatch(m, dp, next, user_data, opt, factor, &sum, &r);
   }
   if (M > 1) dp_set_sync(dp, true);
-  if (s) {
+  if (!s && r.interrupted) /* the step is dropped: its gradients go, nothing is updated */
+    s = dp && dp->after_step ? dp->after_step(dp->ctx, o) : (zt_optim_zero_grad(o), ZT_OK);
+  if (s || r.interrupted) {
     *out = r;
     return s;
   }
