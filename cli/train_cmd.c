@@ -410,7 +410,9 @@ static void print_plan(const zt_offload_plan *p) {
 static int run_train(zt_train_config *c, zt_comm *world, progress *p, int argc, char **argv) {
   int rank = zt_comm_rank(world), ranks = zt_comm_size(world);
   p->end_step = c->stop_at > 0 && c->stop_at < c->steps ? c->stop_at : c->steps;
-  p->tty = rank == 0 && isatty(STDOUT_FILENO);
+  /* a live status line only in one process: under mpirun a rank's stdout is a pseudo-terminal
+   * whatever mpirun's own output is (a log file would collect the line's redraws) */
+  p->tty = ranks == 1 && isatty(STDOUT_FILENO);
   p->save_dir = c->checkpoint.save;
   const char *env = getenv("ZT_STEP_PROGRESS_S");
   char *end = NULL;
@@ -457,7 +459,7 @@ static int run_train(zt_train_config *c, zt_comm *world, progress *p, int argc, 
     fprintf(stderr, "zt train: warning: %s\n", r.warnings + (p->warned ? p->warned + 2 : 0));
   int code = 0;
   if (r.stopped) { /* a signal: what was kept, and how to go on */
-    int sig = g_stop ? g_stop : SIGTERM;
+    int sig = r.stop_signal > 0 ? r.stop_signal : g_stop ? g_stop : SIGTERM; /* the one some rank got */
     code = 128 + sig;
     if (rank == 0) {
       print_summary(c, &r, NULL, 0);

@@ -556,6 +556,7 @@ typedef struct zt_train_result {
   zt_offload_plan plan;  /* the --mem-limit plan the run made (zeroed: none) */
   zt_act_choice act_choice; /* the activation trial's measurements and choice (slices 0: none ran) */
   bool stopped;          /* a stop request ended the run early (zt_train_config.stop_request) */
+  int stop_signal;       /* its value (zt train: the signal), agreed by the ranks (0: none) */
   int64_t last_step;     /* the last step completed (a resumed run counts the checkpoint's steps) */
   int64_t saved_step;    /* the step of the last checkpoint this run wrote (0: none) */
   /* Problems that cost no training and no checkpoint (a figure or a log that could not be

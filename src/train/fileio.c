@@ -157,6 +157,31 @@ static const char *file_type_name(mode_t m) {
   return "not a plain file";
 }
 
+zt_status zt__check_output_file(const char *path, const char *what) {
+  struct stat sb;
+  if (!path[0]) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: the path is empty; name a file", what);
+  if (stat(path, &sb) == 0) {
+    if (!S_ISREG(sb.st_mode))
+      return ZT_ERR(ZT_STATUS_IO, "%s '%s' is %s; name a file (it is written whole, replacing one that exists)", what,
+                    path, file_type_name(sb.st_mode));
+    if (access(path, W_OK) != 0)
+      return ZT_ERR(ZT_STATUS_IO, "%s '%s' cannot be written: %s", what, path, strerror(errno));
+  }
+  char dir[4096];
+  const char *slash = strrchr(path, '/');
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else if (slash == path) snprintf(dir, sizeof dir, "/");
+  else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+  if (stat(dir, &sb) != 0)
+    return ZT_ERR(ZT_STATUS_IO, "%s '%s': its folder '%s' does not exist (%s); name a file in a folder that exists",
+                  what, path, dir, strerror(errno));
+  if (!S_ISDIR(sb.st_mode))
+    return ZT_ERR(ZT_STATUS_IO, "%s '%s': '%s' is %s, not a folder", what, path, dir, file_type_name(sb.st_mode));
+  if (access(dir, W_OK | X_OK) != 0)
+    return ZT_ERR(ZT_STATUS_IO, "%s '%s': cannot write into its folder '%s': %s", what, path, dir, strerror(errno));
+  return ZT_OK;
+}
+
 zt_status zt__open_regular_file(const char *path, const char *what, int *fd, uint64_t *size) {
   const char *w = what ? what : "file";
   *fd = -1;

@@ -45,6 +45,10 @@ ZT_NODISCARD zt_status zt__path_join(char *buf, size_t cap, const char *dir, con
  * what names the file's role in messages ("token file"). On success *fd is open (the caller
  * closes it) and *size is the file's size. */
 ZT_NODISCARD zt_status zt__open_regular_file(const char *path, const char *what, int *fd, uint64_t *size);
+/* A file that a run writes later (a figure at its end): its folder exists and can be written
+ * into, and the path is not a folder or anything but a regular file. Nothing is created. what
+ * names the file's role in messages. */
+ZT_NODISCARD zt_status zt__check_output_file(const char *path, const char *what);
 /* Read a whole regular file of at most max_bytes bytes (larger ones are refused, naming the
  * limit) into a malloc'd buffer with a NUL after the last byte (text can be used as a C
  * string); the caller frees *data. Non-regular files are refused as above. */

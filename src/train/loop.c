@@ -488,6 +488,7 @@ static zt_status prepare(run *r, zt_train_state *st, zt_train_result *result) {
   ZT_TRY(load_data(r));
   if (c->checkpoint.save[0] && r->dp.rank == 0) ZT_TRY(check_save_dir(c->checkpoint.save));
   if (r->dp.rank == 0) ZT_TRY(zt__run_log_open(c->log.metrics, c->log.tensorboard, r->start, &r->log));
+  if (r->dp.rank == 0 && c->log.timeline[0]) ZT_TRY(zt__check_output_file(c->log.timeline, "zt_train_config.log.timeline"));
   // every rank builds the same model from the seed (and the strategies broadcast rank 0's anyway)
   zt_rng_seed(c->seed);
   if (c->memory.offload_states) { /* built straight into the store: the whole model is never in RAM */
@@ -552,13 +553,21 @@ static zt_status agree(run *r, zt_status s, const zt_train_state *resumed) {
   return s;
 }
 
-/* Whether any rank was asked to stop (every rank gets the same answer). */
-static zt_status stop_agreed(run *r, bool *stop) {
-  *stop = false;
+/* Whether any rank was asked to stop: *sig the request's value (a signal number; where ranks got
+ * different ones, their mean), 0 none. Every rank gets the same answer. */
+static zt_status stop_agreed(run *r, int *sig) {
+  *sig = 0;
   if (!r->c->stop_request) return ZT_OK;
-  double v = *r->c->stop_request ? 1 : 0;
-  ZT_TRY(zt__train_dp_mean(&r->dp, &v)); /* the whole world, pipeline ranks included */
-  *stop = v > 0;
+  double v[2] = {*r->c->stop_request, *r->c->stop_request ? 1 : 0};
+  if (r->dp.world > 1) { /* the whole world, pipeline ranks included */
+    zt_tensor *t = NULL;
+    ZT_TRY(zt_tensor_from_data(1, (int64_t[]){2}, ZT_DTYPE_F64, v, &t));
+    zt_status s = zt_all_reduce(r->dp.comm, t, ZT_REDUCE_SUM);
+    if (!s) v[0] = zt_tensor_get(t, 0), v[1] = zt_tensor_get(t, 1);
+    zt_tensor_free(t);
+    ZT_TRY(s);
+  }
+  *sig = v[1] > 0 ? (int)lround(v[0] / v[1]) : 0;
   return ZT_OK;
 }
 
@@ -694,9 +703,8 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   int64_t act_bytes_before = 0; /* the activation offload's bytes before this step */
   int64_t step = start;
   for (; step < c->steps; step++) {
-    bool stop = false;
-    if ((s = stop_agreed(&r, &stop))) break;
-    if (stop) {
+    if ((s = stop_agreed(&r, &result.stop_signal))) break;
+    if (result.stop_signal) {
       result.stopped = true;
       break;
     }
@@ -720,9 +728,10 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     zt_rng_state rng0 = zt_rng_get_state();
     if ((s = zt__act_trial_before(&r.trial, step + 1, &trial_kind))) break;
     s = r.mode->step(&r, &so, &sr);
-    if (!s && sr.interrupted) {
+    if (!s && sr.interrupted) { /* every rank dropped the step (they agreed in it) */
       s = zt_loader_set_pos(r.loader, pos0);
       zt_rng_set_state(rng0);
+      if (!s) s = stop_agreed(&r, &result.stop_signal);
       result.stopped = true;
       break;
     }

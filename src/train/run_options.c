@@ -141,6 +141,9 @@ void zt__run_options(const zt_train_config *c, const zt_gpt2_config *g, int worl
   add(o, "eval-every", "%lld", (long long)c->log.eval_every);
   add(o, "eval-batches", "%lld", (long long)c->log.eval_batches);
   add(o, "timeline", "%s", c->log.timeline);
+  add(o, "metrics", "%s", c->log.metrics);         /* rank 0 writes them: given to another rank alone, */
+  add(o, "tensorboard", "%s", c->log.tensorboard); /* they would be dropped without a word */
+  add(o, "keep-checkpoints", "%d", c->checkpoint.keep_checkpoints);
   add_f64(o, "comm-timeout", c->parallel.comm_timeout);
 }
 
