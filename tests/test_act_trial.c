@@ -44,8 +44,8 @@ static void on_step(const zt_train_step_info *in, void *ud) {
   if (in->act_choice) s->choices++, s->choice_step = (int)in->step, snprintf(s->plan, sizeof s->plan, "%s", in->act_choice->plan);
 }
 
-/* trial: -1 off, 1 on, 2 plain training (no offload at all) */
-static zt_status run(int trial, int64_t steps, seen *out, zt_train_result *res) {
+/* trial: -1 off, 1 on, 2 plain training (no offload at all); plan: the recompute plan to start from ("" none) */
+static zt_status run_from(int trial, int64_t steps, const char *plan, seen *out, zt_train_result *res) {
   memset(out, 0, sizeof *out);
   zt_train_config c;
   zt_train_config_default(&c);
@@ -58,14 +58,19 @@ static zt_status run(int trial, int64_t steps, seen *out, zt_train_result *res) 
     c.memory.offload_activations = ZT_OFFLOAD_HOST;
     c.memory.activation_trial = trial;
   }
+  snprintf(c.memory.recompute_plan, sizeof c.memory.recompute_plan, "%s", plan);
   return zt_train_run(&c, on_step, out, res, NULL);
+}
+
+static zt_status run(int trial, int64_t steps, seen *out, zt_train_result *res) {
+  return run_from(trial, steps, "", out, res);
 }
 
 static void test_trial_in_training(void) {
   seen on, off, plain;
-  zt_train_result r;
+  zt_train_result r, roff;
   ZT_CHECK_OK(run(ZT_ACT_TRIAL_ON, STEPS, &on, &r));
-  ZT_CHECK_OK(run(ZT_ACT_TRIAL_OFF, STEPS, &off, NULL));
+  ZT_CHECK_OK(run(ZT_ACT_TRIAL_OFF, STEPS, &off, &roff));
   ZT_CHECK_OK(run(2, STEPS, &plain, NULL));
   for (int i = 0; i < STEPS; i++)
     if (on.loss[i] != off.loss[i] || on.loss[i] != plain.loss[i])
@@ -102,6 +107,17 @@ static void test_trial_in_training(void) {
     ZT_CHECK(c->offload_s[s] < c->offload_step_s && c->recompute_s[s] < c->recompute_step_s);
   }
   ZT_CHECK(next == 4);
+  /* the run's summary gives the plan the trial chose and its prediction, not the one before it
+   * (a run that starts from every block recomputed: offloading is cheaper for most slices) */
+  ZT_CHECK(!strcmp(r.recompute_plan, c->plan) && !strcmp(roff.recompute_plan, "nnnn"));
+  seen from_f;
+  zt_train_result rf;
+  ZT_CHECK_OK(run_from(ZT_ACT_TRIAL_ON, STEPS, "ffff", &from_f, &rf));
+  printf("  from ffff the trial chose %s; the summary says %s (predicted %lld bytes, none recomputed %lld)\n",
+         rf.act_choice.plan, rf.recompute_plan, (long long)rf.act_peak_predicted, (long long)roff.act_peak_predicted);
+  ZT_CHECK(!strcmp(rf.recompute_plan, rf.act_choice.plan));
+  if (!strchr(rf.act_choice.plan, 'f')) ZT_CHECK(rf.act_peak_predicted == roff.act_peak_predicted);
+  else ZT_CHECK(rf.act_peak_predicted < roff.act_peak_predicted || !strchr(rf.act_choice.plan, 'n'));
 }
 
 static void test_too_few_steps_or_nothing_to_try(void) {
