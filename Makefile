@@ -20,7 +20,10 @@ build: setup
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-train: build
+# only what training needs: the library and the zt command (not the tests)
+train: setup
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target zt_cli
 	@$(BUILD)/zt train
 
 bench: build

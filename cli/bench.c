@@ -189,7 +189,11 @@ done:
 int zt_cmd_bench(int argc, char **argv) {
   if (argc >= 1 && !strcmp(argv[0], "step")) return bench_step(argc - 1, argv + 1);
   if (argc >= 1 && !strcmp(argv[0], "dp")) return zt_cli_bench_dp(argc - 1, argv + 1);
-  fprintf(stderr, "zt bench: usage: zt bench step --model NAME --batch B --seq T [--steps N] [zt train options]\n"
-                  "       mpirun -np N zt bench dp --model NAME --batch B --seq T --shard MODE [--steps N]\n");
-  return 2;
+  bool help = argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h") || !strcmp(argv[0], "help"));
+  if (!help && argc >= 1) fprintf(stderr, "zt bench: unknown benchmark '%s'\n", argv[0]);
+  fprintf(help ? stdout : stderr,
+          "usage: zt bench step --model NAME --batch B --seq T [--steps N] [zt train options]\n"
+          "       mpirun -np N zt bench dp --model NAME --batch B --seq T --shard MODE [--steps N]\n"
+          "one JSON object per run; 'zt bench step --help' and 'zt bench dp --help' list the options\n");
+  return help ? 0 : 2;
 }

@@ -25,6 +25,11 @@ int zt_cmd_schedule(int argc, char **argv);
 
 /* How the command was called (argv[0]: "build/zt"), for commands it prints. */
 extern const char *zt_cli_program;
+/* The candidate (a NULL-terminated list) closest to a misspelt name, or NULL when none is close
+ * (a few letters off, by edit distance): for "did you mean ...?". */
+const char *zt_cli_closest(const char *name, const char *const *candidates);
+/* "1 step", "3 steps": n and the word, plural when n != 1; buf of 64 bytes. */
+const char *zt_cli_count(int64_t n, const char *word, char buf[64]);
 /* "1.5 GiB" style; buf of 32 bytes. */
 const char *zt_cli_bytes(double b, char *buf);
 /* Print zt_last_error() (fields written as flags: zt_cli_train_message) after "zt CMD: " and

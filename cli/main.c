@@ -15,7 +15,43 @@ static void usage(FILE *f) {
           "  bench      benchmarks (zt bench step ...)\n"
           "  consolidate  turn a sharded (FSDP) checkpoint into a single-process one\n"
           "  schedule   pipeline schedules: generate, check, simulate, draw\n"
+          "  version    which zerotrain this is (also --version)\n"
           "run 'zt <command> --help' for a command's options\n");
+}
+
+/* Edit distance (insertions, deletions, substitutions, a swap of neighbours) of two short words. */
+static int distance(const char *a, const char *b) {
+  enum { MAX = 64 };
+  size_t n = strlen(a), m = strlen(b);
+  if (n >= MAX || m >= MAX) return MAX;
+  int d[MAX][MAX];
+  for (size_t i = 0; i <= n; i++) d[i][0] = (int)i;
+  for (size_t j = 0; j <= m; j++) d[0][j] = (int)j;
+  for (size_t i = 1; i <= n; i++)
+    for (size_t j = 1; j <= m; j++) {
+      int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+        best = d[i - 2][j - 2] + 1;
+      d[i][j] = best;
+    }
+  return d[n][m];
+}
+
+const char *zt_cli_closest(const char *name, const char *const *candidates) {
+  const char *best = NULL;
+  int bd = 0, limit = strlen(name) <= 4 ? 1 : strlen(name) <= 8 ? 2 : 3;
+  for (int i = 0; candidates[i]; i++) {
+    int d = distance(name, candidates[i]);
+    if (d <= limit && (!best || d < bd)) best = candidates[i], bd = d;
+  }
+  return best;
+}
+
+const char *zt_cli_count(int64_t n, const char *word, char buf[64]) {
+  snprintf(buf, 64, "%lld %s%s", (long long)n, word, n == 1 ? "" : "s");
+  return buf;
 }
 
 const char *zt_cli_bytes(double b, char *buf) {
@@ -124,6 +160,10 @@ int main(int argc, char **argv) {
     usage(stdout);
     return 0;
   }
+  if (!strcmp(c, "--version") || !strcmp(c, "version")) {
+    printf("zt (zerotrain) %s\n", zt_version());
+    return 0;
+  }
   if (!strcmp(c, "train")) return zt_cmd_train(argc - 2, argv + 2);
   if (!strcmp(c, "sample")) return zt_cmd_sample(argc - 2, argv + 2);
   if (!strcmp(c, "tokenize")) return zt_cmd_tokenize(argc - 2, argv + 2);
@@ -131,6 +171,10 @@ int main(int argc, char **argv) {
   if (!strcmp(c, "bench")) return zt_cmd_bench(argc - 2, argv + 2);
   if (!strcmp(c, "consolidate")) return zt_cmd_consolidate(argc - 2, argv + 2);
   if (!strcmp(c, "schedule")) return zt_cmd_schedule(argc - 2, argv + 2);
-  fprintf(stderr, "zt: unknown command '%s' (see zt help)\n", c);
+  static const char *const commands[] = {"train", "sample", "tokenize", "plot", "bench", "consolidate", "schedule",
+                                          "help", "version", NULL};
+  const char *near = zt_cli_closest(c, commands);
+  if (near) fprintf(stderr, "zt: unknown command '%s'; did you mean '%s'? (see zt help)\n", c, near);
+  else fprintf(stderr, "zt: unknown command '%s' (see zt help)\n", c);
   return 2;
 }

@@ -303,9 +303,10 @@ static void print_start(const zt_train_config *c, int ranks) {
   else
     snprintf(rc, sizeof rc, "%s", zt_recompute_name(c->memory.recompute));
   static const char *const tiers[] = {"none", "bf16", "disk", "host"};
-  printf("zt train: %s%s, data %s, batch %lld x seq %lld, %lld steps, lr %g, seed %llu, recompute %s, activation offload %s",
+  char cnt[2][64];
+  printf("zt train: %s%s, data %s, batch %lld x seq %lld, %s, lr %g, seed %llu, recompute %s, activation offload %s",
          c->model.preset, c->model.n_layer || c->model.n_head || c->model.n_embd || c->model.vocab_size || c->model.block_size ? " (shape overridden)" : "",
-         c->data.path[0] ? c->data.path : "built-in", (long long)c->data.batch, (long long)c->data.seq, (long long)c->steps, c->optim.lr,
+         c->data.path[0] ? c->data.path : "built-in", (long long)c->data.batch, (long long)c->data.seq, zt_cli_count(c->steps, "step", cnt[0]), c->optim.lr,
          (unsigned long long)c->seed, rc, tiers[c->memory.offload_activations]);
   if (c->data.microbatches > 1) printf(", %lld microbatches", (long long)c->data.microbatches);
   if (c->memory.offload_states && c->parallel.shard != ZT_SHARD_NONE)
@@ -315,10 +316,10 @@ static void print_start(const zt_train_config *c, int ranks) {
            c->memory.offload_states ? " with every state" : "", c->memory.offload_slices,
            c->memory.offload_resident, c->memory.offload_mode ? "keep-graph" : "recompute");
   if (c->parallel.pp > 1 && ranks % c->parallel.pp == 0)
-    printf(", %d ranks, pipeline %d x %d replica%s (schedule %s, balance %s)", ranks, c->parallel.pp,
+    printf(", %s, pipeline %d x %d replica%s (schedule %s, balance %s)", zt_cli_count(ranks, "rank", cnt[1]), c->parallel.pp,
            ranks / c->parallel.pp, ranks / c->parallel.pp == 1 ? "" : "s", c->parallel.schedule, c->parallel.pp_balance);
   else if (ranks > 1 || c->parallel.shard != ZT_SHARD_NONE)
-    printf(", %d ranks, %s", ranks, c->parallel.shard == ZT_SHARD_NONE ? "ddp" : zt_shard_strategy_name(c->parallel.shard));
+    printf(", %s, %s", zt_cli_count(ranks, "rank", cnt[1]), c->parallel.shard == ZT_SHARD_NONE ? "ddp" : zt_shard_strategy_name(c->parallel.shard));
   printf("\n");
   zt_train_state st;
   char changes[1024];
@@ -334,9 +335,10 @@ static void print_start(const zt_train_config *c, int ranks) {
 }
 
 static void print_summary(const zt_train_config *c, const zt_train_result *r, zt_gpt2 *m, int64_t sample_len) {
-  printf("zt train: %lld steps in %.1f s, %.0f tok/s, %lld parameters, loss %.4f -> %.4f, val loss %.4f, "
+  char steps[64];
+  printf("zt train: %s in %.1f s, %.0f tok/s, %lld parameters, loss %.4f -> %.4f, val loss %.4f, "
          "sgemm ceiling %.0f GFLOP/s\n",
-         (long long)r->steps_done, r->seconds, r->tokens_per_s, (long long)r->num_params, r->first_loss,
+         zt_cli_count(r->steps_done, "step", steps), r->seconds, r->tokens_per_s, (long long)r->num_params, r->first_loss,
          r->last_loss, r->last_val_loss, r->sgemm_gflops);
   char b1[32], b2[32];
   printf("activations: blocks %s (n none, s selective, f full); peak %s measured, %s predicted\n", r->recompute_plan,

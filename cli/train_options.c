@@ -201,8 +201,14 @@ static const train_option *find(const char *name) {
 
 zt_status zt_cli_train_set(zt_train_config *c, zt_cli_train_opts *own, const char *name, const char *value) {
   const train_option *o = find(name);
-  if (!o || !strcmp(name, "config"))
+  if (!o || !strcmp(name, "config")) {
+    const char *names[N_OPTIONS + 1];
+    for (size_t i = 0; i < N_OPTIONS; i++) names[i] = k_options[i].name;
+    names[N_OPTIONS] = NULL;
+    const char *near = zt_cli_closest(name, names);
+    if (near) return zt_set_error(ZT_STATUS_INVALID_ARG, "unknown option '%s'; did you mean --%s? (see zt train --help)", name, near);
     return zt_set_error(ZT_STATUS_INVALID_ARG, "unknown option '%s' (see zt train --help)", name);
+  }
   if (o->field) return zt_train_config_set(c, name, value);
   return zt_config_parse_i64(name, value, o->lo, o->hi, (int64_t *)((char *)own + o->offset));
 }

@@ -39,6 +39,9 @@ ZT_API const char *zt_status_name(zt_status s);
 /* Forget the last message (tests use it). */
 ZT_API void zt_clear_error(void);
 
+/* Which zerotrain this is: "0.9.0 (commit 1a2b3c4d5e; MPI yes, CUDA no, NCCL no; OpenBLAS ...)". */
+ZT_API const char *zt_version(void);
+
 /* Seconds on a monotonic clock (CLOCK_MONOTONIC): only differences mean anything. The one
  * clock of the library, the CLI, the tests and the benchmarks (src/core/clock.c). */
 ZT_API double zt_clock_now(void);

@@ -336,6 +336,12 @@ zt_status zt_config_file_read(const char *path, zt_config_set_fn set, void *user
   size_t size = 0;
   ZT_TRY(zt__read_regular_file(path, ZT_CONFIG_MAX_BYTES, "config file", &data, &size));
   char *text = data;
+  if (size >= 3 && !memcmp(text, "\xef\xbb\xbf", 3)) {
+    free(data);
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "%s:1: starts with a UTF-8 byte-order mark (the bytes EF BB BF, which some editors add); save the "
+                  "file as UTF-8 without a BOM (or plain ASCII)", path);
+  }
   if (memchr(text, '\0', size)) {
     size_t at = (size_t)((char *)memchr(text, '\0', size) - text);
     int line = 1;
