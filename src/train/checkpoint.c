@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/tensor_internal.h"
+#include "train/checkpoint_sharded.h"
 #include "train/fileio.h"
 #include "core/backend.h"
 
@@ -521,13 +522,7 @@ static zt_status read_optim_step(const char *dir, int64_t *out) {
   return ZT_OK;
 }
 
-zt_status zt_snapshot_load(const char *dir_in, zt_gpt2 *m, zt_optim *o, zt_train_state *st) {
-  if (!m) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_snapshot_load: model is NULL");
-  char dir[CK_PATH_CAP];
-  ZT_TRY(zt_snapshot_resolve(dir_in, dir, sizeof dir));
-  ck_state k;
-  ZT_TRY(read_state(dir, &k));
-  const zt_gpt2_config *have = &k.st.model, *want = zt_gpt2_get_config(m);
+zt_status zt__ck_check_shape(const char *dir, const zt_gpt2_config *have, const zt_gpt2_config *want) {
   const struct {
     const char *name;
     int ck, model;
@@ -540,11 +535,26 @@ zt_status zt_snapshot_load(const char *dir_in, zt_gpt2 *m, zt_optim *o, zt_train
     if (fields[i].ck != fields[i].model)
       return ZT_ERR(ZT_STATUS_SHAPE, "checkpoint '%s' has %s %d, model has %d: it was saved from another model shape",
                     dir, fields[i].name, fields[i].ck, fields[i].model);
-  if (o && !k.has_optim)
-    return ZT_ERR(ZT_STATUS_STATE,
-                  "checkpoint '%s' holds no optimizer state (it was saved without one), so training cannot resume "
-                  "from it; load the weights only (zt_train_config.model.init_from %s/%s)",
-                  dir, dir, CK_MODEL);
+  return ZT_OK;
+}
+
+zt_status zt__ck_no_optim(const char *dir) {
+  return ZT_ERR(ZT_STATUS_STATE,
+                "checkpoint '%s' holds no optimizer state (it was saved without one), so training cannot resume "
+                "from it; load the weights only (zt_train_config.model.init_from %s)",
+                dir, dir);
+}
+
+zt_status zt_snapshot_load(const char *dir_in, zt_gpt2 *m, zt_optim *o, zt_train_state *st) {
+  if (!m) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_snapshot_load: model is NULL");
+  char dir[CK_PATH_CAP];
+  ZT_TRY(zt_snapshot_resolve(dir_in, dir, sizeof dir));
+  /* a sharded (FSDP) checkpoint is consolidated on load, into this whole model */
+  if (zt_snapshot_is_sharded(dir)) return zt__snapshot_load_consolidated(dir, m, o, st);
+  ck_state k;
+  ZT_TRY(read_state(dir, &k));
+  ZT_TRY(zt__ck_check_shape(dir, &k.st.model, zt_gpt2_get_config(m)));
+  if (o && !k.has_optim) return zt__ck_no_optim(dir);
   /* Everything checkable is checked before the first tensor is overwritten. */
   ZT_TRY(check_save_id(dir, CK_MODEL, k.save_id));
   int64_t opt_step = 0;

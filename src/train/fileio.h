@@ -167,6 +167,11 @@ void zt__ck_state_json(zt__buf *b, const zt_train_state *st, const char *save_id
 /* Read dir/state.json of one checkpoint folder (a series is resolved first: zt_snapshot_resolve);
  * errors name the file and field; outputs may be NULL. */
 ZT_NODISCARD zt_status zt__ck_read_state(const char *dir, zt_train_state *st, char save_id[64], bool *has_optim);
+/* The shape a checkpoint recorded (have) against the model's (want): ZT_STATUS_SHAPE naming
+ * the first field that differs and both values. */
+ZT_NODISCARD zt_status zt__ck_check_shape(const char *dir, const zt_gpt2_config *have, const zt_gpt2_config *want);
+/* The error for resuming training from checkpoint dir, which holds no optimizer state. */
+ZT_NODISCARD zt_status zt__ck_no_optim(const char *dir);
 /* A fresh save id for a save at this step (unique per save; its second field is the save
  * time in ns, which orders the versions of a series). */
 void zt__ck_new_save_id(char id[64], int64_t step);
