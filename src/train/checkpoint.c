@@ -22,6 +22,8 @@
 #define CK_OPTIM "optim.safetensors"
 #define CK_CONFIG "config.json"
 #define CK_STATE "state.json"
+#define CK_VOCAB "vocab.json"
+#define CK_MERGES "merges.txt"
 #define CK_FORMAT "zerotrain-checkpoint"
 #define CK_VERSION 1
 #define CK_PATH_CAP 4096
@@ -430,7 +432,24 @@ zt_status zt_snapshot_read_state(const char *dir_in, zt_train_state *st) {
 
 /* ------------------------------------------------------------------ save */
 
-/* Writes the four files into `into`; state.json last (the commit record). */
+zt_status zt__ck_copy_tokenizer(const char *into, const zt_train_state *st) {
+  const char *src[2] = {st->encoder, st->merges}, *dst[2] = {CK_VOCAB, CK_MERGES};
+  for (int i = 0; i < 2; i++) {
+    if (!src[i][0]) continue;
+    void *data = NULL;
+    size_t n = 0;
+    char path[CK_PATH_CAP];
+    ZT_TRY(zt__read_regular_file(src[i], ZT__READ_BPE_MAX, "tokenizer file", &data, &n));
+    const void *chunk = data;
+    zt_status s = zt__path_join(path, CK_PATH_CAP, into, dst[i]);
+    if (!s) s = zt_write_file_atomic(path, &chunk, &n, 1);
+    free(data);
+    if (s) return zt__error_prefix(s, "copying the tokenizer file '%s' into the checkpoint", src[i]);
+  }
+  return ZT_OK;
+}
+
+/* Writes the four files (and the tokenizer's) into `into`; state.json last (the commit record). */
 static zt_status write_files(const char *into, zt_gpt2 *m, int n_opt, const char *const *opt_names,
                              zt_tensor *const *opt_tensors, int64_t opt_step, const ck_state *k) {
   char path[CK_PATH_CAP];
@@ -445,6 +464,7 @@ static zt_status write_files(const char *into, zt_gpt2 *m, int n_opt, const char
     ZT_TRY(zt__path_join(path, CK_PATH_CAP, into, CK_OPTIM));
     ZT_TRY(zt_safetensors_save(path, n_opt, opt_names, opt_tensors, 2, keys, vals));
   }
+  ZT_TRY(zt__ck_copy_tokenizer(into, &k->st));
   zt__buf b = {0};
   state_json(&b, k, NULL);
   zt_status s = zt__path_join(path, CK_PATH_CAP, into, CK_STATE);

@@ -135,13 +135,36 @@ zt_status zt__snapshot_load_consolidated(const char *dir, zt_gpt2 *m, zt_optim *
 
 /* ------------------------------------------------------------------ consolidation */
 
-zt_status zt_snapshot_consolidate(const char *sharded_in, const char *out_dir) {
+/* The tokenizer files checkpoint folder dir holds (vocab.json, merges.txt) into st's, for a save. */
+static zt_status tokenizer_of(const char *dir, zt_train_state *st) {
+  const char *names[2] = {"vocab.json", "merges.txt"};
+  char *dst[2] = {st->encoder, st->merges};
+  for (int i = 0; i < 2; i++) {
+    char p[ZT__SH_PATH_CAP];
+    ZT_TRY(zt__path_join(p, ZT__SH_PATH_CAP, dir, names[i]));
+    if (access(p, F_OK) != 0) continue;
+    if (strlen(p) >= sizeof st->encoder) return ZT_ERR(ZT_STATUS_INVALID_ARG, "path '%s' is too long", p);
+    memcpy(dst[i], p, strlen(p) + 1);
+  }
+  return ZT_OK;
+}
+
+zt_status zt_snapshot_consolidate(const char *sharded_in, const char *out_dir, bool force) {
   if (!sharded_in || !out_dir || !*out_dir)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_snapshot_consolidate: NULL folder or empty output folder name");
   char sharded_dir[ZT__SH_PATH_CAP];
   ZT_TRY(zt_snapshot_resolve(sharded_in, sharded_dir, sizeof sharded_dir));
   zt__shard_index *ix = NULL;
   ZT_TRY(zt__shard_index_read(sharded_dir, &ix));
+  if (!force && zt__ck_holds_checkpoint(out_dir)) {
+    zt__shard_index_free(ix);
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "'%s' holds a checkpoint already: consolidating into it would add a version and move its 'latest' "
+                  "link; name a new folder, or force it (zt consolidate --force) to add the consolidated checkpoint "
+                  "as its newest version",
+                  out_dir);
+  }
+  bool made = access(out_dir, F_OK) != 0; /* removed again on failure */
   /* Building the model draws its (overwritten) initial values from the default generator:
    * keep the caller's stream where it was. */
   zt_rng_state rng = zt_rng_get_state();
@@ -174,6 +197,7 @@ zt_status zt_snapshot_consolidate(const char *sharded_in, const char *out_dir) {
     }
   }
   if (!s) s = load_whole(ix, m, n_opt, (const char *const *)names, ts);
+  if (!s) s = tokenizer_of(sharded_dir, &ix->st); /* the tokenizer files it carries go along */
   if (!s)
     s = zt__snapshot_save_arrays(out_dir, m, ix->has_optim, n_opt, (const char *const *)names, ts, ix->optim_step,
                                  &ix->st);
@@ -185,5 +209,6 @@ zt_status zt_snapshot_consolidate(const char *sharded_in, const char *out_dir) {
   free(ts);
   zt_gpt2_free(m);
   zt__shard_index_free(ix);
+  if (s && made) rmdir(out_dir); /* only when it is empty: a failed save left nothing in it */
   return s;
 }
