@@ -562,17 +562,6 @@ static bool snapshot_bitwise(zt_tensor **a, zt_tensor **b, int n) {
   return true;
 }
 
-static int64_t cpu_now(void) {
-  zt_mem_stats s;
-  zt_mem_stats_get(ZT_CPU, &s);
-  return s.current_total;
-}
-static int64_t cpu_peak(void) {
-  zt_mem_stats s;
-  zt_mem_stats_get(ZT_CPU, &s);
-  return s.peak_total;
-}
-
 /* Every parameter and optimizer state tensor of a plain run evicted to a new memory store;
  * returns the largest one's bytes. */
 static int64_t evict_run(run *r, zt_store **store) {
@@ -683,13 +672,13 @@ static void test_fsdp_save_reshard_consolidate(void) {
       run c;
       run_new(&c, NULL, false, 79);
       zt_store *store = NULL;
-      int64_t biggest = d == 3 ? evict_run(&c, &store) : 0, before = cpu_now();
+      int64_t biggest = d == 3 ? evict_run(&c, &store) : 0, before = zt_test_cpu_now();
       zt_mem_reset_peaks();
       ZT_CHECK_OK(zt_snapshot_load(dirs[d], c.m, c.o, &got));
       ZT_CHECK(got.step == 2 && zt_optim_step_count(c.o) == 2);
       /* evicted: RAM for the stage, a piece read from a shard file and the memory store's new
        * copy of one tensor, never the whole model */
-      if (d == 3) ZT_CHECK(cpu_peak() - before <= 3 * biggest && restore_run(&c)); /* evicted throughout */
+      if (d == 3) ZT_CHECK(zt_test_cpu_peak() - before <= 3 * biggest && restore_run(&c)); /* evicted throughout */
       snapshot(&c, snap);
       ZT_CHECK(snapshot_bitwise(snap, at2, np));
       zt_test_free_all(snap, np);
