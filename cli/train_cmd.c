@@ -220,12 +220,12 @@ static void print_start(const zt_train_config *c, int ranks) {
 /* Text from the trained model with the run's tokenizer, or bytes for a 256-token model; else a line
  * saying why there is none. */
 static void print_sample(const zt_train_config *c, zt_gpt2 *m, int64_t len) {
-  int vocab = m ? zt_gpt2_get_config(m)->vocab_size : 0;
   if (!m) {
     printf("no sample: with --offload-states the model is never whole in RAM; zt sample --checkpoint DIR samples "
            "from a checkpoint\n");
     return;
   }
+  int vocab = zt_gpt2_get_config(m)->vocab_size;
   if (!c->data.encoder[0] && vocab != 256) {
     printf("no sample: the model's %d token ids are not bytes and the run has no tokenizer to turn them into text "
            "(give --encoder and --merges, the files its data was tokenized with)\n",

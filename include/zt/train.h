@@ -429,7 +429,9 @@ ZT_API void zt_train_config_default(zt_train_config *c);
  * them. Messages of the library name options by their field ("zt_train_config.data.batch"),
  * which a front end may rewrite as its own option names. */
 ZT_API ZT_NODISCARD zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *value);
-/* The model config a training config asks for: the preset plus explicit overrides. */
+/* The model config a training config asks for: the preset, the shape of what model.init_from
+ * names (contradicting overrides are errors), the token file's vocabulary (without a vocab_size
+ * override), then the explicit overrides. */
 ZT_API ZT_NODISCARD zt_status zt_train_model_config(const zt_train_config *c, zt_gpt2_config *out);
 /* Read a config file: "name = value" lines (a leading "--" on a name is dropped), in
  * file order, calling set for each. '#' starts a comment at the start of a line or after a

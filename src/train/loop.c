@@ -51,7 +51,7 @@ double zt_sgemm_gflops(int n, int reps) {
   return g;
 }
 
-/* Model config from the preset plus explicit overrides. */
+/* Model config from the preset, what it starts from and its data, plus explicit overrides. */
 zt_status zt_train_model_config(const zt_train_config *c, zt_gpt2_config *g) {
   ZT_TRY(zt_gpt2_preset(c->model.preset, g));
   ZT_TRY(zt__train_model_source(c, g)); /* init_from's shape, the token file's vocabulary */
