@@ -1,8 +1,11 @@
 /* zt sample (text from a checkpoint) and zt tokenize (text file -> token file). Both use
- * the byte-level tokenizer unless GPT-2 encoder/merges files are given. */
+ * the byte-level tokenizer unless GPT-2 encoder/merges files are given; zt sample takes the
+ * checkpoint's own (vocab.json, merges.txt) when none is given, and refuses, before generating,
+ * a model whose ids are not bytes when it has none. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -53,18 +56,29 @@ int zt_cmd_sample(int argc, char **argv) {
     fprintf(stderr, "zt sample: --checkpoint DIR is required (a folder written by zt train --save)\n");
     return 2;
   }
+  zt_train_state st;
+  char ck[4096], ck_enc[4200], ck_merges[4200];
+  if (zt_snapshot_resolve(dir, ck, sizeof ck) || zt_snapshot_read_state(ck, &st)) return zt_cli_fail("sample");
+  /* no tokenizer given: the one the checkpoint carries, else bytes, which only a 256-token model makes */
+  snprintf(ck_enc, sizeof ck_enc, "%s/vocab.json", ck);
+  snprintf(ck_merges, sizeof ck_merges, "%s/merges.txt", ck);
+  if (!enc && !merges && access(ck_enc, F_OK) == 0 && access(ck_merges, F_OK) == 0) enc = ck_enc, merges = ck_merges;
+  if (!enc && !merges && st.model.vocab_size != 256) {
+    fprintf(stderr,
+            "zt sample: checkpoint '%s' is of a model with a vocabulary of %d tokens, whose ids are not bytes, and it "
+            "holds no tokenizer (vocab.json, merges.txt): give --encoder encoder.json --merges vocab.bpe, the files "
+            "its training data was tokenized with\n",
+            ck, st.model.vocab_size);
+    return 2;
+  }
   zt_tokenizer *tok = NULL;
   rc = load_tokenizer("sample", enc, merges, &tok);
   if (rc) return rc;
-  zt_train_state st;
   zt_gpt2 *m = NULL;
-  char ck[4096];
   int32_t *ids = NULL, *out = NULL;
   int64_t n = 0, n_out = 0;
   rc = 1;
-  if (zt_snapshot_resolve(dir, ck, sizeof ck) || zt_snapshot_read_state(ck, &st) || zt_gpt2_new(&st.model, &m) ||
-      zt_snapshot_load(ck, m, NULL, NULL))
-    goto fail;
+  if (zt_gpt2_new(&st.model, &m) || zt_snapshot_load(ck, m, NULL, NULL)) goto fail;
   if (zt_tokenizer_vocab_size(tok) > st.model.vocab_size) {
     fprintf(stderr, "zt sample: the tokenizer has %d tokens but the model only %d\n", zt_tokenizer_vocab_size(tok),
             st.model.vocab_size);

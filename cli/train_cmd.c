@@ -334,6 +334,42 @@ static void print_start(const zt_train_config *c, int ranks) {
   fflush(stdout);
 }
 
+/* Text from the trained model with the run's tokenizer, or bytes for a 256-token model; else a line
+ * saying why there is none. */
+static void print_sample(const zt_train_config *c, zt_gpt2 *m, int64_t len) {
+  if (!m) {
+    printf("no sample: with --offload-states the model is never whole in RAM; zt sample --checkpoint DIR samples "
+           "from a checkpoint\n");
+    return;
+  }
+  int vocab = zt_gpt2_get_config(m)->vocab_size;
+  if (!c->data.encoder[0] && vocab != 256) {
+    printf("no sample: the model's %d token ids are not bytes and the run has no tokenizer to turn them into text "
+           "(give --encoder and --merges, the files its data was tokenized with)\n",
+           vocab);
+    return;
+  }
+  zt_tokenizer *tok = NULL;
+  int32_t *prompt = NULL, *ids = NULL;
+  int64_t np = 0, n = 0;
+  char *text = NULL;
+  size_t tl = 0;
+  if ((c->data.encoder[0] ? zt_tokenizer_gpt2(c->data.encoder, c->data.merges, &tok) : zt_tokenizer_byte(&tok)) ||
+      zt_tokenizer_encode(tok, "\n", 1, &prompt, &np) ||
+      zt_gpt2_sample(m, prompt, np, len, 0.8, 0, c->seed, &ids, &n) ||
+      zt_tokenizer_decode(tok, ids + np, n - np, &text, &tl)) {
+    zt_cli_fail("train");
+  } else {
+    printf("sample (temperature 0.8):\n");
+    /* bytes: the printable ones; text of a tokenizer: as it is */
+    for (size_t i = 0; i < tl; i++)
+      putchar(c->data.encoder[0] || (text[i] >= 32 && text[i] < 127) || text[i] == '\n' ? text[i] : '?');
+    printf("\n");
+  }
+  free(text), free(ids), free(prompt);
+  zt_tokenizer_free(tok);
+}
+
 static void print_summary(const zt_train_config *c, const zt_train_result *r, zt_gpt2 *m, int64_t sample_len) {
   char steps[64];
   printf("zt train: %s in %.1f s, %.0f tok/s, %lld parameters, loss %.4f -> %.4f, val loss %.4f, "
@@ -370,19 +406,7 @@ static void print_summary(const zt_train_config *c, const zt_train_result *r, zt
   char mem[8192];
   zt_mem_report(mem, sizeof mem);
   printf("memory by tag (bytes):\n%s", mem);
-  if (m && sample_len > 0 && zt_gpt2_get_config(m)->vocab_size == 256) {
-    const int32_t prompt[] = {'\n'};
-    int32_t *ids = NULL;
-    int64_t n = 0;
-    if (zt_gpt2_sample(m, prompt, 1, sample_len, 0.8, 0, c->seed, &ids, &n)) {
-      zt_cli_fail("train");
-      return;
-    }
-    printf("sample (temperature 0.8):\n");
-    for (int64_t i = 1; i < n; i++) putchar((ids[i] >= 32 && ids[i] < 127) || ids[i] == '\n' ? ids[i] : '?');
-    printf("\n");
-    free(ids);
-  }
+  if (sample_len > 0) print_sample(c, m, sample_len);
 }
 
 /* --mem-limit's choice and what it predicts. */

@@ -45,15 +45,23 @@ static const train_option k_options[] = {
     {NULL, "layers", "N", CFG(model.n_layer), TRAIN_OPT_TEXT, 0, 0, "the preset's", "transformer blocks"},
     {NULL, "heads", "N", CFG(model.n_head), TRAIN_OPT_TEXT, 0, 0, "the preset's", "attention heads"},
     {NULL, "dim", "N", CFG(model.n_embd), TRAIN_OPT_TEXT, 0, 0, "the preset's", "embedding width"},
-    {NULL, "vocab", "N", CFG(model.vocab_size), TRAIN_OPT_TEXT, 0, 0, "the preset's", "vocabulary size"},
+    {NULL, "vocab", "N", CFG(model.vocab_size), TRAIN_OPT_TEXT, 0, 0, "--data's, else the preset's",
+     "vocabulary size"},
     {NULL, "ctx", "N", CFG(model.block_size), TRAIN_OPT_TEXT, 0, 0, "the preset's", "context length"},
     {NULL, "dropout", "P", CFG(model.dropout), TRAIN_OPT_TEXT, 0, 0, "the preset's", "dropout probability"},
-    {NULL, "init-from", "FILE", CFG(model.init_from), TRAIN_OPT_TEXT, 0, 0, "",
-     "start from a transformers GPT-2 model.safetensors"},
+    {NULL, "init-from", "FILE|DIR", CFG(model.init_from), TRAIN_OPT_TEXT, 0, 0, "",
+     "start from the weights of a transformers GPT-2 (model.safetensors, or\n"
+     "its folder: the model takes the shape of its config.json) or of a\n"
+     "zerotrain checkpoint (a --save folder or one step-N in it, sharded too)"},
     {"data:", "data", "FILE", CFG(data.path), TRAIN_OPT_TEXT, 0, 0, "the built-in dataset",
      "token file (zt tokenize)"},
     {NULL, "val-data", "FILE", CFG(data.val_path), TRAIN_OPT_TEXT, 0, 0, "last 10% of --data",
      "validation token file"},
+    {NULL, "encoder", "FILE", CFG(data.encoder), TRAIN_OPT_TEXT, 0, 0, "",
+     "with --merges: the GPT-2 tokenizer the data was made with (encoder.json;\n"
+     "zt tokenize's): the end-of-run sample is text, and every checkpoint\n"
+     "carries it as vocab.json + merges.txt (zt sample and transformers read them)"},
+    {NULL, "merges", "FILE", CFG(data.merges), TRAIN_OPT_TEXT, 0, 0, "", "the tokenizer's merges (vocab.bpe)"},
     {NULL, "batch", "B", CFG(data.batch), TRAIN_OPT_I64, 0, 0, NULL, "sequences per step"},
     {NULL, "seq", "T", CFG(data.seq), TRAIN_OPT_I64, 0, 0, NULL, "tokens per sequence"},
     {NULL, "microbatches", "M", CFG(data.microbatches), TRAIN_OPT_I64, 0, 0, NULL,

@@ -3,7 +3,9 @@
  * flat and padded), written as shard files, read back bitwise at 3, 2 and 1 ranks and
  * consolidated into a single-process checkpoint; errors for another shape, a missing shard file
  * and an interrupted save. With FSDP (1 rank plainly, mpirun -np 2 / 4): sharded save, N -> M
- * reload on sub-groups, consolidation and full checkpoints continue training like the original. */
+ * reload on sub-groups, consolidation and full checkpoints continue training like the original;
+ * one process reads a sharded checkpoint with zt_snapshot_load (consolidated on load), into
+ * resident or evicted tensors. */
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +14,7 @@
 #include "train/checkpoint_sharded.h"
 #include "train/fileio.h"
 #include "zt/autograd.h"
+#include "zt/store.h"
 #include "zt/train.h"
 #include "zt_test.h"
 
@@ -249,8 +252,18 @@ static void test_format_reshard_and_consolidate(void) {
   snprintf(path, sizeof path, "%s/latest/shard-3-of-4.safetensors", dir);
   ZT_CHECK(access(path, F_OK) != 0);
   /* consolidation gives a single-process checkpoint that loads bitwise */
-  ZT_CHECK_OK(zt_snapshot_consolidate(dir, out));
+  ZT_CHECK_OK(zt_snapshot_consolidate(dir, out, false));
   ZT_CHECK(!zt_snapshot_is_sharded(out));
+  /* into a folder that holds a checkpoint: refused, nothing written, unless forced (a new version) */
+  char ver[600], ver2[600];
+  ZT_CHECK_OK(zt_snapshot_resolve(out, ver, sizeof ver));
+  ZT_CHECK_ERR(zt_snapshot_consolidate(dir, out, false), ZT_STATUS_INVALID_ARG, "holds a checkpoint already");
+  ZT_CHECK_ERR(zt_snapshot_consolidate(dir, dir, false), ZT_STATUS_INVALID_ARG, "--force");
+  ZT_CHECK_OK(zt_snapshot_resolve(out, ver2, sizeof ver2));
+  ZT_CHECK(!strcmp(ver, ver2));
+  ZT_CHECK_OK(zt_snapshot_consolidate(dir, out, true));
+  ZT_CHECK_OK(zt_snapshot_resolve(out, ver2, sizeof ver2));
+  ZT_CHECK(strcmp(ver, ver2) && access(ver, F_OK) == 0);
   zt_gpt2 *m2 = new_model(99);
   zt_optim *o2 = zt_test_gpt2_adamw(m2);
   zt_train_state st2;
@@ -293,8 +306,8 @@ static void test_format_errors(void) {
   snprintf(path, sizeof path, "%s/latest/shard-2-of-4.safetensors", dir);
   snprintf(moved, sizeof moved, "%s/away", zt_test_tmpdir());
   ZT_CHECK(rename(path, moved) == 0);
-  ZT_CHECK_ERR(zt_snapshot_consolidate(dir, out), ZT_STATUS_IO, "shard file '");
-  ZT_CHECK_ERR(zt_snapshot_consolidate(dir, out), ZT_STATUS_IO, "shard-2-of-4.safetensors' is missing");
+  ZT_CHECK_ERR(zt_snapshot_consolidate(dir, out, false), ZT_STATUS_IO, "shard file '");
+  ZT_CHECK_ERR(zt_snapshot_consolidate(dir, out, false), ZT_STATUS_IO, "shard-2-of-4.safetensors' is missing");
   ZT_CHECK(rename(moved, path) == 0);
   /* a shard file of another save (an interrupted save mixed files) */
   zt_train_state st6 = state_at(6);
@@ -304,15 +317,15 @@ static void test_format_errors(void) {
   snprintf(moved, sizeof moved, "%s/latest/shard-1-of-4.safetensors", dir2);
   snprintf(path, sizeof path, "%s/latest/shard-1-of-4.safetensors", dir);
   ZT_CHECK(rename(moved, path) == 0);
-  ZT_CHECK_ERR(zt_snapshot_consolidate(dir, out), ZT_STATUS_IO, "is not from the same save");
+  ZT_CHECK_ERR(zt_snapshot_consolidate(dir, out, false), ZT_STATUS_IO, "is not from the same save");
   /* no state.json: the commit record is missing */
   snprintf(path, sizeof path, "%s/latest/state.json", dir2);
   ZT_CHECK(unlink(path) == 0);
-  ZT_CHECK_ERR(zt_snapshot_consolidate(dir2, out), ZT_STATUS_IO, "has no state.json");
+  ZT_CHECK_ERR(zt_snapshot_consolidate(dir2, out, false), ZT_STATUS_IO, "has no state.json");
   /* a single-process checkpoint is not a sharded one */
   ZT_CHECK_OK(zt_snapshot_save(out, m, o, &st));
   ZT_CHECK(!zt_snapshot_is_sharded(out));
-  ZT_CHECK_ERR(zt_snapshot_consolidate(out, dir2), ZT_STATUS_IO, "has no index.json");
+  ZT_CHECK_ERR(zt_snapshot_consolidate(out, dir2, false), ZT_STATUS_IO, "has no index.json");
   fmt_close(&x);
 }
 
@@ -383,7 +396,7 @@ static void test_format_index_checks(void) {
            replace_text(&t, "\"param.transformer.h.0.ln_1.bias\"", "\"param.transformer.h.0.ln_1.weight\"") &&
            replace_text(&t, "\"@\"", "\"param.transformer.h.0.ln_1.bias\""));
   put_text(ix_path, t);
-  ZT_CHECK_ERR(zt_snapshot_consolidate(x.dir, x.out), ZT_STATUS_IO,
+  ZT_CHECK_ERR(zt_snapshot_consolidate(x.dir, x.out, false), ZT_STATUS_IO,
                "names tensor 'param.transformer.h.0.ln_1.bias' for param of parameter 'transformer.h.0.ln_1.weight', "
                "which is stored as 'param.transformer.h.0.ln_1.weight'");
   ZT_CHECK(strstr(zt_last_error(), ix_path) != NULL);
@@ -395,7 +408,7 @@ static void test_format_index_checks(void) {
   ZT_CHECK(swap_text(t, "\"file\": \"shard-0-of-4.safetensors\", \"tensor\": \"param.transformer.wte.weight\"",
                      "\"file\": \"shard-1-of-4.safetensors\", \"tensor\": \"param.transformer.wte.weight\""));
   put_text(ix_path, t);
-  ZT_CHECK_ERR(zt_snapshot_consolidate(x.dir, x.out), ZT_STATUS_IO, "says tensor 'param.transformer.wte.weight'");
+  ZT_CHECK_ERR(zt_snapshot_consolidate(x.dir, x.out, false), ZT_STATUS_IO, "says tensor 'param.transformer.wte.weight'");
   ZT_CHECK(strstr(zt_last_error(), "the shard file says [") != NULL);
   ZT_CHECK_OK(zt__shard_index_read(ver, &ix));
   if (ix) ZT_CHECK_ERR(zt__shard_read(ix, "transformer.wte.weight", ZT__SHARD_PARAM, 2, shape, 0, 656, got),
@@ -437,7 +450,7 @@ static void test_format_index_checks(void) {
   free(t);
   /* the original index still works */
   put_text(ix_path, orig);
-  ZT_CHECK_OK(zt_snapshot_consolidate(x.dir, x.out));
+  ZT_CHECK_OK(zt_snapshot_consolidate(x.dir, x.out, false));
   free(orig);
   zt_tensor_free(got);
   fmt_close(&x);
@@ -549,6 +562,40 @@ static bool snapshot_bitwise(zt_tensor **a, zt_tensor **b, int n) {
   return true;
 }
 
+/* Every parameter and optimizer state tensor of a plain run evicted to a new memory store;
+ * returns the largest one's bytes. */
+static int64_t evict_run(run *r, zt_store **store) {
+  ZT_CHECK_OK(zt_store_memory_new(store));
+  zt_param *p;
+  int n = zt_gpt2_params(r->m, &p), no = 0;
+  const char *const *names;
+  zt_tensor *const *ot = NULL;
+  ZT_CHECK_OK(zt_optim_state(r->o, &no, &names, &ot));
+  int64_t biggest = 0;
+  for (int i = 0; i < n + no; i++) {
+    zt_tensor *t = i < n ? p[i].tensor : ot[i - n];
+    ZT_CHECK_OK(zt_storage_evict(t->storage, *store, t->dtype));
+    if ((int64_t)t->storage->nbytes > biggest) biggest = (int64_t)t->storage->nbytes;
+  }
+  return biggest;
+}
+
+/* Brings them back; whether every one was still evicted. */
+static bool restore_run(run *r) {
+  zt_param *p;
+  int n = zt_gpt2_params(r->m, &p), no = 0;
+  const char *const *names;
+  zt_tensor *const *ot = NULL;
+  ZT_CHECK_OK(zt_optim_state(r->o, &no, &names, &ot));
+  bool all = true;
+  for (int i = 0; i < n + no; i++) {
+    zt_tensor *t = i < n ? p[i].tensor : ot[i - n];
+    all = all && zt_storage_is_evicted(t->storage);
+    ZT_CHECK_OK(zt_storage_restore(t->storage));
+  }
+  return all;
+}
+
 /* Continue two steps (batches 2, 3) and compare with the reference losses and parameters. */
 static void continue_and_compare(run *r, const double *ref_loss, zt_tensor **ref, const char *what) {
   double l[2];
@@ -613,20 +660,31 @@ static void test_fsdp_save_reshard_consolidate(void) {
   run_free(&b);
   zt_comm_free(g);
 
-  /* one process: the consolidated checkpoint, and the full one (bitwise the gathered values) */
+  /* one process: the consolidated checkpoint, the full one, and the sharded one itself, read by
+   * zt_snapshot_load (consolidated on load), also into a model and moments evicted to a store
+   * (bitwise the gathered values) */
   if (R == 0) {
-    ZT_CHECK_OK(zt_snapshot_consolidate(sh, cons));
-    const char *dirs[2] = {cons, full};
-    for (int d = 0; d < 2; d++) {
+    ZT_CHECK_OK(zt_snapshot_consolidate(sh, cons, false));
+    const char *dirs[4] = {cons, full, sh, sh};
+    const char *whats[4] = {"consolidated -> 1 process", "full -> 1 process", "sharded -> 1 process",
+                            "sharded -> 1 process, evicted"};
+    for (int d = 0; d < 4; d++) {
       run c;
       run_new(&c, NULL, false, 79);
+      zt_store *store = NULL;
+      int64_t biggest = d == 3 ? evict_run(&c, &store) : 0, before = zt_test_cpu_now();
+      zt_mem_reset_peaks();
       ZT_CHECK_OK(zt_snapshot_load(dirs[d], c.m, c.o, &got));
       ZT_CHECK(got.step == 2 && zt_optim_step_count(c.o) == 2);
+      /* evicted: RAM for the stage, a piece read from a shard file and the memory store's new
+       * copy of one tensor, never the whole model */
+      if (d == 3) ZT_CHECK(zt_test_cpu_peak() - before <= 3 * biggest && restore_run(&c)); /* evicted throughout */
       snapshot(&c, snap);
       ZT_CHECK(snapshot_bitwise(snap, at2, np));
       zt_test_free_all(snap, np);
-      continue_and_compare(&c, ref_loss, ref, d ? "full -> 1 process" : "consolidated -> 1 process");
+      continue_and_compare(&c, ref_loss, ref, whats[d]);
       run_free(&c);
+      zt_store_free(store);
     }
   }
 

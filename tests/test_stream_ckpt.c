@@ -144,17 +144,6 @@ static bool files_equal(const char *a, const char *b) {
   return eq;
 }
 
-static int64_t cpu_now(void) {
-  zt_mem_stats s;
-  zt_mem_stats_get(ZT_CPU, &s);
-  return s.current_total;
-}
-static int64_t cpu_peak(void) {
-  zt_mem_stats s;
-  zt_mem_stats_get(ZT_CPU, &s);
-  return s.peak_total;
-}
-
 /* Whether the folder holds a leftover temp file of an atomic write (".<name>.tmp.<pid>"). */
 static bool has_temp_file(const char *dir) {
   DIR *d = opendir(dir);
@@ -272,12 +261,12 @@ static void save_load_evicted(int kind) {
   zt_store_io_stats io; /* the disk store's bounce buffers (TEMP, one per I/O thread) count too */
   zt_store_io_stats_get(store, &io);
   int64_t bounce = (int64_t)io.queue_depth * (io.chunk_bytes + 4096);
-  int64_t before = cpu_now();
+  int64_t before = zt_test_cpu_now();
   zt_mem_reset_peaks();
   ZT_CHECK_OK(zt_safetensors_save(b_path, n, (const char *const *)names, ts, 1, mk, mv));
   ZT_CHECK_OK(zt_snapshot_save(ev, a, oa, &st));
-  ZT_CHECK(cpu_peak() <= before + (int64_t)biggest + bounce); /* the stage, nothing more */
-  ZT_CHECK(cpu_now() == before);
+  ZT_CHECK(zt_test_cpu_peak() <= before + (int64_t)biggest + bounce); /* the stage, nothing more */
+  ZT_CHECK(zt_test_cpu_now() == before);
   ZT_CHECK(all_evicted(a, oa));
   ZT_CHECK(files_equal(a_path, b_path));
   const char *files[] = {"model.safetensors", "optim.safetensors"};
@@ -296,13 +285,13 @@ static void save_load_evicted(int kind) {
   zt_test_gpt2_step(b, ob, 5); /* other values everywhere, moments included */
   ZT_CHECK_OK(zt_snapshot_load(ram, c, oc, NULL));
   evict_all(b, ob, store);
-  before = cpu_now();
+  before = zt_test_cpu_now();
   zt_mem_reset_peaks();
   zt_train_state got;
   ZT_CHECK_OK(zt_snapshot_load(ev, b, ob, &got));
   /* the stage, and with a memory store the new copy of one storage before the old is dropped */
-  ZT_CHECK(cpu_peak() <= before + (int64_t)biggest * (kind == 1 ? 2 : 1) + bounce);
-  ZT_CHECK(cpu_now() == before);
+  ZT_CHECK(zt_test_cpu_peak() <= before + (int64_t)biggest * (kind == 1 ? 2 : 1) + bounce);
+  ZT_CHECK(zt_test_cpu_now() == before);
   ZT_CHECK(got.step == 2 && all_evicted(b, ob));
   /* the finiteness check reads them back without restoring them */
   zt_tensor **bt;

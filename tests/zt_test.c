@@ -101,6 +101,18 @@ bool zt_test_bitwise_equal(const zt_tensor *a, const zt_tensor *b) {
   return true;
 }
 
+int64_t zt_test_cpu_now(void) {
+  zt_mem_stats s;
+  zt_mem_stats_get(ZT_CPU, &s);
+  return s.current_total;
+}
+
+int64_t zt_test_cpu_peak(void) {
+  zt_mem_stats s;
+  zt_mem_stats_get(ZT_CPU, &s);
+  return s.peak_total;
+}
+
 double zt_test_mean(const zt_tensor *t) {
   double s = 0;
   int64_t n = zt_tensor_numel(t);

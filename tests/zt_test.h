@@ -66,6 +66,9 @@ zt_tensor *zt_test_rand_leaf(int ndim, const int64_t *shape, zt_dtype dt, double
 double zt_test_max_abs_diff(const zt_tensor *a, const zt_tensor *b);
 /* Bitwise equality of values (same shape and dtype). */
 bool zt_test_bitwise_equal(const zt_tensor *a, const zt_tensor *b);
+/* The cpu device's accounted bytes: now, and the peak since zt_mem_reset_peaks. */
+int64_t zt_test_cpu_now(void);
+int64_t zt_test_cpu_peak(void);
 /* Mean and population standard deviation (two-pass) of t's values; t must not be empty. */
 double zt_test_mean(const zt_tensor *t);
 double zt_test_std(const zt_tensor *t);

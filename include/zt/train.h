@@ -23,6 +23,9 @@ typedef struct zt_tokens {
   int32_t vocab_size; /* from the header; 0 if unknown */
 } zt_tokens;
 ZT_API ZT_NODISCARD zt_status zt_tokens_load(const char *path, zt_tokens **out);
+/* The vocabulary size a token file's header records (0: unknown), the header checked as by
+ * zt_tokens_load without reading the tokens. */
+ZT_API ZT_NODISCARD zt_status zt_tokens_vocab_size(const char *path, int32_t *vocab);
 /* Written atomically (temp file, fsync, rename). width 0: 2 if every id < 65536, else 4. */
 ZT_API ZT_NODISCARD zt_status zt_tokens_save(const char *path, const zt_tokens *t, int width);
 ZT_API void zt_tokens_free(zt_tokens *t);
@@ -104,7 +107,8 @@ ZT_API ZT_NODISCARD zt_status zt_safetensors_names(const char *path, int *n, cha
  * Everything needed to resume bitwise. The file API is zt_snapshot_* (zt_checkpoint* is
  * activation checkpointing, zt/checkpoint.h); users and the CLI still say checkpoint, and
  * the files are unchanged. A checkpoint is a folder with model.safetensors (HF
- * GPT-2 names, loadable by transformers), config.json, optim.safetensors and state.json.
+ * GPT-2 names, loadable by transformers), config.json, optim.safetensors and state.json, and the
+ * run's tokenizer (vocab.json, merges.txt) when it has one.
  * Saves go into a series folder DIR: each save is a new version DIR/step-<N> (a checkpoint
  * folder), written under a hidden name, renamed into place, and then made current by
  * pointing the link DIR/latest at it (an atomic rename). A crash, a kill or a full disk at
@@ -119,11 +123,16 @@ typedef struct zt_train_state {
   double loss_scale;     /* f16 mixed precision: the loss scaler's scale (0: no scaler) */
   int64_t loss_scale_good; /* and its finite steps since the last change */
   char options[4096];    /* the options that set the run's course, "name=value" lines ("" if unknown) */
+  /* Saves only: tokenizer files copied into the checkpoint folder ("" = none): GPT-2 BPE's
+   * encoder.json as vocab.json and its merges (vocab.bpe) as merges.txt, the names transformers
+   * and `zt sample` look for. Loads leave them "" (the files are in the folder). */
+  char encoder[512], merges[512];
 } zt_train_state;
 /* A new version in the series folder dir (created if missing), made current when complete.
  * o may be NULL (no optimizer state: the checkpoint cannot resume training). */
 ZT_API ZT_NODISCARD zt_status zt_snapshot_save(const char *dir, zt_gpt2 *m, zt_optim *o, const zt_train_state *st);
-/* Loads into an existing model/optimizer of the same config (error naming what differs).
+/* Loads into an existing model/optimizer of the same config (error naming what differs); a
+ * sharded (FSDP) checkpoint is consolidated on load, from whichever shard files hold each tensor.
  * Parameters and optimizer state may be evicted to a store (zt_storage_evict), in part or all,
  * for both: a save reads them from the store and a load writes them into it, one at a time
  * through one host buffer (the largest evicted tensor), never restoring them; the files are
@@ -161,8 +170,12 @@ ZT_API ZT_NODISCARD zt_status zt_snapshot_load_sharded(const char *dir, zt_fsdp 
 /* Whether dir holds a sharded checkpoint (an index.json). */
 ZT_API bool zt_snapshot_is_sharded(const char *dir);
 /* Offline: turn a sharded checkpoint into a single-process one (model.safetensors,
- * config.json, optim.safetensors, state.json), which zt_snapshot_load and transformers read. */
-ZT_API ZT_NODISCARD zt_status zt_snapshot_consolidate(const char *sharded_dir, const char *out_dir);
+ * config.json, optim.safetensors, state.json, and the tokenizer files it carries), which
+ * zt_snapshot_load and transformers read, saved as zt_snapshot_save saves into the series folder
+ * out_dir. An out_dir that holds a checkpoint already is refused (nothing written) unless force,
+ * when the consolidated one becomes its newest version ('latest'). Atomic: a failure leaves out_dir
+ * as it was (a folder made for it is removed). */
+ZT_API ZT_NODISCARD zt_status zt_snapshot_consolidate(const char *sharded_dir, const char *out_dir, bool force);
 /* A full checkpoint of an FSDP model: parameters and optimizer state gathered to rank 0,
  * which writes exactly what zt_snapshot_save writes. Collective. */
 ZT_API ZT_NODISCARD zt_status zt_snapshot_save_full(const char *dir, zt_gpt2 *m, zt_fsdp *f, zt_optim *o, const zt_train_state *st);
@@ -286,9 +299,15 @@ ZT_API ZT_NODISCARD zt_status zt_gpt2_offload_units(zt_gpt2 *m, zt_offload_units
 /* The options of a training run, one struct per concern. */
 typedef struct zt_train_model_options {
   char preset[32];       /* preset name ("gpt2-tiny", ...) */
-  int n_layer, n_head, n_embd, vocab_size, block_size; /* > 0: override the preset */
+  bool preset_set;       /* the preset was chosen (zt_train_config_set "model"), not the default: it must agree
+                          * with init_from's shape */
+  int n_layer, n_head, n_embd, vocab_size, block_size; /* > 0: override the preset (vocab_size 0: the training
+                                                        * token file's, when its header records it) */
   double dropout;        /* < 0: the preset's */
-  char init_from[512];   /* transformers GPT-2 safetensors file to start from; "" = none */
+  /* the weights to start from ("" = none): a transformers GPT-2 model.safetensors file, or its folder
+   * (with config.json, whose shape the model takes), or a zerotrain checkpoint series or version
+   * (sharded too; its shape likewise). Shape options that contradict the folder's are errors. */
+  char init_from[512];
 } zt_train_model_options;
 typedef struct zt_train_data_options {
   char path[512];        /* token file; "" = built-in default data */
@@ -296,6 +315,10 @@ typedef struct zt_train_data_options {
   int64_t batch, seq;    /* the global batch: each of N ranks runs batch/N rows */
   int64_t microbatches;  /* each rank's rows run as this many microbatches of batch/(N*microbatches) rows,
                           * gradients accumulated, one update per step (default 1) */
+  /* the tokenizer the token files were made with, GPT-2 byte-pair encoding ("" = none; both or neither):
+   * encoder.json and vocab.bpe (merges), checked before step 1 and copied into every checkpoint under
+   * transformers' names (zt_train_state.encoder) */
+  char encoder[512], merges[512];
 } zt_train_data_options;
 typedef struct zt_train_optim_options {
   zt_optim_kind kind;
@@ -423,7 +446,9 @@ ZT_API void zt_train_config_default(zt_train_config *c);
  * them. Messages of the library name options by their field ("zt_train_config.data.batch"),
  * which a front end may rewrite as its own option names. */
 ZT_API ZT_NODISCARD zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *value);
-/* The model config a training config asks for: the preset plus explicit overrides. */
+/* The model config a training config asks for: the preset, the shape of what model.init_from
+ * names (contradicting overrides are errors), the token file's vocabulary (without a vocab_size
+ * override), then the explicit overrides. */
 ZT_API ZT_NODISCARD zt_status zt_train_model_config(const zt_train_config *c, zt_gpt2_config *out);
 /* Read a config file: "name = value" lines (a leading "--" on a name is dropped), in
  * file order, calling set for each. '#' starts a comment at the start of a line or after a

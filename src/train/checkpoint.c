@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/tensor_internal.h"
+#include "train/checkpoint_sharded.h"
 #include "train/fileio.h"
 #include "core/backend.h"
 
@@ -21,6 +22,8 @@
 #define CK_OPTIM "optim.safetensors"
 #define CK_CONFIG "config.json"
 #define CK_STATE "state.json"
+#define CK_VOCAB "vocab.json"
+#define CK_MERGES "merges.txt"
 #define CK_FORMAT "zerotrain-checkpoint"
 #define CK_VERSION 1
 #define CK_PATH_CAP 4096
@@ -429,7 +432,24 @@ zt_status zt_snapshot_read_state(const char *dir_in, zt_train_state *st) {
 
 /* ------------------------------------------------------------------ save */
 
-/* Writes the four files into `into`; state.json last (the commit record). */
+zt_status zt__ck_copy_tokenizer(const char *into, const zt_train_state *st) {
+  const char *src[2] = {st->encoder, st->merges}, *dst[2] = {CK_VOCAB, CK_MERGES};
+  for (int i = 0; i < 2; i++) {
+    if (!src[i][0]) continue;
+    void *data = NULL;
+    size_t n = 0;
+    char path[CK_PATH_CAP];
+    ZT_TRY(zt__read_regular_file(src[i], ZT__READ_BPE_MAX, "tokenizer file", &data, &n));
+    const void *chunk = data;
+    zt_status s = zt__path_join(path, CK_PATH_CAP, into, dst[i]);
+    if (!s) s = zt_write_file_atomic(path, &chunk, &n, 1);
+    free(data);
+    if (s) return zt__error_prefix(s, "copying the tokenizer file '%s' into the checkpoint", src[i]);
+  }
+  return ZT_OK;
+}
+
+/* Writes the four files (and the tokenizer's) into `into`; state.json last (the commit record). */
 static zt_status write_files(const char *into, zt_gpt2 *m, int n_opt, const char *const *opt_names,
                              zt_tensor *const *opt_tensors, int64_t opt_step, const ck_state *k) {
   char path[CK_PATH_CAP];
@@ -444,6 +464,7 @@ static zt_status write_files(const char *into, zt_gpt2 *m, int n_opt, const char
     ZT_TRY(zt__path_join(path, CK_PATH_CAP, into, CK_OPTIM));
     ZT_TRY(zt_safetensors_save(path, n_opt, opt_names, opt_tensors, 2, keys, vals));
   }
+  ZT_TRY(zt__ck_copy_tokenizer(into, &k->st));
   zt__buf b = {0};
   state_json(&b, k, NULL);
   zt_status s = zt__path_join(path, CK_PATH_CAP, into, CK_STATE);
@@ -521,13 +542,7 @@ static zt_status read_optim_step(const char *dir, int64_t *out) {
   return ZT_OK;
 }
 
-zt_status zt_snapshot_load(const char *dir_in, zt_gpt2 *m, zt_optim *o, zt_train_state *st) {
-  if (!m) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_snapshot_load: model is NULL");
-  char dir[CK_PATH_CAP];
-  ZT_TRY(zt_snapshot_resolve(dir_in, dir, sizeof dir));
-  ck_state k;
-  ZT_TRY(read_state(dir, &k));
-  const zt_gpt2_config *have = &k.st.model, *want = zt_gpt2_get_config(m);
+zt_status zt__ck_check_shape(const char *dir, const zt_gpt2_config *have, const zt_gpt2_config *want) {
   const struct {
     const char *name;
     int ck, model;
@@ -540,11 +555,26 @@ zt_status zt_snapshot_load(const char *dir_in, zt_gpt2 *m, zt_optim *o, zt_train
     if (fields[i].ck != fields[i].model)
       return ZT_ERR(ZT_STATUS_SHAPE, "checkpoint '%s' has %s %d, model has %d: it was saved from another model shape",
                     dir, fields[i].name, fields[i].ck, fields[i].model);
-  if (o && !k.has_optim)
-    return ZT_ERR(ZT_STATUS_STATE,
-                  "checkpoint '%s' holds no optimizer state (it was saved without one), so training cannot resume "
-                  "from it; load the weights only (zt_train_config.model.init_from %s/%s)",
-                  dir, dir, CK_MODEL);
+  return ZT_OK;
+}
+
+zt_status zt__ck_no_optim(const char *dir) {
+  return ZT_ERR(ZT_STATUS_STATE,
+                "checkpoint '%s' holds no optimizer state (it was saved without one), so training cannot resume "
+                "from it; load the weights only (zt_train_config.model.init_from %s)",
+                dir, dir);
+}
+
+zt_status zt_snapshot_load(const char *dir_in, zt_gpt2 *m, zt_optim *o, zt_train_state *st) {
+  if (!m) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_snapshot_load: model is NULL");
+  char dir[CK_PATH_CAP];
+  ZT_TRY(zt_snapshot_resolve(dir_in, dir, sizeof dir));
+  /* a sharded (FSDP) checkpoint is consolidated on load, into this whole model */
+  if (zt_snapshot_is_sharded(dir)) return zt__snapshot_load_consolidated(dir, m, o, st);
+  ck_state k;
+  ZT_TRY(read_state(dir, &k));
+  ZT_TRY(zt__ck_check_shape(dir, &k.st.model, zt_gpt2_get_config(m)));
+  if (o && !k.has_optim) return zt__ck_no_optim(dir);
   /* Everything checkable is checked before the first tensor is overwritten. */
   ZT_TRY(check_save_id(dir, CK_MODEL, k.save_id));
   int64_t opt_step = 0;

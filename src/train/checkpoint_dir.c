@@ -41,7 +41,8 @@ static bool is_version_name(const char *name) {
 /* The files zerotrain writes into a checkpoint folder (single-process and sharded), and
  * the temp files of an interrupted zt_write_file_atomic (".<name>.tmp.<pid>"). */
 static bool is_ck_file(const char *name) {
-  static const char *const files[] = {"model.safetensors", "config.json", "optim.safetensors", CK_STATE, "index.json"};
+  static const char *const files[] = {"model.safetensors", "config.json", "optim.safetensors", CK_STATE, "index.json",
+                                      "vocab.json", "merges.txt"};
   for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
     if (!strcmp(name, files[i])) return true;
   int r, n, end = 0;
@@ -157,6 +158,18 @@ zt_status zt__ck_stage_commit(zt__ck_stage *k) {
   if ((e = zt__fsync_dir(dir)))
     return ZT_ERR(ZT_STATUS_IO, "saved '%s' but the fsync of '%s' failed: %s", k->final, dir, strerror(e));
   return ZT_OK;
+}
+
+bool zt__ck_holds_checkpoint(const char *dir_in) {
+  char dir[CK_PATH_CAP], p[CK_PATH_CAP];
+  struct stat sb;
+  if (clean_dir(dir_in, dir) || zt__path_join(p, CK_PATH_CAP, dir, CK_LATEST)) return false;
+  if (lstat(p, &sb) == 0 || exists(dir, CK_STATE)) return true;
+  DIR *d = opendir(dir);
+  bool found = false;
+  for (struct dirent *e; d && !found && (e = readdir(d));) found = is_version_name(e->d_name);
+  if (d) closedir(d);
+  return found;
 }
 
 /* ------------------------------------------------------------------ resolve */

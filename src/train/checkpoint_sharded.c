@@ -141,6 +141,7 @@ zt_status zt_snapshot_save_sharded(const char *dir, zt_fsdp *f, zt_optim *o, con
   /* after this agreement every shard file is complete (or some rank failed) */
   s = agree(f, s, "saving sharded checkpoint", dir);
   if (lead && !ctl[0]) {
+    if (!s) s = zt__ck_copy_tokenizer(stage.stage, st);
     if (!s) s = zt__shard_write_index(stage.stage, n, strategy_of(f), st, o != NULL, o ? zt_optim_step_count(o) : 0, id);
     if (!s) s = zt__ck_stage_commit(&stage);
     else zt__ck_stage_abort(&stage);

@@ -86,10 +86,21 @@ ZT_NODISCARD zt_status zt__shard_index_read(const char *dir, zt__shard_index **o
 void zt__shard_index_free(zt__shard_index *ix);
 /* Whether the index holds any entry of (param, kind). */
 bool zt__shard_index_has(const zt__shard_index *ix, const char *param, zt__shard_kind kind);
+/* Every shard file the index lists verified as at its first use by zt__shard_read (it exists, is
+ * of this save, and agrees with the index), for a reader that checks everything before it writes. */
+ZT_NODISCARD zt_status zt__shard_index_verify(zt__shard_index *ix);
 /* Read elements [start, start + count) of (param, kind), whose full shape must be
  * (ndim, shape), into dst (count elements, contiguous f32) from whichever shard files hold
  * them. Errors name the checkpoint, the parameter and what is missing or differs. */
 ZT_NODISCARD zt_status zt__shard_read(zt__shard_index *ix, const char *param, zt__shard_kind kind, int ndim,
                          const int64_t *shape, int64_t start, int64_t count, zt_tensor *dst);
+
+/* zt_snapshot_load of a sharded checkpoint folder dir (resolved; src/train/shard_consolidate.c):
+ * consolidated on load into the whole model m and, when o is not NULL, its optimizer's state
+ * (full-shaped, "exp_avg.<param>", ...) and step count, at any world size it was saved at. The
+ * shape, the parameters, the state kinds and every shard file are checked before the first
+ * tensor is written. A destination evicted to a store (zt_storage_evict) is filled in its store
+ * through one host buffer (src/train/stage.c), never restored: the model is never whole in RAM. */
+ZT_NODISCARD zt_status zt__snapshot_load_consolidated(const char *dir, zt_gpt2 *m, zt_optim *o, zt_train_state *st);
 
 #endif

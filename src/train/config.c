@@ -163,6 +163,7 @@ zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v
   if (!strcmp(key, "model")) {
     zt_gpt2_config g;
     ZT_TRY(parse_str(key, v, c->model.preset, sizeof c->model.preset));
+    c->model.preset_set = true;
     return zt_gpt2_preset(c->model.preset, &g);
   }
   if (!strcmp(key, "layers")) return parse_int(key, v, 1, 4096, &c->model.n_layer);
@@ -173,6 +174,8 @@ zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v
   if (!strcmp(key, "dropout")) return zt_config_parse_f64(key, v, 0, 0.999, &c->model.dropout);
   if (!strcmp(key, "data")) return parse_str(key, v, c->data.path, sizeof c->data.path);
   if (!strcmp(key, "val-data")) return parse_str(key, v, c->data.val_path, sizeof c->data.val_path);
+  if (!strcmp(key, "encoder")) return parse_str(key, v, c->data.encoder, sizeof c->data.encoder);
+  if (!strcmp(key, "merges")) return parse_str(key, v, c->data.merges, sizeof c->data.merges);
   if (!strcmp(key, "batch")) return zt_config_parse_i64(key, v, 1, ZT_MAX_ROWS, &c->data.batch);
   if (!strcmp(key, "seq")) return zt_config_parse_i64(key, v, 1, ZT_MAX_ROWS, &c->data.seq);
   if (!strcmp(key, "microbatches")) return zt_config_parse_i64(key, v, 1, ZT_MAX_ROWS, &c->data.microbatches);

@@ -60,8 +60,14 @@ static zt_status read_ids(FILE *f, const char *path, uint32_t width, int32_t voc
   return s;
 }
 
-zt_status zt_tokens_load(const char *path, zt_tokens **out) {
-  if (!path || !out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tokens_load: NULL path or out");
+/* A token file's header, every field checked against the file's length. */
+typedef struct tokens_header {
+  uint32_t width, vocab;
+  uint64_t count;
+} tokens_header;
+
+/* Opens path and reads its header: on success *out is the open file, positioned at the tokens. */
+static zt_status open_tokens(const char *path, FILE **out, tokens_header *th) {
   *out = NULL;
   int fd = -1;
   uint64_t size = 0;
@@ -119,18 +125,41 @@ zt_status zt_tokens_load(const char *path, zt_tokens **out) {
                "tokenize`",
                path, (unsigned long long)(body - count * width), (unsigned long long)count, width);
   }
-  zt_tokens *t = NULL;
-  if (!s) {
-    t = calloc(1, sizeof *t);
-    if (t) t->ids = malloc(count ? count * sizeof *t->ids : 1);
-    if (!t || !t->ids)
-      s = ZT_ERR(ZT_STATUS_OOM, "loading token file '%s': out of host memory for %llu tokens", path,
-                 (unsigned long long)count);
+  if (s) {
+    fclose(f);
+    return s;
   }
+  *th = (tokens_header){width, vocab, count};
+  *out = f;
+  return ZT_OK;
+}
+
+zt_status zt_tokens_vocab_size(const char *path, int32_t *vocab) {
+  if (!path || !vocab) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tokens_vocab_size: NULL path or out");
+  FILE *f = NULL;
+  tokens_header th;
+  ZT_TRY(open_tokens(path, &f, &th));
+  fclose(f);
+  *vocab = (int32_t)th.vocab;
+  return ZT_OK;
+}
+
+zt_status zt_tokens_load(const char *path, zt_tokens **out) {
+  if (!path || !out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tokens_load: NULL path or out");
+  *out = NULL;
+  FILE *f = NULL;
+  tokens_header th;
+  ZT_TRY(open_tokens(path, &f, &th));
+  zt_status s = ZT_OK;
+  zt_tokens *t = calloc(1, sizeof *t);
+  if (t) t->ids = malloc(th.count ? th.count * sizeof *t->ids : 1);
+  if (!t || !t->ids)
+    s = ZT_ERR(ZT_STATUS_OOM, "loading token file '%s': out of host memory for %llu tokens", path,
+               (unsigned long long)th.count);
   if (!s) {
-    t->count = (int64_t)count;
-    t->vocab_size = (int32_t)vocab;
-    s = read_ids(f, path, width, (int32_t)vocab, t);
+    t->count = (int64_t)th.count;
+    t->vocab_size = (int32_t)th.vocab;
+    s = read_ids(f, path, th.width, (int32_t)th.vocab, t);
   }
   fclose(f);
   if (s) zt_tokens_free(t);

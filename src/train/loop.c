@@ -19,6 +19,7 @@
 #include "core/status_internal.h"
 #include "train/act_trial.h"
 #include "train/fileio.h"
+#include "train/model_source.h"
 #include "train/offload_train.h"
 #include "train/parallel.h"
 #include "train/pipeline_train.h"
@@ -61,9 +62,10 @@ static double sgemm_ceiling(void) {
   return a > b ? a : b;
 }
 
-/* Model config from the preset plus explicit overrides. */
+/* Model config from the preset, what it starts from and its data, plus explicit overrides. */
 zt_status zt_train_model_config(const zt_train_config *c, zt_gpt2_config *g) {
   ZT_TRY(zt_gpt2_preset(c->model.preset, g));
+  ZT_TRY(zt__train_model_source(c, g)); /* init_from's shape, the token file's vocabulary */
   if (c->model.n_layer > 0) g->n_layer = c->model.n_layer;
   if (c->model.n_head > 0) g->n_head = c->model.n_head;
   if (c->model.n_embd > 0) g->n_embd = c->model.n_embd;
@@ -344,8 +346,10 @@ static zt_status check_params_finite(run *r, const char *what) {
 }
 
 static zt_status save_checkpoint(run *r, int64_t step) {
-  zt_train_state st = {step, zt_rng_get_state(), zt_loader_get_pos(r->loader), r->g, 0, 0, ""};
+  zt_train_state st = {step, zt_rng_get_state(), zt_loader_get_pos(r->loader), r->g, 0, 0, "", "", ""};
   memcpy(st.options, r->options, sizeof st.options);
+  memcpy(st.encoder, r->c->data.encoder, sizeof st.encoder); /* the tokenizer goes with every save */
+  memcpy(st.merges, r->c->data.merges, sizeof st.merges);
   if (r->scaling) st.loss_scale = r->scaler.scale, st.loss_scale_good = r->scaler.good_steps;
   ZT_TRY(r->mode->save(r, &st));
   r->saved_step = step;
@@ -486,6 +490,7 @@ static zt_status prepare(run *r, zt_train_state *st, zt_train_result *result) {
     r->start = st->step;
   }
   ZT_TRY(load_data(r));
+  ZT_TRY(zt__train_tokenizer_check(c, &r->g));
   if (c->checkpoint.save[0] && r->dp.rank == 0) ZT_TRY(check_save_dir(c->checkpoint.save));
   if (r->dp.rank == 0) ZT_TRY(zt__run_log_open(c->log.metrics, c->log.tensorboard, r->start, &r->log));
   if (r->dp.rank == 0 && c->log.timeline[0]) ZT_TRY(zt__check_output_file(c->log.timeline, "zt_train_config.log.timeline"));
@@ -499,7 +504,7 @@ static zt_status prepare(run *r, zt_train_state *st, zt_train_result *result) {
   }
   // load_data checked that the batch divides into ranks x microbatches
   ZT_TRY(zt_train_memory_attach(r->model, c, microbatch_rows(r), &r->mem, result));
-  if (c->model.init_from[0]) ZT_TRY(zt_gpt2_load_hf(r->model, c->model.init_from));
+  if (c->model.init_from[0]) ZT_TRY(zt__train_init_from(r->model, c->model.init_from));
   if (r->pp.P) ZT_TRY(zt__train_pp_setup(&r->pp, c, r->model));
   return ZT_OK;
 }

@@ -136,6 +136,8 @@ void zt__run_options(const zt_train_config *c, const zt_gpt2_config *g, int worl
   add(o, "save-format", "%s", c->checkpoint.save_full ? "full" : "sharded");
   add(o, "resume", "%s", c->checkpoint.resume);
   add(o, "init-from", "%s", c->model.init_from);
+  add(o, "encoder", "%s", c->data.encoder);
+  add(o, "merges", "%s", c->data.merges);
   add(o, "stop-at", "%lld", (long long)c->stop_at);
   add(o, "inject-nan-at", "%lld", (long long)c->inject_nan_at);
   add(o, "eval-every", "%lld", (long long)c->log.eval_every);

@@ -76,6 +76,11 @@ static zt_status check_file(zt__shard_index *ix, int f) {
   return s;
 }
 
+zt_status zt__shard_index_verify(zt__shard_index *ix) {
+  for (int f = 0; f < ix->n_files; f++) ZT_TRY(check_file(ix, f));
+  return ZT_OK;
+}
+
 static int cmp_start(const void *a, const void *b) {
   const zt__shard_entry *x = *(const zt__shard_entry *const *)a, *y = *(const zt__shard_entry *const *)b;
   return x->start < y->start ? -1 : x->start > y->start;

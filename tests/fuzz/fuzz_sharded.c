@@ -98,7 +98,7 @@ static void setup(void) {
     free(state);
   }
   /* the checkpoint must be valid as written */
-  die_on(zt_snapshot_consolidate(g_dir, g_out), "consolidating the valid checkpoint");
+  die_on(zt_snapshot_consolidate(g_dir, g_out, true), "consolidating the valid checkpoint");
   zt_fuzz_remove(g_out);
 }
 
@@ -130,7 +130,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint32_t h = 2166136261u;
     for (size_t i = 0; i < size; i++) h = (h ^ data[i]) * 16777619u;
     if (h % 8 == 0) {
-      (void)zt_snapshot_consolidate(g_dir, g_out);
+      (void)zt_snapshot_consolidate(g_dir, g_out, true);
       zt_fuzz_remove(g_out);
     }
   }
