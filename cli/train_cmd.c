@@ -303,10 +303,19 @@ static void print_start(const zt_train_config *c, int ranks) {
   else
     snprintf(rc, sizeof rc, "%s", zt_recompute_name(c->memory.recompute));
   static const char *const tiers[] = {"none", "bf16", "disk", "host"};
-  char cnt[2][64];
-  printf("zt train: %s%s, data %s, batch %lld x seq %lld, %s, lr %g, seed %llu, recompute %s, activation offload %s",
-         c->model.preset, c->model.n_layer || c->model.n_head || c->model.n_embd || c->model.vocab_size || c->model.block_size ? " (shape overridden)" : "",
-         c->data.path[0] ? c->data.path : "built-in", (long long)c->data.batch, (long long)c->data.seq, zt_cli_count(c->steps, "step", cnt[0]), c->optim.lr,
+  char cnt[2][64], model[700];
+  zt_gpt2_config g;
+  bool own_shape = c->model.n_layer || c->model.n_head || c->model.n_embd || c->model.vocab_size || c->model.block_size;
+  if ((c->model.init_from[0] || own_shape) && zt_train_model_config(c, &g) == ZT_OK)
+    snprintf(model, sizeof model, "%s%s%s%s (%d layers, %d heads, dim %d, vocab %d, ctx %d)",
+             c->model.init_from[0] ? "GPT-2 from '" : c->model.preset, c->model.init_from[0] ? c->model.init_from : "",
+             c->model.init_from[0] ? "'" : "", own_shape && !c->model.init_from[0] ? ", shape given" : "", g.n_layer,
+             g.n_head, g.n_embd, g.vocab_size, g.block_size);
+  else
+    snprintf(model, sizeof model, "%s", c->model.preset);
+  zt_clear_error(); /* the run reports a bad shape itself */
+  printf("zt train: %s, data %s, batch %lld x seq %lld, %s, lr %g, seed %llu, recompute %s, activation offload %s",
+         model, c->data.path[0] ? c->data.path : "built-in", (long long)c->data.batch, (long long)c->data.seq, zt_cli_count(c->steps, "step", cnt[0]), c->optim.lr,
          (unsigned long long)c->seed, rc, tiers[c->memory.offload_activations]);
   if (c->data.microbatches > 1) printf(", %lld microbatches", (long long)c->data.microbatches);
   if (c->memory.offload_states && c->parallel.shard != ZT_SHARD_NONE)
