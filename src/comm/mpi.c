@@ -48,6 +48,7 @@ typedef struct mpi_ctx {
   int size;
   int slot;     /* this group's arrival-board slot, -1: none */
   int *node_of; /* group rank -> rank in the node communicator, -1: another node */
+  int *world_of; /* group rank -> rank in MPI_COMM_WORLD, for messages (NULL: unknown) */
 } mpi_ctx;
 
 typedef struct mpi_req {
@@ -217,6 +218,27 @@ static zt_status map_to_node(MPI_Comm comm, int size, int **out) {
   return ZT_OK;
 }
 
+/* Group rank -> world rank (messages name ranks by it). NULL when MPI cannot say: the
+ * messages then use group ranks, nothing fails. */
+static int *map_to_world(MPI_Comm comm, int size) {
+  int *in = malloc(sizeof *in * (size_t)size), *world_of = malloc(sizeof *world_of * (size_t)size);
+  MPI_Group g = MPI_GROUP_NULL, wg = MPI_GROUP_NULL;
+  int rc = in && world_of ? MPI_Comm_group(comm, &g) : MPI_ERR_NO_MEM;
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_group(MPI_COMM_WORLD, &wg);
+  for (int r = 0; in && r < size; r++) in[r] = r;
+  if (rc == MPI_SUCCESS) rc = MPI_Group_translate_ranks(g, size, in, wg, world_of);
+  if (g != MPI_GROUP_NULL) MPI_Group_free(&g);
+  if (wg != MPI_GROUP_NULL) MPI_Group_free(&wg);
+  free(in);
+  if (rc != MPI_SUCCESS) {
+    free(world_of);
+    return NULL;
+  }
+  for (int r = 0; r < size; r++)
+    if (world_of[r] == MPI_UNDEFINED) world_of[r] = -1;
+  return world_of;
+}
+
 static zt_status new_ctx(MPI_Comm comm, int slot, void **out, int *rank, int *size) {
   zt_status s = ZT_OK;
   int rc = MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
@@ -233,6 +255,7 @@ static zt_status new_ctx(MPI_Comm comm, int slot, void **out, int *rank, int *si
   }
   x->comm = comm;
   x->size = *size;
+  x->world_of = map_to_world(comm, *size);
   x->slot = x->node_of && slot >= 0 && slot < ZT__BOARD_SLOTS ? slot : -1;
   if (x->slot >= 0) g_board_used |= (uint64_t)1 << x->slot;
   g_live_groups++;
@@ -365,7 +388,7 @@ static zt_status mpi_barrier_(void *ctx, void **req) {
 }
 
 static zt_status mpi_test_(void *ctx, void *req, bool *done) {
-  (void)ctx;
+  mpi_ctx *x = ctx;
   mpi_req *q = req;
   MPI_Status st;
   int flag = 0;
@@ -380,9 +403,12 @@ static zt_status mpi_test_(void *ctx, void *req, bool *done) {
   if (want >= 0) {
     int got = 0;
     ZT_MPI_TRY(MPI_Get_count(&st, dt, &got));
-    if (got != want)
-      return ZT_ERR(ZT_STATUS_COMM,
-                    "received %d elements from rank %d but the tensor holds %d; send the same size", got, peer, want);
+    if (got != want) {
+      zt__rank_names names = zt__rank_names_of(x->world_of, x->size);
+      char who[ZT__RANK_NAME];
+      return ZT_ERR(ZT_STATUS_COMM, "received %d elements from %s but the tensor holds %d; send the same size", got,
+                    zt__rank_name(&names, peer, who, sizeof who), want);
+    }
   }
   return ZT_OK;
 }
@@ -408,6 +434,7 @@ static void mpi_free_(void *ctx) {
   if (!finalized && !g_poisoned) MPI_Comm_free(&x->comm);
   if (x->slot >= 0) g_board_used &= ~((uint64_t)1 << x->slot);
   free(x->node_of);
+  free(x->world_of);
   free(x);
   if (--g_live_groups == 0 && g_we_initialized && !finalized && !g_poisoned) {
     board_free();
@@ -429,6 +456,8 @@ static zt__board_entry *mpi_board_entry(void *ctx, int rank) {
   if (!x || x->slot < 0 || !x->node_of || rank < 0 || rank >= x->size || x->node_of[rank] < 0) return NULL;
   return &g_board_rows[x->node_of[rank]][x->slot];
 }
+
+static const int *mpi_world_ranks(void *ctx) { return ((mpi_ctx *)ctx)->world_of; }
 
 static uint64_t mpi_board_free_slots(void *ctx) {
   (void)ctx;
@@ -481,6 +510,7 @@ const zt__comm_backend zt__comm_mpi_backend = {
     .abort = mpi_abort,
     .board_entry = mpi_board_entry,
     .board_free_slots = mpi_board_free_slots,
+    .world_ranks = mpi_world_ranks,
 };
 
 #else /* !ZT_HAVE_MPI */
