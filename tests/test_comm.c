@@ -13,6 +13,7 @@
 #include "zt_test.h"
 #include "zt/comm.h"
 #include "comm/comm_internal.h"
+#include "stuck_comm.h"
 
 static zt_comm *g_world;
 static int R, N; /* rank, size */
@@ -585,65 +586,13 @@ static void test_messages_name_world_ranks(void) {
                "world rank 3 (stage 1 of 2, replica 1 of 2; group rank 1): cannot open data.tok [data.c:9]");
 }
 
-/* ------------------------------------------------------------ a group made unusable
- * A backend whose operations never complete (a peer that never comes), with a board of two
- * entries and world ranks 1 and 3: every wait times out, and what follows is checked. */
-typedef struct stuck_ctx {
-  zt__board_entry board[2];
-  int world[2];
-  int req; /* the one request every operation leaves (never complete) */
-} stuck_ctx;
-
-static zt_status stuck_start(void *ctx, void **req) {
-  *req = &((stuck_ctx *)ctx)->req;
-  return ZT_OK;
-}
-static zt_status stuck_reduce(void *ctx, void *buf, int64_t count, zt_dtype dt, void **req) {
-  (void)buf, (void)count, (void)dt;
-  return stuck_start(ctx, req);
-}
-static zt_status stuck_gather(void *ctx, const void *in, void *out, int64_t count, zt_dtype dt, void **req) {
-  (void)in, (void)out, (void)count, (void)dt;
-  return stuck_start(ctx, req);
-}
-static zt_status stuck_bcast(void *ctx, void *buf, int64_t count, zt_dtype dt, int root, void **req) {
-  (void)buf, (void)count, (void)dt, (void)root;
-  return stuck_start(ctx, req);
-}
-static zt_status stuck_send(void *ctx, const void *buf, int64_t count, zt_dtype dt, int dst, int tag, void **req) {
-  (void)buf, (void)count, (void)dt, (void)dst, (void)tag;
-  return stuck_start(ctx, req);
-}
-static zt_status stuck_recv(void *ctx, void *buf, int64_t count, zt_dtype dt, int src, int tag, void **req) {
-  (void)buf, (void)count, (void)dt, (void)src, (void)tag;
-  return stuck_start(ctx, req);
-}
-static zt_status stuck_test(void *ctx, void *req, bool *done) {
-  (void)ctx, (void)req;
-  *done = false;
-  return ZT_OK;
-}
-static zt_status stuck_split(void *ctx, int color, int key, int slot, void **out, int *rank, int *size) {
-  (void)ctx, (void)color, (void)key, (void)slot, (void)out, (void)rank, (void)size;
-  return ZT_ERR(ZT_STATUS_UNSUPPORTED, "not in this test");
-}
-static void stuck_free(void *ctx) { (void)ctx; }
-static zt__board_entry *stuck_entry(void *ctx, int rank) { return &((stuck_ctx *)ctx)->board[rank]; }
-static const int *stuck_world(void *ctx) { return ((stuck_ctx *)ctx)->world; }
-
-static const zt__comm_backend k_stuck = {.name = "stuck", .all_reduce = stuck_reduce, .all_gather = stuck_gather,
-                                         .reduce_scatter = stuck_gather, .broadcast = stuck_bcast,
-                                         .send = stuck_send, .recv = stuck_recv, .barrier = stuck_start,
-                                         .test = stuck_test, .split = stuck_split, .free = stuck_free,
-                                         .board_entry = stuck_entry, .world_ranks = stuck_world};
-
+/* ------------------------------------------------------------ a group made unusable */
+/* Rank 0 of stage 1's replicas (world ranks 1 and 3) whose peer never answers: a receive
+ * times out, and every later call on the group fails at once, carrying that message. */
 static void test_unusable_group_keeps_first_message(void) {
-  stuck_ctx x = {.world = {1, 3}};
-  zt__board_reset(&x.board[1]);
-  zt_comm *c = NULL;
-  ZT_CHECK_OK(zt__comm_new(&k_stuck, &x, 0, 2, &c));
+  zt_comm *c = zt_test_stuck_comm(0, 2, (const int[]){1, 3}, 0.05);
+  ZT_CHECK(c != NULL);
   if (!c) return;
-  zt_comm_set_timeout(c, 0.05);
   zt_comm_set_rank_namer(grid_namer, NULL);
   zt_tensor *a = vec(ZT_DTYPE_F32, 4, NULL), *b = vec(ZT_DTYPE_F32, 4, NULL);
   zt_comm_work *pending = NULL, *other = NULL;

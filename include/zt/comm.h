@@ -59,7 +59,8 @@ ZT_API bool zt_comm_debug(const zt_comm *c);
  * zt_comm_set_timeout ignores a negative or NaN value (+inf: no limit). A waiting rank
  * spins only while every rank it needs is inside a comm call (so MPI progresses); while
  * one is elsewhere (late, computing, stopped) it sleeps in steps growing to about 1 ms, so
- * it does not hold a core.
+ * it does not hold a core. Time this process itself does not run (stopped with SIGSTOP,
+ * suspended) does not count: a rank continued after a stop does not blame the others.
  * On timeout the call returns ZT_STATUS_COMM with a message naming the operation, its call
  * site, this rank, the group size, the timeout and the ranks that did not arrive (from
  * the arrival board: the ranks that are calls behind, or at a different operation; for

@@ -265,6 +265,7 @@ static void nap(double s) {
 #define BURST_S 20e-6
 #define NAP_MIN_S 5e-6
 #define NAP_MAX_S 1e-3
+#define FROZEN_S 2.0 /* a gap between two looks that long: this process was not running */
 
 /* Is every rank that op needs inside a comm call, so that the operation can progress? */
 static bool peers_in_comm(zt_comm *c, const opinfo *op) {
@@ -291,7 +292,11 @@ static zt_status poll_req(zt_comm *c, void *req, const opinfo *op, bool *late) {
   for (;;) {
     s = c->be->test(c->ctx, req, &done);
     if (done) return s;
+    double prev = t;
     t = zt_clock_now();
+    /* this process did not run (stopped, suspended): not the peers' time; a rank continued
+     * after SIGSTOP then neither times out at once nor blames the ranks that waited for it */
+    if (t - prev > FROZEN_S) t0 += t - prev;
     if (c->timeout > 0 && t - t0 >= c->timeout) {
       *late = true;
       return ZT_STATUS_COMM;
@@ -356,9 +361,9 @@ static zt_status debug_check(zt_comm *c, const opinfo *op, int64_t count, int dt
 /* ------------------------------------------------------------ checks */
 static zt_status check_comm(const zt_comm *c, const char *fn) {
   if (!c) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: comm is NULL; create one with zt_comm_world", fn);
-  if (c->broken && c->broken_msg)
-    return ZT_ERR(ZT_STATUS_COMM, "%s: this group is unusable after an earlier failure on this rank: %s", fn,
-                  c->broken_msg);
+  if (c->broken && c->broken_msg) /* the first message ends with its own site: no second one */
+    return zt_set_error(ZT_STATUS_COMM, "%s: this group is unusable after an earlier failure on this rank: %s", fn,
+                        c->broken_msg);
   if (c->broken)
     return ZT_ERR(ZT_STATUS_COMM,
                   "%s: this group is unusable: %s timed out on this rank earlier, and MPI cannot cancel it; end "
