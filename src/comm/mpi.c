@@ -191,52 +191,32 @@ static void board_free(void) {
   g_board_state = 0;
 }
 
+/* Each of comm's `size` ranks as a rank of `to` (-1: not in it), in a new array *out; an MPI
+ * error code (*out NULL) when MPI cannot say or memory runs out. */
+static int translate(MPI_Comm comm, int size, MPI_Comm to, int **out) {
+  int *in = malloc(sizeof *in * (size_t)size), *of = malloc(sizeof *of * (size_t)size);
+  MPI_Group g = MPI_GROUP_NULL, tg = MPI_GROUP_NULL;
+  int rc = in && of ? MPI_Comm_group(comm, &g) : MPI_ERR_NO_MEM;
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_group(to, &tg);
+  for (int r = 0; in && r < size; r++) in[r] = r;
+  if (rc == MPI_SUCCESS) rc = MPI_Group_translate_ranks(g, size, in, tg, of);
+  if (g != MPI_GROUP_NULL) MPI_Group_free(&g);
+  if (tg != MPI_GROUP_NULL) MPI_Group_free(&tg);
+  free(in);
+  for (int r = 0; rc == MPI_SUCCESS && r < size; r++)
+    if (of[r] == MPI_UNDEFINED) of[r] = -1;
+  if (rc != MPI_SUCCESS) free(of), of = NULL;
+  *out = of;
+  return rc;
+}
+
 /* Group rank -> node rank, for reading the other ranks' entries. */
 static zt_status map_to_node(MPI_Comm comm, int size, int **out) {
   *out = NULL;
   if (g_board_state != 1) return ZT_OK;
-  int *in = malloc(sizeof *in * (size_t)size), *node_of = malloc(sizeof *node_of * (size_t)size);
-  if (!in || !node_of) {
-    free(in), free(node_of);
-    return ZT_ERR(ZT_STATUS_OOM, "out of host memory for an MPI group");
-  }
-  for (int r = 0; r < size; r++) in[r] = r;
-  MPI_Group g = MPI_GROUP_NULL, ng = MPI_GROUP_NULL;
-  int rc = MPI_Comm_group(comm, &g);
-  if (rc == MPI_SUCCESS) rc = MPI_Comm_group(g_node, &ng);
-  if (rc == MPI_SUCCESS) rc = MPI_Group_translate_ranks(g, size, in, ng, node_of);
-  if (g != MPI_GROUP_NULL) MPI_Group_free(&g);
-  if (ng != MPI_GROUP_NULL) MPI_Group_free(&ng);
-  free(in);
-  if (rc != MPI_SUCCESS) {
-    free(node_of);
-    return mpi_error(rc, "MPI_Group_translate_ranks", __FILE__, __LINE__);
-  }
-  for (int r = 0; r < size; r++)
-    if (node_of[r] == MPI_UNDEFINED) node_of[r] = -1;
-  *out = node_of;
-  return ZT_OK;
-}
-
-/* Group rank -> world rank (messages name ranks by it). NULL when MPI cannot say: the
- * messages then use group ranks, nothing fails. */
-static int *map_to_world(MPI_Comm comm, int size) {
-  int *in = malloc(sizeof *in * (size_t)size), *world_of = malloc(sizeof *world_of * (size_t)size);
-  MPI_Group g = MPI_GROUP_NULL, wg = MPI_GROUP_NULL;
-  int rc = in && world_of ? MPI_Comm_group(comm, &g) : MPI_ERR_NO_MEM;
-  if (rc == MPI_SUCCESS) rc = MPI_Comm_group(MPI_COMM_WORLD, &wg);
-  for (int r = 0; in && r < size; r++) in[r] = r;
-  if (rc == MPI_SUCCESS) rc = MPI_Group_translate_ranks(g, size, in, wg, world_of);
-  if (g != MPI_GROUP_NULL) MPI_Group_free(&g);
-  if (wg != MPI_GROUP_NULL) MPI_Group_free(&wg);
-  free(in);
-  if (rc != MPI_SUCCESS) {
-    free(world_of);
-    return NULL;
-  }
-  for (int r = 0; r < size; r++)
-    if (world_of[r] == MPI_UNDEFINED) world_of[r] = -1;
-  return world_of;
+  int rc = translate(comm, size, g_node, out);
+  if (rc == MPI_ERR_NO_MEM) return ZT_ERR(ZT_STATUS_OOM, "out of host memory for an MPI group");
+  return rc == MPI_SUCCESS ? ZT_OK : mpi_error(rc, "MPI_Group_translate_ranks", __FILE__, __LINE__);
 }
 
 static zt_status new_ctx(MPI_Comm comm, int slot, void **out, int *rank, int *size) {
@@ -255,7 +235,8 @@ static zt_status new_ctx(MPI_Comm comm, int slot, void **out, int *rank, int *si
   }
   x->comm = comm;
   x->size = *size;
-  x->world_of = map_to_world(comm, *size);
+  /* group rank -> world rank, for messages (left NULL when MPI cannot say: they use group ranks) */
+  translate(comm, *size, MPI_COMM_WORLD, &x->world_of);
   x->slot = x->node_of && slot >= 0 && slot < ZT__BOARD_SLOTS ? slot : -1;
   if (x->slot >= 0) g_board_used |= (uint64_t)1 << x->slot;
   g_live_groups++;
