@@ -132,6 +132,7 @@ zt_status zt_comm_check_same_at(zt_comm *c, int n, const char *const *names, con
                   "arrays", n, names ? "set" : "NULL", values ? "set" : "NULL");
   for (int i = 0; i < n; i++)
     if (!names[i]) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_comm_check_same: names[%d] is NULL", i);
+  ZT_TRY(zt__comm_usable(c, "zt_comm_check_same")); /* below, a failure leaves the buffers to MPI */
   int size = zt_comm_size(c);
   /* first how many fields each rank has, then m records from everyone (m the largest n) */
   int32_t mine = n, *counts = calloc((size_t)size, sizeof *counts);
@@ -193,7 +194,7 @@ zt_status zt__comm_agree_pick(const zt__agree_record *recs, int n, int rank, con
 }
 
 zt_status zt_comm_agree_status_at(zt_comm *c, zt_status s, const char *file, int line) {
-  if (!c) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_comm_agree_status: comm is NULL; create one with zt_comm_world");
+  ZT_TRY(zt__comm_usable(c, "zt_comm_agree_status")); /* below, a failure leaves the buffer to MPI */
   int size = zt_comm_size(c), rank = zt_comm_rank(c);
   zt__agree_record me;
   memset(&me, 0, sizeof me);

@@ -372,6 +372,8 @@ static zt_status check_comm(const zt_comm *c, const char *fn) {
   return ZT_OK;
 }
 
+zt_status zt__comm_usable(const zt_comm *c, const char *fn) { return check_comm(c, fn); }
+
 /* t usable as a collective buffer (contiguous, bytes present, a supported dtype, any device
  * with a backend), and its host bytes in *hb: staged from the device when read_in (what the
  * comm backend reads); the caller frees a stage (stage_free / stage_finish). */

@@ -153,6 +153,9 @@ typedef enum zt__coll_kind {
   ZT__COLL_KIND_COUNT
 } zt__coll_kind;
 
+/* comm.c: ZT_OK, or the error a call on c gets when c is NULL or unusable (a timeout on it
+ * earlier: the message carries that timeout's). For callers that allocate before calling. */
+ZT_NODISCARD zt_status zt__comm_usable(const zt_comm *c, const char *fn);
 /* comm.c: every rank's bytes_per_rank bytes (a multiple of 4) into out, rank order:
  * a collective of this kind on the board, timed like the others. For agree.c. */
 ZT_NODISCARD zt_status zt__comm_gather_bytes(zt_comm *c, zt__coll_kind kind, const void *in, void *out, size_t bytes_per_rank,
