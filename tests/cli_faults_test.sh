@@ -146,25 +146,43 @@ if command -v mpirun >/dev/null 2>&1; then
   out=$(OMP_NUM_THREADS=1 timeout 120 mpirun -np 2 --oversubscribe "$zt" train $small --steps 3 --metrics /nonexistent/d/m.jsonl 2>&1); rc=$?
   check "mpirun: a bad --metrics path ends every rank at once with the message" '[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $((SECONDS - t0)) -lt 60 ] && grep -q "/nonexistent/d/m.jsonl" <<<"$out"'
   out=$(OMP_NUM_THREADS=1 timeout 120 mpirun --oversubscribe -np 1 "$zt" train $small --steps 3 --seed 1 : -np 1 "$zt" train $small --steps 3 --seed 2 2>&1); rc=$?
-  check "mpirun: ranks started with different options are refused, naming the option" '[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "ranks disagree on .seed.: rank 0 has .1., rank 1 has .2." <<<"$out"'
-  # a rank stopped mid-run: the other times out, names it, and the job ends
-  # (its --metrics path, in this run's own folder, tells its ranks from those of any other run
-  # of this test on the machine)
-  (OMP_NUM_THREADS=1 timeout 180 mpirun -np 2 --oversubscribe "$zt" train $small --steps 100000 --comm-timeout 4 \
-    --metrics "$w/stop.jsonl" >"$w/stop.out" 2>&1; echo $? >"$w/stop.rc") &
-  victim=""
-  for i in $(seq 100); do
-    sleep 0.3
-    for p in $(pgrep -f -- "--metrics $w/stop.jsonl"); do
-      grep -qz "^OMPI_COMM_WORLD_RANK=1$" /proc/$p/environ 2>/dev/null && victim=$p
+  check "mpirun: ranks started with different options are refused, naming the option" '[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "ranks disagree on .seed.: world rank 0 has .1., world rank 1 has .2." <<<"$out"'
+  # stopped_run NAME NP RANK ARGS...: zt train under mpirun (--comm-timeout 4), world rank RANK
+  # stopped with SIGSTOP once a step line is out; sets victim (its pid) and t0 (when it was
+  # stopped); the output in $w/NAME.out and the exit status in $w/NAME.rc once the job ends
+  # (waited for up to 60 s). The --metrics path, in this run's own folder, tells its ranks from
+  # those of any other run of this test on the machine.
+  stopped_run() {
+    local name=$1 np=$2 rank=$3 p i
+    shift 3
+    (OMP_NUM_THREADS=1 timeout 240 mpirun -np "$np" --oversubscribe "$zt" train $small --steps 100000 --comm-timeout 4 \
+      --metrics "$w/$name.jsonl" "$@" >"$w/$name.out" 2>&1; echo $? >"$w/$name.rc") &
+    victim=""
+    for i in $(seq 400); do
+      sleep 0.3
+      for p in $(pgrep -f -- "--metrics $w/$name.jsonl"); do
+        grep -qz "^OMPI_COMM_WORLD_RANK=$rank$" /proc/$p/environ 2>/dev/null && victim=$p
+      done
+      [ -n "$victim" ] && grep -q "^step" "$w/$name.out" 2>/dev/null && break
     done
-    [ -n "$victim" ] && grep -q "^step" "$w/stop.out" 2>/dev/null && break
-  done
-  t0=$SECONDS
-  [ -n "$victim" ] && kill -STOP "$victim"
-  for i in $(seq 120); do [ -s "$w/stop.rc" ] && break; sleep 0.5; done
+    t0=$SECONDS
+    [ -n "$victim" ] && kill -STOP "$victim"
+    for i in $(seq 120); do [ -s "$w/$name.rc" ] && break; sleep 0.5; done
+  }
+  ended() { [ -n "$victim" ] && [ -s "$w/$1.rc" ] && [ "$(cat "$w/$1.rc")" -ne 0 ] && [ "$(cat "$w/$1.rc")" -ne 124 ] && [ $((SECONDS - t0)) -lt 60 ]; }
+  # a rank stopped mid-run: the other times out, names it, and the job ends
+  stopped_run stop 2 1
   out=$(cat "$w/stop.out")
-  check "mpirun: a stopped rank is named by the others within the timeout, and the job ends" '[ -n "$victim" ] && [ -s "$w/stop.rc" ] && [ "$(cat "$w/stop.rc")" -ne 0 ] && [ "$(cat "$w/stop.rc")" -ne 124 ] && [ $((SECONDS - t0)) -lt 60 ] && grep -q "rank 1" <<<"$out" && grep -qi "timed out\|did not arrive" <<<"$out"'
+  check "mpirun: a stopped rank is named by the others within the timeout, and the job ends" 'ended stop && grep -q "world rank 1" <<<"$out" && grep -qi "timed out\|did not arrive" <<<"$out"'
+  [ -n "$victim" ] && kill -9 "$victim" 2>/dev/null
+  # a 2x2 pipeline grid (2 stages x 2 replicas), world rank 3 (stage 1 of replica 1) stopped: the
+  # ranks that wait for it name it by its world rank, stage and replica, and the message that
+  # does (the first failure) is what they print, not a later call's "this group is unusable"
+  stopped_run grid 4 3 --pp 2 --microbatches 2
+  out=$(cat "$w/grid.out")
+  named="world rank 3 (stage 1 of 2, replica 1 of 2; group rank 1)"
+  check "mpirun --pp 2, 4 ranks: a stopped world rank 3 is named with its stage and replica, and the job ends" 'ended grid && grep "timed out after" <<<"$out" | grep -qF "$named"'
+  check "mpirun --pp 2, 4 ranks: every rank's message is its first failure (none only says the group is unusable)" 'ended grid && ! grep -q "timed out on this rank earlier" <<<"$out" && ! grep "this group is unusable after" <<<"$out" | grep -qv "timed out after"'
   [ -n "$victim" ] && kill -9 "$victim" 2>/dev/null
 fi
 check_summary

@@ -91,6 +91,42 @@ static int scenario_abort(zt_comm *w, int rank, int size) {
   return 1;
 }
 
+/* A namer for the scenario below: world rank w is "worker a", "worker b", ... */
+static void worker_label(int w, char *buf, size_t cap, void *ud) {
+  (void)ud;
+  snprintf(buf, cap, "worker %c", 'a' + w % 26);
+}
+
+/* What follows a timeout, in a group whose ranks are not the world's: ranks 1 and 2 form one
+ * (group ranks 0 and 1) and the last rank stops itself; rank 1's all_reduce times out naming
+ * it by world rank, label and group rank, and rank 1's later calls on the group (the wait of
+ * a receive posted before, a barrier) fail at once with messages that carry that first one.
+ * Rank 0 waits for the end of the job. */
+static int scenario_later(zt_comm *w, int rank, int size) {
+  zt_comm_set_rank_namer(worker_label, NULL);
+  zt_comm *sub = NULL;
+  if (zt_comm_split(w, rank >= 1, rank, &sub) || zt_barrier(w)) fail_and_abort(w, "split", 5);
+  if (rank == size - 1) raise(SIGSTOP);
+  if (rank == 0 || rank == size - 1)
+    for (;;) pause(); /* ended by rank 1's abort */
+  zt_tensor *t = vec(1), *r = vec(0);
+  zt_comm_work *pending = NULL;
+  if (zt_irecv(sub, r, 1, 5, &pending)) fail_and_abort(w, "irecv", 5);
+  if (zt_all_reduce(sub, t, ZT_REDUCE_SUM) == ZT_OK) return 1;
+  fprintf(stderr, "rank %d: first: %s\n", rank, zt_last_error());
+  double t0 = zt_clock_now();
+  zt_status s = zt_comm_wait(pending);
+  fprintf(stderr, "rank %d: later wait: %s after %.1f s: %s\n", rank, zt_status_name(s), zt_clock_now() - t0,
+          zt_last_error());
+  t0 = zt_clock_now();
+  s = zt_barrier(sub);
+  fprintf(stderr, "rank %d: later barrier: %s after %.1f s: %s\n", rank, zt_status_name(s), zt_clock_now() - t0,
+          zt_last_error());
+  fflush(stderr);
+  zt_comm_abort(w, 3);
+  return 1;
+}
+
 /* The last rank arrives 1 s late (timeout 3 s): everyone succeeds, and the waiting ranks
  * use little CPU while they wait. */
 static int scenario_slow(zt_comm *w, int rank, int size) {
@@ -142,10 +178,12 @@ int main(int argc, char **argv) {
     rc = scenario_recv(w, rank, size);
   } else if (!strcmp(sc, "abort")) {
     rc = scenario_abort(w, rank, size);
+  } else if (!strcmp(sc, "later")) {
+    rc = scenario_later(w, rank, size);
   } else if (!strcmp(sc, "slow")) {
     rc = scenario_slow(w, rank, size);
   } else {
-    fprintf(stderr, "usage: mpirun -np 3 comm_fault stop|recv|abort|slow\n");
+    fprintf(stderr, "usage: mpirun -np 3 comm_fault stop|recv|later|abort|slow\n");
   }
   zt_comm_free(w);
   return rc;

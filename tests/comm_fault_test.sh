@@ -59,8 +59,9 @@ run stop 3
 under "$ELAPSED" 30 || fail stop "took $ELAPSED s"
 under 2.5 "$ELAPSED" || fail stop "ended after $ELAPSED s, before the 3 s timeout could fire"
 # (whichever of ranks 0 and 1 times out first aborts the job: either one's message will do)
-for want in "rank [01]: all_reduce failed: all_reduce at comm_fault_main.c:" "timed out after 3 s on rank [01] of 3" \
-  "rank 2 did not arrive (1 call behind" "barrier at comm_fault_main.c:" "zt_comm_abort"; do
+for want in "rank [01]: all_reduce failed: all_reduce at comm_fault_main.c:" \
+  "timed out after 3 s on world rank [01], call #2 on this group of 3 ranks" \
+  "world rank 2 did not arrive (1 call behind" "barrier at comm_fault_main.c:" "zt_comm_abort"; do
   has "$want" || fail stop "no '$want' in the output"
 done
 
@@ -69,9 +70,22 @@ done
 run recv 3
 [ "$RC" = 3 ] || fail recv "exit status $RC (want 3, from zt_comm_abort)"
 under "$ELAPSED" 30 || fail recv "took $ELAPSED s"
-for want in "zt_recv from rank 2 (tag 7) at comm_fault_main.c:" "rank 2 did not post the matching send" \
-  "it is blocked in zt_recv from rank 2"; do
+for want in "zt_recv at comm_fault_main.c:[0-9]* (tag 7) from world rank 2 timed out after 3 s on world rank 0: " \
+  "the sender did not post the matching send" "it is blocked in zt_recv from world rank 2"; do
   has "$want" || fail recv "no '$want' in the output"
+done
+
+# (a'') in a group of world ranks 1 and 2 (group ranks 0 and 1, labelled by a namer), rank 2
+#      stops: rank 1's all_reduce names it by world rank, label and group rank, and its later
+#      calls on the group fail at once with messages that carry that first one whole.
+run later 3
+[ "$RC" = 3 ] || fail later "exit status $RC (want 3, from zt_comm_abort)"
+under "$ELAPSED" 30 || fail later "took $ELAPSED s"
+first="world rank 2 (worker c; group rank 1) did not arrive (1 call behind"
+for want in "rank 1: first: all_reduce at comm_fault_main.c:[0-9]* timed out after 3 s on world rank 1 (worker b; group rank 0), call #1 on this group of 2 ranks: $first" \
+  "rank 1: later wait: ZT_STATUS_COMM after 0.0 s: zt_comm_wait: this group is unusable after an earlier failure on this rank: all_reduce at comm_fault_main.c:[0-9]* timed out after 3 s .*$first" \
+  "rank 1: later barrier: ZT_STATUS_COMM after 0.0 s: zt_barrier: this group is unusable after an earlier failure on this rank: all_reduce at comm_fault_main.c:[0-9]* timed out after 3 s .*$first"; do
+  has "$want" || fail later "no '$want' in the output"
 done
 
 # (b) rank 1 fails and aborts while the others wait in an all_reduce (timeout 30 s, so

@@ -13,6 +13,7 @@
 #include "zt_test.h"
 #include "zt/comm.h"
 #include "comm/comm_internal.h"
+#include "stuck_comm.h"
 
 static zt_comm *g_world;
 static int R, N; /* rank, size */
@@ -167,7 +168,7 @@ static void test_isend_irecv(void) {
     } else if (R == 1) {
       zt_tensor *big = vec(ZT_DTYPE_F32, 4, NULL);
       ZT_CHECK_ERR(zt_recv(g_world, big, 0, 9), ZT_STATUS_COMM,
-                   "expects 4 f32 from rank 0 (tag 9), but rank 0's zt_send at test_comm.c:");
+                   "expects 4 f32 (tag 9) from world rank 0, whose zt_send at test_comm.c:");
       ZT_CHECK(strstr(zt_last_error(), "sends 3 f32"));
       zt_comm_set_debug(g_world, false);
       ZT_CHECK_OK(zt_recv(g_world, r1, 0, 9)); /* the data, without the check */
@@ -250,12 +251,12 @@ static void test_debug_compare(void) {
     recs[k].line = 10 + k;
     snprintf(recs[k].file, sizeof recs[k].file, "train.c");
   }
-  ZT_CHECK_OK(zt__comm_debug_compare(recs, 3)); /* call sites may differ */
+  ZT_CHECK_OK(zt__comm_debug_compare(recs, 3, NULL)); /* call sites may differ */
   recs[2].count = 5;
-  ZT_CHECK_ERR(zt__comm_debug_compare(recs, 3), ZT_STATUS_COMM, "rank 2 called all_reduce(count 5");
+  ZT_CHECK_ERR(zt__comm_debug_compare(recs, 3, NULL), ZT_STATUS_COMM, "rank 2 called all_reduce(count 5");
   ZT_CHECK(strstr(zt_last_error(), "train.c:12") && strstr(zt_last_error(), "element count"));
   recs[1].kind = ZT__COLL_BROADCAST;
-  ZT_CHECK_ERR(zt__comm_debug_compare(recs, 3), ZT_STATUS_COMM, "rank 1 called broadcast");
+  ZT_CHECK_ERR(zt__comm_debug_compare(recs, 3, NULL), ZT_STATUS_COMM, "rank 1 called broadcast");
 }
 
 static void test_debug_mismatch(void) {
@@ -359,6 +360,26 @@ static void test_board_entry(void) {
   ZT_CHECK(!v.known);
 }
 
+/* A child process stopped with SIGSTOP, standing for a stopped rank; 0 under mpirun, where
+ * fork is best avoided. The caller kills and reaps it. */
+static pid_t stopped_child(void) {
+  if (g_world && zt_comm_size(g_world) > 1) return 0;
+  pid_t child = fork();
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  int st = 0;
+  ZT_CHECK(child > 0 && kill(child, SIGSTOP) == 0);
+  ZT_CHECK(waitpid(child, &st, WUNTRACED) == child && WIFSTOPPED(st));
+  return child > 0 ? child : 0;
+}
+
+static void kill_child(pid_t child) {
+  int st = 0;
+  if (child > 0) ZT_CHECK(kill(child, SIGKILL) == 0 && waitpid(child, &st, 0) == child);
+}
+
 static zt__board_view view(uint64_t started, int kind, int line, int blocked, uint64_t arg) {
   zt__board_view v;
   memset(&v, 0, sizeof v);
@@ -383,8 +404,8 @@ static void test_timeout_message(void) {
   memset(&v[4], 0, sizeof v[4]);
   zt__timeout_info op = {.kind = ZT__COLL_ALL_REDUCE, .file = "/src/train/loop.c", .line = 40, .rank = 0,
                          .size = 5, .timeout_s = 2.5, .seq = 7, .peer = -1, .tag = -1};
-  ZT_CHECK_ERR(zt__comm_timeout_error(&op, v), ZT_STATUS_COMM,
-               "all_reduce at loop.c:40 timed out after 2.5 s on rank 0 of 5 (call #7 on this group)");
+  ZT_CHECK_ERR(zt__comm_timeout_error(&op, v, NULL), ZT_STATUS_COMM,
+               "all_reduce at loop.c:40 timed out after 2.5 s on rank 0, call #7 on this group of 5 ranks: ");
   const char *m = zt_last_error();
   ZT_CHECK(strstr(m, "rank 2 did not arrive (1 call behind: its last collective on this group was call #6, "
                      "all_gather at loop.c:31; it is in no comm call now"));
@@ -397,40 +418,32 @@ static void test_timeout_message(void) {
   v[3] = view(5, ZT__COLL_BARRIER, 12, ZT__BLOCKED_RECV, 1);
   v[4] = view(7, ZT__COLL_ALL_REDUCE, 40, ZT__BLOCKED_NONE, 0); /* arrived, already done */
   op.timeout_s = 600;
-  ZT_CHECK_ERR(zt__comm_timeout_error(&op, v), ZT_STATUS_COMM, "timed out after 600 s");
+  ZT_CHECK_ERR(zt__comm_timeout_error(&op, v, NULL), ZT_STATUS_COMM, "timed out after 600 s");
   m = zt_last_error();
   ZT_CHECK(strstr(m, "rank 2 did not arrive (3 calls behind") && strstr(m, "waiting for its call #3"));
   ZT_CHECK(strstr(m, "rank 3 did not arrive (2 calls behind") && strstr(m, "blocked in zt_recv from rank 1"));
   ZT_CHECK(!strstr(m, "rank 4") && !strstr(m, "unknown"));
   /* everyone arrived (running processes: this one) */
   for (int r = 0; r < 5; r++) v[r] = view(7, ZT__COLL_ALL_REDUCE, 40, ZT__BLOCKED_COLL, 7), v[r].pid = (int)getpid();
-  ZT_CHECK_ERR(zt__comm_timeout_error(&op, v), ZT_STATUS_COMM, "every rank reached this call");
-  /* everyone arrived, but rank 2's process is stopped inside the call, then dead (a child
-   * process stands for it; not under mpirun, where fork is best avoided) */
-  if (!g_world || zt_comm_size(g_world) == 1) {
-    pid_t child = fork();
-    if (child == 0) {
-      pause();
-      _exit(0);
-    }
-    ZT_CHECK(child > 0 && kill(child, SIGSTOP) == 0);
-    int st = 0;
-    ZT_CHECK(waitpid(child, &st, WUNTRACED) == child && WIFSTOPPED(st));
+  ZT_CHECK_ERR(zt__comm_timeout_error(&op, v, NULL), ZT_STATUS_COMM, "every rank reached this call");
+  /* everyone arrived, but rank 2's process is stopped inside the call, then dead */
+  pid_t child = stopped_child();
+  if (child > 0) {
     v[2].pid = (int)child;
     char want[96];
     snprintf(want, sizeof want, "rank 2 reached this call but its process (pid %d) is stopped", (int)child);
-    ZT_CHECK_ERR(zt__comm_timeout_error(&op, v), ZT_STATUS_COMM, want);
+    ZT_CHECK_ERR(zt__comm_timeout_error(&op, v, NULL), ZT_STATUS_COMM, want);
     ZT_CHECK(!strstr(zt_last_error(), "every rank reached this call"));
-    ZT_CHECK(kill(child, SIGKILL) == 0 && waitpid(child, &st, 0) == child);
+    kill_child(child);
     snprintf(want, sizeof want, "rank 2 reached this call but its process (pid %d) is dead", (int)child);
-    ZT_CHECK_ERR(zt__comm_timeout_error(&op, v), ZT_STATUS_COMM, want);
+    ZT_CHECK_ERR(zt__comm_timeout_error(&op, v, NULL), ZT_STATUS_COMM, want);
   }
   /* point to point */
   zt__timeout_info p2p = {.kind = ZT__COLL_SEND, .file = "ckpt.c", .line = 9, .rank = 1, .size = 5,
                           .timeout_s = 3, .peer = 0, .tag = 7};
   v[0] = view(2, ZT__COLL_BARRIER, 70, ZT__BLOCKED_COLL, 2);
-  ZT_CHECK_ERR(zt__comm_timeout_error(&p2p, v), ZT_STATUS_COMM,
-               "zt_send to rank 0 (tag 7) at ckpt.c:9 timed out after 3 s on rank 1 of 5: rank 0 did not post the "
+  ZT_CHECK_ERR(zt__comm_timeout_error(&p2p, v, NULL), ZT_STATUS_COMM,
+               "zt_send at ckpt.c:9 (tag 7) to rank 0 timed out after 3 s on rank 1: the receiver did not post the "
                "matching receive (its last collective on this group was call #2, barrier at loop.c:70, and it is "
                "waiting in that call)");
   /* many missing ranks: the first few in full, then their numbers */
@@ -438,9 +451,177 @@ static void test_timeout_message(void) {
   for (int r = 0; r < 40; r++) many[r] = view(r == 0 ? 2 : 1, ZT__COLL_BARRIER, 5, ZT__BLOCKED_NONE, 0);
   zt__timeout_info big = {.kind = ZT__COLL_BARRIER, .file = "x.c", .line = 5, .rank = 0, .size = 40,
                           .timeout_s = 1, .seq = 2};
-  ZT_CHECK_ERR(zt__comm_timeout_error(&big, many), ZT_STATUS_COMM, "rank 6 did not arrive");
-  ZT_CHECK(strstr(zt_last_error(), "also not here: 7 8 9") && !strstr(zt_last_error(), "rank 7 did not"));
+  ZT_CHECK_ERR(zt__comm_timeout_error(&big, many, NULL), ZT_STATUS_COMM, "rank 5 did not arrive");
+  ZT_CHECK(strstr(zt_last_error(), "also not here: ranks 6 7 8") && !strstr(zt_last_error(), "rank 6 did not"));
   ZT_CHECK(strstr(zt_last_error(), "zt_comm_abort")); /* the advice survives a long list */
+}
+
+/* ------------------------------------------------------------ naming ranks */
+/* A 2x2 grid's namer, as the pipeline registers it: world rank w is stage w % 2, replica w / 2. */
+static void grid_namer(int w, char *buf, size_t cap, void *ud) {
+  (void)ud;
+  snprintf(buf, cap, "stage %d of 2, replica %d of 2", w % 2, w / 2);
+}
+
+static void long_namer(int w, char *buf, size_t cap, void *ud) {
+  (void)w, (void)ud;
+  memset(buf, 'x', cap); /* no NUL: the caller ends it */
+}
+
+static void empty_namer(int w, char *buf, size_t cap, void *ud) {
+  (void)w, (void)cap, (void)ud;
+  buf[0] = '\0';
+}
+
+/* The names of a group whose ranks are world ranks world[0..size) (stage 1 of a 2x2 grid:
+ * world ranks 1 and 3), with the grid's labels. */
+static zt__rank_names grid_names(const int *world, int size) {
+  zt__rank_names n = {.world = world, .size = size, .fn = grid_namer, .ud = NULL};
+  return n;
+}
+
+static void test_rank_names(void) {
+  char b[ZT__RANK_NAME];
+  const int stage1[2] = {1, 3}, same[2] = {0, 1}, unknown[2] = {0, -1};
+  zt__rank_names n = grid_names(stage1, 2);
+  ZT_CHECK(strcmp(zt__rank_name(NULL, 1, b, sizeof b), "rank 1") == 0); /* no world: the group's rank */
+  ZT_CHECK(strcmp(zt__rank_name(&n, 1, b, sizeof b), "world rank 3 (stage 1 of 2, replica 1 of 2; group rank 1)") == 0);
+  ZT_CHECK(zt__rank_world(&n, 1) == 3 && zt__rank_world(&n, 2) == -1 && zt__rank_world(NULL, 0) == -1);
+  n.fn = NULL;
+  ZT_CHECK(strcmp(zt__rank_name(&n, 1, b, sizeof b), "world rank 3 (group rank 1)") == 0);
+  n = grid_names(same, 2);
+  ZT_CHECK(strcmp(zt__rank_name(&n, 1, b, sizeof b), "world rank 1 (stage 1 of 2, replica 0 of 2)") == 0);
+  n.fn = empty_namer; /* an empty label is left out */
+  ZT_CHECK(strcmp(zt__rank_name(&n, 1, b, sizeof b), "world rank 1") == 0);
+  n = grid_names(unknown, 2);
+  ZT_CHECK(strcmp(zt__rank_name(&n, 1, b, sizeof b), "rank 1") == 0);
+  n.fn = long_namer; /* a label that fills its buffer is cut, and the name still ends */
+  ZT_CHECK(strlen(zt__rank_name(&n, 0, b, sizeof b)) < sizeof b && strstr(b, "world rank 0 (xxx"));
+  /* the process's namer, as zt__comm_names reads it */
+  zt_comm_set_rank_namer(grid_namer, NULL);
+  n = zt__rank_names_of(stage1, 2);
+  ZT_CHECK(n.fn == grid_namer && strstr(zt__rank_name(&n, 0, b, sizeof b), "(stage 1 of 2, replica 0 of 2; group"));
+  zt_comm_set_rank_namer(NULL, &n);
+  n = zt__rank_names_of(stage1, 2);
+  ZT_CHECK(!n.fn && !n.ud && strcmp(zt__rank_name(&n, 0, b, sizeof b), "world rank 1 (group rank 0)") == 0);
+}
+
+/* A timeout in a 2x2 pipeline grid, seen from world rank 1 (stage 1, replica 0) in the group of
+ * stage 1's replicas (world ranks 1 and 3): world rank 3, stopped, is named by its world rank,
+ * its place in the grid and its rank in the group; its process state is given. */
+static void test_timeout_message_names(void) {
+  const int stage1[2] = {1, 3};
+  zt__rank_names n = grid_names(stage1, 2);
+  zt__board_view v[2];
+  v[0] = view(5, ZT__COLL_ALL_REDUCE, 60, ZT__BLOCKED_COLL, 5);
+  v[1] = view(4, ZT__COLL_ALL_GATHER, 506, ZT__BLOCKED_SEND, 0);
+  pid_t child = stopped_child();
+  v[1].pid = (int)child;
+  zt__timeout_info op = {.kind = ZT__COLL_ALL_REDUCE, .file = "src/train/pipeline_step.c", .line = 60, .rank = 0,
+                         .size = 2, .timeout_s = 4, .seq = 5, .peer = -1, .tag = -1};
+  ZT_CHECK_ERR(zt__comm_timeout_error(&op, v, &n), ZT_STATUS_COMM,
+               "all_reduce at pipeline_step.c:60 timed out after 4 s on world rank 1 (stage 1 of 2, replica 0 of 2; "
+               "group rank 0), call #5 on this group of 2 ranks: world rank 3 (stage 1 of 2, replica 1 of 2; group "
+               "rank 1) did not arrive (1 call behind: its last collective on this group was call #4, all_gather at "
+               "loop.c:506; it is blocked in zt_send to world rank 1 (stage 1 of 2, replica 0 of 2; group rank 0)");
+  char want[160];
+  snprintf(want, sizeof want, "; its process (pid %d) is stopped). This group is unusable now", (int)child);
+  if (child > 0) ZT_CHECK(strstr(zt_last_error(), want));
+  /* a receive from it (stage 0 of replica 1 waits for stage 1's grad) */
+  const int replica1[2] = {2, 3};
+  n = grid_names(replica1, 2);
+  v[1] = view(4, ZT__COLL_ALL_GATHER, 506, ZT__BLOCKED_NONE, 0);
+  v[1].pid = (int)child;
+  zt__timeout_info p2p = {.kind = ZT__COLL_RECV, .file = "execute.c", .line = 158, .rank = 0, .size = 2,
+                          .timeout_s = 4, .peer = 1, .tag = 7};
+  ZT_CHECK_ERR(zt__comm_timeout_error(&p2p, v, &n), ZT_STATUS_COMM,
+               "zt_recv at execute.c:158 (tag 7) from world rank 3 (stage 1 of 2, replica 1 of 2; group rank 1) timed "
+               "out after 4 s on world rank 2 (stage 0 of 2, replica 1 of 2; group rank 0): the sender did not post "
+               "the matching send (its last collective on this group was call #4, all_gather at loop.c:506; it is in "
+               "no comm call now");
+  snprintf(want, sizeof want, "in no comm call now; its process (pid %d) is stopped)", (int)child);
+  if (child > 0) ZT_CHECK(strstr(zt_last_error(), want));
+  kill_child(child);
+  /* many ranks with long names: the rest listed by world rank, the message bounded, the advice kept */
+  static int world[40];
+  zt__board_view many[40];
+  for (int r = 0; r < 40; r++) world[r] = 2 * r + 1, many[r] = view(r == 0 ? 2 : 1, ZT__COLL_BARRIER, 5, ZT__BLOCKED_NONE, 0);
+  n = grid_names(world, 40);
+  zt__timeout_info big = {.kind = ZT__COLL_BARRIER, .file = "x.c", .line = 5, .rank = 0, .size = 40, .timeout_s = 1,
+                          .seq = 2};
+  ZT_CHECK_ERR(zt__comm_timeout_error(&big, many, &n), ZT_STATUS_COMM, "; also not here: world ranks 11 13 15");
+  const char *m = zt_last_error();
+  ZT_CHECK(strstr(m, "world rank 9 (stage 1 of 2, replica 4 of 2; group rank 4) did not arrive"));
+  ZT_CHECK(strlen(m) < 1600 && strstr(m, "zt_comm_abort; if a rank is only slow, raise the limit"));
+  /* ranks the board cannot see */
+  memset(many, 0, sizeof many);
+  many[0] = view(2, ZT__COLL_BARRIER, 5, ZT__BLOCKED_COLL, 2);
+  ZT_CHECK_ERR(zt__comm_timeout_error(&big, many, &n), ZT_STATUS_COMM, "unknown for world ranks 3 5 7");
+}
+
+/* The other messages that name ranks: debug mode's mismatch, check_same, agree_status. */
+static void test_messages_name_world_ranks(void) {
+  const int world[3] = {1, 3, 5}; /* stage 1 of three replicas */
+  zt__rank_names n = grid_names(world, 3);
+  zt__coll_record recs[3];
+  memset(recs, 0, sizeof recs);
+  for (int k = 0; k < 3; k++) recs[k].kind = ZT__COLL_ALL_REDUCE, recs[k].count = k == 2 ? 5 : 4;
+  ZT_CHECK_ERR(zt__comm_debug_compare(recs, 3, &n), ZT_STATUS_COMM,
+               "world rank 5 (stage 1 of 2, replica 2 of 2; group rank 2) called all_reduce(count 5");
+  ZT_CHECK(strstr(zt_last_error(), "but world rank 1 (stage 1 of 2, replica 0 of 2; group rank 0) called"));
+  zt__same_record same[3];
+  for (int r = 0; r < 3; r++) zt__same_record_set(&same[r], "batch", r == 1 ? "4" : "8");
+  ZT_CHECK_ERR(zt__comm_same_compare(same, 3, 1, &n), ZT_STATUS_INVALID_ARG,
+               "ranks disagree on 'batch': world ranks 1 (stage 1 of 2, replica 0 of 2; group rank 0), 5 (stage 1 of "
+               "2, replica 2 of 2; group rank 2) have '8', world rank 3 (stage 1 of 2, replica 1 of 2; group rank 1) "
+               "has '4'");
+  zt__same_record_set(&same[2], "seq", "8");
+  ZT_CHECK_ERR(zt__comm_same_compare(same, 3, 1, &n), ZT_STATUS_INVALID_ARG,
+               "is 'batch' on world rank 1 (stage 1 of 2, replica 0 of 2; group rank 0) but 'seq' on world rank 5");
+  zt__agree_record ag[3];
+  memset(ag, 0, sizeof ag);
+  ag[1].status = ZT_STATUS_IO;
+  snprintf(ag[1].msg, sizeof ag[1].msg, "cannot open data.tok [data.c:9]");
+  ZT_CHECK_ERR(zt__comm_agree_pick(ag, 3, 0, &n), ZT_STATUS_IO,
+               "world rank 3 (stage 1 of 2, replica 1 of 2; group rank 1): cannot open data.tok [data.c:9]");
+}
+
+/* ------------------------------------------------------------ a group made unusable */
+/* Rank 0 of stage 1's replicas (world ranks 1 and 3) whose peer never answers: a receive
+ * times out, and every later call on the group fails at once, carrying that message. */
+static void test_unusable_group_keeps_first_message(void) {
+  zt_comm *c = zt_test_stuck_comm(0, 2, (const int[]){1, 3}, 0.05);
+  ZT_CHECK(c != NULL);
+  if (!c) return;
+  zt_comm_set_rank_namer(grid_namer, NULL);
+  zt_tensor *a = vec(ZT_DTYPE_F32, 4, NULL), *b = vec(ZT_DTYPE_F32, 4, NULL);
+  zt_comm_work *pending = NULL, *other = NULL;
+  ZT_CHECK_OK(zt_isend(c, a, 1, 3, &pending)); /* in flight when the group breaks */
+  ZT_CHECK_OK(zt_isend(c, a, 1, 4, &other));
+  const char *first_want = "zt_recv at test_comm.c:";
+  ZT_CHECK_ERR(zt_recv(c, b, 1, 7), ZT_STATUS_COMM, first_want);
+  char first[2048];
+  snprintf(first, sizeof first, "%s", zt_last_error());
+  ZT_CHECK(strstr(first, "(tag 7) from world rank 3 (stage 1 of 2, replica 1 of 2; group rank 1) timed out after "
+                         "0.05 s on world rank 1 (stage 1 of 2, replica 0 of 2; group rank 0): the sender did not post"));
+  /* every later call fails at once with a message that carries the first one whole */
+  double t0 = zt_clock_now();
+  const char *later = "this group is unusable after an earlier failure on this rank: zt_recv at test_comm.c:";
+  ZT_CHECK_ERR(zt_comm_wait(pending), ZT_STATUS_COMM, later);
+  ZT_CHECK(strstr(zt_last_error(), first) && strstr(zt_last_error(), "zt_comm_wait: "));
+  bool done = true;
+  ZT_CHECK_ERR(zt_comm_test(other, &done), ZT_STATUS_COMM, later);
+  ZT_CHECK(!done && strstr(zt_last_error(), first));
+  ZT_CHECK_ERR(zt_comm_wait(other), ZT_STATUS_COMM, later);
+  ZT_CHECK_ERR(zt_barrier(c), ZT_STATUS_COMM, later);
+  ZT_CHECK(strstr(zt_last_error(), first) && strstr(zt_last_error(), "zt_barrier: "));
+  ZT_CHECK_ERR(zt_all_reduce(c, a, ZT_REDUCE_SUM), ZT_STATUS_COMM, later);
+  ZT_CHECK_ERR(zt_comm_agree_status(c, ZT_OK), ZT_STATUS_COMM, later);
+  ZT_CHECK(zt_clock_now() - t0 < 0.05 * 5 + 5); /* no more waiting (generous: a loaded machine) */
+  zt_comm_set_rank_namer(NULL, NULL);
+  zt_comm_free(c);
+  zt_tensor_free(a);
+  zt_tensor_free(b);
 }
 
 /* ------------------------------------------------------------ agreement */
@@ -452,10 +633,10 @@ static void test_check_same_compare(void) {
     zt__same_record_set(&recs[r * 2 + 0], names[0], "gpt2-tiny");
     zt__same_record_set(&recs[r * 2 + 1], names[1], r == 1 ? "4" : "8");
   }
-  ZT_CHECK_ERR(zt__comm_same_compare(recs, 3, 2), ZT_STATUS_INVALID_ARG,
+  ZT_CHECK_ERR(zt__comm_same_compare(recs, 3, 2, NULL), ZT_STATUS_INVALID_ARG,
                "ranks disagree on 'batch': ranks 0, 2 have '8', rank 1 has '4'; start every rank with the same options");
   zt__same_record_set(&recs[1 * 2 + 1], names[1], "8");
-  ZT_CHECK_OK(zt__comm_same_compare(recs, 3, 2));
+  ZT_CHECK_OK(zt__comm_same_compare(recs, 3, 2, NULL));
   /* long values that differ after the shown prefix: caught by length + hash, shown cut */
   char a[200], b[200];
   memset(a, 'x', sizeof a - 1), a[sizeof a - 1] = '\0';
@@ -464,15 +645,15 @@ static void test_check_same_compare(void) {
   zt__same_record_set(&recs[0 * 2 + 0], "data", a);
   zt__same_record_set(&recs[1 * 2 + 0], "data", a);
   zt__same_record_set(&recs[2 * 2 + 0], "data", b);
-  ZT_CHECK_ERR(zt__comm_same_compare(recs, 3, 2), ZT_STATUS_INVALID_ARG, "ranks disagree on 'data': ranks 0, 1 have 'xxx");
+  ZT_CHECK_ERR(zt__comm_same_compare(recs, 3, 2, NULL), ZT_STATUS_INVALID_ARG, "ranks disagree on 'data': ranks 0, 1 have 'xxx");
   ZT_CHECK(strstr(zt_last_error(), "...', rank 2 has 'xxx") != NULL);
   /* a different name at the same position, and a missing field */
   zt__same_record_set(&recs[2 * 2 + 0], "seq", "x");
-  ZT_CHECK_ERR(zt__comm_same_compare(recs, 3, 2), ZT_STATUS_INVALID_ARG,
+  ZT_CHECK_ERR(zt__comm_same_compare(recs, 3, 2, NULL), ZT_STATUS_INVALID_ARG,
                "value 1 is 'data' on rank 0 but 'seq' on rank 2");
   zt__same_record_set(&recs[2 * 2 + 0], "data", a);
   memset(&recs[1 * 2 + 1], 0, sizeof recs[0]);
-  ZT_CHECK_ERR(zt__comm_same_compare(recs, 3, 2), ZT_STATUS_INVALID_ARG,
+  ZT_CHECK_ERR(zt__comm_same_compare(recs, 3, 2, NULL), ZT_STATUS_INVALID_ARG,
                "rank 0 passes 2 values, rank 1 passes 1 (the first missing one is 'batch')");
 }
 
@@ -487,7 +668,7 @@ static void test_check_same(void) {
   const char *differ[] = {"gpt2-tiny", batch, rank_s};
   if (N > 1) {
     ZT_CHECK_ERR(zt_comm_check_same(g_world, 3, names, differ), ZT_STATUS_INVALID_ARG,
-                 "ranks disagree on 'rank': rank 0 has '0', rank 1 has '1'");
+                 "ranks disagree on 'rank': world rank 0 has '0', world rank 1 has '1'");
     ZT_CHECK(strstr(zt_last_error(), "start every rank with the same options"));
     /* the last rank passes one field fewer: every rank fails, nobody hangs */
     ZT_CHECK_ERR(zt_comm_check_same(g_world, R == N - 1 ? 2 : 3, names, same), ZT_STATUS_INVALID_ARG,
@@ -505,19 +686,19 @@ static void test_check_same(void) {
 static void test_agree_pick(void) {
   zt__agree_record recs[3];
   memset(recs, 0, sizeof recs);
-  ZT_CHECK_OK(zt__comm_agree_pick(recs, 3, 0));
+  ZT_CHECK_OK(zt__comm_agree_pick(recs, 3, 0, NULL));
   recs[1].status = ZT_STATUS_SHAPE;
   snprintf(recs[1].msg, sizeof recs[1].msg, "batch 7 does not divide by 2 ranks; pick a multiple [config.c:77]");
   recs[2].status = ZT_STATUS_IO;
   snprintf(recs[2].msg, sizeof recs[2].msg, "cannot open data.tok");
-  ZT_CHECK_ERR(zt__comm_agree_pick(recs, 3, 0), ZT_STATUS_SHAPE,
+  ZT_CHECK_ERR(zt__comm_agree_pick(recs, 3, 0, NULL), ZT_STATUS_SHAPE,
                "rank 1: batch 7 does not divide by 2 ranks; pick a multiple [config.c:77]");
   ZT_CHECK(strcmp(zt_last_error(), "rank 1: batch 7 does not divide by 2 ranks; pick a multiple [config.c:77]") == 0);
   zt__error(ZT_STATUS_IO, "mine.c", 1, "my own message");
-  ZT_CHECK(zt__comm_agree_pick(recs, 3, 2) == ZT_STATUS_IO); /* a failing rank keeps its own */
+  ZT_CHECK(zt__comm_agree_pick(recs, 3, 2, NULL) == ZT_STATUS_IO); /* a failing rank keeps its own */
   ZT_CHECK(strcmp(zt_last_error(), "my own message [mine.c:1]") == 0);
   recs[1].status = ZT_OK;
-  ZT_CHECK_ERR(zt__comm_agree_pick(recs, 3, 1), ZT_STATUS_IO, "rank 2: cannot open data.tok");
+  ZT_CHECK_ERR(zt__comm_agree_pick(recs, 3, 1, NULL), ZT_STATUS_IO, "rank 2: cannot open data.tok");
 }
 
 static void test_agree_status(void) {
@@ -533,7 +714,7 @@ static void test_agree_status(void) {
     ZT_CHECK(strcmp(zt_last_error(), own) == 0);
   } else {
     char want[256];
-    snprintf(want, sizeof want, "rank %d: batch 6 does not divide by %d ranks [cfg.c:12]", N - 1, N);
+    snprintf(want, sizeof want, "world rank %d: batch 6 does not divide by %d ranks [cfg.c:12]", N - 1, N);
     ZT_CHECK(strcmp(zt_last_error(), want) == 0);
   }
   /* two failing ranks: the others get the lowest one's */
@@ -543,7 +724,7 @@ static void test_agree_status(void) {
     s = zt_comm_agree_status(g_world, mine);
     if (R == 1) ZT_CHECK(s == ZT_STATUS_IO && strcmp(zt_last_error(), "one [a.c:1]") == 0);
     if (R == 2) ZT_CHECK(s == ZT_STATUS_OOM && strcmp(zt_last_error(), "two [b.c:2]") == 0);
-    if (R != 1 && R != 2) ZT_CHECK(s == ZT_STATUS_IO && strcmp(zt_last_error(), "rank 1: one [a.c:1]") == 0);
+    if (R != 1 && R != 2) ZT_CHECK(s == ZT_STATUS_IO && strcmp(zt_last_error(), "world rank 1: one [a.c:1]") == 0);
   }
   ZT_CHECK_OK(zt_comm_agree_status(g_world, ZT_OK)); /* usable afterwards */
 }
@@ -567,6 +748,10 @@ int main(int argc, char **argv) {
   ZT_RUN(test_timeout_api);
   ZT_RUN(test_board_entry);
   ZT_RUN(test_timeout_message);
+  ZT_RUN(test_rank_names);
+  ZT_RUN(test_timeout_message_names);
+  ZT_RUN(test_messages_name_world_ranks);
+  ZT_RUN(test_unusable_group_keeps_first_message);
   ZT_RUN(test_check_same_compare);
   ZT_RUN(test_check_same);
   ZT_RUN(test_agree_pick);

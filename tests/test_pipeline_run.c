@@ -12,6 +12,7 @@
 #include "zt/pipeline.h"
 #include "zt/strategy.h"
 #include "zt/train.h"
+#include "stuck_comm.h"
 #include "zt_test.h"
 
 enum { L = 8, B = 2, T = 8, MAXP = 160 };
@@ -324,6 +325,35 @@ static void test_train_steps_across_ranks(void) {
   zt_test_free_all(tg, M);
 }
 
+/* The next stage's rank never answers (a stopped rank): the first receive that waits for it
+ * times out, and that message, naming it, is the one returned, although the transfers still in
+ * flight then fail too when the executor waits for them. */
+static void test_stopped_peer(void) {
+  enum { M = 2 };
+  zt_pipeline_schedule *s = generate("1f1b", 2, M);
+  zt_comm *stuck = zt_test_stuck_comm(0, 2, (const int[]){2, 3}, 0.05);
+  zt_recompute_plan *rc = NULL;
+  zt_gpt2 *g = model(false, &rc);
+  zt_tensor *ids[M], *tg[M];
+  make_batches(M, 300, ids, tg);
+  if (s && stuck && g) {
+    stages_ctx c = {g, 2, tg};
+    zt_pipeline_stages st = {stage_forward, &c};
+    zt_pipeline_boundary bd = {3, {B, T, CFG.n_embd}, ZT_DTYPE_F32};
+    double losses[M];
+    ZT_CHECK_ERR(zt_pipeline_run(s, &st, stuck, &bd, ids, 1.0 / M, losses, NULL), ZT_STATUS_COMM,
+                 "from world rank 3 (group rank 1) timed out after 0.05 s on world rank 2 (group rank 0): the sender "
+                 "did not post the matching send");
+    ZT_CHECK(strncmp(zt_last_error(), "schedule rank 0, action 0B", 26) == 0);
+    ZT_CHECK(!strstr(zt_last_error(), "unusable after"));
+  }
+  zt_test_free_all(ids, M);
+  zt_test_free_all(tg, M);
+  zt_gpt2_free(g);
+  zt_comm_free(stuck);
+  zt_pipeline_schedule_free(s);
+}
+
 static void test_errors(void) {
   zt_pipeline_schedule *s = NULL;
   ZT_CHECK_OK(zt_pipeline_schedule_new(2, 1, 1, ZT_PIPELINE_PLACEMENT_LOOP, &s));
@@ -343,6 +373,7 @@ int main(void) {
   ZT_RUN(test_every_family);
   ZT_RUN(test_across_ranks);
   ZT_RUN(test_train_steps_across_ranks);
+  ZT_RUN(test_stopped_peer);
   ZT_RUN(test_errors);
   zt_comm_free(g_world);
   return zt_test_finish();

@@ -59,16 +59,32 @@ ZT_API bool zt_comm_debug(const zt_comm *c);
  * zt_comm_set_timeout ignores a negative or NaN value (+inf: no limit). A waiting rank
  * spins only while every rank it needs is inside a comm call (so MPI progresses); while
  * one is elsewhere (late, computing, stopped) it sleeps in steps growing to about 1 ms, so
- * it does not hold a core.
+ * it does not hold a core. Time this process itself does not run (stopped with SIGSTOP,
+ * suspended) does not count: a rank continued after a stop does not blame the others.
  * On timeout the call returns ZT_STATUS_COMM with a message naming the operation, its call
  * site, this rank, the group size, the timeout and the ranks that did not arrive (from
  * the arrival board: the ranks that are calls behind, or at a different operation; for
  * ranks on another node "unknown"). After a timeout the group is unusable: MPI cannot
  * cancel a collective, so the operation stays posted (its tensors may still be written;
- * keep them alive) and every later call on the group fails at once. End the job with
- * zt_comm_abort. */
+ * keep them alive) and every later call on the group (zt_comm_wait and zt_comm_test of its
+ * other handles too) fails at once with ZT_STATUS_COMM and a message that carries the
+ * timeout's whole message, so the first failure, which names the missing ranks, is never
+ * lost behind a later one. End the job with zt_comm_abort. */
 ZT_API void zt_comm_set_timeout(zt_comm *c, double seconds);
 ZT_API double zt_comm_timeout(const zt_comm *c);
+
+/* Naming ranks in messages. Every message that names a rank of a group (timeouts, send/recv
+ * failures, debug mode's mismatches, check_same, agree_status) names it by its rank in the
+ * MPI world ("world rank 3": the rank mpirun and OMPI_COMM_WORLD_RANK give), adds its rank in
+ * the group when that differs, and the label this namer gives to the world rank:
+ * "world rank 3 (stage 1 of 2, replica 1 of 2; group rank 1)". Without MPI (the local
+ * backend) a rank is "rank R". fn writes a short label for world rank w into buf (at most cap
+ * bytes with the NUL; "" for none; longer ones are cut) and may be called from any thread
+ * that builds a message, while a call fails: it must be quick and must not call the comm
+ * layer. One namer per process: a later call replaces it, fn NULL removes it. user_data
+ * stays the caller's and must outlive the registration (remove the namer before freeing it). */
+typedef void (*zt_comm_rank_namer)(int world_rank, char *buf, size_t cap, void *user_data);
+ZT_API void zt_comm_set_rank_namer(zt_comm_rank_namer fn, void *user_data);
 
 /* Ends every process of the job now with exit code `code` (mpi: MPI_Abort on the world,
  * which makes mpirun kill every rank, also stopped ones). Only the program (the CLI)
@@ -80,17 +96,19 @@ ZT_API void zt_comm_abort(zt_comm *c, int code);
  * check_same: every rank passes n named values as strings (the caller formats numbers);
  * when any differs, every rank fails with ZT_STATUS_INVALID_ARG naming the first
  * differing field and the ranks with their values (long values truncated), e.g.
- * "ranks disagree on 'batch': rank 0 has '8', rank 1 has '4'; start every rank with the
- * same options". Different n or names across ranks are reported too. Values are compared
- * by length and a 64-bit hash. NULL values read as "(null)". Strings stay the caller's. */
+ * "ranks disagree on 'batch': world rank 0 has '8', world rank 1 has '4'; start every rank
+ * with the same options". Different n or names across ranks are reported too. Values are
+ * compared by length and a 64-bit hash. NULL values read as "(null)". Strings stay the
+ * caller's. */
 ZT_API ZT_NODISCARD zt_status zt_comm_check_same_at(zt_comm *c, int n, const char *const *names, const char *const *values,
                                 const char *file, int line);
 #define zt_comm_check_same(...) zt_comm_check_same_at(__VA_ARGS__, __FILE__, __LINE__)
 /* agree_status: every rank passes its own status s (with its zt_last_error() when s !=
  * ZT_OK). ZT_OK on every rank when every s is ZT_OK. Otherwise every rank fails: a failing
  * rank returns its own s and keeps its message; the others return the lowest failing rank
- * R's status with its message (first ~480 bytes) prefixed by "rank R: ". Lets ranks
- * validate inputs locally and fail together before the first real collective. */
+ * R's status with its message (first ~480 bytes) prefixed by R's name and ": " ("world
+ * rank R: ...", see zt_comm_set_rank_namer). Lets ranks validate inputs locally and fail
+ * together before the first real collective. */
 ZT_API ZT_NODISCARD zt_status zt_comm_agree_status_at(zt_comm *c, zt_status s, const char *file, int line);
 #define zt_comm_agree_status(c, s) zt_comm_agree_status_at((c), (s), __FILE__, __LINE__)
 

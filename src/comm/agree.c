@@ -53,8 +53,16 @@ static int count_fields(const zt__same_record *recs, int rank, int m) {
   return k;
 }
 
-zt_status zt__comm_same_compare(const zt__same_record *recs, int n, int m) {
-  char msg[1700], vb[ZT__SAME_VALUE + 8];
+/* Rank r in a list of ranks: its world rank with its label and group rank, or "rank R"
+ * without a world (the list's head word, "world rank(s)" or "rank(s)", says which). */
+static const char *in_list(const zt__rank_names *names, int r, char *buf, size_t cap) {
+  const char *full = zt__rank_name(names, r, buf, cap);
+  return zt__rank_world(names, r) >= 0 ? full + strlen("world rank ") : full + strlen("rank ");
+}
+
+zt_status zt__comm_same_compare(const zt__same_record *recs, int n, int m, const zt__rank_names *names) {
+  char msg[1700], vb[ZT__SAME_VALUE + 8], na[ZT__RANK_NAME], nb[ZT__RANK_NAME];
+  const char *rank_word = zt__rank_world(names, 0) >= 0 ? "world rank" : "rank";
   for (int i = 0; i < m; i++) {
     const zt__same_record *a = &recs[i];
     /* the fields themselves: count and names */
@@ -64,14 +72,16 @@ zt_status zt__comm_same_compare(const zt__same_record *recs, int n, int m) {
       if (a->present != b->present) {
         const zt__same_record *has = a->present ? a : b;
         return ZT_ERR(ZT_STATUS_INVALID_ARG,
-                      "ranks disagree on what to check: rank 0 passes %d values, rank %d passes %d (the first "
-                      "missing one is '%s'); every rank must check the same fields",
-                      count_fields(recs, 0, m), r, count_fields(recs, r, m), has->name);
+                      "ranks disagree on what to check: %s passes %d values, %s passes %d (the first missing one "
+                      "is '%s'); every rank must check the same fields",
+                      zt__rank_name(names, 0, na, sizeof na), count_fields(recs, 0, m),
+                      zt__rank_name(names, r, nb, sizeof nb), count_fields(recs, r, m), has->name);
       }
       return ZT_ERR(ZT_STATUS_INVALID_ARG,
-                    "ranks disagree on what to check: value %d is '%s' on rank 0 but '%s' on rank %d; every rank "
-                    "must check the same fields in the same order",
-                    i + 1, a->name, b->name, r);
+                    "ranks disagree on what to check: value %d is '%s' on %s but '%s' on %s; every rank must check "
+                    "the same fields in the same order",
+                    i + 1, a->name, zt__rank_name(names, 0, na, sizeof na), b->name,
+                    zt__rank_name(names, r, nb, sizeof nb));
     }
     int first_diff = -1;
     for (int r = 1; r < n && first_diff < 0; r++)
@@ -93,12 +103,14 @@ zt_status zt__comm_same_compare(const zt__same_record *recs, int n, int m) {
         break;
       }
       if (len < sizeof msg)
-        len += (size_t)snprintf(msg + len, sizeof msg - len, "%s rank%s", groups > 1 ? "," : "", members > 1 ? "s" : "");
+        len += (size_t)snprintf(msg + len, sizeof msg - len, "%s %s%s", groups > 1 ? "," : "", rank_word,
+                                members > 1 ? "s" : "");
       for (int q = r; q < n; q++) {
         if (done[q] || !same_value(v, &recs[(size_t)q * m + i])) continue;
         done[q] = true;
         if (listed++ < 8 && len < sizeof msg)
-          len += (size_t)snprintf(msg + len, sizeof msg - len, "%s %d", listed > 1 ? "," : "", q);
+          len += (size_t)snprintf(msg + len, sizeof msg - len, "%s %s", listed > 1 ? "," : "",
+                                  in_list(names, q, na, sizeof na));
       }
       if (listed > 8 && len < sizeof msg)
         len += (size_t)snprintf(msg + len, sizeof msg - len, " and %d more", listed - 8);
@@ -120,6 +132,7 @@ zt_status zt_comm_check_same_at(zt_comm *c, int n, const char *const *names, con
                   "arrays", n, names ? "set" : "NULL", values ? "set" : "NULL");
   for (int i = 0; i < n; i++)
     if (!names[i]) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_comm_check_same: names[%d] is NULL", i);
+  ZT_TRY(zt__comm_usable(c, "zt_comm_check_same")); /* below, a failure leaves the buffers to MPI */
   int size = zt_comm_size(c);
   /* first how many fields each rank has, then m records from everyone (m the largest n) */
   int32_t mine = n, *counts = calloc((size_t)size, sizeof *counts);
@@ -139,7 +152,8 @@ zt_status zt_comm_check_same_at(zt_comm *c, int n, const char *const *names, con
   s = zt__comm_gather_bytes(c, ZT__COLL_CHECK_SAME, me, all, sizeof *me * (size_t)m, file, line);
   free(me);
   if (s != ZT_OK) return s;
-  s = zt__comm_same_compare(all, size, m);
+  zt__rank_names rn = zt__comm_names(c);
+  s = zt__comm_same_compare(all, size, m, &rn);
   free(all);
   return s;
 }
@@ -161,7 +175,7 @@ static bool split_site(const char *msg, char *text, size_t text_cap, char *file,
   return true;
 }
 
-zt_status zt__comm_agree_pick(const zt__agree_record *recs, int n, int rank) {
+zt_status zt__comm_agree_pick(const zt__agree_record *recs, int n, int rank, const zt__rank_names *names) {
   int lowest = -1;
   for (int r = 0; r < n && lowest < 0; r++)
     if (recs[r].status != ZT_OK) lowest = r;
@@ -169,17 +183,18 @@ zt_status zt__comm_agree_pick(const zt__agree_record *recs, int n, int rank) {
   if (recs[rank].status != ZT_OK) return (zt_status)recs[rank].status; /* its own message stands */
   zt_status code = (zt_status)recs[lowest].status;
   if ((int)code <= 0 || code >= ZT_STATUS_COUNT) code = ZT_STATUS_INTERNAL;
-  char msg[ZT__AGREE_MSG + 1], text[ZT__AGREE_MSG + 1], file[128];
+  char msg[ZT__AGREE_MSG + 1], text[ZT__AGREE_MSG + 1], file[128], who[ZT__RANK_NAME];
+  zt__rank_name(names, lowest, who, sizeof who);
   snprintf(msg, sizeof msg, "%s", recs[lowest].msg);
   int line = 0;
   /* re-issue the message with its own site, so it reads exactly as on rank `lowest` */
   if (split_site(msg, text, sizeof text, file, sizeof file, &line))
-    return zt__error(code, file, line, "rank %d: %s", lowest, text);
-  return ZT_ERR(code, "rank %d: %s", lowest, msg[0] ? msg : "(no message)");
+    return zt__error(code, file, line, "%s: %s", who, text);
+  return ZT_ERR(code, "%s: %s", who, msg[0] ? msg : "(no message)");
 }
 
 zt_status zt_comm_agree_status_at(zt_comm *c, zt_status s, const char *file, int line) {
-  if (!c) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_comm_agree_status: comm is NULL; create one with zt_comm_world");
+  ZT_TRY(zt__comm_usable(c, "zt_comm_agree_status")); /* below, a failure leaves the buffer to MPI */
   int size = zt_comm_size(c), rank = zt_comm_rank(c);
   zt__agree_record me;
   memset(&me, 0, sizeof me);
@@ -190,7 +205,8 @@ zt_status zt_comm_agree_status_at(zt_comm *c, zt_status s, const char *file, int
   zt_status g = zt__comm_gather_bytes(c, ZT__COLL_AGREE_STATUS, &me, all, sizeof me, file, line);
   if (g != ZT_OK) return g; /* after a timeout MPI may still write `all`: left allocated */
   /* a gather that succeeds leaves zt_last_error() alone: a failing rank keeps its message */
-  zt_status v = zt__comm_agree_pick(all, size, rank);
+  zt__rank_names rn = zt__comm_names(c);
+  zt_status v = zt__comm_agree_pick(all, size, rank, &rn);
   free(all);
   return v;
 }

@@ -29,6 +29,7 @@
  * publish is a handful of stores to a cache line only this rank writes: negligible next
  * to any collective. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -116,7 +117,7 @@ typedef struct sbuf {
 
 static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void put(sbuf *b, const char *fmt, ...) {
-  if (b->len >= b->cap) return;
+  if (b->len + 1 >= b->cap) return;
   va_list ap;
   va_start(ap, fmt);
   int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
@@ -133,8 +134,16 @@ static const char *op_label(int kind) {
   }
 }
 
-/* What a rank is doing now, from its entry: "(...)" details for the message. */
-static void doing(sbuf *b, const zt__board_view *v) {
+/* Group rank r's name (names NULL: "rank R"), in a buffer of the caller's. */
+#define NAME(r, buf) zt__rank_name(names, (r), (buf), sizeof(buf))
+
+/* A board's peer (a uint64 arg) as a group rank for its name. */
+static int peer_of(uint64_t arg) { return arg < (uint64_t)INT_MAX ? (int)arg : -1; }
+
+/* What a rank is doing now, from its entry, and its process's state (NULL: running or
+ * unknown): the details inside a message's parentheses. */
+static void doing(sbuf *b, const zt__board_view *v, const char *state, const zt__rank_names *names) {
+  char peer[ZT__RANK_NAME];
   if (v->started > 0)
     put(b, "its last collective on this group was call #%llu, %s at %s:%d", (unsigned long long)v->started,
         op_label(v->last_kind), v->last_file, v->last_line);
@@ -147,12 +156,11 @@ static void doing(sbuf *b, const zt__board_view *v) {
     else
       put(b, ", and it is waiting for its call #%llu", (unsigned long long)v->blocked_arg);
     break;
-  case ZT__BLOCKED_SEND: put(b, "; it is blocked in zt_send to rank %llu", (unsigned long long)v->blocked_arg); break;
-  case ZT__BLOCKED_RECV:
-    put(b, "; it is blocked in zt_recv from rank %llu", (unsigned long long)v->blocked_arg);
-    break;
-  default: put(b, "; it is in no comm call now: busy elsewhere, stopped or dead"); break;
+  case ZT__BLOCKED_SEND: put(b, "; it is blocked in zt_send to %s", NAME(peer_of(v->blocked_arg), peer)); break;
+  case ZT__BLOCKED_RECV: put(b, "; it is blocked in zt_recv from %s", NAME(peer_of(v->blocked_arg), peer)); break;
+  default: put(b, "; it is in no comm call now%s", state ? "" : ": busy elsewhere, stopped or dead"); break;
   }
+  if (state) put(b, "; its process (pid %d) is %s", v->pid, state);
 }
 
 /* What the rank's process is doing, from /proc (the board covers ranks on this node):
@@ -184,94 +192,121 @@ static void seconds(char *buf, size_t cap, double s) {
     snprintf(buf, cap, "%.3g s", s);
 }
 
-#define DETAIL_MAX 6 /* ranks described in full; the rest only named */
+/* A rank the collective waits for: calls behind, or at another operation. */
+static bool absent(const zt__timeout_info *op, const zt__board_view *v) {
+  return v->started < op->seq || (v->started == op->seq && v->last_kind != op->kind);
+}
 
-zt_status zt__comm_timeout_error(const zt__timeout_info *op, const zt__board_view *views) {
-  char msg[1900], tbuf[32];
-  sbuf b = {msg, sizeof msg, 0};
+/* The ranks past the first `skip` of those absent (known) or unknown (!known), by number:
+ * " world ranks 7 8 9" (" rank 7" without a world). */
+static void list_ranks(sbuf *b, const zt__timeout_info *op, const zt__board_view *views, const zt__rank_names *names,
+                       bool known, int skip) {
+  int n = 0, listed = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (int r = 0, seen = 0; r < op->size; r++) {
+      const zt__board_view *v = &views[r];
+      if (r == op->rank || v->known != known || (known && !absent(op, v)) || ++seen <= skip) continue;
+      if (pass == 0) {
+        n++;
+        continue;
+      }
+      if (listed == 0) put(b, " %srank%s", zt__rank_world(names, r) >= 0 ? "world " : "", n > 1 ? "s" : "");
+      int w = zt__rank_world(names, r);
+      if (listed++ < 24) put(b, " %d", w >= 0 ? w : r);
+    }
+  if (listed > 24) put(b, " ... (%d in all)", listed);
+}
+
+#define DETAIL_MAX 6     /* ranks described in full; the rest only numbered */
+#define DETAIL_BYTES 900 /* nor more once the message is this long (long names) */
+#define MSG_MAX 1500     /* the message's bytes: it is carried inside later calls' messages */
+static const char k_advice[] =
+    ". This group is unusable now (MPI cannot cancel the operation): end the job with zt_comm_abort; if a rank is "
+    "only slow, raise the limit (ZT_COMM_TIMEOUT or zt_comm_set_timeout)";
+
+static void p2p_message(sbuf *b, const zt__timeout_info *op, const zt__board_view *views, const zt__rank_names *names,
+                        const char *base, const char *tbuf) {
+  char me[ZT__RANK_NAME], peer[ZT__RANK_NAME];
+  bool send = op->kind == ZT__COLL_SEND;
+  put(b, "%s at %s:%d (tag %d) %s %s timed out after %s on %s: the %s did not post the matching %s", op_label(op->kind),
+      base, op->line, op->tag, send ? "to" : "from", NAME(op->peer, peer), tbuf, NAME(op->rank, me),
+      send ? "receiver" : "sender", send ? "receive" : "send");
+  const zt__board_view *v = op->peer >= 0 && op->peer < op->size ? &views[op->peer] : NULL;
+  if (v && v->known) {
+    put(b, " (");
+    doing(b, v, proc_state(v->pid), names);
+    put(b, ")");
+  } else {
+    put(b, " (what it is doing is unknown: it is not on this node)");
+  }
+}
+
+static void coll_message(sbuf *b, const zt__timeout_info *op, const zt__board_view *views, const zt__rank_names *names,
+                         const char *base, const char *tbuf) {
+  char me[ZT__RANK_NAME], who[ZT__RANK_NAME];
+  put(b, "%s at %s:%d timed out after %s on %s, call #%llu on this group of %d ranks: ", op_label(op->kind), base,
+      op->line, tbuf, NAME(op->rank, me), (unsigned long long)op->seq, op->size);
+  int missing = 0, unknown = 0, shown = 0, shown_missing = 0;
+  for (int r = 0; r < op->size; r++) {
+    const zt__board_view *v = &views[r];
+    if (r == op->rank) continue;
+    if (!v->known) {
+      unknown++;
+      continue;
+    }
+    const char *state = proc_state(v->pid);
+    bool room = shown < DETAIL_MAX && b->len < DETAIL_BYTES;
+    if (!absent(op, v)) { /* in this call too: name it when its process is not running */
+      if (state && room)
+        put(b, "%s%s reached this call but its process (pid %d) is %s", shown++ ? "; " : "", NAME(r, who), v->pid,
+            state);
+      continue;
+    }
+    missing++;
+    if (!room) continue;
+    put(b, "%s%s ", shown++ ? "; " : "", NAME(r, who));
+    shown_missing++;
+    if (v->started < op->seq) {
+      put(b, "did not arrive (%llu call%s behind: ", (unsigned long long)(op->seq - v->started),
+          op->seq - v->started == 1 ? "" : "s");
+      doing(b, v, state, names);
+      put(b, ")");
+    } else {
+      put(b, "is at a different operation: %s at %s:%d (its call #%llu%s", op_label(v->last_kind), v->last_file,
+          v->last_line, (unsigned long long)v->started,
+          v->blocked == ZT__BLOCKED_COLL && v->blocked_arg == v->started ? ", waiting in it" : "");
+      if (state) put(b, "; its process (pid %d) is %s", v->pid, state);
+      put(b, ")");
+    }
+  }
+  if (missing > shown_missing) {
+    put(b, "; also not here:");
+    list_ranks(b, op, views, names, true, shown_missing);
+  }
+  if (unknown) {
+    put(b, "%sunknown for", shown ? "; " : "");
+    list_ranks(b, op, views, names, false, 0);
+    put(b, " (not on this node: the arrival board covers the ranks that share a node)");
+  }
+  if (!missing && !unknown && !shown)
+    put(b, "every rank reached this call, so one of them stopped inside it (stopped or dead) or the transport "
+           "failed");
+}
+
+zt_status zt__comm_timeout_error(const zt__timeout_info *op, const zt__board_view *views, const zt__rank_names *names) {
+  char msg[MSG_MAX], tbuf[32];
+  /* the details, then the advice, which a long list of ranks must not push out */
+  sbuf b = {msg, sizeof msg - sizeof k_advice, 0};
   msg[0] = '\0';
   const char *base = op->file ? strrchr(op->file, '/') : NULL;
   base = base ? base + 1 : op->file ? op->file : "?";
   seconds(tbuf, sizeof tbuf, op->timeout_s);
-  bool p2p = op->kind == ZT__COLL_SEND || op->kind == ZT__COLL_RECV;
-  if (p2p) {
-    put(&b, "%s %s rank %d (tag %d) at %s:%d timed out after %s on rank %d of %d: ", op_label(op->kind),
-        op->kind == ZT__COLL_SEND ? "to" : "from", op->peer, op->tag, base, op->line, tbuf, op->rank, op->size);
-    const zt__board_view *v = op->peer >= 0 && op->peer < op->size ? &views[op->peer] : NULL;
-    put(&b, "rank %d did not post the matching %s", op->peer, op->kind == ZT__COLL_SEND ? "receive" : "send");
-    if (v && v->known) {
-      put(&b, " (");
-      doing(&b, v);
-      put(&b, ")");
-    } else {
-      put(&b, " (what it is doing is unknown: it is not on this node)");
-    }
-  } else {
-    put(&b, "%s at %s:%d timed out after %s on rank %d of %d (call #%llu on this group): ", op_label(op->kind), base,
-        op->line, tbuf, op->rank, op->size, (unsigned long long)op->seq);
-    int missing = 0, other = 0, unknown = 0, shown = 0, stuck = 0;
-    for (int r = 0; r < op->size; r++) {
-      const zt__board_view *v = &views[r];
-      if (r == op->rank) continue;
-      if (!v->known) {
-        unknown++;
-        continue;
-      }
-      bool behind = v->started < op->seq;
-      bool elsewhere = v->started == op->seq && v->last_kind != op->kind;
-      const char *state = proc_state(v->pid);
-      if (!behind && !elsewhere) { /* in this call too: name it when its process is not running */
-        if (state && shown++ < DETAIL_MAX) {
-          if (shown > 1) put(&b, "; ");
-          put(&b, "rank %d reached this call but its process (pid %d) is %s", r, v->pid, state);
-          stuck++;
-        }
-        continue;
-      }
-      if (behind)
-        missing++;
-      else
-        other++;
-      if (shown++ >= DETAIL_MAX) continue;
-      if (shown > 1) put(&b, "; ");
-      if (behind) {
-        put(&b, "rank %d did not arrive (%llu call%s behind: ", r, (unsigned long long)(op->seq - v->started),
-            op->seq - v->started == 1 ? "" : "s");
-        doing(&b, v);
-        if (state) put(&b, "; its process (pid %d) is %s", v->pid, state);
-        put(&b, ")");
-      } else {
-        put(&b, "rank %d is at a different operation: %s at %s:%d (its call #%llu%s)", r, op_label(v->last_kind),
-            v->last_file, v->last_line, (unsigned long long)v->started,
-            v->blocked == ZT__BLOCKED_COLL && v->blocked_arg == v->started ? ", waiting in it" : "");
-      }
-    }
-    if (shown > DETAIL_MAX) {
-      put(&b, "; also not here:");
-      int listed = 0;
-      for (int r = 0, seen = 0; r < op->size; r++) {
-        const zt__board_view *v = &views[r];
-        if (r == op->rank || !v->known) continue;
-        if (!(v->started < op->seq || (v->started == op->seq && v->last_kind != op->kind))) continue;
-        if (++seen <= DETAIL_MAX) continue;
-        if (listed++ < 24) put(&b, " %d", r);
-      }
-      if (listed > 24) put(&b, " ... (%d more)", listed - 24);
-    }
-    if (unknown) {
-      put(&b, "%s", shown ? "; " : "");
-      put(&b, "unknown for rank%s", unknown == 1 ? "" : "s");
-      int listed = 0;
-      for (int r = 0; r < op->size; r++)
-        if (r != op->rank && !views[r].known && listed++ < 24) put(&b, "%s %d", listed > 1 ? "," : "", r);
-      if (listed > 24) put(&b, " ... (%d in all)", listed);
-      put(&b, " (not on this node: the arrival board covers the ranks that share a node)");
-    }
-    if (!missing && !other && !unknown && !stuck)
-      put(&b, "every rank reached this call, so one of them stopped inside it (stopped or dead) or the transport "
-              "failed");
-  }
-  put(&b, ". This group is unusable now (MPI cannot cancel the operation): end the job with zt_comm_abort; if a "
-          "rank is only slow, raise the limit (ZT_COMM_TIMEOUT or zt_comm_set_timeout)");
+  if (op->kind == ZT__COLL_SEND || op->kind == ZT__COLL_RECV)
+    p2p_message(&b, op, views, names, base, tbuf);
+  else
+    coll_message(&b, op, views, names, base, tbuf);
+  if (b.len + 1 >= b.cap) memcpy(msg + b.len - 3, "...", 3); /* cut */
+  b.cap = sizeof msg;
+  put(&b, "%s", k_advice);
   return ZT_ERR(ZT_STATUS_COMM, "%s", msg);
 }

@@ -25,7 +25,8 @@ struct zt_comm {
   zt__board_entry *me;   /* this rank's board entry (shared memory, or own) */
   zt__board_entry own;   /* the entry when the backend has no board for this group */
   bool broken;           /* an operation timed out: the group is unusable */
-  char broken_what[160]; /* which one, for later calls' messages */
+  char broken_what[160]; /* which one, for later calls' messages when broken_msg is NULL */
+  char *broken_msg;      /* the timeout's whole message, carried by every later call's */
 };
 
 /* The operation in progress, for the board and a timeout's message. */
@@ -140,7 +141,12 @@ void zt_comm_free(zt_comm *c) {
   if (!c) return;
   zt__board_reset(c->me); /* the slot may serve another group next */
   c->be->free(c->ctx);
+  free(c->broken_msg);
   free(c);
+}
+
+zt__rank_names zt__comm_names(const zt_comm *c) {
+  return zt__rank_names_of(c->be->world_ranks ? c->be->world_ranks(c->ctx) : NULL, c->size);
 }
 
 int zt_comm_rank(const zt_comm *c) { return c->rank; }
@@ -179,7 +185,7 @@ static void describe(const zt__coll_record *r, char *buf, size_t cap) {
            op_name(r->op), r->file, (int)r->line);
 }
 
-zt_status zt__comm_debug_compare(const zt__coll_record *recs, int n) {
+zt_status zt__comm_debug_compare(const zt__coll_record *recs, int n, const zt__rank_names *names) {
   const zt__coll_record *a = &recs[0];
   for (int i = 1; i < n; i++) {
     const zt__coll_record *b = &recs[i];
@@ -190,14 +196,14 @@ zt_status zt__comm_debug_compare(const zt__coll_record *recs, int n) {
                        : b->op != a->op       ? "the reduce op"
                                               : NULL;
     if (!what) continue;
-    char da[192], db[192];
+    char da[192], db[192], na[ZT__RANK_NAME], nb[ZT__RANK_NAME];
     describe(a, da, sizeof da);
     describe(b, db, sizeof db);
     return ZT_ERR(ZT_STATUS_COMM,
-                  "collective mismatch (comm debug mode): rank %d called %s but rank 0 called %s (%s differs); "
+                  "collective mismatch (comm debug mode): %s called %s but %s called %s (%s differs); "
                   "make every rank of the group call the same collectives in the same order with the same "
                   "sizes, dtype and root",
-                  i, db, da, what);
+                  zt__rank_name(names, i, nb, sizeof nb), db, zt__rank_name(names, 0, na, sizeof na), da, what);
   }
   return ZT_OK;
 }
@@ -214,20 +220,28 @@ static opinfo enter(zt_comm *c, zt__coll_kind kind, const char *file, int line) 
   return op;
 }
 
+/* The timeout's message; the group is unusable from now on, and keeps the message for every
+ * later call's (zerotrain's last error is per thread, and a later failure overwrites it). */
 static zt_status timed_out(zt_comm *c, const opinfo *op) {
-  zt__board_view *views = calloc((size_t)c->size, sizeof *views);
-  if (!views) return ZT_ERR(ZT_STATUS_OOM, "%s timed out on rank %d (out of memory for its message)",
-                            zt__coll_kind_name(op->kind), c->rank);
-  for (int r = 0; r < c->size; r++)
-    zt__board_read(r == c->rank ? c->me : c->be->board_entry ? c->be->board_entry(c->ctx, r) : NULL, &views[r]);
-  zt__timeout_info info = {.kind = op->kind, .file = op->file, .line = op->line, .rank = c->rank, .size = c->size,
-                           .timeout_s = c->timeout, .seq = op->seq, .peer = op->peer, .tag = op->tag};
-  zt_status s = zt__comm_timeout_error(&info, views);
-  free(views);
   const char *base = op->file ? strrchr(op->file, '/') : NULL;
   c->broken = true;
   snprintf(c->broken_what, sizeof c->broken_what, "%s at %s:%d", zt__coll_kind_name(op->kind),
            base ? base + 1 : op->file ? op->file : "?", op->line);
+  zt__rank_names names = zt__comm_names(c);
+  zt__board_view *views = calloc((size_t)c->size, sizeof *views);
+  if (!views) {
+    char me[ZT__RANK_NAME];
+    return ZT_ERR(ZT_STATUS_OOM, "%s timed out on %s (out of memory for its message)", c->broken_what,
+                  zt__rank_name(&names, c->rank, me, sizeof me));
+  }
+  for (int r = 0; r < c->size; r++)
+    zt__board_read(r == c->rank ? c->me : c->be->board_entry ? c->be->board_entry(c->ctx, r) : NULL, &views[r]);
+  zt__timeout_info info = {.kind = op->kind, .file = op->file, .line = op->line, .rank = c->rank, .size = c->size,
+                           .timeout_s = c->timeout, .seq = op->seq, .peer = op->peer, .tag = op->tag};
+  zt_status s = zt__comm_timeout_error(&info, views, &names);
+  free(views);
+  free(c->broken_msg);
+  c->broken_msg = strdup(zt_last_error()); /* NULL (out of memory): later calls name broken_what */
   return s;
 }
 
@@ -251,6 +265,7 @@ static void nap(double s) {
 #define BURST_S 20e-6
 #define NAP_MIN_S 5e-6
 #define NAP_MAX_S 1e-3
+#define FROZEN_S 2.0 /* a gap between two looks that long: this process was not running */
 
 /* Is every rank that op needs inside a comm call, so that the operation can progress? */
 static bool peers_in_comm(zt_comm *c, const opinfo *op) {
@@ -277,7 +292,11 @@ static zt_status poll_req(zt_comm *c, void *req, const opinfo *op, bool *late) {
   for (;;) {
     s = c->be->test(c->ctx, req, &done);
     if (done) return s;
+    double prev = t;
     t = zt_clock_now();
+    /* this process did not run (stopped, suspended): not the peers' time; a rank continued
+     * after SIGSTOP then neither times out at once nor blames the ranks that waited for it */
+    if (t - prev > FROZEN_S) t0 += t - prev;
     if (c->timeout > 0 && t - t0 >= c->timeout) {
       *late = true;
       return ZT_STATUS_COMM;
@@ -333,7 +352,8 @@ static zt_status debug_check(zt_comm *c, const opinfo *op, int64_t count, int dt
   zt_status s = c->be->all_gather(c->ctx, &me, all, (int64_t)(sizeof me / 4), ZT_DTYPE_I32, &req);
   if (s == ZT_OK) s = wait_req(c, req, op);
   if (c->broken) return s; /* MPI may still write `all`: leave it */
-  if (s == ZT_OK) s = zt__comm_debug_compare(all, c->size);
+  zt__rank_names names = zt__comm_names(c);
+  if (s == ZT_OK) s = zt__comm_debug_compare(all, c->size, &names);
   zt_mem_free(all, bytes, ZT_CPU, ZT_MEM_TAG_COMM);
   return s;
 }
@@ -341,6 +361,9 @@ static zt_status debug_check(zt_comm *c, const opinfo *op, int64_t count, int dt
 /* ------------------------------------------------------------ checks */
 static zt_status check_comm(const zt_comm *c, const char *fn) {
   if (!c) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: comm is NULL; create one with zt_comm_world", fn);
+  if (c->broken && c->broken_msg) /* the first message ends with its own site: no second one */
+    return zt_set_error(ZT_STATUS_COMM, "%s: this group is unusable after an earlier failure on this rank: %s", fn,
+                        c->broken_msg);
   if (c->broken)
     return ZT_ERR(ZT_STATUS_COMM,
                   "%s: this group is unusable: %s timed out on this rank earlier, and MPI cannot cancel it; end "
@@ -348,6 +371,8 @@ static zt_status check_comm(const zt_comm *c, const char *fn) {
                   fn, c->broken_what);
   return ZT_OK;
 }
+
+zt_status zt__comm_usable(const zt_comm *c, const char *fn) { return check_comm(c, fn); }
 
 /* t usable as a collective buffer (contiguous, bytes present, a supported dtype, any device
  * with a backend), and its host bytes in *hb: staged from the device when read_in (what the
@@ -719,12 +744,15 @@ static zt_status check_header(zt_comm *c, const zt_tensor *t, const opinfo *oi) 
   if (s == ZT_OK) s = wait_req(c, req, &hi);
   if (s) return s;
   got.file[sizeof got.file - 1] = '\0';
+  zt__rank_names names = zt__comm_names(c);
+  char me[ZT__RANK_NAME], peer[ZT__RANK_NAME];
   if (got.count != want.count || got.dtype != want.dtype)
     return ZT_ERR(ZT_STATUS_COMM,
-                  "send/receive mismatch (comm debug mode): zt_recv at %s:%d on rank %d expects %lld %s from rank %d "
-                  "(tag %d), but rank %d's zt_send at %s:%d sends %lld %s; give both the same shape and dtype",
-                  want.file, want.line, c->rank, (long long)want.count, zt_dtype_name((zt_dtype)want.dtype), oi->peer,
-                  oi->tag, oi->peer, got.file, got.line, (long long)got.count,
+                  "send/receive mismatch (comm debug mode): zt_recv at %s:%d on %s expects %lld %s (tag %d) from "
+                  "%s, whose zt_send at %s:%d sends %lld %s; give both the same shape and dtype",
+                  want.file, want.line, zt__rank_name(&names, c->rank, me, sizeof me), (long long)want.count,
+                  zt_dtype_name((zt_dtype)want.dtype), oi->tag, zt__rank_name(&names, oi->peer, peer, sizeof peer),
+                  got.file, got.line, (long long)got.count,
                   got.dtype >= 0 && got.dtype < ZT_DTYPE_COUNT ? zt_dtype_name((zt_dtype)got.dtype) : "?");
   return ZT_OK;
 }

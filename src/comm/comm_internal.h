@@ -50,6 +50,25 @@ void zt__board_enter(zt__board_entry *e, uint64_t seq, int kind, const char *fil
 void zt__board_block(zt__board_entry *e, zt__board_blocked what, uint64_t arg);
 void zt__board_read(const zt__board_entry *e, zt__board_view *out); /* e NULL: unknown */
 
+/* ------------------------------------------------------------ naming ranks (names.c)
+ * How a message names the ranks of a group: world[r] is group rank r's world rank (world
+ * NULL, or an entry < 0: unknown), fn/ud the application's namer (fn NULL: none). */
+#define ZT__RANK_LABEL 64  /* label bytes kept */
+#define ZT__RANK_NAME 112  /* enough for any zt__rank_name */
+typedef struct zt__rank_names {
+  const int *world;
+  int size;
+  zt_comm_rank_namer fn;
+  void *ud;
+} zt__rank_names;
+/* The names of a group with this world map (may be NULL), with the process's namer. */
+zt__rank_names zt__rank_names_of(const int *world, int size);
+/* Group rank r's world rank, -1 when unknown (n NULL too). */
+int zt__rank_world(const zt__rank_names *n, int r);
+/* "world rank W (LABEL; group rank R)", leaving out a label that is empty and a group rank
+ * equal to W; "rank R" when the world rank is unknown (n NULL too). Returns buf. */
+const char *zt__rank_name(const zt__rank_names *n, int r, char *buf, size_t cap);
+
 /* The operation that timed out. seq: collectives' call number on the group (0 for send/recv). */
 typedef struct zt__timeout_info {
   int kind; /* zt__coll_kind */
@@ -63,8 +82,10 @@ typedef struct zt__timeout_info {
 
 /* The message of a timeout (ZT_STATUS_COMM): the operation, call site, rank, size and
  * timeout, and, from views[size] (one per rank of the group), the ranks that did not
- * arrive and what they were doing. Pure: tested with synthetic views. */
-ZT_NODISCARD zt_status zt__comm_timeout_error(const zt__timeout_info *op, const zt__board_view *views);
+ * arrive and what they were doing, every rank named through names (NULL: "rank R"). Pure:
+ * tested with synthetic views. */
+ZT_NODISCARD zt_status zt__comm_timeout_error(const zt__timeout_info *op, const zt__board_view *views,
+                                              const zt__rank_names *names);
 
 /* ------------------------------------------------------------ backends */
 typedef struct zt__comm_backend {
@@ -98,6 +119,9 @@ typedef struct zt__comm_backend {
   zt__board_entry *(*board_entry)(void *ctx, int rank);
   /* Optional: the board slots free in this process (bit i: slot i). */
   uint64_t (*board_free_slots)(void *ctx);
+  /* Optional: the world rank of each of the group's ranks (size entries, -1 where unknown;
+   * owned by ctx), for messages; NULL when the backend has no world beyond the group. */
+  const int *(*world_ranks)(void *ctx);
 } zt__comm_backend;
 
 extern const zt__comm_backend zt__comm_local_backend;
@@ -129,6 +153,9 @@ typedef enum zt__coll_kind {
   ZT__COLL_KIND_COUNT
 } zt__coll_kind;
 
+/* comm.c: ZT_OK, or the error a call on c gets when c is NULL or unusable (a timeout on it
+ * earlier: the message carries that timeout's). For callers that allocate before calling. */
+ZT_NODISCARD zt_status zt__comm_usable(const zt_comm *c, const char *fn);
 /* comm.c: every rank's bytes_per_rank bytes (a multiple of 4) into out, rank order:
  * a collective of this kind on the board, timed like the others. For agree.c. */
 ZT_NODISCARD zt_status zt__comm_gather_bytes(zt_comm *c, zt__coll_kind kind, const void *in, void *out, size_t bytes_per_rank,
@@ -147,8 +174,11 @@ typedef struct zt__coll_record {
 
 const char *zt__coll_kind_name(int kind);
 /* Compare n records against recs[0]; on the first rank that differs, ZT_STATUS_COMM with
- * a message naming that rank, both call sites and what differed. ZT_OK when all agree. */
-ZT_NODISCARD zt_status zt__comm_debug_compare(const zt__coll_record *recs, int n);
+ * a message naming that rank (through names, may be NULL), both call sites and what
+ * differed. ZT_OK when all agree. */
+ZT_NODISCARD zt_status zt__comm_debug_compare(const zt__coll_record *recs, int n, const zt__rank_names *names);
+/* comm.c: how c's messages name its ranks. */
+zt__rank_names zt__comm_names(const zt_comm *c);
 
 /* ------------------------------------------------------------ agreement (agree.c) */
 #define ZT__SAME_NAME 32  /* name bytes kept (truncated) */
@@ -164,8 +194,9 @@ typedef struct zt__same_record {
 } zt__same_record;
 void zt__same_record_set(zt__same_record *r, const char *name, const char *value);
 /* recs[rank * m + i]: field i of each of n ranks. ZT_STATUS_INVALID_ARG naming the first
- * field that differs and every rank's value of it; ZT_OK when all agree. */
-ZT_NODISCARD zt_status zt__comm_same_compare(const zt__same_record *recs, int n, int m);
+ * field that differs and every rank's value of it (ranks named through names, may be NULL);
+ * ZT_OK when all agree. */
+ZT_NODISCARD zt_status zt__comm_same_compare(const zt__same_record *recs, int n, int m, const zt__rank_names *names);
 
 #define ZT__AGREE_MSG 480
 typedef struct zt__agree_record {
@@ -173,8 +204,8 @@ typedef struct zt__agree_record {
   char msg[ZT__AGREE_MSG]; /* the start of zt_last_error(), NUL-terminated */
 } zt__agree_record;
 /* The verdict for rank `rank` from every rank's record: ZT_OK, or its own status (its
- * message left as it is), or the lowest failing rank's status with "rank R: " + its
- * message. Pure. */
-ZT_NODISCARD zt_status zt__comm_agree_pick(const zt__agree_record *recs, int n, int rank);
+ * message left as it is), or the lowest failing rank's status with its name (through
+ * names, may be NULL: "rank R") + ": " + its message. Pure. */
+ZT_NODISCARD zt_status zt__comm_agree_pick(const zt__agree_record *recs, int n, int rank, const zt__rank_names *names);
 
 #endif

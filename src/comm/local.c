@@ -68,4 +68,5 @@ const zt__comm_backend zt__comm_local_backend = {
     .abort = NULL,
     .board_entry = NULL,
     .board_free_slots = NULL,
+    .world_ranks = NULL,
 };

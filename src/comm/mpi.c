@@ -48,6 +48,7 @@ typedef struct mpi_ctx {
   int size;
   int slot;     /* this group's arrival-board slot, -1: none */
   int *node_of; /* group rank -> rank in the node communicator, -1: another node */
+  int *world_of; /* group rank -> rank in MPI_COMM_WORLD, for messages (NULL: unknown) */
 } mpi_ctx;
 
 typedef struct mpi_req {
@@ -190,31 +191,32 @@ static void board_free(void) {
   g_board_state = 0;
 }
 
+/* Each of comm's `size` ranks as a rank of `to` (-1: not in it), in a new array *out; an MPI
+ * error code (*out NULL) when MPI cannot say or memory runs out. */
+static int translate(MPI_Comm comm, int size, MPI_Comm to, int **out) {
+  int *in = malloc(sizeof *in * (size_t)size), *of = malloc(sizeof *of * (size_t)size);
+  MPI_Group g = MPI_GROUP_NULL, tg = MPI_GROUP_NULL;
+  int rc = in && of ? MPI_Comm_group(comm, &g) : MPI_ERR_NO_MEM;
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_group(to, &tg);
+  for (int r = 0; in && r < size; r++) in[r] = r;
+  if (rc == MPI_SUCCESS) rc = MPI_Group_translate_ranks(g, size, in, tg, of);
+  if (g != MPI_GROUP_NULL) MPI_Group_free(&g);
+  if (tg != MPI_GROUP_NULL) MPI_Group_free(&tg);
+  free(in);
+  for (int r = 0; rc == MPI_SUCCESS && r < size; r++)
+    if (of[r] == MPI_UNDEFINED) of[r] = -1;
+  if (rc != MPI_SUCCESS) free(of), of = NULL;
+  *out = of;
+  return rc;
+}
+
 /* Group rank -> node rank, for reading the other ranks' entries. */
 static zt_status map_to_node(MPI_Comm comm, int size, int **out) {
   *out = NULL;
   if (g_board_state != 1) return ZT_OK;
-  int *in = malloc(sizeof *in * (size_t)size), *node_of = malloc(sizeof *node_of * (size_t)size);
-  if (!in || !node_of) {
-    free(in), free(node_of);
-    return ZT_ERR(ZT_STATUS_OOM, "out of host memory for an MPI group");
-  }
-  for (int r = 0; r < size; r++) in[r] = r;
-  MPI_Group g = MPI_GROUP_NULL, ng = MPI_GROUP_NULL;
-  int rc = MPI_Comm_group(comm, &g);
-  if (rc == MPI_SUCCESS) rc = MPI_Comm_group(g_node, &ng);
-  if (rc == MPI_SUCCESS) rc = MPI_Group_translate_ranks(g, size, in, ng, node_of);
-  if (g != MPI_GROUP_NULL) MPI_Group_free(&g);
-  if (ng != MPI_GROUP_NULL) MPI_Group_free(&ng);
-  free(in);
-  if (rc != MPI_SUCCESS) {
-    free(node_of);
-    return mpi_error(rc, "MPI_Group_translate_ranks", __FILE__, __LINE__);
-  }
-  for (int r = 0; r < size; r++)
-    if (node_of[r] == MPI_UNDEFINED) node_of[r] = -1;
-  *out = node_of;
-  return ZT_OK;
+  int rc = translate(comm, size, g_node, out);
+  if (rc == MPI_ERR_NO_MEM) return ZT_ERR(ZT_STATUS_OOM, "out of host memory for an MPI group");
+  return rc == MPI_SUCCESS ? ZT_OK : mpi_error(rc, "MPI_Group_translate_ranks", __FILE__, __LINE__);
 }
 
 static zt_status new_ctx(MPI_Comm comm, int slot, void **out, int *rank, int *size) {
@@ -233,6 +235,8 @@ static zt_status new_ctx(MPI_Comm comm, int slot, void **out, int *rank, int *si
   }
   x->comm = comm;
   x->size = *size;
+  /* group rank -> world rank, for messages (left NULL when MPI cannot say: they use group ranks) */
+  translate(comm, *size, MPI_COMM_WORLD, &x->world_of);
   x->slot = x->node_of && slot >= 0 && slot < ZT__BOARD_SLOTS ? slot : -1;
   if (x->slot >= 0) g_board_used |= (uint64_t)1 << x->slot;
   g_live_groups++;
@@ -365,7 +369,7 @@ static zt_status mpi_barrier_(void *ctx, void **req) {
 }
 
 static zt_status mpi_test_(void *ctx, void *req, bool *done) {
-  (void)ctx;
+  mpi_ctx *x = ctx;
   mpi_req *q = req;
   MPI_Status st;
   int flag = 0;
@@ -380,9 +384,12 @@ static zt_status mpi_test_(void *ctx, void *req, bool *done) {
   if (want >= 0) {
     int got = 0;
     ZT_MPI_TRY(MPI_Get_count(&st, dt, &got));
-    if (got != want)
-      return ZT_ERR(ZT_STATUS_COMM,
-                    "received %d elements from rank %d but the tensor holds %d; send the same size", got, peer, want);
+    if (got != want) {
+      zt__rank_names names = zt__rank_names_of(x->world_of, x->size);
+      char who[ZT__RANK_NAME];
+      return ZT_ERR(ZT_STATUS_COMM, "received %d elements from %s but the tensor holds %d; send the same size", got,
+                    zt__rank_name(&names, peer, who, sizeof who), want);
+    }
   }
   return ZT_OK;
 }
@@ -408,6 +415,7 @@ static void mpi_free_(void *ctx) {
   if (!finalized && !g_poisoned) MPI_Comm_free(&x->comm);
   if (x->slot >= 0) g_board_used &= ~((uint64_t)1 << x->slot);
   free(x->node_of);
+  free(x->world_of);
   free(x);
   if (--g_live_groups == 0 && g_we_initialized && !finalized && !g_poisoned) {
     board_free();
@@ -429,6 +437,8 @@ static zt__board_entry *mpi_board_entry(void *ctx, int rank) {
   if (!x || x->slot < 0 || !x->node_of || rank < 0 || rank >= x->size || x->node_of[rank] < 0) return NULL;
   return &g_board_rows[x->node_of[rank]][x->slot];
 }
+
+static const int *mpi_world_ranks(void *ctx) { return ((mpi_ctx *)ctx)->world_of; }
 
 static uint64_t mpi_board_free_slots(void *ctx) {
   (void)ctx;
@@ -481,6 +491,7 @@ const zt__comm_backend zt__comm_mpi_backend = {
     .abort = mpi_abort,
     .board_entry = mpi_board_entry,
     .board_free_slots = mpi_board_free_slots,
+    .world_ranks = mpi_world_ranks,
 };
 
 #else /* !ZT_HAVE_MPI */

@@ -56,6 +56,14 @@ zt_status zt__error_prefix(zt_status code, const char *fmt, ...) {
   return code;
 }
 
+char *zt__error_hold(zt_status s) { return s != ZT_OK ? strdup(tl_msg) : NULL; }
+
+void zt__error_restore(char *held) {
+  if (!held) return;
+  snprintf(tl_msg, sizeof tl_msg, "%s", held);
+  free(held);
+}
+
 void zt__assert_fail(const char *expr, const char *file, int line) {
   fprintf(stderr, "zerotrain: internal invariant broken: %s at %s:%d\n", expr, file, line);
   abort();

@@ -11,6 +11,12 @@ zt_status zt__error(zt_status code, const char *file, int line, const char *fmt,
 /* Prefix the current message with more context ("in op 'add': ..."). */
 zt_status zt__error_prefix(zt_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void zt__assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
+/* Keep the message of the failure that is the one to report while clean-up that may fail too
+ * runs (a failing call overwrites zt_last_error()): held = zt__error_hold(s) before it,
+ * zt__error_restore(held) after puts the message back and frees it. s == ZT_OK (or no memory
+ * for the copy): NULL, and restoring NULL does nothing. */
+char *zt__error_hold(zt_status s);
+void zt__error_restore(char *held);
 
 #define ZT_ERR(code, ...) zt__error((code), __FILE__, __LINE__, __VA_ARGS__)
 #define ZT_TRY(expr)                 \

@@ -133,8 +133,10 @@ zt_status zt_pipeline_train_step(const zt_pipeline_stages *st, zt_optim *opt, in
   }
   if (!s) s = zt_optim_step(opt, o->lr);
   if (o->zero) {
+    char *first = zt__error_hold(s); /* the step's failure is the one to report */
     zt_status a = zt_zero_after_step(o->zero); /* OPT: the updated shards into the parameters */
     if (!s) s = a;
+    zt__error_restore(first);
   }
   zt_optim_zero_grad(opt);
   return s;

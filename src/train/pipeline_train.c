@@ -35,10 +35,19 @@ zt_status zt__train_pp_check(const zt_train_config *c) {
   return ZT_OK;
 }
 
+/* Comm messages name world rank w (the run's comm is the world) by its place in the grid. */
+static void pp_rank_name(int w, char *buf, size_t cap, void *ud) {
+  const zt__train_pp *pp = ud;
+  bool chunked = pp->sched && pp->sched->chunks > 1; /* then a rank holds several stages */
+  int n = w < pp->P * pp->D ? snprintf(buf, cap, "%s %d of %d", chunked ? "pipeline rank" : "stage", w % pp->P, pp->P) : 0;
+  if (pp->D > 1 && n > 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, ", replica %d of %d", w / pp->P, pp->D);
+}
+
 zt_status zt__train_pp_open(zt__train_pp *pp, const zt_train_config *c, zt_comm *world) {
   memset(pp, 0, sizeof *pp);
   int P = c->parallel.pp, W = zt_comm_size(world), rank = zt_comm_rank(world); /* P divides W: zt__train_dp_open */
   pp->P = P, pp->D = W / P, pp->p = rank % P, pp->d = rank / P;
+  zt_comm_set_rank_namer(pp_rank_name, pp); /* removed by zt__train_pp_free */
   ZT_TRY(zt_comm_split(world, pp->d, pp->p, &pp->pp_comm));
   zt_comm *dp = NULL;
   ZT_TRY(zt_comm_split(world, pp->p, pp->d, &dp));
@@ -49,6 +58,7 @@ zt_status zt__train_pp_open(zt__train_pp *pp, const zt_train_config *c, zt_comm 
 
 void zt__train_pp_free(zt__train_pp *pp) {
   if (!pp) return;
+  if (pp->P) zt_comm_set_rank_namer(NULL, NULL);
   zt_pipeline_schedule_free(pp->sched);
   free(pp->first);
   free(pp->count);

@@ -176,8 +176,10 @@ static zt_status progress(xrun *r) {
 
 /* Waits for what is still in flight (the sends of the last actions; after a failure, also
  * receives: each wait is bounded by the group's timeout), frees the rest; the first failure
- * is kept. */
+ * is kept, with its message (the one that names a missing rank: later waits on the group
+ * fail too). */
 static zt_status xslots_free(xrun *r, zt_status s) {
+  char *first = zt__error_hold(s);
   for (int k = 0; r->slots && k < r->S * r->s->microbatches; k++) {
     xslot *sl = &r->slots[k];
     zt_comm_work **ws[] = {&sl->send_out, &sl->send_gin, &sl->recv_in, &sl->recv_gout};
@@ -192,6 +194,7 @@ static zt_status xslots_free(xrun *r, zt_status s) {
     zt_deferred_free(sl->rec);
   }
   free(r->slots);
+  zt__error_restore(first);
   return s;
 }
 
@@ -211,7 +214,7 @@ static zt_status step_action(xrun *r, int k, zt_pipeline_action a) {
   zt_status s = xaction(r, a);
   if (s) {
     char tok[32];
-    zt__error_prefix(s, "rank %d, action %s", k, zt_pipeline_action_str(a, tok));
+    zt__error_prefix(s, "schedule rank %d, action %s", k, zt_pipeline_action_str(a, tok));
   }
   return s;
 }
