@@ -185,7 +185,10 @@ static volatile sig_atomic_t g_speak;    /* this process says so on stderr (rank
 static struct timespec g_stop_t;         /* when the first came */
 static const int k_stop_signals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
 
-static void on_stop_signal(int sig) {
+static volatile sig_atomic_t g_under_mpirun; /* a rank of an mpirun job */
+
+static void on_stop_signal(int sig, siginfo_t *info, void *uc) {
+  (void)uc;
   int saved = errno;
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
@@ -203,7 +206,10 @@ static void on_stop_signal(int sig) {
       " received: stopping at the next safe point (the end of this step, or between its microbatches) and saving "
       "a checkpoint when --save is given; send it again to exit at once\n";
   const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP" : "SIGUSR1";
-  if (g_speak) {
+  /* mpirun's own SIGTERM (its job ending: another rank failed, or it was told to stop) is
+   * followed by a SIGKILL a second later: no promise to make */
+  bool from_mpirun = g_under_mpirun && info && info->si_pid == getppid();
+  if (g_speak && !from_mpirun) {
     ssize_t w = write(STDERR_FILENO, head, sizeof head - 1);
     w = write(STDERR_FILENO, name, strlen(name));
     w = write(STDERR_FILENO, tail, sizeof tail - 1);
@@ -215,8 +221,10 @@ static void on_stop_signal(int sig) {
 static void catch_stop_signals(void) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_stop_signal;
+  sa.sa_sigaction = on_stop_signal;
+  sa.sa_flags = SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
+  g_under_mpirun = getenv("OMPI_COMM_WORLD_SIZE") != NULL;
   for (size_t i = 0; i < sizeof k_stop_signals / sizeof k_stop_signals[0]; i++) sigaction(k_stop_signals[i], &sa, NULL);
 }
 
