@@ -58,12 +58,30 @@ typedef struct zt_pipeline_schedule {
   int *cap_; /* private: capacity of each actions[r] */
 } zt_pipeline_schedule;
 
-/* An empty schedule (ranks, chunks, microbatches >= 1; V placement needs chunks == 2:
- * ZT_STATUS_INVALID_ARG saying which). *out is the caller's. */
+/* ---- sizes ----
+ * The largest schedule the library makes, reads, checks and simulates: ranks, chunks per rank
+ * and microbatches within these bounds, and at most ZT_PIPELINE_MAX_SLOTS (stage, microbatch)
+ * pairs (ranks x chunks x microbatches). Checking and simulating a schedule takes about
+ * ZT_PIPELINE_BYTES_PER_SLOT bytes a pair (its actions with their sends and receives, their
+ * simulated times, the validator's index), so the cap holds that to about 2/3 GiB. Larger
+ * shapes are refused before anything is allocated (ZT_STATUS_INVALID_ARG naming the bound
+ * and the memory they would take). A schedule file has at most ZT_PIPELINE_MAX_FILE_BYTES
+ * (room for the text of the largest schedule, sends and receives included). */
+#define ZT_PIPELINE_MAX_RANKS 1024
+#define ZT_PIPELINE_MAX_CHUNKS 64
+#define ZT_PIPELINE_MAX_MICROBATCHES 100000
+#define ZT_PIPELINE_MAX_SLOTS (1 << 21)
+#define ZT_PIPELINE_BYTES_PER_SLOT 320
+#define ZT_PIPELINE_MAX_FILE_BYTES ((size_t)256 << 20)
+
+/* An empty schedule (ranks, chunks, microbatches within the bounds above; V placement needs
+ * chunks == 2: ZT_STATUS_INVALID_ARG saying which). *out is the caller's. */
 ZT_API ZT_NODISCARD zt_status zt_pipeline_schedule_new(int ranks, int chunks, int microbatches,
                                                        zt_pipeline_placement placement, zt_pipeline_schedule **out);
 ZT_API void zt_pipeline_schedule_free(zt_pipeline_schedule *s);
-/* Append a to rank r's list (no checks beyond r's range: the validator judges the whole). */
+/* Append a to rank r's list (no checks beyond r's range and the list's length: the validator
+ * judges the whole). A list longer than a valid schedule's can be (7 actions per stage of the
+ * rank and microbatch: F, B, W and four transfers) is ZT_STATUS_INVALID_ARG. */
 ZT_API ZT_NODISCARD zt_status zt_pipeline_schedule_push(zt_pipeline_schedule *s, int r, zt_pipeline_action a);
 /* The rank that holds stage `stage` (-1 when out of range), and the stage count. */
 ZT_API int zt_pipeline_stage_rank(const zt_pipeline_schedule *s, int stage);
@@ -101,6 +119,11 @@ typedef struct zt_pipeline_costs {
    * the compute actions. Borrowed. NULL: every stage costs f/V, b/V, w/V. */
   const double *stage;
 } zt_pipeline_costs;
+/* Every cost is a finite number in [0, ZT_PIPELINE_MAX_COST] (bytes_per_unit in [0, 1e18]):
+ * the simulator sums millions of them, and NaN, infinity or 1e308 would make every time
+ * meaningless. zt_pipeline_simulate and zt_pipeline_generate refuse others
+ * (ZT_STATUS_INVALID_ARG naming the value). */
+#define ZT_PIPELINE_MAX_COST 1e12
 /* f = b = w = 1, comm = 0, bytes_per_unit 0, no per-stage costs. */
 ZT_API zt_pipeline_costs zt_pipeline_costs_default(void);
 
