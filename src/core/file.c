@@ -100,7 +100,7 @@ zt_status zt__read_text_file(const char *path, size_t max_bytes, const char *wha
   if (nul) {
     int line = 1;
     for (const char *q = p; q < nul; q++) line += *q == '\n';
-    size_t at = (size_t)(nul - p);
+    size_t at = (size_t)(nul - p) + 1; /* counted from 1, as editors count */
     free(data);
     *size = 0;
     return ZT_ERR(ZT_STATUS_INVALID_ARG,

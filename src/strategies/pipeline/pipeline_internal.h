@@ -48,6 +48,9 @@ static inline double zt__pp_cost(const zt_pipeline_costs *c, int chunks, zt_pipe
  * per-stage ones too, 3 x stages of them, when c->stage is set). */
 ZT_NODISCARD zt_status zt__pp_check_costs(const zt_pipeline_costs *c, int stages);
 
+/* Rule 1 of zt_pipeline_validate: every action's kind, stage and microbatch in range, its stage
+ * on its rank. What makes a schedule safe to index (zt__pp_index, zt__pp_cost's stage costs). */
+ZT_NODISCARD zt_status zt__pp_check_ranges(const zt_pipeline_schedule *s);
 /* Rules 1 to 5 of zt_pipeline_validate (without lowering a compute-only s). */
 ZT_NODISCARD zt_status zt__pp_check_rules(const zt_pipeline_schedule *s);
 /* zt_pipeline_lower of a compute-only s that passed zt__pp_check_rules. */
@@ -67,7 +70,7 @@ void zt__pp_index_free(zt__pp_index *ix);
 /* Rank r's action i in ix (-1 for the rank when absent). */
 static inline int zt__pp_find(const zt_pipeline_schedule *s, const zt__pp_index *ix, zt_pipeline_op op, int stage,
                               int mb, int *idx) {
-  int k = (int)op * zt_pipeline_stage_count(s) * s->microbatches + zt__pp_slot(s, stage, mb);
+  size_t k = (size_t)op * (size_t)zt_pipeline_stage_count(s) * (size_t)s->microbatches + (size_t)zt__pp_slot(s, stage, mb);
   *idx = ix->idx[k];
   return ix->rank[k];
 }

@@ -44,7 +44,7 @@ zt_status zt__pp_index_build(const zt_pipeline_schedule *s, zt__pp_index *ix) {
       zt_pipeline_action a = s->actions[r][i];
       if ((unsigned)a.op >= ZT_PIPELINE_OP_COUNT || a.stage < 0 || a.stage >= S || a.mb < 0 || a.mb >= s->microbatches)
         continue;
-      int k = (int)a.op * S * s->microbatches + zt__pp_slot(s, a.stage, a.mb);
+      size_t k = (size_t)a.op * (size_t)S * (size_t)s->microbatches + (size_t)zt__pp_slot(s, a.stage, a.mb);
       if (ix->rank[k] < 0) ix->rank[k] = r, ix->idx[k] = i;
     }
   return ZT_OK;
@@ -180,6 +180,7 @@ static zt_status stuck(const zt_pipeline_schedule *s, const zt__pp_index *ix, bo
 
 /* Run s on the clock; sim (may be NULL) receives the times and measures. */
 static zt_status run(const zt_pipeline_schedule *s, const zt_pipeline_costs *c, zt_pipeline_sim *sim) {
+  ZT_TRY(zt__pp_check_ranges(s)); /* the walk looks up each action's neighbours: they must exist */
   zt__pp_index ix;
   ZT_TRY(zt__pp_index_build(s, &ix));
   int P = s->ranks;

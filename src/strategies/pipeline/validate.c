@@ -12,7 +12,7 @@
 static const char *const ONCE = "every microbatch runs F, and B and W or BW, exactly once per stage";
 
 /* Rule 1: ranges and placement. */
-static zt_status check_ranges(const zt_pipeline_schedule *s) {
+zt_status zt__pp_check_ranges(const zt_pipeline_schedule *s) {
   int S = zt_pipeline_stage_count(s);
   char t[32];
   for (int r = 0; r < s->ranks; r++)
@@ -247,7 +247,7 @@ static zt_status check_comm_order(const zt_pipeline_schedule *s) {
 }
 
 zt_status zt__pp_check_rules(const zt_pipeline_schedule *s) {
-  ZT_TRY(check_ranges(s));
+  ZT_TRY(zt__pp_check_ranges(s));
   zt__pp_index ix;
   ZT_TRY(zt__pp_index_build(s, &ix));
   zt_status st = check_once(s, &ix);
