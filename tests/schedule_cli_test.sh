@@ -36,34 +36,36 @@ out=$("$zt" schedule --schedule nope --stages 4 --microbatches 8 2>&1); rc=$?
 check "unknown schedule" '[ $rc -eq 1 ] && echo "$out" | grep -q "unknown schedule .nope."'
 
 # ---- issue 25, item 15: every bad input gets a clear error, never a crash or a hang
-# (timeout: the old reader blocked on a FIFO and read /dev/zero forever)
-out=$(timeout 60 "$zt" schedule --check /dev/zero 2>&1); rc=$?
-check "--check /dev/zero" '[ $rc -eq 1 ] && echo "$out" | grep -q "it is a character device, not a regular file"'
+# refused NAME PATH PATTERN: --check PATH exits 1 with a message matching PATTERN (timeout: the
+# old reader blocked on a FIFO and read /dev/zero forever); refused_text NAME TEXT PATTERN: the
+# same for a file holding TEXT (a printf format)
+refused() {
+  pat=$3
+  out=$(timeout 60 "$zt" schedule --check "$2" 2>&1); rc=$?
+  check "$1" '[ $rc -eq 1 ] && echo "$out" | grep -q "$pat"'
+}
+refused_text() { printf "$2" >"$w/in.sched"; refused "$1" "$w/in.sched" "$3"; }
+refused "--check /dev/zero" /dev/zero "it is a character device, not a regular file"
 mkfifo "$w/fifo"
-out=$(timeout 60 "$zt" schedule --check "$w/fifo" 2>&1); rc=$?
-check "--check FIFO" '[ $rc -eq 1 ] && echo "$out" | grep -q "it is a FIFO (named pipe), not a regular file"'
+refused "--check FIFO" "$w/fifo" "it is a FIFO (named pipe), not a regular file"
 out=$(timeout 60 "$zt" schedule --schedule "$w/fifo" 2>&1); rc=$?
 check "--schedule FIFO" '[ $rc -eq 1 ] && echo "$out" | grep -q "it is a FIFO (named pipe)"'
-printf 'zt-pipeline ranks=2 chunks=1 microbatches=100000000\n0: 0F0\n1: 1F0\n' > "$w/mb.sched"
-out=$("$zt" schedule --check "$w/mb.sched" 2>&1); rc=$?
-check "huge microbatches in a 60-byte file" '[ $rc -eq 1 ] && echo "$out" | grep -q "microbatches=.100000000. must be an integer in \[1, 100000\]"'
-printf 'zt-pipeline ranks=1000000000 chunks=1 microbatches=1\n' > "$w/rk.sched"
-out=$("$zt" schedule --check "$w/rk.sched" 2>&1); rc=$?
-check "huge ranks" '[ $rc -eq 1 ] && echo "$out" | grep -q "ranks=.1000000000. must be an integer in \[1, 1024\]"'
-printf 'zt-pipeline ranks=3 chunks=1000000000 microbatches=1\n0: 0F0\n1: 1F0\n2: 2F0\n' > "$w/ch.sched"
-out=$("$zt" schedule --check "$w/ch.sched" 2>&1); rc=$?
-check "huge chunks: no overflowed stage count" '[ $rc -eq 1 ] && echo "$out" | grep -q "chunks=.1000000000. must be an integer in \[1, 64\]" && ! echo "$out" | grep -q -- "-[0-9]"'
+refused_text "huge microbatches in a 60-byte file" 'zt-pipeline ranks=2 chunks=1 microbatches=100000000\n0: 0F0\n1: 1F0\n' \
+  "microbatches=.100000000. must be an integer in \[1, 100000\]"
+refused_text "huge ranks" 'zt-pipeline ranks=1000000000 chunks=1 microbatches=1\n' \
+  "ranks=.1000000000. must be an integer in \[1, 1024\]"
+refused_text "huge chunks" 'zt-pipeline ranks=3 chunks=1000000000 microbatches=1\n0: 0F0\n1: 1F0\n2: 2F0\n' \
+  "chunks=.1000000000. must be an integer in \[1, 64\]"
+check "huge chunks: no overflowed stage count" '! echo "$out" | grep -q -- "-[0-9]"'
+refused_text "a NUL byte is named with its line" 'zt-pipeline ranks=1 chunks=1 microbatches=1\n0: 0F0 # \0\n0BW0\n' \
+  "in.sched., line 2: holds a NUL byte"
+refused_text "a BOM is named as such" '\xef\xbb\xbfzt-pipeline ranks=1 chunks=1 microbatches=1\n0: 0F0 0BW0\n' \
+  "starts with a UTF-8 byte-order mark (BOM"
 out=$("$zt" schedule --schedule 1f1b --stages 1024 --microbatches 100000 2>&1); rc=$?
 check "1f1b at the flags' largest: refused with the memory it needs" '[ $rc -eq 1 ] && echo "$out" | grep -q "102400000 (stage, microbatch) pairs; checking and simulating it would take about 30.5 GiB"'
 # linear checks: 600,000 actions, lowered and validated (the quadratic order check took hours)
 out=$("$zt" schedule --schedule 1f1b --stages 2 --microbatches 100000 --lower --json 2>&1); rc=$?
 check "--lower at 100,000 microbatches" '[ $rc -eq 0 ] && echo "$out" | grep -q "\"step_time\":300003,"'
-printf 'zt-pipeline ranks=1 chunks=1 microbatches=1\n0: 0F0 # \0\n0BW0\n' > "$w/nul.sched"
-out=$("$zt" schedule --check "$w/nul.sched" 2>&1); rc=$?
-check "a NUL byte is named with its line" '[ $rc -eq 1 ] && echo "$out" | grep -q "nul.sched., line 2: holds a NUL byte"'
-printf '\xef\xbb\xbfzt-pipeline ranks=1 chunks=1 microbatches=1\n0: 0F0 0BW0\n' > "$w/bom.sched"
-out=$("$zt" schedule --check "$w/bom.sched" 2>&1); rc=$?
-check "a BOM is named as such" '[ $rc -eq 1 ] && echo "$out" | grep -q "starts with a UTF-8 byte-order mark (BOM"'
 for c in nan,1,1,0 1,inf,1,0 1,1,1e308,0 1,1,1,-1; do
   out=$("$zt" schedule --schedule 1f1b --stages 2 --microbatches 2 --costs $c 2>&1); rc=$?
   check "--costs $c refused" '[ $rc -eq 2 ] && echo "$out" | grep -q "four numbers in \[0, 1e+12\]"'
