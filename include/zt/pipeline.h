@@ -103,6 +103,10 @@ ZT_API ZT_NODISCARD zt_status zt_pipeline_action_parse(const char *tok, zt_pipel
 ZT_API ZT_NODISCARD zt_status zt_pipeline_schedule_format(const zt_pipeline_schedule *s, char **out);
 /* Parse the text form (errors name the line and the token). Parsing does not validate. */
 ZT_API ZT_NODISCARD zt_status zt_pipeline_schedule_parse(const char *text, zt_pipeline_schedule **out);
+/* Read a schedule file: a regular file only (a FIFO, a device or a folder is ZT_STATUS_IO
+ * naming what it is, before any read), of at most ZT_PIPELINE_MAX_FILE_BYTES, without NUL
+ * bytes (named with their line) or a UTF-8 byte-order mark (named as such); parsed as above,
+ * errors prefixed with the path. */
 ZT_API ZT_NODISCARD zt_status zt_pipeline_schedule_read(const char *path, zt_pipeline_schedule **out);
 ZT_API ZT_NODISCARD zt_status zt_pipeline_schedule_write(const zt_pipeline_schedule *s, const char *path);
 
@@ -146,7 +150,12 @@ ZT_API ZT_NODISCARD zt_status zt_pipeline_generate(const zt_pipeline_gen_options
 /* ---- lowering (lower.c) ----
  * The with-communication form of a compute-only s: every hop between ranks gets a RECV right
  * before the action that needs it (not earlier: an early receive blocks the rank behind a
- * message it does not need yet) and a SEND right after the action that produces it. */
+ * message it does not need yet) and a SEND right after the action that produces it. Between
+ * two ranks a kind's messages are received in the order they were sent (rule 4 below): a
+ * message needed before others sent earlier takes those along, received right before it,
+ * which waits for nothing more (they were produced before it). So a valid s lowers to a valid
+ * schedule that simulates to the same step. s must be valid (rules 1-5: the validator's error
+ * otherwise). */
 ZT_API ZT_NODISCARD zt_status zt_pipeline_lower(const zt_pipeline_schedule *s, zt_pipeline_schedule **out);
 
 /* ---- validation (validate.c) ----
@@ -159,7 +168,9 @@ ZT_API ZT_NODISCARD zt_status zt_pipeline_lower(const zt_pipeline_schedule *s, z
  *     the consuming one, none within a rank, and between two ranks the sends of each kind
  *     match the receives in order (stage and microbatch);
  *  5. no deadlock: simulating it, every rank finishes (F of stage s waits for F of s-1, B of s
- *     for B of s+1, a RECV for its SEND). */
+ *     for B of s+1, a RECV for its SEND);
+ *  6. a compute-only s also passes 1-5 lowered (zt_pipeline_lower: what zt_pipeline_run
+ *     executes), so a schedule that validates runs. */
 ZT_API ZT_NODISCARD zt_status zt_pipeline_validate(const zt_pipeline_schedule *s);
 
 /* ---- simulation (simulate.c) ----

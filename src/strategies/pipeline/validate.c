@@ -1,7 +1,8 @@
 /* The validator, run before any schedule executes: ranges and placement, each microbatch's
  * F, B, W (or BW) once per stage, the order within a rank, sends matched to receives, and no
- * deadlock (the simulator's walk). The first broken rule is the error, naming the rank, the
- * action and the rule. */
+ * deadlock (the simulator's walk); a compute-only schedule is lowered and held to the same
+ * rules (what zt_pipeline_run executes). The first broken rule is the error, naming the rank,
+ * the action and the rule. Every check is linear in the actions (plus ranks^2 counters). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,8 +190,8 @@ static int message_of(const zt_pipeline_schedule *s, zt_pipeline_action a, int *
   return kind * S * s->microbatches + zt__pp_slot(s, from, a.mb);
 }
 
-/* Number each of rank r's sends (or receives) by its place among those of its channel (the
- * peer and the kind), into num[message]; count holds 2 x ranks counters, zero on entry and on
+/* Number each of rank r's sends by its place among those of its channel (the receiving rank
+ * and the kind), into num[message]; count holds 2 x ranks counters, zero on entry and on
  * return. */
 static void number_channel(const zt_pipeline_schedule *s, int r, int *count, int *num) {
   for (int i = 0; i < s->n_actions[r]; i++) {
