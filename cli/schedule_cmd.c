@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "zt/pipeline.h"
@@ -44,12 +45,22 @@ static int write_text(const char *path, const char *text) {
   return bad;
 }
 
+/* F,B,W,C: four finite numbers in [0, ZT_PIPELINE_MAX_COST] (NaN, inf and 1e308 are not costs). */
 static int parse_costs(const char *v, zt_pipeline_costs *c) {
   double x[4];
-  char tail;
-  if (sscanf(v, "%lf,%lf,%lf,%lf%c", &x[0], &x[1], &x[2], &x[3], &tail) != 4 || x[0] < 0 || x[1] < 0 || x[2] < 0 ||
-      x[3] < 0) {
-    fprintf(stderr, "zt schedule: --costs '%s' must be four numbers >= 0, F,B,W,C (e.g. 1,1,1,0)\n", v);
+  char part[64];
+  const char *p = v;
+  int n = 0;
+  for (; n < 4 && p; n++) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    snprintf(part, sizeof part, "%.*s", (int)(len < sizeof part ? len : sizeof part - 1), p);
+    if (len >= sizeof part || zt_config_parse_f64("--costs", part, 0, ZT_PIPELINE_MAX_COST, &x[n])) break;
+    p = comma ? comma + 1 : NULL;
+  }
+  if (n < 4 || p) {
+    fprintf(stderr, "zt schedule: --costs '%s' must be four numbers in [0, %g], F,B,W,C (e.g. 1,1,1,0)\n", v,
+            ZT_PIPELINE_MAX_COST);
     return 2;
   }
   c->f = x[0], c->b = x[1], c->w = x[2], c->comm = x[3];
@@ -124,11 +135,12 @@ static int parse(int argc, char **argv, opts *o) {
   return 0;
 }
 
-/* The schedule named by --schedule: a file when one of that name exists, else a generator. */
+/* The schedule named by --schedule: a file when a path of that name exists, else a generator.
+ * stat, not open: opening a FIFO would wait for a writer (the reader refuses all but regular
+ * files, saying what it is). */
 static int load(const opts *o, zt_pipeline_schedule **s) {
-  FILE *f = strchr(o->schedule, '/') || strchr(o->schedule, '.') ? fopen(o->schedule, "rb") : NULL;
-  if (f) {
-    fclose(f);
+  struct stat sb;
+  if ((strchr(o->schedule, '/') || strchr(o->schedule, '.')) && stat(o->schedule, &sb) == 0) {
     if (zt_pipeline_schedule_read(o->schedule, s)) return zt_cli_fail("schedule");
     return 0;
   }
@@ -153,9 +165,12 @@ int zt_cmd_schedule(int argc, char **argv) {
   if (o.check) {
     zt_pipeline_schedule *s;
     if (zt_pipeline_schedule_read(o.check, &s)) return zt_cli_fail("schedule");
+    /* the validation zt train runs: a compute-only file is checked lowered too */
     rc = zt_pipeline_validate(s) ? zt_cli_fail("schedule") : 0;
-    if (!rc) printf("%s: valid (%d ranks, %d chunks per rank, %d microbatches)\n", o.check, s->ranks, s->chunks,
-                    s->microbatches);
+    if (!rc)
+      printf("%s: valid (%d rank%s, %d chunk%s per rank, %d microbatch%s%s)\n", o.check, s->ranks,
+             s->ranks == 1 ? "" : "s", s->chunks, s->chunks == 1 ? "" : "s", s->microbatches,
+             s->microbatches == 1 ? "" : "es", zt_pipeline_has_comm(s) ? "" : "; with its sends and receives too");
     zt_pipeline_schedule_free(s);
     return rc;
   }

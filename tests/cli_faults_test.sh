@@ -72,7 +72,7 @@ out=$("$zt" train --config "$w/c3" 2>&1); rc=$?
 check "config: a quoted value keeps its '#'" '[ $rc -eq 0 ] && [ -s "$w/a #b.jsonl" ]'
 printf 'steps = 2\nbat\0ch = 2\n' > "$w/c4"
 out=$("$zt" train --config "$w/c4" 2>&1); rc=$?
-check "config: a NUL byte is an error naming the line" '[ $rc -eq 2 ] && grep -q "c4:2: holds a NUL byte" <<<"$out"'
+check "config: a NUL byte is an error naming the line" '[ $rc -eq 2 ] && grep -q "c4., line 2: holds a NUL byte" <<<"$out"'
 out=$(timeout 20 "$zt" train --config /dev/zero 2>&1); rc=$?
 check "config: /dev/zero is refused at once" '[ $rc -eq 2 ] && grep -q "not a regular file" <<<"$out"'
 mkfifo "$w/fifo"

@@ -40,6 +40,11 @@ done
 "$zt" schedule --schedule zb-v --stages 2 --microbatches 4 --out "$w/zbv.sched" >/dev/null 2>&1
 out=$(mpi 2 "${base[@]}" --pp 2 --schedule "$w/zbv.sched" --microbatches 4 --metrics "$w/p2-file.jsonl" 2>&1)
 check "pp 2 with a schedule file: the losses of one process" 'same "$w/one4.jsonl" "$w/p2-file.jsonl"'
+# a file that zt schedule --check accepts trains (rank 1 takes the activations in the reverse
+# of the order they were sent: its lowered form receives them in order)
+printf 'zt-pipeline ranks=2 chunks=1 microbatches=4\n0: 0F0 0F1 0F2 0F3 0BW3 0BW2 0BW1 0BW0\n1: 1F3 1BW3 1F2 1BW2 1F1 1BW1 1F0 1BW0\n' >"$w/rev.sched"
+out=$(mpi 2 "${base[@]}" --pp 2 --schedule "$w/rev.sched" --microbatches 4 --metrics "$w/p2-rev.jsonl" 2>&1)
+check "pp 2 with a file --check accepts: the losses of one process" 'same "$w/one4.jsonl" "$w/p2-rev.jsonl"'
 for b in auto 3,5; do
   out=$(mpi 2 "${base[@]}" --pp 2 --schedule zb-h1 --microbatches 4 --pp-balance $b --metrics "$w/bal-$b.jsonl" 2>&1)
   check "pp 2 zb-h1 with --pp-balance $b: the same losses" 'same "$w/one4.jsonl" "$w/bal-$b.jsonl"'
@@ -102,6 +107,8 @@ check "more stages than blocks" 'echo "$out" | grep -q "gets no block"'
 printf 'zt-pipeline ranks=2 chunks=1 microbatches=4 placement=loop\n0: 0F0 0F1 0F2 0F3 0BW0 0BW1 0BW2\n1: 1F0 1BW0 1F1 1BW1 1F2 1BW2 1F3 1BW3\n' >"$w/bad.sched"
 out=$(mpi 2 "${base[@]}" --pp 2 --schedule "$w/bad.sched" --microbatches 4 2>&1)
 check "a schedule file that fails validation names the rule" 'echo "$out" | grep -q "bad.sched" && echo "$out" | grep -qi "stage 0 microbatch 3"'
+out=$(mpi 2 "${base[@]}" --pp 2 --schedule /dev/zero --microbatches 4 2>&1)
+check "a schedule that is not a regular file (it hung every rank)" 'echo "$out" | grep -q "/dev/zero.: it is a character device, not a regular file"'
 out=$(mpi 3 "${base[@]}" --pp 2 --microbatches 4 2>&1)
 check "pp not dividing the ranks" 'echo "$out" | grep -q "pp 2 does not divide the 3 ranks"'
 out=$("$zt" "${base[@]}" --timeline "$w/x.svg" 2>&1)

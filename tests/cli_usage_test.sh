@@ -20,7 +20,7 @@ out=$("$zt" train --frobnicate 3 2>&1); rc=$?
 check "an option like none: no guess" '[ $rc -eq 2 ] && grep -q "unknown option .frobnicate. (see zt train --help)" <<<"$out"'
 printf '\xef\xbb\xbfsteps = 2\n' >"$w/bom.cfg"
 out=$("$zt" train --config "$w/bom.cfg" 2>&1); rc=$?
-check "a config file's byte-order mark is named as such" '[ $rc -ne 0 ] && grep -q "bom.cfg:1: starts with a UTF-8 byte-order mark" <<<"$out"'
+check "a config file's byte-order mark is named as such" '[ $rc -ne 0 ] && grep -q "bom.cfg., line 1: starts with a UTF-8 byte-order mark" <<<"$out"'
 
 small="--batch 4 --seq 32 --eval-batches 1 --sample-len 0"
 out=$(ZT_STEP_PROGRESS_S=100000 "$zt" train $small --steps 1 2>&1)
@@ -35,7 +35,7 @@ busy & busy &
 "$zt" train $small --steps 400 --log-every 100 --metrics "$w/mfu.jsonl" >"$w/mfu.out" 2>&1
 wait
 check "MFU never above 100%, even when the machine was busier at start" \
-  '[ "$(wc -l <"$w/mfu.jsonl")" -eq 400 ] && ! grep -q "\"mfu\":[1-9]" "$w/mfu.jsonl" && ! grep -q "mfu [1-9][0-9][0-9]\.[0-9]%" "$w/mfu.out"'
+  '[ "$(wc -l <"$w/mfu.jsonl")" -eq 400 ] && python3 -c "import json,sys; sys.exit(max(json.loads(l)[\"mfu\"] for l in open(sys.argv[1])) > 1)" "$w/mfu.jsonl" && ! grep -q "mfu [1-9][0-9][0-9]\.[0-9]%" "$w/mfu.out"'
 
 # in a log (not a terminal), a step's parts are shown only past 30 s into it (default): a run of
 # steps of seconds prints none

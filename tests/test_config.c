@@ -73,7 +73,7 @@ static void test_config_file_lines(void) {
   ZT_CHECK(c.steps == 2 && !strcmp(c.log.metrics, "run#1.jsonl") && !strcmp(c.checkpoint.save, "a #b \"c\"") && c.optim.lr == 0.5);
   /* errors name the file and line */
   const char *bad[][2] = {
-      {"steps = 2\nbat\0ch = 2\n", ":2: holds a NUL byte"},
+      {"steps = 2\nbat\0ch = 2\n", "line 2: holds a NUL byte"},
       {"steps = 2\n\nsteps = 3\n", ":3: 'steps' is set twice (also on line 1)"},
       {"steps 2\n", ":1: expected 'name = value'"},
       {"save = \"open\n", ":1: the quoted value has no closing"},

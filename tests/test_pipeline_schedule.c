@@ -1,9 +1,15 @@
 /* Pipeline schedules as data (zt/pipeline.h): every generator validates (plain and lowered)
  * at P = 2, 4, 8 and M = P, 2P, 4P or names its minimum M; the text form round-trips; the
  * validator names each broken rule; the simulator reproduces the papers' bubbles and the
- * V-shape families' memory ratios with zero communication. */
+ * V-shape families' memory ratios with zero communication. Bad input (issue 25): sizes bounded
+ * before allocation, files that are not regular text refused, costs finite, the order check
+ * linear; lowering keeps every valid schedule valid (random schedules). */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "zt/pipeline.h"
 #include "zt_test.h"
@@ -518,6 +524,262 @@ static void test_render(void) {
   zt_pipeline_schedule_free(s);
 }
 
+/* ---- issue 25, item 15: sizes bounded before anything is allocated, files read safely, the
+ * checks linear, costs finite ---- */
+
+static void expect_parse_error(const char *text, const char *substr) {
+  zt_pipeline_schedule *s = NULL;
+  ZT_CHECK_ERR(zt_pipeline_schedule_parse(text, &s), ZT_STATUS_INVALID_ARG, substr);
+  ZT_CHECK(s == NULL);
+}
+
+static void test_sizes_bounded(void) {
+  zt_pipeline_schedule *s = NULL;
+  /* used to allocate 16 GB */
+  ZT_CHECK_ERR(zt_pipeline_schedule_new(1000000000, 1, 1, ZT_PIPELINE_PLACEMENT_LOOP, &s), ZT_STATUS_INVALID_ARG,
+               "ranks in [1, 1024], chunks in [1, 64] and microbatches in [1, 100000]");
+  ZT_CHECK_ERR(zt_pipeline_schedule_new(1024, 64, 100000, ZT_PIPELINE_PLACEMENT_LOOP, &s), ZT_STATUS_INVALID_ARG,
+               "has 6553600000 (stage, microbatch) pairs");
+  ZT_CHECK(s == NULL);
+  /* the cap itself is fine */
+  ZT_CHECK_OK(zt_pipeline_schedule_new(1024, 1, ZT_PIPELINE_MAX_SLOTS / 1024, ZT_PIPELINE_PLACEMENT_LOOP, &s));
+  zt_pipeline_schedule_free(s);
+  s = NULL;
+  /* headers of a few bytes that used to make the validator touch 6.4 GB, allocate 16 GB, or
+   * overflow the stage count ("the schedule has -1294967296 stages") */
+  expect_parse_error("zt-pipeline ranks=2 chunks=1 microbatches=100000000\n0: 0F0\n1: 1F0\n",
+                     "line 1: header microbatches='100000000' must be an integer in [1, 100000]");
+  expect_parse_error("zt-pipeline ranks=1000000000 chunks=1 microbatches=1\n",
+                     "line 1: header ranks='1000000000' must be an integer in [1, 1024]");
+  expect_parse_error("zt-pipeline ranks=3 chunks=1000000000 microbatches=1\n0: 0F0\n1: 1F0\n2: 2F0\n",
+                     "line 1: header chunks='1000000000' must be an integer in [1, 64]");
+  expect_parse_error("zt-pipeline ranks=1024 chunks=64 microbatches=100000\n",
+                     "line 1: a pipeline schedule of 65536 stages (ranks x chunks) and 100000 microbatches has "
+                     "6553600000 (stage, microbatch) pairs; checking and simulating it would take about 1953.1 GiB");
+  /* within the CLI's flag ranges, 1f1b at 1024 stages and 100,000 microbatches needed ~10 GB */
+  zt_pipeline_gen_options o = {.name = "1f1b", .ranks = 1024, .microbatches = 100000};
+  ZT_CHECK_ERR(zt_pipeline_generate(&o, &s), ZT_STATUS_INVALID_ARG, "has 102400000 (stage, microbatch) pairs");
+  o.name = "zb-v", o.ranks = 16; /* 2 chunks: 3.2 million pairs */
+  ZT_CHECK_ERR(zt_pipeline_generate(&o, &s), ZT_STATUS_INVALID_ARG, "has 3200000 (stage, microbatch) pairs");
+  ZT_CHECK(s == NULL);
+  /* a rank's list: at most 7 actions per stage and microbatch */
+  ZT_CHECK_OK(zt_pipeline_schedule_new(1, 1, 1, ZT_PIPELINE_PLACEMENT_LOOP, &s));
+  for (int i = 0; s && i < 7; i++) ZT_CHECK_OK(zt_pipeline_schedule_push(s, 0, (zt_pipeline_action){ZT_PIPELINE_OP_F, 0, 0}));
+  if (s)
+    ZT_CHECK_ERR(zt_pipeline_schedule_push(s, 0, (zt_pipeline_action){ZT_PIPELINE_OP_F, 0, 0}), ZT_STATUS_INVALID_ARG,
+                 "rank 0 has more than 7 actions");
+  zt_pipeline_schedule_free(s);
+  /* the simulator takes unvalidated schedules: an action out of range is named, never looked up */
+  ZT_CHECK_OK(zt_pipeline_schedule_new(2, 1, 1, ZT_PIPELINE_PLACEMENT_LOOP, &s));
+  if (s) ZT_CHECK_OK(zt_pipeline_schedule_push(s, 0, (zt_pipeline_action){ZT_PIPELINE_OP_BW, 4, 0}));
+  zt_pipeline_sim *sim = NULL;
+  if (s) ZT_CHECK_ERR(zt_pipeline_simulate(s, NULL, &sim), ZT_STATUS_INVALID_ARG, "stage 4 is out of range");
+  ZT_CHECK(sim == NULL);
+  zt_pipeline_schedule_free(s);
+}
+
+static void write_bytes(const char *path, const char *data, size_t n) {
+  FILE *f = fopen(path, "wb");
+  ZT_CHECK(f != NULL);
+  if (!f) return;
+  ZT_CHECK(fwrite(data, 1, n, f) == n);
+  ZT_CHECK(fclose(f) == 0);
+}
+
+static void test_reader_files(void) {
+  if (!zt_test_tmpdir_make("pp_reader")) return;
+  zt_pipeline_schedule *s = NULL;
+  char fifo[512];
+  zt_test_tmp_path_to(fifo, sizeof fifo, "fifo");
+  ZT_CHECK(mkfifo(fifo, 0600) == 0);
+  /* a FIFO used to block, /dev/zero to be read forever */
+  ZT_CHECK_ERR(zt_pipeline_schedule_read(fifo, &s), ZT_STATUS_IO, "it is a FIFO (named pipe), not a regular file");
+  ZT_CHECK_ERR(zt_pipeline_schedule_read("/dev/zero", &s), ZT_STATUS_IO, "it is a character device, not a regular file");
+  ZT_CHECK_ERR(zt_pipeline_schedule_read(zt_test_tmpdir(), &s), ZT_STATUS_IO, "it is a folder");
+  ZT_CHECK_ERR(zt_pipeline_schedule_read(zt_test_tmp_path("missing"), &s), ZT_STATUS_IO, "No such file");
+  /* a NUL byte used to drop the rest of its 4 KiB read silently (here: rank 1's line) */
+  static const char nul[] = "zt-pipeline ranks=2 chunks=1 microbatches=1\n0: 0F0 0BW0 # \0 x\n1: 1F0 1BW0\n";
+  write_bytes(zt_test_tmp_path("nul.sched"), nul, sizeof nul - 1);
+  ZT_CHECK_ERR(zt_pipeline_schedule_read(zt_test_tmp_path("nul.sched"), &s), ZT_STATUS_INVALID_ARG,
+               "nul.sched', line 2: holds a NUL byte (byte 59 of the file)");
+  /* a byte-order mark is named as such */
+  static const char bom[] = "\xEF\xBB\xBFzt-pipeline ranks=1 chunks=1 microbatches=1\n0: 0F0 0BW0\n";
+  write_bytes(zt_test_tmp_path("bom.sched"), bom, sizeof bom - 1);
+  ZT_CHECK_ERR(zt_pipeline_schedule_read(zt_test_tmp_path("bom.sched"), &s), ZT_STATUS_INVALID_ARG,
+               "bom.sched', line 1: starts with a UTF-8 byte-order mark (BOM, the bytes EF BB BF");
+  expect_parse_error(bom, "byte-order mark");
+  /* larger than any schedule's text: refused before it is read (a sparse file) */
+  const char *huge = zt_test_tmp_path("huge.sched");
+  FILE *f = fopen(huge, "wb");
+  ZT_CHECK(f && ftruncate(fileno(f), (off_t)ZT_PIPELINE_MAX_FILE_BYTES + 1) == 0);
+  if (f) ZT_CHECK(fclose(f) == 0);
+  ZT_CHECK_ERR(zt_pipeline_schedule_read(huge, &s), ZT_STATUS_IO, "it has 268435457 bytes, more than the 268435456");
+  ZT_CHECK(s == NULL);
+  /* and a good file still reads */
+  write_bytes(zt_test_tmp_path("ok.sched"), bom + 3, sizeof bom - 4);
+  ZT_CHECK_OK(zt_pipeline_schedule_read(zt_test_tmp_path("ok.sched"), &s));
+  if (s) ZT_CHECK_OK(zt_pipeline_validate(s));
+  zt_pipeline_schedule_free(s);
+  zt_test_tmpdir_remove();
+}
+
+static void test_costs_finite(void) {
+  zt_pipeline_schedule *s = gen("1f1b", 2, 2);
+  const double bad[] = {NAN, INFINITY, 1e308, -1};
+  zt_pipeline_sim *sim = NULL;
+  for (int k = 0; s && k < 4; k++) {
+    zt_pipeline_costs c = zt_pipeline_costs_default();
+    c.f = bad[k];
+    ZT_CHECK_ERR(zt_pipeline_simulate(s, &c, &sim), ZT_STATUS_INVALID_ARG, "pipeline costs must be finite numbers in [0, 1e+12]");
+    c = zt_pipeline_costs_default();
+    c.comm = bad[k];
+    ZT_CHECK_ERR(zt_pipeline_simulate(s, &c, &sim), ZT_STATUS_INVALID_ARG, "must be finite numbers");
+    double stage[6] = {1, 1, 1, 1, 1, bad[k]};
+    c = zt_pipeline_costs_default();
+    c.stage = stage;
+    ZT_CHECK_ERR(zt_pipeline_simulate(s, &c, &sim), ZT_STATUS_INVALID_ARG, "for W of stage 1");
+    c = zt_pipeline_costs_default();
+    c.bytes_per_unit = bad[k] * 1e12;
+    ZT_CHECK_ERR(zt_pipeline_simulate(s, &c, &sim), ZT_STATUS_INVALID_ARG, "bytes must be a finite number");
+    /* the generators that plan with costs refuse them too */
+    zt_pipeline_schedule *a = NULL;
+    zt_pipeline_gen_options o = {.name = "auto", .ranks = 2, .microbatches = 4, .costs = zt_pipeline_costs_default()};
+    o.costs.w = bad[k];
+    ZT_CHECK_ERR(zt_pipeline_generate(&o, &a), ZT_STATUS_INVALID_ARG, "must be finite numbers");
+    ZT_CHECK(a == NULL);
+  }
+  ZT_CHECK(sim == NULL);
+  /* the largest cost, and a memory limit far above M (its chunk count was cast from 2e18) */
+  zt_pipeline_costs c = zt_pipeline_costs_default();
+  c.f = c.b = c.w = c.comm = ZT_PIPELINE_MAX_COST;
+  if (s) ZT_CHECK_OK(zt_pipeline_simulate(s, &c, &sim));
+  if (sim) ZT_CHECK(isfinite(sim->step_time) && sim->step_time > 0);
+  zt_pipeline_sim_free(sim);
+  zt_pipeline_schedule *a = NULL;
+  ZT_CHECK_OK(zt_pipeline_generate(
+      &(zt_pipeline_gen_options){.name = "auto", .ranks = 2, .microbatches = 4, .mem_limit = 1e18}, &a));
+  zt_pipeline_schedule_free(a);
+  zt_pipeline_schedule_free(s);
+}
+
+/* The send/receive order check at a size where a quadratic one is hopeless (hours): 1F1B at
+ * P = 2 and M = 100,000, lowered (600,000 actions), and the same with rank 1's last two
+ * receives in the wrong order, found and named. */
+static void test_order_check_scales(void) {
+  int M = ZT_PIPELINE_MAX_MICROBATCHES;
+  zt_pipeline_schedule *s = gen("1f1b", 2, M), *l = NULL;
+  if (s) ZT_CHECK_OK(zt_pipeline_lower(s, &l));
+  if (l) ZT_CHECK_OK(zt_pipeline_validate(l));
+  if (l && l->n_actions[1] == 4 * M) {
+    /* ... 1RECV_F(M-2) 1F 1BW 1SEND_B, 1RECV_F(M-1) 1F 1BW 1SEND_B: receive M-1 first */
+    zt_pipeline_action *a = l->actions[1] + 4 * (M - 2);
+    zt_pipeline_action last[8] = {a[4], a[0], a[1], a[2], a[3], a[5], a[6], a[7]};
+    memcpy(a, last, sizeof last);
+    char want[256];
+    snprintf(want, sizeof want,
+             "0SEND_F%d is send number %d from rank 0 to rank 1, but rank 1's receive number %d is 1RECV_F%d, not "
+             "1RECV_F%d",
+             M - 2, M - 1, M - 1, M - 1, M - 2);
+    ZT_CHECK_ERR(zt_pipeline_validate(l), ZT_STATUS_INVALID_ARG, want);
+  }
+  zt_pipeline_schedule_free(l);
+  zt_pipeline_schedule_free(s);
+}
+
+/* ---- issue 25, item 16: lowering keeps a valid schedule valid, so zt schedule --check (which
+ * validates as zt train does) and zt train agree ---- */
+
+/* A random valid compute-only schedule: a random topological order of every action (per stage
+ * and microbatch F, then B and W or BW; F of stage s after F of s-1, the backward of s after
+ * that of s+1, W after B), each rank's list its actions in that order. */
+static zt_pipeline_schedule *random_schedule(unsigned *seed, int P, int V, int M, zt_pipeline_placement pl, bool split) {
+  zt_pipeline_schedule *s = NULL;
+  ZT_CHECK_OK(zt_pipeline_schedule_new(P, V, M, pl, &s));
+  if (!s) return NULL;
+  int S = P * V, n = S * M, left = n * (split ? 3 : 2);
+  int *state = calloc((size_t)n, sizeof *state), *cand = malloc((size_t)n * sizeof *cand);
+  while (state && cand && left > 0) {
+    int nc = 0;
+    for (int st = 0; st < S; st++)
+      for (int m = 0; m < M; m++) {
+        int k = st * M + m, x = state[k];
+        bool ready = x == 0   ? st == 0 || state[k - M] >= 1
+                     : x == 1 ? st == S - 1 || state[k + M] >= 2
+                              : x == 2 && split;
+        if (ready) cand[nc++] = k;
+      }
+    *seed = *seed * 1103515245u + 12345u;
+    int k = cand[(*seed >> 8) % (unsigned)nc], st = k / M, x = state[k]++;
+    zt_pipeline_op op = x == 0 ? ZT_PIPELINE_OP_F : x == 2 ? ZT_PIPELINE_OP_W : split ? ZT_PIPELINE_OP_B : ZT_PIPELINE_OP_BW;
+    ZT_CHECK_OK(zt_pipeline_schedule_push(s, zt_pipeline_stage_rank(s, st), (zt_pipeline_action){op, st, k % M}));
+    left--;
+  }
+  free(state);
+  free(cand);
+  return s;
+}
+
+static char *rank_text(const zt_pipeline_schedule *s, int r) {
+  static char buf[1024];
+  size_t len = 0;
+  char t[32];
+  buf[0] = '\0';
+  for (int i = 0; i < s->n_actions[r] && len < sizeof buf - 40; i++)
+    len += (size_t)snprintf(buf + len, sizeof buf - len, "%s%s", i ? " " : "", zt_pipeline_action_str(s->actions[r][i], t));
+  return buf;
+}
+
+static void test_lowering_keeps_valid(void) {
+  /* the file of the issue: rank 1 takes rank 0's activations in the reverse of the order they
+   * were sent; it passed the validator, and its lowered form (what zt train runs) did not */
+  zt_pipeline_schedule *s = NULL, *l = NULL;
+  ZT_CHECK_OK(zt_pipeline_schedule_parse("zt-pipeline ranks=2 chunks=1 microbatches=4\n"
+                                         "0: 0F0 0F1 0F2 0F3 0BW3 0BW2 0BW1 0BW0\n"
+                                         "1: 1F3 1BW3 1F2 1BW2 1F1 1BW1 1F0 1BW0\n",
+                                         &s));
+  if (s) ZT_CHECK_OK(zt_pipeline_validate(s));
+  if (s) ZT_CHECK_OK(zt_pipeline_lower(s, &l));
+  if (l) {
+    ZT_CHECK_OK(zt_pipeline_validate(l));
+    /* the activations are received in the order sent, all four before 1F3 needs the last */
+    ZT_CHECK(!strcmp(rank_text(l, 1), "1RECV_F0 1RECV_F1 1RECV_F2 1RECV_F3 1F3 1BW3 1SEND_B3 1F2 1BW2 1SEND_B2 1F1 1BW1 "
+                                      "1SEND_B1 1F0 1BW0 1SEND_B0"));
+    ZT_CHECK(!strcmp(rank_text(l, 0), "0F0 0SEND_F0 0F1 0SEND_F1 0F2 0SEND_F2 0F3 0SEND_F3 0RECV_B3 0BW3 0RECV_B2 0BW2 "
+                                      "0RECV_B1 0BW1 0RECV_B0 0BW0"));
+  }
+  zt_pipeline_schedule_free(l);
+  zt_pipeline_schedule_free(s);
+  /* every valid compute-only schedule lowers to a valid one, which runs as fast (the receives
+   * taken early wait for nothing the needed one does not) */
+  unsigned seed = 25;
+  for (int it = 0; it < 300; it++) {
+    int P = 2 + it % 3, M = 1 + (it / 3) % 6;
+    bool v = it % 4 == 1, interleaved = it % 4 == 2, split = (it / 7) % 2;
+    s = random_schedule(&seed, P, v || interleaved ? 2 : 1, M, v ? ZT_PIPELINE_PLACEMENT_V : ZT_PIPELINE_PLACEMENT_LOOP,
+                        split);
+    l = NULL;
+    if (s) ZT_CHECK_OK(zt_pipeline_validate(s));
+    if (s) ZT_CHECK_OK(zt_pipeline_lower(s, &l));
+    if (l) ZT_CHECK_OK(zt_pipeline_validate(l));
+    zt_pipeline_costs c = zt_pipeline_costs_default();
+    c.comm = 0.3;
+    zt_pipeline_sim *a = NULL, *b = NULL;
+    if (l) ZT_CHECK_OK(zt_pipeline_simulate(s, &c, &a));
+    if (l) ZT_CHECK_OK(zt_pipeline_simulate(l, &c, &b));
+    if (a && b) ZT_CHECK_NEAR(a->step_time, b->step_time, 1e-9);
+    zt_pipeline_sim_free(a);
+    zt_pipeline_sim_free(b);
+    zt_pipeline_schedule_free(l);
+    zt_pipeline_schedule_free(s);
+  }
+  /* lowering takes a valid schedule only (an invalid one has no well-defined messages) */
+  ZT_CHECK_OK(zt_pipeline_schedule_parse("zt-pipeline ranks=2 chunks=1 microbatches=1\n0: 0F0 0B0\n1: 1F0 1BW0\n", &s));
+  l = NULL;
+  if (s) ZT_CHECK_ERR(zt_pipeline_lower(s, &l), ZT_STATUS_INVALID_ARG, "rank 0: 0B0 has no 0W0 (W is missing");
+  ZT_CHECK(l == NULL);
+  zt_pipeline_schedule_free(s);
+}
+
 int main(void) {
   ZT_RUN(test_every_generator_validates);
   ZT_RUN(test_minimum_microbatches);
@@ -534,5 +796,10 @@ int main(void) {
   ZT_RUN(test_stage_costs);
   ZT_RUN(test_auto);
   ZT_RUN(test_render);
+  ZT_RUN(test_sizes_bounded);
+  ZT_RUN(test_reader_files);
+  ZT_RUN(test_costs_finite);
+  ZT_RUN(test_order_check_scales);
+  ZT_RUN(test_lowering_keeps_valid);
   return zt_test_finish();
 }

@@ -58,12 +58,30 @@ typedef struct zt_pipeline_schedule {
   int *cap_; /* private: capacity of each actions[r] */
 } zt_pipeline_schedule;
 
-/* An empty schedule (ranks, chunks, microbatches >= 1; V placement needs chunks == 2:
- * ZT_STATUS_INVALID_ARG saying which). *out is the caller's. */
+/* ---- sizes ----
+ * The largest schedule the library makes, reads, checks and simulates: ranks, chunks per rank
+ * and microbatches within these bounds, and at most ZT_PIPELINE_MAX_SLOTS (stage, microbatch)
+ * pairs (ranks x chunks x microbatches). Checking and simulating a schedule takes about
+ * ZT_PIPELINE_BYTES_PER_SLOT bytes a pair (its actions with their sends and receives, their
+ * simulated times, the validator's index), so the cap holds that to about 2/3 GiB. Larger
+ * shapes are refused before anything is allocated (ZT_STATUS_INVALID_ARG naming the bound
+ * and the memory they would take). A schedule file has at most ZT_PIPELINE_MAX_FILE_BYTES
+ * (room for the text of the largest schedule, sends and receives included). */
+#define ZT_PIPELINE_MAX_RANKS 1024
+#define ZT_PIPELINE_MAX_CHUNKS 64
+#define ZT_PIPELINE_MAX_MICROBATCHES 100000
+#define ZT_PIPELINE_MAX_SLOTS (1 << 21)
+#define ZT_PIPELINE_BYTES_PER_SLOT 320
+#define ZT_PIPELINE_MAX_FILE_BYTES ((size_t)256 << 20)
+
+/* An empty schedule (ranks, chunks, microbatches within the bounds above; V placement needs
+ * chunks == 2: ZT_STATUS_INVALID_ARG saying which). *out is the caller's. */
 ZT_API ZT_NODISCARD zt_status zt_pipeline_schedule_new(int ranks, int chunks, int microbatches,
                                                        zt_pipeline_placement placement, zt_pipeline_schedule **out);
 ZT_API void zt_pipeline_schedule_free(zt_pipeline_schedule *s);
-/* Append a to rank r's list (no checks beyond r's range: the validator judges the whole). */
+/* Append a to rank r's list (no checks beyond r's range and the list's length: the validator
+ * judges the whole). A list longer than a valid schedule's can be (7 actions per stage of the
+ * rank and microbatch: F, B, W and four transfers) is ZT_STATUS_INVALID_ARG. */
 ZT_API ZT_NODISCARD zt_status zt_pipeline_schedule_push(zt_pipeline_schedule *s, int r, zt_pipeline_action a);
 /* The rank that holds stage `stage` (-1 when out of range), and the stage count. */
 ZT_API int zt_pipeline_stage_rank(const zt_pipeline_schedule *s, int stage);
@@ -85,6 +103,10 @@ ZT_API ZT_NODISCARD zt_status zt_pipeline_action_parse(const char *tok, zt_pipel
 ZT_API ZT_NODISCARD zt_status zt_pipeline_schedule_format(const zt_pipeline_schedule *s, char **out);
 /* Parse the text form (errors name the line and the token). Parsing does not validate. */
 ZT_API ZT_NODISCARD zt_status zt_pipeline_schedule_parse(const char *text, zt_pipeline_schedule **out);
+/* Read a schedule file: a regular file only (a FIFO, a device or a folder is ZT_STATUS_IO
+ * naming what it is, before any read), of at most ZT_PIPELINE_MAX_FILE_BYTES, without NUL
+ * bytes (named with their line) or a UTF-8 byte-order mark (named as such); parsed as above,
+ * errors prefixed with the path. */
 ZT_API ZT_NODISCARD zt_status zt_pipeline_schedule_read(const char *path, zt_pipeline_schedule **out);
 ZT_API ZT_NODISCARD zt_status zt_pipeline_schedule_write(const zt_pipeline_schedule *s, const char *path);
 
@@ -101,6 +123,11 @@ typedef struct zt_pipeline_costs {
    * the compute actions. Borrowed. NULL: every stage costs f/V, b/V, w/V. */
   const double *stage;
 } zt_pipeline_costs;
+/* Every cost is a finite number in [0, ZT_PIPELINE_MAX_COST] (bytes_per_unit in [0, 1e18]):
+ * the simulator sums millions of them, and NaN, infinity or 1e308 would make every time
+ * meaningless. zt_pipeline_simulate and zt_pipeline_generate refuse others
+ * (ZT_STATUS_INVALID_ARG naming the value). */
+#define ZT_PIPELINE_MAX_COST 1e12
 /* f = b = w = 1, comm = 0, bytes_per_unit 0, no per-stage costs. */
 ZT_API zt_pipeline_costs zt_pipeline_costs_default(void);
 
@@ -123,7 +150,12 @@ ZT_API ZT_NODISCARD zt_status zt_pipeline_generate(const zt_pipeline_gen_options
 /* ---- lowering (lower.c) ----
  * The with-communication form of a compute-only s: every hop between ranks gets a RECV right
  * before the action that needs it (not earlier: an early receive blocks the rank behind a
- * message it does not need yet) and a SEND right after the action that produces it. */
+ * message it does not need yet) and a SEND right after the action that produces it. Between
+ * two ranks a kind's messages are received in the order they were sent (rule 4 below): a
+ * message needed before others sent earlier takes those along, received right before it,
+ * which waits for nothing more (they were produced before it). So a valid s lowers to a valid
+ * schedule that simulates to the same step. s must be valid (rules 1-5: the validator's error
+ * otherwise). */
 ZT_API ZT_NODISCARD zt_status zt_pipeline_lower(const zt_pipeline_schedule *s, zt_pipeline_schedule **out);
 
 /* ---- validation (validate.c) ----
@@ -136,7 +168,9 @@ ZT_API ZT_NODISCARD zt_status zt_pipeline_lower(const zt_pipeline_schedule *s, z
  *     the consuming one, none within a rank, and between two ranks the sends of each kind
  *     match the receives in order (stage and microbatch);
  *  5. no deadlock: simulating it, every rank finishes (F of stage s waits for F of s-1, B of s
- *     for B of s+1, a RECV for its SEND). */
+ *     for B of s+1, a RECV for its SEND);
+ *  6. a compute-only s also passes 1-5 lowered (zt_pipeline_lower: what zt_pipeline_run
+ *     executes), so a schedule that validates runs. */
 ZT_API ZT_NODISCARD zt_status zt_pipeline_validate(const zt_pipeline_schedule *s);
 
 /* ---- simulation (simulate.c) ----

@@ -335,23 +335,10 @@ static zt_status line_value(char *v, const char *path, int lineno, char **out) {
 
 zt_status zt_config_file_read(const char *path, zt_config_set_fn set, void *user_data) {
   if (!path || !*path) return ZT_ERR(ZT_STATUS_INVALID_ARG, "config file name is empty");
-  void *data = NULL;
+  char *text = NULL;
   size_t size = 0;
-  ZT_TRY(zt__read_regular_file(path, ZT_CONFIG_MAX_BYTES, "config file", &data, &size));
-  char *text = data;
-  if (size >= 3 && !memcmp(text, "\xef\xbb\xbf", 3)) {
-    free(data);
-    return ZT_ERR(ZT_STATUS_INVALID_ARG,
-                  "%s:1: starts with a UTF-8 byte-order mark (the bytes EF BB BF, which some editors add); save the "
-                  "file as UTF-8 without a BOM (or plain ASCII)", path);
-  }
-  if (memchr(text, '\0', size)) {
-    size_t at = (size_t)((char *)memchr(text, '\0', size) - text);
-    int line = 1;
-    for (size_t i = 0; i < at; i++) line += text[i] == '\n';
-    free(data);
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s:%d: holds a NUL byte: it is not a text config file", path, line);
-  }
+  ZT_TRY(zt__read_text_file(path, ZT_CONFIG_MAX_BYTES, "config file", &text, &size));
+  void *data = text;
   /* keys seen so far, with their lines, to refuse a key given twice */
   char **keys = NULL;
   int *key_lines = NULL, n_keys = 0;
@@ -360,7 +347,7 @@ zt_status zt_config_file_read(const char *path, zt_config_set_fn set, void *user
   for (char *line = text; s == ZT_OK && line < text + size;) {
     char *nl = memchr(line, '\n', (size_t)(text + size - line));
     if (nl) *nl = '\0';
-    else text[size] = '\0'; /* zt__read_regular_file leaves a spare NUL after the data */
+    else text[size] = '\0'; /* zt__read_text_file leaves a spare NUL after the data */
     lineno++;
     char *l = line;
     line = nl ? nl + 1 : text + size;

@@ -4,6 +4,7 @@
 #ifndef ZT_TRAIN_FILEIO_H
 #define ZT_TRAIN_FILEIO_H
 
+#include "core/file.h"
 #include "zt/train.h"
 
 /* fsync a folder (makes renames in it durable). Returns 0 or an errno value; filesystems
@@ -40,19 +41,8 @@ ZT_NODISCARD zt_status zt__path_join(char *buf, size_t cap, const char *dir, con
  * files; GPT-2's encoder.json (1 MB) and vocab.bpe (0.5 MB). */
 #define ZT__READ_JSON_MAX ((size_t)256 << 20)
 #define ZT__READ_BPE_MAX ((size_t)256 << 20)
-/* Open path for reading (O_RDONLY | O_NONBLOCK | O_CLOEXEC, so a FIFO cannot block) and
- * refuse anything but a regular file, naming what it is (a folder, a FIFO, a device...).
- * what names the file's role in messages ("token file"). On success *fd is open (the caller
- * closes it) and *size is the file's size. */
-ZT_NODISCARD zt_status zt__open_regular_file(const char *path, const char *what, int *fd, uint64_t *size);
-/* A file that a run writes later (a figure at its end): its folder exists and can be written
- * into, and the path is not a folder or anything but a regular file. Nothing is created. what
- * names the file's role in messages. */
-ZT_NODISCARD zt_status zt__check_output_file(const char *path, const char *what);
-/* Read a whole regular file of at most max_bytes bytes (larger ones are refused, naming the
- * limit) into a malloc'd buffer with a NUL after the last byte (text can be used as a C
- * string); the caller frees *data. Non-regular files are refused as above. */
-ZT_NODISCARD zt_status zt__read_regular_file(const char *path, size_t max_bytes, const char *what, void **data, size_t *size);
+/* Opening and reading regular files under such a cap: core/file.h (zt__open_regular_file,
+ * zt__read_regular_file, zt__read_text_file). */
 
 /* ------------------------------------------------ text buffer */
 /* Appends never fail visibly: on OOM the buffer sets .oom and ignores further text, so

@@ -366,7 +366,7 @@ static zt_status gen_auto(const zt_pipeline_gen_options *o, const zt_pipeline_co
   zt_status last = ZT_OK;
   for (int v = o->chunks ? o->chunks : 1; v <= (o->chunks ? o->chunks : 2); v++) {
     for (int r = 0; r < P; r++)
-      lim[v - 1][r] = o->mem_limit > 0 ? (int)floor(o->mem_limit * v + 1e-9) : M * v;
+      lim[v - 1][r] = o->mem_limit > 0 && o->mem_limit < M ? (int)floor(o->mem_limit * v + 1e-9) : M * v;
     zt_pipeline_schedule *s;
     zt_status st = gen_greedy(o, v == 1 ? ZT_PIPELINE_PLACEMENT_LOOP : ZT_PIPELINE_PLACEMENT_V, v, lim[v - 1], c, &s);
     if (st != ZT_OK) {
@@ -449,9 +449,10 @@ zt_status zt_pipeline_generate(const zt_pipeline_gen_options *o, zt_pipeline_sch
     w += l + (e ? 1 : 0);
   }
   if (!known) return ZT_ERR(ZT_STATUS_INVALID_ARG, "unknown schedule '%s' (schedules: %s)", n, NAMES);
-  if (o->ranks < 1 || o->ranks > 1024 || o->microbatches < 1 || o->microbatches > 100000)
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "schedule %s needs ranks in [1, 1024] and microbatches in [1, 100000] (got %d, %d)",
-                  n, o->ranks, o->microbatches);
+  if (o->ranks < 1 || o->ranks > ZT_PIPELINE_MAX_RANKS || o->microbatches < 1 ||
+      o->microbatches > ZT_PIPELINE_MAX_MICROBATCHES)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "schedule %s needs ranks in [1, %d] and microbatches in [1, %d] (got %d, %d)", n,
+                  ZT_PIPELINE_MAX_RANKS, ZT_PIPELINE_MAX_MICROBATCHES, o->ranks, o->microbatches);
   bool vshape = !strcmp(n, "zb-v") || !strcmp(n, "v-half") || !strcmp(n, "v-min") || !strcmp(n, "dualpipev");
   int V = o->chunks;
   if (!strcmp(n, "interleaved")) {
@@ -470,6 +471,9 @@ zt_status zt_pipeline_generate(const zt_pipeline_gen_options *o, zt_pipeline_sch
     V = 1;
   }
   ZT_TRY(check_m(n, o->ranks, o->microbatches));
+  /* auto tries V = 2 when chunks is 0 */
+  ZT_TRY(zt__pp_check_size(o->ranks, V ? V : 2, o->microbatches));
+  ZT_TRY(zt__pp_check_costs(&o->costs, o->ranks * V)); /* auto's per-stage costs: checked as it simulates */
   ZT_TRY(generate(o, V, out));
   snprintf((*out)->name, sizeof (*out)->name, "%s", n);
   return ZT_OK;

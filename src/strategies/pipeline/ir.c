@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/file.h"
 #include "core/status_internal.h"
 #include "pipeline_internal.h"
 
@@ -49,14 +50,30 @@ zt_status zt__pp_buf_take(zt__pp_buf *b, char **out) {
   return ZT_OK;
 }
 
+zt_status zt__pp_check_size(int ranks, int chunks, int microbatches) {
+  if (ranks < 1 || ranks > ZT_PIPELINE_MAX_RANKS || chunks < 1 || chunks > ZT_PIPELINE_MAX_CHUNKS || microbatches < 1 ||
+      microbatches > ZT_PIPELINE_MAX_MICROBATCHES)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "a pipeline schedule has ranks in [1, %d], chunks in [1, %d] and microbatches in [1, %d] (got "
+                  "ranks=%d chunks=%d microbatches=%d)",
+                  ZT_PIPELINE_MAX_RANKS, ZT_PIPELINE_MAX_CHUNKS, ZT_PIPELINE_MAX_MICROBATCHES, ranks, chunks,
+                  microbatches);
+  long long slots = (long long)ranks * chunks * microbatches;
+  if (slots > ZT_PIPELINE_MAX_SLOTS)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "a pipeline schedule of %d stages (ranks x chunks) and %d microbatches has %lld (stage, "
+                  "microbatch) pairs; checking and simulating it would take about %.1f GiB (%d bytes a pair), and "
+                  "the limit is %d pairs (%.2f GiB): use fewer microbatches or stages",
+                  ranks * chunks, microbatches, slots,
+                  (double)slots * ZT_PIPELINE_BYTES_PER_SLOT / (1 << 30), ZT_PIPELINE_BYTES_PER_SLOT,
+                  ZT_PIPELINE_MAX_SLOTS, (double)ZT_PIPELINE_MAX_SLOTS * ZT_PIPELINE_BYTES_PER_SLOT / (1 << 30));
+  return ZT_OK;
+}
+
 zt_status zt_pipeline_schedule_new(int ranks, int chunks, int microbatches, zt_pipeline_placement placement,
                                    zt_pipeline_schedule **out) {
   *out = NULL;
-  if (ranks < 1 || chunks < 1 || microbatches < 1)
-    return ZT_ERR(ZT_STATUS_INVALID_ARG,
-                  "a pipeline schedule needs ranks, chunks and microbatches >= 1 (got ranks=%d chunks=%d "
-                  "microbatches=%d)",
-                  ranks, chunks, microbatches);
+  ZT_TRY(zt__pp_check_size(ranks, chunks, microbatches));
   if (placement != ZT_PIPELINE_PLACEMENT_LOOP && placement != ZT_PIPELINE_PLACEMENT_V)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "unknown pipeline placement %d (loop or v)", (int)placement);
   if (placement == ZT_PIPELINE_PLACEMENT_V && chunks != 2)
@@ -90,8 +107,16 @@ void zt_pipeline_schedule_free(zt_pipeline_schedule *s) {
 zt_status zt_pipeline_schedule_push(zt_pipeline_schedule *s, int r, zt_pipeline_action a) {
   if (r < 0 || r >= s->ranks)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "rank %d is out of range (the schedule has %d ranks)", r, s->ranks);
+  /* the sizes are bounded (zt__pp_check_size), so this product and the capacities fit an int */
+  int most = 7 * s->chunks * s->microbatches;
+  if (s->n_actions[r] >= most)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "rank %d has more than %d actions, more than a valid schedule of %d chunks per rank and %d "
+                  "microbatches has (7 per stage and microbatch: F, B, W and four transfers); it repeats actions",
+                  r, most, s->chunks, s->microbatches);
   if (s->n_actions[r] == s->cap_[r]) {
     int cap = s->cap_[r] ? 2 * s->cap_[r] : 16;
+    if (cap > most) cap = most;
     zt_pipeline_action *p = realloc(s->actions[r], (size_t)cap * sizeof *p);
     if (!p) return ZT_ERR(ZT_STATUS_OOM, "out of host memory for rank %d's pipeline actions", r);
     s->actions[r] = p, s->cap_[r] = cap;
@@ -178,6 +203,7 @@ zt_status zt_pipeline_schedule_format(const zt_pipeline_schedule *s, char **out)
 static zt_status parse_header(char *line, int ln, zt_pipeline_schedule **out) {
   long v[3] = {-1, -1, -1};
   const char *keys[3] = {"ranks", "chunks", "microbatches"};
+  const long most[3] = {ZT_PIPELINE_MAX_RANKS, ZT_PIPELINE_MAX_CHUNKS, ZT_PIPELINE_MAX_MICROBATCHES};
   int placement = ZT_PIPELINE_PLACEMENT_LOOP;
   char name[32] = "custom";
   char *save = NULL, *w = strtok_r(line, " \t\r", &save);
@@ -197,8 +223,9 @@ static zt_status parse_header(char *line, int ln, zt_pipeline_schedule **out) {
     if (k >= 0) {
       const char *p = val;
       v[k] = read_uint(&p);
-      if (v[k] < 1 || *p)
-        return ZT_ERR(ZT_STATUS_INVALID_ARG, "line %d: header %s='%s' must be an integer >= 1", ln, w, val);
+      if (v[k] < 1 || v[k] > most[k] || *p)
+        return ZT_ERR(ZT_STATUS_INVALID_ARG, "line %d: header %s='%s' must be an integer in [1, %ld]", ln, w, val,
+                      most[k]);
     } else if (!strcmp(w, "placement")) {
       if (!strcmp(val, "loop")) placement = ZT_PIPELINE_PLACEMENT_LOOP;
       else if (!strcmp(val, "v")) placement = ZT_PIPELINE_PLACEMENT_V;
@@ -212,7 +239,8 @@ static zt_status parse_header(char *line, int ln, zt_pipeline_schedule **out) {
   }
   for (int i = 0; i < 3; i++)
     if (v[i] < 0) return ZT_ERR(ZT_STATUS_INVALID_ARG, "line %d: the header has no %s=", ln, keys[i]);
-  ZT_TRY(zt_pipeline_schedule_new((int)v[0], (int)v[1], (int)v[2], (zt_pipeline_placement)placement, out));
+  zt_status st = zt_pipeline_schedule_new((int)v[0], (int)v[1], (int)v[2], (zt_pipeline_placement)placement, out);
+  if (st != ZT_OK) return zt__error_prefix(st, "line %d", ln);
   memcpy((*out)->name, name, sizeof name);
   return ZT_OK;
 }
@@ -227,21 +255,24 @@ static zt_status parse_rank_line(zt_pipeline_schedule *s, char *line, int ln, in
                   w ? w : "");
   for (int t = 1; (w = strtok_r(NULL, " \t\r", &save)); t++) {
     zt_pipeline_action a;
-    if (zt_pipeline_action_parse(w, &a) != ZT_OK)
-      return zt__error_prefix(ZT_STATUS_INVALID_ARG, "line %d, token %d", ln, t);
-    ZT_TRY(zt_pipeline_schedule_push(s, r, a));
+    zt_status st = zt_pipeline_action_parse(w, &a);
+    if (st == ZT_OK) st = zt_pipeline_schedule_push(s, r, a);
+    if (st != ZT_OK) return zt__error_prefix(st, "line %d, token %d", ln, t);
   }
   return ZT_OK;
 }
 
-zt_status zt_pipeline_schedule_parse(const char *text, zt_pipeline_schedule **out) {
+/* Parse text in place (its lines and tokens are cut with NULs). */
+static zt_status parse_text(char *text, zt_pipeline_schedule **out) {
   *out = NULL;
-  char *copy = strdup(text);
-  if (!copy) return ZT_ERR(ZT_STATUS_OOM, "out of host memory parsing a pipeline schedule");
+  if (!strncmp(text, "\xEF\xBB\xBF", 3))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "line 1: the text starts with a UTF-8 byte-order mark (BOM, the bytes EF BB BF), which the schedule "
+                  "text form does not have: save the file as UTF-8 without a BOM");
   zt_pipeline_schedule *s = NULL;
   zt_status st = ZT_OK;
   int ln = 0, r = 0;
-  for (char *line = copy; line && st == ZT_OK;) {
+  for (char *line = text; line && st == ZT_OK;) {
     char *nl = strchr(line, '\n');
     if (nl) *nl = '\0';
     ln++;
@@ -257,7 +288,6 @@ zt_status zt_pipeline_schedule_parse(const char *text, zt_pipeline_schedule **ou
     }
     line = nl ? nl + 1 : NULL;
   }
-  free(copy);
   if (st == ZT_OK && !s) st = ZT_ERR(ZT_STATUS_INVALID_ARG, "the schedule text is empty (it needs a header line)");
   if (st == ZT_OK && r < s->ranks)
     st = ZT_ERR(ZT_STATUS_INVALID_ARG, "the schedule has %d rank lines, the header says ranks=%d", r, s->ranks);
@@ -269,24 +299,22 @@ zt_status zt_pipeline_schedule_parse(const char *text, zt_pipeline_schedule **ou
   return ZT_OK;
 }
 
+zt_status zt_pipeline_schedule_parse(const char *text, zt_pipeline_schedule **out) {
+  *out = NULL;
+  char *copy = strdup(text);
+  if (!copy) return ZT_ERR(ZT_STATUS_OOM, "out of host memory parsing a pipeline schedule");
+  zt_status st = parse_text(copy, out);
+  free(copy);
+  return st;
+}
+
 zt_status zt_pipeline_schedule_read(const char *path, zt_pipeline_schedule **out) {
   *out = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) return ZT_ERR(ZT_STATUS_IO, "cannot open schedule file '%s': %s", path, strerror(errno));
-  zt__pp_buf b = {0};
-  char chunk[4096];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) zt__pp_buf_printf(&b, "%.*s", (int)n, chunk);
-  bool err = ferror(f);
-  fclose(f);
   char *text;
-  if (err) {
-    free(b.p);
-    return ZT_ERR(ZT_STATUS_IO, "cannot read schedule file '%s'", path);
-  }
-  if (!b.p) zt__pp_buf_printf(&b, "%s", "");
-  ZT_TRY(zt__pp_buf_take(&b, &text));
-  zt_status st = zt_pipeline_schedule_parse(text, out);
+  size_t size;
+  /* a regular file only (a FIFO or /dev/zero would block or never end), of bounded size, text */
+  ZT_TRY(zt__read_text_file(path, ZT_PIPELINE_MAX_FILE_BYTES, "schedule file", &text, &size));
+  zt_status st = parse_text(text, out);
   free(text);
   if (st != ZT_OK) return zt__error_prefix(st, "'%s'", path);
   return ZT_OK;

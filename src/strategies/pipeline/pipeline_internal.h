@@ -17,6 +17,11 @@ void zt__pp_buf_printf(zt__pp_buf *b, const char *fmt, ...) __attribute__((forma
 /* Hand the text to *out (ZT_STATUS_OOM, and the buffer freed, when an append failed). */
 ZT_NODISCARD zt_status zt__pp_buf_take(zt__pp_buf *b, char **out);
 
+/* ZT_STATUS_INVALID_ARG unless ranks, chunks and microbatches are within the bounds of
+ * zt/pipeline.h (each, and their product): checked before anything of that size is allocated.
+ * Within them every index below (op * S * M + stage * M + mb) fits an int. */
+ZT_NODISCARD zt_status zt__pp_check_size(int ranks, int chunks, int microbatches);
+
 /* The index of (stage, mb) in arrays of S*M entries. */
 static inline int zt__pp_slot(const zt_pipeline_schedule *s, int stage, int mb) {
   return stage * s->microbatches + mb;
@@ -39,6 +44,18 @@ static inline double zt__pp_cost(const zt_pipeline_costs *c, int chunks, zt_pipe
   }
 }
 
+/* ZT_STATUS_INVALID_ARG unless every cost of c is finite and within ZT_PIPELINE_MAX_COST (the
+ * per-stage ones too, 3 x stages of them, when c->stage is set). */
+ZT_NODISCARD zt_status zt__pp_check_costs(const zt_pipeline_costs *c, int stages);
+
+/* Rule 1 of zt_pipeline_validate: every action's kind, stage and microbatch in range, its stage
+ * on its rank. What makes a schedule safe to index (zt__pp_index, zt__pp_cost's stage costs). */
+ZT_NODISCARD zt_status zt__pp_check_ranges(const zt_pipeline_schedule *s);
+/* Rules 1 to 5 of zt_pipeline_validate (without lowering a compute-only s). */
+ZT_NODISCARD zt_status zt__pp_check_rules(const zt_pipeline_schedule *s);
+/* zt_pipeline_lower of a compute-only s that passed zt__pp_check_rules. */
+ZT_NODISCARD zt_status zt__pp_lower_checked(const zt_pipeline_schedule *s, zt_pipeline_schedule **out);
+
 /* Simulate without building the result (the validator's deadlock check); on a deadlock the
  * error names what each rank waits for. */
 ZT_NODISCARD zt_status zt__pp_check_progress(const zt_pipeline_schedule *s);
@@ -53,7 +70,7 @@ void zt__pp_index_free(zt__pp_index *ix);
 /* Rank r's action i in ix (-1 for the rank when absent). */
 static inline int zt__pp_find(const zt_pipeline_schedule *s, const zt__pp_index *ix, zt_pipeline_op op, int stage,
                               int mb, int *idx) {
-  int k = (int)op * zt_pipeline_stage_count(s) * s->microbatches + zt__pp_slot(s, stage, mb);
+  size_t k = (size_t)op * (size_t)zt_pipeline_stage_count(s) * (size_t)s->microbatches + (size_t)zt__pp_slot(s, stage, mb);
   *idx = ix->idx[k];
   return ix->rank[k];
 }

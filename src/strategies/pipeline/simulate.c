@@ -11,6 +11,24 @@
 
 zt_pipeline_costs zt_pipeline_costs_default(void) { return (zt_pipeline_costs){1, 1, 1, 0, 0, NULL}; }
 
+/* A cost in range; !(x >= 0 && x <= hi) is also true of NaN. */
+static bool cost_ok(double x, double hi) { return x >= 0 && x <= hi; }
+
+zt_status zt__pp_check_costs(const zt_pipeline_costs *c, int stages) {
+  const double hi = ZT_PIPELINE_MAX_COST;
+  if (!cost_ok(c->f, hi) || !cost_ok(c->b, hi) || !cost_ok(c->w, hi) || !cost_ok(c->comm, hi))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "pipeline costs must be finite numbers in [0, %g] (got F=%g B=%g W=%g comm=%g)",
+                  hi, c->f, c->b, c->w, c->comm);
+  if (!cost_ok(c->bytes_per_unit, 1e18))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "a pipeline unit's bytes must be a finite number in [0, 1e18] (got %g)",
+                  c->bytes_per_unit);
+  for (int i = 0; c->stage && i < 3 * stages; i++)
+    if (!cost_ok(c->stage[i], hi))
+      return ZT_ERR(ZT_STATUS_INVALID_ARG, "pipeline costs must be finite numbers in [0, %g] (got %g for %c of stage %d)",
+                    hi, c->stage[i], "FBW"[i % 3], i / 3);
+  return ZT_OK;
+}
+
 zt_status zt__pp_index_build(const zt_pipeline_schedule *s, zt__pp_index *ix) {
   size_t n = (size_t)ZT_PIPELINE_OP_COUNT * (size_t)zt_pipeline_stage_count(s) * (size_t)s->microbatches;
   ix->rank = malloc(n * sizeof *ix->rank);
@@ -26,7 +44,7 @@ zt_status zt__pp_index_build(const zt_pipeline_schedule *s, zt__pp_index *ix) {
       zt_pipeline_action a = s->actions[r][i];
       if ((unsigned)a.op >= ZT_PIPELINE_OP_COUNT || a.stage < 0 || a.stage >= S || a.mb < 0 || a.mb >= s->microbatches)
         continue;
-      int k = (int)a.op * S * s->microbatches + zt__pp_slot(s, a.stage, a.mb);
+      size_t k = (size_t)a.op * (size_t)S * (size_t)s->microbatches + (size_t)zt__pp_slot(s, a.stage, a.mb);
       if (ix->rank[k] < 0) ix->rank[k] = r, ix->idx[k] = i;
     }
   return ZT_OK;
@@ -162,6 +180,7 @@ static zt_status stuck(const zt_pipeline_schedule *s, const zt__pp_index *ix, bo
 
 /* Run s on the clock; sim (may be NULL) receives the times and measures. */
 static zt_status run(const zt_pipeline_schedule *s, const zt_pipeline_costs *c, zt_pipeline_sim *sim) {
+  ZT_TRY(zt__pp_check_ranges(s)); /* the walk looks up each action's neighbours: they must exist */
   zt__pp_index ix;
   ZT_TRY(zt__pp_index_build(s, &ix));
   int P = s->ranks;
@@ -253,13 +272,7 @@ static void measure(const zt_pipeline_schedule *s, const zt_pipeline_costs *c, z
 zt_status zt_pipeline_simulate(const zt_pipeline_schedule *s, const zt_pipeline_costs *costs, zt_pipeline_sim **out) {
   *out = NULL;
   zt_pipeline_costs c = costs ? *costs : zt_pipeline_costs_default();
-  if (!(c.f >= 0 && c.b >= 0 && c.w >= 0 && c.comm >= 0 && c.bytes_per_unit >= 0))
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "pipeline costs must be >= 0 (got F=%g B=%g W=%g comm=%g bytes=%g)", c.f, c.b,
-                  c.w, c.comm, c.bytes_per_unit);
-  for (int i = 0; c.stage && i < 3 * zt_pipeline_stage_count(s); i++)
-    if (!(c.stage[i] >= 0))
-      return ZT_ERR(ZT_STATUS_INVALID_ARG, "pipeline costs must be >= 0 (got %g for %c of stage %d)", c.stage[i],
-                    "FBW"[i % 3], i / 3);
+  ZT_TRY(zt__pp_check_costs(&c, zt_pipeline_stage_count(s)));
   zt_pipeline_sim *sim = sim_alloc(s);
   if (!sim) return ZT_ERR(ZT_STATUS_OOM, "out of host memory for a pipeline simulation");
   zt_status st = run(s, &c, sim);

@@ -1,7 +1,8 @@
 /* The validator, run before any schedule executes: ranges and placement, each microbatch's
  * F, B, W (or BW) once per stage, the order within a rank, sends matched to receives, and no
- * deadlock (the simulator's walk). The first broken rule is the error, naming the rank, the
- * action and the rule. */
+ * deadlock (the simulator's walk); a compute-only schedule is lowered and held to the same
+ * rules (what zt_pipeline_run executes). The first broken rule is the error, naming the rank,
+ * the action and the rule. Every check is linear in the actions (plus ranks^2 counters). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +13,7 @@
 static const char *const ONCE = "every microbatch runs F, and B and W or BW, exactly once per stage";
 
 /* Rule 1: ranges and placement. */
-static zt_status check_ranges(const zt_pipeline_schedule *s) {
+zt_status zt__pp_check_ranges(const zt_pipeline_schedule *s) {
   int S = zt_pipeline_stage_count(s);
   char t[32];
   for (int r = 0; r < s->ranks; r++)
@@ -173,44 +174,81 @@ static zt_status check_comm_actions(const zt_pipeline_schedule *s, const zt__pp_
   return ZT_OK;
 }
 
-/* The k-th send from `from` to `to` of one kind (SEND_F or SEND_B), or of the matching receive
- * kind on `to`; -1 when there are fewer. */
-static int nth_comm(const zt_pipeline_schedule *s, int on, int peer, zt_pipeline_op op, int k) {
-  for (int i = 0; i < s->n_actions[on]; i++) {
-    zt_pipeline_action a = s->actions[on][i];
-    if (a.op != op) continue;
-    int st = a.op == ZT_PIPELINE_OP_SEND_F || a.op == ZT_PIPELINE_OP_RECV_B ? a.stage + 1 : a.stage - 1;
-    if (zt_pipeline_stage_rank(s, st) == peer && k-- == 0) return i;
+/* The message a communication action carries: its kind (0 activations, 1 gradients) and the
+ * (stage, microbatch) slot of the stage that sends it, as an index into 2 x S x M entries; the
+ * rank on the other side goes to *peer. */
+static int message_of(const zt_pipeline_schedule *s, zt_pipeline_action a, int *peer) {
+  int S = zt_pipeline_stage_count(s), from = a.stage, to = a.stage, kind = 0;
+  switch (a.op) {
+    case ZT_PIPELINE_OP_SEND_F: to = a.stage + 1; break;
+    case ZT_PIPELINE_OP_RECV_F: from = a.stage - 1; break;
+    case ZT_PIPELINE_OP_SEND_B: to = a.stage - 1, kind = 1; break;
+    default: from = a.stage + 1, kind = 1; break; /* RECV_B */
   }
-  return -1;
+  bool send = a.op == ZT_PIPELINE_OP_SEND_F || a.op == ZT_PIPELINE_OP_SEND_B;
+  *peer = zt_pipeline_stage_rank(s, send ? to : from);
+  return kind * S * s->microbatches + zt__pp_slot(s, from, a.mb);
 }
 
-/* Rule 4, between two ranks: sends of each kind match the receives in order. */
+/* Number each of rank r's sends by its place among those of its channel (the receiving rank
+ * and the kind), into num[message]; count holds 2 x ranks counters, zero on entry and on
+ * return. */
+static void number_channel(const zt_pipeline_schedule *s, int r, int *count, int *num) {
+  for (int i = 0; i < s->n_actions[r]; i++) {
+    zt_pipeline_action a = s->actions[r][i];
+    if (a.op != ZT_PIPELINE_OP_SEND_F && a.op != ZT_PIPELINE_OP_SEND_B) continue;
+    int peer, msg = message_of(s, a, &peer);
+    num[msg] = count[2 * peer + (a.op == ZT_PIPELINE_OP_SEND_B)]++;
+  }
+  memset(count, 0, 2 * (size_t)s->ranks * sizeof *count);
+}
+
+/* Rule 4, between two ranks: the k-th send of a kind from rank a to rank b is matched by the
+ * k-th receive of that kind on b from a. Every message gets its number on the sending side,
+ * then the receives are walked in order; linear in the actions (check_comm_actions has
+ * matched every send with one receive already). */
 static zt_status check_comm_order(const zt_pipeline_schedule *s) {
-  char t[32], t2[32], t3[32];
-  static const zt_pipeline_op sends[2] = {ZT_PIPELINE_OP_SEND_F, ZT_PIPELINE_OP_SEND_B};
-  for (int a = 0; a < s->ranks; a++)
-    for (int b = 0; b < s->ranks; b++)
-      for (int kind = 0; kind < 2 && a != b; kind++) {
-        zt_pipeline_op so = sends[kind], ro = kind ? ZT_PIPELINE_OP_RECV_B : ZT_PIPELINE_OP_RECV_F;
-        for (int k = 0;; k++) {
-          int i = nth_comm(s, a, b, so, k), j = nth_comm(s, b, a, ro, k);
-          if (i < 0 || j < 0) break; /* counts were matched by check_comm_actions */
-          zt_pipeline_action x = s->actions[a][i], y = s->actions[b][j], want = partner(x);
-          if (want.stage != y.stage || want.mb != y.mb)
-            return ZT_ERR(ZT_STATUS_INVALID_ARG,
-                          "rank %d, action %d: %s is send number %d from rank %d to rank %d, but rank %d's receive "
-                          "number %d is %s, not %s (sends and receives between two ranks match in order, as blocking "
-                          "point-to-point messages do)",
-                          a, i, zt_pipeline_action_str(x, t), k + 1, a, b, b, k + 1, zt_pipeline_action_str(y, t2),
-                          zt_pipeline_action_str(want, t3));
-        }
+  size_t n = 2 * (size_t)zt_pipeline_stage_count(s) * (size_t)s->microbatches;
+  int *num = malloc(n * sizeof *num), *count = calloc(2 * (size_t)s->ranks, sizeof *count);
+  if (!num || !count) {
+    free(num);
+    free(count);
+    return ZT_ERR(ZT_STATUS_OOM, "out of host memory checking a pipeline schedule's sends and receives");
+  }
+  for (int r = 0; r < s->ranks; r++) number_channel(s, r, count, num);
+  zt_status st = ZT_OK;
+  for (int b = 0; b < s->ranks && st == ZT_OK; b++) {
+    for (int j = 0; j < s->n_actions[b] && st == ZT_OK; j++) {
+      zt_pipeline_action y = s->actions[b][j];
+      if (y.op != ZT_PIPELINE_OP_RECV_F && y.op != ZT_PIPELINE_OP_RECV_B) continue;
+      int a, msg = message_of(s, y, &a), kind = y.op == ZT_PIPELINE_OP_RECV_B, k = count[2 * a + kind]++;
+      if (num[msg] == k) continue;
+      /* send number k from a to b: the one the k-th receive should have matched */
+      zt_pipeline_op so = kind ? ZT_PIPELINE_OP_SEND_B : ZT_PIPELINE_OP_SEND_F;
+      for (int i = 0; i < s->n_actions[a]; i++) {
+        zt_pipeline_action x = s->actions[a][i];
+        int peer = -1, m = x.op == so ? message_of(s, x, &peer) : 0;
+        if (peer != b || num[m] != k) continue;
+        char t[32], t2[32], t3[32];
+        st = ZT_ERR(ZT_STATUS_INVALID_ARG,
+                    "rank %d, action %d: %s is send number %d from rank %d to rank %d, but rank %d's receive number %d "
+                    "is %s, not %s (sends and receives between two ranks match in order, as blocking point-to-point "
+                    "messages do)",
+                    a, i, zt_pipeline_action_str(x, t), k + 1, a, b, b, k + 1, zt_pipeline_action_str(y, t2),
+                    zt_pipeline_action_str(partner(x), t3));
+        break;
       }
-  return ZT_OK;
+      ZT_ASSERT(st != ZT_OK); /* the receive's own send has another number, so send number k exists */
+    }
+    memset(count, 0, 2 * (size_t)s->ranks * sizeof *count);
+  }
+  free(num);
+  free(count);
+  return st;
 }
 
-zt_status zt_pipeline_validate(const zt_pipeline_schedule *s) {
-  ZT_TRY(check_ranges(s));
+zt_status zt__pp_check_rules(const zt_pipeline_schedule *s) {
+  ZT_TRY(zt__pp_check_ranges(s));
   zt__pp_index ix;
   ZT_TRY(zt__pp_index_build(s, &ix));
   zt_status st = check_once(s, &ix);
@@ -220,4 +258,20 @@ zt_status zt_pipeline_validate(const zt_pipeline_schedule *s) {
   zt__pp_index_free(&ix);
   if (st == ZT_OK) st = zt__pp_check_progress(s);
   return st;
+}
+
+zt_status zt_pipeline_validate(const zt_pipeline_schedule *s) {
+  ZT_TRY(zt__pp_check_rules(s));
+  if (zt_pipeline_has_comm(s)) return ZT_OK;
+  /* what zt_pipeline_run executes: the lowered form, which must pass the same rules (lowering
+   * keeps a valid schedule valid; this holds it to that) */
+  zt_pipeline_schedule *l;
+  ZT_TRY(zt__pp_lower_checked(s, &l));
+  zt_status st = zt__pp_check_rules(l);
+  zt_pipeline_schedule_free(l);
+  if (st != ZT_OK)
+    return zt__error_prefix(st, "the schedule is valid, but its form with sends and receives (zt_pipeline_lower, "
+                                "what zt_pipeline_run executes) is not; this is a bug in the lowering, please report "
+                                "it with the schedule");
+  return ZT_OK;
 }
