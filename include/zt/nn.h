@@ -302,9 +302,9 @@ ZT_API ZT_NODISCARD zt_status zt_gpt2_kv_cache_new(zt_gpt2 *m, int64_t batch, in
  * *logits (B, V) are the last position's only (the head never makes B*T*V logits). Runs with
  * grad mode off (inference: nothing is recorded), through the blocks directly: no module
  * hooks or sequence wrappers (training strategies) run, so the parameters must be resident.
- * In eval mode the logits are zt_gpt2_forward's last row over the same tokens (in f32
- * equal to rounding of the GEMMs at other row counts; bitwise where BLAS's per-element sums
- * do not depend on the rows). On failure the cache is as it was before the call. */
+ * In eval mode the logits are zt_gpt2_forward's last row over the same tokens, up to the
+ * summation order of GEMMs over other row counts (in f32 about 1e-7 relative: the attention
+ * rows are bitwise). On failure the cache is as it was before the call. */
 ZT_API ZT_NODISCARD zt_status zt_gpt2_forward_cached(zt_gpt2 *m, zt_kv_cache *cache, zt_tensor *ids, zt_tensor **logits);
 
 /* A pipeline stage's part of the forward: the embeddings when embed_first (in: token ids

@@ -15,13 +15,18 @@ static int64_t max1(int64_t x) { return x > 1 ? x : 1; }
  * runs. OpenBLAS's sgemm packs all of B for it (three times the bytes a GEMV reads), and its
  * sgemv splits the transposed form's sums across threads (results would depend on the thread
  * count), so it is done here: each output summed over k in order, threads splitting the
- * outputs only. c (N) = a (K) . op(B), or c += that when beta == 1. */
+ * outputs only. c (N) = a (K) . op(B), or c += that when beta == 1.
+ * Threads only from GEMV_PAR_MIN elements of B (16 MiB): one core streams a smaller B nearly
+ * as fast as two, and a short parallel region's fork and join is where OpenMP loses the cores
+ * on a loaded machine (a GPT-2 124M decode step, 2 threads beside other jobs: 27-39 ms with
+ * the blocks' GEMVs on one thread, 126-163 ms with them threaded). */
 #define GEMV_COLS 128
+#define GEMV_PAR_MIN (1 << 22)
 static void gemv_f32(bool tb, int64_t N, int64_t K, const float *restrict a, const float *restrict b, int64_t ldb,
                      bool acc, float *restrict c) {
   if (tb) {
     /* B (N,K): c[n] = a . B[n,:], contiguous dot products */
-#pragma omp parallel for schedule(static) if (N * K > ZT_PAR_MIN)
+#pragma omp parallel for schedule(static) if (N * K > GEMV_PAR_MIN)
     for (int64_t n = 0; n < N; n++) {
       const float *bn = b + n * ldb;
       float s = 0;
@@ -33,7 +38,7 @@ static void gemv_f32(bool tb, int64_t N, int64_t K, const float *restrict a, con
   }
   /* B (K,N): a block of GEMV_COLS outputs accumulates a[k] * B[k, block] row after row */
   int64_t nblk = (N + GEMV_COLS - 1) / GEMV_COLS;
-#pragma omp parallel for schedule(static) if (N * K > ZT_PAR_MIN)
+#pragma omp parallel for schedule(static) if (N * K > GEMV_PAR_MIN)
   for (int64_t blk = 0; blk < nblk; blk++) {
     int64_t n0 = blk * GEMV_COLS, w = N - n0 < GEMV_COLS ? N - n0 : GEMV_COLS;
     float s[GEMV_COLS] = {0};
