@@ -288,7 +288,8 @@ ZT_API zt_model zt_gpt2_model(zt_gpt2 *m);
 /* Forward. ids (B, T) i32 with T <= block_size and ids in [0, vocab). With targets (B, T)
  * i32 (ignore index -1), *loss receives the mean cross-entropy (0-d) computed by the fused
  * chunked output layer, which never holds all B*T*V logits, and logits may be NULL. Without
- * targets, *logits receives (B, T, V) (for sampling; pass loss NULL). */
+ * targets, *logits receives (B, T, V), every position's (pass loss NULL; sampling uses
+ * zt_gpt2_forward_cached, which makes the last position's only). */
 ZT_API ZT_NODISCARD zt_status zt_gpt2_forward(zt_gpt2 *m, zt_tensor *ids, zt_tensor *targets, zt_tensor **logits, zt_tensor **loss);
 
 /* Incremental decoding (src/models/gpt2_decode.c). A KV cache for m: its n_layer layers and

@@ -469,6 +469,12 @@ static zt_status bwd_f32(const att_dims *d, const float *qkv, const float *out, 
  * there, so a row here is bitwise that kernel's row. The vector forms below are the block
  * kernel's (same operations, so the same fused multiply-adds). */
 
+/* Work (query rows x positions x head size) from which cached attention uses threads: a
+ * decoded token's attention (0.8M per layer at GPT-2 124M and 1024 positions) takes a fraction
+ * of a millisecond on one core, less than a parallel region's fork and join can cost on a
+ * loaded machine. */
+#define CACHED_PAR_MIN (1 << 22)
+
 static int64_t cached_scratch_floats(int64_t hs) { return hs * BLK + (BLK + 1) * round_up(hs, VW) + BLK + hs; }
 
 /* o (hs) (=) for the query q (hs) at position p against key and value rows 0..p of one
@@ -523,7 +529,7 @@ static zt_status cached_f32(const float *q, const float *k, const float *v, int6
   scratch sc;
   ZT_TRY(scratch_alloc(&sc, cached_scratch_floats(hs)));
   const int64_t rows = B * H * Tq, C = H * hs, group = H / Hkv;
-  const bool par = rows > 1 && rows * len * hs > ATT_PAR_MIN;
+  const bool par = rows > 1 && rows * len * hs > CACHED_PAR_MIN;
 #pragma omp parallel for schedule(dynamic, 1) if (par)
   for (int64_t r = 0; r < rows; r++) {
     const int64_t b = r / (H * Tq), h = r / Tq % H, i = r % Tq;
