@@ -106,6 +106,7 @@ static zt_status f_dropout(zt_tensor **x, zt_tensor **o, int *n) {
   ONE(zt_dropout(x[0], 0.3, true, o));
 }
 static zt_status f_attn(zt_tensor **x, zt_tensor **o, int *n) { ONE(zt_causal_attention(x[0], 2, o)); }
+static zt_status f_cached_attn(zt_tensor **x, zt_tensor **o, int *n) { ONE(zt_cached_attention(x[0], x[1], x[2], 4, o)); }
 static zt_status f_cast(zt_tensor **x, zt_tensor **o, int *n) { ONE(zt_cast(x[0], ZT_DTYPE_F64, o)); }
 static zt_status f_cast_bf16(zt_tensor **x, zt_tensor **o, int *n) { ONE(zt_cast(x[0], ZT_DTYPE_BF16, o)); }
 /* shape ops: a copy at the end so the output is the op's bytes */
@@ -164,6 +165,10 @@ static void test_ops_bitwise(void) {
   zt_tensor *tg5 = zt_test_rand_ids(1, 4, 5, 13), *tg = NULL;
   ZT_CHECK_OK(zt_reshape(tg5, 1, s4, &tg));
   zt_tensor *bmm = zt_test_rand_leaf(3, s35, ZT_DTYPE_F32, -1, 1, 14);
+  /* cached attention (no backward): 4 query heads on 2 kv heads of size 4, 3 queries on 4 of 5 positions */
+  zt_tensor *cq = zt_test_rand(3, (int64_t[]){2, 3, 16}, ZT_DTYPE_F32, -1, 1, 15);
+  zt_tensor *ck = zt_test_rand(4, (int64_t[]){2, 2, 5, 4}, ZT_DTYPE_F32, -1, 1, 16);
+  zt_tensor *cv = zt_test_rand(4, (int64_t[]){2, 2, 5, 4}, ZT_DTYPE_F32, -1, 1, 17);
   struct {
     const char *name;
     op_fn fn;
@@ -186,12 +191,13 @@ static void test_ops_bitwise(void) {
       {"lm_head_cross_entropy", f_lmh, 3, {a, w65, tg}},
       {"layer_norm", f_ln, 3, {a, lnw, lnb}}, {"embedding", f_emb, 2, {w65, ids1}},
       {"dropout", f_dropout, 1, {a}},    {"causal_attention", f_attn, 1, {qkv}},
+      {"cached_attention", f_cached_attn, 3, {cq, ck, cv}},
       {"cast", f_cast, 1, {a}},          {"cast_bf16", f_cast_bf16, 1, {a}},
       {"transpose", f_transpose, 1, {a}}, {"permute_reshape", f_permute_reshape, 3, {NULL, NULL, c3}},
       {"narrow_cat", f_narrow_cat, 1, {a}}, {"split", f_split, 1, {a}},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_op(cases[i].name, cases[i].fn, cases[i].n, cases[i].in);
-  zt_tensor *all[] = {a, b, pos, c3, w65, w56, b6, d64, ids, ids1, lnw, lnb, qkv, tg5, tg, bmm};
+  zt_tensor *all[] = {a, b, pos, c3, w65, w56, b6, d64, ids, ids1, lnw, lnb, qkv, tg5, tg, bmm, cq, ck, cv};
   zt_test_free_all(all, (int)(sizeof all / sizeof all[0]));
 }
 
@@ -392,7 +398,7 @@ static void test_gpt2_offload_model_graph(void) {
 }
 
 /* The train layer's byte moves on guarded tensors: safetensors save and load, the loader's
- * batches, sampling from a model whose parameters are guarded. */
+ * batches, sampling (through the KV cache) from a model whose parameters are guarded. */
 static void test_train_io(void) {
   zt_test_guard_register();
   ZT_CHECK(zt_test_tmpdir_make("guarded") != NULL);
@@ -433,7 +439,8 @@ static void test_train_io(void) {
   zt_loader_free(lcpu);
   zt_loader_free(lg);
   zt_test_free_all((zt_tensor *[]){x, y, gx, gy}, 4);
-  /* sampling: the same tokens from cpu and guarded parameters */
+  /* sampling: the same tokens from cpu and guarded parameters (the KV cache on the device;
+   * 30 tokens pass the context of T, so the cache is prefilled again there) */
   zt_gpt2_config gc = {2, 2, 32, 64, T, 0.0};
   int32_t *out[2] = {0};
   int64_t n_out[2] = {0};
@@ -443,10 +450,10 @@ static void test_train_io(void) {
     ZT_CHECK_OK(zt_gpt2_new(&gc, &m));
     if (!m) return;
     if (d) params_to(m, ZT_GUARDED);
-    ZT_CHECK_OK(zt_gpt2_sample(m, (int32_t[]){1, 2, 3}, 3, 6, 0.8, 10, 99, &out[d], &n_out[d]));
+    ZT_CHECK_OK(zt_gpt2_sample(m, (int32_t[]){1, 2, 3}, 3, 30, 0.8, 10, 99, &out[d], &n_out[d]));
     zt_gpt2_free(m);
   }
-  ZT_CHECK(n_out[0] == 9 && n_out[1] == 9 && out[0] && out[1] && !memcmp(out[0], out[1], sizeof(int32_t) * 9));
+  ZT_CHECK(n_out[0] == 33 && n_out[1] == 33 && out[0] && out[1] && !memcmp(out[0], out[1], sizeof(int32_t) * 33));
   free(out[0]);
   free(out[1]);
   zt_test_tmpdir_remove();

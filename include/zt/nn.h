@@ -202,6 +202,44 @@ ZT_API ZT_NODISCARD zt_status zt_nn_block_new(const char *name, int64_t C, int n
                           double proj_std, zt_nn_block **out_layer);
 ZT_API ZT_NODISCARD zt_status zt_nn_block_forward(zt_nn_block *b, zt_tensor *x, zt_tensor **out);
 
+/* ------------------------------------------------ KV cache (incremental decoding) */
+/* The keys and values of the positions a decoder has seen, per layer, so that each new
+ * token computes q, k and v for itself only and attends to the cached keys and values
+ * (zt_cached_attention). Model-agnostic: every layer holds k and v of shape (batch,
+ * n_kv_head, capacity, head_dim) (a grouped-query model keeps only its kv heads), made up
+ * front on `device` (accounted under tag ACTIVATION, freed with the cache).
+ * A step of T new positions gives every layer its keys and values (B, T, n_kv_head *
+ * head_dim) with zt_kv_cache_append or zt_kv_cache_attend, which write them at positions
+ * [len, len + T), then commits with zt_kv_cache_advance(c, T); a step that fails before
+ * the commit leaves the cache as it was. src/nn/kv_cache.c. */
+typedef struct zt_kv_cache zt_kv_cache;
+typedef struct zt_kv_cache_config {
+  int n_layer;
+  int n_kv_head;
+  int64_t head_dim;
+  int64_t batch;
+  int64_t capacity; /* positions per layer */
+  zt_dtype dtype;   /* f32 or f64 */
+  zt_device device;
+} zt_kv_cache_config;
+ZT_API ZT_NODISCARD zt_status zt_kv_cache_new(const zt_kv_cache_config *cfg, zt_kv_cache **out);
+ZT_API void zt_kv_cache_free(zt_kv_cache *c); /* NULL is a no-op */
+ZT_API const zt_kv_cache_config *zt_kv_cache_get_config(const zt_kv_cache *c);
+ZT_API int64_t zt_kv_cache_len(const zt_kv_cache *c); /* committed positions */
+ZT_API void zt_kv_cache_reset(zt_kv_cache *c);        /* to no positions (the bytes stay allocated) */
+/* Write layer's keys k and values v (B, T, n_kv_head * head_dim; any strides, e.g. views
+ * into a fused qkv) at positions [len, len + T). len + T beyond the capacity is
+ * ZT_STATUS_STATE. Writing a layer again before the commit replaces what it wrote. */
+ZT_API ZT_NODISCARD zt_status zt_kv_cache_append(zt_kv_cache *c, int layer, zt_tensor *k, zt_tensor *v);
+/* zt_kv_cache_append, then *out (B, T, n_head * head_dim) = attention of q (B, T, n_head *
+ * head_dim) at positions [len, len + T) against every position held (zt_cached_attention).
+ * Inference only (grad mode off where q requires grad). */
+ZT_API ZT_NODISCARD zt_status zt_kv_cache_attend(zt_kv_cache *c, int layer, zt_tensor *q, zt_tensor *k, zt_tensor *v,
+                                                 zt_tensor **out);
+/* Commit a step of n positions: every layer must have taken n since the last commit
+ * (ZT_STATUS_STATE naming the layer otherwise). */
+ZT_API ZT_NODISCARD zt_status zt_kv_cache_advance(zt_kv_cache *c, int64_t n);
+
 /* ------------------------------------------------ GPT-2 */
 typedef struct zt_gpt2_config {
   int n_layer;
@@ -250,8 +288,25 @@ ZT_API zt_model zt_gpt2_model(zt_gpt2 *m);
 /* Forward. ids (B, T) i32 with T <= block_size and ids in [0, vocab). With targets (B, T)
  * i32 (ignore index -1), *loss receives the mean cross-entropy (0-d) computed by the fused
  * chunked output layer, which never holds all B*T*V logits, and logits may be NULL. Without
- * targets, *logits receives (B, T, V) (for sampling; pass loss NULL). */
+ * targets, *logits receives (B, T, V), every position's (pass loss NULL; sampling uses
+ * zt_gpt2_forward_cached, which makes the last position's only). */
 ZT_API ZT_NODISCARD zt_status zt_gpt2_forward(zt_gpt2 *m, zt_tensor *ids, zt_tensor *targets, zt_tensor **logits, zt_tensor **loss);
+
+/* Incremental decoding (src/models/gpt2_decode.c). A KV cache for m: its n_layer layers and
+ * n_head heads of n_embd / n_head, `capacity` positions (1..block_size), batch rows, on the
+ * device and in the dtype of m's parameters. Free it with zt_kv_cache_free. */
+ZT_API ZT_NODISCARD zt_status zt_gpt2_kv_cache_new(zt_gpt2 *m, int64_t batch, int64_t capacity, zt_kv_cache **out);
+/* The forward of ids (B, T) i32 at positions [len, len + T) (len = zt_kv_cache_len(cache),
+ * len + T <= the cache's capacity): each block computes q, k, v for the new positions only and
+ * attends to the cached ones (a cache with no positions runs zt_causal_attention over the
+ * ids, as zt_gpt2_forward does), the new keys and values are added to the cache, and
+ * *logits (B, V) are the last position's only (the head never makes B*T*V logits). Runs with
+ * grad mode off (inference: nothing is recorded), through the blocks directly: no module
+ * hooks or sequence wrappers (training strategies) run, so the parameters must be resident.
+ * In eval mode the logits are zt_gpt2_forward's last row over the same tokens, up to the
+ * summation order of GEMMs over other row counts (in f32 about 1e-7 relative: the attention
+ * rows are bitwise). On failure the cache is as it was before the call. */
+ZT_API ZT_NODISCARD zt_status zt_gpt2_forward_cached(zt_gpt2 *m, zt_kv_cache *cache, zt_tensor *ids, zt_tensor **logits);
 
 /* A pipeline stage's part of the forward: the embeddings when embed_first (in: token ids
  * (B, T) i32; else in: the hidden state (B, T, C), borrowed), then blocks [first, first +

@@ -79,6 +79,16 @@ ZT_API ZT_NODISCARD zt_status zt_dropout(zt_tensor *x, double p, bool train, zt_
  * size C/n_head (GPT-2 layout) -> (B, T, C). Keeps only qkv, the output and a per-row
  * logsumexp (B, n_head, T) for backward: no T x T matrix is stored. */
 ZT_API ZT_NODISCARD zt_status zt_causal_attention(zt_tensor *qkv, int n_head, zt_tensor **out);
+/* Attention of new queries against a KV cache (incremental decoding; zt_kv_cache in
+ * zt/nn.h keeps such caches). q (B, Tq, n_head * head_dim); k and v (B, n_kv_head, capacity,
+ * head_dim), whose positions [0, len) hold keys and values, the queries' own included
+ * (Tq <= len <= capacity). Query i sits at position len - Tq + i and sees keys
+ * [0, len - Tq + i]. Grouped-query attention: n_head is a multiple of n_kv_head and query
+ * head h reads kv head h / (n_head / n_kv_head) (n_kv_head == n_head: GPT-2's multi-head).
+ * -> (B, Tq, n_head * head_dim). In f32 each row is bitwise what zt_causal_attention gives
+ * for the same keys and values. Inference only: no backward (it refuses to run when an
+ * input requires grad and grad mode is on). */
+ZT_API ZT_NODISCARD zt_status zt_cached_attention(zt_tensor *q, zt_tensor *k, zt_tensor *v, int64_t len, zt_tensor **out);
 
 /* ------------------------------------------------ shape ops */
 /* View when a is contiguous, copy otherwise. One dim may be -1. */

@@ -644,7 +644,12 @@ ZT_API double zt_sgemm_gflops(int n, int reps);
 #define ZT_SAMPLE_MAX_LEN (1 << 20) /* tokens of a prompt, and tokens generated, per call */
 /* Generate n tokens after the prompt (autoregressive, eval mode, grad off), with
  * temperature (0: greedy, else in (0, 100]) and top-k (0: all), from a private Philox stream (seed): the
- * default generator is not touched. *out is malloc'd (prompt + generated ids). */
+ * default generator is not touched. *out is malloc'd (prompt + generated ids). Each token
+ * comes from the last position of its context (the last block_size tokens, at positions
+ * from 0), through a KV cache (zt_gpt2_forward_cached, zt/nn.h; allocated for the call on the
+ * model's device, tag ACTIVATION): the prompt is prefilled, then each token runs alone; past
+ * block_size each token prefills the shifted window again. The model's parameters must be
+ * resident (module hooks and sequence wrappers do not run). */
 ZT_API ZT_NODISCARD zt_status zt_gpt2_sample(zt_gpt2 *m, const int32_t *prompt, int64_t n_prompt, int64_t n, double temperature,
                          int top_k, uint64_t seed, int32_t **out, int64_t *n_out);
 

@@ -12,21 +12,7 @@
 
 #include "core/status_internal.h"
 #include "core/backend.h"
-#include "zt/nn.h"
-
-struct zt_gpt2 {
-  zt_module *root; /* "" -> "transformer" -> wte, wpe, drop, h (0..L-1), ln_f */
-  zt_gpt2_config cfg;
-  zt_dtype dtype;
-  zt_nn_embedding *wte, *wpe;
-  zt_nn_dropout *drop;
-  zt_nn_block **blocks;
-  zt_nn_layer_norm *ln_f;
-  zt_store *evict_to; /* zt_gpt2_new_evicted: where each module's parameters go once made (NULL: none) */
-  zt_module *h;     /* the blocks as a sequence (its span function: run_blocks) */
-  zt_param *params; /* full HF names, state_dict order */
-  int n_params;
-};
+#include "gpt2_internal.h"
 
 /* ------------------------------------------------------------------ configs */
 
@@ -232,8 +218,7 @@ zt_model zt_gpt2_model(zt_gpt2 *m) {
 
 /* ------------------------------------------------------------------ forward */
 
-/* Token ids (B, T) i32 with T within the context. */
-static zt_status check_ids(const zt_gpt2 *m, const zt_tensor *ids) {
+zt_status zt__gpt2_check_ids(const zt_gpt2 *m, const zt_tensor *ids) {
   char s1[128];
   if (!ids) return ZT_ERR(ZT_STATUS_INVALID_ARG, "ids is NULL");
   if (ids->dtype != ZT_DTYPE_I32)
@@ -251,7 +236,7 @@ static zt_status check_ids(const zt_gpt2 *m, const zt_tensor *ids) {
 static zt_status check_inputs(const zt_gpt2 *m, const zt_tensor *ids, const zt_tensor *targets,
                               zt_tensor **logits, zt_tensor **loss) {
   char s1[128], s2[128];
-  ZT_TRY(check_ids(m, ids));
+  ZT_TRY(zt__gpt2_check_ids(m, ids));
   if (targets) {
     if (targets->dtype != ZT_DTYPE_I32)
       return ZT_ERR(ZT_STATUS_DTYPE, "targets have dtype %s; they must be i32", zt_dtype_name(targets->dtype));
@@ -266,14 +251,13 @@ static zt_status check_inputs(const zt_gpt2 *m, const zt_tensor *ids, const zt_t
   return ZT_OK;
 }
 
-/* x (B, T, C) = wte[ids] + wpe[0..T), then dropout. */
-static zt_status embed(zt_gpt2 *m, zt_tensor *ids, zt_tensor **out) {
+zt_status zt__gpt2_embed(zt_gpt2 *m, zt_tensor *ids, int64_t pos0, zt_tensor **out) {
   int64_t T = ids->shape[1];
   zt_tensor *pos = NULL, *tok = NULL, *pe = NULL;
   /* position ids made on the host and copied to the ids' device by its backend */
   int32_t *p = malloc(sizeof *p * (size_t)(T ? T : 1));
   if (!p) return ZT_ERR(ZT_STATUS_OOM, "out of host memory for %lld position ids", (long long)T);
-  for (int64_t t = 0; t < T; t++) p[t] = (int32_t)t;
+  for (int64_t t = 0; t < T; t++) p[t] = (int32_t)(pos0 + t);
   zt_status s = zt__tensor_from_host(1, &T, ZT_DTYPE_I32, zt_tensor_device(ids), zt_mem_tag_current(), p, &pos);
   free(p);
   if (!s) s = zt_nn_embedding_forward(m->wte, ids, &tok);
@@ -331,7 +315,7 @@ static zt_status head(zt_gpt2 *m, zt_tensor *x, zt_tensor *targets, zt_tensor **
 static zt_status forward(zt_gpt2 *m, zt_tensor *ids, zt_tensor *targets, zt_tensor **logits, zt_tensor **loss) {
   ZT_TRY(check_inputs(m, ids, targets, logits, loss));
   zt_tensor *x = NULL, *y = NULL;
-  zt_status s = embed(m, ids, &x);
+  zt_status s = zt__gpt2_embed(m, ids, 0, &x);
   if (!s) s = zt_module_run_sequence(m->h, x, &y); /* through the strategies' wrappers */
   zt_tensor_free(x);
   if (!s) s = head(m, y, targets, logits, loss);
@@ -347,9 +331,9 @@ zt_status zt_gpt2_forward_stage(zt_gpt2 *m, bool embed_first, int first, int cou
   if (first < 0 || count < 0 || first > L - count)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_forward_stage: blocks [%d, %d) are outside the model's %d", first,
                   first + count, L);
-  if (embed_first) ZT_TRY(check_ids(m, in));
+  if (embed_first) ZT_TRY(zt__gpt2_check_ids(m, in));
   zt_tensor *x = NULL, *y = NULL;
-  zt_status s = embed_first ? embed(m, in, &x) : ZT_OK;
+  zt_status s = embed_first ? zt__gpt2_embed(m, in, 0, &x) : ZT_OK;
   zt_tensor *cur = embed_first ? x : in;
   if (!s && count > 0) s = zt_span_run((zt_span_next){m->h, 0}, first, count, cur, &y); /* through the wrappers */
   zt_tensor *hid = count > 0 ? y : cur;

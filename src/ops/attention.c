@@ -1,6 +1,10 @@
-/* Registry entry of fused causal self-attention: qkv (B,T,3C) -> (B,T,C). Forward saves
- * qkv, the output and a per-row logsumexp (B,n_head,T), never a T x T matrix; backward
- * recomputes the scores from them block by block (kernels in cpu/attention.c). */
+/* Registry entries of attention (kernels in cpu/attention.c).
+ * causal_attention: fused causal self-attention, qkv (B,T,3C) -> (B,T,C). Forward saves qkv,
+ * the output and a per-row logsumexp (B,n_head,T), never a T x T matrix; backward
+ * recomputes the scores from them block by block.
+ * cached_attention: new queries against a KV cache (incremental decoding), grouped-query
+ * heads allowed; inference only: it has no backward and refuses to run where a graph would
+ * be recorded. */
 #include "core/status_internal.h"
 #include "op.h"
 
@@ -86,4 +90,68 @@ zt_status zt_causal_attention(zt_tensor *qkv, int n_head, zt_tensor **out) {
   zt__op_attrs at = {0};
   at.i[0] = n_head;
   return zt__op_run(&op_causal_attention, 1, &qkv, &at, out);
+}
+
+/* q (B,Tq,H*hs), k and v (B,Hkv,S,hs); attr len: positions held, Tq <= len <= S. */
+static zt_status cached_shape(zt__op_call *c) {
+  zt_tensor *q = c->in[0], *k = c->in[1], *v = c->in[2];
+  int64_t len = c->attrs.i[0];
+  char s1[128], s2[128];
+  if (!q || !k || !v) return ZT_ERR(ZT_STATUS_INVALID_ARG, "q, k and v are required (one is NULL)");
+  ZT_TRY(zt__check_float(c->op->name, q, "q"));
+  ZT_TRY(zt__check_same_dtype(c->op->name, q, k));
+  ZT_TRY(zt__check_same_dtype(c->op->name, q, v));
+  if (q->ndim != 3)
+    return ZT_ERR(ZT_STATUS_SHAPE, "q must be 3-D (B, Tq, n_head * head_dim), got shape %s",
+                  zt_shape_str(q->ndim, q->shape, s1));
+  if (k->ndim != 4 || !zt_shape_equal(k->ndim, k->shape, v->ndim, v->shape))
+    return ZT_ERR(ZT_STATUS_SHAPE,
+                  "the cache's k and v must both be 4-D (B, n_kv_head, capacity, head_dim), got %s and %s",
+                  zt_shape_str(k->ndim, k->shape, s1), zt_shape_str(v->ndim, v->shape, s2));
+  int64_t B = q->shape[0], Tq = q->shape[1], Hkv = k->shape[1], S = k->shape[2], hs = k->shape[3];
+  if (k->shape[0] != B)
+    return ZT_ERR(ZT_STATUS_SHAPE, "q has batch %lld but the cache %lld; they must match", (long long)B,
+                  (long long)k->shape[0]);
+  if (hs < 1 || Hkv < 1 || q->shape[2] % hs || q->shape[2] / hs % Hkv || q->shape[2] == 0)
+    return ZT_ERR(ZT_STATUS_SHAPE,
+                  "q's last dim %lld must be n_head * head_dim with head_dim = %lld (the cache's last dim) and "
+                  "n_head a positive multiple of the cache's %lld kv heads",
+                  (long long)q->shape[2], (long long)hs, (long long)Hkv);
+  if (len < Tq || len > S)
+    return ZT_ERR(ZT_STATUS_SHAPE,
+                  "the cache holds %lld positions, of capacity %lld, for %lld queries: it must hold the queries' "
+                  "own keys (Tq <= len <= capacity)",
+                  (long long)len, (long long)S, (long long)Tq);
+  zt__tensor_meta *m = &c->out_meta[0];
+  m->ndim = 3;
+  m->shape[0] = B;
+  m->shape[1] = Tq;
+  m->shape[2] = q->shape[2];
+  m->dtype = q->dtype;
+  c->n_out = 1;
+  return ZT_OK;
+}
+
+#define NO_BACKWARD                                                                                            \
+  "has no backward: it is for inference; run it with grad mode off (zt_set_grad_enabled(false)), and train " \
+  "through zt_causal_attention"
+
+static zt_status cached_forward(zt__op_call *c) {
+  if (c->node) return ZT_ERR(ZT_STATUS_AUTOGRAD, "an input requires grad, but cached attention " NO_BACKWARD);
+  return K(c)->cached(c->in[0], c->in[1], c->in[2], c->attrs.i[0], c->out[0]);
+}
+
+static zt_status cached_backward(zt__op_bwd *b) {
+  (void)b;
+  return ZT_ERR(ZT_STATUS_AUTOGRAD, "cached attention " NO_BACKWARD);
+}
+
+static const zt__op op_cached_attention = {"cached_attention", "CachedAttentionBackward", 3, 0, 0,
+                                           cached_shape, cached_forward, cached_backward,
+                                           {[ZT_DEVICE_CPU] = &zt__cpu_attention_kernels}, NULL};
+
+zt_status zt_cached_attention(zt_tensor *q, zt_tensor *k, zt_tensor *v, int64_t len, zt_tensor **out) {
+  zt__op_attrs at = {0};
+  at.i[0] = len;
+  return zt__op_run(&op_cached_attention, 3, (zt_tensor *[]){q, k, v}, &at, out);
 }

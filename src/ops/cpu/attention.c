@@ -460,38 +460,126 @@ static zt_status bwd_f32(const att_dims *d, const float *qkv, const float *out, 
   return ZT_OK;
 }
 
+/* ------------------------------------------------------------------ f32 against a KV cache */
+/* A query at position p sees keys [0, p]. fwd_block_f32 handles it as one lane of a query
+ * block; this replays that lane's arithmetic for a lone query: keys in blocks of BLK from
+ * 0, each score sum_x k[x] * (scale q[x]) fused in x order from 0, the block's running max,
+ * rescale factor, exponentials and sum in key order, O rescaled then O += p_j v_j in key
+ * order, and finally O * (1/l). Keys past p, which the block kernel masks, add exact zeros
+ * there, so a row here is bitwise that kernel's row. The vector forms below are the block
+ * kernel's (same operations, so the same fused multiply-adds). */
+
+/* Work (query rows x positions x head size) from which cached attention uses threads: a
+ * decoded token's attention (0.8M per layer at GPT-2 124M and 1024 positions) takes a fraction
+ * of a millisecond on one core, less than a parallel region's fork and join can cost on a
+ * loaded machine. */
+#define CACHED_PAR_MIN (1 << 22)
+
+static int64_t cached_scratch_floats(int64_t hs) { return hs * BLK + (BLK + 1) * round_up(hs, VW) + BLK + hs; }
+
+/* o (hs) (=) for the query q (hs) at position p against key and value rows 0..p of one
+ * head (rows hs apart). ws: cached_scratch_floats(hs) floats. */
+static void cached_row_f32(const float *q, const float *k, const float *v, int64_t p, int64_t hs, float *o,
+                           float *ws) {
+  const int64_t hsv = round_up(hs, VW);
+  float *KT = ws;           /* (hs, BLK): a block's keys, transposed (lanes are keys) */
+  float *VP = KT + hs * BLK; /* (BLK, hsv): a block's values, zero padded past hs */
+  float *S = VP + BLK * hsv; /* (BLK) scores, then probabilities */
+  float *O = S + BLK;       /* (hsv) unnormalised output */
+  float *qs = O + hsv;      /* (hs) the query, scaled */
+  const float scale = 1.0f / sqrtf((float)hs);
+  for (int64_t x = 0; x < hs; x++) qs[x] = scale * q[x];
+  memset(O, 0, sizeof(float) * (size_t)hsv);
+  vf mv = vbc(-INFINITY), lv = {0};
+  for (int64_t j0 = 0; j0 <= p; j0 += BLK) {
+    const int64_t nk = min64(BLK, p + 1 - j0), nkv = round_up(nk, VW);
+    for (int64_t j = 0; j < nkv; j++)
+      for (int64_t x = 0; x < hs; x++) KT[x * BLK + j] = j < nk ? k[(j0 + j) * hs + x] : 0;
+    for (int64_t j = 0; j < nk; j++) {
+      memcpy(VP + j * hsv, v + (j0 + j) * hs, sizeof(float) * (size_t)hs);
+      for (int64_t x = hs; x < hsv; x++) VP[j * hsv + x] = 0;
+    }
+    for (int64_t g = 0; g < nkv; g += VW) {
+      vf acc = {0};
+      for (int64_t x = 0; x < hs; x++) acc += vld(KT + x * BLK + g) * vbc(qs[x]);
+      vst(S + g, acc);
+    }
+    vf mx = mv, mold = mv;
+    for (int64_t j = 0; j < nk; j++) mx = vmax(mx, vbc(S[j]));
+    const vf alpha = vexp_neg(mold - mx);
+    for (int64_t g = 0; g < nkv; g += VW) vst(S + g, vexp_neg(vld(S + g) - mx));
+    vf sum = {0};
+    for (int64_t j = 0; j < nk; j++) sum += vbc(S[j]);
+    mv = mx;
+    lv = lv * alpha + sum;
+    if (j0 > 0)
+      for (int64_t x = 0; x < hsv; x += VW) vst(O + x, vld(O + x) * vbc(alpha[0]));
+    for (int64_t x = 0; x < hsv; x += VW) {
+      vf ov = vld(O + x);
+      for (int64_t j = 0; j < nk; j++) ov += vbc(S[j]) * vld(VP + j * hsv + x);
+      vst(O + x, ov);
+    }
+  }
+  const float inv = 1.0f / lv[0];
+  for (int64_t x = 0; x < hs; x++) o[x] = O[x] * inv;
+}
+
+static zt_status cached_f32(const float *q, const float *k, const float *v, int64_t B, int64_t Tq, int64_t H,
+                            int64_t Hkv, int64_t S, int64_t hs, int64_t len, float *out) {
+  scratch sc;
+  ZT_TRY(scratch_alloc(&sc, cached_scratch_floats(hs)));
+  const int64_t rows = B * H * Tq, C = H * hs, group = H / Hkv;
+  const bool par = rows > 1 && rows * len * hs > CACHED_PAR_MIN;
+#pragma omp parallel for schedule(dynamic, 1) if (par)
+  for (int64_t r = 0; r < rows; r++) {
+    const int64_t b = r / (H * Tq), h = r / Tq % H, i = r % Tq;
+    const int64_t kv = ((b * Hkv + h / group) * S) * hs;
+    cached_row_f32(q + (b * Tq + i) * C + h * hs, k + kv, v + kv, len - Tq + i, hs, out + (b * Tq + i) * C + h * hs,
+                   scratch_mine(&sc));
+  }
+  scratch_free(&sc);
+  return ZT_OK;
+}
+
 /* ------------------------------------------------------------------ f64 reference path */
 /* Row by row with an O(T) score buffer: simple and exact enough for gradient checks. */
+
+/* One query row: o (hs) (=) = softmax(q . k_j * scale) v over keys j in [0, p], key and
+ * value rows ks and vs elements apart; returns the row's logsumexp. s: p + 1 doubles. */
+static double row_f64(const double *q, const double *k, int64_t ks, const double *v, int64_t vs, int64_t p,
+                      int64_t hs, double *o, double *s) {
+  const double scale = 1.0 / sqrt((double)hs);
+  double m = -INFINITY;
+  for (int64_t j = 0; j <= p; j++) {
+    const double *kj = k + j * ks;
+    double acc = 0;
+    for (int64_t x = 0; x < hs; x++) acc += q[x] * kj[x];
+    s[j] = acc * scale;
+    m = fmax(m, s[j]);
+  }
+  double l = 0;
+  for (int64_t j = 0; j <= p; j++) l += s[j] = exp(s[j] - m);
+  for (int64_t x = 0; x < hs; x++) o[x] = 0;
+  for (int64_t j = 0; j <= p; j++) {
+    const double *vj = v + j * vs;
+    const double pj = s[j] / l;
+    for (int64_t x = 0; x < hs; x++) o[x] += pj * vj[x];
+  }
+  return m + log(l);
+}
+
 static zt_status fwd_f64(const att_dims *d, const double *qkv, double *out, double *lse) {
   const int64_t T = d->T, C = d->C, C3 = 3 * C, hs = d->hs;
-  const double scale = 1.0 / sqrt((double)hs);
   void *buf = NULL;
   size_t bytes = sizeof(double) * (size_t)T;
   ZT_TRY(zt_mem_alloc(bytes, ZT_CPU, ZT_MEM_TAG_TEMP, &buf));
-  double *s = buf;
   for (int64_t b = 0; b < d->B; b++)
-    for (int64_t h = 0; h < d->H; h++)
-      for (int64_t i = 0; i < T; i++) {
-        const double *q = qkv + (b * T + i) * C3 + h * hs;
-        double m = -INFINITY;
-        for (int64_t j = 0; j <= i; j++) {
-          const double *k = qkv + (b * T + j) * C3 + C + h * hs;
-          double acc = 0;
-          for (int64_t x = 0; x < hs; x++) acc += q[x] * k[x];
-          s[j] = acc * scale;
-          m = fmax(m, s[j]);
-        }
-        double l = 0;
-        for (int64_t j = 0; j <= i; j++) l += s[j] = exp(s[j] - m);
-        double *o = out + (b * T + i) * C + h * hs;
-        for (int64_t x = 0; x < hs; x++) o[x] = 0;
-        for (int64_t j = 0; j <= i; j++) {
-          const double *v = qkv + (b * T + j) * C3 + 2 * C + h * hs;
-          const double p = s[j] / l;
-          for (int64_t x = 0; x < hs; x++) o[x] += p * v[x];
-        }
-        lse[(b * d->H + h) * T + i] = m + log(l);
-      }
+    for (int64_t h = 0; h < d->H; h++) {
+      const double *k = qkv + b * T * C3 + C + h * hs;
+      for (int64_t i = 0; i < T; i++)
+        lse[(b * d->H + h) * T + i] =
+            row_f64(qkv + (b * T + i) * C3 + h * hs, k, C3, k + C, C3, i, hs, out + (b * T + i) * C + h * hs, buf);
+    }
   zt_mem_free(buf, bytes, ZT_CPU, ZT_MEM_TAG_TEMP);
   return ZT_OK;
 }
@@ -528,6 +616,23 @@ static void bwd_f64(const att_dims *d, const double *qkv, const double *out, con
       }
 }
 
+static zt_status cached_f64(const double *q, const double *k, const double *v, int64_t B, int64_t Tq, int64_t H,
+                            int64_t Hkv, int64_t S, int64_t hs, int64_t len, double *out) {
+  void *buf = NULL;
+  size_t bytes = sizeof(double) * (size_t)len;
+  ZT_TRY(zt_mem_alloc(bytes, ZT_CPU, ZT_MEM_TAG_TEMP, &buf));
+  const int64_t C = H * hs, group = H / Hkv;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++) {
+      const int64_t kv = ((b * Hkv + h / group) * S) * hs;
+      for (int64_t i = 0; i < Tq; i++)
+        row_f64(q + (b * Tq + i) * C + h * hs, k + kv, hs, v + kv, hs, len - Tq + i, hs,
+                out + (b * Tq + i) * C + h * hs, buf);
+    }
+  zt_mem_free(buf, bytes, ZT_CPU, ZT_MEM_TAG_TEMP);
+  return ZT_OK;
+}
+
 /* ------------------------------------------------------------------ entry points */
 zt_status zt__cpu_attention_forward(const zt_tensor *qkv, int n_head, zt_tensor *out, zt_tensor *lse) {
   att_dims d = dims_of(qkv, n_head);
@@ -549,4 +654,17 @@ zt_status zt__cpu_attention_backward(const zt_tensor *qkv, const zt_tensor *out,
   bwd_f64(&d, zt__tensor_ptr(qkv), zt__tensor_ptr(out), zt__tensor_ptr(lse), zt__tensor_ptr(dout),
           zt__tensor_ptr(dqkv));
   return ZT_OK;
+}
+
+zt_status zt__cpu_attention_cached(const zt_tensor *q, const zt_tensor *k, const zt_tensor *v, int64_t len,
+                                   zt_tensor *out) {
+  const int64_t B = q->shape[0], Tq = q->shape[1], Hkv = k->shape[1], S = k->shape[2], hs = k->shape[3];
+  const int64_t H = q->shape[2] / hs;
+  if (B * Tq == 0) return ZT_OK;
+  if (q->dtype == ZT_DTYPE_F32)
+    return cached_f32(zt__tensor_ptr(q), zt__tensor_ptr(k), zt__tensor_ptr(v), B, Tq, H, Hkv, S, hs, len,
+                      zt__tensor_ptr(out));
+  ZT_ASSERT(q->dtype == ZT_DTYPE_F64);
+  return cached_f64(zt__tensor_ptr(q), zt__tensor_ptr(k), zt__tensor_ptr(v), B, Tq, H, Hkv, S, hs, len,
+                    zt__tensor_ptr(out));
 }

@@ -16,4 +16,14 @@ ZT_NODISCARD zt_status zt__cpu_attention_forward(const zt_tensor *qkv, int n_hea
 ZT_NODISCARD zt_status zt__cpu_attention_backward(const zt_tensor *qkv, const zt_tensor *out, const zt_tensor *lse,
                                      const zt_tensor *dout, int n_head, zt_tensor *dqkv);
 
+/* Attention of new queries against a KV cache. q (B,Tq,H*hs); k, v (B,Hkv,S,hs) of which
+ * positions [0, len) hold keys and values; H % Hkv == 0 (query head h reads kv head
+ * h / (H/Hkv)); Tq <= len <= S. Query i sits at position len - Tq + i and sees keys
+ * [0, len - Tq + i]. out (B,Tq,H*hs) (=). In f32 each row is bitwise the row
+ * zt__cpu_attention_forward gives for the same keys and values (the same blocks, products
+ * and online-softmax steps in the same order). Fails only when scratch memory cannot be
+ * allocated. */
+ZT_NODISCARD zt_status zt__cpu_attention_cached(const zt_tensor *q, const zt_tensor *k, const zt_tensor *v, int64_t len,
+                                                zt_tensor *out);
+
 #endif

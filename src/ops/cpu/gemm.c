@@ -1,7 +1,7 @@
-/* GEMM through OpenBLAS (row-major cblas_sgemm / cblas_dgemm), its broadcast batched
- * form, and linear's bias helpers. Callers have checked that every size fits BLAS's int.
- * BLAS calls stay outside OpenMP regions (OpenBLAS threads each call itself); only the
- * bandwidth-bound bias helpers use OpenMP loops. */
+/* GEMM through OpenBLAS (row-major cblas_sgemm / cblas_dgemm) or, for one f32 row, its own
+ * GEMV; the broadcast batched form, and linear's bias helpers. Callers have checked that
+ * every size fits BLAS's int. BLAS calls stay outside OpenMP regions (OpenBLAS threads each
+ * call itself); only the bandwidth-bound GEMV and bias helpers use OpenMP loops. */
 #include <cblas.h>
 #include <string.h>
 
@@ -10,6 +10,46 @@
 #include "kernels.h"
 
 static int64_t max1(int64_t x) { return x > 1 ? x : 1; }
+
+/* One row (M == 1, f32, A not transposed): a matrix-vector product, what decoding a token
+ * runs. OpenBLAS's sgemm packs all of B for it (three times the bytes a GEMV reads), and its
+ * sgemv splits the transposed form's sums across threads (results would depend on the thread
+ * count), so it is done here: each output summed over k in order, threads splitting the
+ * outputs only. c (N) = a (K) . op(B), or c += that when beta == 1.
+ * Threads only from GEMV_PAR_MIN elements of B (16 MiB): one core streams a smaller B nearly
+ * as fast as two, and a short parallel region's fork and join is where OpenMP loses the cores
+ * on a loaded machine (a GPT-2 124M decode step, 2 threads beside other jobs: 27-39 ms with
+ * the blocks' GEMVs on one thread, 126-163 ms with them threaded). */
+#define GEMV_COLS 128
+#define GEMV_PAR_MIN (1 << 22)
+static void gemv_f32(bool tb, int64_t N, int64_t K, const float *restrict a, const float *restrict b, int64_t ldb,
+                     bool acc, float *restrict c) {
+  if (tb) {
+    /* B (N,K): c[n] = a . B[n,:], contiguous dot products */
+#pragma omp parallel for schedule(static) if (N * K > GEMV_PAR_MIN)
+    for (int64_t n = 0; n < N; n++) {
+      const float *bn = b + n * ldb;
+      float s = 0;
+#pragma omp simd reduction(+ : s)
+      for (int64_t k = 0; k < K; k++) s += a[k] * bn[k];
+      c[n] = acc ? c[n] + s : s;
+    }
+    return;
+  }
+  /* B (K,N): a block of GEMV_COLS outputs accumulates a[k] * B[k, block] row after row */
+  int64_t nblk = (N + GEMV_COLS - 1) / GEMV_COLS;
+#pragma omp parallel for schedule(static) if (N * K > GEMV_PAR_MIN)
+  for (int64_t blk = 0; blk < nblk; blk++) {
+    int64_t n0 = blk * GEMV_COLS, w = N - n0 < GEMV_COLS ? N - n0 : GEMV_COLS;
+    float s[GEMV_COLS] = {0};
+    for (int64_t k = 0; k < K; k++) {
+      const float ak = a[k], *bk = b + k * ldb + n0;
+#pragma omp simd
+      for (int64_t j = 0; j < w; j++) s[j] += ak * bk[j];
+    }
+    for (int64_t j = 0; j < w; j++) c[n0 + j] = acc ? c[n0 + j] + s[j] : s[j];
+  }
+}
 
 void zt__cpu_gemm(zt_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
                   const void *B, int64_t ldb, double beta, void *C, int64_t ldc) {
@@ -21,6 +61,10 @@ void zt__cpu_gemm(zt_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K
     /* An empty sum. BLAS would reject the zero leading dims, so do it here. */
     if (beta == 0.0)
       for (int64_t i = 0; i < M; i++) memset((char *)C + (size_t)(i * ldc) * es, 0, (size_t)N * es);
+    return;
+  }
+  if (dt == ZT_DTYPE_F32 && M == 1 && !ta) {
+    gemv_f32(tb, N, K, A, B, ldb, beta != 0.0, C);
     return;
   }
   /* Leading dims must be >= 1 even for a single row/column (BLAS argument checks). */

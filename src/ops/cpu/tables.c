@@ -28,4 +28,5 @@ const zt__shape_kernels zt__cpu_shape_kernels = {zt__cpu_to_contiguous, zt__cpu_
 const zt__softmax_kernels zt__cpu_softmax_kernels = {zt__cpu_softmax, zt__cpu_softmax_backward,
                                                      zt__cpu_ce_check_targets, zt__cpu_cross_entropy,
                                                      zt__cpu_cross_entropy_backward};
-const zt__attention_kernels zt__cpu_attention_kernels = {zt__cpu_attention_forward, zt__cpu_attention_backward};
+const zt__attention_kernels zt__cpu_attention_kernels = {zt__cpu_attention_forward, zt__cpu_attention_backward,
+                                                         zt__cpu_attention_cached};

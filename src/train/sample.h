@@ -1,0 +1,14 @@
+/* Internal: the reference path of sampling (src/train/sample.c), for tests and benchmarks. */
+#ifndef ZT_TRAIN_SAMPLE_H
+#define ZT_TRAIN_SAMPLE_H
+
+#include "zt/train.h"
+
+/* zt_gpt2_sample with the logits of each token from the whole context (the last block_size
+ * tokens) recomputed through zt_gpt2_forward, no KV cache: the path zt_gpt2_sample took
+ * before it had one. Same arguments, checks and tokens. */
+ZT_NODISCARD zt_status zt__gpt2_sample_recompute(zt_gpt2 *m, const int32_t *prompt, int64_t n_prompt, int64_t n,
+                                                 double temperature, int top_k, uint64_t seed, int32_t **out,
+                                                 int64_t *n_out);
+
+#endif
