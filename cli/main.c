@@ -1,6 +1,8 @@
 /* zt: the zerotrain command. Dispatches to subcommands; prints usage. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -149,7 +151,24 @@ int zt_cli_i64(const char *cmd, const char *name, const char *value, int64_t lo,
 
 const char *zt_cli_program = "zt";
 
+/* OpenMP's idle threads spin before they sleep: libgomp's default is 300,000 rounds, some
+ * milliseconds, at every barrier of every parallel region. On a machine where another process
+ * holds a core, the waiting thread burns the time slices its teammate needs, and a step of the
+ * default model beside one CPU-bound process on 2 cores took 4.5 times its idle time. zt bounds
+ * the spin to ZT_CLI_SPINCOUNT rounds (what a barrier waits on an idle machine is shorter), then
+ * the thread sleeps (bench/load.sh measures both). libgomp reads its settings once, when it is
+ * loaded, before main: so the command runs itself again with them in its environment. A user's
+ * own OMP_WAIT_POLICY or GOMP_SPINCOUNT is left as it is. */
+#define ZT_CLI_SPINCOUNT "10000"
+static void bound_openmp_spin(char **argv) {
+  if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
+  if (setenv("GOMP_SPINCOUNT", ZT_CLI_SPINCOUNT, 1) != 0) return;
+  execv("/proc/self/exe", argv); /* returns only on failure: then libgomp's defaults stay */
+  unsetenv("GOMP_SPINCOUNT");
+}
+
 int main(int argc, char **argv) {
+  bound_openmp_spin(argv);
   zt_cli_program = argv[0];
   if (argc < 2) {
     usage(stderr);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The zt command's surface: --version, every --help exits 0 on stdout, a misspelt command or
 # option gets "did you mean", counts read "1 step" and "2 steps", a config file's BOM is named,
-# in-step progress in a log only for long steps, MFU never above 100%.
+# in-step progress in a log only for long steps, MFU never above 100%, the OpenMP threads'
+# spin bounded.
 set -u
 zt="$1"
 . "$(dirname "$0")/check_lib.sh"
@@ -41,4 +42,16 @@ check "MFU never above 100%, even when the machine was busier at start" \
 # steps of seconds prints none
 out=$(env -u ZT_STEP_PROGRESS_S "$zt" train --layers 12 --dim 768 --heads 12 --batch 8 --seq 128 --threads 1 --steps 2 --eval-batches 1 --sample-len 0 2>&1)
 check "no in-step progress lines for steps shorter than 30 s in a log" '! grep -q "into the step" <<<"$out" && grep -q "^step *2/2" <<<"$out"'
+# the OpenMP threads' spin is bounded (they sleep soon when a teammate is set aside by the
+# scheduler); a user's own wait policy is left alone
+spin_of() { # the GOMP_SPINCOUNT a zt process started with these env settings runs under
+  env "$@" "$zt" train $small --steps 100000 --metrics "$w/spin.jsonl" >/dev/null 2>&1 &
+  local pid=$! v=""
+  for i in $(seq 300); do [ -s "$w/spin.jsonl" ] && break; sleep 0.1; done
+  v=$(tr '\0' '\n' </proc/$pid/environ 2>/dev/null | sed -n 's/^GOMP_SPINCOUNT=//p')
+  kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$w/spin.jsonl"
+  echo "${v:-unset}"
+}
+check "the OpenMP spin is bounded by default" '[ "$(spin_of -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY)" = 10000 ]'
+check "a user's wait policy is kept" '[ "$(spin_of -u GOMP_SPINCOUNT OMP_WAIT_POLICY=active)" = unset ] && [ "$(spin_of GOMP_SPINCOUNT=77)" = 77 ]'
 check_summary cli_usage
