@@ -289,6 +289,9 @@ static void print_plan(const zt_offload_plan *p) {
            ZT_ACT_TRIAL_FIRST, ZT_ACT_TRIAL_FIRST + 1, ZT_ACT_TRIAL_FIRST + 2);
   printf("zt train: predicted step %.1f s (compute %.1f s, disk %.1f s at %.2f GB/s read, %.2f GB/s written)\n",
          p->step_s, p->compute_s, p->io_s, p->read_bps / 1e9, p->write_bps / 1e9);
+  char note[2048];
+  zt_cli_train_message(p->note, note, sizeof note); /* the limit planned for, and whose it was */
+  printf("zt train: memory plan: %s\n", note);
 }
 
 static int run_train(zt_train_config *c, zt_comm *world, progress *p) {

@@ -32,8 +32,8 @@ void zt_train_config_default(zt_train_config *c) {
   c->log.eval_batches = 8;
   c->memory.recompute = ZT_RECOMPUTE_NONE;
   c->memory.checkpoint_every = 1;
-  c->memory.offload_slices = 2;
-  c->memory.offload_resident = 2;
+  c->memory.offload_slices = 0;   /* the planner's (offload_states), else 2 */
+  c->memory.offload_resident = 0;
   c->parallel.shard = ZT_SHARD_NONE;
   c->parallel.prefetch = true;
   c->parallel.mixed_precision = ZT_DTYPE_F32;

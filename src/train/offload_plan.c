@@ -285,13 +285,13 @@ zt_status zt_offload_plan_make(const zt_offload_plan_input *in, int64_t limit, z
 
 /* The store's bandwidth, measured: 64 MiB (a sixteenth of the limit when that is less, so the
  * probe fits it too) put and got back through a store like the run's. */
-static void probe_store(const zt_train_config *c, double *rd, double *wr) {
+static void probe_store(const zt_train_config *c, int64_t limit, double *rd, double *wr) {
   *rd = *wr = 0;
   zt_store *st = NULL;
   const char *dir = c->memory.offload_dir[0] ? c->memory.offload_dir : NULL;
   zt_status s = c->memory.offload_model == ZT_OFFLOAD_DISK ? zt_store_disk_new(dir, "zt_plan_probe", &st)
                                                            : zt_store_memory_new(&st);
-  int64_t want = c->memory.mem_limit / 16 < ((int64_t)64 << 20) ? c->memory.mem_limit / 16 : (int64_t)64 << 20;
+  int64_t want = limit / 16 < ((int64_t)64 << 20) ? limit / 16 : (int64_t)64 << 20;
   size_t n = (size_t)(want > (1 << 20) ? want : (1 << 20)) & ~(size_t)4095;
   void *buf = NULL; /* not from zt_mem_alloc: its cache would keep the block (and the RSS) for the whole run */
   if (!s && posix_memalign(&buf, 4096, n) != 0) buf = NULL, s = ZT_ERR(ZT_STATUS_OOM, "out of host memory");
@@ -309,48 +309,207 @@ static void probe_store(const zt_train_config *c, double *rd, double *wr) {
   if (buf) zt_mem_account(ZT_CPU, ZT_MEM_TAG_TEMP, -(int64_t)n), free(buf);
   zt_store_free(st);
   (void)s; /* unmeasured: the plan is made without the disk's time */
+  zt_clear_error();
+}
+
+/* OpenBLAS packs a GEMM's operands into per-thread buffers that stay resident for the process's
+ * life, as much as the largest packing so far touched: one GEMM shaped like the widest weight
+ * gradient a step computes (dW = dY^T X over the MLP's 4C rows, or the head's vocabulary rows,
+ * which the lm head computes in blocks of 4096; the chunk's tokens deep, where OpenBLAS's own
+ * K block stops well before 1024) makes the RSS measured after it hold them. */
+static void warm_blas(const zt_offload_plan_input *in) {
+  const zt_gpt2_config *g = &in->model;
+  int64_t t = in->rows / in->microbatches * in->seq, C = g->n_embd;
+  int64_t M = g->vocab_size < 4096 ? g->vocab_size : 4096, K = t < 1024 ? t : 1024;
+  if (4 * C > M) M = 4 * C;
+  zt_mem_tag tag = zt_mem_tag_push(ZT_MEM_TAG_TEMP);
+  zt_tensor *a = NULL, *b = NULL, *y = NULL;
+  zt_status s = zt_tensor_zeros(2, (int64_t[]){K, M}, ZT_DTYPE_F32, ZT_CPU, &a);
+  if (!s) s = zt_tensor_zeros(2, (int64_t[]){K, C}, ZT_DTYPE_F32, ZT_CPU, &b);
+  if (!s) s = zt_matmul(a, b, true, false, &y); /* (M, C) = a^T b, as linear's weight grad */
+  zt_tensor_free(y), zt_tensor_free(b), zt_tensor_free(a);
+  zt_mem_tag_pop(tag);
+  if (s) zt_clear_error(); /* out of memory here: the run will say so */
+}
+
+/* A size or rate of ZT_PLAN_CALIBRATION: a number, optionally K, M or G (powers of 1024). */
+static bool calib_number(const char *v, double *out) {
+  char *end;
+  double x = strtod(v, &end);
+  if (end == v || !(x > 0) || !isfinite(x)) return false;
+  double m = *end == 'K' ? 1024.0 : *end == 'M' ? 1048576.0 : *end == 'G' ? 1073741824.0 : 1;
+  if (m > 1) end++;
+  if (*end && *end != ',') return false;
+  *out = x * m;
+  return true;
+}
+
+/* ZT_PLAN_CALIBRATION="gflops=G,read=BPS,write=BPS,rss=BYTES": what it gives into v[0..4)
+ * (gflops, read, write, rss; 0: measure). */
+static zt_status calibration(double v[4], bool *any) {
+  static const char *const keys[] = {"gflops", "read", "write", "rss"};
+  v[0] = v[1] = v[2] = v[3] = 0;
+  *any = false;
+  const char *e = getenv("ZT_PLAN_CALIBRATION");
+  if (!e || !*e) return ZT_OK;
+  for (const char *p = e; *p;) {
+    int k = 0;
+    size_t n = strcspn(p, "=,");
+    while (k < 4 && !(strlen(keys[k]) == n && !strncmp(p, keys[k], n))) k++;
+    if (k == 4 || p[n] != '=' || !calib_number(p + n + 1, &v[k]))
+      return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                    "ZT_PLAN_CALIBRATION='%s': give comma-separated gflops=G (the sgemm rate, GFLOP/s), read=BPS and "
+                    "write=BPS (the tier's bytes per second), rss=BYTES (the process's RSS at planning); numbers "
+                    "above 0, sizes may end in K, M or G (e.g. gflops=50,read=1.5G,write=1.5G,rss=24M)",
+                    e);
+    *any = true;
+    p += n + 1 + strcspn(p + n + 1, ",");
+    if (*p == ',') p++;
+  }
+  return ZT_OK;
+}
+
+/* Every state in OffloadModel's store, in one process: what the planner plans without a limit. */
+static bool plannable(const zt_train_config *c, int world) {
+  return c->memory.offload_states && c->memory.offload_model && c->parallel.shard == ZT_SHARD_NONE && world == 1;
+}
+
+bool zt__train_plan_wanted(const zt_train_config *c, int world) {
+  return c->memory.mem_limit > 0 ||
+         (plannable(c, world) && c->memory.offload_slices <= 0 && c->memory.offload_resident <= 0);
+}
+
+/* The planner's input for c's run at limit, measured here (or as ZT_PLAN_CALIBRATION says). */
+static zt_status plan_input(const zt_train_config *c, int world, int64_t limit, zt_offload_plan_input *in,
+                            bool *calibrated) {
+  memset(in, 0, sizeof *in);
+  ZT_TRY(zt_train_model_config(c, &in->model));
+  in->rows = c->data.batch / world;
+  in->seq = c->data.seq;
+  in->microbatches = c->data.microbatches;
+  double cal[4];
+  ZT_TRY(calibration(cal, calibrated));
+  in->cache_max_bytes = zt_mem_cache_limit(); /* ZT_ALLOC_CACHE_MB, 1 GiB by default: what runs without a limit get */
+  /* the cache emptied and glibc's mmap threshold fixed: freed blocks go back to the kernel, and
+   * the RSS measured below is what stays */
+  zt_mem_set_cache_limit(0);
+  zt_set_num_threads(c->threads); /* the run's: OpenBLAS keeps a buffer per thread */
+  if (in->rows >= 1 && in->seq >= 1 && in->microbatches >= 1 && !zt_gpt2_config_validate(&in->model)) warm_blas(in);
+  zt_clear_error();
+  in->gflops = cal[0] > 0 ? cal[0] : zt_sgemm_gflops(512, 3);
+  int64_t rss = cal[3] > 0 ? (int64_t)cal[3] : zt_mem_current_rss();
+  in->fixed_bytes = (rss > 0 ? rss : 0) + ZT_OFFLOAD_PLAN_FIXED;
+  /* a disk store's bounce buffers: host allocations of 64 KiB and more are page-aligned, so
+   * only an item's last partial page is bounced (a page per I/O thread and direction) */
+  in->io_bytes = c->memory.offload_model == ZT_OFFLOAD_DISK ? 2 * ZT_STORE_DISK_QUEUE_DEPTH * 4096 : 0;
+  if (cal[1] > 0 && cal[2] > 0)
+    in->read_bps = cal[1], in->write_bps = cal[2];
+  else
+    probe_store(c, limit, &in->read_bps, &in->write_bps);
+  if (cal[1] > 0) in->read_bps = cal[1];
+  if (cal[2] > 0) in->write_bps = cal[2];
+  /* the allocator's cache of freed blocks is resident but not accounted: bounded, and counted */
+  in->cache_bytes = limit / 64 < in->cache_max_bytes ? limit / 64 : in->cache_max_bytes; /* ZT_ALLOC_CACHE_MB=0: none */
+  in->write_cap_bytes = (int64_t)ZT_STORE_WRITE_CAP_DEFAULT; /* at most; the plan lowers it to its smallest slice */
+  in->can_offload_activations = c->memory.offload_model == ZT_OFFLOAD_DISK || c->memory.offload_model == ZT_OFFLOAD_HOST;
+  /* a trial needs its two steps and one to run the choice */
+  in->trial = c->memory.activation_trial != ZT_ACT_TRIAL_OFF && c->steps >= ZT_ACT_TRIAL_FIRST + 2;
+  return ZT_OK;
+}
+
+/* The config's own plan (slices and resident, 2 where not set; its mode and activation offload),
+ * predicted against limit. */
+static zt_status predict_given(const zt_train_config *c, zt_offload_plan_input *in, int64_t limit,
+                               zt_offload_plan *out) {
+  int N = c->memory.offload_slices > 0 ? c->memory.offload_slices : 2;
+  int K = c->memory.offload_resident > 0 ? c->memory.offload_resident : 2;
+  zt_offload_plan_activations act = c->memory.offload_mode != ZT_OFFLOAD_MODEL_KEEP_GRAPH ? ZT_OFFLOAD_PLAN_RECOMPUTE
+                                    : c->memory.offload_activations                      ? ZT_OFFLOAD_PLAN_OFFLOAD
+                                                                                         : ZT_OFFLOAD_PLAN_KEEP;
+  int64_t ub[ZT_OFFLOAD_PLAN_MAX_UNITS];
+  int U = 0, count[ZT_OFFLOAD_PLAN_MAX_UNITS];
+  ZT_TRY(units_of(in, ub, &U, "zt_train_plan_memory"));
+  if (N > U) return ZT_OK; /* the run refuses it, naming the units */
+  ZT_TRY(zt_offload_model_balance(U, N, ub, count));
+  zt_offload_plan p, all;
+  predict(in, ub, U, count, N, K < N ? K : N, act, NULL, &p); /* the config's recompute plan is its own */
+  if (act == ZT_OFFLOAD_PLAN_OFFLOAD && c->memory.activation_trial == ZT_ACT_TRIAL_ON &&
+      c->steps >= ZT_ACT_TRIAL_FIRST + 2) { /* the trial's recomputing step holds the most */
+    bool rec[ZT_OFFLOAD_PLAN_MAX_UNITS];
+    for (int s = 0; s < N; s++) rec[s] = true;
+    predict(in, ub, U, count, N, K < N ? K : N, act, rec, &all);
+    if (all.peak > p.peak) p.states_bytes = all.states_bytes, p.activation_bytes = all.activation_bytes, p.peak = all.peak;
+  }
+  fill_cache(in, ub, U, count, limit, &p);
+  zt_offload_plan any; /* the smallest plan's peak, for the record: any limit names it */
+  if (zt_offload_plan_make(in, INT64_MAX / 2, &any)) zt_clear_error();
+  p.smallest_peak = any.smallest_peak;
+  *out = p;
+  return ZT_OK;
 }
 
 zt_status zt_train_plan_memory(zt_train_config *c, int world, zt_offload_plan *out) {
   if (!c || !out || world < 1) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_plan_memory: config and out are required");
   memset(out, 0, sizeof *out);
-  if (c->memory.mem_limit <= 0) return ZT_OK;
-  if (!c->memory.offload_states)
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.memory.mem_limit plans where every model state lives: it "
-                                         "needs zt_train_config.memory.offload_states (a tier)");
-  if (c->parallel.shard != ZT_SHARD_NONE)
-    return ZT_ERR(ZT_STATUS_UNSUPPORTED, "zt_train_config.memory.mem_limit plans OffloadModel's slices; with "
-                                         "zt_train_config.parallel.shard FSDP keeps the states in the store unit by "
-                                         "unit (a block at a time, unplanned): drop mem_limit");
-  zt_offload_plan_input in = {0};
-  ZT_TRY(zt_train_model_config(c, &in.model));
-  in.rows = c->data.batch / world;
-  in.seq = c->data.seq;
-  in.microbatches = c->data.microbatches;
-  in.gflops = zt_sgemm_gflops(512, 3); /* first: OpenBLAS's buffers are then part of the RSS measured */
-  int64_t rss = zt_mem_current_rss();
-  in.fixed_bytes = (rss > 0 ? rss : 0) + ZT_OFFLOAD_PLAN_FIXED;
-  /* a disk store's bounce buffers: host allocations of 64 KiB and more are page-aligned, so
-   * only an item's last partial page is bounced (a page per I/O thread and direction) */
-  in.io_bytes = c->memory.offload_model == ZT_OFFLOAD_DISK ? 2 * ZT_STORE_DISK_QUEUE_DEPTH * 4096 : 0;
-  probe_store(c, &in.read_bps, &in.write_bps);
-  /* the allocator's cache of freed blocks is resident but not accounted: bounded, and counted */
-  in.cache_bytes = c->memory.mem_limit / 64;
-  in.cache_max_bytes = zt_mem_cache_limit(); /* ZT_ALLOC_CACHE_MB, 1 GiB by default: what runs without a limit get */
-  in.write_cap_bytes = (int64_t)ZT_STORE_WRITE_CAP_DEFAULT; /* at most; the plan lowers it to its smallest slice */
-  in.can_offload_activations = c->memory.offload_model == ZT_OFFLOAD_DISK || c->memory.offload_model == ZT_OFFLOAD_HOST;
-  /* a trial needs its two steps and one to run the choice */
-  in.trial = c->memory.activation_trial != ZT_ACT_TRIAL_OFF && c->steps >= ZT_ACT_TRIAL_FIRST + 2;
-  zt_status s = zt_offload_plan_make(&in, c->memory.mem_limit, out);
-  if (s) return s;
-  c->memory.activation_trial = out->trial ? ZT_ACT_TRIAL_ON : ZT_ACT_TRIAL_OFF; /* nothing to try otherwise */
+  bool given = c->memory.offload_slices > 0 || c->memory.offload_resident > 0;
+  if (c->memory.mem_limit > 0) {
+    if (!c->memory.offload_states)
+      return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.memory.mem_limit plans where every model state lives: it "
+                                           "needs zt_train_config.memory.offload_states (a tier)");
+    if (c->parallel.shard != ZT_SHARD_NONE)
+      return ZT_ERR(ZT_STATUS_UNSUPPORTED, "zt_train_config.memory.mem_limit plans OffloadModel's slices; with "
+                                           "zt_train_config.parallel.shard FSDP keeps the states in the store unit by "
+                                           "unit (a block at a time, unplanned): drop mem_limit");
+    given = false; /* the limit plans */
+  }
+  int64_t limit = c->memory.mem_limit;
+  char source[sizeof out->limit_source] = "zt_train_config.memory.mem_limit";
+  if (c->memory.mem_limit <= 0 && !plannable(c, world)) {
+    /* OffloadModel without its states in the store (or under FSDP, or DDP): its default slices */
+    if (c->memory.offload_slices <= 0) c->memory.offload_slices = 2;
+    if (c->memory.offload_resident <= 0) c->memory.offload_resident = 2;
+    return ZT_OK;
+  }
+  if (limit <= 0) {
+    zt_mem_available_info av;
+    ZT_TRY(zt_mem_available(&av));
+    limit = av.bytes;
+    snprintf(source, sizeof source, "%s", av.source);
+  }
+  zt_offload_plan_input in;
+  bool calibrated = false;
+  ZT_TRY(plan_input(c, world, limit, &in, &calibrated));
+  if (given) {
+    ZT_TRY(predict_given(c, &in, limit, out));
+  } else {
+    zt_status s = zt_offload_plan_make(&in, limit, out);
+    if (s == ZT_STATUS_OOM && c->memory.mem_limit <= 0)
+      return ZT_ERR(ZT_STATUS_OOM,
+                    "no plan keeps every state in the store within the memory available, %.0f MiB (%s): the smallest "
+                    "predicted peak is %.0f MiB; give a smaller batch or more microbatches",
+                    (double)limit / 1048576.0, source, ceil((double)out->smallest_peak / 1048576.0));
+    if (s) return s;
+    c->memory.activation_trial = out->trial ? ZT_ACT_TRIAL_ON : ZT_ACT_TRIAL_OFF; /* nothing to try otherwise */
+    c->memory.offload_mode = out->activations_mode == ZT_OFFLOAD_PLAN_RECOMPUTE ? ZT_OFFLOAD_MODEL_RECOMPUTE
+                                                                                 : ZT_OFFLOAD_MODEL_KEEP_GRAPH;
+    c->memory.offload_activations = out->activations_mode == ZT_OFFLOAD_PLAN_OFFLOAD ? c->memory.offload_model : 0;
+    if (out->recomputed_slices) memcpy(c->memory.recompute_plan, out->recompute_plan, sizeof c->memory.recompute_plan);
+  }
   c->memory.offload_slices = out->slices;
   c->memory.offload_resident = out->resident;
-  c->memory.offload_mode = out->activations_mode == ZT_OFFLOAD_PLAN_RECOMPUTE ? ZT_OFFLOAD_MODEL_RECOMPUTE
-                                                                               : ZT_OFFLOAD_MODEL_KEEP_GRAPH;
-  c->memory.offload_activations = out->activations_mode == ZT_OFFLOAD_PLAN_OFFLOAD ? c->memory.offload_model : 0;
-  if (out->recomputed_slices) memcpy(c->memory.recompute_plan, out->recompute_plan, sizeof c->memory.recompute_plan);
   out->read_bps = in.read_bps, out->write_bps = in.write_bps;
+  out->limit = limit, out->given = given, out->calibrated = calibrated;
+  snprintf(out->limit_source, sizeof out->limit_source, "%s", source);
+  const char *cal = calibrated ? "; calibration from ZT_PLAN_CALIBRATION" : "";
+  if (!given)
+    snprintf(out->note, sizeof out->note, "planned for %s, %.1f MiB%s", source, (double)limit / 1048576.0, cal);
+  else
+    snprintf(out->note, sizeof out->note,
+             "the plan given (zt_train_config.memory.offload_slices, zt_train_config.memory.offload_resident), "
+             "predicted against the memory available, %.1f MiB, %s%s%s",
+             (double)limit / 1048576.0, source, cal,
+             out->peak <= limit ? "" : "; its predicted peak is above that, where the kernel may stop the run: "
+                                       "leave the slices to the planner or give fewer resident slices");
   zt_mem_set_cache_limit(out->cache_bytes);
   c->memory.offload_write_cap = out->write_cap_bytes;
   c->memory.mem_limit = 0; /* planned: the run takes the options as they are now */
