@@ -503,7 +503,13 @@ typedef struct zt_offload_plan {
   int64_t write_cap_bytes;         /* the store's write-behind cap: the smallest slice's parameters at most, so
                                     * what is in flight stays within the previous slice the states count */
   int64_t peak;                    /* their sum: the predicted peak RAM */
-  int64_t smallest_peak;           /* the smallest peak of any plan (what the smallest workable limit is) */
+  int64_t inflight_bytes;          /* what writes behind (the model store's, up to its write cap; activation
+                                    * offload's, up to its own) may add to the peak's phase or make another phase
+                                    * pass it, where the disk falls behind */
+  int64_t bound;                   /* peak + inflight_bytes + the margin for what is not modelled
+                                    * (ZT_OFFLOAD_PLAN_MARGIN): the most RAM the plan can take; a plan fits a limit
+                                    * when this does */
+  int64_t smallest_peak;           /* the smallest bound of any plan: the smallest limit some plan fits */
   double compute_s, io_s, step_s;  /* predicted step: compute, disk time, the longer of the two */
   double read_bps, write_bps;      /* zt_train_plan_memory: the store's bandwidth it measured */
   /* zt_train_plan_memory: the limit planned for and where it came from (mem_limit, or what
@@ -513,7 +519,7 @@ typedef struct zt_offload_plan {
   int64_t limit;
   char limit_source[1280];
   bool given, calibrated;
-  char note[1600];
+  char note[2400];
 } zt_offload_plan;
 /* One plan's prediction: slices N, resident K, activations act (OFFLOAD: nothing recomputed). */
 ZT_API ZT_NODISCARD zt_status zt_offload_plan_predict(const zt_offload_plan_input *in, int slices, int resident,
@@ -587,6 +593,10 @@ ZT_API ZT_NODISCARD zt_status zt_train_memory_attach(zt_gpt2 *m, const zt_train_
 ZT_API void zt_train_memory_free(zt_train_memory *mem); /* zeroes *mem; a zeroed one is a no-op */
 
 #define ZT_OFFLOAD_PLAN_FIXED ((int64_t)16 << 20) /* RAM besides the accounting and the RSS at planning (measured) */
+/* What a plan's bound adds to its peak and writes in flight for what the prediction does not
+ * model: 8 MiB (the kernel's memory for the process, charged to its memory cgroup: page tables,
+ * the spill files' metadata) and 2% of the peak (the prediction's own error on what it models). */
+#define ZT_OFFLOAD_PLAN_MARGIN(peak) (((int64_t)8 << 20) + (int64_t)((double)(peak) * 0.02))
 /* The memory this process may use: the least of its memory cgroup's limit (v2: memory.max of
  * its cgroup and the cgroups above it; v1: hierarchical_memory_limit) and the machine's
  * MemAvailable plus the process's own RSS; source says which, and where it was read. */

@@ -54,6 +54,9 @@ static size_t g_cache_bytes;
  * computes the same value, so a relaxed store is enough. */
 static _Atomic int64_t g_cache_limit = -1;
 static pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
+/* > 0: a fresh block gives cached blocks back first (the oldest) while cpu's live bytes and the
+ * cached would pass this (zt__mem_set_resident_limit). */
+static _Atomic int64_t g_resident_limit;
 
 static size_t round_size(size_t bytes) {
   size_t q = bytes >= CACHE_MIN ? CACHE_ROUND : bytes >= PAGE_MIN ? ZT_PAGE_ALIGN : ZT_ALIGN;
@@ -89,6 +92,18 @@ void *zt__host_alloc(void *ctx, size_t bytes, zt_device dev) {
         pthread_mutex_unlock(&g_cache_mu);
         return p;
       }
+    pthread_mutex_unlock(&g_cache_mu);
+  }
+  int64_t total = atomic_load_explicit(&g_resident_limit, memory_order_relaxed);
+  if (total > 0) {
+    int64_t live = atomic_load(&g_acct[ZT_DEVICE_CPU][0].current_total);
+    pthread_mutex_lock(&g_cache_mu);
+    while (g_cache_n && live + (int64_t)(g_cache_bytes + rounded) > total) { /* the oldest back first */
+      free(g_cache[0].ptr);
+      g_cache_bytes -= g_cache[0].size;
+      memmove(&g_cache[0], &g_cache[1], sizeof *g_cache * (size_t)(g_cache_n - 1));
+      g_cache_n--;
+    }
     pthread_mutex_unlock(&g_cache_mu);
   }
   void *p = aligned_alloc(align_of(rounded), rounded);
@@ -142,6 +157,9 @@ void zt_mem_set_cache_limit(int64_t bytes) {
    * would otherwise grow with the blocks freed (up to 32 MiB) and keep them in its heap */
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
 }
+
+void zt__mem_set_resident_limit(int64_t bytes) { atomic_store(&g_resident_limit, bytes > 0 ? bytes : 0); }
+int64_t zt__mem_resident_limit(void) { return atomic_load(&g_resident_limit); }
 
 int64_t zt_mem_cached_bytes(void) {
   pthread_mutex_lock(&g_cache_mu);

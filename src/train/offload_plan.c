@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/backend.h"
 #include "core/status_internal.h"
 #include "train/offload_train.h"
 #include "zt/train.h"
@@ -32,6 +33,12 @@ static int64_t slices_of(const int64_t *ub, int U, const int *count, int N, int6
     Pmax = P[s] > Pmax ? P[s] : Pmax;
   }
   return Pmax;
+}
+
+/* The most RAM plan p can take: its peak, what writes behind may add, and a margin for what the
+ * prediction does not model (ZT_OFFLOAD_PLAN_MARGIN). */
+static void plan_bound(zt_offload_plan *p) {
+  p->bound = p->peak + p->inflight_bytes + ZT_OFFLOAD_PLAN_MARGIN(p->peak);
 }
 
 /* What one plan holds at its peak, and how long a step takes. rec (OFFLOAD only; NULL: none):
@@ -55,44 +62,71 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
   double kept = block_kept(g) * t * 4, temp = ZT_OFFLOAD_PLAN_TEMP * C * t * 4, edge = 2 * C * t * 4;
   double head = fmin(512.0, t) * V * 4 * 2;
   double window = (double)zt__train_act_write_cap(g, (int64_t)t);
-  /* the peak over the phases of a step (M chunks; lazy updates):
-   * forward, slice s: its update (parameters, grads, moments: 4x its parameter bytes) beside
-   *   the slice before it, with the activations kept so far (keep-graph) or none;
+  /* evictions written behind hold their RAM until written, at most the store's write cap W
+   * (the smallest slice's parameters; one tensor larger than W goes alone) */
+  int64_t Pmin = P[0];
+  for (int s = 1; s < N; s++) Pmin = P[s] < Pmin ? P[s] : Pmin;
+  double W = (double)(in->write_cap_bytes < Pmin ? in->write_cap_bytes : Pmin);
+  /* what evicting slice e may have in flight: W, or its largest tensor alone (a block's: the MLP's
+   * weights; the embedding's and the head's: wte) */
+#define FLY(e) ((e) < 0 || (e) >= N ? 0.0 : fmax(W, (e) == 0 || (e) == N - 1 ? fmax(wte, 16.0 * C * C) : 16.0 * C * C))
+  /* the peak over the phases of a step (M chunks; lazy updates), each phase's resident bytes
+   * and what may also be in flight there (written behind: counted when the disk falls behind):
+   * forward, slice s >= K: its load with its update's state (parameters, grads, moments: 4x its
+   *   parameter bytes) beside the slice before it computing (K 2), whose update's moments are
+   *   then being written behind (when it had one), with the activations kept so far (keep-graph),
+   *   the boundary activation (recompute) or none (activation offload: the copies being written
+   *   behind, up to its cap, in flight); slices below K were updated at the last step's end and
+   *   come in with their grads only (keep-graph with M > 1);
    * backward, slice s, as it starts: its parameters, the slice before it prefetched (with grads
-   *   when an earlier chunk made them: keep-graph with M > 1), and the activations backward holds
-   *   there; as it ends: its grads too, its own activations gone; at the first slice the tied
-   *   embedding's later contributions beside;
+   *   when an earlier chunk made them: keep-graph with M > 1) or, at the first slice, the one
+   *   after it still in RAM with its grads (K 2), and the activations backward holds there; as it
+   *   ends: its grads too, its own activations gone; at the first slice the tied embedding's
+   *   later contributions beside; the slice evicted for the prefetch writes its grads behind;
    * the step's end (below) */
   bool prev_grads = act != ZT_OFFLOAD_PLAN_RECOMPUTE && in->microbatches > 1;
-  double peak = 0, states = 0, acts = 0, blocks_before = 0;
+  double peak = 0, states = 0, acts = 0, bound = 0, blocks_before = 0;
+  double P1 = N >= 2 ? (double)P[1] - (N == 2 ? wte : 0) : 0; /* two slices share the tied embedding */
   for (int s = 0; s < N; s++) {
-    /* with two slices both hold the tied embedding: one storage, counted in one of them */
+    double Ps = (double)P[s];
     double prev = K >= 2 && s > 0 ? (double)P[s - 1] - (N == 2 ? wte : 0) : 0;
-    double phase_st[3], phase_act[3];
-    phase_st[0] = 4.0 * (double)P[s] + prev;
-    phase_act[0] = act == ZT_OFFLOAD_PLAN_KEEP ? blocks_before * kept : act == ZT_OFFLOAD_PLAN_OFFLOAD ? window : edge;
-    double b_prev = prev * (prev_grads ? 2.0 : 1.0), tied = s == 0 && N > 1 ? wte : 0;
-    phase_st[1] = (double)P[s] + b_prev + tied;
+    double phase_st[3], phase_act[3], phase_fly[3];
+    phase_st[0] = (s >= K ? 4.0 * Ps : prev_grads ? 2.0 * Ps : Ps) + prev;
+    phase_act[0] = act == ZT_OFFLOAD_PLAN_KEEP ? blocks_before * kept : act == ZT_OFFLOAD_PLAN_OFFLOAD ? 0 : edge;
+    bool upd_behind = K >= 2 && s - 1 >= K; /* the slice before updated at its load: its moments written behind */
+    if (upd_behind) phase_st[0] += W;
+    /* the slice evicted for this one (K 2: two before, for the prefetch; K 1: the one before) */
+    phase_fly[0] = (upd_behind ? 0 : FLY(s - K)) + (act == ZT_OFFLOAD_PLAN_OFFLOAD ? window : 0);
+    double b_prev = s > 0 ? prev * (prev_grads ? 2.0 : 1.0) : K >= 2 && N >= 2 ? 2.0 * P1 : 0;
+    double tied = s == 0 && N > 1 ? wte : 0;
+    phase_st[1] = Ps + b_prev + tied;
     phase_act[1] = act == ZT_OFFLOAD_PLAN_KEEP        ? (blocks_before + nb[s]) * kept + temp
                    : act == ZT_OFFLOAD_PLAN_OFFLOAD ? window + temp + edge
                                                       : nb[s] * kept + temp + edge;
     if (rec && rec[s] && nb[s]) phase_act[1] += block_kept(g) * t * 4; /* a recomputed block's activations */
     if (s == N - 1) phase_act[1] += head + (act == ZT_OFFLOAD_PLAN_RECOMPUTE ? 0 : wte);
-    phase_st[2] = 2.0 * (double)P[s] + b_prev + tied;
-    phase_act[2] = (act == ZT_OFFLOAD_PLAN_KEEP ? blocks_before * kept : act == ZT_OFFLOAD_PLAN_OFFLOAD ? window : 0) +
-                   temp + edge;
-    for (int f = 0; f < 3; f++)
+    phase_st[2] = 2.0 * Ps + b_prev + tied;
+    phase_act[2] = (act == ZT_OFFLOAD_PLAN_KEEP ? blocks_before * kept : act == ZT_OFFLOAD_PLAN_OFFLOAD ? window : 0) + edge;
+    phase_fly[1] = phase_fly[2] = K == 1 || s > 0 ? FLY(s + 1) : 0; /* the slice after, its grads written behind */
+    for (int f = 0; f < 3; f++) {
       if (phase_st[f] + phase_act[f] > peak) peak = phase_st[f] + phase_act[f], states = phase_st[f], acts = phase_act[f];
+      bound = fmax(bound, phase_st[f] + phase_act[f] + phase_fly[f]);
+    }
     blocks_before += nb[s];
   }
   /* the step's end: backward leaves the first slices in RAM with their grads, and their
    * updates run at once, one slice after the other (its moments in, AdamW, its grads freed and
    * its moments out): slice 0's update beside slice 1's grads, then slice 1's (with two slices
-   * the tied embedding is slice 0's, updated with it) */
-  double P1 = N >= 2 ? (double)P[1] - (N == 2 ? wte : 0) : 0;
-  double end = K >= 2 && N >= 2 ? fmax(4.0 * (double)P[0] + 2.0 * P1, (double)P[0] + 4.0 * P1) : 4.0 * (double)P[0];
-  if (end > peak) peak = end, states = end, acts = 0; /* backward's activations are gone by then */
-  if (K > 2) states += (double)(K - 2) * (double)Pmax;
+   * the tied embedding is slice 0's, updated with it). AdamW outruns the disk: each parameter's
+   * moments go out written behind while the next ones' are read within the slice's, so with a
+   * second slice in the run about half the cap's worth more is in RAM than the run's start holds
+   * (all of it, when the disk falls behind) */
+  bool two = K >= 2 && N >= 2; /* the run goes on into slice 1 (with slice 0 alone, nothing more is read) */
+  double end = two ? fmax(4.0 * (double)P[0] + 2.0 * P1, (double)P[0] + 4.0 * P1) + W / 2 : 4.0 * (double)P[0];
+  if (end > peak) peak = end, states = end, acts = 0; /* backward's activations are gone */
+  bound = fmax(bound, end + (two ? W / 2 : 0)); /* one slice alone: its moments in flight were in RAM anyway */
+  if (K > 2) states += (double)(K - 2) * (double)Pmax, bound += (double)(K - 2) * (double)Pmax;
+#undef FLY
   double st = states, a = acts;
   p->slices = N, p->resident = K, p->activations_mode = act, p->trial = false;
   /* the recomputed blocks, a letter each */
@@ -111,12 +145,10 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
   p->io_bytes = in->io_bytes * (act == ZT_OFFLOAD_PLAN_OFFLOAD ? 2 : 1); /* the activations' own store too */
   p->fixed_bytes = in->fixed_bytes;
   p->cache_bytes = in->cache_bytes;
-  /* evictions written behind hold their RAM until written: capped at the smallest slice's
-   * parameters, they stay within the previous slice that every phase above counts as resident */
-  int64_t Pmin = P[0];
-  for (int s = 1; s < N; s++) Pmin = P[s] < Pmin ? P[s] : Pmin;
-  p->write_cap_bytes = in->write_cap_bytes < Pmin ? in->write_cap_bytes : Pmin;
+  p->write_cap_bytes = (int64_t)W;
   p->peak = p->states_bytes + p->activation_bytes + p->io_bytes + p->cache_bytes + p->fixed_bytes;
+  p->inflight_bytes = (int64_t)(bound - (st + a)); /* what the disk falling behind may add to the peak */
+  plan_bound(p);
   /* time: compute (recompute runs the forward twice: 4/3 of a step's FLOPs) against the disk's
    * bytes per step (parameters twice in, moments and grads in and out, activations both ways
    * when offloaded), whichever is longer */
@@ -203,9 +235,11 @@ static void predict_offload(const zt_offload_plan_input *in, const int64_t *ub, 
 
 /* With the activation trial where both of its ways fit limit: p runs it, its peak the larger. */
 static void with_trial(const zt_offload_plan *all, int64_t limit, zt_offload_plan *p) {
-  if (all->peak > limit) return; /* the prediction's choice stays */
+  if (all->bound > limit) return; /* the prediction's choice stays */
   p->trial = true;
   if (all->peak > p->peak) p->states_bytes = all->states_bytes, p->activation_bytes = all->activation_bytes, p->peak = all->peak;
+  if (all->peak + all->inflight_bytes > p->peak + p->inflight_bytes) p->inflight_bytes = all->peak + all->inflight_bytes - p->peak;
+  plan_bound(p);
 }
 
 /* The plans' preferred margin under the limit: the prediction's error is within 10%. */
@@ -220,9 +254,11 @@ static void fill_cache(const zt_offload_plan_input *in, const int64_t *ub, int U
   int nb[ZT_OFFLOAD_PLAN_MAX_UNITS];
   int64_t Pmax = slices_of(ub, U, count, p->slices, P, nb);
   int64_t base = p->peak - p->cache_bytes, room = (int64_t)(MARGIN * (double)limit) - base;
+  int64_t fits = limit - ZT_OFFLOAD_PLAN_MARGIN(limit) - p->inflight_bytes - base; /* the bound stays within limit */
   int64_t cap = in->cache_max_bytes < 4 * Pmax ? in->cache_max_bytes : 4 * Pmax;
   int64_t c = room < cap ? room : cap;
-  if (c > p->cache_bytes) p->cache_bytes = c, p->peak = base + c;
+  c = c < fits ? c : fits;
+  if (c > p->cache_bytes) p->cache_bytes = c, p->peak = base + c, plan_bound(p);
 }
 
 zt_status zt_offload_plan_make(const zt_offload_plan_input *in, int64_t limit, zt_offload_plan *out) {
@@ -247,8 +283,8 @@ zt_status zt_offload_plan_make(const zt_offload_plan_input *in, int64_t limit, z
           predict_offload(in, ub, U, count, N, K, &p, &all);
         else
           predict(in, ub, U, count, N, K, act, NULL, &p);
-        if (!smallest.peak || p.peak < smallest.peak) smallest = p;
-        if (p.peak > limit) continue;
+        if (!smallest.peak || p.bound < smallest.bound) smallest = p;
+        if (p.bound > limit) continue;
         if (act == ZT_OFFLOAD_PLAN_OFFLOAD && in->trial) with_trial(&all, limit, &p);
         fill_cache(in, ub, U, count, limit, &p);
         /* the fastest; then prefetch (K 2); then the activation trial (the choice measured, not
@@ -270,15 +306,17 @@ zt_status zt_offload_plan_make(const zt_offload_plan_input *in, int64_t limit, z
         if (better) best = p, found = true;
       }
   }
-  out->smallest_peak = smallest.peak;
+  out->smallest_peak = smallest.bound;
   if (!found) {
     return ZT_ERR(ZT_STATUS_OOM,
-                  "no plan fits zt_train_config.memory.mem_limit %.0f MiB: the smallest predicted peak is %.0f MiB (%d "
-                  "slices, %d resident, %s); give at least that, or a smaller batch or more microbatches",
-                  (double)limit / 1048576.0, ceil((double)smallest.peak / 1048576.0), smallest.slices,
-                  smallest.resident, zt_offload_plan_activations_name(smallest.activations_mode));
+                  "no plan fits zt_train_config.memory.mem_limit %.0f MiB: the smallest plan needs %.0f MiB (%d "
+                  "slices, %d resident, %s: a predicted peak of %.0f MiB, and what writes behind and the margin add); "
+                  "give at least that, or a smaller batch or more microbatches",
+                  (double)limit / 1048576.0, ceil((double)smallest.bound / 1048576.0), smallest.slices,
+                  smallest.resident, zt_offload_plan_activations_name(smallest.activations_mode),
+                  ceil((double)smallest.peak / 1048576.0));
   }
-  best.smallest_peak = smallest.peak;
+  best.smallest_peak = smallest.bound;
   *out = best;
   return ZT_OK;
 }
@@ -352,7 +390,7 @@ static zt_status calibration(double v[4], bool *any) {
   *any = false;
   const char *e = getenv("ZT_PLAN_CALIBRATION");
   if (!e || !*e) return ZT_OK;
-  for (const char *p = e; *p;) {
+  for (const char *p = e;; p++) { /* key=value items, a comma between two */
     int k = 0;
     size_t n = strcspn(p, "=,");
     while (k < 4 && !(strlen(keys[k]) == n && !strncmp(p, keys[k], n))) k++;
@@ -364,7 +402,7 @@ static zt_status calibration(double v[4], bool *any) {
                     e);
     *any = true;
     p += n + 1 + strcspn(p + n + 1, ",");
-    if (*p == ',') p++;
+    if (!*p) break;
   }
   return ZT_OK;
 }
@@ -470,12 +508,18 @@ zt_status zt_train_plan_memory(zt_train_config *c, int world, zt_offload_plan *o
     if (c->memory.offload_resident <= 0) c->memory.offload_resident = 2;
     return ZT_OK;
   }
+  zt_mem_available_info av;
   if (limit <= 0) {
-    zt_mem_available_info av;
     ZT_TRY(zt_mem_available(&av));
     limit = av.bytes;
     snprintf(source, sizeof source, "%s", av.source);
+  } else if (!zt_mem_available(&av) && limit > av.bytes) { /* unknown here: the limit as given */
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "zt_train_config.memory.mem_limit %.1f MiB is more than this process can have, %.1f MiB (%s): "
+                  "give at most that (a plan for more would be stopped by the kernel)",
+                  (double)limit / 1048576.0, (double)av.bytes / 1048576.0, av.source);
   }
+  zt_clear_error();
   zt_offload_plan_input in;
   bool calibrated = false;
   ZT_TRY(plan_input(c, world, limit, &in, &calibrated));
@@ -500,17 +544,25 @@ zt_status zt_train_plan_memory(zt_train_config *c, int world, zt_offload_plan *o
   out->read_bps = in.read_bps, out->write_bps = in.write_bps;
   out->limit = limit, out->given = given, out->calibrated = calibrated;
   snprintf(out->limit_source, sizeof out->limit_source, "%s", source);
-  const char *cal = calibrated ? "; calibration from ZT_PLAN_CALIBRATION" : "";
+  char what[1700];
   if (!given)
-    snprintf(out->note, sizeof out->note, "planned for %s, %.1f MiB%s", source, (double)limit / 1048576.0, cal);
+    snprintf(what, sizeof what, "planned for %s, %.1f MiB", source, (double)limit / 1048576.0);
   else
-    snprintf(out->note, sizeof out->note,
+    snprintf(what, sizeof what,
              "the plan given (zt_train_config.memory.offload_slices, zt_train_config.memory.offload_resident), "
-             "predicted against the memory available, %.1f MiB, %s%s%s",
-             (double)limit / 1048576.0, source, cal,
-             out->peak <= limit ? "" : "; its predicted peak is above that, where the kernel may stop the run: "
-                                       "leave the slices to the planner or give fewer resident slices");
-  zt_mem_set_cache_limit(out->cache_bytes);
+             "against the memory available, %.1f MiB, %s",
+             (double)limit / 1048576.0, source);
+  snprintf(out->note, sizeof out->note,
+           "%s; the plan takes at most %.1f MiB (its peak, %.1f MiB more where writes behind fall behind the disk, "
+           "and a margin of %.1f MiB)%s%s",
+           what, (double)out->bound / 1048576.0, (double)out->inflight_bytes / 1048576.0,
+           (double)ZT_OFFLOAD_PLAN_MARGIN(out->peak) / 1048576.0,
+           calibrated ? "; calibration from ZT_PLAN_CALIBRATION" : "",
+           out->bound <= limit ? "" : "; that is above the limit, where the kernel may stop the run: leave the slices "
+                                      "to the planner, or give fewer resident slices or more of them");
+  /* the cache takes what the plan leaves free in every phase, the prediction's room at its peak */
+  zt_mem_set_cache_limit(out->cache_bytes ? (in.cache_max_bytes > out->cache_bytes ? in.cache_max_bytes : out->cache_bytes) : 0);
+  zt__mem_set_resident_limit(out->peak - out->fixed_bytes);
   c->memory.offload_write_cap = out->write_cap_bytes;
   c->memory.mem_limit = 0; /* planned: the run takes the options as they are now */
   return ZT_OK;
