@@ -76,6 +76,14 @@ static int64_t cache_limit(void) {
   return v;
 }
 
+/* The oldest cached block back to the kernel (g_cache_mu held, the cache not empty). */
+static void cache_drop_oldest(void) {
+  free(g_cache[0].ptr);
+  g_cache_bytes -= g_cache[0].size;
+  memmove(&g_cache[0], &g_cache[1], sizeof *g_cache * (size_t)(g_cache_n - 1));
+  g_cache_n--;
+}
+
 /* The host allocator: the cpu backend's memory, and the disk tier's accounting. */
 void *zt__host_alloc(void *ctx, size_t bytes, zt_device dev) {
   (void)ctx, (void)dev;
@@ -98,12 +106,7 @@ void *zt__host_alloc(void *ctx, size_t bytes, zt_device dev) {
   if (total > 0) {
     int64_t live = atomic_load(&g_acct[ZT_DEVICE_CPU][0].current_total);
     pthread_mutex_lock(&g_cache_mu);
-    while (g_cache_n && live + (int64_t)(g_cache_bytes + rounded) > total) { /* the oldest back first */
-      free(g_cache[0].ptr);
-      g_cache_bytes -= g_cache[0].size;
-      memmove(&g_cache[0], &g_cache[1], sizeof *g_cache * (size_t)(g_cache_n - 1));
-      g_cache_n--;
-    }
+    while (g_cache_n && live + (int64_t)(g_cache_bytes + rounded) > total) cache_drop_oldest();
     pthread_mutex_unlock(&g_cache_mu);
   }
   void *p = aligned_alloc(align_of(rounded), rounded);
@@ -119,12 +122,8 @@ void zt__host_free(void *ctx, void *ptr, size_t bytes, zt_device dev) {
   size_t rounded = round_size(bytes);
   if (rounded >= CACHE_MIN && (int64_t)rounded <= cache_limit()) {
     pthread_mutex_lock(&g_cache_mu);
-    while (g_cache_n && ((int64_t)(g_cache_bytes + rounded) > cache_limit() || g_cache_n == CACHE_SLOTS)) {
-      free(g_cache[0].ptr); /* evict the oldest */
-      g_cache_bytes -= g_cache[0].size;
-      memmove(&g_cache[0], &g_cache[1], sizeof *g_cache * (size_t)(g_cache_n - 1));
-      g_cache_n--;
-    }
+    while (g_cache_n && ((int64_t)(g_cache_bytes + rounded) > cache_limit() || g_cache_n == CACHE_SLOTS))
+      cache_drop_oldest();
     g_cache[g_cache_n++] = (cache_slot){ptr, rounded};
     g_cache_bytes += rounded;
     pthread_mutex_unlock(&g_cache_mu);
@@ -146,12 +145,7 @@ int64_t zt_mem_cache_limit(void) { return cache_limit(); }
 void zt_mem_set_cache_limit(int64_t bytes) {
   pthread_mutex_lock(&g_cache_mu);
   g_cache_limit = bytes > 0 ? bytes : 0;
-  while (g_cache_n && (int64_t)g_cache_bytes > g_cache_limit) { /* the oldest out first */
-    free(g_cache[0].ptr);
-    g_cache_bytes -= g_cache[0].size;
-    memmove(&g_cache[0], &g_cache[1], sizeof *g_cache * (size_t)(g_cache_n - 1));
-    g_cache_n--;
-  }
+  while (g_cache_n && (int64_t)g_cache_bytes > g_cache_limit) cache_drop_oldest(); /* the oldest out first */
   pthread_mutex_unlock(&g_cache_mu);
   /* under a memory limit, freed large blocks must go back to the kernel: glibc's mmap threshold
    * would otherwise grow with the blocks freed (up to 32 MiB) and keep them in its heap. It is the
