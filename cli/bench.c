@@ -101,7 +101,9 @@ static int bench_step(int argc, char **argv) {
                                                               : zt_store_memory_new(&store);
     zt_offload_units u;
     zt_offload_model_options oo = zt_offload_model_options_default();
-    oo.slices = c.memory.offload_slices, oo.resident = c.memory.offload_resident, oo.microbatches = (int)M;
+    if (c.memory.offload_slices > 0) oo.slices = c.memory.offload_slices; /* 0: the default */
+    if (c.memory.offload_resident > 0) oo.resident = c.memory.offload_resident;
+    oo.microbatches = (int)M;
     oo.mode = (zt_offload_model_mode)c.memory.offload_mode;
     zt_tensor **xs_m = calloc((size_t)M, sizeof *xs_m), **ys_m = calloc((size_t)M, sizeof *ys_m);
     for (int64_t k = 0; xs_m && ys_m && k < M; k++) xs_m[k] = x, ys_m[k] = y;

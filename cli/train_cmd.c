@@ -430,8 +430,8 @@ static void print_summary(const zt_train_config *c, const zt_train_result *r, zt
 static void print_plan(const zt_offload_plan *p) {
   char b[8][32];
   printf("zt train: memory plan: %d slices, %d in RAM at once (prefetch %s), activations: %s; predicted peak RAM %s "
-         "(states %s, activations %s, I/O buffers %s, allocator cache %s, the rest of the process %s; writes in "
-         "flight up to %s, within the states); the smallest plan needs %s\n",
+         "(states %s, activations %s, I/O buffers %s, allocator cache %s, the rest of the process %s; the store's "
+         "write-behind cap %s); the smallest plan needs %s\n",
          p->slices, p->resident, p->resident > 1 ? "on" : "off", zt_offload_plan_activations_name(p->activations_mode),
          zt_cli_bytes((double)p->peak, b[0]), zt_cli_bytes((double)p->states_bytes, b[1]),
          zt_cli_bytes((double)p->activation_bytes, b[2]), zt_cli_bytes((double)p->io_bytes, b[3]),
@@ -448,6 +448,9 @@ static void print_plan(const zt_offload_plan *p) {
            ZT_ACT_TRIAL_FIRST, ZT_ACT_TRIAL_FIRST + 1, ZT_ACT_TRIAL_FIRST + 2);
   printf("zt train: predicted step %.1f s (compute %.1f s, disk %.1f s at %.2f GB/s read, %.2f GB/s written)\n",
          p->step_s, p->compute_s, p->io_s, p->read_bps / 1e9, p->write_bps / 1e9);
+  char note[3072];
+  zt_cli_train_message(p->note, note, sizeof note); /* the limit planned for, and whose it was */
+  printf("zt train: memory plan: %s\n", note);
 }
 
 static int run_train(zt_train_config *c, zt_comm *world, progress *p, int argc, char **argv) {

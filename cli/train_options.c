@@ -94,18 +94,23 @@ static const train_option k_options[] = {
      "whole model is never in RAM (--offload-model's options apply); with\n"
      "--shard full|hybrid:G|grad_op, FSDP instead: each rank's shards, gradient\n"
      "shards and AdamW state in its own TIER, a unit in RAM when it runs"},
-    {NULL, "mem-limit", "SIZE", CFG(memory.mem_limit), TRAIN_OPT_TEXT, 0, 0, "none",
+    {NULL, "mem-limit", "SIZE", CFG(memory.mem_limit), TRAIN_OPT_TEXT, 0, 0,
+     "with --offload-states, the memory available",
      "with --offload-states: choose slices, resident slices and the mode so\n"
      "that the predicted peak RAM fits SIZE (e.g. 4G); prints the plan, refuses\n"
-     "a SIZE nothing fits, naming the smallest that does"},
+     "a SIZE nothing fits, naming the smallest that does. Without it (and\n"
+     "without --offload-slices/--offload-resident) the plan fits the memory\n"
+     "available: the memory cgroup's limit, else MemAvailable (printed)"},
     {NULL, "activation-trial", "MODE", CFG(memory.activation_trial), TRAIN_OPT_TEXT, 0, 0, "auto",
      "keep-graph OffloadModel with activation offload: step 3 offloads every\n"
      "slice's activations, step 4 recomputes every slice's blocks, and from\n"
      "step 5 each slice keeps the faster way, as measured (printed);\n"
      "auto (when --mem-limit chose activation offload) | on | off"},
-    {NULL, "offload-slices", "N", CFG(memory.offload_slices), TRAIN_OPT_INT, 0, 0, NULL,
+    {NULL, "offload-slices", "N", CFG(memory.offload_slices), TRAIN_OPT_INT, 0, 0,
+     "2; with --offload-states the planner's",
      "OffloadModel: slices, balanced by parameter bytes (at most layers + 2)"},
-    {NULL, "offload-resident", "K", CFG(memory.offload_resident), TRAIN_OPT_INT, 0, 0, NULL,
+    {NULL, "offload-resident", "K", CFG(memory.offload_resident), TRAIN_OPT_INT, 0, 0,
+     "2; with --offload-states the planner's",
      "OffloadModel: slices in RAM at once (the one computing, the next prefetched)"},
     {NULL, "offload-mode", "MODE", CFG(memory.offload_mode), TRAIN_OPT_TEXT, 0, 0, "recompute",
      "OffloadModel: recompute (forward without a graph, each slice recomputed\n"

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "core/backend.h"
 #include "zt_test.h"
 
 static const zt_device DEV5 = {ZT_DEVICE_CPU, 5};
@@ -329,8 +330,39 @@ static void test_large_block_cache(void) {
   ZT_CHECK(zt_mem_cached_bytes() == 0);
 }
 
+/* Under a resident limit (zt__mem_set_resident_limit, what a memory plan sets), a fresh block
+ * gives cached blocks back first so that the live bytes and the cached stay within it; without
+ * one, the cache keeps them up to its own bound. */
+static void test_resident_limit(void) {
+  int64_t bound = zt_mem_cache_limit();
+  zt_mem_empty_cache();
+  zt_mem_set_cache_limit((int64_t)64 << 20);
+  int64_t a_sz[] = {(int64_t)3 << 20}, b_sz[] = {(int64_t)2 << 20}; /* 12 and 8 MiB of f32: sizes the cache tells apart */
+  zt_tensor *a = NULL, *b = NULL, *c = NULL;
+  ZT_CHECK_OK(zt_tensor_empty(1, a_sz, ZT_DTYPE_F32, ZT_CPU, &a));
+  zt_tensor_free(a);
+  ZT_CHECK(zt_mem_cached_bytes() == (int64_t)12 << 20);
+  ZT_CHECK_OK(zt_tensor_empty(1, b_sz, ZT_DTYPE_F32, ZT_CPU, &b)); /* no limit: the 12 MiB block stays cached */
+  ZT_CHECK(zt_mem_cached_bytes() == (int64_t)12 << 20);
+  zt_tensor_free(b);
+  ZT_CHECK(zt_mem_cached_bytes() == (int64_t)20 << 20);
+  /* room for the live bytes and one more 8 MiB block: the 12 MiB one (the oldest) goes back */
+  zt__mem_set_resident_limit(zt_test_live_bytes() + ((int64_t)16 << 20));
+  ZT_CHECK_OK(zt_tensor_empty(1, a_sz, ZT_DTYPE_F32, ZT_CPU, &a)); /* a cache hit: nothing to give back */
+  ZT_CHECK(zt_mem_cached_bytes() == (int64_t)8 << 20);
+  ZT_CHECK_OK(zt_tensor_empty(1, (int64_t[]){(int64_t)1 << 20}, ZT_DTYPE_F32, ZT_CPU, &c)); /* fresh 4 MiB: 8 MiB back */
+  ZT_CHECK(zt_mem_cached_bytes() == 0);
+  ZT_CHECK(zt_test_live_bytes() + zt_mem_cached_bytes() <= zt__mem_resident_limit());
+  zt_tensor_free(c);
+  zt_tensor_free(a);
+  zt__mem_set_resident_limit(0);
+  zt_mem_empty_cache();
+  zt_mem_set_cache_limit(bound);
+}
+
 int main(void) {
   ZT_RUN(test_large_block_cache);
+  ZT_RUN(test_resident_limit);
   ZT_RUN(test_current_and_peak_per_tag);
   ZT_RUN(test_retag);
   ZT_RUN(test_report);

@@ -340,8 +340,9 @@ typedef struct zt_train_memory_options {
    * whose store holds the parameters and grads (and boundary activations) of the slices not in
    * RAM; the step's batch runs as data.microbatches chunks through every slice. */
   int offload_model;
-  int offload_slices;       /* N (default 2; at most layers + 2) */
-  int offload_resident;     /* K slices in RAM at once (default 2) */
+  int offload_slices;       /* N (at most layers + 2); 0 (default): with offload_states the planner's choice
+                             * (zt_train_plan_memory, for the memory available), else 2 */
+  int offload_resident;     /* K slices in RAM at once; 0 (default): with offload_states the planner's, else 2 */
   int offload_mode;         /* a zt_offload_model_mode: RECOMPUTE (default) or KEEP_GRAPH */
   /* Every model state in offload_model's store (ZeRO-Infinity's for one process): the model is
    * built straight into it, AdamW's moments live there too, checkpoints stream from and into
@@ -351,7 +352,9 @@ typedef struct zt_train_memory_options {
   int64_t offload_write_cap; /* > 0: the model offload store's write-behind cap (zt_store_set_write_cap; the
                              * planner sets it); 0: the store's default */
   int64_t mem_limit;        /* > 0: plan offload_slices, offload_resident and offload_mode so that the predicted
-                             * peak RAM fits this many bytes (refused when nothing does); needs offload_states */
+                             * peak RAM fits this many bytes (refused when nothing does); needs offload_states.
+                             * 0 (default): with offload_states, one process and neither offload_slices nor
+                             * offload_resident set, plan for the memory available (zt_mem_available) */
   /* The activation trial (src/train/act_trial.c), for OffloadModel's keep-graph mode with
    * activation offload, where each slice's blocks either offload their saved tensors or are
    * recomputed in backward: the run's third step (ZT_ACT_TRIAL_FIRST; the first two are unlike
@@ -545,9 +548,23 @@ typedef struct zt_offload_plan {
   int64_t write_cap_bytes;         /* the store's write-behind cap: the smallest slice's parameters at most, so
                                     * what is in flight stays within the previous slice the states count */
   int64_t peak;                    /* their sum: the predicted peak RAM */
-  int64_t smallest_peak;           /* the smallest peak of any plan (what the smallest workable limit is) */
+  int64_t inflight_bytes;          /* what writes behind (the model store's, up to its write cap; activation
+                                    * offload's, up to its own) may add to the peak's phase or make another phase
+                                    * pass it, where the disk falls behind */
+  int64_t bound;                   /* peak + inflight_bytes + the margin for what is not modelled
+                                    * (ZT_OFFLOAD_PLAN_MARGIN): the most RAM the plan can take; a plan fits a limit
+                                    * when this does */
+  int64_t smallest_peak;           /* the smallest bound of any plan: the smallest limit some plan fits */
   double compute_s, io_s, step_s;  /* predicted step: compute, disk time, the longer of the two */
   double read_bps, write_bps;      /* zt_train_plan_memory: the store's bandwidth it measured */
+  /* zt_train_plan_memory: the limit planned for and where it came from (mem_limit, or what
+   * zt_mem_available found); given: the plan was the config's (offload_slices or
+   * offload_resident set), predicted, not chosen; calibrated: ZT_PLAN_CALIBRATION gave some of
+   * what the planner measures otherwise; note: all that as a sentence to print */
+  int64_t limit;
+  char limit_source[1280];
+  bool given, calibrated;
+  char note[2400];
 } zt_offload_plan;
 /* One plan's prediction: slices N, resident K, activations act (OFFLOAD: nothing recomputed). */
 ZT_API ZT_NODISCARD zt_status zt_offload_plan_predict(const zt_offload_plan_input *in, int slices, int resident,
@@ -627,13 +644,41 @@ ZT_API ZT_NODISCARD zt_status zt_train_memory_attach(zt_gpt2 *m, const zt_train_
                                         zt_train_result *res);
 ZT_API void zt_train_memory_free(zt_train_memory *mem); /* zeroes *mem; a zeroed one is a no-op */
 
-#define ZT_OFFLOAD_PLAN_FIXED ((int64_t)16 << 20) /* RAM besides the accounting and the RSS at planning (measured) */
-/* With c->memory.mem_limit > 0: plan for c's model, batch (over world ranks) and tier, from the
- * process's RSS now, the sgemm rate and the tier's bandwidth measured here, and write the plan
- * into c (offload_slices, offload_resident, offload_mode, offload_activations), clearing
- * mem_limit; needs offload_states. A limit nothing fits: ZT_STATUS_OOM naming the smallest that
- * does. mem_limit 0: nothing to do (out zeroed). zt_train_run plans a config that still has
- * a mem_limit itself. */
+/* RAM the process adds besides the accounting to its RSS at planning: the heap's small blocks, the
+ * threads' stacks, blocks' rounding (measured: 7.4-9.7 MiB over five plans of a 12.9M-parameter
+ * model, 3.3 MiB at GPT-2 124M) */
+#define ZT_OFFLOAD_PLAN_FIXED ((int64_t)10 << 20)
+/* What a plan's bound adds to its peak and writes in flight for what the prediction does not
+ * model: 8 MiB (the kernel's memory for the process, charged to its memory cgroup: page tables,
+ * the spill files' metadata) and 2% of the peak (the prediction's own error on what it models). */
+#define ZT_OFFLOAD_PLAN_MARGIN(peak) (((int64_t)8 << 20) + (int64_t)((double)(peak) * 0.02))
+/* The memory this process may use: the least of its memory cgroup's limit (v2: memory.max of
+ * its cgroup and the cgroups above it; v1: hierarchical_memory_limit) and the machine's
+ * MemAvailable plus the process's own RSS; source says which, and where it was read. */
+typedef struct zt_mem_available_info {
+  int64_t bytes;
+  char source[1280];
+} zt_mem_available_info;
+ZT_API ZT_NODISCARD zt_status zt_mem_available(zt_mem_available_info *out);
+/* Plan for c's model, batch (over world ranks) and tier, from the process's RSS now (after the
+ * largest GEMM packing the model's steps make, OpenBLAS's buffers being resident for good), the
+ * sgemm rate and the tier's bandwidth measured here, and write the plan into c (offload_slices,
+ * offload_resident, offload_mode, offload_activations, recompute_plan), clearing mem_limit:
+ * - c->memory.mem_limit > 0: for that limit; needs offload_states. A limit nothing fits:
+ *   ZT_STATUS_OOM naming the smallest that does.
+ * - mem_limit 0 with offload_states (OffloadModel's), one process and neither offload_slices nor
+ *   offload_resident set: for the memory available (zt_mem_available; out->limit_source says
+ *   which limit).
+ * - mem_limit 0 with offload_states, one process and offload_slices or offload_resident set:
+ *   that plan, predicted, not chosen (out->given; the one not set becomes 2), against the memory
+ *   available.
+ * - otherwise nothing to do (out zeroed).
+ * A plan sets the allocator's cache bound (zt_mem_set_cache_limit) and the store's write cap.
+ * The environment variable ZT_PLAN_CALIBRATION="gflops=G,read=BPS,write=BPS,rss=BYTES" (any of
+ * them; sizes may end in K, M or G, powers of 1024) gives what is otherwise measured (the sgemm
+ * rate in GFLOP/s, the tier's read and write bytes per second, the RSS at planning), so that
+ * tests choose the same plan on a loaded machine as on an idle one. zt_train_run plans a config
+ * that needs it itself. */
 ZT_API ZT_NODISCARD zt_status zt_train_plan_memory(zt_train_config *c, int world, zt_offload_plan *out);
 
 /* GFLOP/s of raw OpenBLAS sgemm at n x n x n on the current threads (median of reps runs

@@ -109,6 +109,12 @@ ZT_NODISCARD zt_status zt__backend_of(zt_device dev, const char *fn, const zt__b
 extern const zt__backend zt__cpu_backend;
 void *zt__host_alloc(void *ctx, size_t bytes, zt_device dev);
 void zt__host_free(void *ctx, void *ptr, size_t bytes, zt_device dev);
+/* bytes > 0: before the host allocator takes a fresh block, it gives cached blocks back (the
+ * oldest first) while cpu's live bytes (the accounting), the cached ones and the new block would
+ * pass bytes: the cache then fills what a memory plan leaves free and no more (0: no such bound,
+ * only zt_mem_set_cache_limit's). */
+void zt__mem_set_resident_limit(int64_t bytes);
+int64_t zt__mem_resident_limit(void);
 /* The CPU backend's loops, for backends whose kernels address host-like memory. */
 void zt__host_cast(void *dst, zt_dtype ddt, const void *src, zt_dtype sdt, int64_t n);
 void zt__host_memcpy(void *dst, const void *src, int64_t bytes); /* parallel above ~256 KiB */

@@ -24,6 +24,15 @@ enum { LMH_IGNORE, LMH_SAVE_DX, LMH_SAVE_DW };
 #define CHUNK_MIN_ROWS 16
 #define CHUNK_MAX_ROWS 512
 
+/* dW's GEMM runs over at most this many of its V rows at a time: OpenBLAS packs dlogits^T into
+ * its per-thread buffers, which stay resident for the process's life, about rows x min(chunk
+ * rows, its K block) floats: 49.6 MiB for GPT-2's 50257 rows in 512-row chunks, about 4 MiB in
+ * blocks of 4096 rows (test_ops_lm_head's test_lm_head_blas_buffer), RAM that no accounting
+ * sees and the --mem-limit planner would have to guess. (OpenBLAS may order a block's sums
+ * differently from the whole's: the last bit can differ from one GEMM over all rows, never
+ * between runs.) */
+#define DW_ROWS ((int64_t)4096)
+
 /* Tests force small chunks to exercise the multi-chunk path (0: automatic). */
 static int64_t chunk_rows_override = 0;
 void zt__lm_head_set_chunk_rows(int64_t rows) { chunk_rows_override = rows > 0 ? rows : 0; }
@@ -99,10 +108,11 @@ static double lmh_chunks(const lmh_work *k, int64_t ignore, double scale, char *
       k->kt->gemm(k->dt, false, false, n, k->C, k->V, buf, k->V, k->w, k->C, 0.0,
                   (char *)zt__tensor_ptr(dx) + (size_t)(r0 * k->C) * k->es, k->C);
     }
-    if (dw) {
-      // dW (V, C) (= first chunk, += later) dlogits^T (V, n) . x_chunk (n, C)
-      k->kt->gemm(k->dt, true, false, k->V, k->C, n, buf, k->V, xc, k->C, r0 == 0 ? 0.0 : 1.0,
-                  zt__tensor_ptr(dw), k->C);
+    // dW (V, C) (= first chunk, += later) dlogits^T (V, n) . x_chunk (n, C), DW_ROWS rows of it per GEMM
+    for (int64_t v0 = 0; dw && v0 < k->V; v0 += DW_ROWS) {
+      int64_t m = k->V - v0 < DW_ROWS ? k->V - v0 : DW_ROWS;
+      k->kt->gemm(k->dt, true, false, m, k->C, n, buf + (size_t)v0 * k->es, k->V, xc, k->C, r0 == 0 ? 0.0 : 1.0,
+                  (char *)zt__tensor_ptr(dw) + (size_t)(v0 * k->C) * k->es, k->C);
     }
   }
   return sum;

@@ -32,8 +32,8 @@ void zt_train_config_default(zt_train_config *c) {
   c->log.eval_batches = 8;
   c->memory.recompute = ZT_RECOMPUTE_NONE;
   c->memory.checkpoint_every = 1;
-  c->memory.offload_slices = 2;
-  c->memory.offload_resident = 2;
+  c->memory.offload_slices = 0;   /* the planner's (offload_states), else 2 */
+  c->memory.offload_resident = 0;
   c->parallel.shard = ZT_SHARD_NONE;
   c->parallel.prefetch = true;
   c->parallel.mixed_precision = ZT_DTYPE_F32;
@@ -103,16 +103,21 @@ static zt_status parse_bytes(const char *key, const char *v, int64_t *out) {
   case 'k': case 'K': mult = 1024.0; end++; break;
   case 'm': case 'M': mult = 1048576.0; end++; break;
   case 'g': case 'G': mult = 1073741824.0; end++; break;
+  case 't': case 'T': mult = 1099511627776.0; end++; break;
   default: break;
   }
   if (mult > 1 && *end == 'i') end++;
   if (mult > 1 && (*end == 'B' || *end == 'b')) end++;
-  if (*end || x * mult >= 9.2e18) goto bad;
+  if (*end) goto bad;
+  if (x * mult >= 9.2e18) /* what an int64_t holds, with room */
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "option '%s' is %s: a size must be below 8 EiB (8388608T)", key, v);
   *out = (int64_t)(x * mult);
   return ZT_OK;
 bad:
-  return ZT_ERR(ZT_STATUS_INVALID_ARG, "option '%s' needs a positive size in bytes, e.g. 300M or 1.5G (got '%s')", key,
-                v ? v : "");
+  return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                "option '%s' needs a positive size in bytes, e.g. 300M, 1.5G or 1T (K, M, G, T: powers of 1024) (got "
+                "'%s')",
+                key, v ? v : "");
 }
 
 static zt_status parse_recompute(zt_train_config *c, const char *v) {

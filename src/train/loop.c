@@ -613,7 +613,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
                "zt_train_config.data.seq <= %d or zt_train_config.model.block_size",
                (long long)c->data.seq, r.g.block_size, r.g.block_size);
   zt_train_config planned; /* --mem-limit: the options the planner chose */
-  if (!s && c->memory.mem_limit > 0) {
+  if (!s && zt__train_plan_wanted(c, r.dp.world)) {
     planned = *c;
     s = zt_train_plan_memory(&planned, r.dp.world, &result.plan);
     c = r.c = &planned;

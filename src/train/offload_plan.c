@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/backend.h"
 #include "core/status_internal.h"
 #include "train/offload_train.h"
 #include "zt/train.h"
@@ -32,6 +33,12 @@ static int64_t slices_of(const int64_t *ub, int U, const int *count, int N, int6
     Pmax = P[s] > Pmax ? P[s] : Pmax;
   }
   return Pmax;
+}
+
+/* The most RAM plan p can take: its peak, what writes behind may add, and a margin for what the
+ * prediction does not model (ZT_OFFLOAD_PLAN_MARGIN). */
+static void plan_bound(zt_offload_plan *p) {
+  p->bound = p->peak + p->inflight_bytes + ZT_OFFLOAD_PLAN_MARGIN(p->peak);
 }
 
 /* What one plan holds at its peak, and how long a step takes. rec (OFFLOAD only; NULL: none):
@@ -55,44 +62,71 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
   double kept = block_kept(g) * t * 4, temp = ZT_OFFLOAD_PLAN_TEMP * C * t * 4, edge = 2 * C * t * 4;
   double head = fmin(512.0, t) * V * 4 * 2;
   double window = (double)zt__train_act_write_cap(g, (int64_t)t);
-  /* the peak over the phases of a step (M chunks; lazy updates):
-   * forward, slice s: its update (parameters, grads, moments: 4x its parameter bytes) beside
-   *   the slice before it, with the activations kept so far (keep-graph) or none;
+  /* evictions written behind hold their RAM until written, at most the store's write cap W
+   * (the smallest slice's parameters; one tensor larger than W goes alone) */
+  int64_t Pmin = P[0];
+  for (int s = 1; s < N; s++) Pmin = P[s] < Pmin ? P[s] : Pmin;
+  double W = (double)(in->write_cap_bytes < Pmin ? in->write_cap_bytes : Pmin);
+  /* what evicting slice e may have in flight: W, or its largest tensor alone (a block's: the MLP's
+   * weights; the embedding's and the head's: wte) */
+#define FLY(e) ((e) < 0 || (e) >= N ? 0.0 : fmax(W, (e) == 0 || (e) == N - 1 ? fmax(wte, 16.0 * C * C) : 16.0 * C * C))
+  /* the peak over the phases of a step (M chunks; lazy updates), each phase's resident bytes
+   * and what may also be in flight there (written behind: counted when the disk falls behind):
+   * forward, slice s >= K: its load with its update's state (parameters, grads, moments: 4x its
+   *   parameter bytes) beside the slice before it computing (K 2), whose update's moments are
+   *   then being written behind (when it had one), with the activations kept so far (keep-graph),
+   *   the boundary activation (recompute) or none (activation offload: the copies being written
+   *   behind, up to its cap, in flight); slices below K were updated at the last step's end and
+   *   come in with their grads only (keep-graph with M > 1);
    * backward, slice s, as it starts: its parameters, the slice before it prefetched (with grads
-   *   when an earlier chunk made them: keep-graph with M > 1), and the activations backward holds
-   *   there; as it ends: its grads too, its own activations gone; at the first slice the tied
-   *   embedding's later contributions beside;
+   *   when an earlier chunk made them: keep-graph with M > 1) or, at the first slice, the one
+   *   after it still in RAM with its grads (K 2), and the activations backward holds there; as it
+   *   ends: its grads too, its own activations gone; at the first slice the tied embedding's
+   *   later contributions beside; the slice evicted for the prefetch writes its grads behind;
    * the step's end (below) */
   bool prev_grads = act != ZT_OFFLOAD_PLAN_RECOMPUTE && in->microbatches > 1;
-  double peak = 0, states = 0, acts = 0, blocks_before = 0;
+  double peak = 0, states = 0, acts = 0, bound = 0, blocks_before = 0;
+  double P1 = N >= 2 ? (double)P[1] - (N == 2 ? wte : 0) : 0; /* two slices share the tied embedding */
   for (int s = 0; s < N; s++) {
-    /* with two slices both hold the tied embedding: one storage, counted in one of them */
+    double Ps = (double)P[s];
     double prev = K >= 2 && s > 0 ? (double)P[s - 1] - (N == 2 ? wte : 0) : 0;
-    double phase_st[3], phase_act[3];
-    phase_st[0] = 4.0 * (double)P[s] + prev;
-    phase_act[0] = act == ZT_OFFLOAD_PLAN_KEEP ? blocks_before * kept : act == ZT_OFFLOAD_PLAN_OFFLOAD ? window : edge;
-    double b_prev = prev * (prev_grads ? 2.0 : 1.0), tied = s == 0 && N > 1 ? wte : 0;
-    phase_st[1] = (double)P[s] + b_prev + tied;
+    double phase_st[3], phase_act[3], phase_fly[3];
+    phase_st[0] = (s >= K ? 4.0 * Ps : prev_grads ? 2.0 * Ps : Ps) + prev;
+    phase_act[0] = act == ZT_OFFLOAD_PLAN_KEEP ? blocks_before * kept : act == ZT_OFFLOAD_PLAN_OFFLOAD ? 0 : edge;
+    bool upd_behind = K >= 2 && s - 1 >= K; /* the slice before updated at its load: its moments written behind */
+    if (upd_behind) phase_st[0] += W;
+    /* the slice evicted for this one (K 2: two before, for the prefetch; K 1: the one before) */
+    phase_fly[0] = (upd_behind ? 0 : FLY(s - K)) + (act == ZT_OFFLOAD_PLAN_OFFLOAD ? window : 0);
+    double b_prev = s > 0 ? prev * (prev_grads ? 2.0 : 1.0) : K >= 2 && N >= 2 ? 2.0 * P1 : 0;
+    double tied = s == 0 && N > 1 ? wte : 0;
+    phase_st[1] = Ps + b_prev + tied;
     phase_act[1] = act == ZT_OFFLOAD_PLAN_KEEP        ? (blocks_before + nb[s]) * kept + temp
                    : act == ZT_OFFLOAD_PLAN_OFFLOAD ? window + temp + edge
                                                       : nb[s] * kept + temp + edge;
     if (rec && rec[s] && nb[s]) phase_act[1] += block_kept(g) * t * 4; /* a recomputed block's activations */
     if (s == N - 1) phase_act[1] += head + (act == ZT_OFFLOAD_PLAN_RECOMPUTE ? 0 : wte);
-    phase_st[2] = 2.0 * (double)P[s] + b_prev + tied;
-    phase_act[2] = (act == ZT_OFFLOAD_PLAN_KEEP ? blocks_before * kept : act == ZT_OFFLOAD_PLAN_OFFLOAD ? window : 0) +
-                   temp + edge;
-    for (int f = 0; f < 3; f++)
+    phase_st[2] = 2.0 * Ps + b_prev + tied;
+    phase_act[2] = (act == ZT_OFFLOAD_PLAN_KEEP ? blocks_before * kept : act == ZT_OFFLOAD_PLAN_OFFLOAD ? window : 0) + edge;
+    phase_fly[1] = phase_fly[2] = K == 1 || s > 0 ? FLY(s + 1) : 0; /* the slice after, its grads written behind */
+    for (int f = 0; f < 3; f++) {
       if (phase_st[f] + phase_act[f] > peak) peak = phase_st[f] + phase_act[f], states = phase_st[f], acts = phase_act[f];
+      bound = fmax(bound, phase_st[f] + phase_act[f] + phase_fly[f]);
+    }
     blocks_before += nb[s];
   }
   /* the step's end: backward leaves the first slices in RAM with their grads, and their
    * updates run at once, one slice after the other (its moments in, AdamW, its grads freed and
    * its moments out): slice 0's update beside slice 1's grads, then slice 1's (with two slices
-   * the tied embedding is slice 0's, updated with it) */
-  double P1 = N >= 2 ? (double)P[1] - (N == 2 ? wte : 0) : 0;
-  double end = K >= 2 && N >= 2 ? fmax(4.0 * (double)P[0] + 2.0 * P1, (double)P[0] + 4.0 * P1) : 4.0 * (double)P[0];
-  if (end > peak) peak = end, states = end, acts = 0; /* backward's activations are gone by then */
-  if (K > 2) states += (double)(K - 2) * (double)Pmax;
+   * the tied embedding is slice 0's, updated with it). AdamW outruns the disk: each parameter's
+   * moments go out written behind while the next ones' are read within the slice's, so with a
+   * second slice in the run about half the cap's worth more is in RAM than the run's start holds
+   * (all of it, when the disk falls behind) */
+  bool two = K >= 2 && N >= 2; /* the run goes on into slice 1 (with slice 0 alone, nothing more is read) */
+  double end = two ? fmax(4.0 * (double)P[0] + 2.0 * P1, (double)P[0] + 4.0 * P1) + W / 2 : 4.0 * (double)P[0];
+  if (end > peak) peak = end, states = end, acts = 0; /* backward's activations are gone */
+  bound = fmax(bound, end + (two ? W / 2 : 0)); /* one slice alone: its moments in flight were in RAM anyway */
+  if (K > 2) states += (double)(K - 2) * (double)Pmax, bound += (double)(K - 2) * (double)Pmax;
+#undef FLY
   double st = states, a = acts;
   p->slices = N, p->resident = K, p->activations_mode = act, p->trial = false;
   /* the recomputed blocks, a letter each */
@@ -111,12 +145,10 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
   p->io_bytes = in->io_bytes * (act == ZT_OFFLOAD_PLAN_OFFLOAD ? 2 : 1); /* the activations' own store too */
   p->fixed_bytes = in->fixed_bytes;
   p->cache_bytes = in->cache_bytes;
-  /* evictions written behind hold their RAM until written: capped at the smallest slice's
-   * parameters, they stay within the previous slice that every phase above counts as resident */
-  int64_t Pmin = P[0];
-  for (int s = 1; s < N; s++) Pmin = P[s] < Pmin ? P[s] : Pmin;
-  p->write_cap_bytes = in->write_cap_bytes < Pmin ? in->write_cap_bytes : Pmin;
+  p->write_cap_bytes = (int64_t)W;
   p->peak = p->states_bytes + p->activation_bytes + p->io_bytes + p->cache_bytes + p->fixed_bytes;
+  p->inflight_bytes = (int64_t)(bound - (st + a)); /* what the disk falling behind may add to the peak */
+  plan_bound(p);
   /* time: compute (recompute runs the forward twice: 4/3 of a step's FLOPs) against the disk's
    * bytes per step (parameters twice in, moments and grads in and out, activations both ways
    * when offloaded), whichever is longer */
@@ -203,9 +235,11 @@ static void predict_offload(const zt_offload_plan_input *in, const int64_t *ub, 
 
 /* With the activation trial where both of its ways fit limit: p runs it, its peak the larger. */
 static void with_trial(const zt_offload_plan *all, int64_t limit, zt_offload_plan *p) {
-  if (all->peak > limit) return; /* the prediction's choice stays */
+  if (all->bound > limit) return; /* the prediction's choice stays */
   p->trial = true;
   if (all->peak > p->peak) p->states_bytes = all->states_bytes, p->activation_bytes = all->activation_bytes, p->peak = all->peak;
+  if (all->peak + all->inflight_bytes > p->peak + p->inflight_bytes) p->inflight_bytes = all->peak + all->inflight_bytes - p->peak;
+  plan_bound(p);
 }
 
 /* The plans' preferred margin under the limit: the prediction's error is within 10%. */
@@ -220,9 +254,11 @@ static void fill_cache(const zt_offload_plan_input *in, const int64_t *ub, int U
   int nb[ZT_OFFLOAD_PLAN_MAX_UNITS];
   int64_t Pmax = slices_of(ub, U, count, p->slices, P, nb);
   int64_t base = p->peak - p->cache_bytes, room = (int64_t)(MARGIN * (double)limit) - base;
+  int64_t fits = limit - ZT_OFFLOAD_PLAN_MARGIN(limit) - p->inflight_bytes - base; /* the bound stays within limit */
   int64_t cap = in->cache_max_bytes < 4 * Pmax ? in->cache_max_bytes : 4 * Pmax;
   int64_t c = room < cap ? room : cap;
-  if (c > p->cache_bytes) p->cache_bytes = c, p->peak = base + c;
+  c = c < fits ? c : fits;
+  if (c > p->cache_bytes) p->cache_bytes = c, p->peak = base + c, plan_bound(p);
 }
 
 zt_status zt_offload_plan_make(const zt_offload_plan_input *in, int64_t limit, zt_offload_plan *out) {
@@ -247,8 +283,8 @@ zt_status zt_offload_plan_make(const zt_offload_plan_input *in, int64_t limit, z
           predict_offload(in, ub, U, count, N, K, &p, &all);
         else
           predict(in, ub, U, count, N, K, act, NULL, &p);
-        if (!smallest.peak || p.peak < smallest.peak) smallest = p;
-        if (p.peak > limit) continue;
+        if (!smallest.peak || p.bound < smallest.bound) smallest = p;
+        if (p.bound > limit) continue;
         if (act == ZT_OFFLOAD_PLAN_OFFLOAD && in->trial) with_trial(&all, limit, &p);
         fill_cache(in, ub, U, count, limit, &p);
         /* the fastest; then prefetch (K 2); then the activation trial (the choice measured, not
@@ -270,28 +306,30 @@ zt_status zt_offload_plan_make(const zt_offload_plan_input *in, int64_t limit, z
         if (better) best = p, found = true;
       }
   }
-  out->smallest_peak = smallest.peak;
+  out->smallest_peak = smallest.bound;
   if (!found) {
     return ZT_ERR(ZT_STATUS_OOM,
-                  "no plan fits zt_train_config.memory.mem_limit %.0f MiB: the smallest predicted peak is %.0f MiB (%d "
-                  "slices, %d resident, %s); give at least that, or a smaller batch or more microbatches",
-                  (double)limit / 1048576.0, ceil((double)smallest.peak / 1048576.0), smallest.slices,
-                  smallest.resident, zt_offload_plan_activations_name(smallest.activations_mode));
+                  "no plan fits zt_train_config.memory.mem_limit %.0f MiB: the smallest plan needs %.0f MiB (%d "
+                  "slices, %d resident, %s: a predicted peak of %.0f MiB, and what writes behind and the margin add); "
+                  "give at least that, or a smaller batch or more microbatches",
+                  (double)limit / 1048576.0, ceil((double)smallest.bound / 1048576.0), smallest.slices,
+                  smallest.resident, zt_offload_plan_activations_name(smallest.activations_mode),
+                  ceil((double)smallest.peak / 1048576.0));
   }
-  best.smallest_peak = smallest.peak;
+  best.smallest_peak = smallest.bound;
   *out = best;
   return ZT_OK;
 }
 
 /* The store's bandwidth, measured: 64 MiB (a sixteenth of the limit when that is less, so the
  * probe fits it too) put and got back through a store like the run's. */
-static void probe_store(const zt_train_config *c, double *rd, double *wr) {
+static void probe_store(const zt_train_config *c, int64_t limit, double *rd, double *wr) {
   *rd = *wr = 0;
   zt_store *st = NULL;
   const char *dir = c->memory.offload_dir[0] ? c->memory.offload_dir : NULL;
   zt_status s = c->memory.offload_model == ZT_OFFLOAD_DISK ? zt_store_disk_new(dir, "zt_plan_probe", &st)
                                                            : zt_store_memory_new(&st);
-  int64_t want = c->memory.mem_limit / 16 < ((int64_t)64 << 20) ? c->memory.mem_limit / 16 : (int64_t)64 << 20;
+  int64_t want = limit / 16 < ((int64_t)64 << 20) ? limit / 16 : (int64_t)64 << 20;
   size_t n = (size_t)(want > (1 << 20) ? want : (1 << 20)) & ~(size_t)4095;
   void *buf = NULL; /* not from zt_mem_alloc: its cache would keep the block (and the RSS) for the whole run */
   if (!s && posix_memalign(&buf, 4096, n) != 0) buf = NULL, s = ZT_ERR(ZT_STATUS_OOM, "out of host memory");
@@ -309,49 +347,222 @@ static void probe_store(const zt_train_config *c, double *rd, double *wr) {
   if (buf) zt_mem_account(ZT_CPU, ZT_MEM_TAG_TEMP, -(int64_t)n), free(buf);
   zt_store_free(st);
   (void)s; /* unmeasured: the plan is made without the disk's time */
+  zt_clear_error();
+}
+
+/* OpenBLAS packs a GEMM's operands into per-thread buffers that stay resident for the process's
+ * life, as much as the largest packing so far touched: one GEMM shaped like the widest weight
+ * gradient a step computes (dW = dY^T X over the MLP's 4C rows, or the head's vocabulary rows,
+ * which the lm head computes in blocks of 4096; the chunk's tokens deep, where OpenBLAS's own
+ * K block stops well before 1024) makes the RSS measured after it hold them. */
+static void warm_blas(const zt_offload_plan_input *in) {
+  const zt_gpt2_config *g = &in->model;
+  int64_t t = in->rows / in->microbatches * in->seq, C = g->n_embd;
+  int64_t M = g->vocab_size < 4096 ? g->vocab_size : 4096, K = t < 1024 ? t : 1024;
+  if (4 * C > M) M = 4 * C;
+  zt_mem_tag tag = zt_mem_tag_push(ZT_MEM_TAG_TEMP);
+  zt_tensor *a = NULL, *b = NULL, *y = NULL;
+  zt_status s = zt_tensor_zeros(2, (int64_t[]){K, M}, ZT_DTYPE_F32, ZT_CPU, &a);
+  if (!s) s = zt_tensor_zeros(2, (int64_t[]){K, C}, ZT_DTYPE_F32, ZT_CPU, &b);
+  if (!s) s = zt_matmul(a, b, true, false, &y); /* (M, C) = a^T b, as linear's weight grad */
+  zt_tensor_free(y), zt_tensor_free(b), zt_tensor_free(a);
+  zt_mem_tag_pop(tag);
+  if (s) zt_clear_error(); /* out of memory here: the run will say so */
+}
+
+/* A size or rate of ZT_PLAN_CALIBRATION: a number, optionally K, M or G (powers of 1024). */
+static bool calib_number(const char *v, double *out) {
+  char *end;
+  double x = strtod(v, &end);
+  if (end == v || !(x > 0) || !isfinite(x)) return false;
+  double m = *end == 'K' ? 1024.0 : *end == 'M' ? 1048576.0 : *end == 'G' ? 1073741824.0 : 1;
+  if (m > 1) end++;
+  if (*end && *end != ',') return false;
+  *out = x * m;
+  return true;
+}
+
+/* ZT_PLAN_CALIBRATION="gflops=G,read=BPS,write=BPS,rss=BYTES": what it gives into v[0..4)
+ * (gflops, read, write, rss; 0: measure). */
+static zt_status calibration(double v[4], bool *any) {
+  static const char *const keys[] = {"gflops", "read", "write", "rss"};
+  v[0] = v[1] = v[2] = v[3] = 0;
+  *any = false;
+  const char *e = getenv("ZT_PLAN_CALIBRATION");
+  if (!e || !*e) return ZT_OK;
+  for (const char *p = e;; p++) { /* key=value items, a comma between two */
+    int k = 0;
+    size_t n = strcspn(p, "=,");
+    while (k < 4 && !(strlen(keys[k]) == n && !strncmp(p, keys[k], n))) k++;
+    if (k == 4 || p[n] != '=' || !calib_number(p + n + 1, &v[k]))
+      return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                    "ZT_PLAN_CALIBRATION='%s': give comma-separated gflops=G (the sgemm rate, GFLOP/s), read=BPS and "
+                    "write=BPS (the tier's bytes per second), rss=BYTES (the process's RSS at planning); numbers "
+                    "above 0, sizes may end in K, M or G (e.g. gflops=50,read=1.5G,write=1.5G,rss=24M)",
+                    e);
+    *any = true;
+    p += n + 1 + strcspn(p + n + 1, ",");
+    if (!*p) break;
+  }
+  return ZT_OK;
+}
+
+/* Every state in OffloadModel's store, in one process: what the planner plans without a limit. */
+static bool plannable(const zt_train_config *c, int world) {
+  return c->memory.offload_states && c->memory.offload_model && c->parallel.shard == ZT_SHARD_NONE && world == 1;
+}
+
+bool zt__train_plan_wanted(const zt_train_config *c, int world) {
+  return c->memory.mem_limit > 0 ||
+         (plannable(c, world) && c->memory.offload_slices <= 0 && c->memory.offload_resident <= 0);
+}
+
+/* The planner's input for c's run at limit, measured here (or as ZT_PLAN_CALIBRATION says). */
+static zt_status plan_input(const zt_train_config *c, int world, int64_t limit, zt_offload_plan_input *in,
+                            bool *calibrated) {
+  memset(in, 0, sizeof *in);
+  ZT_TRY(zt_train_model_config(c, &in->model));
+  in->rows = c->data.batch / world;
+  in->seq = c->data.seq;
+  in->microbatches = c->data.microbatches;
+  double cal[4];
+  ZT_TRY(calibration(cal, calibrated));
+  in->cache_max_bytes = zt_mem_cache_limit(); /* ZT_ALLOC_CACHE_MB, 1 GiB by default: what runs without a limit get */
+  /* the cache emptied and glibc's mmap threshold fixed: freed blocks go back to the kernel, and
+   * the RSS measured below is what stays */
+  zt_mem_set_cache_limit(0);
+  zt_set_num_threads(c->threads); /* the run's: OpenBLAS keeps a buffer per thread */
+  if (in->rows >= 1 && in->seq >= 1 && in->microbatches >= 1 && !zt_gpt2_config_validate(&in->model)) warm_blas(in);
+  zt_clear_error();
+  in->gflops = cal[0] > 0 ? cal[0] : zt_sgemm_gflops(512, 3);
+  int64_t rss = cal[3] > 0 ? (int64_t)cal[3] : zt_mem_current_rss();
+  in->fixed_bytes = (rss > 0 ? rss : 0) + ZT_OFFLOAD_PLAN_FIXED;
+  /* a disk store's bounce buffers: host allocations of 64 KiB and more are page-aligned, so
+   * only an item's last partial page is bounced (a page per I/O thread and direction) */
+  in->io_bytes = c->memory.offload_model == ZT_OFFLOAD_DISK ? 2 * ZT_STORE_DISK_QUEUE_DEPTH * 4096 : 0;
+  if (cal[1] > 0 && cal[2] > 0)
+    in->read_bps = cal[1], in->write_bps = cal[2];
+  else
+    probe_store(c, limit, &in->read_bps, &in->write_bps);
+  if (cal[1] > 0) in->read_bps = cal[1];
+  if (cal[2] > 0) in->write_bps = cal[2];
+  /* the allocator's cache of freed blocks is resident but not accounted: bounded, and counted */
+  in->cache_bytes = limit / 64 < in->cache_max_bytes ? limit / 64 : in->cache_max_bytes; /* ZT_ALLOC_CACHE_MB=0: none */
+  in->write_cap_bytes = (int64_t)ZT_STORE_WRITE_CAP_DEFAULT; /* at most; the plan lowers it to its smallest slice */
+  in->can_offload_activations = c->memory.offload_model == ZT_OFFLOAD_DISK || c->memory.offload_model == ZT_OFFLOAD_HOST;
+  /* a trial needs its two steps and one to run the choice */
+  in->trial = c->memory.activation_trial != ZT_ACT_TRIAL_OFF && c->steps >= ZT_ACT_TRIAL_FIRST + 2;
+  return ZT_OK;
+}
+
+/* The config's own plan (slices and resident, 2 where not set; its mode and activation offload),
+ * predicted against limit. */
+static zt_status predict_given(const zt_train_config *c, zt_offload_plan_input *in, int64_t limit,
+                               zt_offload_plan *out) {
+  int N = c->memory.offload_slices > 0 ? c->memory.offload_slices : 2;
+  int K = c->memory.offload_resident > 0 ? c->memory.offload_resident : 2;
+  zt_offload_plan_activations act = c->memory.offload_mode != ZT_OFFLOAD_MODEL_KEEP_GRAPH ? ZT_OFFLOAD_PLAN_RECOMPUTE
+                                    : c->memory.offload_activations                      ? ZT_OFFLOAD_PLAN_OFFLOAD
+                                                                                         : ZT_OFFLOAD_PLAN_KEEP;
+  int64_t ub[ZT_OFFLOAD_PLAN_MAX_UNITS];
+  int U = 0, count[ZT_OFFLOAD_PLAN_MAX_UNITS];
+  ZT_TRY(units_of(in, ub, &U, "zt_train_plan_memory"));
+  if (N > U) return ZT_OK; /* the run refuses it, naming the units */
+  ZT_TRY(zt_offload_model_balance(U, N, ub, count));
+  zt_offload_plan p, all;
+  predict(in, ub, U, count, N, K < N ? K : N, act, NULL, &p); /* the config's recompute plan is its own */
+  if (act == ZT_OFFLOAD_PLAN_OFFLOAD && c->memory.activation_trial == ZT_ACT_TRIAL_ON &&
+      c->steps >= ZT_ACT_TRIAL_FIRST + 2) { /* the trial's recomputing step holds the most */
+    bool rec[ZT_OFFLOAD_PLAN_MAX_UNITS];
+    for (int s = 0; s < N; s++) rec[s] = true;
+    predict(in, ub, U, count, N, K < N ? K : N, act, rec, &all);
+    if (all.peak > p.peak) p.states_bytes = all.states_bytes, p.activation_bytes = all.activation_bytes, p.peak = all.peak;
+  }
+  fill_cache(in, ub, U, count, limit, &p);
+  zt_offload_plan any; /* the smallest plan's peak, for the record: any limit names it */
+  if (zt_offload_plan_make(in, INT64_MAX / 2, &any)) zt_clear_error();
+  p.smallest_peak = any.smallest_peak;
+  *out = p;
+  return ZT_OK;
 }
 
 zt_status zt_train_plan_memory(zt_train_config *c, int world, zt_offload_plan *out) {
   if (!c || !out || world < 1) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_plan_memory: config and out are required");
   memset(out, 0, sizeof *out);
-  if (c->memory.mem_limit <= 0) return ZT_OK;
-  if (!c->memory.offload_states)
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.memory.mem_limit plans where every model state lives: it "
-                                         "needs zt_train_config.memory.offload_states (a tier)");
-  if (c->parallel.shard != ZT_SHARD_NONE)
-    return ZT_ERR(ZT_STATUS_UNSUPPORTED, "zt_train_config.memory.mem_limit plans OffloadModel's slices; with "
-                                         "zt_train_config.parallel.shard FSDP keeps the states in the store unit by "
-                                         "unit (a block at a time, unplanned): drop mem_limit");
-  zt_offload_plan_input in = {0};
-  ZT_TRY(zt_train_model_config(c, &in.model));
-  in.rows = c->data.batch / world;
-  in.seq = c->data.seq;
-  in.microbatches = c->data.microbatches;
-  in.gflops = zt_sgemm_gflops(512, 3); /* first: OpenBLAS's buffers are then part of the RSS measured */
-  int64_t rss = zt_mem_current_rss();
-  in.fixed_bytes = (rss > 0 ? rss : 0) + ZT_OFFLOAD_PLAN_FIXED;
-  /* a disk store's bounce buffers: host allocations of 64 KiB and more are page-aligned, so
-   * only an item's last partial page is bounced (a page per I/O thread and direction) */
-  in.io_bytes = c->memory.offload_model == ZT_OFFLOAD_DISK ? 2 * ZT_STORE_DISK_QUEUE_DEPTH * 4096 : 0;
-  probe_store(c, &in.read_bps, &in.write_bps);
-  /* the allocator's cache of freed blocks is resident but not accounted: bounded, and counted */
-  in.cache_bytes = c->memory.mem_limit / 64;
-  in.cache_max_bytes = zt_mem_cache_limit(); /* ZT_ALLOC_CACHE_MB, 1 GiB by default: what runs without a limit get */
-  in.write_cap_bytes = (int64_t)ZT_STORE_WRITE_CAP_DEFAULT; /* at most; the plan lowers it to its smallest slice */
-  in.can_offload_activations = c->memory.offload_model == ZT_OFFLOAD_DISK || c->memory.offload_model == ZT_OFFLOAD_HOST;
-  /* a trial needs its two steps and one to run the choice */
-  in.trial = c->memory.activation_trial != ZT_ACT_TRIAL_OFF && c->steps >= ZT_ACT_TRIAL_FIRST + 2;
-  zt_status s = zt_offload_plan_make(&in, c->memory.mem_limit, out);
-  if (s) return s;
-  c->memory.activation_trial = out->trial ? ZT_ACT_TRIAL_ON : ZT_ACT_TRIAL_OFF; /* nothing to try otherwise */
+  bool given = c->memory.offload_slices > 0 || c->memory.offload_resident > 0;
+  if (c->memory.mem_limit > 0) {
+    if (!c->memory.offload_states)
+      return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.memory.mem_limit plans where every model state lives: it "
+                                           "needs zt_train_config.memory.offload_states (a tier)");
+    if (c->parallel.shard != ZT_SHARD_NONE)
+      return ZT_ERR(ZT_STATUS_UNSUPPORTED, "zt_train_config.memory.mem_limit plans OffloadModel's slices; with "
+                                           "zt_train_config.parallel.shard FSDP keeps the states in the store unit by "
+                                           "unit (a block at a time, unplanned): drop mem_limit");
+    given = false; /* the limit plans */
+  }
+  int64_t limit = c->memory.mem_limit;
+  char source[sizeof out->limit_source] = "zt_train_config.memory.mem_limit";
+  if (c->memory.mem_limit <= 0 && !plannable(c, world)) {
+    /* OffloadModel without its states in the store (or under FSDP, or DDP): its default slices */
+    if (c->memory.offload_slices <= 0) c->memory.offload_slices = 2;
+    if (c->memory.offload_resident <= 0) c->memory.offload_resident = 2;
+    return ZT_OK;
+  }
+  zt_mem_available_info av;
+  if (limit <= 0) {
+    ZT_TRY(zt_mem_available(&av));
+    limit = av.bytes;
+    snprintf(source, sizeof source, "%s", av.source);
+  } else if (!zt_mem_available(&av) && limit > av.bytes) { /* unknown here: the limit as given */
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "zt_train_config.memory.mem_limit %.1f MiB is more than this process can have, %.1f MiB (%s): "
+                  "give at most that (a plan for more would be stopped by the kernel)",
+                  (double)limit / 1048576.0, (double)av.bytes / 1048576.0, av.source);
+  }
+  zt_clear_error();
+  zt_offload_plan_input in;
+  bool calibrated = false;
+  ZT_TRY(plan_input(c, world, limit, &in, &calibrated));
+  if (given) {
+    ZT_TRY(predict_given(c, &in, limit, out));
+  } else {
+    zt_status s = zt_offload_plan_make(&in, limit, out);
+    if (s == ZT_STATUS_OOM && c->memory.mem_limit <= 0)
+      return ZT_ERR(ZT_STATUS_OOM,
+                    "no plan keeps every state in the store within the memory available, %.0f MiB (%s): the smallest "
+                    "predicted peak is %.0f MiB; give a smaller batch or more microbatches",
+                    (double)limit / 1048576.0, source, ceil((double)out->smallest_peak / 1048576.0));
+    if (s) return s;
+    c->memory.activation_trial = out->trial ? ZT_ACT_TRIAL_ON : ZT_ACT_TRIAL_OFF; /* nothing to try otherwise */
+    c->memory.offload_mode = out->activations_mode == ZT_OFFLOAD_PLAN_RECOMPUTE ? ZT_OFFLOAD_MODEL_RECOMPUTE
+                                                                                 : ZT_OFFLOAD_MODEL_KEEP_GRAPH;
+    c->memory.offload_activations = out->activations_mode == ZT_OFFLOAD_PLAN_OFFLOAD ? c->memory.offload_model : 0;
+    if (out->recomputed_slices) memcpy(c->memory.recompute_plan, out->recompute_plan, sizeof c->memory.recompute_plan);
+  }
   c->memory.offload_slices = out->slices;
   c->memory.offload_resident = out->resident;
-  c->memory.offload_mode = out->activations_mode == ZT_OFFLOAD_PLAN_RECOMPUTE ? ZT_OFFLOAD_MODEL_RECOMPUTE
-                                                                               : ZT_OFFLOAD_MODEL_KEEP_GRAPH;
-  c->memory.offload_activations = out->activations_mode == ZT_OFFLOAD_PLAN_OFFLOAD ? c->memory.offload_model : 0;
-  if (out->recomputed_slices) memcpy(c->memory.recompute_plan, out->recompute_plan, sizeof c->memory.recompute_plan);
   out->read_bps = in.read_bps, out->write_bps = in.write_bps;
-  zt_mem_set_cache_limit(out->cache_bytes);
+  out->limit = limit, out->given = given, out->calibrated = calibrated;
+  snprintf(out->limit_source, sizeof out->limit_source, "%s", source);
+  char what[1700];
+  if (!given)
+    snprintf(what, sizeof what, "planned for %s, %.1f MiB", source, (double)limit / 1048576.0);
+  else
+    snprintf(what, sizeof what,
+             "the plan given (zt_train_config.memory.offload_slices, zt_train_config.memory.offload_resident), "
+             "against the memory available, %.1f MiB, %s",
+             (double)limit / 1048576.0, source);
+  snprintf(out->note, sizeof out->note,
+           "%s; the plan takes at most %.1f MiB (its peak, %.1f MiB more where writes behind fall behind the disk, "
+           "and a margin of %.1f MiB)%s%s",
+           what, (double)out->bound / 1048576.0, (double)out->inflight_bytes / 1048576.0,
+           (double)ZT_OFFLOAD_PLAN_MARGIN(out->peak) / 1048576.0,
+           calibrated ? "; calibration from ZT_PLAN_CALIBRATION" : "",
+           out->bound <= limit ? "" : "; that is above the limit, where the kernel may stop the run: leave the slices "
+                                      "to the planner, or give fewer resident slices or more of them");
+  /* the cache takes what the plan leaves free in every phase, the prediction's room at its peak */
+  zt_mem_set_cache_limit(out->cache_bytes ? (in.cache_max_bytes > out->cache_bytes ? in.cache_max_bytes : out->cache_bytes) : 0);
+  zt__mem_set_resident_limit(out->peak - out->fixed_bytes);
   c->memory.offload_write_cap = out->write_cap_bytes;
   c->memory.mem_limit = 0; /* planned: the run takes the options as they are now */
   return ZT_OK;

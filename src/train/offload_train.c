@@ -88,8 +88,8 @@ zt_status zt__train_om_open(zt__train_om *om, const zt_train_config *c, zt_gpt2 
   zt_offload_units u;
   if (!s) s = zt_gpt2_offload_units(m, &u);
   zt_offload_model_options o = zt_offload_model_options_default();
-  o.slices = c->memory.offload_slices;
-  o.resident = c->memory.offload_resident;
+  if (c->memory.offload_slices > 0) o.slices = c->memory.offload_slices; /* 0: the options' default */
+  if (c->memory.offload_resident > 0) o.resident = c->memory.offload_resident;
   o.microbatches = (int)c->data.microbatches;
   o.mode = (zt_offload_model_mode)c->memory.offload_mode;
   o.comm = comm && zt_comm_size(comm) > 1 ? comm : NULL;

@@ -22,6 +22,11 @@ typedef struct zt__train_om {
  * of tokens tokens, so a block's saves are written while its next ops compute, in bounded RAM
  * that the memory planner counts (src/train/offload_plan.c). */
 int64_t zt__train_act_write_cap(const zt_gpt2_config *g, int64_t tokens);
+/* zt_mem_available reading its files under root ("" the real ones: root/proc/self/cgroup,
+ * root/proc/meminfo, root/sys/fs/cgroup/...) for a process of rss bytes. */
+ZT_NODISCARD zt_status zt__mem_available_at(const char *root, int64_t rss, zt_mem_available_info *out);
+/* Whether zt_train_plan_memory has something to do for c at world ranks. */
+bool zt__train_plan_wanted(const zt_train_config *c, int world);
 /* Whether c asks for OffloadModel (not when FSDP keeps the states: zt__train_fsdp_stores). */
 bool zt__train_om_wanted(const zt_train_config *c);
 /* Whether c asks for every state in a store held by FSDP (offload_states with a shard
