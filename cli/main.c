@@ -159,7 +159,7 @@ const char *zt_cli_program = "zt";
  * the thread sleeps (bench/load.sh measures both). libgomp reads its settings once, when it is
  * loaded, before main: so the command runs itself again with them in its environment. A user's
  * own OMP_WAIT_POLICY or GOMP_SPINCOUNT is left as it is. */
-#define ZT_CLI_SPINCOUNT "10000"
+#define ZT_CLI_SPINCOUNT "1000"
 static void bound_openmp_spin(char **argv) {
   if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return;
   if (setenv("GOMP_SPINCOUNT", ZT_CLI_SPINCOUNT, 1) != 0) return;

@@ -52,6 +52,6 @@ spin_of() { # the GOMP_SPINCOUNT a zt process started with these env settings ru
   kill -9 $pid 2>/dev/null; wait $pid 2>/dev/null; rm -f "$w/spin.jsonl"
   echo "${v:-unset}"
 }
-check "the OpenMP spin is bounded by default" '[ "$(spin_of -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY)" = 10000 ]'
+check "the OpenMP spin is bounded by default" '[ "$(spin_of -u GOMP_SPINCOUNT -u OMP_WAIT_POLICY)" = 1000 ]'
 check "a user's wait policy is kept" '[ "$(spin_of -u GOMP_SPINCOUNT OMP_WAIT_POLICY=active)" = unset ] && [ "$(spin_of GOMP_SPINCOUNT=77)" = 77 ]'
 check_summary cli_usage
