@@ -104,6 +104,13 @@ if command -v mpirun >/dev/null 2>&1; then
     '[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "/nonexistent/t.svg.*does not exist" <<<"$out" && ! grep -q "^step" <<<"$out" && [ ! -e "$w/ck/latest" ]'
   out=$(OMP_NUM_THREADS=1 timeout 120 mpirun -np 2 "$zt" train $pp --steps 6 --timeline "$w" 2>&1); rc=$?
   check "mpirun --pp: a --timeline that is a folder fails before step 1" '[ $rc -ne 0 ] && grep -q "timeline .*is a folder; name a file" <<<"$out" && ! grep -q "^step" <<<"$out"'
+  # an option only one rank refuses (a pipeline cannot inject a NaN) ends every rank at once, not
+  # after --comm-timeout: the ranks agree before their first collective
+  t0=$SECONDS
+  out=$(OMP_NUM_THREADS=1 timeout 200 mpirun -np 1 "$zt" train $pp --steps 6 --inject-nan-at 3 --comm-timeout 120 : \
+    -np 1 "$zt" train $pp --steps 6 --comm-timeout 120 2>&1); rc=$?
+  check "mpirun: a rank that fails alone before step 1 ends the job at once, with its message" \
+    '[ $rc -ne 0 ] && [ $((SECONDS - t0)) -lt 60 ] && grep -q "inject-nan-at (a testing aid) is not supported with a pipeline" <<<"$out"'
   # --metrics given to one rank only would be dropped: refused
   out=$(OMP_NUM_THREADS=1 timeout 120 mpirun -np 1 "$zt" train $small --steps 2 : -np 1 "$zt" train $small --steps 2 --metrics "$w/one.jsonl" 2>&1); rc=$?
   check "mpirun: --metrics given to one rank only is refused, naming the option" '[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "ranks disagree on .metrics." <<<"$out"'

@@ -38,6 +38,16 @@ wait
 check "MFU never above 100%, even when the machine was busier at start" \
   '[ "$(wc -l <"$w/mfu.jsonl")" -eq 400 ] && python3 -c "import json,sys; sys.exit(max(json.loads(l)[\"mfu\"] for l in open(sys.argv[1])) > 1)" "$w/mfu.jsonl" && ! grep -q "mfu [1-9][0-9][0-9]\.[0-9]%" "$w/mfu.out"'
 
+# tokens/s and MFU on a progress line are the interval's (its tokens over its steps' time), not
+# the last step's alone
+out=$(ZT_STEP_PROGRESS_S=100000 "$zt" train $small --steps 20 --log-every 10 --metrics "$w/tps.jsonl" 2>&1)
+shown=$(sed -n 's/^step *20\/20 .* | \([0-9]*\) tok\/s .*/\1/p' <<<"$out")
+check "the progress line's tok/s is the mean over its interval" 'python3 -c "
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])][10:20]
+tok = sum(x[\"tokens_per_s\"] * x[\"step_ms\"] for x in r); ms = sum(x[\"step_ms\"] for x in r)
+sys.exit(abs(tok / ms - float(sys.argv[2])) > 1.0 + 1e-3 * tok / ms)" "$w/tps.jsonl" "$shown"'
+
 # in a log (not a terminal), a step's parts are shown only past 30 s into it (default): a run of
 # steps of seconds prints none
 out=$(env -u ZT_STEP_PROGRESS_S "$zt" train --layers 12 --dim 768 --heads 12 --batch 8 --seq 128 --threads 1 --steps 2 --eval-batches 1 --sample-len 0 2>&1)
