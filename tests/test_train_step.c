@@ -291,12 +291,27 @@ static void stop_config(zt_train_config *c, const char *save, const char *resume
   snprintf(c->checkpoint.resume, sizeof c->checkpoint.resume, "%s", resume);
 }
 
+static void stop_run_and_resume(bool offload);
+
 static void test_train_run_stops_and_resumes(void) {
+  stop_run_and_resume(false);
+  /* OffloadModel's recomputing mode: the step stops after its forward (its updates waiting from
+   * the last step applied there: the checkpoint is still the last step's) */
+  stop_run_and_resume(true);
+}
+
+static void stop_config_om(zt_train_config *c, bool offload) {
+  if (!offload) return;
+  c->memory.offload_model = ZT_OFFLOAD_HOST, c->memory.offload_slices = 3, c->memory.offload_resident = 1;
+}
+
+static void stop_run_and_resume(bool offload) {
   char dir[512];
   snprintf(dir, sizeof dir, "%s/ck", zt_test_tmpdir_make("stop"));
   zt_train_config c;
   stop_plan ref = {0};
   stop_config(&c, "", "");
+  stop_config_om(&c, offload);
   zt_train_result r;
   ZT_CHECK_OK(zt_train_run(&c, keep_loss, &ref, &r, NULL));
   ZT_CHECK(!r.stopped && r.last_step == 6);
@@ -305,6 +320,7 @@ static void test_train_run_stops_and_resumes(void) {
     stop_plan sp = {0};
     sp.step = mid ? 4 : 3, sp.phase = mid ? ZT_TRAIN_PHASE_FORWARD : ZT_TRAIN_PHASE_OPTIMIZER;
     stop_config(&c, dir, "");
+    stop_config_om(&c, offload);
     c.stop_request = &sp.flag;
     c.on_phase = stop_on_phase, c.phase_user_data = &sp;
     ZT_CHECK_OK(zt_train_run(&c, keep_loss, &sp, &r, NULL));
@@ -314,18 +330,20 @@ static void test_train_run_stops_and_resumes(void) {
     ZT_CHECK(st.step == 3);
     stop_plan rest = {0};
     stop_config(&c, "", dir);
+    stop_config_om(&c, offload);
     ZT_CHECK_OK(zt_train_run(&c, keep_loss, &rest, &r, NULL));
     ZT_CHECK(!r.stopped && r.last_step == 6);
     for (int k = 0; k < 6; k++) {
       double got = k < 3 ? sp.loss[k] : rest.loss[k];
       if (got != ref.loss[k])
-        zt_test_fail(__FILE__, __LINE__, "stopped %s: step %d's loss %.9g, uninterrupted %.9g",
-                     mid ? "mid-step" : "after a step", k + 1, got, ref.loss[k]);
+        zt_test_fail(__FILE__, __LINE__, "%sstopped %s: step %d's loss %.9g, uninterrupted %.9g",
+                     offload ? "OffloadModel: " : "", mid ? "mid-step" : "after a step", k + 1, got, ref.loss[k]);
     }
   }
   /* a request before step 1: nothing to save, and nothing was */
   stop_plan early = {.flag = SIGTERM};
   stop_config(&c, dir, dir);
+  stop_config_om(&c, offload);
   c.stop_request = &early.flag;
   ZT_CHECK_OK(zt_train_run(&c, keep_loss, &early, &r, NULL));
   ZT_CHECK(r.stopped && r.steps_done == 0 && r.saved_step == 0 && r.last_step == 3);

@@ -153,11 +153,20 @@ zt_status zt__train_om_step(zt__train_om *om, const zt_dp_strategy *dp, zt_optim
     s = ZT_ERR(ZT_STATUS_STATE, "loss is %g at step %lld: the step stopped before its update", r.loss,
                (long long)so->step);
   }
-  if (!s) {
+  if (!s && so->stop_request) { /* a safe point: forward leaves the parameters as the last step's end left them */
+    double v = *so->stop_request ? 1 : 0;
+    s = dp && dp->mean ? dp->mean(dp->ctx, &v) : ZT_OK; /* any rank's request stops every rank here */
+    r.interrupted = !s && v > 0;
+  }
+  if (!s && !r.interrupted) {
     phase(so, ZT_TRAIN_PHASE_BACKWARD);
     s = zt_backward(1, &loss, NULL, false);
   }
   zt_tensor_free(loss);
+  if (r.interrupted) { /* the step is dropped: its boundary activations go with the next forward */
+    *out = r;
+    return ZT_OK;
+  }
   if (!s) {
     phase(so, ZT_TRAIN_PHASE_OPTIMIZER);
     s = zt_offload_model_step(om->om, o, so->lr, so->grad_clip, &r.grad_norm);

@@ -43,7 +43,9 @@ ZT_NODISCARD zt_status zt__train_om_open(zt__train_om *om, const zt_train_config
                                          int64_t rows);
 /* One optimizer step over so->microbatches microbatches from next (as zt_train_step's,
  * bitwise with a lossless store; o updates zt_gpt2_params); dp's mean (may be NULL: one
- * process) makes the loss the replicas' mean. */
+ * process) makes the loss the replicas' mean. With so->stop_request, the recomputing mode stops
+ * after its forward when any rank asks (out->interrupted; nothing updated, no grads made: the
+ * forward only applied the last step's waiting updates); the graph-keeping mode runs to its end. */
 ZT_NODISCARD zt_status zt__train_om_step(zt__train_om *om, const zt_dp_strategy *dp, zt_optim *o, zt_batch_fn next,
                                          void *user_data, const zt_train_step_options *so, zt_train_step_result *out);
 /* The loss of one batch (grad off). */
