@@ -180,7 +180,9 @@ if command -v mpirun >/dev/null 2>&1; then
   # does (the first failure) is what they print, not a later call's "this group is unusable"
   stopped_run grid 4 3 --pp 2 --microbatches 2
   out=$(cat "$w/grid.out")
-  named="world rank 3 (stage 1 of 2, replica 1 of 2; group rank 1)"
+  # (its group rank follows where the world has sub-groups: the pipeline's; the whole world's
+  # collectives, as the per-step stop agreement, name it by world rank alone)
+  named="world rank 3 (stage 1 of 2, replica 1 of 2"
   check "mpirun --pp 2, 4 ranks: a stopped world rank 3 is named with its stage and replica, and the job ends" 'ended grid && grep "timed out after" <<<"$out" | grep -qF "$named"'
   check "mpirun --pp 2, 4 ranks: every rank's message is its first failure (none only says the group is unusable)" 'ended grid && ! grep -q "timed out on this rank earlier" <<<"$out" && ! grep "this group is unusable after" <<<"$out" | grep -qv "timed out after"'
   [ -n "$victim" ] && kill -9 "$victim" 2>/dev/null
