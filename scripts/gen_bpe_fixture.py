@@ -16,7 +16,7 @@ this script checks by sha256) it also writes gpt2_expected_ids.txt: tiktoken's i
 text.txt under the real GPT-2 vocabulary. test_tokenizer.c compares against those when
 the environment variable ZT_GPT2_DIR names such a folder, and skips that check otherwise.
 
---c-tables prints the Unicode letter/number range tables used by src/train/tokenizer.c
+--c-tables prints the Unicode letter/number range tables used by src/data/tokenizer.c
 (from the `regex` module's Unicode data, which tiktoken's own dependency installs).
 
 Every expected id list is cross-checked three ways before it is written: tiktoken with

@@ -7,9 +7,9 @@
 #include <unistd.h>
 
 #include "core/tensor_internal.h"
-#include "zt_test.h"
+#include "io/buf.h"
 #include "zt/train.h"
-#include "train/fileio.h"
+#include "zt_test.h"
 
 static zt_tensor *tensor_of(int ndim, const int64_t *shape, zt_dtype dt, const void *data) {
   zt_tensor *t = NULL;

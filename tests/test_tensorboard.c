@@ -10,8 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "train/fileio.h"
-#include "train/tensorboard.h"
+#include "io/tensorboard.h"
+#include "train/run_log.h"
 #include "zt_test.h"
 
 /* ------------------------------------------------ a reader of event files */

@@ -1,187 +1,20 @@
-/* zerotrain train: token data (files, tokenizers, the built-in default dataset, batching),
- * checkpoint files (safetensors, atomic writes, resumable training state) and the
- * training loop behind `zt train`. */
+/* zerotrain train: the training loop behind `zt train` (its config, one step, the modes it runs
+ * in, the memory planner) and sampling (src/train/). The top library layer: it uses every layer
+ * below, data (zt/data.h), files (zt/io.h) and snapshots (zt/snapshot.h) included. */
 #ifndef ZT_TRAIN_H
 #define ZT_TRAIN_H
 
 #include <signal.h>
 
+#include "zt/data.h"
 #include "zt/fsdp.h"
+#include "zt/io.h"
 #include "zt/offload.h"
 #include "zt/offload_model.h"
 #include "zt/optim.h"
 #include "zt/pipeline.h"
+#include "zt/snapshot.h"
 #include "zt/strategy.h"
-
-/* ------------------------------------------------ token files (src/train/data.c)
- * Layout (little-endian): magic "ZTOK", u32 version (1), u32 token width in bytes (2 or
- * 4), u32 vocab size (0 if unknown), u64 token count, then the tokens. Loading checks
- * every field and the file length, and names the file and what was wrong. */
-typedef struct zt_tokens {
-  int32_t *ids; /* owned */
-  int64_t count;
-  int32_t vocab_size; /* from the header; 0 if unknown */
-} zt_tokens;
-ZT_API ZT_NODISCARD zt_status zt_tokens_load(const char *path, zt_tokens **out);
-/* The vocabulary size a token file's header records (0: unknown), the header checked as by
- * zt_tokens_load without reading the tokens. */
-ZT_API ZT_NODISCARD zt_status zt_tokens_vocab_size(const char *path, int32_t *vocab);
-/* Written atomically (temp file, fsync, rename). width 0: 2 if every id < 65536, else 4. */
-ZT_API ZT_NODISCARD zt_status zt_tokens_save(const char *path, const zt_tokens *t, int width);
-ZT_API void zt_tokens_free(zt_tokens *t);
-/* Error if any id is outside [0, vocab_size), naming the first one and its position. */
-ZT_API ZT_NODISCARD zt_status zt_tokens_check_range(const zt_tokens *t, int32_t vocab_size);
-
-/* ------------------------------------------------ tokenizers (src/train/tokenizer.c) */
-typedef struct zt_tokenizer zt_tokenizer;
-/* Byte-level: one token per byte, vocab 256. */
-ZT_API ZT_NODISCARD zt_status zt_tokenizer_byte(zt_tokenizer **out);
-/* GPT-2 byte-pair encoding from the user's encoder.json and vocab.bpe (merges). */
-ZT_API ZT_NODISCARD zt_status zt_tokenizer_gpt2(const char *encoder_json_path, const char *merges_path, zt_tokenizer **out);
-ZT_API void zt_tokenizer_free(zt_tokenizer *t);
-ZT_API int32_t zt_tokenizer_vocab_size(const zt_tokenizer *t);
-/* *ids is malloc'd (caller frees). */
-ZT_API ZT_NODISCARD zt_status zt_tokenizer_encode(const zt_tokenizer *t, const char *text, size_t len, int32_t **ids, int64_t *n);
-/* *text is malloc'd and NUL-terminated (caller frees). */
-ZT_API ZT_NODISCARD zt_status zt_tokenizer_decode(const zt_tokenizer *t, const int32_t *ids, int64_t n, char **text, size_t *len);
-/* Tokenize a text file into a token file. */
-ZT_API ZT_NODISCARD zt_status zt_tokenize_file(const zt_tokenizer *t, const char *text_path, const char *out_path);
-
-/* ------------------------------------------------ default data (src/train/default_data.c) */
-/* The built-in dataset: needs no download and no file (see README for what it is),
- * byte-level tokens, split into train and validation parts. */
-ZT_API ZT_NODISCARD zt_status zt_default_dataset(zt_tokens **train, zt_tokens **val);
-
-/* ------------------------------------------------ batching (src/train/loader.c) */
-typedef struct zt_loader_config {
-  int64_t batch; /* rows per step on this rank */
-  int64_t seq;   /* T */
-  uint64_t seed;
-  int rank, world; /* each rank reads a disjoint part of every global batch */
-} zt_loader_config;
-/* Position in the stream of batches, for resuming. */
-typedef struct zt_loader_pos {
-  uint64_t epoch;
-  int64_t index; /* next window in this epoch's shuffled order */
-} zt_loader_pos;
-typedef struct zt_loader zt_loader;
-/* Windows of seq+1 tokens at multiples of seq, shuffled per epoch with the seed.
- * tokens is borrowed. */
-ZT_API ZT_NODISCARD zt_status zt_loader_new(const zt_tokens *tokens, const zt_loader_config *c, zt_loader **out);
-ZT_API void zt_loader_free(zt_loader *l);
-/* Fill x and y (B, T) i32 (y = x shifted by one). */
-ZT_API ZT_NODISCARD zt_status zt_loader_next(zt_loader *l, zt_tensor *x, zt_tensor *y);
-ZT_API zt_loader_pos zt_loader_get_pos(const zt_loader *l);
-ZT_API ZT_NODISCARD zt_status zt_loader_set_pos(zt_loader *l, zt_loader_pos pos);
-ZT_API int64_t zt_loader_windows_per_epoch(const zt_loader *l);
-
-/* ------------------------------------------------ files (src/train/fileio.c) */
-/* Write bytes to path atomically: a temp file in the same folder, fsync, rename, fsync
- * of the folder. On failure the old file (if any) is intact. */
-ZT_API ZT_NODISCARD zt_status zt_write_file_atomic(const char *path, const void *const *chunks, const size_t *sizes, int n_chunks);
-/* Read a whole file (malloc'd, caller frees). */
-ZT_API ZT_NODISCARD zt_status zt_read_file(const char *path, void **data, size_t *size);
-
-/* ------------------------------------------------ safetensors (src/train/safetensors.c) */
-/* Save tensors (f32/f64/bf16/f16/i32/i64) with their names, plus optional string
- * metadata pairs, atomically. Written tensor after tensor; a tensor whose storage is evicted
- * (zt_storage_evict) is read from its store through one host buffer (the largest such
- * storage, ZT_MEM_TAG_TEMP) and stays evicted: the same bytes as a save from RAM. */
-ZT_API ZT_NODISCARD zt_status zt_safetensors_save(const char *path, int n, const char *const *names, zt_tensor *const *tensors,
-                              int n_meta, const char *const *meta_keys, const char *const *meta_values);
-/* Load the named tensors into existing tensors (shapes must match; dtypes are converted).
- * strict: every name must be present in the file and the file must hold no others.
- * Errors name the file, the tensor and what differs. A destination whose storage is evicted
- * is filled in its store (zt_storage_write_evicted) through one host buffer and stays
- * evicted; one being restored (zt_storage_restore_async) is refused before anything loads. */
-ZT_API ZT_NODISCARD zt_status zt_safetensors_load_into(const char *path, int n, const char *const *names, zt_tensor *const *tensors,
-                                   bool strict);
-/* Read one metadata value (malloc'd string, caller frees; NULL if absent). */
-ZT_API ZT_NODISCARD zt_status zt_safetensors_metadata(const char *path, const char *key, char **value);
-/* The tensor names in a file, in header order. *names is one malloc'd block (the array,
- * NULL-terminated, followed by the strings): free it with free(). */
-ZT_API ZT_NODISCARD zt_status zt_safetensors_names(const char *path, int *n, char ***names);
-
-/* ------------------------------------------------ training checkpoints (src/train/checkpoint.c,
- * src/train/checkpoint_dir.c)
- * Everything needed to resume bitwise. The file API is zt_snapshot_* (zt_checkpoint* is
- * activation checkpointing, zt/checkpoint.h); users and the CLI still say checkpoint, and
- * the files are unchanged. A checkpoint is a folder with model.safetensors (HF
- * GPT-2 names, loadable by transformers), config.json, optim.safetensors and state.json, and the
- * run's tokenizer (vocab.json, merges.txt) when it has one.
- * Saves go into a series folder DIR: each save is a new version DIR/step-<N> (a checkpoint
- * folder), written under a hidden name, renamed into place, and then made current by
- * pointing the link DIR/latest at it (an atomic rename). A crash, a kill or a full disk at
- * any moment leaves DIR/latest naming a complete checkpoint, whatever else DIR holds
- * (metrics files and the like are never touched). Every load takes either a series folder
- * (its latest version) or one checkpoint folder. */
-typedef struct zt_train_state {
-  int64_t step;          /* steps completed */
-  zt_rng_state rng;      /* default generator */
-  zt_loader_pos data;    /* train loader position */
-  zt_gpt2_config model;  /* to refuse a checkpoint of another shape */
-  double loss_scale;     /* f16 mixed precision: the loss scaler's scale (0: no scaler) */
-  int64_t loss_scale_good; /* and its finite steps since the last change */
-  char options[4096];    /* the options that set the run's course, "name=value" lines ("" if unknown) */
-  /* Saves only: tokenizer files copied into the checkpoint folder ("" = none): GPT-2 BPE's
-   * encoder.json as vocab.json and its merges (vocab.bpe) as merges.txt, the names transformers
-   * and `zt sample` look for. Loads leave them "" (the files are in the folder). */
-  char encoder[512], merges[512];
-} zt_train_state;
-/* A new version in the series folder dir (created if missing), made current when complete.
- * o may be NULL (no optimizer state: the checkpoint cannot resume training). */
-ZT_API ZT_NODISCARD zt_status zt_snapshot_save(const char *dir, zt_gpt2 *m, zt_optim *o, const zt_train_state *st);
-/* Loads into an existing model/optimizer of the same config (error naming what differs); a
- * sharded (FSDP) checkpoint is consolidated on load, from whichever shard files hold each tensor.
- * Parameters and optimizer state may be evicted to a store (zt_storage_evict), in part or all,
- * for both: a save reads them from the store and a load writes them into it, one at a time
- * through one host buffer (the largest evicted tensor), never restoring them; the files are
- * the same bytes as from RAM. */
-ZT_API ZT_NODISCARD zt_status zt_snapshot_load(const char *dir, zt_gpt2 *m, zt_optim *o, zt_train_state *st);
-/* Read only the state (to build the right model before loading). */
-ZT_API ZT_NODISCARD zt_status zt_snapshot_read_state(const char *dir, zt_train_state *st);
-/* The checkpoint folder dir names: the target of dir/latest (read once) when dir is a series,
- * else dir itself when it holds a state.json. Errors say why there is none (nothing saved yet,
- * or a first save that was interrupted). */
-ZT_API ZT_NODISCARD zt_status zt_snapshot_resolve(const char *dir, char *out, size_t cap);
-/* Remove the versions of a series beyond the newest keep (by save time; the one 'latest'
- * names is always kept). Versions that hold files zerotrain did not write are left. */
-ZT_API ZT_NODISCARD zt_status zt_snapshot_prune(const char *dir, int keep);
-/* Load GPT-2 weights from a transformers safetensors file (model.safetensors of
- * GPT2LMHeadModel: zerotrain keeps HF's layouts, so no transposes; lm_head is tied to
- * wte). Save writes the same format plus an HF config.json beside it. */
-ZT_API ZT_NODISCARD zt_status zt_gpt2_load_hf(zt_gpt2 *m, const char *path);
-ZT_API ZT_NODISCARD zt_status zt_gpt2_save_hf(zt_gpt2 *m, const char *path);
-
-/* ------------------------------------------------ FSDP checkpoints (src/train/checkpoint_sharded.c) */
-/* A sharded checkpoint folder: shard-<r>-of-<N>.safetensors for each rank r of the shard group
- * (this rank's pieces of the parameters, named "param.<name>", and of the optimizer state,
- * "exp_avg.<name>", "exp_avg_sq.<name>", "momentum_buffer.<name>"), index.json (per shard file
- * and tensor: the parameter, its full shape and the element range [start, start + count) of
- * the flattened parameter it holds) and state.json (as zt_snapshot_save's, plus the world
- * size and strategy it was saved at). Collective over f's ranks; under HYBRID the first shard
- * group writes. Atomic as a whole like zt_snapshot_save: a crash leaves the complete old
- * folder or the complete new one. */
-ZT_API ZT_NODISCARD zt_status zt_snapshot_save_sharded(const char *dir, zt_fsdp *f, zt_optim *o, const zt_train_state *st);
-/* Load into f's shards and o's state (o may be NULL) at any world size and strategy: each
- * rank reads, for each of its pieces, the overlapping ranges of whichever shard files hold
- * them (N -> M resharding). Errors name the file and what is missing or differs. */
-ZT_API ZT_NODISCARD zt_status zt_snapshot_load_sharded(const char *dir, zt_fsdp *f, zt_optim *o, zt_train_state *st);
-/* Whether dir holds a sharded checkpoint (an index.json). */
-ZT_API bool zt_snapshot_is_sharded(const char *dir);
-/* Offline: turn a sharded checkpoint into a single-process one (model.safetensors,
- * config.json, optim.safetensors, state.json, and the tokenizer files it carries), which
- * zt_snapshot_load and transformers read, saved as zt_snapshot_save saves into the series folder
- * out_dir. An out_dir that holds a checkpoint already is refused (nothing written) unless force,
- * when the consolidated one becomes its newest version ('latest'). Atomic: a failure leaves out_dir
- * as it was (a folder made for it is removed). */
-ZT_API ZT_NODISCARD zt_status zt_snapshot_consolidate(const char *sharded_dir, const char *out_dir, bool force);
-/* A full checkpoint of an FSDP model: parameters and optimizer state gathered to rank 0,
- * which writes exactly what zt_snapshot_save writes. Collective. */
-ZT_API ZT_NODISCARD zt_status zt_snapshot_save_full(const char *dir, zt_gpt2 *m, zt_fsdp *f, zt_optim *o, const zt_train_state *st);
-/* Load a single-process checkpoint into an FSDP model at any world size: every rank reads the
- * files and keeps its slices. */
-ZT_API ZT_NODISCARD zt_status zt_snapshot_load_full(const char *dir, zt_gpt2 *m, zt_fsdp *f, zt_optim *o, zt_train_state *st);
 
 /* ------------------------------------------------ the training loop (src/train/loop.c) */
 /* The parts of a training step, in order (EVAL and SAVE only at the steps that do them). */

@@ -7,8 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/file.h"
 #include "core/status_internal.h"
-#include "train/fileio.h"
+#include "zt/train.h"
 
 void zt_train_config_default(zt_train_config *c) {
   memset(c, 0, sizeof *c);

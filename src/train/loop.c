@@ -16,9 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/file.h"
 #include "core/status_internal.h"
+#include "io/bounce.h"
 #include "train/act_trial.h"
-#include "train/fileio.h"
 #include "train/model_source.h"
 #include "train/offload_train.h"
 #include "train/parallel.h"

@@ -10,8 +10,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/file.h"
 #include "core/status_internal.h"
-#include "train/fileio.h"
+#include "io/atomic_file.h"
+#include "io/buf.h"
+#include "io/json.h"
 #include "train/model_source.h"
 
 #define MS_PATH_CAP 4096

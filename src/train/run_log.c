@@ -11,9 +11,8 @@
 #include <unistd.h>
 
 #include "core/status_internal.h"
-#include "train/fileio.h"
+#include "io/tensorboard.h"
 #include "train/run_log.h"
-#include "train/tensorboard.h"
 
 struct zt__run_log {
   FILE *metrics;
@@ -127,6 +126,37 @@ static void write_metrics(FILE *f, const zt_train_step_info *in, const char *sha
     fprintf(f, "}");
   }
   fprintf(f, "]}\n");
+}
+
+zt_status zt__tb_write_step(zt__tb *w, const zt_train_step_info *in) {
+  if (!w || !in) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt__tb_write_step: the writer or the step info is NULL");
+  enum { MAX = 16 + 2 * ZT_MEM_TAG_COUNT };
+  const char *tags[MAX];
+  char names[2 * ZT_MEM_TAG_COUNT][32];
+  double v[MAX];
+  int n = 0;
+#define ADD(t, x) (tags[n] = (t), v[n++] = (x))
+  ADD("train/loss", in->loss);
+  ADD("train/lr", in->lr);
+  ADD("train/grad_norm", in->grad_norm);
+  if (in->loss_scale > 0) ADD("train/loss_scale", in->loss_scale);
+  if (!isnan(in->val_loss)) ADD("val/loss", in->val_loss);
+  ADD("perf/tokens_per_s", in->tokens_per_s);
+  ADD("perf/mfu", in->mfu);
+  ADD("perf/step_ms", in->step_ms);
+  for (int t = 0; t < ZT_MEM_TAG_COUNT; t++) {
+    snprintf(names[t], sizeof names[t], "mem/%s", zt_mem_tag_name((zt_mem_tag)t));
+    ADD(names[t], (double)in->mem.current[t]);
+  }
+  ADD("mem/total", (double)in->mem.current_total);
+  for (int t = 0; t < ZT_MEM_TAG_COUNT; t++) {
+    snprintf(names[ZT_MEM_TAG_COUNT + t], sizeof names[0], "mem_peak/%s", zt_mem_tag_name((zt_mem_tag)t));
+    ADD(names[ZT_MEM_TAG_COUNT + t], (double)in->mem.peak[t]);
+  }
+  ADD("mem_peak/total", (double)in->mem.peak_total);
+  ADD("mem_peak/rss", (double)in->peak_rss);
+#undef ADD
+  return zt__tb_scalars(w, in->step, n, tags, v);
 }
 
 zt_status zt__run_log_step(zt__run_log *l, const zt_train_step_info *in, const char *shard, const double *ranks) {

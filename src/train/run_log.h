@@ -13,6 +13,12 @@ enum { ZT__RANK_FIG_BYTES = ZT_MEM_TAG_COUNT, ZT__RANK_FIG_RSS, ZT__RANK_FIG_SEN
        ZT__RANK_FIG_N };
 void zt__rank_figures(const zt_train_step_info *in, double v[ZT__RANK_FIG_N]);
 
+typedef struct zt__tb zt__tb; /* io/tensorboard.h */
+/* One TensorBoard Event at in->step with every figure of the step (train/loss, train/lr,
+ * train/grad_norm, train/loss_scale, val/loss, perf/..., mem/<TAG>, mem_peak/<TAG>, mem_peak/rss),
+ * then a flush. */
+ZT_NODISCARD zt_status zt__tb_write_step(zt__tb *w, const zt_train_step_info *in);
+
 typedef struct zt__run_log zt__run_log;
 /* Opens the logs that are asked for (either path may be "" for none). resume_step > 0: a
  * resumed run; the metrics file keeps its lines up to that step (later ones, logged by a run

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "core/status_internal.h"
-#include "train/fileio.h"
+#include "io/buf.h"
 #include "train/run_options.h"
 
 /* Options whose change alters the losses of a resumed run (the model's shape is checked apart). */

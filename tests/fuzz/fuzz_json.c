@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "fuzz_util.h"
-#include "train/fileio.h"
+#include "io/json.h"
 
 static void walk(const zt__json *j, int depth) {
   if (j->kind == ZT__JSON_NUMBER) {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "fuzz_util.h"
-#include "train/fileio.h"
+#include "io/safetensors.h"
 #include "zt/train.h"
 
 static bool is_float(const char *dt) {

@@ -13,8 +13,7 @@
 
 #include "core/tensor_internal.h"
 #include "fuzz_util.h"
-#include "train/checkpoint_sharded.h"
-#include "train/fileio.h"
+#include "snapshot/sharded.h"
 #include "zt/nn.h"
 
 #define SAVE_ID "fuzz-save-1"

@@ -1,13 +1,13 @@
 /* Internal layer of sharded checkpoints, on plain pieces (a parameter's element range plus a
- * tensor) so it is testable without FSDP: the format (src/train/shard_format.c), the index
+ * tensor) so it is testable without FSDP: the format (src/snapshot/shard_format.c), the index
  * (shard_index.c), the N -> M reader (shard_reader.c) and consolidation (shard_consolidate.c);
- * the FSDP save and load are in src/train/checkpoint_sharded.c.
+ * the FSDP save and load are in src/snapshot/sharded.c.
  * A piece of (parameter, kind) is elements [start, start + count) of the flattened parameter. */
 #ifndef ZT_TRAIN_CHECKPOINT_SHARDED_H
 #define ZT_TRAIN_CHECKPOINT_SHARDED_H
 
-#include "train/fileio.h"
-#include "zt/train.h"
+#include "io/json.h"
+#include "zt/snapshot.h"
 
 #define ZT__SH_INDEX "index.json"
 #define ZT__SH_FORMAT "zerotrain-sharded-checkpoint"
@@ -95,12 +95,12 @@ ZT_NODISCARD zt_status zt__shard_index_verify(zt__shard_index *ix);
 ZT_NODISCARD zt_status zt__shard_read(zt__shard_index *ix, const char *param, zt__shard_kind kind, int ndim,
                          const int64_t *shape, int64_t start, int64_t count, zt_tensor *dst);
 
-/* zt_snapshot_load of a sharded checkpoint folder dir (resolved; src/train/shard_consolidate.c):
+/* zt_snapshot_load of a sharded checkpoint folder dir (resolved; src/snapshot/shard_consolidate.c):
  * consolidated on load into the whole model m and, when o is not NULL, its optimizer's state
  * (full-shaped, "exp_avg.<param>", ...) and step count, at any world size it was saved at. The
  * shape, the parameters, the state kinds and every shard file are checked before the first
  * tensor is written. A destination evicted to a store (zt_storage_evict) is filled in its store
- * through one host buffer (src/train/stage.c), never restored: the model is never whole in RAM. */
+ * through one host buffer (src/io/bounce.c), never restored: the model is never whole in RAM. */
 ZT_NODISCARD zt_status zt__snapshot_load_consolidated(const char *dir, zt_gpt2 *m, zt_optim *o, zt_train_state *st);
 
 #endif

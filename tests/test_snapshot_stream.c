@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "core/status_internal.h"
-#include "train/fileio.h"
+#include "io/bounce.h"
 #include "zt/autograd.h"
 #include "zt/store.h"
 #include "zt_test.h"

@@ -8,7 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "train/fileio.h"
+#include "io/buf.h"
+#include "io/json.h"
 #include "zt/autograd.h"
 #include "zt_test.h"
 

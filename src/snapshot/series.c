@@ -12,9 +12,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/status_internal.h"
-#include "train/fileio.h"
 #include "core/grow.h"
+#include "core/status_internal.h"
+#include "io/atomic_file.h"
+#include "snapshot/snapshot_internal.h"
 
 #define CK_LATEST "latest"
 #define CK_STATE "state.json"
@@ -67,7 +68,7 @@ static bool remove_ck_folder(const char *path) {
   return rmdir(path) == 0;
 }
 
-void zt__ck_new_save_id(char id[64], int64_t step) {
+void zt__snap_new_save_id(char id[64], int64_t step) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   snprintf(id, 64, "%llx-%llx-%lx", (unsigned long long)step,
@@ -83,7 +84,7 @@ static zt_status clean_dir(const char *dir_in, char out[CK_PATH_CAP]) {
   return ZT_OK;
 }
 
-zt_status zt__ck_stage_join(const char *dir, const char *name, zt__ck_stage *k) {
+zt_status zt__snap_staging_join(const char *dir, const char *name, zt__snap_staging *k) {
   memset(k, 0, sizeof *k);
   ZT_TRY(clean_dir(dir, k->dir));
   if (!is_version_name(name) || strlen(name) >= sizeof k->name)
@@ -96,7 +97,7 @@ zt_status zt__ck_stage_join(const char *dir, const char *name, zt__ck_stage *k) 
   return ZT_OK;
 }
 
-zt_status zt__ck_stage_begin(const char *dir_in, int64_t step, zt__ck_stage *k) {
+zt_status zt__snap_staging_begin(const char *dir_in, int64_t step, zt__snap_staging *k) {
   char dir[CK_PATH_CAP];
   ZT_TRY(clean_dir(dir_in, dir));
   struct stat sb;
@@ -120,16 +121,16 @@ zt_status zt__ck_stage_begin(const char *dir_in, int64_t step, zt__ck_stage *k) 
   char name[64];
   snprintf(name, sizeof name, "step-%08lld", (long long)step);
   for (int i = 1; exists(dir, name); i++) snprintf(name, sizeof name, "step-%08lld-%d", (long long)step, i);
-  ZT_TRY(zt__ck_stage_join(dir, name, k));
+  ZT_TRY(zt__snap_staging_join(dir, name, k));
   if (mkdir(k->stage, 0755) != 0)
     return ZT_ERR(ZT_STATUS_IO, "cannot save checkpoint in '%s': creating '%s' failed: %s", dir, k->stage,
                   strerror(errno));
   return ZT_OK;
 }
 
-void zt__ck_stage_abort(zt__ck_stage *k) { remove_ck_folder(k->stage); }
+void zt__snap_staging_abort(zt__snap_staging *k) { remove_ck_folder(k->stage); }
 
-zt_status zt__ck_stage_commit(zt__ck_stage *k) {
+zt_status zt__snap_staging_commit(zt__snap_staging *k) {
   const char *dir = k->dir;
   if (rename(k->stage, k->final) != 0) {
     zt_status s = ZT_ERR(ZT_STATUS_IO, "cannot save checkpoint in '%s': renaming '%s' to '%s' failed: %s", dir,
@@ -160,7 +161,7 @@ zt_status zt__ck_stage_commit(zt__ck_stage *k) {
   return ZT_OK;
 }
 
-bool zt__ck_holds_checkpoint(const char *dir_in) {
+bool zt__snap_holds_checkpoint(const char *dir_in) {
   char dir[CK_PATH_CAP], p[CK_PATH_CAP];
   struct stat sb;
   if (clean_dir(dir_in, dir) || zt__path_join(p, CK_PATH_CAP, dir, CK_LATEST)) return false;
@@ -261,7 +262,7 @@ zt_status zt_snapshot_prune(const char *dir_in, int keep) {
     /* A step-N folder without a readable state.json is what a prune cut short left (a save
      * renames its stage to step-N only once complete, and a prune removes state.json last):
      * finish removing it (remove_ck_folder leaves it if it holds anything of the user's). */
-    if (zt__ck_read_state(path, NULL, id, NULL) || sscanf(id, "%llx-%llx", &step, &ns) != 2) {
+    if (zt__snap_read_state(path, NULL, id, NULL) || sscanf(id, "%llx-%llx", &step, &ns) != 2) {
       zt_clear_error();
       remove_ck_folder(path);
       continue;

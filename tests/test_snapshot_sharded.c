@@ -11,8 +11,9 @@
 #include <unistd.h>
 
 #include "core/tensor_internal.h"
-#include "train/checkpoint_sharded.h"
-#include "train/fileio.h"
+#include "io/safetensors.h"
+#include "snapshot/sharded.h"
+#include "snapshot/snapshot_internal.h"
 #include "zt/autograd.h"
 #include "zt/store.h"
 #include "zt/train.h"
@@ -89,9 +90,9 @@ static void write_synthetic(const char *dir, zt_gpt2 *m, zt_optim *o, const layo
   zt_tensor *const *ots = NULL;
   ZT_CHECK_OK(zt_optim_state(o, &n_opt, &onames, &ots));
   char id[64];
-  zt__ck_new_save_id(id, st->step);
-  zt__ck_stage stage;
-  ZT_CHECK_OK(zt__ck_stage_begin(dir, st->step, &stage));
+  zt__snap_new_save_id(id, st->step);
+  zt__snap_staging stage;
+  ZT_CHECK_OK(zt__snap_staging_begin(dir, st->step, &stage));
   for (int r = 0; r < M; r++) {
     zt__shard_piece pc[256];
     zt_tensor *own[256];
@@ -118,7 +119,7 @@ static void write_synthetic(const char *dir, zt_gpt2 *m, zt_optim *o, const layo
     zt_test_free_all(own, n);
   }
   ZT_CHECK_OK(zt__shard_write_index(stage.stage, M, "full", st, true, zt_optim_step_count(o), id));
-  ZT_CHECK_OK(zt__ck_stage_commit(&stage));
+  ZT_CHECK_OK(zt__snap_staging_commit(&stage));
 }
 
 /* The index of a checkpoint series' latest version. */

@@ -3,7 +3,7 @@
  * encoding buffers are kept in the writer and reused, so a step allocates nothing once
  * they have grown. After a failed write the writer is broken and refuses further writes. */
 #include "core/status_internal.h"
-#include "train/tensorboard.h"
+#include "io/tensorboard.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -267,33 +267,15 @@ zt_status zt__tb_flush(zt__tb *w) {
   return ZT_OK;
 }
 
-zt_status zt__tb_write_step(zt__tb *w, const zt_train_step_info *in) {
-  ZT_TRY(check_usable(w, "zt__tb_write_step"));
-  if (!in) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt__tb_write_step: the step info is NULL");
+zt_status zt__tb_scalars(zt__tb *w, int64_t step, int n, const char *const *tags, const double *values) {
+  ZT_TRY(check_usable(w, "zt__tb_scalars"));
+  if (n < 0 || (n && (!tags || !values))) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt__tb_scalars: NULL tags or values");
+  for (int i = 0; i < n; i++) ZT_TRY(check_tag(tags[i], "zt__tb_scalars"));
   pbuf *s = &w->summary;
   s->n = 0;
   s->oom = false;
-  summary_add(s, "train/loss", in->loss);
-  summary_add(s, "train/lr", in->lr);
-  summary_add(s, "train/grad_norm", in->grad_norm);
-  if (in->loss_scale > 0) summary_add(s, "train/loss_scale", in->loss_scale);
-  if (!isnan(in->val_loss)) summary_add(s, "val/loss", in->val_loss);
-  summary_add(s, "perf/tokens_per_s", in->tokens_per_s);
-  summary_add(s, "perf/mfu", in->mfu);
-  summary_add(s, "perf/step_ms", in->step_ms);
-  char tag[64];
-  for (int t = 0; t < ZT_MEM_TAG_COUNT; t++) {
-    snprintf(tag, sizeof tag, "mem/%s", zt_mem_tag_name((zt_mem_tag)t));
-    summary_add(s, tag, (double)in->mem.current[t]);
-  }
-  summary_add(s, "mem/total", (double)in->mem.current_total);
-  for (int t = 0; t < ZT_MEM_TAG_COUNT; t++) {
-    snprintf(tag, sizeof tag, "mem_peak/%s", zt_mem_tag_name((zt_mem_tag)t));
-    summary_add(s, tag, (double)in->mem.peak[t]);
-  }
-  summary_add(s, "mem_peak/total", (double)in->mem.peak_total);
-  summary_add(s, "mem_peak/rss", (double)in->peak_rss);
-  ZT_TRY(write_summary_event(w, in->step));
+  for (int i = 0; i < n; i++) summary_add(s, tags[i], values[i]);
+  ZT_TRY(write_summary_event(w, step));
   return zt__tb_flush(w);
 }
 

@@ -8,7 +8,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "train/fileio.h"
+#include "core/file.h"
+#include "io/buf.h"
+#include "io/json.h"
 #include "zt_test.h"
 
 /* Number of entries in dir whose name contains ".tmp." (left-over temp files). */

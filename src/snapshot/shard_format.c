@@ -10,8 +10,11 @@
 #include <unistd.h>
 
 #include "core/status_internal.h"
-#include "train/checkpoint_sharded.h"
-#include "train/fileio.h"
+#include "io/atomic_file.h"
+#include "io/buf.h"
+#include "io/json.h"
+#include "snapshot/sharded.h"
+#include "snapshot/snapshot_internal.h"
 
 static const char *const kind_names[ZT__SHARD_KIND_COUNT] = {"param", "exp_avg", "exp_avg_sq", "momentum_buffer"};
 
@@ -281,7 +284,7 @@ zt_status zt__shard_write_index(const char *into, int n_ranks, const char *strat
   /* state.json last: the commit record */
   char extra[160];
   snprintf(extra, sizeof extra, "  \"sharded\": {\"world_size\": %d, \"strategy\": \"%s\"},\n", n_ranks, strategy);
-  zt__ck_state_json(&b, st, save_id, has_optim, extra);
+  zt__snap_state_json(&b, st, save_id, has_optim, extra);
   s = zt__path_join(path, ZT__SH_PATH_CAP, into, "state.json");
   if (!s) s = zt__buf_write_atomic(&b, path);
   zt__buf_free(&b);

@@ -5,9 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/file.h"
 #include "core/status_internal.h"
-#include "train/fileio.h"
-#include "zt/train.h"
+#include "io/buf.h"
+#include "io/json.h"
+#include "zt/data.h"
+#include "zt/io.h"
 
 /* ------------------------------------------------ Unicode classes for the pre-tokeniser
  * GPT-2 splits text with 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
@@ -453,7 +456,7 @@ static zt_status encoder_member(const char *key, const zt__json *value, void *ct
   return s;
 }
 
-/* encoder.json, streamed through the library's JSON reader (src/train/fileio.c): no DOM of
+/* encoder.json, streamed through the library's JSON reader (src/io/json.c): no DOM of
  * its 50k members is built. */
 static zt_status parse_encoder(builder *b, int32_t *vocab_size) {
   encoder_walk w = {b, -1, 0, false};

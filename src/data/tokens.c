@@ -7,9 +7,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/file.h"
 #include "core/status_internal.h"
-#include "train/fileio.h"
-#include "zt/train.h"
+#include "zt/data.h"
+#include "zt/io.h"
 
 #define ZT_TOKENS_MAGIC "ZTOK"
 #define ZT_TOKENS_VERSION 1u

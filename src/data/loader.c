@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/status_internal.h"
-#include "zt/train.h"
 #include "core/backend.h"
+#include "core/status_internal.h"
+#include "zt/data.h"
 
 struct zt_loader {
   const zt_tokens *tokens; /* borrowed */

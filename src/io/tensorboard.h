@@ -1,4 +1,4 @@
-/* TensorBoard event files (src/train/tensorboard.c): the writer behind `zt train
+/* TensorBoard event files (src/io/tensorboard.c): the writer behind `zt train
  * --tensorboard DIR`. Internal (zt__ prefix); the training loop owns one writer on rank 0.
  *
  * Format. An event file is a sequence of records: u64 length (little-endian), u32 masked
@@ -24,7 +24,8 @@
  * files in name order: file names are chosen so that a new file sorts after every event
  * file already in the folder (see zt__tb_open).
  *
- * Tags written by zt__tb_write_step (one Event per step, at step = in->step):
+ * Tags the training run writes (zt__tb_write_step, src/train/run_log.c; one Event per step, at
+ * step = in->step):
  *   train/loss          training loss
  *   train/lr            learning rate
  *   train/grad_norm     global gradient norm (before clipping)
@@ -49,7 +50,7 @@
 #ifndef ZT_TRAIN_TENSORBOARD_H
 #define ZT_TRAIN_TENSORBOARD_H
 
-#include "zt/train.h"
+#include "zt/io.h"
 
 /* CRC-32C (Castagnoli: reflected, polynomial 0x82F63B78, initial and final xor
  * 0xFFFFFFFF). zt__crc32c_extend continues a CRC over more bytes:
@@ -78,8 +79,8 @@ const char *zt__tb_path(const zt__tb *w);
 /* One Event with one Value (tag: non-empty UTF-8, at most 1024 bytes) at step. Buffered:
  * zt__tb_flush (or the next zt__tb_write_step) pushes it to the file. */
 ZT_NODISCARD zt_status zt__tb_scalar(zt__tb *w, const char *tag, int64_t step, double value);
-/* One Event at in->step holding every figure of the step (tags above), then a flush. */
-ZT_NODISCARD zt_status zt__tb_write_step(zt__tb *w, const zt_train_step_info *in);
+/* One Event at step holding n Values (the tags as zt__tb_scalar takes them), then a flush. */
+ZT_NODISCARD zt_status zt__tb_scalars(zt__tb *w, int64_t step, int n, const char *const *tags, const double *values);
 /* fflush (not fsync): the events reach the OS, where TensorBoard can read them. */
 ZT_NODISCARD zt_status zt__tb_flush(zt__tb *w);
 /* Flushes, closes and frees w (NULL: nothing, ZT_OK). w is freed even when the final

@@ -8,10 +8,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/tensor_internal.h"
-#include "train/checkpoint_sharded.h"
-#include "train/fileio.h"
 #include "core/backend.h"
+#include "core/tensor_internal.h"
+#include "io/atomic_file.h"
+#include "io/bounce.h"
+#include "io/safetensors.h"
+#include "snapshot/sharded.h"
 
 static int cmp_tensor(const void *a, const void *b) {
   return strcmp(((const zt__shard_entry *)a)->tensor, ((const zt__shard_entry *)b)->tensor);

@@ -2,7 +2,7 @@
  * optimizer state, agreement between ranks, sharded save and load (N -> M), and full
  * checkpoints of an FSDP model. The ranks must see one file system: rank 0 builds index.json
  * from the shard files' metadata. The format, index, reader and consolidation are in
- * src/train/shard_*.c (internal API: train/checkpoint_sharded.h). */
+ * src/snapshot/shard_*.c (internal API: snapshot/sharded.h). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,10 +10,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/tensor_internal.h"
-#include "train/checkpoint_sharded.h"
-#include "train/fileio.h"
 #include "core/backend.h"
+#include "core/tensor_internal.h"
+#include "io/atomic_file.h"
+#include "io/bounce.h"
+#include "snapshot/sharded.h"
+#include "snapshot/snapshot_internal.h"
 
 /* ------------------------------------------------------------------ FSDP: this rank's pieces */
 
@@ -113,12 +115,12 @@ zt_status zt_snapshot_save_sharded(const char *dir, zt_fsdp *f, zt_optim *o, con
   zt_status s = collect_pieces(f, o, &L);
   if ((s = agree(f, s, "saving sharded checkpoint", dir))) goto out;
   /* The lead rank prepares the folder; the version's name and the save id go to the shard group. */
-  zt__ck_stage stage;
+  zt__snap_staging stage;
   int64_t ctl[1 + 2 * CTL_ID] = {0};
   char id[CTL_ID] = "";
   if (lead) {
-    zt__ck_new_save_id(id, st->step);
-    s = zt__ck_stage_begin(dir, st->step, &stage);
+    zt__snap_new_save_id(id, st->step);
+    s = zt__snap_staging_begin(dir, st->step, &stage);
     ctl[0] = s != ZT_OK;
     for (int i = 0; i < CTL_ID; i++) ctl[1 + i] = id[i], ctl[1 + CTL_ID + i] = s ? 0 : stage.name[i];
   }
@@ -135,16 +137,16 @@ zt_status zt_snapshot_save_sharded(const char *dir, zt_fsdp *f, zt_optim *o, con
     for (int i = 0; i < CTL_ID; i++) id[i] = (char)ctl[1 + i], name[i] = (char)ctl[1 + CTL_ID + i];
     id[CTL_ID - 1] = name[CTL_ID - 1] = '\0';
     s = ctl[0] ? ZT_ERR(ZT_STATUS_IO, "saving sharded checkpoint '%s' failed on rank 0 (its error says why)", dir)
-               : zt__ck_stage_join(dir, name, &stage);
+               : zt__snap_staging_join(dir, name, &stage);
   }
   if (!s && writer) s = zt__shard_write(stage.stage, r, n, L.n, L.p, id);
   /* after this agreement every shard file is complete (or some rank failed) */
   s = agree(f, s, "saving sharded checkpoint", dir);
   if (lead && !ctl[0]) {
-    if (!s) s = zt__ck_copy_tokenizer(stage.stage, st);
+    if (!s) s = zt__snap_copy_tokenizer(stage.stage, st);
     if (!s) s = zt__shard_write_index(stage.stage, n, strategy_of(f), st, o != NULL, o ? zt_optim_step_count(o) : 0, id);
-    if (!s) s = zt__ck_stage_commit(&stage);
-    else zt__ck_stage_abort(&stage);
+    if (!s) s = zt__snap_staging_commit(&stage);
+    else zt__snap_staging_abort(&stage);
   }
   s = agree(f, s, "saving sharded checkpoint", dir);
 out:
@@ -177,8 +179,8 @@ static zt_status read_pieces(zt__shard_index *ix, const local_pieces *L) {
   }
   for (int i = 0; i < L->n; i++) order[i] = (piece_order){L->p[i].t->storage->id, i}, ts[i] = L->p[i].t;
   qsort(order, (size_t)L->n, sizeof *order, cmp_order);
-  zt__stage stage;
-  zt_status s = zt__stage_init(&stage, L->n, ts);
+  zt__bounce stage;
+  zt_status s = zt__bounce_init(&stage, L->n, ts);
   for (int k = 0; k < L->n && !s; k++) {
     const zt__shard_piece *q = &L->p[order[k].i];
     if (!zt_storage_is_evicted(q->t->storage) || q->count == 0) {
@@ -186,14 +188,14 @@ static zt_status read_pieces(zt__shard_index *ix, const local_pieces *L) {
       continue;
     }
     zt_tensor *v = NULL; /* the piece over the stage, which holds its storage (read at its first piece) */
-    s = zt__stage_view(&stage, q->t, true, &v);
+    s = zt__bounce_view(&stage, q->t, true, &v);
     if (!s) s = zt__shard_read(ix, q->param, q->kind, q->ndim, q->shape, q->start, q->count, v);
     zt_tensor_free(v);
     if (s) break;
     bool last = k + 1 == L->n || order[k + 1].storage_id != order[k].storage_id;
-    if (last) s = zt__stage_store(&stage, q->t);
+    if (last) s = zt__bounce_store(&stage, q->t);
   }
-  zt__stage_free(&stage);
+  zt__bounce_free(&stage);
   free(order);
   free(ts);
   return s;
@@ -465,7 +467,7 @@ zt_status zt_snapshot_load_full(const char *dir_in, zt_gpt2 *m, zt_fsdp *f, zt_o
   bool has_optim = false;
   local_pieces L = {0};
   zt_status s = zt_snapshot_resolve(dir_in, dir, sizeof dir);
-  if (!s) s = zt__ck_read_state(dir, NULL, id, &has_optim);
+  if (!s) s = zt__snap_read_state(dir, NULL, id, &has_optim);
   if (!s && o && !has_optim)
     s = ZT_ERR(ZT_STATUS_STATE,
                "checkpoint '%s' holds no optimizer state (it was saved without one), so training cannot resume from "

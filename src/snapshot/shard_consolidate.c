@@ -11,8 +11,10 @@
 
 #include "core/status_internal.h"
 #include "core/tensor_internal.h"
-#include "train/checkpoint_sharded.h"
-#include "train/fileio.h"
+#include "io/atomic_file.h"
+#include "io/bounce.h"
+#include "snapshot/sharded.h"
+#include "snapshot/snapshot_internal.h"
 
 bool zt_snapshot_is_sharded(const char *dir_in) {
   char dir[ZT__SH_PATH_CAP], path[ZT__SH_PATH_CAP];
@@ -72,16 +74,16 @@ static zt_status check_whole(zt__shard_index *ix, const zt_param *p, int np, int
 /* All of t (full-shaped, f32) from the pieces of (param, kind); an evicted t is filled in a view
  * of the stage (over its storage's other contents when it is only part of it), which then
  * replaces the store's copy: t stays evicted, and keeps its old contents on failure. */
-static zt_status read_whole(zt__shard_index *ix, zt__stage *stage, const char *param, zt__shard_kind kind,
+static zt_status read_whole(zt__shard_index *ix, zt__bounce *stage, const char *param, zt__shard_kind kind,
                             zt_tensor *t) {
   int64_t n = zt_tensor_numel(t);
   if (n == 0 || !zt_storage_is_evicted(t->storage))
     return zt__shard_read(ix, param, kind, t->ndim, t->shape, 0, n, t);
   zt_tensor *view = NULL;
-  zt_status s = zt__stage_view(stage, t, !zt__stage_covers(t), &view);
+  zt_status s = zt__bounce_view(stage, t, !zt__bounce_covers(t), &view);
   if (!s) s = zt__shard_read(ix, param, kind, t->ndim, t->shape, 0, n, view);
   if (s) stage->held_id = 0; /* the buffer may be partly written: not the storage's contents */
-  if (!s) s = zt__stage_store(stage, t);
+  if (!s) s = zt__bounce_store(stage, t);
   zt_tensor_free(view);
   return s;
 }
@@ -102,8 +104,8 @@ static zt_status load_whole(zt__shard_index *ix, zt_gpt2 *m, int n_opt, const ch
     if (zt_tensor_numel(all[i]) > 0 && zt_storage_is_evicted(all[i]->storage))
       s = zt_storage_read_evicted(all[i]->storage, 0, 0, NULL);
   }
-  zt__stage stage = {0};
-  if (!s) s = zt__stage_init(&stage, np + n_opt, all);
+  zt__bounce stage = {0};
+  if (!s) s = zt__bounce_init(&stage, np + n_opt, all);
   for (int i = 0; i < np && !s; i++) s = read_whole(ix, &stage, p[i].name, ZT__SHARD_PARAM, p[i].tensor);
   for (int i = 0; i < n_opt && !s; i++) {
     zt__shard_kind kind;
@@ -112,7 +114,7 @@ static zt_status load_whole(zt__shard_index *ix, zt_gpt2 *m, int n_opt, const ch
     ZT_ASSERT(known); /* check_whole */
     s = read_whole(ix, &stage, param, kind, ots[i]);
   }
-  zt__stage_free(&stage);
+  zt__bounce_free(&stage);
   free(all);
   return s;
 }
@@ -123,8 +125,8 @@ zt_status zt__snapshot_load_consolidated(const char *dir, zt_gpt2 *m, zt_optim *
   int n_opt = 0;
   const char *const *onames = NULL;
   zt_tensor *const *ots = NULL;
-  zt_status s = zt__ck_check_shape(dir, &ix->st.model, zt_gpt2_get_config(m));
-  if (!s && o && !ix->has_optim) s = zt__ck_no_optim(dir);
+  zt_status s = zt__snap_check_shape(dir, &ix->st.model, zt_gpt2_get_config(m));
+  if (!s && o && !ix->has_optim) s = zt__snap_no_optim(dir);
   if (!s && o) s = zt_optim_state(o, &n_opt, &onames, &ots);
   if (!s) s = load_whole(ix, m, n_opt, onames, ots);
   if (!s && o) zt_optim_set_step_count(o, ix->optim_step);
@@ -156,7 +158,7 @@ zt_status zt_snapshot_consolidate(const char *sharded_in, const char *out_dir, b
   ZT_TRY(zt_snapshot_resolve(sharded_in, sharded_dir, sizeof sharded_dir));
   zt__shard_index *ix = NULL;
   ZT_TRY(zt__shard_index_read(sharded_dir, &ix));
-  if (!force && zt__ck_holds_checkpoint(out_dir)) {
+  if (!force && zt__snap_holds_checkpoint(out_dir)) {
     zt__shard_index_free(ix);
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
                   "'%s' holds a checkpoint already: consolidating into it would add a version and move its 'latest' "

@@ -6,7 +6,7 @@
  * (no copy of the file in memory) unless a dtype conversion needs a staging buffer.
  * Writing streams: the header, then each tensor's bytes in turn into the temp file of an
  * atomic write. A tensor whose storage is evicted to a store (zt/store.h) is read from, or
- * loaded into, the store through one host buffer (src/train/stage.c), never restored. */
+ * loaded into, the store through one host buffer (src/io/bounce.c), never restored. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,9 +14,15 @@
 #include <unistd.h>
 
 #include "core/backend.h"
+#include "core/file.h"
 #include "core/tensor_internal.h"
-#include "train/fileio.h"
+#include "io/atomic_file.h"
+#include "io/bounce.h"
+#include "io/buf.h"
+#include "io/json.h"
+#include "io/safetensors.h"
 #include "zt/autograd.h"
+#include "zt/store.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
 
@@ -357,13 +363,13 @@ static zt_status read_into(const st_file *f, const st_entry *e, zt_tensor *dst, 
 /* Entry e into dst. An evicted dst is loaded into a view of the stage (over the storage's old
  * contents when dst is only part of it) and the stage then replaces the store's copy: the
  * storage stays evicted, and on failure keeps its old contents. */
-static zt_status load_entry(const st_file *f, const st_entry *e, zt_tensor *dst, zt__stage *stage) {
+static zt_status load_entry(const st_file *f, const st_entry *e, zt_tensor *dst, zt__bounce *stage) {
   if (zt_tensor_numel(dst) == 0 || !zt_storage_is_evicted(dst->storage)) return read_entry(f, e, dst);
   zt_tensor *view = NULL;
-  zt_status s = zt__stage_view(stage, dst, !zt__stage_covers(dst), &view);
+  zt_status s = zt__bounce_view(stage, dst, !zt__bounce_covers(dst), &view);
   if (!s) s = read_entry(f, e, view);
   if (s) stage->held_id = 0; /* the buffer may be partly written: not the storage's contents */
-  if (!s) s = zt__stage_store(stage, dst);
+  if (!s) s = zt__bounce_store(stage, dst);
   zt_tensor_free(view);
   return s;
 }
@@ -389,7 +395,7 @@ zt_status zt_safetensors_load_into(const char *path, int n, const char *const *n
   st_file f;
   ZT_TRY(st_open(path, &f));
   zt_status s = ZT_OK;
-  zt__stage stage = {0};
+  zt__bounce stage = {0};
   const st_entry **found = calloc((size_t)n + 1, sizeof *found);
   const char **listed = calloc((size_t)(n > f.n ? n : f.n) + 1, sizeof *listed);
   if (!found || !listed) {
@@ -458,7 +464,7 @@ zt_status zt_safetensors_load_into(const char *path, int n, const char *const *n
   }
   for (int i = 0; i < n; i++)
     if (found[i]) evicted[i] = tensors[i];
-  s = zt__stage_init(&stage, n, evicted);
+  s = zt__bounce_init(&stage, n, evicted);
   free(evicted);
   if (s) {
     zt__error_prefix(s, "loading '%s' into evicted tensors", path);
@@ -471,7 +477,7 @@ zt_status zt_safetensors_load_into(const char *path, int n, const char *const *n
       zt__error_prefix(s, "loading tensor '%s' (earlier tensors were already loaded)", names[i]);
   zt_set_grad_enabled(prev);
 out:
-  zt__stage_free(&stage);
+  zt__bounce_free(&stage);
   free(found);
   free(listed);
   st_close(&f);
@@ -568,14 +574,14 @@ const zt__st_info *zt__st_find(const zt__st_info *info, int n, const char *name)
 /* One tensor's bytes appended to f, from host memory: the tensor's own when it is contiguous
  * host memory; an evicted storage's read into the stage (never restored); else a contiguous
  * cpu copy, freed at once (a strided view, or a device the host cannot address). */
-static zt_status write_tensor(zt__atomic_file *f, zt__stage *stage, zt_tensor *t) {
+static zt_status write_tensor(zt__atomic_file *f, zt__bounce *stage, zt_tensor *t) {
   size_t nb = zt_tensor_nbytes(t);
   if (nb == 0) return ZT_OK;
   zt_tensor *view = NULL, *clone = NULL;
   const zt_tensor *src = t;
   zt_status s = ZT_OK;
   if (zt_storage_is_evicted(t->storage)) {
-    s = zt__stage_view(stage, t, true, &view);
+    s = zt__bounce_view(stage, t, true, &view);
     src = view;
   }
   bool host = !s && zt__tensor_host_ptr(src) != NULL;
@@ -656,9 +662,9 @@ zt_status zt_safetensors_save(const char *path, int n, const char *const *names,
    * tensor's copy (an evicted one's, in the stage) is in memory at a time. */
   unsigned char size_le[8];
   for (int i = 0; i < 8; i++) size_le[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
-  zt__stage stage = {0};
+  zt__bounce stage = {0};
   zt__atomic_file af = {.fd = -1};
-  s = zt__stage_init(&stage, n, tensors);
+  s = zt__bounce_init(&stage, n, tensors);
   if (!s) s = zt__atomic_open(path, &af);
   if (!s) s = zt__atomic_write(&af, size_le, 8);
   if (!s) s = zt__atomic_write(&af, h.data, h.len);
@@ -667,7 +673,7 @@ zt_status zt_safetensors_save(const char *path, int n, const char *const *names,
       zt__error_prefix(s, "saving tensor '%s' to '%s'", names[i], p);
   if (s) zt__atomic_abort(&af);
   else s = zt__atomic_commit(&af);
-  zt__stage_free(&stage);
+  zt__bounce_free(&stage);
   zt__buf_free(&h);
   return s;
 }

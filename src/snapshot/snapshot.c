@@ -4,7 +4,7 @@
  * optim.safetensors + state.json for resuming. state.json is the commit record: written
  * last, it names a save id that the two tensor files carry too, so a folder whose files
  * were mixed is refused instead of resumed from. Saves go into a series folder, one
- * version per save behind an atomically swapped 'latest' link (src/train/checkpoint_dir.c). */
+ * version per save behind an atomically swapped 'latest' link (src/snapshot/series.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,10 +13,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/tensor_internal.h"
-#include "train/checkpoint_sharded.h"
-#include "train/fileio.h"
 #include "core/backend.h"
+#include "core/file.h"
+#include "core/tensor_internal.h"
+#include "io/atomic_file.h"
+#include "io/bounce.h"
+#include "io/buf.h"
+#include "io/json.h"
+#include "snapshot/sharded.h"
+#include "snapshot/snapshot_internal.h"
 
 #define CK_MODEL "model.safetensors"
 #define CK_OPTIM "optim.safetensors"
@@ -37,14 +42,6 @@ static const char *torch_dtype(zt_dtype dt) {
   case ZT_DTYPE_F16: return "float16";
   default: return "float32";
   }
-}
-
-const char *zt__fmt_double(char buf[32], double v) {
-  for (int prec = 6; prec <= 17; prec++) {
-    snprintf(buf, 32, "%.*g", prec, v);
-    if (strtod(buf, NULL) == v) break;
-  }
-  return buf;
 }
 
 /* An HF GPT2Config: GELU with the tanh approximation is "gelu_new"; positions and context
@@ -153,7 +150,7 @@ zt_status zt_gpt2_load_hf(zt_gpt2 *m, const char *path) {
   const char **map = calloc((size_t)np + 1, sizeof *map);
   bool *used = calloc((size_t)nf + 1, sizeof *used);
   zt_tensor *lm = NULL, *wte_host = NULL;
-  zt__stage stage = {0};
+  zt__bounce stage = {0};
   zt_status s = ZT_OK;
   if (!map || !used) {
     s = ZT_ERR(ZT_STATUS_OOM, "loading '%s': out of memory", path);
@@ -211,7 +208,7 @@ zt_status zt_gpt2_load_hf(zt_gpt2 *m, const char *path) {
   /* compared on the host: wte's own bytes, a copy of an evicted one's (staged, not restored),
    * or a cpu copy of a device's */
   if (zt_storage_is_evicted(wte->storage)) {
-    if ((s = zt__stage_init(&stage, 1, &wte)) || (s = zt__stage_view(&stage, wte, true, &wte_host))) goto out;
+    if ((s = zt__bounce_init(&stage, 1, &wte)) || (s = zt__bounce_view(&stage, wte, true, &wte_host))) goto out;
     wte = wte_host;
   } else if (!zt__tensor_host_ptr(wte)) {
     if ((s = zt__tensor_to_device(wte, ZT_CPU, ZT_MEM_TAG_TEMP, &wte_host))) goto out;
@@ -236,7 +233,7 @@ out:
   free(fnames);
   zt_tensor_free(lm);
   zt_tensor_free(wte_host);
-  zt__stage_free(&stage);
+  zt__bounce_free(&stage);
   return s;
 }
 
@@ -278,7 +275,7 @@ static void state_json(zt__buf *b, const ck_state *k, const char *extra) {
   zt__buf_printf(b, "  \"optimizer\": %s\n}\n", k->has_optim ? "true" : "false");
 }
 
-void zt__ck_state_json(zt__buf *b, const zt_train_state *st, const char *save_id, bool has_optim, const char *extra) {
+void zt__snap_state_json(zt__buf *b, const zt_train_state *st, const char *save_id, bool has_optim, const char *extra) {
   ck_state k;
   memset(&k, 0, sizeof k);
   k.st = *st;
@@ -411,7 +408,7 @@ out:
   return s;
 }
 
-zt_status zt__ck_read_state(const char *dir, zt_train_state *st, char save_id[64], bool *has_optim) {
+zt_status zt__snap_read_state(const char *dir, zt_train_state *st, char save_id[64], bool *has_optim) {
   ck_state k;
   ZT_TRY(read_state(dir, &k));
   if (st) *st = k.st;
@@ -432,7 +429,7 @@ zt_status zt_snapshot_read_state(const char *dir_in, zt_train_state *st) {
 
 /* ------------------------------------------------------------------ save */
 
-zt_status zt__ck_copy_tokenizer(const char *into, const zt_train_state *st) {
+zt_status zt__snap_copy_tokenizer(const char *into, const zt_train_state *st) {
   const char *src[2] = {st->encoder, st->merges}, *dst[2] = {CK_VOCAB, CK_MERGES};
   for (int i = 0; i < 2; i++) {
     if (!src[i][0]) continue;
@@ -464,7 +461,7 @@ static zt_status write_files(const char *into, zt_gpt2 *m, int n_opt, const char
     ZT_TRY(zt__path_join(path, CK_PATH_CAP, into, CK_OPTIM));
     ZT_TRY(zt_safetensors_save(path, n_opt, opt_names, opt_tensors, 2, keys, vals));
   }
-  ZT_TRY(zt__ck_copy_tokenizer(into, &k->st));
+  ZT_TRY(zt__snap_copy_tokenizer(into, &k->st));
   zt__buf b = {0};
   state_json(&b, k, NULL);
   zt_status s = zt__path_join(path, CK_PATH_CAP, into, CK_STATE);
@@ -483,15 +480,15 @@ zt_status zt__snapshot_save_arrays(const char *dir, zt_gpt2 *m, bool has_optim, 
   k.st = *st;
   k.st.model = *zt_gpt2_get_config(m); /* the model's own shape, whatever st says */
   k.has_optim = has_optim;
-  zt__ck_new_save_id(k.save_id, st->step);
-  zt__ck_stage stage;
-  ZT_TRY(zt__ck_stage_begin(dir, st->step, &stage));
+  zt__snap_new_save_id(k.save_id, st->step);
+  zt__snap_staging stage;
+  ZT_TRY(zt__snap_staging_begin(dir, st->step, &stage));
   zt_status s = write_files(stage.stage, m, n_opt, opt_names, opt_tensors, opt_step, &k);
   if (s) {
-    zt__ck_stage_abort(&stage);
+    zt__snap_staging_abort(&stage);
     return s;
   }
-  return zt__ck_stage_commit(&stage);
+  return zt__snap_staging_commit(&stage);
 }
 
 zt_status zt_snapshot_save(const char *dir, zt_gpt2 *m, zt_optim *o, const zt_train_state *st) {
@@ -542,7 +539,7 @@ static zt_status read_optim_step(const char *dir, int64_t *out) {
   return ZT_OK;
 }
 
-zt_status zt__ck_check_shape(const char *dir, const zt_gpt2_config *have, const zt_gpt2_config *want) {
+zt_status zt__snap_check_shape(const char *dir, const zt_gpt2_config *have, const zt_gpt2_config *want) {
   const struct {
     const char *name;
     int ck, model;
@@ -558,7 +555,7 @@ zt_status zt__ck_check_shape(const char *dir, const zt_gpt2_config *have, const 
   return ZT_OK;
 }
 
-zt_status zt__ck_no_optim(const char *dir) {
+zt_status zt__snap_no_optim(const char *dir) {
   return ZT_ERR(ZT_STATUS_STATE,
                 "checkpoint '%s' holds no optimizer state (it was saved without one), so training cannot resume "
                 "from it; load the weights only (zt_train_config.model.init_from %s)",
@@ -573,8 +570,8 @@ zt_status zt_snapshot_load(const char *dir_in, zt_gpt2 *m, zt_optim *o, zt_train
   if (zt_snapshot_is_sharded(dir)) return zt__snapshot_load_consolidated(dir, m, o, st);
   ck_state k;
   ZT_TRY(read_state(dir, &k));
-  ZT_TRY(zt__ck_check_shape(dir, &k.st.model, zt_gpt2_get_config(m)));
-  if (o && !k.has_optim) return zt__ck_no_optim(dir);
+  ZT_TRY(zt__snap_check_shape(dir, &k.st.model, zt_gpt2_get_config(m)));
+  if (o && !k.has_optim) return zt__snap_no_optim(dir);
   /* Everything checkable is checked before the first tensor is overwritten. */
   ZT_TRY(check_save_id(dir, CK_MODEL, k.save_id));
   int64_t opt_step = 0;

@@ -10,13 +10,13 @@
 
 #include "core/backend.h"
 #include "core/tensor_internal.h"
-#include "train/fileio.h"
+#include "io/bounce.h"
 #include "zt/autograd.h"
 #include "zt/ops.h"
 #include "zt/store.h"
 
-zt_status zt__stage_init(zt__stage *st, int n, zt_tensor *const *ts) {
-  *st = (zt__stage){0};
+zt_status zt__bounce_init(zt__bounce *st, int n, zt_tensor *const *ts) {
+  *st = (zt__bounce){0};
   size_t cap = 0;
   for (int i = 0; i < n; i++)
     if (ts[i] && zt_storage_is_evicted(ts[i]->storage) && zt_tensor_numel(ts[i]) > 0 &&
@@ -28,19 +28,19 @@ zt_status zt__stage_init(zt__stage *st, int n, zt_tensor *const *ts) {
   return ZT_OK;
 }
 
-void zt__stage_free(zt__stage *st) {
+void zt__bounce_free(zt__bounce *st) {
   if (st->buf) zt_mem_free(st->buf, st->cap, ZT_CPU, ZT_MEM_TAG_TEMP);
-  *st = (zt__stage){0};
+  *st = (zt__bounce){0};
 }
 
-bool zt__stage_covers(const zt_tensor *t) {
+bool zt__bounce_covers(const zt_tensor *t) {
   return t->offset == 0 && zt_tensor_is_contiguous(t) && zt_tensor_nbytes(t) == t->storage->nbytes;
 }
 
-zt_status zt__stage_view(zt__stage *st, const zt_tensor *t, bool read, zt_tensor **view) {
+zt_status zt__bounce_view(zt__bounce *st, const zt_tensor *t, bool read, zt_tensor **view) {
   *view = NULL;
   zt_storage *s = t->storage;
-  ZT_ASSERT(zt_storage_is_evicted(s) && s->nbytes <= st->cap); /* zt__stage_init sized it for t */
+  ZT_ASSERT(zt_storage_is_evicted(s) && s->nbytes <= st->cap); /* zt__bounce_init sized it for t */
   bool held = st->held_id == s->id && st->held_version == s->version;
   st->held_id = 0; /* until read (the caller may write into the view) */
   if (read && !held) ZT_TRY(zt_storage_read_evicted(s, 0, s->nbytes, st->buf));
@@ -52,7 +52,7 @@ zt_status zt__stage_view(zt__stage *st, const zt_tensor *t, bool read, zt_tensor
   return r;
 }
 
-zt_status zt__stage_store(zt__stage *st, zt_tensor *t) {
+zt_status zt__bounce_store(zt__bounce *st, zt_tensor *t) {
   st->held_id = 0;
   ZT_TRY(zt_storage_write_evicted(t->storage, 0, t->storage->nbytes, st->buf));
   st->held_id = t->storage->id, st->held_version = t->storage->version; /* the buffer is what was written */
@@ -111,8 +111,8 @@ static zt_status check_one(zt_tensor *t, const char *name, const char *what) {
 }
 
 zt_status zt__tensors_check_finite(int n, zt_tensor *const *ts, const char *const *names, const char *what) {
-  zt__stage st;
-  ZT_TRY(zt__stage_init(&st, n, ts));
+  zt__bounce st;
+  ZT_TRY(zt__bounce_init(&st, n, ts));
   bool prev = zt_set_grad_enabled(false);
   zt_status s = ZT_OK;
   for (int i = 0; i < n && !s; i++) {
@@ -122,11 +122,11 @@ zt_status zt__tensors_check_finite(int n, zt_tensor *const *ts, const char *cons
     }
     /* evicted: its bytes are read back into the stage and checked there, never restored */
     zt_tensor *v = NULL;
-    s = zt__stage_view(&st, ts[i], true, &v);
+    s = zt__bounce_view(&st, ts[i], true, &v);
     if (!s) s = check_one(v, names[i], what);
     zt_tensor_free(v);
   }
   zt_set_grad_enabled(prev);
-  zt__stage_free(&st);
+  zt__bounce_free(&st);
   return s;
 }

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/status_internal.h"
-#include "zt/train.h"
+#include "zt/data.h"
 
 #define ZT_DEFAULT_DATA_BYTES 2000000
 #define ZT_DEFAULT_DATA_SEED 0x7a65726f747261ull /* "zerotra" */

@@ -7,9 +7,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/file.h"
 #include "core/status_internal.h"
-#include "train/checkpoint_sharded.h"
-#include "train/fileio.h"
+#include "io/atomic_file.h"
+#include "io/buf.h"
+#include "io/json.h"
+#include "snapshot/sharded.h"
+#include "snapshot/snapshot_internal.h"
 
 void zt__shard_index_free(zt__shard_index *ix) {
   if (!ix) return;
@@ -121,7 +125,7 @@ zt_status zt__shard_index_read(const char *dir, zt__shard_index **out) {
   if (!dir || strlen(dir) >= sizeof ix->dir - 64) s = ZT_ERR(ZT_STATUS_INVALID_ARG, "bad checkpoint folder name");
   if (!s) {
     snprintf(ix->dir, sizeof ix->dir, "%s", dir);
-    s = zt__ck_read_state(dir, &ix->st, state_id, &state_optim);
+    s = zt__snap_read_state(dir, &ix->st, state_id, &state_optim);
   }
   char path[ZT__SH_PATH_CAP];
   if (!s) s = zt__path_join(path, ZT__SH_PATH_CAP, dir, ZT__SH_INDEX);
