@@ -9,7 +9,14 @@
 #include "zt/tensor.h"
 
 typedef struct zt_module zt_module; /* zt/nn.h */
-typedef struct zt_param zt_param;   /* zt/nn.h */
+
+/* A named parameter. `decay`: whether weight decay applies (2-D weights and embeddings
+ * yes; biases and layer-norm parameters no). */
+typedef struct zt_param {
+  char name[96];
+  zt_tensor *tensor;
+  bool decay;
+} zt_param;
 
 /* How a strategy may run a block (recompute, zt/strategy.h): NONE keeps every activation for
  * backward; FULL runs it inside a checkpoint region (only the region's input stays between

@@ -6,17 +6,9 @@
 #ifndef ZT_NN_H
 #define ZT_NN_H
 
-#include "zt/ops.h"
 #include "zt/model.h"
+#include "zt/ops.h"
 #include "zt/store.h"
-
-/* A named parameter. `decay`: whether weight decay applies (2-D weights and embeddings
- * yes; biases and layer-norm parameters no). */
-typedef struct zt_param {
-  char name[96];
-  zt_tensor *tensor;
-  bool decay;
-} zt_param;
 
 /* ------------------------------------------------ modules */
 /* A module: a name (its segment of the dotted path: "attn", "0"), named parameters

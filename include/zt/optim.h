@@ -4,7 +4,7 @@
 #ifndef ZT_OPTIM_H
 #define ZT_OPTIM_H
 
-#include "zt/nn.h"
+#include "zt/model.h"
 
 typedef enum zt_optim_kind { ZT_OPTIM_ADAMW = 0, ZT_OPTIM_SGD } zt_optim_kind;
 

@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/backend.h"
+#include "core/grow.h"
 #include "core/status_internal.h"
+#include "core/tensor_internal.h"
 #include "node.h"
-#include "../core/grow.h"
-#include "../core/tensor_internal.h"
-#include "../core/backend.h"
 
 void zt__grad_add_into(zt_tensor *dst, const zt_tensor *src);
 

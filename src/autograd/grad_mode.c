@@ -1,7 +1,7 @@
 /* Grad mode: a per-thread switch; off means ops record nothing. Autocast: the per-thread
  * mixed-precision setting that strategies capture and restore. */
+#include "core/tensor_internal.h"
 #include "zt/autograd.h"
-#include "../core/tensor_internal.h"
 
 static _Thread_local bool tl_grad_enabled = true;
 

@@ -3,9 +3,9 @@
  * removing it later is a no-op. Registration functions for tensors and nodes live here. */
 #include <stdlib.h>
 
+#include "core/grow.h"
 #include "core/status_internal.h"
 #include "node.h"
-#include "../core/grow.h"
 
 struct zt_hook_handle {
   zt__hook_list *list; /* NULL once the owner is gone */

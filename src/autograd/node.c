@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/backend.h"
 #include "core/status_internal.h"
+#include "core/tensor_internal.h"
 #include "node.h"
-#include "../core/backend.h"
-#include "../core/tensor_internal.h"
 
 static _Atomic int64_t g_seq_nr = 0;
 

@@ -4,10 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/grow.h"
 #include "core/status_internal.h"
+#include "core/tensor_internal.h"
 #include "node.h"
-#include "../core/grow.h"
-#include "../core/tensor_internal.h"
 
 typedef struct hooks_stack {
   zt_saved_tensor_hooks *items;

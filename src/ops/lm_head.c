@@ -7,9 +7,9 @@
  * the logits computed once and no N x V tensor ever alive. */
 #include <limits.h>
 
+#include "core/backend.h"
 #include "core/tensor_internal.h"
 #include "op.h"
-#include "../core/backend.h"
 
 #define K(x) ((const zt__lm_head_kernels *)(x)->kernels)
 

@@ -7,9 +7,9 @@
 #ifndef ZT_OPS_OP_H
 #define ZT_OPS_OP_H
 
-#include "zt/ops.h"
-#include "../autograd/node.h"
+#include "autograd/node.h"
 #include "kernel_table.h"
+#include "zt/ops.h"
 
 #define ZT_OP_MAX_ATTRS 12
 typedef struct zt__op_attrs {

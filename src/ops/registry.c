@@ -6,11 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/backend.h"
 #include "core/status_internal.h"
+#include "core/tensor_internal.h"
 #include "op.h"
 #include "sac.h"
-#include "../core/backend.h"
-#include "../core/tensor_internal.h"
 
 typedef struct op_payload {
   const zt__op *op;

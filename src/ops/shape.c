@@ -11,7 +11,7 @@
 #include "op.h"
 
 #define K(x) ((const zt__shape_kernels *)(x)->kernels)
-#include "../core/tensor_internal.h"
+#include "core/tensor_internal.h"
 
 static int64_t prod(int from, int to, const int64_t *shape) {
   int64_t p = 1;

@@ -4,9 +4,9 @@
  * each softmax row from them. */
 #include <stdio.h>
 
+#include "core/backend.h"
 #include "core/status_internal.h"
 #include "op.h"
-#include "../core/backend.h"
 
 #define K(x) ((const zt__softmax_kernels *)(x)->kernels)
 

@@ -7,8 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/status_internal.h"
 #include "core/backend.h"
+#include "core/status_internal.h"
+#include "zt/autograd.h"
 #include "zt/optim.h"
 
 #define STATE_NAME_MAX 128

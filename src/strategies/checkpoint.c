@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "core/status_internal.h"
+#include "ops/sac.h"
 #include "zt/checkpoint.h"
-#include "../ops/sac.h"
 
 static _Thread_local bool tl_early_stop_off = false; /* zero-initialised: early stop on */
 

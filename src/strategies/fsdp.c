@@ -9,6 +9,7 @@
 #include "core/backend.h"
 #include "core/tensor_internal.h"
 #include "strategies/fsdp_internal.h"
+#include "zt/nn.h"
 
 static const char *const k_strategy_names[ZT_SHARD_STRATEGY_COUNT] = {"full", "grad_op", "opt", "none", "hybrid"};
 

@@ -18,10 +18,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/tensor_internal.h"
 #include "zt/nn.h"
 #include "zt/offload.h"
 #include "zt/store.h"
-#include "../core/tensor_internal.h"
 
 #define ZT__OFFLOAD_MAX_PREFETCH 64
 

@@ -14,8 +14,9 @@
 
 #include "core/backend.h"
 #include "core/status_internal.h"
-#include "zt/autograd.h"
 #include "offload_model_internal.h"
+#include "zt/autograd.h"
+#include "zt/nn.h"
 
 zt_offload_model_options zt_offload_model_options_default(void) {
   zt_offload_model_options o = {0};

@@ -12,6 +12,7 @@
 #include "core/status_internal.h"
 #include "offload_model_internal.h"
 #include "zt/autograd.h"
+#include "zt/nn.h"
 
 /* One pending parameter of an update run: its index, its moments' bytes, and the most moment
  * bytes the run may hold while updating it (the moments of its slice's pending parameters). */

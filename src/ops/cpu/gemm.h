@@ -5,8 +5,8 @@
 #ifndef ZT_OPS_CPU_GEMM_H
 #define ZT_OPS_CPU_GEMM_H
 
+#include "ops/kernel_table.h"
 #include "zt/tensor.h"
-#include "../kernel_table.h"
 
 /* C (M,N) = op(A) . op(B) when beta == 0 (C's old contents are ignored), or
  * C += op(A) . op(B) when beta == 1. op(A) is (M,K): A is stored (M,K) (lda >= K), or

@@ -4,9 +4,9 @@
 #ifndef ZT_OPS_CPU_KERNELS_H
 #define ZT_OPS_CPU_KERNELS_H
 
+#include "core/backend.h" /* ZT_PAR_MIN */
+#include "ops/kernel_table.h"   /* zt__binop, zt__unop */
 #include "zt/tensor.h"
-#include "../../core/backend.h" /* ZT_PAR_MIN */
-#include "../kernel_table.h"   /* zt__binop, zt__unop */
 
 /* out = a (op) b, with numpy broadcasting of a and b to out's shape. */
 void zt__cpu_binary(zt__binop op, const zt_tensor *a, const zt_tensor *b, zt_tensor *out);

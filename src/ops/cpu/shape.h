@@ -4,8 +4,8 @@
 #ifndef ZT_OPS_CPU_SHAPE_H
 #define ZT_OPS_CPU_SHAPE_H
 
+#include "core/backend.h"
 #include "zt/tensor.h"
-#include "../../core/backend.h"
 
 /* dst (rows, row_bytes) = src (rows, row_bytes): a 2-D block copy; row r starts at
  * dst + r * dst_pitch and src + r * src_pitch (pitches in bytes). Blocks must not
