@@ -1,6 +1,7 @@
 /* Internal: the graph node layout shared by the engine, the op dispatcher and custom
  * functions. A node runs the backward of one forward call: it receives one grad per
- * forward output and produces one grad per forward input (edge). */
+ * forward output and produces one grad per forward input (edge).
+ * Included by: src/autograd and the op dispatcher (src/ops). */
 #ifndef ZT_AUTOGRAD_NODE_H
 #define ZT_AUTOGRAD_NODE_H
 

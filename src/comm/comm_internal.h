@@ -3,7 +3,8 @@
  * agreement helpers' pure parts (exposed for tests).
  * Backends see only validated, contiguous buffers of f32/f64/i32/i64 (reductions) or
  * also bf16/f16 (data movement); comm.c handles AVG, half conversion, accounting,
- * timeouts' messages and the board protocol. */
+ * timeouts' messages and the board protocol.
+ * Included by: src/comm only (and the comm tests). */
 #ifndef ZT_COMM_INTERNAL_H
 #define ZT_COMM_INTERNAL_H
 

@@ -13,7 +13,8 @@
  *   zt__dev_fill(w, 0.0);                          // the backend of w's device fills it
  *   float host[4];
  *   zt__dev_read(w, host, sizeof host);            // staged to host by that backend
- */
+ * Included by: any layer above core that must move tensor bytes outside a kernel (autograd, ops,
+ * nn, models, optim, comm, strategies, io, data, snapshot, train) and the tests. */
 #ifndef ZT_CORE_BACKEND_H
 #define ZT_CORE_BACKEND_H
 

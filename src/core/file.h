@@ -1,6 +1,7 @@
 /* Reading whole files, safely, and checking a file a run will write: only regular files (a FIFO, a device or a folder is refused
  * before any read, so /dev/zero or a named pipe cannot hang or flood a reader), at most a
- * stated size, and for text files no NUL byte. The readers of every layer share these. */
+ * stated size, and for text files no NUL byte. The readers of every layer share these.
+ * Included by: any layer (core and above) that reads a whole file or checks one it will write. */
 #ifndef ZT_CORE_FILE_H
 #define ZT_CORE_FILE_H
 

@@ -1,5 +1,6 @@
 /* Grow-arrays: the one doubling realloc behind every growing list of the library (module
- * parameters, hooks, saved tensors, backward's work lists, ...). Internal (zt__). */
+ * parameters, hooks, saved tensors, backward's work lists, ...). Internal (zt__).
+ * Included by: any layer (core and above). */
 #ifndef ZT_CORE_GROW_H
 #define ZT_CORE_GROW_H
 

@@ -1,5 +1,6 @@
 /* Internal error plumbing of the library (not installed, not exported): the calls behind
- * ZT_ERR/ZT_TRY/ZT_ASSERT. Users of the public API report errors through zt_set_error. */
+ * ZT_ERR/ZT_TRY/ZT_ASSERT. Users of the public API report errors through zt_set_error.
+ * Included by: every layer of the library (not cli/, which uses zt_set_error) and tests. */
 #ifndef ZT_CORE_STATUS_INTERNAL_H
 #define ZT_CORE_STATUS_INTERNAL_H
 

@@ -1,7 +1,9 @@
 /* Stores, internal: the store object (store.c: the generic put/get/drop with device
  * staging, the helper thread and its requests) and the disk implementation's spill file
  * with its extent allocator (store_disk.c, store_extent.c). The memory implementations are
- * store_memory.c. */
+ * store_memory.c.
+ * Included by: src/core and src/strategies (the stores' users that need their internals) and
+ * tests. */
 #ifndef ZT_CORE_STORE_INTERNAL_H
 #define ZT_CORE_STORE_INTERNAL_H
 

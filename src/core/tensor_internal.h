@@ -1,4 +1,5 @@
-/* Internal helpers of the core layer shared with ops and autograd. */
+/* Internal helpers of the core layer shared with ops and autograd.
+ * Included by: src/core, autograd, ops, nn and the layers above them, and tests. */
 #ifndef ZT_CORE_TENSOR_INTERNAL_H
 #define ZT_CORE_TENSOR_INTERNAL_H
 

@@ -1,6 +1,7 @@
 /* Writing files so that a crash, a kill or a full disk never leaves half a file under the final
  * name (src/io/atomic_file.c): a temporary file in the same folder, fsync, rename, fsync of the
- * folder. Internal; the io layer and the layers above it (snapshot, train) include it. */
+ * folder. Internal; the io layer and the layers above it (snapshot, train) include it.
+ * Included by: src/io and the layers above it (snapshot, train). */
 #ifndef ZT_IO_ATOMIC_FILE_H
 #define ZT_IO_ATOMIC_FILE_H
 

@@ -1,6 +1,7 @@
 /* Bytes of tensors wherever they live (src/io/bounce.c): one host buffer that a save reads
  * evicted storages through and a load writes them through (never restoring them), and ranges of
- * a tensor's elements to and from host memory. Internal. */
+ * a tensor's elements to and from host memory. Internal.
+ * Included by: src/io and the layers above it (snapshot, train). */
 #ifndef ZT_IO_BOUNCE_H
 #define ZT_IO_BOUNCE_H
 

@@ -1,6 +1,7 @@
 /* A growable text buffer for files written whole (state.json, index.json, config.json, the
  * metrics lines) and the caps of the small files the readers take (src/io/buf.c). Internal; the
- * io layer and the layers above it include it. */
+ * io layer and the layers above it include it.
+ * Included by: src/io and the layers above it (data, snapshot, train). */
 #ifndef ZT_IO_BUF_H
 #define ZT_IO_BUF_H
 

@@ -1,5 +1,6 @@
 /* A small JSON reader (a DOM) for safetensors headers, state.json, index.json, config.json and
- * tokenizer files (src/io/json.c). Internal; the io layer and the layers above it include it. */
+ * tokenizer files (src/io/json.c). Internal; the io layer and the layers above it include it.
+ * Included by: src/io and the layers above it (data, snapshot, train). */
 #ifndef ZT_IO_JSON_H
 #define ZT_IO_JSON_H
 

@@ -1,5 +1,6 @@
 /* The header of a safetensors file as a list (src/io/safetensors.c): the readers that take
- * ranges of tensors (the sharded snapshots) and the checks before a load. Internal. */
+ * ranges of tensors (the sharded snapshots) and the checks before a load. Internal.
+ * Included by: src/io and src/snapshot (and tests). */
 #ifndef ZT_IO_SAFETENSORS_H
 #define ZT_IO_SAFETENSORS_H
 

@@ -46,7 +46,8 @@
  *
  * Errors: every I/O failure returns ZT_STATUS_IO naming the file and what to do; after a
  * failed write the writer refuses further writes (the file may end in a partial record,
- * which TensorBoard's readers treat as a truncated file and skip). */
+ * which TensorBoard's readers treat as a truncated file and skip).
+ * Included by: src/io and src/train (the run's logs) and tests. */
 #ifndef ZT_TRAIN_TENSORBOARD_H
 #define ZT_TRAIN_TENSORBOARD_H
 

@@ -1,5 +1,6 @@
 /* Internal: the GPT-2 model's struct and the helpers its files share (gpt2.c builds it and
- * runs the training forward; gpt2_decode.c runs incremental decoding with a KV cache). */
+ * runs the training forward; gpt2_decode.c runs incremental decoding with a KV cache).
+ * Included by: src/models only. */
 #ifndef ZT_MODELS_GPT2_INTERNAL_H
 #define ZT_MODELS_GPT2_INTERNAL_H
 

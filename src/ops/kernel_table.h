@@ -9,7 +9,9 @@
  *
  * Op code calls kernels only through its slot. The dispatcher picks the slot of the
  * inputs' device (through its backend's kernel_type) and runs the kernel between the
- * backend's enter and exit hooks. Kernels take contiguous tensors of that device. */
+ * backend's enter and exit hooks. Kernels take contiguous tensors of that device.
+ * Included by: src/ops and a device backend's kernel tables (tests/guard_backend.c borrows the
+ * CPU's). */
 #ifndef ZT_OPS_KERNEL_TABLE_H
 #define ZT_OPS_KERNEL_TABLE_H
 

@@ -3,7 +3,8 @@
  * validates inputs (released storage, device, NULLs), picks the kernels of the inputs'
  * device, makes inputs contiguous, allocates outputs from the shape rule, runs forward
  * between the device backend's enter and exit hooks, and records a node when a grad is
- * needed. */
+ * needed.
+ * Included by: src/ops only. */
 #ifndef ZT_OPS_OP_H
 #define ZT_OPS_OP_H
 

@@ -2,7 +2,8 @@
  * policy owns one cache; while it is the thread's active scope, the dispatcher asks the
  * policy about each recorded op (record mode, the region's forward) and keeps the outputs
  * of SAVE ops, or hands those outputs back instead of running the op (replay mode, the
- * recomputation). Entries are addressed by the op's ordinal in the region. */
+ * recomputation). Entries are addressed by the op's ordinal in the region.
+ * Included by: src/ops and src/strategies (selective checkpointing). */
 #ifndef ZT_OPS_SAC_H
 #define ZT_OPS_SAC_H
 

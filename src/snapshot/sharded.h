@@ -2,7 +2,8 @@
  * tensor) so it is testable without FSDP: the format (src/snapshot/shard_format.c), the index
  * (shard_index.c), the N -> M reader (shard_reader.c) and consolidation (shard_consolidate.c);
  * the FSDP save and load are in src/snapshot/sharded.c.
- * A piece of (parameter, kind) is elements [start, start + count) of the flattened parameter. */
+ * A piece of (parameter, kind) is elements [start, start + count) of the flattened parameter.
+ * Included by: src/snapshot only (and tests). */
 #ifndef ZT_TRAIN_CHECKPOINT_SHARDED_H
 #define ZT_TRAIN_CHECKPOINT_SHARDED_H
 

@@ -1,6 +1,7 @@
 /* What the snapshot files share (src/snapshot/): state.json, the save ids, the series' staging
  * folders, the shape check, the tokenizer files carried, and the full-shaped save the FSDP
- * gather writes through. Internal to src/snapshot/ and the training layer above it. */
+ * gather writes through. Internal to src/snapshot/ and the training layer above it.
+ * Included by: src/snapshot and src/train (and tests). */
 #ifndef ZT_SNAPSHOT_INTERNAL_H
 #define ZT_SNAPSHOT_INTERNAL_H
 

@@ -7,7 +7,8 @@
  * when the unit is aliased: G == 1 in f32). Every collective is issued in an order that is
  * the same on every rank (hook order is deterministic), so ranks never mismatch. In a unit's
  * backward each trainable parameter's .grad is a view of its slot in the unit's flat
- * gradient, so the engine accumulates straight into it (PyTorch FSDP's layout). */
+ * gradient, so the engine accumulates straight into it (PyTorch FSDP's layout).
+ * Included by: src/strategies' FSDP files only. */
 #ifndef ZT_STRATEGIES_FSDP_INTERNAL_H
 #define ZT_STRATEGIES_FSDP_INTERNAL_H
 

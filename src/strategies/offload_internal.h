@@ -10,7 +10,8 @@
  * of it is in flight; entries are touched only by the thread that runs forward and backward
  * (the store's helper sees only its requests). Saved tensors may live on any device: the store
  * stages a device's bytes through its backend when the host cannot touch them (on the helper
- * thread too), and a write behind's copy is made through it into host memory. */
+ * thread too), and a write behind's copy is made through it into host memory.
+ * Included by: src/strategies' activation-offload files only (and tests). */
 #ifndef ZT_STRATEGIES_OFFLOAD_INTERNAL_H
 #define ZT_STRATEGIES_OFFLOAD_INTERNAL_H
 

@@ -1,6 +1,7 @@
 /* OffloadModel's internals shared by its files (src/strategies/offload_model.c: slices,
  * residency, the recomputing mode, set-up; offload_model_step.c: the update;
- * offload_model_graph.c: the graph-keeping mode). Internal. */
+ * offload_model_graph.c: the graph-keeping mode). Internal.
+ * Included by: src/strategies' OffloadModel files only. */
 #ifndef ZT_STRATEGIES_OFFLOAD_MODEL_INTERNAL_H
 #define ZT_STRATEGIES_OFFLOAD_MODEL_INTERNAL_H
 

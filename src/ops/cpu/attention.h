@@ -1,6 +1,7 @@
 /* Internal: CPU kernels of fused causal self-attention (src/ops/cpu/attention.c).
  * Inputs are contiguous f32 or f64 tensors of one dtype; qkv holds q, k, v side by side
- * in its last dim (GPT-2 layout), head h using columns h*hs..(h+1)*hs of each. */
+ * in its last dim (GPT-2 layout), head h using columns h*hs..(h+1)*hs of each.
+ * Included by: src/ops (the attention entry and the CPU tables) only. */
 #ifndef ZT_OPS_CPU_ATTENTION_H
 #define ZT_OPS_CPU_ATTENTION_H
 

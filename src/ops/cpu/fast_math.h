@@ -1,6 +1,7 @@
 /* Internal: the vectorisable f32 exp shared by the elementwise (tanh, GELU) and softmax
  * kernels. static inline and branch-free, so a loop calling it stays one SIMD loop; each
- * result depends on its element alone, never on the thread count or the vector lane. */
+ * result depends on its element alone, never on the thread count or the vector lane.
+ * Included by: src/ops/cpu only (and its test). */
 #ifndef ZT_OPS_CPU_FAST_MATH_H
 #define ZT_OPS_CPU_FAST_MATH_H
 

@@ -1,7 +1,8 @@
 /* CPU GEMM kernels (OpenBLAS sgemm/dgemm) used by matmul and linear, plus the small
  * helpers linear needs (bias broadcast, column sums). All matrices are row-major with
  * unit column stride; leading dims are in elements. BLAS is never called from inside an
- * OpenMP parallel region: each GEMM uses the whole (shared) thread pool itself. */
+ * OpenMP parallel region: each GEMM uses the whole (shared) thread pool itself.
+ * Included by: src/ops only. */
 #ifndef ZT_OPS_CPU_GEMM_H
 #define ZT_OPS_CPU_GEMM_H
 

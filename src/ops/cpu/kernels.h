@@ -1,6 +1,7 @@
 /* CPU kernels. Every kernel takes contiguous tensors of f32 or f64 (one dtype per call)
  * and states its shapes and whether it writes (=) or accumulates (+=) into outputs.
- * Loops are OpenMP-parallel above a size threshold; GEMMs go to OpenBLAS. */
+ * Loops are OpenMP-parallel above a size threshold; GEMMs go to OpenBLAS.
+ * Included by: src/ops only. */
 #ifndef ZT_OPS_CPU_KERNELS_H
 #define ZT_OPS_CPU_KERNELS_H
 

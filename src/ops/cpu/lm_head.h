@@ -1,6 +1,7 @@
 /* CPU kernels of the fused output layer + cross-entropy (lm_head_cross_entropy): the
  * per-row loss of one chunk of logits and, in place, its gradient. Contiguous f32 or
- * f64 buffers; targets i32 or i64 (already checked to be in range or ignored). */
+ * f64 buffers; targets i32 or i64 (already checked to be in range or ignored).
+ * Included by: src/ops only (and its test). */
 #ifndef ZT_OPS_CPU_LM_HEAD_H
 #define ZT_OPS_CPU_LM_HEAD_H
 

@@ -1,7 +1,8 @@
 /* CPU kernels of the nn ops: layer norm, embedding, dropout. Same rules as kernels.h:
  * contiguous f32 or f64 tensors (one float dtype per call; ids are i32 or i64), shapes
  * and write (=) / accumulate (+=) stated per kernel. Every result is independent of the
- * OpenMP thread count: reductions run in fixed-size chunks combined in a fixed order. */
+ * OpenMP thread count: reductions run in fixed-size chunks combined in a fixed order.
+ * Included by: src/ops only. */
 #ifndef ZT_OPS_CPU_NN_H
 #define ZT_OPS_CPU_NN_H
 

@@ -1,7 +1,8 @@
 /* CPU kernels for reductions: sum/mean over any set of dims and max over one dim, with
  * their backward. Tensors are contiguous, f32 or f64 (one dtype per call; max indices
  * are i64). Results do not depend on the thread count: the summation order is fixed by
- * the shapes alone. */
+ * the shapes alone.
+ * Included by: src/ops only. */
 #ifndef ZT_OPS_CPU_REDUCE_H
 #define ZT_OPS_CPU_REDUCE_H
 

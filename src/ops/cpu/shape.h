@@ -1,6 +1,7 @@
 /* CPU kernels of the shape ops (src/ops/shape.c) and of zt_cast (src/ops/cast.c).
  * Copies move bytes (2-, 4- or 8-byte elements), so they are exact for every dtype,
- * i64 included; only zt__cpu_cast converts values. */
+ * i64 included; only zt__cpu_cast converts values.
+ * Included by: src/ops only (and its test). */
 #ifndef ZT_OPS_CPU_SHAPE_H
 #define ZT_OPS_CPU_SHAPE_H
 

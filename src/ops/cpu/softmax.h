@@ -1,7 +1,8 @@
 /* CPU kernels for softmax, log-softmax and fused cross-entropy. Tensors are contiguous,
  * f32 or f64 (targets i32 or i64). A reduced dim is seen as x (outer, n, inner); every
  * row's max and sum of exponentials are found in one streaming pass (online rescaling
- * per chunk). f32 uses a vectorisable exp (about 1 ulp); sums are accumulated in f64. */
+ * per chunk). f32 uses a vectorisable exp (about 1 ulp); sums are accumulated in f64.
+ * Included by: src/ops only. */
 #ifndef ZT_OPS_CPU_SOFTMAX_H
 #define ZT_OPS_CPU_SOFTMAX_H
 

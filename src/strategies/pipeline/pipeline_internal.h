@@ -1,6 +1,7 @@
 /* What the files of src/strategies/pipeline/ share: a growable text buffer (formatting,
  * rendering), per-(stage, microbatch) indexing, and the dependency rules the validator, the
- * simulator and the generators agree on. */
+ * simulator and the generators agree on.
+ * Included by: src/strategies/pipeline only. */
 #ifndef ZT_STRATEGIES_PIPELINE_INTERNAL_H
 #define ZT_STRATEGIES_PIPELINE_INTERNAL_H
 
