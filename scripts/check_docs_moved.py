@@ -7,8 +7,8 @@ commit whose README.md and docs/pipeline-schedules.md were the long originals, e
 From the old README.md and docs/pipeline-schedules.md it takes
   - every table row (a line starting with '|'),
   - every image (![...](path)), and
-  - every word holding a digit outside code blocks and command lines, with the word before
-    and after it (the text's whitespace joined, so line breaks do not matter),
+  - every word holding a digit outside code blocks, tables and headings, with the words
+    before and after it in its paragraph (whitespace joined, so line breaks do not matter),
 and reports each that README.md and docs/*.md (joined the same way) no longer hold. Table
 rows and contexts are compared with backquotes and emphasis stripped; images by file name.
 Exit status 1 when something is missing."""
@@ -23,17 +23,21 @@ def norm(s):
     return ' '.join(s.split())
 
 
-def prose_words(text):
-    """The text outside fenced blocks, as one list of words."""
-    out, fence = [], False
-    for line in text.split('\n'):
+def paragraphs(text):
+    """The text outside fenced blocks, tables and headings, as paragraphs of words (images
+    left out: they are checked by file name)."""
+    paras, cur, fence = [], [], False
+    for line in text.split('\n') + ['']:
         if line.strip().startswith('```'):
             fence = not fence
             continue
-        if fence or line.lstrip().startswith('|'):
+        if fence or line.lstrip().startswith(('|', '#')) or not line.strip():
+            if cur:
+                paras.append(norm(re.sub(r'!\[[^\]]*\]\([^)]+\)', ' ', ' '.join(cur))).split(' '))
+            cur = []
             continue
-        out.append(line)
-    return norm('\n'.join(out)).split(' ')
+        cur.append(line)
+    return paras
 
 
 def main():
@@ -57,14 +61,14 @@ def main():
             counts['images'] += 1
             if img.split('/')[-1] not in new_images:
                 missing.append((path, 'image', img))
-        words = prose_words(text)
-        for i, w in enumerate(words):
-            if not re.search(r'\d', w):
-                continue
-            ctx = ' '.join(words[max(0, i - 1):i + 2])
-            counts['figures'] += 1
-            if ctx not in new_n:
-                missing.append((path, 'figure', ctx))
+        for words in paragraphs(text):
+            for i, w in enumerate(words):
+                if not re.search(r'\d', w):
+                    continue
+                ctx = ' '.join(words[max(0, i - 1):i + 2])
+                counts['figures'] += 1
+                if ctx not in new_n:
+                    missing.append((path, 'figure', ctx))
     print(f"checked {counts['rows']} table rows with numbers, {counts['images']} images and "
           f"{counts['figures']} figures in prose (each with the words beside it)")
     for path, kind, what in missing:
