@@ -159,6 +159,14 @@ typedef struct zt_train_optim_options {
   int64_t warmup;        /* < 0: min(100, steps / 10) */
   double weight_decay, beta1, beta2, momentum, grad_clip; /* grad_clip <= 0: off */
 } zt_train_optim_options;
+/* Whether a run measures OffloadModel's activations both ways (zt_train_memory_options.activation_trial). */
+typedef enum zt_act_trial { ZT_ACT_TRIAL_OFF = -1, ZT_ACT_TRIAL_AUTO = 0, ZT_ACT_TRIAL_ON = 1 } zt_act_trial;
+/* What a step of the activation trial ran (zt_train_step_info.act_trial). */
+typedef enum zt_act_trial_step {
+  ZT_ACT_TRIAL_STEP_NONE = 0,  /* not a trial step */
+  ZT_ACT_TRIAL_STEP_OFFLOAD,   /* every slice's activations offloaded */
+  ZT_ACT_TRIAL_STEP_RECOMPUTE  /* every slice's blocks recomputed */
+} zt_act_trial_step;
 #define ZT_TRAIN_MAX_LAYERS 1022 /* blocks a per-block recompute plan (and the --mem-limit planner) handles */
 typedef struct zt_train_memory_options {
   zt_recompute recompute; /* activation recomputation of the blocks: NONE, FULL or SELECTIVE (default none) */
@@ -167,16 +175,16 @@ typedef struct zt_train_memory_options {
   int64_t recompute_budget; /* > 0: plan per-block modes for this many ACTIVATION bytes (overrides recompute) */
   char recompute_plan[ZT_TRAIN_MAX_LAYERS + 1]; /* non-empty: a mode per block, 'n' none, 's' selective, 'f' full
                                                  * (overrides recompute and recompute_budget) */
-  int offload_activations;  /* 0: off, else a zt_offload_tier for the blocks' saved tensors */
+  zt_offload_tier offload_activations; /* the blocks' saved tensors go to this tier (default NONE: off) */
   char offload_dir[512];    /* DISK tier: where the spill file goes ("" = $TMPDIR or /tmp) */
-  /* OffloadModel (zt/offload_model.h, src/train/offload_train.c): 0 off, else a zt_offload_tier
+  /* OffloadModel (zt/offload_model.h, src/train/offload_train.c): NONE (default) off, else the tier
    * whose store holds the parameters and grads (and boundary activations) of the slices not in
    * RAM; the step's batch runs as data.microbatches chunks through every slice. */
-  int offload_model;
+  zt_offload_tier offload_model;
   int offload_slices;       /* N (at most layers + 2); 0 (default): with offload_states the planner's choice
                              * (zt_train_plan_memory, for the memory available), else 2 */
   int offload_resident;     /* K slices in RAM at once; 0 (default): with offload_states the planner's, else 2 */
-  int offload_mode;         /* a zt_offload_model_mode: RECOMPUTE (default) or KEEP_GRAPH */
+  zt_offload_model_mode offload_mode; /* RECOMPUTE (default) or KEEP_GRAPH */
   /* Every model state in offload_model's store (ZeRO-Infinity's for one process): the model is
    * built straight into it, AdamW's moments live there too, checkpoints stream from and into
    * it, and nothing brings the whole model into RAM (not even the end of the run: model_out is
@@ -197,9 +205,8 @@ typedef struct zt_train_memory_options {
    * either way. ZT_ACT_TRIAL_AUTO (default): when the --mem-limit planner chooses activation
    * offload (it then counts the RAM of both ways), ON: any such run, OFF: the planner's predicted
    * choice stays. Runs of fewer than five steps run no trial. */
-  int activation_trial;
+  zt_act_trial activation_trial;
 } zt_train_memory_options;
-enum { ZT_ACT_TRIAL_OFF = -1, ZT_ACT_TRIAL_AUTO = 0, ZT_ACT_TRIAL_ON = 1 };
 #define ZT_ACT_TRIAL_FIRST 3 /* the step of a run (1-based) that starts the activation trial */
 /* What an activation trial measured and chose. */
 typedef struct zt_act_choice {
@@ -325,10 +332,10 @@ typedef struct zt_train_step_info {
    * wall time with a read / a write in flight (zt_store_io_stats; 0 for memory tiers). */
   int64_t io_read_bytes, io_write_bytes;
   double io_read_ms, io_write_ms;
-  /* The activation trial (zt_train_config.memory.activation_trial): 1 this step offloaded every
-   * slice's activations, 2 it recomputed every slice's (0: neither); act_choice: after the second,
-   * what it measured and chose (NULL at every other step) */
-  int act_trial;
+  /* The activation trial (zt_train_config.memory.activation_trial): what this step ran (OFFLOAD:
+   * every slice's activations offloaded, RECOMPUTE: every slice's recomputed, NONE: neither);
+   * act_choice: after the second, what it measured and chose (NULL at every other step) */
+  zt_act_trial_step act_trial;
   const zt_act_choice *act_choice;
   int64_t act_offload_bytes; /* activation offload: bytes of saved tensors sent to its tier in this step */
   int64_t saved_step;     /* a checkpoint of this step was just written (the step), else 0 */
