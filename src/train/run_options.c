@@ -75,9 +75,7 @@ void zt__run_options(const zt_train_config *c, const zt_gpt2_config *g, int worl
   memset(o, 0, sizeof *o);
   /* the config as the run uses it: the model's shape and dropout as resolved, the schedule's floor,
    * no pipeline schedule without a pipeline */
-  zt_train_config *r = malloc(sizeof *r);
-  ZT_ASSERT(r);
-  *r = *c;
+  zt_train_config resolved = *c, *r = &resolved; /* 8 KB */
   r->model.n_layer = g->n_layer;
   r->model.n_head = g->n_head;
   r->model.n_embd = g->n_embd;
@@ -100,7 +98,6 @@ void zt__run_options(const zt_train_config *c, const zt_gpt2_config *g, int worl
     }
     if (pass == 0) o->n_recorded = o->n;
   }
-  free(r);
 }
 
 /* FNV-1a over the ids, with the count: tells two different token files apart. */
@@ -179,7 +176,7 @@ zt_status zt_train_resume_changes(const zt_train_config *c, int world, const zt_
     for (int i = 0; at < 0 && i < o->n_recorded; i++)
       if (!strcmp(o->name[i], name)) at = i;
     if (at < 0) continue;
-    const zt_option *row = row_named(name);
+    const zt_option *row = row_named(name); /* one: o's names are the table's */
     if (row->role != ZT_OPTION_ROLE_COURSE && row->role != ZT_OPTION_ROLE_INFO) continue;
     char was[ZT__RUN_OPT_VALUE];
     snprintf(was, sizeof was, "%.*s", (int)(line + len - eq - 1), eq + 1);
