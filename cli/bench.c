@@ -104,7 +104,7 @@ static int bench_step(int argc, char **argv) {
     if (c.memory.offload_slices > 0) oo.slices = c.memory.offload_slices; /* 0: the default */
     if (c.memory.offload_resident > 0) oo.resident = c.memory.offload_resident;
     oo.microbatches = (int)M;
-    oo.mode = (zt_offload_model_mode)c.memory.offload_mode;
+    oo.mode = c.memory.offload_mode;
     zt_tensor **xs_m = calloc((size_t)M, sizeof *xs_m), **ys_m = calloc((size_t)M, sizeof *ys_m);
     for (int64_t k = 0; xs_m && ys_m && k < M; k++) xs_m[k] = x, ys_m[k] = y;
     if (!e && !(xs_m && ys_m)) e = zt_set_error(ZT_STATUS_OOM, "out of host memory");
@@ -147,7 +147,6 @@ static int bench_step(int argc, char **argv) {
     zt_store_stats_get(store, &ss);
     zt_mem_stats_get(zt_store_device(store), &sd);
   }
-  static const char *const tiers[] = {"none", "bf16", "disk", "host"};
   printf("{\"bench\":\"step\",\"model\":\"%s\",\"params\":%lld,\"batch\":%lld,\"microbatches\":%lld,\"seq\":%lld,\"threads\":%d,"
          "\"recompute\":\"%s\",\"recompute_budget\":%lld,\"plan\":\"%s\",\"checkpoint_every\":%d,"
          "\"offload\":%d,\"act_peak_predicted\":%lld,\"steps\":%lld,\"ms_per_step\":%.1f,\"tokens_per_s\":%.1f,"
@@ -155,7 +154,7 @@ static int bench_step(int argc, char **argv) {
          "\"ratio_to_sgemm\":%.3f,\"peak_rss_bytes\":%lld,\"peak_bytes\":{",
          c.model.preset, (long long)zt_gpt2_num_params(m), (long long)c.data.batch, (long long)M, (long long)c.data.seq, zt_get_num_threads(),
          c.memory.recompute_budget ? "budget" : zt_recompute_name(c.memory.recompute), (long long)c.memory.recompute_budget, plan.recompute_plan,
-         c.memory.checkpoint_every, c.memory.offload_activations, (long long)plan.act_peak_predicted, (long long)steps, med * 1e3,
+         c.memory.checkpoint_every, (int)c.memory.offload_activations, (long long)plan.act_peak_predicted, (long long)steps, med * 1e3,
          (double)(c.data.batch * c.data.seq) / med, flops / med / 1e9, sg, flops / med / 1e9 / sg,
          (long long)zt_mem_peak_rss());
   for (int k = 0; k < ZT_MEM_TAG_COUNT; k++)
@@ -163,12 +162,12 @@ static int bench_step(int argc, char **argv) {
   /* the peak of PARAM + GRAD together (OPTIM is constant after the warm-up's first update) */
   printf(",\"total\":%lld},\"peak_param_grad\":%lld", (long long)ms.peak_total,
          (long long)(warm > 0 ? ms.peak_state - ms.current[ZT_MEM_TAG_OPTIM] : ms.peak[ZT_MEM_TAG_PARAM] + ms.peak[ZT_MEM_TAG_GRAD]));
-  printf(",\"offload_model\":\"%s\"", tiers[c.memory.offload_model & 3]);
+  printf(",\"offload_model\":\"%s\"", zt_offload_tier_name(c.memory.offload_model));
   if (om)
     printf(",\"offload_mode\":\"%s\",\"offload_slices\":%d,\"offload_resident\":%d,\"slice_param_bytes_max\":%lld,\"slice_loads\":%lld,"
            "\"slice_prefetched\":%lld,\"store_peak_bytes\":%lld,\"store_device_peak\":{\"PARAM\":%lld,\"GRAD\":%lld,"
            "\"ACTIVATION\":%lld,\"TEMP\":%lld}",
-           c.memory.offload_mode ? "keep-graph" : "recompute", os.slices, os.resident, (long long)os.slice_param_bytes_max, (long long)os.loads, (long long)os.prefetched,
+           c.memory.offload_mode == ZT_OFFLOAD_MODEL_KEEP_GRAPH ? "keep-graph" : "recompute", os.slices, os.resident, (long long)os.slice_param_bytes_max, (long long)os.loads, (long long)os.prefetched,
            (long long)ss.peak_bytes_held, (long long)sd.peak[ZT_MEM_TAG_PARAM], (long long)sd.peak[ZT_MEM_TAG_GRAD],
            (long long)sd.peak[ZT_MEM_TAG_ACTIVATION], (long long)sd.peak[ZT_MEM_TAG_TEMP]);
   printf("}\n");

@@ -47,8 +47,9 @@ bool zt_cli_wants_help(int argc, char **argv);
 int zt_cli_arg(const char *cmd, int argc, char **argv, int *i, const char *flags, char name[64], const char **value);
 /* zt_cli_arg for commands that take options only: a positional argument is refused (2). */
 int zt_cli_option(const char *cmd, int argc, char **argv, int *i, char name[64], const char **value);
-/* zt train's options (cli/train_options.c: one table gives --help, flags, config-file keys
- * and the flag names in messages). The command's own options, beside zt_train_config: */
+/* zt train's options (cli/train_options.c: the library's option table and the command's own
+ * rows give --help, flags, config-file keys and the flag names in messages). The command's own
+ * options, beside zt_train_config: */
 typedef struct zt_cli_train_opts {
   int64_t log_every, sample_len;
 } zt_cli_train_opts;

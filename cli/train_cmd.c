@@ -140,7 +140,7 @@ static void on_step(const zt_train_step_info *in, void *ud) {
     double per_step = in->elapsed_s / (double)(in->step - in->first_step + 1);
     printf("step %5lld/%lld | loss %.4f", (long long)in->step, (long long)in->total_steps, in->loss);
     if (!isnan(in->val_loss)) printf(" | val %.4f", in->val_loss);
-    if (in->act_trial) printf(" | trial: every slice's activations %s", in->act_trial == 1 ? "offloaded" : "recomputed");
+    if (in->act_trial) printf(" | trial: every slice's activations %s", in->act_trial == ZT_ACT_TRIAL_STEP_OFFLOAD ? "offloaded" : "recomputed");
     if (!isnan(in->pp_bubble)) printf(" | bubble %.1f%% (sim %.1f%%)", 100 * in->pp_bubble, 100 * in->pp_sim_bubble);
     if (in->io_read_bytes || in->io_write_bytes) {
       char r[32], w[32];
@@ -310,7 +310,6 @@ static void print_start(const zt_train_config *c, int ranks) {
     snprintf(rc, sizeof rc, "budget %s", zt_cli_bytes((double)c->memory.recompute_budget, (char[32]){0}));
   else
     snprintf(rc, sizeof rc, "%s", zt_recompute_name(c->memory.recompute));
-  static const char *const tiers[] = {"none", "bf16", "disk", "host"};
   char cnt[2][64], model[700];
   zt_gpt2_config g;
   bool own_shape = c->model.n_layer || c->model.n_head || c->model.n_embd || c->model.vocab_size || c->model.block_size;
@@ -324,14 +323,15 @@ static void print_start(const zt_train_config *c, int ranks) {
   zt_clear_error(); /* the run reports a bad shape itself */
   printf("zt train: %s, data %s, batch %lld x seq %lld, %s, lr %g, seed %llu, recompute %s, activation offload %s",
          model, c->data.path[0] ? c->data.path : "built-in", (long long)c->data.batch, (long long)c->data.seq, zt_cli_count(c->steps, "step", cnt[0]), c->optim.lr,
-         (unsigned long long)c->seed, rc, tiers[c->memory.offload_activations]);
+         (unsigned long long)c->seed, rc, zt_offload_tier_name(c->memory.offload_activations));
   if (c->data.microbatches > 1) printf(", %lld microbatches", (long long)c->data.microbatches);
   if (c->memory.offload_states && c->parallel.shard != ZT_SHARD_NONE)
-    printf(", every FSDP state in %s", tiers[c->memory.offload_model & 3]);
+    printf(", every FSDP state in %s", zt_offload_tier_name(c->memory.offload_model));
   else if (c->memory.offload_model)
-    printf(", model offload %s%s (%d slices, %d in RAM, %s)", tiers[c->memory.offload_model & 3],
+    printf(", model offload %s%s (%d slices, %d in RAM, %s)", zt_offload_tier_name(c->memory.offload_model),
            c->memory.offload_states ? " with every state" : "", c->memory.offload_slices,
-           c->memory.offload_resident, c->memory.offload_mode ? "keep-graph" : "recompute");
+           c->memory.offload_resident,
+           c->memory.offload_mode == ZT_OFFLOAD_MODEL_KEEP_GRAPH ? "keep-graph" : "recompute");
   if (c->parallel.pp > 1 && ranks % c->parallel.pp == 0)
     printf(", %s, pipeline %d x %d replica%s (schedule %s, balance %s)", zt_cli_count(ranks, "rank", cnt[1]), c->parallel.pp,
            ranks / c->parallel.pp, ranks / c->parallel.pp == 1 ? "" : "s", c->parallel.schedule, c->parallel.pp_balance);

@@ -49,11 +49,15 @@
  *   storage while its write runs: see make_entry in src/strategies/offload.c. */
 
 typedef enum zt_offload_tier {
+  ZT_OFFLOAD_NONE = 0, /* no tier: what a config's tier field holds when nothing is offloaded (zt_offload_new
+                          refuses it: no tier to offload to) */
   ZT_OFFLOAD_BF16 = 1, /* keep a bf16 copy in host memory: half the bytes of f32 (a quarter of f64); lossy
                           (round to nearest even); bf16/f16 tensors are copied as they are */
   ZT_OFFLOAD_DISK,     /* write to a spill file on disk: lossless; bytes accounted on device disk (ZT_DEVICE_DISK) */
   ZT_OFFLOAD_HOST      /* lossless copy in host memory: the GPU -> host tier; on cpu it only exercises the machinery */
 } zt_offload_tier;
+/* "none", "bf16", "disk", "host" ("invalid" for another value). */
+ZT_API const char *zt_offload_tier_name(zt_offload_tier tier);
 
 typedef struct zt_offload_options {
   zt_offload_tier tier;

@@ -159,6 +159,14 @@ typedef struct zt_train_optim_options {
   int64_t warmup;        /* < 0: min(100, steps / 10) */
   double weight_decay, beta1, beta2, momentum, grad_clip; /* grad_clip <= 0: off */
 } zt_train_optim_options;
+/* Whether a run measures OffloadModel's activations both ways (zt_train_memory_options.activation_trial). */
+typedef enum zt_act_trial { ZT_ACT_TRIAL_OFF = -1, ZT_ACT_TRIAL_AUTO = 0, ZT_ACT_TRIAL_ON = 1 } zt_act_trial;
+/* What a step of the activation trial ran (zt_train_step_info.act_trial). */
+typedef enum zt_act_trial_step {
+  ZT_ACT_TRIAL_STEP_NONE = 0,  /* not a trial step */
+  ZT_ACT_TRIAL_STEP_OFFLOAD,   /* every slice's activations offloaded */
+  ZT_ACT_TRIAL_STEP_RECOMPUTE  /* every slice's blocks recomputed */
+} zt_act_trial_step;
 #define ZT_TRAIN_MAX_LAYERS 1022 /* blocks a per-block recompute plan (and the --mem-limit planner) handles */
 typedef struct zt_train_memory_options {
   zt_recompute recompute; /* activation recomputation of the blocks: NONE, FULL or SELECTIVE (default none) */
@@ -167,16 +175,16 @@ typedef struct zt_train_memory_options {
   int64_t recompute_budget; /* > 0: plan per-block modes for this many ACTIVATION bytes (overrides recompute) */
   char recompute_plan[ZT_TRAIN_MAX_LAYERS + 1]; /* non-empty: a mode per block, 'n' none, 's' selective, 'f' full
                                                  * (overrides recompute and recompute_budget) */
-  int offload_activations;  /* 0: off, else a zt_offload_tier for the blocks' saved tensors */
+  zt_offload_tier offload_activations; /* the blocks' saved tensors go to this tier (default NONE: off) */
   char offload_dir[512];    /* DISK tier: where the spill file goes ("" = $TMPDIR or /tmp) */
-  /* OffloadModel (zt/offload_model.h, src/train/offload_train.c): 0 off, else a zt_offload_tier
+  /* OffloadModel (zt/offload_model.h, src/train/offload_train.c): NONE (default) off, else the tier
    * whose store holds the parameters and grads (and boundary activations) of the slices not in
    * RAM; the step's batch runs as data.microbatches chunks through every slice. */
-  int offload_model;
+  zt_offload_tier offload_model;
   int offload_slices;       /* N (at most layers + 2); 0 (default): with offload_states the planner's choice
                              * (zt_train_plan_memory, for the memory available), else 2 */
   int offload_resident;     /* K slices in RAM at once; 0 (default): with offload_states the planner's, else 2 */
-  int offload_mode;         /* a zt_offload_model_mode: RECOMPUTE (default) or KEEP_GRAPH */
+  zt_offload_model_mode offload_mode; /* RECOMPUTE (default) or KEEP_GRAPH */
   /* Every model state in offload_model's store (ZeRO-Infinity's for one process): the model is
    * built straight into it, AdamW's moments live there too, checkpoints stream from and into
    * it, and nothing brings the whole model into RAM (not even the end of the run: model_out is
@@ -197,9 +205,8 @@ typedef struct zt_train_memory_options {
    * either way. ZT_ACT_TRIAL_AUTO (default): when the --mem-limit planner chooses activation
    * offload (it then counts the RAM of both ways), ON: any such run, OFF: the planner's predicted
    * choice stays. Runs of fewer than five steps run no trial. */
-  int activation_trial;
+  zt_act_trial activation_trial;
 } zt_train_memory_options;
-enum { ZT_ACT_TRIAL_OFF = -1, ZT_ACT_TRIAL_AUTO = 0, ZT_ACT_TRIAL_ON = 1 };
 #define ZT_ACT_TRIAL_FIRST 3 /* the step of a run (1-based) that starts the activation trial */
 /* What an activation trial measured and chose. */
 typedef struct zt_act_choice {
@@ -277,10 +284,11 @@ typedef struct zt_train_config {
 } zt_train_config;
 /* Defaults: gpt2-tiny on the default data (the values `zt train` shows in --help). */
 ZT_API void zt_train_config_default(zt_train_config *c);
-/* Set one option by its name ("batch", "lr", "keep-checkpoints", ...; zt train's flags and
- * config keys are these names) from a string; unknown names and bad values are errors naming
- * them. Messages of the library name options by their field ("zt_train_config.data.batch"),
- * which a front end may rewrite as its own option names. */
+/* Set one option by its name ("batch", "lr", "keep-checkpoints", ...: a row of the option table
+ * below; zt train's flags and config keys are these names) from a string; unknown names and bad
+ * values are errors naming them. Messages of the library name options by their field
+ * ("zt_train_config.data.batch"), which a front end may rewrite as its own option names (the
+ * rows' field and name). */
 ZT_API ZT_NODISCARD zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *value);
 /* The model config a training config asks for: the preset, the shape of what model.init_from
  * names (contradicting overrides are errors), the token file's vocabulary (without a vocab_size
@@ -299,6 +307,81 @@ ZT_API ZT_NODISCARD zt_status zt_train_config_load(zt_train_config *c, const cha
  * integer in [lo, hi]; a finite number in [lo, hi] (NaN refused). Errors name the option. */
 ZT_API ZT_NODISCARD zt_status zt_config_parse_i64(const char *name, const char *value, int64_t lo, int64_t hi, int64_t *out);
 ZT_API ZT_NODISCARD zt_status zt_config_parse_f64(const char *name, const char *value, double lo, double hi, double *out);
+
+/* ------------------------------------------------ the option table (src/train/options.c) */
+/* Every option of a training run is one row of one table: its name, the zt_train_config field it
+ * sets, its type and range, its role in a run, and its help. zt_train_config_set and config
+ * files parse by it; zt train's flags and --help, the ranks' start-up comparison and what a
+ * checkpoint records (zt_train_resume_changes) read it. Adding an option is adding a row. A
+ * front end's own options are rows of the same kind over its own struct (zt_option_parse,
+ * zt_option_format). */
+typedef enum zt_option_type {
+  ZT_OPTION_TYPE_INT,    /* int in [lo, hi] */
+  ZT_OPTION_TYPE_I64,    /* int64_t in [lo, hi] */
+  ZT_OPTION_TYPE_U64,    /* uint64_t in [lo, hi] (0 <= lo) */
+  ZT_OPTION_TYPE_F64,    /* double in [min, max] (NaN refused) */
+  ZT_OPTION_TYPE_BOOL,   /* bool: on or off (also true/false, 1/0) */
+  ZT_OPTION_TYPE_TEXT,   /* char[size]: a path or a name, not empty */
+  ZT_OPTION_TYPE_ENUM,   /* an enum (or a bool, by size): one of choices' names */
+  ZT_OPTION_TYPE_SIZE,   /* int64_t bytes: a positive number, K, M, G or T after it multiplying by powers of
+                          * 1024 ("300M", "1.5G"; "MiB", "MB" too) */
+  ZT_OPTION_TYPE_SPECIAL /* a syntax of its own, that the table's row parses (recompute MODE, shard MODE) */
+} zt_option_type;
+/* What an option is to a run beyond its own process. */
+typedef enum zt_option_role {
+  ZT_OPTION_ROLE_COURSE,   /* sets the run's course: a checkpoint records it, and a resume with another value is
+                            * refused unless checkpoint.allow_config_change (the continuation would not be
+                            * bitwise); the ranks must agree on it */
+  ZT_OPTION_ROLE_INFO,     /* recorded; a resume with another value is reported, not refused; ranks agree */
+  ZT_OPTION_ROLE_RECORDED, /* recorded for the next run's use, never compared on resume; ranks agree */
+  ZT_OPTION_ROLE_AGREE,    /* not recorded; the ranks must agree on it */
+  ZT_OPTION_ROLE_LOCAL     /* neither: a process's own (threads), or checked by the run where it matters */
+} zt_option_role;
+/* An ENUM option's value: its name and the enum value. The first choice with a value names it
+ * (recorded, shown); unlisted ones are accepted but left out of the list a message gives. */
+typedef struct zt_option_choice {
+  const char *name;
+  int value;
+  bool unlisted;
+} zt_option_choice;
+typedef struct zt_option zt_option;
+/* A SPECIAL row's own syntax: parse value into what the row sets in base; the value as it parses back. */
+typedef zt_status (*zt_option_parse_fn)(const zt_option *o, void *base, const char *value);
+typedef void (*zt_option_format_fn)(const zt_option *o, const void *base, char *buf, size_t cap);
+struct zt_option {
+  const char *section;  /* starts a section of a front end's help, when not NULL */
+  const char *name;     /* "batch": zt train's flag without its dashes, and the config-file key */
+  const char *metavar;  /* the value's name in help ("B") */
+  const char *field;    /* "data.batch": the zt_train_config member set (NULL: a front end's own option) */
+  size_t offset, size;  /* that member's (or the front end's struct's) */
+  zt_option_type type;
+  zt_option_role role;
+  int64_t lo, hi;       /* INT, I64, U64 */
+  double min, max;      /* F64 */
+  const zt_option_choice *choices; /* ENUM, ended by a NULL name */
+  const char *unset;    /* the value's text while unset (a number below its range, an empty text): "auto" */
+  const char *shown;    /* the default as help shows it (NULL: the default config's value; "": none) */
+  const char *help;     /* lines after the first go under it */
+  zt_option_parse_fn parse;   /* SPECIAL: the row's syntax */
+  zt_option_format_fn format; /* SPECIAL: its value as text (every other type: by type) */
+  bool unset_keeps;     /* while unset, a resume keeps the checkpoint's value: not compared (warmup) */
+  bool derived;         /* not an option but a value of the run (the rank count, the warm-up it resolved)
+                         * recorded or compared under name; nothing sets it, help leaves it out */
+};
+/* The table's rows in order (help's order), then NULL. */
+ZT_API const zt_option *zt_train_option_at(size_t i);
+/* The option called name (not a derived row), or NULL. */
+ZT_API const zt_option *zt_train_option_find(const char *name);
+/* The default of a row of the table as help shows it: the row's shown text, else its value in the
+ * default config (zt_train_config_default); in buf when written there. */
+ZT_API const char *zt_train_option_default(const zt_option *o, char *buf, size_t cap);
+/* Parse value into the member at base + o->offset by o's type and range (SPECIAL: by the row's
+ * parse); errors name the option ("option 'batch' needs an integer in [1, 1048576]"). */
+ZT_API ZT_NODISCARD zt_status zt_option_parse(const zt_option *o, void *base, const char *value);
+/* The member at base + o->offset as text, as it parses back (numbers exactly; SPECIAL: the row's
+ * format). While unset (a number below its range, a size of 0, an empty text) the row's unset
+ * text when it has one. */
+ZT_API void zt_option_format(const zt_option *o, const void *base, char *buf, size_t cap);
 
 typedef struct zt_train_step_info {
   int64_t step;           /* steps completed (1-based) */
@@ -325,10 +408,10 @@ typedef struct zt_train_step_info {
    * wall time with a read / a write in flight (zt_store_io_stats; 0 for memory tiers). */
   int64_t io_read_bytes, io_write_bytes;
   double io_read_ms, io_write_ms;
-  /* The activation trial (zt_train_config.memory.activation_trial): 1 this step offloaded every
-   * slice's activations, 2 it recomputed every slice's (0: neither); act_choice: after the second,
-   * what it measured and chose (NULL at every other step) */
-  int act_trial;
+  /* The activation trial (zt_train_config.memory.activation_trial): what this step ran (OFFLOAD:
+   * every slice's activations offloaded, RECOMPUTE: every slice's recomputed, NONE: neither);
+   * act_choice: after the second, what it measured and chose (NULL at every other step) */
+  zt_act_trial_step act_trial;
   const zt_act_choice *act_choice;
   int64_t act_offload_bytes; /* activation offload: bytes of saved tensors sent to its tier in this step */
   int64_t saved_step;     /* a checkpoint of this step was just written (the step), else 0 */

@@ -270,6 +270,16 @@ static void store_unref(zt_offload *o) {
   if (--o->refs == 0) store_destroy(o);
 }
 
+const char *zt_offload_tier_name(zt_offload_tier tier) {
+  switch (tier) {
+  case ZT_OFFLOAD_NONE: return "none";
+  case ZT_OFFLOAD_BF16: return "bf16";
+  case ZT_OFFLOAD_DISK: return "disk";
+  case ZT_OFFLOAD_HOST: return "host";
+  }
+  return "invalid";
+}
+
 zt_offload_options zt_offload_options_default(zt_offload_tier tier) {
   return (zt_offload_options){tier, NULL, 64 << 10, 2, (int64_t)ZT_STORE_WRITE_CAP_DEFAULT};
 }

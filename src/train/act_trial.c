@@ -67,11 +67,11 @@ static double slice_time(zt_offload_model *om, int s) {
   return f + b;
 }
 
-zt_status zt__act_trial_before(zt__act_trial *t, int64_t step, int *kind) {
-  *kind = 0;
+zt_status zt__act_trial_before(zt__act_trial *t, int64_t step, zt_act_trial_step *kind) {
+  *kind = ZT_ACT_TRIAL_STEP_NONE;
   if (!t->om || step < t->first || step > t->first + 1) return ZT_OK;
-  *kind = (int)(step - t->first) + 1;
-  zt_status s = set_plan(t, *kind == 1 ? ZT_RECOMPUTE_NONE : ZT_RECOMPUTE_FULL, NULL);
+  *kind = step == t->first ? ZT_ACT_TRIAL_STEP_OFFLOAD : ZT_ACT_TRIAL_STEP_RECOMPUTE;
+  zt_status s = set_plan(t, *kind == ZT_ACT_TRIAL_STEP_OFFLOAD ? ZT_RECOMPUTE_NONE : ZT_RECOMPUTE_FULL, NULL);
   for (int i = 0; i < t->out->slices; i++) t->t0[i] = slice_time(t->om, i);
   return s;
 }

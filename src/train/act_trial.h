@@ -26,9 +26,9 @@ typedef struct zt__act_trial {
  * offload (om NULL, or not that mode): ZT_STATUS_INVALID_ARG saying so. */
 ZT_NODISCARD zt_status zt__act_trial_open(zt__act_trial *t, const zt_train_config *c, zt_offload_model *om,
                                           zt_recompute_plan *plan, int L, int64_t start, zt_act_choice *out);
-/* Before step (1-based): on a trial step, every block offloaded (*kind 1) or recomputed (2);
- * else *kind 0. */
-ZT_NODISCARD zt_status zt__act_trial_before(zt__act_trial *t, int64_t step, int *kind);
+/* Before step (1-based): on a trial step, every block offloaded (*kind OFFLOAD) or recomputed
+ * (RECOMPUTE); else *kind NONE. */
+ZT_NODISCARD zt_status zt__act_trial_before(zt__act_trial *t, int64_t step, zt_act_trial_step *kind);
 /* After step (step_s seconds): the slices' times taken; after the trial's second step the choice
  * made (zt__act_choose) and set, *chosen true. */
 ZT_NODISCARD zt_status zt__act_trial_after(zt__act_trial *t, int64_t step, double step_s, bool *chosen);

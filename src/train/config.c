@@ -1,6 +1,6 @@
-/* Training configuration: defaults, one typed, range-checked setter by option name (zt
- * train's table of options, cli/train_options.c, calls it for flags and config files alike),
- * and the config-file reader (whole file, any line length, quoted values, a key once). */
+/* Training configuration: defaults, the typed, range-checked parsers and formatters behind the
+ * option table's rows (src/train/options.c holds the table and zt_train_config_set), and the
+ * config-file reader (whole file, any line length, quoted values, a key once). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,6 +9,8 @@
 
 #include "core/file.h"
 #include "core/status_internal.h"
+#include "io/buf.h"
+#include "train/options.h"
 #include "zt/train.h"
 
 void zt_train_config_default(zt_train_config *c) {
@@ -45,12 +47,9 @@ void zt_train_config_default(zt_train_config *c) {
   snprintf(c->parallel.pp_balance, sizeof c->parallel.pp_balance, "even");
 }
 
-static zt_status parse_bool(const char *key, const char *v, bool *out) {
-  if (v && (!strcmp(v, "on") || !strcmp(v, "true") || !strcmp(v, "1"))) *out = true;
-  else if (v && (!strcmp(v, "off") || !strcmp(v, "false") || !strcmp(v, "0"))) *out = false;
-  else return ZT_ERR(ZT_STATUS_INVALID_ARG, "option '%s' is on or off (got '%s')", key, v ? v : "");
-  return ZT_OK;
-}
+/* ------------------------------------------------------------------ values by type */
+
+#define ZT_CONFIG_MAX_BYTES (1 << 20) /* a config file is a few lines */
 
 zt_status zt_config_parse_i64(const char *key, const char *v, int64_t lo, int64_t hi, int64_t *out) {
   char *end;
@@ -63,18 +62,6 @@ zt_status zt_config_parse_i64(const char *key, const char *v, int64_t lo, int64_
   return ZT_OK;
 }
 
-/* Bounds that keep every size computed from the options far from int64 overflow. */
-#define ZT_MAX_ROWS (1ll << 20)  /* batch, seq, eval batches */
-#define ZT_MAX_STEPS (1ll << 40) /* step counts */
-#define ZT_CONFIG_MAX_BYTES (1 << 20) /* a config file is a few lines */
-
-static zt_status parse_int(const char *key, const char *v, int lo, int hi, int *out) {
-  int64_t x = 0;
-  ZT_TRY(zt_config_parse_i64(key, v, lo, hi, &x));
-  *out = (int)x;
-  return ZT_OK;
-}
-
 zt_status zt_config_parse_f64(const char *key, const char *v, double lo, double hi, double *out) {
   char *end;
   double x = v ? strtod(v, &end) : NAN;
@@ -84,7 +71,14 @@ zt_status zt_config_parse_f64(const char *key, const char *v, double lo, double 
   return ZT_OK;
 }
 
-static zt_status parse_str(const char *key, const char *v, char *dst, size_t cap) {
+static zt_status parse_bool(const char *key, const char *v, bool *out) {
+  if (v && (!strcmp(v, "on") || !strcmp(v, "true") || !strcmp(v, "1"))) *out = true;
+  else if (v && (!strcmp(v, "off") || !strcmp(v, "false") || !strcmp(v, "0"))) *out = false;
+  else return ZT_ERR(ZT_STATUS_INVALID_ARG, "option '%s' is on or off (got '%s')", key, v ? v : "");
+  return ZT_OK;
+}
+
+zt_status zt__option_parse_text(const char *key, const char *v, char *dst, size_t cap) {
   if (!v || !*v)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "option '%s' needs a value (got an empty one); leave the option out for its "
                   "default", key);
@@ -94,7 +88,7 @@ static zt_status parse_str(const char *key, const char *v, char *dst, size_t cap
 }
 
 /* A byte count: digits with an optional K, M or G suffix (powers of 1024; "KiB", "MB"...). */
-static zt_status parse_bytes(const char *key, const char *v, int64_t *out) {
+zt_status zt__option_parse_bytes(const char *key, const char *v, int64_t *out) {
   char *end;
   errno = 0;
   double x = v ? strtod(v, &end) : 0;
@@ -121,187 +115,107 @@ bad:
                 key, v ? v : "");
 }
 
-static zt_status parse_recompute(zt_train_config *c, const char *v) {
-  static const struct {
-    const char *name;
-    zt_recompute mode;
-    zt_checkpoint_policy_fn policy;
-  } modes[] = {{"none", ZT_RECOMPUTE_NONE, NULL},
-               {"full", ZT_RECOMPUTE_FULL, NULL},
-               {"selective", ZT_RECOMPUTE_SELECTIVE, NULL},
-               {"selective:wide", ZT_RECOMPUTE_SELECTIVE, zt_checkpoint_policy_save_wide_gemm},
-               {"selective:gemm", ZT_RECOMPUTE_SELECTIVE, zt_checkpoint_policy_save_gemm},
-               {"selective:attention", ZT_RECOMPUTE_SELECTIVE, zt_checkpoint_policy_recompute_attention}};
-  for (size_t i = 0; v && i < sizeof modes / sizeof modes[0]; i++)
-    if (!strcmp(v, modes[i].name)) {
-      c->memory.recompute = modes[i].mode;
-      c->memory.selective_policy = modes[i].policy;
-      c->memory.recompute_budget = 0;
-      c->memory.recompute_plan[0] = '\0';
-      return ZT_OK;
-    }
-  if (v && !strncmp(v, "budget=", 7)) {
-    ZT_TRY(parse_bytes("recompute budget", v + 7, &c->memory.recompute_budget));
-    c->memory.recompute = ZT_RECOMPUTE_NONE;
-    c->memory.recompute_plan[0] = '\0';
-    return ZT_OK;
-  }
-  if (v && !strncmp(v, "plan=", 5)) {
-    size_t n = strlen(v + 5);
-    if (n < 1 || n > ZT_TRAIN_MAX_LAYERS || strspn(v + 5, "nsf") != n)
-      return ZT_ERR(ZT_STATUS_INVALID_ARG,
-                    "option 'recompute' plan=LETTERS takes a letter per block, n (none), s (selective) or f (full), "
-                    "at most %d of them (got '%s')",
-                    ZT_TRAIN_MAX_LAYERS, v + 5);
-    memcpy(c->memory.recompute_plan, v + 5, n + 1);
-    c->memory.recompute = ZT_RECOMPUTE_NONE;
-    c->memory.recompute_budget = 0;
-    return ZT_OK;
-  }
-  return ZT_ERR(ZT_STATUS_INVALID_ARG,
-                "option 'recompute' is none, full, selective[:wide|:gemm|:attention], budget=SIZE or plan=LETTERS (got "
-                "'%s')",
-                v ? v : "");
+/* An ENUM member: an int-sized enum, or a bool. */
+static int enum_get(const zt_option *o, const void *p) { return o->size == sizeof(bool) ? *(const bool *)p : *(const int *)p; }
+static void enum_set(const zt_option *o, void *p, int v) {
+  if (o->size == sizeof(bool)) *(bool *)p = v != 0;
+  else *(int *)p = v;
 }
 
-zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v) {
-  if (!key) return ZT_ERR(ZT_STATUS_INVALID_ARG, "option name is NULL");
-  if (!strcmp(key, "model")) {
-    zt_gpt2_config g;
-    ZT_TRY(parse_str(key, v, c->model.preset, sizeof c->model.preset));
-    c->model.preset_set = true;
-    return zt_gpt2_preset(c->model.preset, &g);
-  }
-  if (!strcmp(key, "layers")) return parse_int(key, v, 1, 4096, &c->model.n_layer);
-  if (!strcmp(key, "heads")) return parse_int(key, v, 1, 4096, &c->model.n_head);
-  if (!strcmp(key, "dim")) return parse_int(key, v, 1, 1 << 20, &c->model.n_embd);
-  if (!strcmp(key, "vocab")) return parse_int(key, v, 1, 1 << 28, &c->model.vocab_size);
-  if (!strcmp(key, "ctx")) return parse_int(key, v, 1, 1 << 24, &c->model.block_size);
-  if (!strcmp(key, "dropout")) return zt_config_parse_f64(key, v, 0, 0.999, &c->model.dropout);
-  if (!strcmp(key, "data")) return parse_str(key, v, c->data.path, sizeof c->data.path);
-  if (!strcmp(key, "val-data")) return parse_str(key, v, c->data.val_path, sizeof c->data.val_path);
-  if (!strcmp(key, "encoder")) return parse_str(key, v, c->data.encoder, sizeof c->data.encoder);
-  if (!strcmp(key, "merges")) return parse_str(key, v, c->data.merges, sizeof c->data.merges);
-  if (!strcmp(key, "batch")) return zt_config_parse_i64(key, v, 1, ZT_MAX_ROWS, &c->data.batch);
-  if (!strcmp(key, "seq")) return zt_config_parse_i64(key, v, 1, ZT_MAX_ROWS, &c->data.seq);
-  if (!strcmp(key, "microbatches")) return zt_config_parse_i64(key, v, 1, ZT_MAX_ROWS, &c->data.microbatches);
-  if (!strcmp(key, "steps")) return zt_config_parse_i64(key, v, 1, ZT_MAX_STEPS, &c->steps);
-  if (!strcmp(key, "lr")) return zt_config_parse_f64(key, v, 0, 10, &c->optim.lr);
-  if (!strcmp(key, "min-lr")) return zt_config_parse_f64(key, v, 0, 10, &c->optim.min_lr);
-  if (!strcmp(key, "warmup")) return zt_config_parse_i64(key, v, 0, ZT_MAX_STEPS, &c->optim.warmup);
-  if (!strcmp(key, "optimizer")) {
-    if (v && !strcmp(v, "adamw")) c->optim.kind = ZT_OPTIM_ADAMW;
-    else if (v && !strcmp(v, "sgd")) c->optim.kind = ZT_OPTIM_SGD;
-    else return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'optimizer' is adamw or sgd (got '%s')", v ? v : "");
-    return ZT_OK;
-  }
-  if (!strcmp(key, "weight-decay")) return zt_config_parse_f64(key, v, 0, 10, &c->optim.weight_decay);
-  if (!strcmp(key, "beta1")) return zt_config_parse_f64(key, v, 0, 0.999999, &c->optim.beta1);
-  if (!strcmp(key, "beta2")) return zt_config_parse_f64(key, v, 0, 0.999999, &c->optim.beta2);
-  if (!strcmp(key, "momentum")) return zt_config_parse_f64(key, v, 0, 0.999999, &c->optim.momentum);
-  if (!strcmp(key, "grad-clip")) return zt_config_parse_f64(key, v, 0, 1e9, &c->optim.grad_clip);
-  if (!strcmp(key, "seed")) {
-    int64_t s = 0;
-    ZT_TRY(zt_config_parse_i64(key, v, 0, INT64_MAX, &s));
-    c->seed = (uint64_t)s;
-    return ZT_OK;
-  }
-  if (!strcmp(key, "threads")) return parse_int(key, v, 0, 4096, &c->threads);
-  if (!strcmp(key, "eval-every")) return zt_config_parse_i64(key, v, 0, ZT_MAX_STEPS, &c->log.eval_every);
-  if (!strcmp(key, "eval-batches")) return zt_config_parse_i64(key, v, 1, ZT_MAX_ROWS, &c->log.eval_batches);
-  if (!strcmp(key, "metrics")) return parse_str(key, v, c->log.metrics, sizeof c->log.metrics);
-  if (!strcmp(key, "save")) return parse_str(key, v, c->checkpoint.save, sizeof c->checkpoint.save);
-  if (!strcmp(key, "keep-checkpoints")) return parse_int(key, v, 1, 1000, &c->checkpoint.keep_checkpoints);
-  if (!strcmp(key, "tensorboard")) return parse_str(key, v, c->log.tensorboard, sizeof c->log.tensorboard);
-  if (!strcmp(key, "comm-timeout")) return zt_config_parse_f64(key, v, 0, 1e7, &c->parallel.comm_timeout);
-  if (!strcmp(key, "allow-config-change")) return parse_bool(key, v, &c->checkpoint.allow_config_change);
-  if (!strcmp(key, "save-every")) return zt_config_parse_i64(key, v, 0, ZT_MAX_STEPS, &c->checkpoint.save_every);
-  if (!strcmp(key, "resume")) return parse_str(key, v, c->checkpoint.resume, sizeof c->checkpoint.resume);
-  if (!strcmp(key, "init-from")) return parse_str(key, v, c->model.init_from, sizeof c->model.init_from);
-  if (!strcmp(key, "stop-at")) return zt_config_parse_i64(key, v, 0, ZT_MAX_STEPS, &c->stop_at);
-  if (!strcmp(key, "inject-nan-at")) return zt_config_parse_i64(key, v, 0, ZT_MAX_STEPS, &c->inject_nan_at);
-  if (!strcmp(key, "recompute")) return parse_recompute(c, v);
-  if (!strcmp(key, "offload-activations")) {
-    static const char *const names[] = {"none", "bf16", "disk", "host"};
-    for (int i = 0; i < 4; i++)
-      if (v && !strcmp(v, names[i])) {
-        c->memory.offload_activations = i; /* 0 none, then ZT_OFFLOAD_BF16, _DISK, _HOST */
-        return ZT_OK;
-      }
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'offload-activations' is none, bf16, disk or host (got '%s')",
-                  v ? v : "");
-  }
-  if (!strcmp(key, "offload-model")) {
-    static const char *const names[] = {"none", "bf16", "disk", "host"};
-    for (int i = 0; i < 4; i++)
-      if (v && !strcmp(v, names[i])) {
-        c->memory.offload_model = i; /* 0 none, then ZT_OFFLOAD_BF16, _DISK, _HOST */
-        return ZT_OK;
-      }
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'offload-model' is none, bf16, disk or host (got '%s')", v ? v : "");
-  }
-  if (!strcmp(key, "offload-states")) { /* the model offload's tier, every state in it */
-    if (v && !strcmp(v, "none")) {
-      c->memory.offload_states = false;
-      c->memory.offload_model = 0;
+static zt_status parse_enum(const zt_option *o, void *p, const char *v) {
+  for (const zt_option_choice *ch = o->choices; v && ch->name; ch++)
+    if (!strcmp(v, ch->name)) {
+      enum_set(o, p, ch->value);
       return ZT_OK;
     }
-    zt_status s = zt_train_config_set(c, "offload-model", v);
-    if (s) return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'offload-states' is none, disk, bf16 or host (got '%s')", v ? v : "");
-    c->memory.offload_states = true;
+  char list[256];
+  size_t n = 0, listed = 0, k = 0;
+  for (const zt_option_choice *ch = o->choices; ch->name; ch++) listed += !ch->unlisted;
+  list[0] = '\0';
+  for (const zt_option_choice *ch = o->choices; ch->name && n < sizeof list; ch++) {
+    if (ch->unlisted) continue;
+    k++;
+    int w = snprintf(list + n, sizeof list - n, "%s%s", k == 1 ? "" : k == listed ? " or " : ", ", ch->name);
+    n += w > 0 ? (size_t)w : 0;
+  }
+  return ZT_ERR(ZT_STATUS_INVALID_ARG, "option '%s' is %s (got '%s')", o->name, list, v ? v : "");
+}
+
+/* The member's size matches the type (a table's row that does not is a bug). */
+static void check_size(const zt_option *o) {
+  size_t want = 0;
+  switch (o->type) {
+  case ZT_OPTION_TYPE_INT: want = sizeof(int); break;
+  case ZT_OPTION_TYPE_I64: case ZT_OPTION_TYPE_U64: case ZT_OPTION_TYPE_SIZE: want = sizeof(int64_t); break;
+  case ZT_OPTION_TYPE_F64: want = sizeof(double); break;
+  case ZT_OPTION_TYPE_BOOL: want = sizeof(bool); break;
+  case ZT_OPTION_TYPE_ENUM: want = o->size == sizeof(bool) ? sizeof(bool) : sizeof(int); break;
+  case ZT_OPTION_TYPE_TEXT: case ZT_OPTION_TYPE_SPECIAL: want = o->size; break;
+  }
+  ZT_ASSERT(o->size == want && (o->type != ZT_OPTION_TYPE_ENUM || o->choices));
+}
+
+zt_status zt_option_parse(const zt_option *o, void *base, const char *v) {
+  if (!o || !base) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_option_parse: option or base is NULL");
+  check_size(o);
+  void *p = (char *)base + o->offset;
+  int64_t x = 0;
+  switch (o->type) {
+  case ZT_OPTION_TYPE_INT:
+    ZT_TRY(zt_config_parse_i64(o->name, v, o->lo, o->hi, &x));
+    *(int *)p = (int)x;
     return ZT_OK;
+  case ZT_OPTION_TYPE_I64: return zt_config_parse_i64(o->name, v, o->lo, o->hi, (int64_t *)p);
+  case ZT_OPTION_TYPE_U64:
+    ZT_TRY(zt_config_parse_i64(o->name, v, o->lo, o->hi, &x));
+    *(uint64_t *)p = (uint64_t)x;
+    return ZT_OK;
+  case ZT_OPTION_TYPE_F64: return zt_config_parse_f64(o->name, v, o->min, o->max, (double *)p);
+  case ZT_OPTION_TYPE_BOOL: return parse_bool(o->name, v, (bool *)p);
+  case ZT_OPTION_TYPE_TEXT: return zt__option_parse_text(o->name, v, p, o->size);
+  case ZT_OPTION_TYPE_ENUM: return parse_enum(o, p, v);
+  case ZT_OPTION_TYPE_SIZE: return zt__option_parse_bytes(o->name, v, (int64_t *)p);
+  case ZT_OPTION_TYPE_SPECIAL: break;
   }
-  if (!strcmp(key, "mem-limit")) return parse_bytes("mem-limit", v, &c->memory.mem_limit);
-  if (!strcmp(key, "activation-trial")) {
-    static const char *const names[] = {"off", "auto", "on"};
-    for (int i = 0; i < 3; i++)
-      if (v && !strcmp(v, names[i])) {
-        c->memory.activation_trial = i - 1; /* ZT_ACT_TRIAL_OFF, _AUTO, _ON */
-        return ZT_OK;
+  ZT_ASSERT(o->parse); /* a SPECIAL row without its parser is a bug of its table */
+  return o->parse(o, base, v);
+}
+
+void zt_option_format(const zt_option *o, const void *base, char *buf, size_t cap) {
+  check_size(o);
+  const void *p = (const char *)base + o->offset;
+  char d[32];
+  int64_t i = 0;
+  buf[0] = '\0';
+  switch (o->type) {
+  case ZT_OPTION_TYPE_INT: i = *(const int *)p; break;
+  case ZT_OPTION_TYPE_I64: case ZT_OPTION_TYPE_SIZE: i = *(const int64_t *)p; break;
+  case ZT_OPTION_TYPE_U64: snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)p); return;
+  case ZT_OPTION_TYPE_F64: {
+    double x = *(const double *)p;
+    snprintf(buf, cap, "%s", o->unset && x < o->min ? o->unset : zt__fmt_double(d, x));
+    return;
+  }
+  case ZT_OPTION_TYPE_BOOL: snprintf(buf, cap, "%s", *(const bool *)p ? "on" : "off"); return;
+  case ZT_OPTION_TYPE_TEXT: snprintf(buf, cap, "%s", *(const char *)p || !o->unset ? (const char *)p : o->unset); return;
+  case ZT_OPTION_TYPE_ENUM: {
+    int v = enum_get(o, p);
+    for (const zt_option_choice *ch = o->choices; ch->name; ch++)
+      if (ch->value == v) {
+        snprintf(buf, cap, "%s", ch->name);
+        return;
       }
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'activation-trial' is auto, on or off (got '%s')", v ? v : "");
+    snprintf(buf, cap, "%d", v);
+    return;
   }
-  if (!strcmp(key, "offload-slices")) return parse_int(key, v, 1, 1 << 20, &c->memory.offload_slices);
-  if (!strcmp(key, "offload-resident")) return parse_int(key, v, 1, 1 << 20, &c->memory.offload_resident);
-  if (!strcmp(key, "offload-mode")) {
-    if (v && (!strcmp(v, "recompute") || !strcmp(v, "keep-graph"))) {
-      c->memory.offload_mode = !strcmp(v, "keep-graph") ? ZT_OFFLOAD_MODEL_KEEP_GRAPH : ZT_OFFLOAD_MODEL_RECOMPUTE;
-      return ZT_OK;
-    }
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'offload-mode' is recompute or keep-graph (got '%s')", v ? v : "");
+  case ZT_OPTION_TYPE_SPECIAL:
+    ZT_ASSERT(o->format);
+    o->format(o, base, buf, cap);
+    return;
   }
-  if (!strcmp(key, "offload-dir")) return parse_str(key, v, c->memory.offload_dir, sizeof c->memory.offload_dir);
-  if (!strcmp(key, "checkpoint-every")) return parse_int(key, v, 1, 4096, &c->memory.checkpoint_every);
-  if (!strcmp(key, "shard")) {
-    zt_status s = zt_shard_strategy_parse(v ? v : "", &c->parallel.shard, &c->parallel.hybrid_group);
-    return s ? zt__error_prefix(s, "option 'shard'") : ZT_OK;
-  }
-  if (!strcmp(key, "prefetch")) return parse_bool(key, v, &c->parallel.prefetch);
-  if (!strcmp(key, "pp")) return parse_int(key, v, 1, 4096, &c->parallel.pp);
-  if (!strcmp(key, "schedule")) return parse_str(key, v, c->parallel.schedule, sizeof c->parallel.schedule);
-  if (!strcmp(key, "chunks")) return parse_int(key, v, 0, 64, &c->parallel.chunks);
-  if (!strcmp(key, "pp-balance")) return parse_str(key, v, c->parallel.pp_balance, sizeof c->parallel.pp_balance);
-  if (!strcmp(key, "timeline")) return parse_str(key, v, c->log.timeline, sizeof c->log.timeline);
-  if (!strcmp(key, "save-format")) {
-    if (v && (!strcmp(v, "sharded") || !strcmp(v, "full"))) {
-      c->checkpoint.save_full = !strcmp(v, "full");
-      return ZT_OK;
-    }
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'save-format' is sharded or full (got '%s')", v ? v : "");
-  }
-  if (!strcmp(key, "mixed-precision")) {
-    static const struct {
-      const char *name;
-      zt_dtype dt;
-    } mp[] = {{"none", ZT_DTYPE_F32}, {"bf16", ZT_DTYPE_BF16}, {"fp16", ZT_DTYPE_F16}, {"f16", ZT_DTYPE_F16}};
-    for (size_t i = 0; v && i < sizeof mp / sizeof mp[0]; i++)
-      if (!strcmp(v, mp[i].name)) {
-        c->parallel.mixed_precision = mp[i].dt;
-        return ZT_OK;
-      }
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "option 'mixed-precision' is bf16, fp16 or none (got '%s')", v ? v : "");
-  }
-  return ZT_ERR(ZT_STATUS_INVALID_ARG, "unknown option '%s'", key);
+  bool unset = o->type == ZT_OPTION_TYPE_SIZE ? i <= 0 : i < o->lo;
+  if (o->unset && unset) snprintf(buf, cap, "%s", o->unset);
+  else snprintf(buf, cap, "%lld", (long long)i);
 }
 
 /* ------------------------------------------------------------------ config files */

@@ -727,7 +727,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
     so.phase_user_data = c->phase_user_data;
     so.stop_request = c->stop_request;
     zt_train_step_result sr;
-    int trial_kind = 0;
+    zt_act_trial_step trial_kind = ZT_ACT_TRIAL_STEP_NONE;
     bool chosen = false;
     /* where a step cut short puts the data and the random stream back to */
     zt_loader_pos pos0 = zt_loader_get_pos(r.loader);

@@ -536,7 +536,7 @@ zt_status zt_train_plan_memory(zt_train_config *c, int world, zt_offload_plan *o
     c->memory.activation_trial = out->trial ? ZT_ACT_TRIAL_ON : ZT_ACT_TRIAL_OFF; /* nothing to try otherwise */
     c->memory.offload_mode = out->activations_mode == ZT_OFFLOAD_PLAN_RECOMPUTE ? ZT_OFFLOAD_MODEL_RECOMPUTE
                                                                                  : ZT_OFFLOAD_MODEL_KEEP_GRAPH;
-    c->memory.offload_activations = out->activations_mode == ZT_OFFLOAD_PLAN_OFFLOAD ? c->memory.offload_model : 0;
+    c->memory.offload_activations = out->activations_mode == ZT_OFFLOAD_PLAN_OFFLOAD ? c->memory.offload_model : ZT_OFFLOAD_NONE;
     if (out->recomputed_slices) memcpy(c->memory.recompute_plan, out->recompute_plan, sizeof c->memory.recompute_plan);
   }
   c->memory.offload_slices = out->slices;

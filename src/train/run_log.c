@@ -106,7 +106,7 @@ static void write_metrics(FILE *f, const zt_train_step_info *in, const char *sha
     fprintf(f, ",\"io\":{\"read_bytes\":%lld,\"write_bytes\":%lld,\"read_ms\":%.1f,\"write_ms\":%.1f}",
             (long long)in->io_read_bytes, (long long)in->io_write_bytes, in->io_read_ms, in->io_write_ms);
   if (in->act_offload_bytes) fprintf(f, ",\"act_offload_bytes\":%lld", (long long)in->act_offload_bytes);
-  if (in->act_trial) fprintf(f, ",\"act_trial\":\"%s\"", in->act_trial == 1 ? "offload" : "recompute");
+  if (in->act_trial) fprintf(f, ",\"act_trial\":\"%s\"", in->act_trial == ZT_ACT_TRIAL_STEP_OFFLOAD ? "offload" : "recompute");
   if (in->act_choice) fprintf(f, ",\"act_choice\":\"%s\"", in->act_choice->plan);
   if (in->loss_scale > 0) fprintf(f, ",\"loss_scale\":%g,\"skipped\":%s", in->loss_scale, in->skipped ? "true" : "false");
   bool pp = !isnan(in->pp_bubble);

@@ -1,7 +1,8 @@
-/* The options that define a training run, as name/value strings. The ranks of a run compare
- * them at start-up (a different --batch or --seed on one rank is refused before any work), and
- * a checkpoint records those that set the run's course, so that a resume with other values is
- * reported, and refused unless asked (the continuation would not be bitwise). */
+/* The options that define a training run, as name/value strings, by the option table's roles
+ * (src/train/options.c): the ranks of a run compare every row but the LOCAL ones at start-up (a
+ * different --batch or --seed on one rank is refused before any work), and a checkpoint records
+ * the COURSE, INFO and RECORDED rows, so that a resume with other COURSE values is reported, and
+ * refused unless asked (the continuation would not be bitwise), and other INFO values reported. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,31 +11,8 @@
 
 #include "core/status_internal.h"
 #include "io/buf.h"
+#include "train/options.h"
 #include "train/run_options.h"
-
-/* Options whose change alters the losses of a resumed run (the model's shape is checked apart). */
-static const char *const k_course[] = {"seed",     "batch",     "seq",     "lr",   "min-lr",         "warmup",
-                                       "optimizer", "weight-decay", "beta1", "beta2", "momentum", "grad-clip",
-                                       "dropout",  "data",      "mixed-precision"};
-/* Recorded and reported, never refused: the step count (extending a run is what resuming is
- * for; the cosine schedule then stretches from the checkpoint on, and a warm-up that follows
- * the step count shows as a course change of its own), evaluation data, the data-parallel
- * layout (a sharded checkpoint resumes at any rank count, equal up to reduction-order rounding),
- * the pipeline layout (its checkpoints are single-process ones), the microbatch count (the same rows and mean loss, up to summation-order rounding) and the model offload (bitwise plain training with
- * a lossless tier; its checkpoints are single-process ones). */
-static const char *const k_info[] = {"steps", "val-data", "ranks", "shard", "microbatches", "pp", "schedule", "chunks",
-                                     "pp-balance", "offload-model"};
-/* Recorded for the next run's use, not compared: the warm-up the run resolved (an unset warm-up
- * follows the step count, and a resume that extends the run keeps the checkpoint's, so the
- * schedule up to the resume step is the one the run had). */
-static const char *const k_quiet[] = {"warmup-resolved"};
-
-static bool in_list(const char *name, const char *const *list, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    if (!strcmp(name, list[i])) return true;
-  return false;
-}
-#define IN(name, list) in_list((name), (list), sizeof(list) / sizeof((list)[0]))
 
 static void add(zt__run_opts *o, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void add(zt__run_opts *o, const char *name, const char *fmt, ...) {
@@ -45,11 +23,6 @@ static void add(zt__run_opts *o, const char *name, const char *fmt, ...) {
   vsnprintf(o->value[o->n], sizeof o->value[o->n], fmt, ap);
   va_end(ap);
   o->n++;
-}
-
-static void add_f64(zt__run_opts *o, const char *name, double v) {
-  char b[32];
-  add(o, name, "%s", zt__fmt_double(b, v));
 }
 
 /* The value recorded for name in "name=value\n" lines (NULL if absent); copied into out. */
@@ -85,68 +58,46 @@ void zt__run_schedule(const zt_train_config *c, const zt_train_state *st, int64_
   if (*warmup < 0) *warmup = c->steps / 10 < 100 ? c->steps / 10 : 100;
 }
 
+/* The row called name, derived rows included (NULL: none). */
+static const zt_option *row_named(const char *name) {
+  for (size_t i = 0; zt_train_option_at(i); i++)
+    if (!strcmp(zt_train_option_at(i)->name, name)) return zt_train_option_at(i);
+  return NULL;
+}
+
+/* Whether row o is written into a checkpoint (and compared on resume when COURSE or INFO). */
+static bool recorded_role(const zt_option *o) {
+  return o->role == ZT_OPTION_ROLE_COURSE || o->role == ZT_OPTION_ROLE_INFO || o->role == ZT_OPTION_ROLE_RECORDED;
+}
+
 void zt__run_options(const zt_train_config *c, const zt_gpt2_config *g, int world, const zt_train_state *resumed,
                      zt__run_opts *o) {
   memset(o, 0, sizeof *o);
+  /* the config as the run uses it: the model's shape and dropout as resolved, the schedule's floor,
+   * no pipeline schedule without a pipeline */
+  zt_train_config resolved = *c, *r = &resolved; /* 8 KB */
+  r->model.n_layer = g->n_layer;
+  r->model.n_head = g->n_head;
+  r->model.n_embd = g->n_embd;
+  r->model.vocab_size = g->vocab_size;
+  r->model.block_size = g->block_size;
+  r->model.dropout = g->dropout;
   int64_t warmup;
-  double min_lr;
-  zt__run_schedule(c, resumed, &warmup, &min_lr);
-  add(o, "seed", "%llu", (unsigned long long)c->seed);
-  add(o, "batch", "%lld", (long long)c->data.batch);
-  add(o, "seq", "%lld", (long long)c->data.seq);
-  add(o, "steps", "%lld", (long long)c->steps);
-  add_f64(o, "lr", c->optim.lr);
-  add_f64(o, "min-lr", min_lr);
-  if (c->optim.warmup >= 0) add(o, "warmup", "%lld", (long long)c->optim.warmup);
-  else add(o, "warmup", "auto");
-  add(o, "warmup-resolved", "%lld", (long long)warmup);
-  add(o, "optimizer", "%s", c->optim.kind == ZT_OPTIM_SGD ? "sgd" : "adamw");
-  add_f64(o, "weight-decay", c->optim.weight_decay);
-  add_f64(o, "beta1", c->optim.beta1);
-  add_f64(o, "beta2", c->optim.beta2);
-  add_f64(o, "momentum", c->optim.momentum);
-  add_f64(o, "grad-clip", c->optim.grad_clip);
-  add_f64(o, "dropout", g->dropout);
-  add(o, "data", "%s", c->data.path[0] ? c->data.path : "(built-in)");
-  add(o, "mixed-precision", "%s", c->parallel.mixed_precision == ZT_DTYPE_F32 ? "none" : zt_dtype_name(c->parallel.mixed_precision));
-  add(o, "val-data", "%s", c->data.val_path[0] ? c->data.val_path : "(split)");
-  add(o, "ranks", "%d", world);
-  add(o, "shard", "%s", c->parallel.shard == ZT_SHARD_NONE ? "none" : zt_shard_strategy_name(c->parallel.shard));
-  add(o, "microbatches", "%lld", (long long)c->data.microbatches);
-  add(o, "pp", "%d", c->parallel.pp);
-  add(o, "schedule", "%s", c->parallel.pp > 1 ? c->parallel.schedule : "none");
-  add(o, "chunks", "%d", c->parallel.chunks);
-  add(o, "pp-balance", "%s", c->parallel.pp_balance);
-  static const char *const tiers[] = {"none", "bf16", "disk", "host"};
-  add(o, "offload-model", "%s", tiers[c->memory.offload_model & 3]);
-  o->n_recorded = o->n;
-  /* the rest must agree between ranks, and is not recorded */
-  add(o, "layers", "%d", g->n_layer);
-  add(o, "heads", "%d", g->n_head);
-  add(o, "dim", "%d", g->n_embd);
-  add(o, "vocab", "%d", g->vocab_size);
-  add(o, "ctx", "%d", g->block_size);
-  add(o, "hybrid-group", "%d", c->parallel.hybrid_group);
-  add(o, "prefetch", "%d", c->parallel.prefetch);
-  add(o, "recompute", "%s", zt_recompute_name(c->memory.recompute));
-  add(o, "recompute-budget", "%lld", (long long)c->memory.recompute_budget);
-  add(o, "checkpoint-every", "%d", c->memory.checkpoint_every);
-  add(o, "save", "%s", c->checkpoint.save);
-  add(o, "save-every", "%lld", (long long)c->checkpoint.save_every);
-  add(o, "save-format", "%s", c->checkpoint.save_full ? "full" : "sharded");
-  add(o, "resume", "%s", c->checkpoint.resume);
-  add(o, "init-from", "%s", c->model.init_from);
-  add(o, "encoder", "%s", c->data.encoder);
-  add(o, "merges", "%s", c->data.merges);
-  add(o, "stop-at", "%lld", (long long)c->stop_at);
-  add(o, "inject-nan-at", "%lld", (long long)c->inject_nan_at);
-  add(o, "eval-every", "%lld", (long long)c->log.eval_every);
-  add(o, "eval-batches", "%lld", (long long)c->log.eval_batches);
-  add(o, "timeline", "%s", c->log.timeline);
-  add(o, "metrics", "%s", c->log.metrics);         /* rank 0 writes them: given to another rank alone, */
-  add(o, "tensorboard", "%s", c->log.tensorboard); /* they would be dropped without a word */
-  add(o, "keep-checkpoints", "%d", c->checkpoint.keep_checkpoints);
-  add_f64(o, "comm-timeout", c->parallel.comm_timeout);
+  zt__run_schedule(c, resumed, &warmup, &r->optim.min_lr);
+  if (r->parallel.pp <= 1) snprintf(r->parallel.schedule, sizeof r->parallel.schedule, "none");
+  zt__option_ctx x = {.c = r, .world = world, .warmup = warmup};
+  /* the recorded rows first (a checkpoint keeps them), then those the ranks agree on alone */
+  for (int pass = 0; pass < 2; pass++) {
+    for (size_t i = 0; zt_train_option_at(i); i++) {
+      const zt_option *row = zt_train_option_at(i);
+      if (row->role == ZT_OPTION_ROLE_LOCAL || recorded_role(row) != (pass == 0)) continue;
+      ZT_ASSERT(o->n < ZT__RUN_OPTS_MAX);
+      o->name[o->n] = row->name;
+      zt__option_value(row, &x, o->value[o->n], sizeof o->value[o->n]);
+      o->n++;
+    }
+    if (pass == 0) o->n_recorded = o->n;
+  }
 }
 
 /* FNV-1a over the ids, with the count: tells two different token files apart. */
@@ -211,16 +162,29 @@ zt_status zt_train_resume_changes(const zt_train_config *c, int world, const zt_
   size_t n = 0;
   buf[0] = '\0';
   *course = false;
-  for (int i = 0; i < o->n_recorded; i++) {
+  /* in the checkpoint's order: each recorded option that a COURSE or INFO row names (others,
+   * recorded by other versions or RECORDED, are not compared) */
+  for (const char *p = st->options; *p;) {
+    const char *nl = strchr(p, '\n'), *eq = strchr(p, '=');
+    size_t len = nl ? (size_t)(nl - p) : strlen(p);
+    const char *line = p;
+    p = nl ? nl + 1 : p + len;
+    if (!eq || eq > line + len) continue;
+    char name[64];
+    snprintf(name, sizeof name, "%.*s", (int)(eq - line), line);
+    int at = -1;
+    for (int i = 0; at < 0 && i < o->n_recorded; i++)
+      if (!strcmp(o->name[i], name)) at = i;
+    if (at < 0) continue;
+    const zt_option *row = row_named(name); /* one: o's names are the table's */
+    if (row->role != ZT_OPTION_ROLE_COURSE && row->role != ZT_OPTION_ROLE_INFO) continue;
     char was[ZT__RUN_OPT_VALUE];
-    if (IN(o->name[i], k_quiet) || !recorded(st->options, o->name[i], was, sizeof was) || !strcmp(was, o->value[i]))
-      continue;
+    snprintf(was, sizeof was, "%.*s", (int)(line + len - eq - 1), eq + 1);
+    if (!strcmp(was, o->value[at])) continue;
     /* an unset warm-up keeps the checkpoint's (older checkpoints recorded the number it resolved to) */
-    if (!strcmp(o->name[i], "warmup") && !strcmp(o->value[i], "auto")) continue;
-    bool is_course = IN(o->name[i], k_course);
-    ZT_ASSERT(is_course || IN(o->name[i], k_info));
-    *course |= is_course;
-    int w = snprintf(buf + n, cap - n, "%s%s %s -> %s", n ? ", " : "", o->name[i], was, o->value[i]);
+    if (row->unset_keeps && row->unset && !strcmp(o->value[at], row->unset)) continue;
+    *course |= row->role == ZT_OPTION_ROLE_COURSE;
+    int w = snprintf(buf + n, cap - n, "%s%s %s -> %s", n ? ", " : "", name, was, o->value[at]);
     if (w < 0 || (size_t)w >= cap - n) break;
     n += (size_t)w;
   }
