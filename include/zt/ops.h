@@ -130,6 +130,14 @@ ZT_API ZT_NODISCARD zt_status zt_dropout(zt_tensor *x, double p, bool train, zt_
  * size C/n_head (GPT-2 layout) -> (B, T, C). Keeps only qkv, the output and a per-row
  * logsumexp (B, n_head, T) for backward: no T x T matrix is stored. */
 ZT_API ZT_NODISCARD zt_status zt_causal_attention(zt_tensor *qkv, int n_head, zt_tensor **out);
+/* The same op with grouped-query / multi-query heads (Llama, Mistral, Qwen): qkv
+ * (B, T, (n_head + 2 n_kv_head) * head_dim) holds the n_head query heads, then the n_kv_head
+ * key heads, then the n_kv_head value heads; query head h attends with kv head
+ * h / (n_head / n_kv_head) (n_head % n_kv_head == 0) -> (B, T, n_head * head_dim). K and V
+ * are read in place, never repeated per query head; the grad of a kv head sums those of
+ * its query heads, in head order (deterministic). n_kv_head == n_head is exactly
+ * zt_causal_attention (bitwise; the same entry, "causal_attention" to checkpoint policies). */
+ZT_API ZT_NODISCARD zt_status zt_causal_attention_gqa(zt_tensor *qkv, int n_head, int n_kv_head, zt_tensor **out);
 /* Attention of new queries against a KV cache (incremental decoding; zt_kv_cache in
  * zt/nn.h keeps such caches). q (B, Tq, n_head * head_dim); k and v (B, n_kv_head, capacity,
  * head_dim), whose positions [0, len) hold keys and values, the queries' own included

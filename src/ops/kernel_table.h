@@ -140,9 +140,9 @@ typedef struct zt__softmax_kernels {
 } zt__softmax_kernels;
 
 typedef struct zt__attention_kernels {
-  zt_status (*forward)(const zt_tensor *qkv, int n_head, zt_tensor *out, zt_tensor *lse);
+  zt_status (*forward)(const zt_tensor *qkv, int n_head, int n_kv_head, zt_tensor *out, zt_tensor *lse);
   zt_status (*backward)(const zt_tensor *qkv, const zt_tensor *out, const zt_tensor *lse, const zt_tensor *dout,
-                        int n_head, zt_tensor *dqkv);
+                        int n_head, int n_kv_head, zt_tensor *dqkv);
   zt_status (*cached)(const zt_tensor *q, const zt_tensor *k, const zt_tensor *v, int64_t len, zt_tensor *out);
 } zt__attention_kernels;
 
