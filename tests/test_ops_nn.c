@@ -4,6 +4,7 @@
  * Philox mask layout of dropout, and the error messages. */
 #include <stdlib.h>
 
+#include "zt/checkpoint.h"
 #include "zt_test.h"
 
 /* ------------------------------------------------ helpers */
@@ -676,6 +677,92 @@ static void test_swiglu_errors(void) {
   zt_test_free_all((zt_tensor *[]){a, b}, 2);
 }
 
+/* ------------------------------------------------ the Llama ops together */
+/* A Llama-shaped block on x (B, T, C): rms_norm, one fused qkv projection (4 query heads,
+ * 2 kv heads of 8), rope on q and k, GQA attention, then a SwiGLU MLP (gate and up of 48). */
+enum { LB = 2, LT = 9, LC = 32, LH = 4, LKV = 2, LD = 8, LF = 48 };
+typedef struct llama_ud {
+  zt_tensor *cos, *sin;
+} llama_ud;
+
+static zt_status llama_block(zt_tensor *const *in, int n_in, zt_tensor **out, int n_out, void *ud) {
+  (void)n_in;
+  (void)n_out;
+  llama_ud *u = ud;
+  zt_tensor *x = in[0], *nw = in[1], *wqkv = in[2], *wg = in[3], *wu = in[4];
+  zt_tensor *h = NULL, *qkv = NULL, *r = NULL, *a = NULL, *g = NULL, *up = NULL;
+  zt_status s = zt_rms_norm(x, nw, 1e-6, &h);
+  if (!s) s = zt_linear(h, wqkv, NULL, &qkv);
+  if (!s) s = zt_rope(qkv, u->cos, u->sin, 0, LH + LKV, &r);
+  if (!s) s = zt_causal_attention_gqa(r, LH, LKV, &a);
+  if (!s) s = zt_linear(a, wg, NULL, &g);
+  if (!s) s = zt_linear(a, wu, NULL, &up);
+  if (!s) s = zt_swiglu(g, up, out);
+  zt_tensor *ts[] = {h, qkv, r, a, g, up};
+  zt_test_free_all(ts, 6);
+  return s;
+}
+
+/* Saved-tensor hooks that hand back a copy (offload's shape): pack clones, unpack aliases. */
+static zt_status pack_clone(const zt_tensor *t, void **packed, void *ud) {
+  (void)ud;
+  zt_tensor *c = NULL;
+  zt_status s = zt_tensor_clone_data(t, ZT_MEM_TAG_TEMP, &c);
+  *packed = c;
+  return s;
+}
+static zt_status unpack_alias(void *packed, zt_tensor **out, void *ud) {
+  (void)ud;
+  return zt_tensor_alias(packed, out);
+}
+static void release_clone(void *packed, void *ud) {
+  (void)ud;
+  zt_tensor_free(packed);
+}
+
+/* Plain, under a non-reentrant checkpoint and under copying saved-tensor hooks: bitwise
+ * the same output and grads (f32), so recompute and activation offload work on these ops. */
+static void test_llama_ops_checkpoint_and_hooks(void) {
+  llama_ud ud = {NULL, NULL};
+  ZT_CHECK_OK(zt_rope_table(LD, 16, 10000.0, NULL, ZT_DTYPE_F32, ZT_CPU, &ud.cos, &ud.sin));
+  zt_tensor *p[5] = {
+      zt_test_rand_leaf(3, (int64_t[]){LB, LT, LC}, ZT_DTYPE_F32, -1, 1, 210),
+      zt_test_rand_leaf(1, (int64_t[]){LC}, ZT_DTYPE_F32, 0.5, 1.5, 211),
+      zt_test_rand_leaf(2, (int64_t[]){(LH + 2 * LKV) * LD, LC}, ZT_DTYPE_F32, -0.3, 0.3, 212),
+      zt_test_rand_leaf(2, (int64_t[]){LF, LH * LD}, ZT_DTYPE_F32, -0.3, 0.3, 213),
+      zt_test_rand_leaf(2, (int64_t[]){LF, LH * LD}, ZT_DTYPE_F32, -0.3, 0.3, 214),
+  };
+  zt_tensor *gy = zt_test_rand(3, (int64_t[]){LB, LT, LF}, ZT_DTYPE_F32, -1, 1, 215);
+  zt_tensor *y[3] = {NULL, NULL, NULL}, *grads[3][5] = {{NULL}};
+  zt_saved_tensor_hooks hooks = {pack_clone, unpack_alias, release_clone, NULL};
+  for (int mode = 0; mode < 3; mode++) {
+    if (mode == 0) ZT_CHECK_OK(llama_block(p, 5, &y[0], 1, &ud));
+    if (mode == 1) ZT_CHECK_OK(zt_checkpoint(llama_block, &ud, 5, p, 1, &y[1], NULL));
+    if (mode == 2) {
+      ZT_CHECK_OK(zt_saved_tensor_hooks_push(&hooks));
+      ZT_CHECK_OK(llama_block(p, 5, &y[2], 1, &ud));
+      ZT_CHECK_OK(zt_saved_tensor_hooks_pop());
+    }
+    if (!y[mode]) return;
+    ZT_CHECK_OK(zt_backward(1, &y[mode], &gy, false));
+    for (int i = 0; i < 5; i++) {
+      grads[mode][i] = p[i]->grad;
+      p[i]->grad = NULL;
+    }
+  }
+  for (int mode = 1; mode < 3; mode++) {
+    ZT_CHECK(zt_test_bitwise_equal(y[0], y[mode]));
+    for (int i = 0; i < 5; i++)
+      if (!grads[0][i] || !grads[mode][i] || !zt_test_bitwise_equal(grads[0][i], grads[mode][i]))
+        zt_test_fail(__FILE__, __LINE__, "mode %d: the grad of input %d differs from plain", mode, i);
+  }
+  for (int mode = 0; mode < 3; mode++) zt_test_free_all(grads[mode], 5);
+  zt_test_free_all(y, 3);
+  zt_test_free_all(p, 5);
+  zt_tensor *ts[] = {gy, ud.cos, ud.sin};
+  zt_test_free_all(ts, 3);
+}
+
 int main(void) {
   ZT_RUN(test_layer_norm_gradcheck);
   ZT_RUN(test_layer_norm_gradcheck_partial);
@@ -703,5 +790,6 @@ int main(void) {
   ZT_RUN(test_swiglu_gradcheck);
   ZT_RUN(test_swiglu_matches_composition);
   ZT_RUN(test_swiglu_errors);
+  ZT_RUN(test_llama_ops_checkpoint_and_hooks);
   return zt_test_finish();
 }

@@ -1,7 +1,7 @@
 /* Registry entry for rotary position embeddings (Hugging Face's rotate-half layout) and the
  * builder of their cos/sin tables, with Llama 3's rope scaling. cos and sin are inputs
- * that get no grad; forward saves them (backward rotates the grad by minus the angles) and
- * nothing else. The table is computed in f64 on the host and copied to the device through
+ * that get no grad; forward saves the rows of them it used (backward rotates the grad by
+ * minus the angles) and nothing else. The table is computed in f64 on the host and copied to the device through
  * the backend, like any tensor made from data. */
 #include <math.h>
 
@@ -46,20 +46,41 @@ static zt_status rope_shape(zt__op_call *c) {
   return ZT_OK;
 }
 
+/* Saves only the rows of the tables this call used, [pos_offset, pos_offset + T) (views: no
+ * copy unless a saved-tensor hook packs them), so backward reads them from row 0. */
 static zt_status rope_forward(zt__op_call *c) {
-  K(c)->rope(c->in[0], c->in[1], c->in[2], c->attrs.i[ATTR_OFFSET], c->attrs.i[ATTR_N_ROT], false, c->out[0]);
-  ZT_TRY(zt__op_save(c, c->in[1]));
-  return zt__op_save(c, c->in[2]);
+  const int64_t off = c->attrs.i[ATTR_OFFSET], T = c->in[0]->shape[c->in[0]->ndim - 2];
+  K(c)->rope(c->in[0], c->in[1], c->in[2], off, c->attrs.i[ATTR_N_ROT], false, c->out[0]);
+  if (!c->node) return ZT_OK;
+  zt_tensor *rows[2] = {NULL, NULL};
+  zt_status s = ZT_OK;
+  for (int i = 0; i < 2 && !s; i++) {
+    s = zt_narrow(c->in[1 + i], 0, off, T, &rows[i]);
+    if (!s) s = zt__op_save(c, rows[i]);
+  }
+  zt_tensor_free(rows[0]);
+  zt_tensor_free(rows[1]);
+  return s;
 }
 
 static zt_status rope_backward(zt__op_bwd *b) {
   if (!b->needs_input_grad[0]) return ZT_OK;
-  zt_tensor *cs, *sn;
-  ZT_TRY(zt__op_saved(b, 0, &cs));
-  ZT_TRY(zt__op_saved(b, 1, &sn));
-  ZT_TRY(zt__op_grad_like_input(b, 0, false, &b->grad_in[0]));
-  K(b)->rope(b->grad_out[0], cs, sn, b->attrs->i[ATTR_OFFSET], b->attrs->i[ATTR_N_ROT], true, b->grad_in[0]);
-  return ZT_OK;
+  zt_tensor *saved[2], *tmp[2] = {NULL, NULL}, *use[2];
+  zt_status s = ZT_OK;
+  for (int i = 0; i < 2 && !s; i++) {
+    s = zt__op_saved(b, i, &saved[i]);
+    use[i] = saved[i];
+    /* saved-tensor hooks may hand back any layout */
+    if (!s && !zt_tensor_is_contiguous(saved[i])) {
+      s = zt__make_contiguous(saved[i], &tmp[i]);
+      use[i] = tmp[i];
+    }
+  }
+  if (!s) s = zt__op_grad_like_input(b, 0, false, &b->grad_in[0]);
+  if (!s) K(b)->rope(b->grad_out[0], use[0], use[1], 0, b->attrs->i[ATTR_N_ROT], true, b->grad_in[0]);
+  zt_tensor_free(tmp[0]);
+  zt_tensor_free(tmp[1]);
+  return s;
 }
 
 /* nondiff_inputs: cos and sin (bits 1 and 2) get no grad */
