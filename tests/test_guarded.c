@@ -107,6 +107,11 @@ static zt_status f_dropout(zt_tensor **x, zt_tensor **o, int *n) {
 }
 static zt_status f_attn(zt_tensor **x, zt_tensor **o, int *n) { ONE(zt_causal_attention(x[0], 2, o)); }
 static zt_status f_cached_attn(zt_tensor **x, zt_tensor **o, int *n) { ONE(zt_cached_attention(x[0], x[1], x[2], 4, o)); }
+static zt_status f_gqa(zt_tensor **x, zt_tensor **o, int *n) { ONE(zt_causal_attention_gqa(x[0], 4, 2, o)); }
+static zt_status f_silu(zt_tensor **x, zt_tensor **o, int *n) { ONE(zt_silu(x[0], o)); }
+static zt_status f_rms(zt_tensor **x, zt_tensor **o, int *n) { ONE(zt_rms_norm(x[0], x[1], 1e-6, o)); }
+static zt_status f_rope(zt_tensor **x, zt_tensor **o, int *n) { ONE(zt_rope(x[0], x[1], x[2], 1, 2, o)); }
+static zt_status f_swiglu(zt_tensor **x, zt_tensor **o, int *n) { ONE(zt_swiglu(x[0], x[1], o)); }
 static zt_status f_cast(zt_tensor **x, zt_tensor **o, int *n) { ONE(zt_cast(x[0], ZT_DTYPE_F64, o)); }
 static zt_status f_cast_bf16(zt_tensor **x, zt_tensor **o, int *n) { ONE(zt_cast(x[0], ZT_DTYPE_BF16, o)); }
 /* shape ops: a copy at the end so the output is the op's bytes */
@@ -169,6 +174,11 @@ static void test_ops_bitwise(void) {
   zt_tensor *cq = zt_test_rand(3, (int64_t[]){2, 3, 16}, ZT_DTYPE_F32, -1, 1, 15);
   zt_tensor *ck = zt_test_rand(4, (int64_t[]){2, 2, 5, 4}, ZT_DTYPE_F32, -1, 1, 16);
   zt_tensor *cv = zt_test_rand(4, (int64_t[]){2, 2, 5, 4}, ZT_DTYPE_F32, -1, 1, 17);
+  /* rope: (2, 6, 3 heads of 4), q and k heads rotated at positions 1..6, v copied */
+  zt_tensor *rcos = NULL, *rsin = NULL;
+  /* grouped-query attention: 4 query heads on 2 kv heads of size 2 */
+  zt_tensor *gqkv = zt_test_rand_leaf(3, (int64_t[]){2, 6, 16}, ZT_DTYPE_F32, -1, 1, 18);
+  ZT_CHECK_OK(zt_rope_table(4, 8, 10000.0, NULL, ZT_DTYPE_F32, ZT_CPU, &rcos, &rsin));
   struct {
     const char *name;
     op_fn fn;
@@ -192,12 +202,15 @@ static void test_ops_bitwise(void) {
       {"layer_norm", f_ln, 3, {a, lnw, lnb}}, {"embedding", f_emb, 2, {w65, ids1}},
       {"dropout", f_dropout, 1, {a}},    {"causal_attention", f_attn, 1, {qkv}},
       {"cached_attention", f_cached_attn, 3, {cq, ck, cv}},
+      {"causal_attention_gqa", f_gqa, 1, {gqkv}},
+      {"silu", f_silu, 1, {a}},          {"rms_norm", f_rms, 2, {a, lnw}},
+      {"rope", f_rope, 3, {qkv, rcos, rsin}}, {"swiglu", f_swiglu, 2, {a, pos}},
       {"cast", f_cast, 1, {a}},          {"cast_bf16", f_cast_bf16, 1, {a}},
       {"transpose", f_transpose, 1, {a}}, {"permute_reshape", f_permute_reshape, 3, {NULL, NULL, c3}},
       {"narrow_cat", f_narrow_cat, 1, {a}}, {"split", f_split, 1, {a}},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_op(cases[i].name, cases[i].fn, cases[i].n, cases[i].in);
-  zt_tensor *all[] = {a, b, pos, c3, w65, w56, b6, d64, ids, ids1, lnw, lnb, qkv, tg5, tg, bmm, cq, ck, cv};
+  zt_tensor *all[] = {a, b, pos, c3, w65, w56, b6, d64, ids, ids1, lnw, lnb, qkv, tg5, tg, bmm, cq, ck, cv, rcos, rsin, gqkv};
   zt_test_free_all(all, (int)(sizeof all / sizeof all[0]));
 }
 

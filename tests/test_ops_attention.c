@@ -1,4 +1,4 @@
-/* Tests of zt_causal_attention: gradient checks in f64, forward and backward against a
+/* Tests of zt_causal_attention (and its grouped-query form, against K/V repeated per head): gradient checks in f64, forward and backward against a
  * naive reference that materialises the T x T matrix (f32 and f64, block-size edge
  * cases), memory accounting (only qkv, out and lse are kept), determinism, errors. */
 #include <stdlib.h>
@@ -329,6 +329,133 @@ static void test_errors(void) {
   zt_tensor_free(i3);
 }
 
+/* ------------------------------------------------ grouped-query attention */
+/* qkv_mha (B,T,3 H hs) from a GQA qkv (B,T,(H + 2 Hkv) hs): each kv head repeated for the
+ * query heads it serves (what GQA must compute, without making this copy). */
+static zt_tensor *expand_kv(const zt_tensor *qkv, int H, int Hkv) {
+  int64_t B = qkv->shape[0], T = qkv->shape[1], W = qkv->shape[2], hs = W / (H + 2 * Hkv), C = H * hs;
+  zt_tensor *e = NULL;
+  ZT_CHECK_OK(zt_tensor_empty(3, (int64_t[]){B, T, 3 * C}, qkv->dtype, ZT_CPU, &e));
+  for (int64_t r = 0; r < B * T; r++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t x = 0; x < hs; x++) {
+        int64_t kh = h / (H / Hkv);
+        ZT_CHECK_OK(zt_tensor_set(e, r * 3 * C + h * hs + x, zt_tensor_get(qkv, r * W + h * hs + x)));
+        ZT_CHECK_OK(zt_tensor_set(e, r * 3 * C + C + h * hs + x, zt_tensor_get(qkv, r * W + C + kh * hs + x)));
+        ZT_CHECK_OK(zt_tensor_set(e, r * 3 * C + 2 * C + h * hs + x,
+                                  zt_tensor_get(qkv, r * W + C + Hkv * hs + kh * hs + x)));
+      }
+  return e;
+}
+
+/* GQA against multi-head attention on K/V repeated per head, in f32: the output and dq
+ * bitwise, dk and dv bitwise the per-head grads summed in head order (in f32). */
+static void check_gqa_vs_repeated(int64_t B, int64_t T, int64_t hs, int H, int Hkv, uint64_t seed) {
+  int64_t W = (H + 2 * Hkv) * hs, C = H * hs;
+  zt_tensor *qkv = zt_test_rand_leaf(3, (int64_t[]){B, T, W}, ZT_DTYPE_F32, -2, 2, seed);
+  zt_tensor *dy = zt_test_rand(3, (int64_t[]){B, T, C}, ZT_DTYPE_F32, -1, 1, seed + 1);
+  zt_tensor *e = expand_kv(qkv, H, Hkv), *y = NULL, *ye = NULL;
+  ZT_CHECK_OK(zt_tensor_set_requires_grad(e, true));
+  ZT_CHECK_OK(zt_causal_attention_gqa(qkv, H, Hkv, &y));
+  ZT_CHECK_OK(zt_causal_attention(e, H, &ye));
+  if (!y || !ye) return;
+  if (!zt_test_bitwise_equal(y, ye))
+    zt_test_fail(__FILE__, __LINE__, "gqa forward (B=%lld T=%lld hs=%lld H=%d Hkv=%d) differs from repeated kv",
+                 (long long)B, (long long)T, (long long)hs, H, Hkv);
+  ZT_CHECK_OK(zt_backward(1, &y, &dy, false));
+  ZT_CHECK_OK(zt_backward(1, &ye, &dy, false));
+  bool same = qkv->grad && e->grad;
+  for (int64_t r = 0; same && r < B * T; r++)
+    for (int64_t x = 0; x < hs; x++) {
+      for (int64_t h = 0; h < H; h++)
+        same &= zt_tensor_get(qkv->grad, r * W + h * hs + x) == zt_tensor_get(e->grad, r * 3 * C + h * hs + x);
+      for (int64_t kh = 0; kh < Hkv; kh++)
+        for (int part = 1; part <= 2; part++) {
+          float acc = 0;
+          for (int64_t h = kh * (H / Hkv); h < (kh + 1) * (H / Hkv); h++)
+            acc = (h == kh * (H / Hkv)) ? (float)zt_tensor_get(e->grad, r * 3 * C + part * C + h * hs + x)
+                                        : acc + (float)zt_tensor_get(e->grad, r * 3 * C + part * C + h * hs + x);
+          same &= zt_tensor_get(qkv->grad, r * W + C + (part - 1) * Hkv * hs + kh * hs + x) == (double)acc;
+        }
+    }
+  if (!same)
+    zt_test_fail(__FILE__, __LINE__, "gqa backward (B=%lld T=%lld hs=%lld H=%d Hkv=%d) differs from repeated kv",
+                 (long long)B, (long long)T, (long long)hs, H, Hkv);
+  zt_tensor *ts[] = {qkv, dy, e, y, ye};
+  zt_test_free_all(ts, 5);
+}
+
+static void test_gqa_vs_repeated_kv(void) {
+  /* groups of 2, 3 and 4, multi-query (Hkv = 1), T across the block sizes, hs off the
+   * vector width; B * Hkv of 1, 2 and 4 tasks takes both forward paths on 2 threads */
+  static const int64_t cases[][5] = {{1, 5, 8, 4, 2},    {2, 49, 16, 6, 2}, {1, 65, 12, 4, 1},
+                                     {2, 130, 32, 8, 2}, {1, 97, 20, 6, 3}, {3, 33, 64, 9, 3}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++)
+    check_gqa_vs_repeated(cases[k][0], cases[k][1], cases[k][2], (int)cases[k][3], (int)cases[k][4], 500 + k);
+}
+
+typedef struct gqa_ud {
+  int H, Hkv;
+} gqa_ud;
+
+static zt_status f_gqa(zt_tensor *const *in, zt_tensor **out, void *ud) {
+  gqa_ud *u = ud;
+  return zt_causal_attention_gqa(in[0], u->H, u->Hkv, out);
+}
+
+static void test_gqa_gradcheck(void) {
+  /* B, T, hs, H, Hkv */
+  static const int64_t cases[][5] = {{1, 5, 4, 4, 2}, {2, 4, 3, 3, 1}, {1, 6, 2, 4, 1}, {1, 3, 2, 6, 3}};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    int64_t s[] = {cases[k][0], cases[k][1], (cases[k][3] + 2 * cases[k][4]) * cases[k][2]};
+    gqa_ud ud = {(int)cases[k][3], (int)cases[k][4]};
+    zt_tensor *qkv = zt_test_rand_leaf(3, s, ZT_DTYPE_F64, -1.5, 1.5, 600 + k);
+    ZT_GRADCHECK(f_gqa, 1, ((zt_tensor *[]){qkv}), &ud, NULL);
+    zt_tensor_free(qkv);
+  }
+}
+
+/* n_kv_head == n_head is GPT-2's attention, bitwise; 1 vs 2 threads bitwise for GQA. */
+static void test_gqa_mha_and_threads(void) {
+  zt_tensor *qkv = zt_test_rand_leaf(3, (int64_t[]){2, 70, 96}, ZT_DTYPE_F32, -1, 1, 700), *a = NULL, *b = NULL;
+  ZT_CHECK_OK(zt_causal_attention(qkv, 4, &a));
+  ZT_CHECK_OK(zt_causal_attention_gqa(qkv, 4, 4, &b));
+  if (a && b) ZT_CHECK(zt_test_bitwise_equal(a, b));
+  zt_tensor_free(a);
+  zt_tensor_free(b);
+  zt_tensor_free(qkv);
+  int prev = zt_get_num_threads();
+  zt_tensor *res[2][2] = {{NULL}};
+  zt_tensor *gy = zt_test_rand(3, (int64_t[]){1, 200, 96}, ZT_DTYPE_F32, -1, 1, 701);
+  for (int r = 0; r < 2; r++) {
+    zt_set_num_threads(r + 1);
+    zt_tensor *x = zt_test_rand_leaf(3, (int64_t[]){1, 200, 6 * 16 + 2 * 2 * 16}, ZT_DTYPE_F32, -1, 1, 702);
+    ZT_CHECK_OK(zt_causal_attention_gqa(x, 6, 2, &res[r][0]));
+    if (res[r][0]) ZT_CHECK_OK(zt_backward(1, &res[r][0], &gy, false));
+    res[r][1] = x->grad;
+    x->grad = NULL;
+    zt_tensor_free(x);
+  }
+  zt_set_num_threads(prev);
+  for (int k = 0; k < 2; k++) {
+    ZT_CHECK(res[0][k] && res[1][k] && zt_test_bitwise_equal(res[0][k], res[1][k]));
+    zt_tensor_free(res[0][k]);
+    zt_tensor_free(res[1][k]);
+  }
+  zt_tensor_free(gy);
+}
+
+static void test_gqa_errors(void) {
+  zt_tensor *out = NULL, *x = zt_test_rand(3, (int64_t[]){1, 4, 24}, ZT_DTYPE_F32, -1, 1, 710);
+  ZT_CHECK_ERR(zt_causal_attention_gqa(x, 4, 3, &out), ZT_STATUS_INVALID_ARG, "must be positive and divide n_head = 4");
+  ZT_CHECK_ERR(zt_causal_attention_gqa(x, 4, 0, &out), ZT_STATUS_INVALID_ARG, "n_kv_head = 0");
+  ZT_CHECK_ERR(zt_causal_attention_gqa(x, 8, 4, &out), ZT_STATUS_SHAPE, "= 16 * head_dim");
+  ZT_CHECK_OK(zt_causal_attention_gqa(x, 4, 2, &out)); /* (4 + 4) heads of 3 */
+  if (out) ZT_CHECK(out->shape[2] == 12);
+  zt_tensor_free(out);
+  zt_tensor_free(x);
+}
+
 int main(void) {
   ZT_RUN(test_f32_vs_reference);
   ZT_RUN(test_f64_vs_reference);
@@ -341,5 +468,9 @@ int main(void) {
   ZT_RUN(test_no_grad_mode);
   ZT_RUN(test_empty_batch);
   ZT_RUN(test_errors);
+  ZT_RUN(test_gqa_vs_repeated_kv);
+  ZT_RUN(test_gqa_gradcheck);
+  ZT_RUN(test_gqa_mha_and_threads);
+  ZT_RUN(test_gqa_errors);
   return zt_test_finish();
 }

@@ -1,5 +1,5 @@
 /* Elementwise ops (add, sub, mul, div, the scalar forms, neg, exp, log, sqrt, pow, tanh,
- * relu, gelu): values against naive references (bitwise for the binary ops) and known
+ * relu, gelu, silu): values against naive references (bitwise for the binary ops) and known
  * values, broadcasting in every pattern, f64 gradient checks, grads for only some
  * inputs, f32 against f64, strided views, large tensors on the OpenMP paths, results
  * bitwise independent of the thread count, NaN/inf edge cases, and error messages. */
@@ -13,17 +13,17 @@
 typedef enum op_kind {
   K_ADD, K_SUB, K_MUL, K_DIV,                                /* binary */
   K_ADD_S, K_SUB_S, K_MUL_S, K_DIV_S, K_NEG, K_EXP, K_LOG,  /* unary */
-  K_SQRT, K_POW, K_TANH, K_RELU, K_GELU,
+  K_SQRT, K_POW, K_TANH, K_RELU, K_GELU, K_SILU,
   K_COUNT
 } op_kind;
 
 static const char *const op_name[K_COUNT] = {"add",        "sub",        "mul",        "div",  "add_scalar", "sub_scalar",
                                              "mul_scalar", "div_scalar", "neg",        "exp",  "log",        "sqrt",
-                                             "pow",        "tanh",       "relu",       "gelu"};
+                                             "pow",        "tanh",       "relu",       "gelu",       "silu"};
 static const char *const node_name[K_COUNT] = {
     "AddBackward",  "SubBackward",  "MulBackward",  "DivBackward",  "AddScalarBackward", "SubScalarBackward",
     "MulScalarBackward", "DivScalarBackward", "NegBackward", "ExpBackward", "LogBackward", "SqrtBackward",
-    "PowBackward",  "TanhBackward", "ReluBackward", "GeluBackward"};
+    "PowBackward",  "TanhBackward", "ReluBackward", "GeluBackward", "SiluBackward"};
 
 static bool is_binary(op_kind k) { return k <= K_DIV; }
 
@@ -43,6 +43,7 @@ static zt_status call_unary(op_kind k, double s, zt_tensor *a, zt_tensor **out) 
   case K_NEG: return zt_neg(a, out); case K_EXP: return zt_exp(a, out); case K_LOG: return zt_log(a, out);
   case K_SQRT: return zt_sqrt(a, out); case K_POW: return zt_pow(a, s, out);
   case K_TANH: return zt_tanh(a, out); case K_RELU: return zt_relu(a, out);
+  case K_SILU: return zt_silu(a, out);
   default: return zt_gelu(a, out);
   }
 }
@@ -65,6 +66,7 @@ static double ref_unary(op_kind k, double s, double x) {
   case K_DIV_S: return x / s; case K_NEG: return -x; case K_EXP: return exp(x); case K_LOG: return log(x);
   case K_SQRT: return sqrt(x); case K_POW: return pow(x, s); case K_TANH: return tanh(x);
   case K_RELU: return x > 0 ? x : 0;
+  case K_SILU: return (double)((long double)x / (1 + expl(-(long double)x)));
   default: return gelu_ref(x);
   }
 }
@@ -76,6 +78,10 @@ static double ref_unary_grad(op_kind k, double s, double x) {
   case K_NEG: return -1; case K_EXP: return exp(x); case K_LOG: return 1 / x; case K_SQRT: return 0.5 / sqrt(x);
   case K_POW: return s == 0 ? 0 : s * pow(x, s - 1); case K_TANH: return 1 - tanh(x) * tanh(x);
   case K_RELU: return x > 0 ? 1 : 0;
+  case K_SILU: {
+    long double sg = 1 / (1 + expl(-(long double)x));
+    return (double)(sg * (1 + x * (1 - sg)));
+  }
   default: { /* central difference in long double (error ~1e-13); the f64 gradcheck covers it too */
     long double h = 1e-6L, X = x, up = X + h, um = X - h;
     up = up / (1 + expl(-2 * 0.7978845608028654L * (up + 0.044715L * up * up * up)));
@@ -103,7 +109,7 @@ static const ucase ucases[] = {
     {K_DIV_S, -0.1, -1, 1}, {K_NEG, 0, -1, 1},       {K_EXP, 0, -2, 2},      {K_LOG, 0, 0.2, 3},
     {K_SQRT, 0, 0.2, 3},    {K_POW, 3, -1.5, 1.5},   {K_POW, 2, -1.5, 1.5},  {K_POW, 0.5, 0.3, 2},
     {K_POW, -1.5, 0.3, 2},  {K_POW, 0, -1, 1},       {K_POW, 1, -1, 1},      {K_TANH, 0, -3, 3},
-    {K_RELU, 0, -1, 1},     {K_GELU, 0, -5, 5},
+    {K_RELU, 0, -1, 1},     {K_GELU, 0, -5, 5},      {K_SILU, 0, -6, 6},
 };
 #define N_UCASES ((int)(sizeof ucases / sizeof ucases[0]))
 

@@ -1,8 +1,10 @@
-/* Tests of the nn ops: layer norm, embedding, dropout. Gradients against finite
+/* Tests of the nn ops: layer norm, embedding, dropout, and the Llama family's rms norm,
+ * rope (and its tables) and swiglu. Gradients against finite
  * differences (f64), f32 against f64, results independent of the thread count, the
  * Philox mask layout of dropout, and the error messages. */
 #include <stdlib.h>
 
+#include "zt/checkpoint.h"
 #include "zt_test.h"
 
 /* ------------------------------------------------ helpers */
@@ -424,6 +426,343 @@ static void test_dropout_errors(void) {
   zt_tensor_free(xi);
 }
 
+/* ------------------------------------------------ rms norm */
+static zt_status f_rms_norm(zt_tensor *const *in, zt_tensor **out, void *ud) {
+  return zt_rms_norm(in[0], in[1], *(double *)ud, out);
+}
+
+static void test_rms_norm_gradcheck(void) {
+  int64_t sx[] = {2, 3, 5}, sc[] = {5};
+  double eps = 1e-5;
+  for (int with_w = 0; with_w < 2; with_w++) {
+    zt_tensor *x = zt_test_rand_leaf(3, sx, ZT_DTYPE_F64, -2, 2, 110);
+    zt_tensor *w = with_w ? zt_test_rand_leaf(1, sc, ZT_DTYPE_F64, 0.5, 1.5, 111) : NULL;
+    ZT_GRADCHECK(f_rms_norm, 2, ((zt_tensor *[]){x, w}), &eps, NULL);
+    zt_tensor_free(x);
+    zt_tensor_free(w);
+  }
+  /* each input alone requiring grad */
+  for (int which = 0; which < 2; which++) {
+    zt_tensor *x = zt_test_rand(2, (int64_t[]){40, 6}, ZT_DTYPE_F64, -2, 2, 112); /* several dw chunks */
+    zt_tensor *w = zt_test_rand(1, (int64_t[]){6}, ZT_DTYPE_F64, 0.5, 1.5, 113);
+    zt_tensor *ins[2] = {x, w};
+    ZT_CHECK_OK(zt_tensor_set_requires_grad(ins[which], true));
+    ZT_GRADCHECK(f_rms_norm, 2, ins, &eps, NULL);
+    zt_tensor_free(x);
+    zt_tensor_free(w);
+  }
+}
+
+/* Values against LlamaRMSNorm's formula; f32 against f64; thread-count independence. */
+static void test_rms_norm_values(void) {
+  int64_t sx[] = {3, 70, 16}, sc[] = {16};
+  zt_tensor *x = zt_test_rand_leaf(3, sx, ZT_DTYPE_F64, -3, 5, 120);
+  zt_tensor *w = zt_test_rand_leaf(1, sc, ZT_DTYPE_F64, 0.5, 1.5, 121);
+  zt_tensor *y = NULL;
+  ZT_CHECK_OK(zt_rms_norm(x, w, 1e-6, &y));
+  for (int r = 0; r < 3 * 70; r++) {
+    double ms = 0;
+    for (int c = 0; c < 16; c++) ms += pow(zt_tensor_get(x, r * 16 + c), 2) / 16;
+    for (int c = 0; c < 16; c++)
+      ZT_CHECK_NEAR(zt_tensor_get(y, r * 16 + c), zt_tensor_get(x, r * 16 + c) / sqrt(ms + 1e-6) * zt_tensor_get(w, c),
+                    1e-12);
+  }
+  /* f32 vs f64, forward and grads */
+  zt_tensor *g = zt_test_rand(3, sx, ZT_DTYPE_F64, -1, 1, 122);
+  zt_tensor *x32 = cast_copy(x, ZT_DTYPE_F32), *w32 = cast_copy(w, ZT_DTYPE_F32), *g32 = cast_copy(g, ZT_DTYPE_F32);
+  ZT_CHECK_OK(zt_tensor_set_requires_grad(x32, true));
+  ZT_CHECK_OK(zt_tensor_set_requires_grad(w32, true));
+  zt_tensor *y32 = NULL, *d64[2] = {0}, *d32[2] = {0};
+  ZT_CHECK_OK(zt_rms_norm(x32, w32, 1e-6, &y32));
+  ZT_CHECK(zt_test_max_abs_diff(y, y32) < 1e-5);
+  ZT_CHECK_OK(zt_grad(1, &y, &g, 2, (zt_tensor *[]){x, w}, false, d64));
+  ZT_CHECK_OK(zt_grad(1, &y32, &g32, 2, (zt_tensor *[]){x32, w32}, false, d32));
+  ZT_CHECK(zt_test_max_abs_diff(d64[0], d32[0]) < 1e-5);
+  ZT_CHECK(zt_test_max_abs_diff(d64[1], d32[1]) < 1e-3);
+  /* the thread count changes no bit */
+  zt_tensor *yb = NULL, *db[2] = {0};
+  int prev = set_threads(1);
+  ZT_CHECK_OK(zt_rms_norm(x32, w32, 1e-6, &yb));
+  ZT_CHECK_OK(zt_grad(1, &yb, &g32, 2, (zt_tensor *[]){x32, w32}, false, db));
+  set_threads(prev);
+  zt_tensor *ya = NULL, *da[2] = {0};
+  ZT_CHECK_OK(zt_rms_norm(x32, w32, 1e-6, &ya));
+  ZT_CHECK_OK(zt_grad(1, &ya, &g32, 2, (zt_tensor *[]){x32, w32}, false, da));
+  ZT_CHECK(zt_test_bitwise_equal(ya, yb) && zt_test_bitwise_equal(da[0], db[0]) && zt_test_bitwise_equal(da[1], db[1]));
+  zt_tensor *ts[] = {x, w, y, g, x32, w32, g32, y32, d64[0], d64[1], d32[0], d32[1], yb, db[0], db[1], ya, da[0], da[1]};
+  zt_test_free_all(ts, (int)(sizeof ts / sizeof ts[0]));
+}
+
+static void test_rms_norm_errors(void) {
+  zt_tensor *x = zt_test_rand(2, (int64_t[]){2, 4}, ZT_DTYPE_F32, -1, 1, 130), *y = NULL;
+  zt_tensor *w3 = zt_test_rand(1, (int64_t[]){3}, ZT_DTYPE_F32, -1, 1, 131);
+  zt_tensor *w64 = zt_test_rand(1, (int64_t[]){4}, ZT_DTYPE_F64, -1, 1, 132);
+  ZT_CHECK_ERR(zt_rms_norm(x, w3, 1e-6, &y), ZT_STATUS_SHAPE, "weight must have shape (4,)");
+  ZT_CHECK_ERR(zt_rms_norm(x, w64, 1e-6, &y), ZT_STATUS_DTYPE, "cast one with zt_cast");
+  ZT_CHECK_ERR(zt_rms_norm(x, NULL, -1, &y), ZT_STATUS_INVALID_ARG, "eps is -1");
+  zt_tensor *ts[] = {x, w3, w64};
+  zt_test_free_all(ts, 3);
+}
+
+/* ------------------------------------------------ rope */
+typedef struct rope_ud {
+  zt_tensor *cos, *sin;
+  int64_t off, n_rot;
+} rope_ud;
+
+static zt_status f_rope(zt_tensor *const *in, zt_tensor **out, void *ud) {
+  rope_ud *u = ud;
+  return zt_rope(in[0], u->cos, u->sin, u->off, u->n_rot, out);
+}
+
+static void test_rope_gradcheck(void) {
+  zt_tensor *c = NULL, *sn = NULL;
+  ZT_CHECK_OK(zt_rope_table(4, 9, 10000.0, NULL, ZT_DTYPE_F64, ZT_CPU, &c, &sn));
+  /* (B, T, 3 heads of 4): all heads; two heads rotated, the third copied; an offset */
+  rope_ud cases[] = {{c, sn, 0, -1}, {c, sn, 3, 2}, {c, sn, 6, 0}};
+  for (int k = 0; k < 3; k++) {
+    zt_tensor *x = zt_test_rand_leaf(3, (int64_t[]){2, 3, 12}, ZT_DTYPE_F64, -2, 2, 140 + k);
+    ZT_GRADCHECK(f_rope, 1, &x, &cases[k], NULL);
+    zt_tensor_free(x);
+  }
+  zt_tensor_free(c);
+  zt_tensor_free(sn);
+}
+
+/* The inverse frequency transformers' llama3 rope gives dimension pair i (long double). */
+static long double ref_inv_freq(int i, int D, double theta, const zt_rope_scaling *sc) {
+  long double f = 1.0L / powl(theta, (long double)(2 * i) / D);
+  if (!sc) return f;
+  long double wl = 2 * 3.14159265358979323846L / f, orig = sc->original_max_position_embeddings;
+  long double lo = orig / sc->low_freq_factor, hi = orig / sc->high_freq_factor;
+  long double scaled = wl > lo ? f / sc->factor : f;
+  long double sm = (orig / wl - sc->low_freq_factor) / (sc->high_freq_factor - sc->low_freq_factor);
+  long double smoothed = (1 - sm) * scaled / sc->factor + sm * scaled;
+  return (!(wl < hi) && !(wl > lo)) ? smoothed : scaled;
+}
+
+/* Table values (plain and llama3-scaled, every regime hit) and the rotation against the
+ * rotate-half formula q cos + rotate_half(q) sin, with an offset. */
+static void test_rope_values(void) {
+  const int D = 16, P = 40;
+  zt_rope_scaling sc = {ZT_ROPE_SCALING_LLAMA3, 8.0, 1.0, 4.0, 64};
+  for (int scaled = 0; scaled < 2; scaled++) {
+    zt_tensor *c = NULL, *sn = NULL;
+    ZT_CHECK_OK(zt_rope_table(D, P, 500.0, scaled ? &sc : NULL, ZT_DTYPE_F64, ZT_CPU, &c, &sn));
+    if (!c) return;
+    ZT_CHECK(c->ndim == 2 && c->shape[0] == P && c->shape[1] == D / 2);
+    int regimes[3] = {0};
+    for (int i = 0; i < D / 2; i++) {
+      long double f = ref_inv_freq(i, D, 500.0, scaled ? &sc : NULL);
+      long double wl = 2 * 3.14159265358979323846L / ref_inv_freq(i, D, 500.0, NULL); /* unscaled */
+      regimes[wl < 16 ? 0 : wl > 64 ? 2 : 1]++;
+      for (int p = 0; p < P; p++) {
+        ZT_CHECK_NEAR(zt_tensor_get(c, p * D / 2 + i), (double)cosl(p * f), 1e-12);
+        ZT_CHECK_NEAR(zt_tensor_get(sn, p * D / 2 + i), (double)sinl(p * f), 1e-12);
+      }
+    }
+    if (scaled) ZT_CHECK(regimes[0] > 0 && regimes[1] > 0 && regimes[2] > 0);
+    /* x (2, 5, 2 heads of D) at positions 7..11 */
+    zt_tensor *x = zt_test_rand(3, (int64_t[]){2, 5, 2 * D}, ZT_DTYPE_F64, -1, 1, 150), *y = NULL;
+    ZT_CHECK_OK(zt_rope(x, c, sn, 7, -1, &y));
+    for (int b = 0; b < 2; b++)
+      for (int t = 0; t < 5; t++)
+        for (int h = 0; h < 2; h++)
+          for (int i = 0; i < D; i++) {
+            int64_t base = (b * 5 + t) * 2 * D + h * D, j = i % (D / 2), p = 7 + t;
+            double xi = zt_tensor_get(x, base + i), rot = i < D / 2 ? -zt_tensor_get(x, base + i + D / 2)
+                                                                    : zt_tensor_get(x, base + i - D / 2);
+            double ref = xi * zt_tensor_get(c, p * D / 2 + j) + rot * zt_tensor_get(sn, p * D / 2 + j);
+            ZT_CHECK_NEAR(zt_tensor_get(y, base + i), ref, 1e-14);
+          }
+    /* f32 tables are the f64 ones rounded */
+    zt_tensor *c32 = NULL, *s32 = NULL;
+    ZT_CHECK_OK(zt_rope_table(D, P, 500.0, scaled ? &sc : NULL, ZT_DTYPE_F32, ZT_CPU, &c32, &s32));
+    for (int k = 0; k < P * D / 2; k++) ZT_CHECK(zt_tensor_get(c32, k) == (double)(float)zt_tensor_get(c, k));
+    zt_tensor *ts[] = {c, sn, x, y, c32, s32};
+    zt_test_free_all(ts, 6);
+  }
+}
+
+/* Rotating T rows at once equals rotating each row at its own offset (cached decoding). */
+static void test_rope_offset_rows(void) {
+  zt_tensor *c = NULL, *sn = NULL, *all = NULL;
+  ZT_CHECK_OK(zt_rope_table(8, 12, 10000.0, NULL, ZT_DTYPE_F32, ZT_CPU, &c, &sn));
+  zt_tensor *x = zt_test_rand(3, (int64_t[]){1, 6, 24}, ZT_DTYPE_F32, -1, 1, 160);
+  ZT_CHECK_OK(zt_rope(x, c, sn, 2, 2, &all));
+  for (int t = 0; t < 6; t++) {
+    zt_tensor *row = NULL, *yr = NULL, *ar = NULL;
+    ZT_CHECK_OK(zt_narrow(x, 1, t, 1, &row));
+    ZT_CHECK_OK(zt_rope(row, c, sn, 2 + t, 2, &yr));
+    ZT_CHECK_OK(zt_narrow(all, 1, t, 1, &ar));
+    zt_tensor *arc = NULL;
+    ZT_CHECK_OK(zt_contiguous(ar, &arc));
+    ZT_CHECK(zt_test_bitwise_equal(yr, arc));
+    zt_tensor *ts[] = {row, yr, ar, arc};
+    zt_test_free_all(ts, 4);
+  }
+  /* the third head (v of a fused qkv) is copied */
+  for (int t = 0; t < 6; t++)
+    for (int i = 16; i < 24; i++) ZT_CHECK(zt_tensor_get(all, t * 24 + i) == zt_tensor_get(x, t * 24 + i));
+  zt_tensor *ts[] = {c, sn, all, x};
+  zt_test_free_all(ts, 4);
+}
+
+static void test_rope_errors(void) {
+  zt_tensor *c = NULL, *sn = NULL, *y = NULL, *c2 = NULL, *s2 = NULL;
+  ZT_CHECK_OK(zt_rope_table(4, 6, 10000.0, NULL, ZT_DTYPE_F32, ZT_CPU, &c, &sn));
+  zt_tensor *x = zt_test_rand(3, (int64_t[]){1, 4, 8}, ZT_DTYPE_F32, -1, 1, 170);
+  zt_tensor *x6 = zt_test_rand(3, (int64_t[]){1, 4, 6}, ZT_DTYPE_F32, -1, 1, 171);
+  zt_tensor *x64 = zt_test_rand(3, (int64_t[]){1, 4, 8}, ZT_DTYPE_F64, -1, 1, 172);
+  ZT_CHECK_ERR(zt_rope(x, c, sn, 3, -1, &y), ZT_STATUS_SHAPE, "outside the tables' 6 positions");
+  ZT_CHECK_ERR(zt_rope(x6, c, sn, 0, -1, &y), ZT_STATUS_SHAPE, "not a multiple of head_dim 4");
+  ZT_CHECK_ERR(zt_rope(x, c, sn, 0, 3, &y), ZT_STATUS_SHAPE, "holds only 2 heads");
+  ZT_CHECK_ERR(zt_rope(x64, c, sn, 0, -1, &y), ZT_STATUS_DTYPE, "");
+  ZT_CHECK_ERR(zt_rope_table(5, 6, 1e4, NULL, ZT_DTYPE_F32, ZT_CPU, &c2, &s2), ZT_STATUS_INVALID_ARG, "even");
+  zt_rope_scaling bad = {ZT_ROPE_SCALING_LLAMA3, 8.0, 4.0, 1.0, 8192};
+  ZT_CHECK_ERR(zt_rope_table(4, 6, 1e4, &bad, ZT_DTYPE_F32, ZT_CPU, &c2, &s2), ZT_STATUS_INVALID_ARG,
+               "low_freq_factor < high_freq_factor");
+  zt_tensor *ts[] = {c, sn, x, x6, x64};
+  zt_test_free_all(ts, 5);
+}
+
+/* ------------------------------------------------ swiglu */
+static zt_status f_swiglu(zt_tensor *const *in, zt_tensor **out, void *ud) {
+  (void)ud;
+  return zt_swiglu(in[0], in[1], out);
+}
+
+static void test_swiglu_gradcheck(void) {
+  int64_t sh[] = {3, 4, 5};
+  zt_tensor *g = zt_test_rand_leaf(3, sh, ZT_DTYPE_F64, -4, 4, 180);
+  zt_tensor *u = zt_test_rand_leaf(3, sh, ZT_DTYPE_F64, -2, 2, 181);
+  ZT_GRADCHECK(f_swiglu, 2, ((zt_tensor *[]){g, u}), NULL, NULL);
+  zt_test_free_all((zt_tensor *[]){g, u}, 2);
+  for (int which = 0; which < 2; which++) {
+    zt_tensor *a = zt_test_rand(3, sh, ZT_DTYPE_F64, -4, 4, 182), *b = zt_test_rand(3, sh, ZT_DTYPE_F64, -2, 2, 183);
+    zt_tensor *ins[2] = {a, b};
+    ZT_CHECK_OK(zt_tensor_set_requires_grad(ins[which], true));
+    ZT_GRADCHECK(f_swiglu, 2, ins, NULL, NULL);
+    zt_test_free_all(ins, 2);
+  }
+}
+
+/* The fused op is bitwise zt_mul(zt_silu(gate), up), output and both grads, in f32 and f64,
+ * on the OpenMP path too (n > ZT_PAR_MIN). */
+static void test_swiglu_matches_composition(void) {
+  zt_dtype dts[2] = {ZT_DTYPE_F32, ZT_DTYPE_F64};
+  for (int d = 0; d < 2; d++) {
+    int64_t sh[] = {64, 3000};
+    zt_tensor *a = zt_test_rand_leaf(2, sh, dts[d], -12, 12, 190), *u = zt_test_rand_leaf(2, sh, dts[d], -3, 3, 191);
+    zt_tensor *gy = zt_test_rand(2, sh, dts[d], -1, 1, 192);
+    zt_tensor *y1 = NULL, *s = NULL, *y2 = NULL, *g1[2] = {0}, *g2[2] = {0};
+    ZT_CHECK_OK(zt_swiglu(a, u, &y1));
+    ZT_CHECK_OK(zt_silu(a, &s));
+    ZT_CHECK_OK(zt_mul(s, u, &y2));
+    ZT_CHECK(zt_test_bitwise_equal(y1, y2));
+    ZT_CHECK_OK(zt_grad(1, &y1, &gy, 2, (zt_tensor *[]){a, u}, false, g1));
+    ZT_CHECK_OK(zt_grad(1, &y2, &gy, 2, (zt_tensor *[]){a, u}, false, g2));
+    ZT_CHECK(zt_test_bitwise_equal(g1[0], g2[0]));
+    ZT_CHECK(zt_test_bitwise_equal(g1[1], g2[1]));
+    zt_tensor *ts[] = {a, u, gy, y1, s, y2, g1[0], g1[1], g2[0], g2[1]};
+    zt_test_free_all(ts, 10);
+  }
+}
+
+static void test_swiglu_errors(void) {
+  zt_tensor *a = zt_test_rand(2, (int64_t[]){2, 4}, ZT_DTYPE_F32, -1, 1, 200), *y = NULL;
+  zt_tensor *b = zt_test_rand(1, (int64_t[]){4}, ZT_DTYPE_F32, -1, 1, 201);
+  ZT_CHECK_ERR(zt_swiglu(a, b, &y), ZT_STATUS_SHAPE, "they must have one shape");
+  ZT_CHECK_ERR(zt_swiglu(a, NULL, &y), ZT_STATUS_INVALID_ARG, "gate and up are required");
+  zt_test_free_all((zt_tensor *[]){a, b}, 2);
+}
+
+/* ------------------------------------------------ the Llama ops together */
+/* A Llama-shaped block on x (B, T, C): rms_norm, one fused qkv projection (4 query heads,
+ * 2 kv heads of 8), rope on q and k, GQA attention, then a SwiGLU MLP (gate and up of 48). */
+enum { LB = 2, LT = 9, LC = 32, LH = 4, LKV = 2, LD = 8, LF = 48 };
+typedef struct llama_ud {
+  zt_tensor *cos, *sin;
+} llama_ud;
+
+static zt_status llama_block(zt_tensor *const *in, int n_in, zt_tensor **out, int n_out, void *ud) {
+  (void)n_in;
+  (void)n_out;
+  llama_ud *u = ud;
+  zt_tensor *x = in[0], *nw = in[1], *wqkv = in[2], *wg = in[3], *wu = in[4];
+  zt_tensor *h = NULL, *qkv = NULL, *r = NULL, *a = NULL, *g = NULL, *up = NULL;
+  zt_status s = zt_rms_norm(x, nw, 1e-6, &h);
+  if (!s) s = zt_linear(h, wqkv, NULL, &qkv);
+  if (!s) s = zt_rope(qkv, u->cos, u->sin, 0, LH + LKV, &r);
+  if (!s) s = zt_causal_attention_gqa(r, LH, LKV, &a);
+  if (!s) s = zt_linear(a, wg, NULL, &g);
+  if (!s) s = zt_linear(a, wu, NULL, &up);
+  if (!s) s = zt_swiglu(g, up, out);
+  zt_tensor *ts[] = {h, qkv, r, a, g, up};
+  zt_test_free_all(ts, 6);
+  return s;
+}
+
+/* Saved-tensor hooks that hand back a copy (offload's shape): pack clones, unpack aliases. */
+static zt_status pack_clone(const zt_tensor *t, void **packed, void *ud) {
+  (void)ud;
+  zt_tensor *c = NULL;
+  zt_status s = zt_tensor_clone_data(t, ZT_MEM_TAG_TEMP, &c);
+  *packed = c;
+  return s;
+}
+static zt_status unpack_alias(void *packed, zt_tensor **out, void *ud) {
+  (void)ud;
+  return zt_tensor_alias(packed, out);
+}
+static void release_clone(void *packed, void *ud) {
+  (void)ud;
+  zt_tensor_free(packed);
+}
+
+/* Plain, under a non-reentrant checkpoint and under copying saved-tensor hooks: bitwise
+ * the same output and grads (f32), so recompute and activation offload work on these ops. */
+static void test_llama_ops_checkpoint_and_hooks(void) {
+  llama_ud ud = {NULL, NULL};
+  ZT_CHECK_OK(zt_rope_table(LD, 16, 10000.0, NULL, ZT_DTYPE_F32, ZT_CPU, &ud.cos, &ud.sin));
+  zt_tensor *p[5] = {
+      zt_test_rand_leaf(3, (int64_t[]){LB, LT, LC}, ZT_DTYPE_F32, -1, 1, 210),
+      zt_test_rand_leaf(1, (int64_t[]){LC}, ZT_DTYPE_F32, 0.5, 1.5, 211),
+      zt_test_rand_leaf(2, (int64_t[]){(LH + 2 * LKV) * LD, LC}, ZT_DTYPE_F32, -0.3, 0.3, 212),
+      zt_test_rand_leaf(2, (int64_t[]){LF, LH * LD}, ZT_DTYPE_F32, -0.3, 0.3, 213),
+      zt_test_rand_leaf(2, (int64_t[]){LF, LH * LD}, ZT_DTYPE_F32, -0.3, 0.3, 214),
+  };
+  zt_tensor *gy = zt_test_rand(3, (int64_t[]){LB, LT, LF}, ZT_DTYPE_F32, -1, 1, 215);
+  zt_tensor *y[3] = {NULL, NULL, NULL}, *grads[3][5] = {{NULL}};
+  zt_saved_tensor_hooks hooks = {pack_clone, unpack_alias, release_clone, NULL};
+  for (int mode = 0; mode < 3; mode++) {
+    if (mode == 0) ZT_CHECK_OK(llama_block(p, 5, &y[0], 1, &ud));
+    if (mode == 1) ZT_CHECK_OK(zt_checkpoint(llama_block, &ud, 5, p, 1, &y[1], NULL));
+    if (mode == 2) {
+      ZT_CHECK_OK(zt_saved_tensor_hooks_push(&hooks));
+      ZT_CHECK_OK(llama_block(p, 5, &y[2], 1, &ud));
+      ZT_CHECK_OK(zt_saved_tensor_hooks_pop());
+    }
+    if (!y[mode]) return;
+    ZT_CHECK_OK(zt_backward(1, &y[mode], &gy, false));
+    for (int i = 0; i < 5; i++) {
+      grads[mode][i] = p[i]->grad;
+      p[i]->grad = NULL;
+    }
+  }
+  for (int mode = 1; mode < 3; mode++) {
+    ZT_CHECK(zt_test_bitwise_equal(y[0], y[mode]));
+    for (int i = 0; i < 5; i++)
+      if (!grads[0][i] || !grads[mode][i] || !zt_test_bitwise_equal(grads[0][i], grads[mode][i]))
+        zt_test_fail(__FILE__, __LINE__, "mode %d: the grad of input %d differs from plain", mode, i);
+  }
+  for (int mode = 0; mode < 3; mode++) zt_test_free_all(grads[mode], 5);
+  zt_test_free_all(y, 3);
+  zt_test_free_all(p, 5);
+  zt_tensor *ts[] = {gy, ud.cos, ud.sin};
+  zt_test_free_all(ts, 3);
+}
+
 int main(void) {
   ZT_RUN(test_layer_norm_gradcheck);
   ZT_RUN(test_layer_norm_gradcheck_partial);
@@ -441,5 +780,16 @@ int main(void) {
   ZT_RUN(test_dropout_reproducible);
   ZT_RUN(test_dropout_identity);
   ZT_RUN(test_dropout_errors);
+  ZT_RUN(test_rms_norm_gradcheck);
+  ZT_RUN(test_rms_norm_values);
+  ZT_RUN(test_rms_norm_errors);
+  ZT_RUN(test_rope_gradcheck);
+  ZT_RUN(test_rope_values);
+  ZT_RUN(test_rope_offset_rows);
+  ZT_RUN(test_rope_errors);
+  ZT_RUN(test_swiglu_gradcheck);
+  ZT_RUN(test_swiglu_matches_composition);
+  ZT_RUN(test_swiglu_errors);
+  ZT_RUN(test_llama_ops_checkpoint_and_hooks);
   return zt_test_finish();
 }

@@ -29,6 +29,8 @@ ZT_API ZT_NODISCARD zt_status zt_tanh(zt_tensor *a, zt_tensor **out);
 ZT_API ZT_NODISCARD zt_status zt_relu(zt_tensor *a, zt_tensor **out);
 /* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
 ZT_API ZT_NODISCARD zt_status zt_gelu(zt_tensor *a, zt_tensor **out);
+/* SiLU (swish): x * sigmoid(x). */
+ZT_API ZT_NODISCARD zt_status zt_silu(zt_tensor *a, zt_tensor **out);
 
 /* ------------------------------------------------ reductions */
 /* Sum / mean over dims (n_dims == 0: over all dims, giving a 0-d tensor). Negative dims
@@ -69,6 +71,55 @@ ZT_API ZT_NODISCARD zt_status zt_lm_head_cross_entropy(zt_tensor *x, zt_tensor *
 /* ------------------------------------------------ nn ops */
 /* Layer norm over the last dim; weight and bias (C) may be NULL. */
 ZT_API ZT_NODISCARD zt_status zt_layer_norm(zt_tensor *x, zt_tensor *weight, zt_tensor *bias, double eps, zt_tensor **out);
+/* RMS norm over the last dim (Llama's RMSNorm): x * rsqrt(mean(x^2) + eps) * weight, in x's
+ * dtype (f32 sums in f32, as LlamaRMSNorm does after its cast to f32); weight (C) may be
+ * NULL (no scale). Saves x, the weight and a per-row rstd. */
+ZT_API ZT_NODISCARD zt_status zt_rms_norm(zt_tensor *x, zt_tensor *weight, double eps, zt_tensor **out);
+/* SwiGLU, fused: silu(gate) * up for gate and up of one shape (a Llama MLP's gate_proj
+ * and up_proj outputs). Bitwise zt_mul(zt_silu(gate), up), forward and backward, but it
+ * saves only gate and up (the composition also keeps silu(gate)) and runs one pass. */
+ZT_API ZT_NODISCARD zt_status zt_swiglu(zt_tensor *gate, zt_tensor *up, zt_tensor **out);
+
+/* Rotary position embedding, Hugging Face's rotate-half layout (Llama, Mistral, Qwen).
+ * x (..., T, W) holds heads of head_dim D = 2 * cos's last dim side by side in its last
+ * dim (the layout of a q or k projection, (B, T, n_head * D)); cos and sin (P, D/2) hold
+ * the angles' cosines and sines per position (zt_rope_table builds them; they get no
+ * grad). Row t is at position pos_offset + t (cached decoding passes the cache's length;
+ * pos_offset + T <= P). Within each rotated head, for i < D/2:
+ *   out[i] = x[i] cos[p][i] - x[i + D/2] sin[p][i],
+ *   out[i + D/2] = x[i + D/2] cos[p][i] + x[i] sin[p][i].
+ * Only the first n_rot_heads heads are rotated, the other columns copied (so one call
+ * rotates the q and k heads of a fused qkv and passes v through); n_rot_heads < 0 rotates
+ * every head. cos and sin must be on x's device, in x's dtype. */
+ZT_API ZT_NODISCARD zt_status zt_rope(zt_tensor *x, zt_tensor *cos, zt_tensor *sin, int64_t pos_offset,
+                                      int64_t n_rot_heads, zt_tensor **out);
+
+typedef enum zt_rope_scaling_type {
+  ZT_ROPE_SCALING_NONE = 0,
+  ZT_ROPE_SCALING_LLAMA3, /* rope_scaling {"rope_type": "llama3", ...} of Llama 3.1 / 3.2 */
+} zt_rope_scaling_type;
+
+/* config.json's rope_scaling. For LLAMA3, with wavelength w = 2 pi / f of each inverse
+ * frequency f: w < orig / high_freq_factor keeps f; w > orig / low_freq_factor uses
+ * f / factor; between, s = (orig / w - low_freq_factor) / (high_freq_factor -
+ * low_freq_factor) blends (1 - s) f / factor + s f (transformers' llama3 rope; the
+ * attention factor stays 1). */
+typedef struct zt_rope_scaling {
+  zt_rope_scaling_type type;
+  double factor, low_freq_factor, high_freq_factor;
+  int64_t original_max_position_embeddings;
+} zt_rope_scaling;
+
+/* The cos and sin tables (n_pos, head_dim / 2) for zt_rope at positions 0 .. n_pos - 1:
+ * inverse frequencies f_i = theta^(-2i / head_dim) (i < head_dim / 2), adjusted by
+ * scaling (NULL: none), angle p * f_i. Computed in f64 and rounded to dtype (f32 or f64);
+ * *cos and *sin are new tensors on dev that need no grad (the caller frees them).
+ * head_dim must be even and positive, theta > 0; a scaling with low_freq_factor >=
+ * high_freq_factor, a factor <= 0 or original_max_position_embeddings <= 0 is refused. */
+ZT_API ZT_NODISCARD zt_status zt_rope_table(int64_t head_dim, int64_t n_pos, double theta,
+                                            const zt_rope_scaling *scaling, zt_dtype dtype, zt_device dev,
+                                            zt_tensor **cos, zt_tensor **sin);
+
 /* weight (V, C), ids (...) of i32/i64 -> (..., C). Ids out of range are an error. */
 ZT_API ZT_NODISCARD zt_status zt_embedding(zt_tensor *weight, zt_tensor *ids, zt_tensor **out);
 /* Inverted dropout with probability p (0 <= p < 1), mask drawn from the default Philox
@@ -79,6 +130,14 @@ ZT_API ZT_NODISCARD zt_status zt_dropout(zt_tensor *x, double p, bool train, zt_
  * size C/n_head (GPT-2 layout) -> (B, T, C). Keeps only qkv, the output and a per-row
  * logsumexp (B, n_head, T) for backward: no T x T matrix is stored. */
 ZT_API ZT_NODISCARD zt_status zt_causal_attention(zt_tensor *qkv, int n_head, zt_tensor **out);
+/* The same op with grouped-query / multi-query heads (Llama, Mistral, Qwen): qkv
+ * (B, T, (n_head + 2 n_kv_head) * head_dim) holds the n_head query heads, then the n_kv_head
+ * key heads, then the n_kv_head value heads; query head h attends with kv head
+ * h / (n_head / n_kv_head) (n_head % n_kv_head == 0) -> (B, T, n_head * head_dim). K and V
+ * are read in place, never repeated per query head; the grad of a kv head sums those of
+ * its query heads, in head order (deterministic). n_kv_head == n_head is exactly
+ * zt_causal_attention (bitwise; the same entry, "causal_attention" to checkpoint policies). */
+ZT_API ZT_NODISCARD zt_status zt_causal_attention_gqa(zt_tensor *qkv, int n_head, int n_kv_head, zt_tensor **out);
 /* Attention of new queries against a KV cache (incremental decoding; zt_kv_cache in
  * zt/nn.h keeps such caches). q (B, Tq, n_head * head_dim); k and v (B, n_kv_head, capacity,
  * head_dim), whose positions [0, len) hold keys and values, the queries' own included

@@ -1,5 +1,7 @@
 /* Registry entries of attention (kernels in cpu/attention.c).
- * causal_attention: fused causal self-attention, qkv (B,T,3C) -> (B,T,C). Forward saves qkv,
+ * causal_attention: fused causal self-attention, qkv (B,T,3C) -> (B,T,C), or grouped-query
+ * with n_kv_head < n_head: qkv (B,T,(n_head + 2 n_kv_head) hs) -> (B,T,n_head hs), each kv
+ * head read in place by the query heads sharing it (attrs.i[1] = n_kv_head). Forward saves qkv,
  * the output and a per-row logsumexp (B,n_head,T), never a T x T matrix; backward
  * recomputes the scores from them block by block.
  * cached_attention: new queries against a KV cache (incremental decoding), grouped-query
@@ -10,15 +12,39 @@
 
 #define K(x) ((const zt__attention_kernels *)(x)->kernels)
 
+/* Grouped-query (n_kv < n_head) shape rule: qkv's last dim is (n_head + 2 n_kv) hs. */
+static zt_status gqa_shape(zt__op_call *c, const zt_tensor *x, int n_head, int n_kv) {
+  char sh[128];
+  if (n_kv <= 0 || n_kv > n_head || n_head % n_kv != 0)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "n_kv_head = %d must be positive and divide n_head = %d (each kv head serves n_head / n_kv_head "
+                  "query heads)", n_kv, n_head);
+  int64_t w = x->shape[2], heads = n_head + 2 * (int64_t)n_kv;
+  if (w == 0 || w % heads != 0)
+    return ZT_ERR(ZT_STATUS_SHAPE,
+                  "qkv's last dim must be (n_head + 2 n_kv_head) * head_dim = %lld * head_dim with head_dim > 0 "
+                  "(q heads, then k heads, then v heads), got %lld (shape %s)",
+                  (long long)heads, (long long)w, zt_shape_str(x->ndim, x->shape, sh));
+  zt__tensor_meta *m = &c->out_meta[0];
+  m->ndim = 3;
+  m->shape[0] = x->shape[0];
+  m->shape[1] = x->shape[1];
+  m->shape[2] = w / heads * n_head;
+  m->dtype = x->dtype;
+  c->n_out = 1;
+  return ZT_OK;
+}
+
 static zt_status attn_shape(zt__op_call *c) {
   zt_tensor *x = c->in[0];
-  int n_head = (int)c->attrs.i[0];
+  int n_head = (int)c->attrs.i[0], n_kv = (int)c->attrs.i[1];
   char sh[128];
   if (!x) return ZT_ERR(ZT_STATUS_INVALID_ARG, "qkv is NULL");
   ZT_TRY(zt__check_float(c->op->name, x, "qkv"));
   if (x->ndim != 3)
     return ZT_ERR(ZT_STATUS_SHAPE, "qkv must be 3-D (B, T, 3C), got shape %s", zt_shape_str(x->ndim, x->shape, sh));
   if (n_head <= 0) return ZT_ERR(ZT_STATUS_INVALID_ARG, "n_head must be positive, got %d", n_head);
+  if (n_kv != n_head) return gqa_shape(c, x, n_head, n_kv);
   int64_t c3 = x->shape[2];
   if (c3 == 0 || c3 % 3 != 0)
     return ZT_ERR(ZT_STATUS_SHAPE,
@@ -45,7 +71,7 @@ static zt_status attn_forward(zt__op_call *c) {
   /* lse only outlives forward when it is saved for backward. */
   zt_mem_tag tag = c->node ? zt_mem_tag_current() : ZT_MEM_TAG_TEMP;
   ZT_TRY(zt_tensor_empty_tagged(3, shape, qkv->dtype, zt_tensor_device(qkv), tag, &lse));
-  zt_status s = K(c)->forward(qkv, n_head, c->out[0], lse);
+  zt_status s = K(c)->forward(qkv, n_head, (int)c->attrs.i[1], c->out[0], lse);
   if (!s) s = zt__op_save(c, qkv);
   if (!s) s = zt__op_save(c, c->out[0]);
   if (!s) s = zt__op_save(c, lse);
@@ -73,7 +99,8 @@ static zt_status attn_backward(zt__op_bwd *b) {
   }
   if (!s) s = zt__op_grad_like_input(b, 0, false, &b->grad_in[0]);
   if (!s) {
-    s = K(b)->backward(use[0], use[1], use[2], b->grad_out[0], (int)b->attrs->i[0], b->grad_in[0]);
+    s = K(b)->backward(use[0], use[1], use[2], b->grad_out[0], (int)b->attrs->i[0], (int)b->attrs->i[1],
+                       b->grad_in[0]);
     if (s) {
       zt_tensor_free(b->grad_in[0]);
       b->grad_in[0] = NULL;
@@ -89,6 +116,14 @@ static const zt__op op_causal_attention = {"causal_attention", "CausalAttentionB
 zt_status zt_causal_attention(zt_tensor *qkv, int n_head, zt_tensor **out) {
   zt__op_attrs at = {0};
   at.i[0] = n_head;
+  at.i[1] = n_head;
+  return zt__op_run(&op_causal_attention, 1, &qkv, &at, out);
+}
+
+zt_status zt_causal_attention_gqa(zt_tensor *qkv, int n_head, int n_kv_head, zt_tensor **out) {
+  zt__op_attrs at = {0};
+  at.i[0] = n_head;
+  at.i[1] = n_kv_head;
   return zt__op_run(&op_causal_attention, 1, &qkv, &at, out);
 }
 

@@ -31,6 +31,7 @@ typedef enum zt__unop {
   ZT_UNOP_MUL_SCALAR, /* x * s */
   ZT_UNOP_DIV_SCALAR, /* x / s */
   ZT_UNOP_POW,        /* x ^ s */
+  ZT_UNOP_SILU,       /* x * sigmoid(x) */
 } zt__unop;
 
 /* A broadcast batch of GEMMs (see gemm_batched below). */
@@ -77,6 +78,24 @@ typedef struct zt__layer_norm_kernels {
                               const zt_tensor *rstd, zt_tensor *dx, zt_tensor *dw, zt_tensor *db, void *scratch);
 } zt__layer_norm_kernels;
 
+typedef struct zt__rms_norm_kernels {
+  void (*rms_norm)(const zt_tensor *x, const zt_tensor *w, double eps, zt_tensor *out, zt_tensor *rstd);
+  int64_t (*scratch_numel)(int64_t rows, int64_t C);
+  void (*rms_norm_backward)(const zt_tensor *g, const zt_tensor *x, const zt_tensor *w, const zt_tensor *rstd,
+                            zt_tensor *dx, zt_tensor *dw, void *scratch);
+} zt__rms_norm_kernels;
+
+typedef struct zt__rope_kernels {
+  void (*rope)(const zt_tensor *x, const zt_tensor *cos, const zt_tensor *sin, int64_t pos_offset, int64_t n_rot,
+               bool inverse, zt_tensor *out);
+} zt__rope_kernels;
+
+typedef struct zt__swiglu_kernels {
+  void (*swiglu)(const zt_tensor *gate, const zt_tensor *up, zt_tensor *out);
+  void (*swiglu_backward)(const zt_tensor *g, const zt_tensor *gate, const zt_tensor *up, zt_tensor *dgate,
+                          zt_tensor *dup);
+} zt__swiglu_kernels;
+
 typedef struct zt__matmul_kernels {
   void (*gemm)(zt_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A, int64_t lda,
                const void *B, int64_t ldb, double beta, void *C, int64_t ldc);
@@ -121,9 +140,9 @@ typedef struct zt__softmax_kernels {
 } zt__softmax_kernels;
 
 typedef struct zt__attention_kernels {
-  zt_status (*forward)(const zt_tensor *qkv, int n_head, zt_tensor *out, zt_tensor *lse);
+  zt_status (*forward)(const zt_tensor *qkv, int n_head, int n_kv_head, zt_tensor *out, zt_tensor *lse);
   zt_status (*backward)(const zt_tensor *qkv, const zt_tensor *out, const zt_tensor *lse, const zt_tensor *dout,
-                        int n_head, zt_tensor *dqkv);
+                        int n_head, int n_kv_head, zt_tensor *dqkv);
   zt_status (*cached)(const zt_tensor *q, const zt_tensor *k, const zt_tensor *v, int64_t len, zt_tensor *out);
 } zt__attention_kernels;
 
@@ -134,6 +153,9 @@ extern const zt__cast_kernels zt__cpu_cast_kernels;
 extern const zt__dropout_kernels zt__cpu_dropout_kernels;
 extern const zt__embedding_kernels zt__cpu_embedding_kernels;
 extern const zt__layer_norm_kernels zt__cpu_layer_norm_kernels;
+extern const zt__rms_norm_kernels zt__cpu_rms_norm_kernels;
+extern const zt__rope_kernels zt__cpu_rope_kernels;
+extern const zt__swiglu_kernels zt__cpu_swiglu_kernels;
 extern const zt__matmul_kernels zt__cpu_matmul_kernels;
 extern const zt__lm_head_kernels zt__cpu_lm_head_kernels;
 extern const zt__reduce_kernels zt__cpu_reduce_kernels;

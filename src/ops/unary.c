@@ -1,5 +1,5 @@
 /* Registry entries for unary and scalar elementwise ops. Each saves what its derivative
- * needs: the input (log, relu, gelu, pow), the output (exp, sqrt, tanh) or nothing
+ * needs: the input (log, relu, gelu, pow, silu), the output (exp, sqrt, tanh) or nothing
  * (neg and the scalar add/mul/div). */
 #include "core/status_internal.h"
 #include "op.h"
@@ -11,7 +11,7 @@ enum { SAVE_NONE, SAVE_INPUT, SAVE_OUTPUT };
 static int save_kind(zt__unop op) {
   switch (op) {
   case ZT_UNOP_EXP: case ZT_UNOP_SQRT: case ZT_UNOP_TANH: return SAVE_OUTPUT;
-  case ZT_UNOP_LOG: case ZT_UNOP_RELU: case ZT_UNOP_GELU: case ZT_UNOP_POW: return SAVE_INPUT;
+  case ZT_UNOP_LOG: case ZT_UNOP_RELU: case ZT_UNOP_GELU: case ZT_UNOP_POW: case ZT_UNOP_SILU: return SAVE_INPUT;
   default: return SAVE_NONE;
   }
 }
@@ -54,6 +54,7 @@ ZT_UNARY_OP(sqrt, "SqrtBackward")
 ZT_UNARY_OP(tanh, "TanhBackward")
 ZT_UNARY_OP(relu, "ReluBackward")
 ZT_UNARY_OP(gelu, "GeluBackward")
+ZT_UNARY_OP(silu, "SiluBackward")
 ZT_UNARY_OP(add_scalar, "AddScalarBackward")
 ZT_UNARY_OP(sub_scalar, "SubScalarBackward") /* runs as add_scalar of -s */
 ZT_UNARY_OP(mul_scalar, "MulScalarBackward")
@@ -74,6 +75,7 @@ zt_status zt_sqrt(zt_tensor *a, zt_tensor **out) { return run_unary(&op_sqrt, ZT
 zt_status zt_tanh(zt_tensor *a, zt_tensor **out) { return run_unary(&op_tanh, ZT_UNOP_TANH, 0, a, out); }
 zt_status zt_relu(zt_tensor *a, zt_tensor **out) { return run_unary(&op_relu, ZT_UNOP_RELU, 0, a, out); }
 zt_status zt_gelu(zt_tensor *a, zt_tensor **out) { return run_unary(&op_gelu, ZT_UNOP_GELU, 0, a, out); }
+zt_status zt_silu(zt_tensor *a, zt_tensor **out) { return run_unary(&op_silu, ZT_UNOP_SILU, 0, a, out); }
 zt_status zt_add_scalar(zt_tensor *a, double s, zt_tensor **out) { return run_unary(&op_add_scalar, ZT_UNOP_ADD_SCALAR, s, a, out); }
 zt_status zt_sub_scalar(zt_tensor *a, double s, zt_tensor **out) { return run_unary(&op_sub_scalar, ZT_UNOP_ADD_SCALAR, -s, a, out); }
 zt_status zt_mul_scalar(zt_tensor *a, double s, zt_tensor **out) { return run_unary(&op_mul_scalar, ZT_UNOP_MUL_SCALAR, s, a, out); }

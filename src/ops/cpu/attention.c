@@ -2,7 +2,9 @@
  * output and a per-row logsumexp, backward recomputes the scores block by block, so no
  * T x T matrix ever exists. f32 is tiled (BLK x BLK blocks of queries x keys, packed per
  * head, register-blocked micro-kernels in vector extensions); f64 is a plain reference
- * path used by gradient checks. Results never depend on the thread count. */
+ * path used by gradient checks. Results never depend on the thread count. Grouped-query
+ * attention reads each kv head where it lies in qkv for every query head sharing it; with
+ * as many kv heads as query heads every address and operation is GPT-2's. */
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -134,17 +136,25 @@ static void tgemm(int64_t m, int64_t n, int64_t kn, const float *a, int64_t am, 
     }
 }
 
+/* qkv rows hold H query heads, then Hkv key heads, then Hkv value heads (W = (H + 2 Hkv) hs
+ * floats; GPT-2's 3C when Hkv == H); query head h reads kv head h / grp. */
 typedef struct att_dims {
   int64_t B, T, C, H, hs, hsp, nb, Tp; /* hsp: hs padded to NR; nb blocks of BLK; Tp = nb*BLK */
+  int64_t Hkv, grp, W, koff, voff;     /* C = H hs (out's row); koff, voff: k and v in a qkv row */
 } att_dims;
 
-static att_dims dims_of(const zt_tensor *qkv, int n_head) {
+static att_dims dims_of(const zt_tensor *qkv, int n_head, int n_kv_head) {
   att_dims d;
   d.B = qkv->shape[0];
   d.T = qkv->shape[1];
-  d.C = qkv->shape[2] / 3;
+  d.W = qkv->shape[2];
   d.H = n_head;
-  d.hs = d.C / n_head;
+  d.Hkv = n_kv_head;
+  d.grp = n_head / n_kv_head;
+  d.hs = d.W / (n_head + 2 * n_kv_head);
+  d.C = d.H * d.hs;
+  d.koff = d.C;
+  d.voff = d.C + d.Hkv * d.hs;
   d.hsp = (d.hs + NR - 1) / NR * NR;
   d.nb = (d.T + BLK - 1) / BLK;
   d.Tp = d.nb * BLK;
@@ -154,7 +164,7 @@ static att_dims dims_of(const zt_tensor *qkv, int n_head) {
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t round_up(int64_t a, int64_t m) { return (a + m - 1) / m * m; }
 
-/* Rows of one head in qkv (and out, dqkv) are 3C (C) floats apart, each on its own page,
+/* Rows of one head in qkv (and out, dqkv) are W (C) floats apart, each on its own page,
  * where hardware prefetchers stop: the packing loops prefetch PF_ROWS rows ahead. */
 #define PF_ROWS 8
 static inline void prefetch_read(const float *p, int64_t n) {
@@ -201,15 +211,15 @@ static float *scratch_mine(const scratch *s) { return s->base + (int64_t)omp_get
  * no horizontal reductions. Products: S^T = K Q^T, and O += P V reading P^T transposed
  * through the micro-kernel's broadcasts, so O and the output stay row-major. */
 
-/* Keys and values of head h for key blocks [0, nkb), packed once per head (rows of qkv
- * are 3C apart, on separate pages; contiguous copies keep the block loops in cache).
+/* Keys and values of kv head kh for key blocks [0, nkb), packed once per head (rows of qkv
+ * are W apart, on separate pages; contiguous copies keep the block loops in cache).
  * Kp, Vp (nkb*BLK, hsp) row-major, zero padded past T and past hs. */
-static void pack_kv(const att_dims *d, const float *base, int64_t h, int64_t nkb, float *Kp, float *Vp) {
-  const int64_t T = d->T, C = d->C, C3 = 3 * C, hs = d->hs, hsp = d->hsp;
+static void pack_kv(const att_dims *d, const float *base, int64_t kh, int64_t nkb, float *Kp, float *Vp) {
+  const int64_t T = d->T, C3 = d->W, hs = d->hs, hsp = d->hsp;
   for (int64_t t = 0; t < nkb * BLK; t++) {
     float *kd = Kp + t * hsp, *vd = Vp + t * hsp;
     if (t < T) {
-      const float *k = base + t * C3 + C + h * hs, *v = k + C;
+      const float *k = base + t * C3 + d->koff + kh * hs, *v = base + t * C3 + d->voff + kh * hs;
       if (t + PF_ROWS < T) {
         prefetch_read(k + PF_ROWS * C3, hs);
         prefetch_read(v + PF_ROWS * C3, hs);
@@ -232,7 +242,7 @@ static int64_t fwd_scratch_floats(const att_dims *d) {
  * values packed by pack_kv. Writes out rows (=) and lse rows (=) of this block. */
 static void fwd_block_f32(const att_dims *d, const float *qkv, const float *Kp, const float *Vp, float *out,
                           float *lse, int64_t b, int64_t h, int64_t qb, float *ws) {
-  const int64_t T = d->T, C = d->C, C3 = 3 * C, hs = d->hs, hsp = d->hsp, G = BLK / VW;
+  const int64_t T = d->T, C = d->C, C3 = d->W, hs = d->hs, hsp = d->hsp, G = BLK / VW;
   float *QT = ws;                 /* (hs, BLK) scaled queries, transposed */
   float *O = QT + hs * BLK;       /* (BLK, hsp) unnormalised output */
   float *ST = O + BLK * hsp;      /* (BLK, BLK) scores S^T, then probabilities P^T */
@@ -299,17 +309,19 @@ static void fwd_block_f32(const att_dims *d, const float *qkv, const float *Kp, 
 static zt_status fwd_f32(const att_dims *d, const float *qkv, float *out, float *lse) {
   scratch sc;
   ZT_TRY(scratch_alloc(&sc, fwd_scratch_floats(d)));
-  const int64_t BH = d->B * d->H, nthr = omp_get_max_threads(), nb = d->nb;
+  const int64_t BH = d->B * d->H, BKV = d->B * d->Hkv, nthr = omp_get_max_threads(), nb = d->nb;
   const bool par = BH * nb > 1 && d->B * d->H * d->T * d->T / 2 * d->hs > ATT_PAR_MIN;
   const int64_t kv = d->Tp * d->hsp; /* offset of Vp in a thread's scratch */
-  if (BH % nthr == 0 || BH >= 4 * nthr) {
-    /* Enough heads to share out evenly: one task per head, keys packed once. */
+  if (BKV % nthr == 0 || BKV >= 4 * nthr) {
+    /* Enough kv heads to share out evenly: one task per kv head, its keys packed once for
+     * the query heads that share it. */
 #pragma omp parallel for schedule(dynamic, 1) if (par)
-    for (int64_t bh = 0; bh < BH; bh++) {
+    for (int64_t bk = 0; bk < BKV; bk++) {
       float *ws = scratch_mine(&sc);
-      const int64_t b = bh / d->H, h = bh % d->H;
-      pack_kv(d, qkv + b * d->T * 3 * d->C, h, nb, ws, ws + kv);
-      for (int64_t qb = 0; qb < nb; qb++) fwd_block_f32(d, qkv, ws, ws + kv, out, lse, b, h, qb, ws + 2 * kv);
+      const int64_t b = bk / d->Hkv, kh = bk % d->Hkv;
+      pack_kv(d, qkv + b * d->T * d->W, kh, nb, ws, ws + kv);
+      for (int64_t h = kh * d->grp; h < (kh + 1) * d->grp; h++)
+        for (int64_t qb = 0; qb < nb; qb++) fwd_block_f32(d, qkv, ws, ws + kv, out, lse, b, h, qb, ws + 2 * kv);
     }
   } else {
     /* Few heads: one task per (head, query block), each packing the keys it needs;
@@ -318,7 +330,7 @@ static zt_status fwd_f32(const att_dims *d, const float *qkv, float *out, float 
     for (int64_t t = 0; t < BH * nb; t++) {
       float *ws = scratch_mine(&sc);
       const int64_t qb = nb - 1 - t / BH, b = t % BH / d->H, h = t % BH % d->H;
-      pack_kv(d, qkv + b * d->T * 3 * d->C, h, qb + 1, ws, ws + kv);
+      pack_kv(d, qkv + b * d->T * d->W, h / d->grp, qb + 1, ws, ws + kv);
       fwd_block_f32(d, qkv, ws, ws + kv, out, lse, b, h, qb, ws + 2 * kv);
     }
   }
@@ -331,13 +343,16 @@ static int64_t bwd_scratch_floats(const att_dims *d) {
   return 4 * d->Tp * d->hsp + 2 * d->hs * d->Tp + 2 * d->Tp + 2 * BLK * d->hsp + 2 * BLK * BLK;
 }
 
-/* One (batch b, head h): every gradient of this head is written by this call only, so
- * heads run in parallel without races, in a fixed order (deterministic).
+/* One (batch b, query head h): its dq is written by this call only; the dk and dv of its
+ * kv head are written (=) when acc is false, else added (+=): the query heads sharing a kv
+ * head run one after the other in head order, kv heads in parallel without races
+ * (deterministic).
  * For key block kb, query blocks qb >= kb: S = Qs K^T, P = exp(S - lse),
  * dP = dO V^T, dS = P (dP - D); dV += P^T dO, dK += dS^T Qs, dQ += dS K. */
 static void bwd_head_f32(const att_dims *d, const float *qkv, const float *out, const float *lse,
-                         const float *dout, float *dqkv, int64_t b, int64_t h, float *ws) {
-  const int64_t T = d->T, C = d->C, C3 = 3 * C, hs = d->hs, hsp = d->hsp, Tp = d->Tp, nb = d->nb;
+                         const float *dout, float *dqkv, int64_t b, int64_t h, bool acc, float *ws) {
+  const int64_t T = d->T, C = d->C, C3 = d->W, hs = d->hs, hsp = d->hsp, Tp = d->Tp, nb = d->nb;
+  const int64_t kh = h / d->grp;
   float *Qs = ws;               /* (Tp, hsp) q * scale */
   float *Kr = Qs + Tp * hsp;    /* (Tp, hsp) k */
   float *dOr = Kr + Tp * hsp;   /* (Tp, hsp) dout */
@@ -357,7 +372,8 @@ static void bwd_head_f32(const att_dims *d, const float *qkv, const float *out, 
     float *qd = Qs + t * hsp, *kd = Kr + t * hsp, *gd = dOr + t * hsp;
     float *kt = KT + (t / BLK) * hs * BLK + t % BLK, *vt = VT + (t / BLK) * hs * BLK + t % BLK;
     if (t < T) {
-      const float *q = base + t * C3 + h * hs, *k = q + C, *v = k + C;
+      const float *q = base + t * C3 + h * hs, *k = base + t * C3 + d->koff + kh * hs;
+      const float *v = base + t * C3 + d->voff + kh * hs;
       const float *o = out + (b * T + t) * C + h * hs, *g = dout + (b * T + t) * C + h * hs;
       if (t + PF_ROWS < T) {
         prefetch_read(q + PF_ROWS * C3, hs);
@@ -427,16 +443,23 @@ static void bwd_head_f32(const att_dims *d, const float *qkv, const float *out, 
       tgemm(mq, hsp, nk, dS, BLK, 1, Kr + j0 * hsp, hsp, dQ + i0 * hsp, hsp, true, diag ? TRI_K_LE_M : TRI_NONE);
     }
     for (int64_t jj = 0; jj < nk; jj++) {
-      float *gk = dqkv + (b * T + j0 + jj) * C3 + C + h * hs, *gv = gk + C;
+      float *gk = dqkv + (b * T + j0 + jj) * C3 + d->koff + kh * hs;
+      float *gv = dqkv + (b * T + j0 + jj) * C3 + d->voff + kh * hs;
       const float *sk = dK + jj * hsp, *sv = dV + jj * hsp;
       if (jj + PF_ROWS < nk) {
         prefetch_write(gk + PF_ROWS * C3, hs);
         prefetch_write(gv + PF_ROWS * C3, hs);
       }
-      for (int64_t x = 0; x < hs; x++) {
-        gk[x] = sk[x];
-        gv[x] = sv[x];
-      }
+      if (acc)
+        for (int64_t x = 0; x < hs; x++) {
+          gk[x] += sk[x];
+          gv[x] += sv[x];
+        }
+      else
+        for (int64_t x = 0; x < hs; x++) {
+          gk[x] = sk[x];
+          gv[x] = sv[x];
+        }
     }
   }
   for (int64_t t = 0; t < T; t++) {
@@ -451,11 +474,13 @@ static zt_status bwd_f32(const att_dims *d, const float *qkv, const float *out, 
                          float *dqkv) {
   scratch sc;
   ZT_TRY(scratch_alloc(&sc, bwd_scratch_floats(d)));
-  const int64_t BH = d->B * d->H;
-  const bool par = BH > 1 && d->B * d->H * d->T * d->T / 2 * d->hs > ATT_PAR_MIN;
+  const int64_t BKV = d->B * d->Hkv;
+  const bool par = BKV > 1 && d->B * d->H * d->T * d->T / 2 * d->hs > ATT_PAR_MIN;
+  /* one task per kv head: its query heads in order, the first writing dk and dv */
 #pragma omp parallel for schedule(dynamic, 1) if (par)
-  for (int64_t bh = 0; bh < BH; bh++)
-    bwd_head_f32(d, qkv, out, lse, dout, dqkv, bh / d->H, bh % d->H, scratch_mine(&sc));
+  for (int64_t bk = 0; bk < BKV; bk++)
+    for (int64_t g = 0; g < d->grp; g++)
+      bwd_head_f32(d, qkv, out, lse, dout, dqkv, bk / d->Hkv, bk % d->Hkv * d->grp + g, g > 0, scratch_mine(&sc));
   scratch_free(&sc);
   return ZT_OK;
 }
@@ -569,16 +594,16 @@ static double row_f64(const double *q, const double *k, int64_t ks, const double
 }
 
 static zt_status fwd_f64(const att_dims *d, const double *qkv, double *out, double *lse) {
-  const int64_t T = d->T, C = d->C, C3 = 3 * C, hs = d->hs;
+  const int64_t T = d->T, C = d->C, C3 = d->W, hs = d->hs;
   void *buf = NULL;
   size_t bytes = sizeof(double) * (size_t)T;
   ZT_TRY(zt_mem_alloc(bytes, ZT_CPU, ZT_MEM_TAG_TEMP, &buf));
   for (int64_t b = 0; b < d->B; b++)
     for (int64_t h = 0; h < d->H; h++) {
-      const double *k = qkv + b * T * C3 + C + h * hs;
+      const double *kv = qkv + b * T * C3 + h / d->grp * hs, *k = kv + d->koff, *v = kv + d->voff;
       for (int64_t i = 0; i < T; i++)
         lse[(b * d->H + h) * T + i] =
-            row_f64(qkv + (b * T + i) * C3 + h * hs, k, C3, k + C, C3, i, hs, out + (b * T + i) * C + h * hs, buf);
+            row_f64(qkv + (b * T + i) * C3 + h * hs, k, C3, v, C3, i, hs, out + (b * T + i) * C + h * hs, buf);
     }
   zt_mem_free(buf, bytes, ZT_CPU, ZT_MEM_TAG_TEMP);
   return ZT_OK;
@@ -586,7 +611,7 @@ static zt_status fwd_f64(const att_dims *d, const double *qkv, double *out, doub
 
 static void bwd_f64(const att_dims *d, const double *qkv, const double *out, const double *lse,
                     const double *dout, double *dqkv) {
-  const int64_t T = d->T, C = d->C, C3 = 3 * C, hs = d->hs;
+  const int64_t T = d->T, C = d->C, C3 = d->W, hs = d->hs;
   const double scale = 1.0 / sqrt((double)hs);
   memset(dqkv, 0, sizeof(double) * (size_t)(d->B * T * C3));
   for (int64_t b = 0; b < d->B; b++)
@@ -599,8 +624,9 @@ static void bwd_f64(const att_dims *d, const double *qkv, const double *out, con
         for (int64_t x = 0; x < hs; x++) D += g[x] * o[x];
         const double li = lse[(b * d->H + h) * T + i];
         for (int64_t j = 0; j <= i; j++) {
-          const double *k = qkv + (b * T + j) * C3 + C + h * hs, *v = k + C;
-          double *gk = dqkv + (b * T + j) * C3 + C + h * hs, *gv = gk + C;
+          const int64_t kr = (b * T + j) * C3 + h / d->grp * hs;
+          const double *k = qkv + kr + d->koff, *v = qkv + kr + d->voff;
+          double *gk = dqkv + kr + d->koff, *gv = dqkv + kr + d->voff;
           double s = 0, dp = 0;
           for (int64_t x = 0; x < hs; x++) {
             s += q[x] * k[x];
@@ -634,8 +660,9 @@ static zt_status cached_f64(const double *q, const double *k, const double *v, i
 }
 
 /* ------------------------------------------------------------------ entry points */
-zt_status zt__cpu_attention_forward(const zt_tensor *qkv, int n_head, zt_tensor *out, zt_tensor *lse) {
-  att_dims d = dims_of(qkv, n_head);
+zt_status zt__cpu_attention_forward(const zt_tensor *qkv, int n_head, int n_kv_head, zt_tensor *out,
+                                    zt_tensor *lse) {
+  att_dims d = dims_of(qkv, n_head, n_kv_head);
   if (d.B * d.T == 0) return ZT_OK;
   if (qkv->dtype == ZT_DTYPE_F32)
     return fwd_f32(&d, zt__tensor_ptr(qkv), zt__tensor_ptr(out), zt__tensor_ptr(lse));
@@ -644,8 +671,8 @@ zt_status zt__cpu_attention_forward(const zt_tensor *qkv, int n_head, zt_tensor 
 }
 
 zt_status zt__cpu_attention_backward(const zt_tensor *qkv, const zt_tensor *out, const zt_tensor *lse,
-                                     const zt_tensor *dout, int n_head, zt_tensor *dqkv) {
-  att_dims d = dims_of(qkv, n_head);
+                                     const zt_tensor *dout, int n_head, int n_kv_head, zt_tensor *dqkv) {
+  att_dims d = dims_of(qkv, n_head, n_kv_head);
   if (d.B * d.T == 0) return ZT_OK;
   if (qkv->dtype == ZT_DTYPE_F32)
     return bwd_f32(&d, zt__tensor_ptr(qkv), zt__tensor_ptr(out), zt__tensor_ptr(lse), zt__tensor_ptr(dout),

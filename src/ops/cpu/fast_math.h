@@ -57,4 +57,9 @@ static inline float zt__expf(float x) {
   return x < -87.0f ? 0.0f : y;
 }
 
+/* sigmoid for SiLU, 1 / (1 + e^-x) with the clamped exp (x below -88 gives ~6e-39, not 0;
+ * x times it is still far below any value that matters). The unary silu and the fused
+ * swiglu kernels both use it, so the fused op is bitwise the composition. */
+static inline float zt__sigmoidf(float x) { return 1.0f / (1.0f + zt__expf_clamped(-x)); }
+
 #endif

@@ -23,6 +23,38 @@ int64_t zt__cpu_layer_norm_scratch_numel(int64_t rows, int64_t C);
 void zt__cpu_layer_norm_backward(const zt_tensor *g, const zt_tensor *x, const zt_tensor *w, const zt_tensor *mean,
                                  const zt_tensor *rstd, zt_tensor *dx, zt_tensor *dw, zt_tensor *db, void *scratch);
 
+/* ------------------------------------------------ rms norm (Llama's RMSNorm) */
+/* x (R, C) -> out (R, C) = (x * rstd) * w per row, rstd = 1 / sqrt(mean(x^2) + eps), in x's
+ * dtype (f32 accumulates in f32, like LlamaRMSNorm on f32 input); w (C) may be NULL (1).
+ * rstd (R) is written (=) when not NULL. */
+void zt__cpu_rms_norm(const zt_tensor *x, const zt_tensor *w, double eps, zt_tensor *out, zt_tensor *rstd);
+/* Elements of the scratch zt__cpu_rms_norm_backward needs for dw with R rows of C. */
+int64_t zt__cpu_rms_norm_scratch_numel(int64_t rows, int64_t C);
+/* g (R, C), x (R, C), rstd (R) saved by forward, w (C) or NULL. Writes (=) each non-NULL
+ * output: dx (R, C), dw (C); scratch holds zt__cpu_rms_norm_scratch_numel elements when dw
+ * is wanted (else NULL). dw sums chunks of rows in chunk order (thread-count independent). */
+void zt__cpu_rms_norm_backward(const zt_tensor *g, const zt_tensor *x, const zt_tensor *w, const zt_tensor *rstd,
+                               zt_tensor *dx, zt_tensor *dw, void *scratch);
+
+/* ------------------------------------------------ rotary position embedding */
+/* x (N, T, W), W a multiple of D = 2 * cos->shape[1]; cos, sin (P, D/2) with
+ * pos_offset + T <= P. Row t of each of the first n_rot heads (D columns each) is rotated
+ * in the rotate-half layout by the angles of position pos_offset + t:
+ *   out[i] = x[i] cos[i] - x[i + D/2] sin[i],  out[i + D/2] = x[i + D/2] cos[i] + x[i] sin[i]
+ * (i < D/2); the remaining columns are copied. inverse rotates by minus the angles (sin
+ * negated): the backward of the forward rotation. out (N, T, W) (=); out != x. */
+void zt__cpu_rope(const zt_tensor *x, const zt_tensor *cos, const zt_tensor *sin, int64_t pos_offset, int64_t n_rot,
+                  bool inverse, zt_tensor *out);
+
+/* ------------------------------------------------ SwiGLU */
+/* gate, up (n) -> out (n) = silu(gate) * up (=), silu(a) = a * sigmoid(a) computed as
+ * zt__cpu_unary's ZT_UNOP_SILU does, so out is bitwise mul(silu(gate), up). */
+void zt__cpu_swiglu(const zt_tensor *gate, const zt_tensor *up, zt_tensor *out);
+/* g (n) the grad of out -> dgate (n) = g up silu'(gate), dup (n) = g silu(gate) (=; each may
+ * be NULL), bitwise what silu's and mul's backward give in sequence. */
+void zt__cpu_swiglu_backward(const zt_tensor *g, const zt_tensor *gate, const zt_tensor *up, zt_tensor *dgate,
+                             zt_tensor *dup);
+
 /* ------------------------------------------------ embedding */
 /* The first position (row-major) of ids (N) holding a value outside [0, V), or -1 when
  * all are valid; *bad gets that value. */

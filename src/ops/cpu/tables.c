@@ -18,6 +18,10 @@ const zt__embedding_kernels zt__cpu_embedding_kernels = {zt__cpu_embedding_find_
                                                          zt__cpu_embedding_backward};
 const zt__layer_norm_kernels zt__cpu_layer_norm_kernels = {zt__cpu_layer_norm, zt__cpu_layer_norm_scratch_numel,
                                                            zt__cpu_layer_norm_backward};
+const zt__rms_norm_kernels zt__cpu_rms_norm_kernels = {zt__cpu_rms_norm, zt__cpu_rms_norm_scratch_numel,
+                                                       zt__cpu_rms_norm_backward};
+const zt__rope_kernels zt__cpu_rope_kernels = {zt__cpu_rope};
+const zt__swiglu_kernels zt__cpu_swiglu_kernels = {zt__cpu_swiglu, zt__cpu_swiglu_backward};
 const zt__matmul_kernels zt__cpu_matmul_kernels = {zt__cpu_gemm, zt__cpu_gemm_batched, zt__cpu_fill_rows,
                                                    zt__cpu_col_sum};
 const zt__lm_head_kernels zt__cpu_lm_head_kernels = {zt__cpu_gemm, zt__cpu_lm_head_chunk, zt__cpu_ce_check_targets,

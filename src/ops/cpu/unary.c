@@ -1,6 +1,7 @@
 /* Unary elementwise kernels and their backward: flat loops over contiguous data, one
  * loop per op so each vectorises. GELU is the tanh approximation used by GPT-2, computed
  * as x * sigmoid(2u) (== 0.5 x (1 + tanh(u))), which needs one exp and no cancellation.
+ * SiLU is x * sigmoid(x) with fast_math.h's sigmoid (shared with the fused SwiGLU).
  * f32 tanh and GELU use the inline, vectorisable exp of fast_math.h instead of libm (the
  * hot GPT-2 activation); f64 uses libm throughout (gradchecks and references). Every element
  * is computed by the same code whatever the thread count or its position. */
@@ -50,7 +51,7 @@ static inline double gelu_sig_f64(double x) {
     for (int64_t i = 0; i < n; i++) { BODY; }                                        \
   } while (0)
 
-#define ZT_DEFINE_UNARY(T, SUF, EXP, LOG, SQRT, TANH, POW)                                          \
+#define ZT_DEFINE_UNARY(T, SUF, EXP, LOG, SQRT, TANH, POW, SIG)                                          \
   /* o (n) = f(a (n)); o may be a (same element read then written). */                            \
   static void unary_##SUF(zt__unop op, T s, const T *a, T *o, int64_t n) {                          \
     switch (op) {                                                                                   \
@@ -62,6 +63,7 @@ static inline double gelu_sig_f64(double x) {
     /* x < 0 ? 0 : x keeps NaN (a NaN loss must show) */                                           \
     case ZT_UNOP_RELU: EW_LOOP(T x = a[i]; o[i] = x < 0 ? 0 : x); break;                            \
     case ZT_UNOP_GELU: EW_LOOP(T x = a[i]; o[i] = x * gelu_sig_##SUF(x)); break;                    \
+    case ZT_UNOP_SILU: EW_LOOP(T x = a[i]; o[i] = x * SIG(x)); break;                                \
     case ZT_UNOP_ADD_SCALAR: EW_LOOP(o[i] = a[i] + s); break;                                       \
     case ZT_UNOP_MUL_SCALAR: EW_LOOP(o[i] = a[i] * s); break;                                       \
     case ZT_UNOP_DIV_SCALAR: EW_LOOP(o[i] = a[i] / s); break;                                       \
@@ -89,6 +91,9 @@ static inline double gelu_sig_f64(double x) {
               T du = (T)GELU_K * (1 + 3 * (T)GELU_C * v * v);                                       \
               gx[i] = g[i] * (sg + 2 * v * sg * (1 - sg) * du));                                    \
       break;                                                                                        \
+    case ZT_UNOP_SILU: /* d/dx [x sig] = sig (1 + x (1 - sig)) */                                   \
+      EW_LOOP(T v = x[i]; T sg = SIG(v); gx[i] = g[i] * (sg * (1 + v * (1 - sg))));                  \
+      break;                                                                                        \
     case ZT_UNOP_ADD_SCALAR: EW_LOOP(gx[i] = g[i]); break;                                          \
     case ZT_UNOP_MUL_SCALAR: EW_LOOP(gx[i] = g[i] * s); break;                                      \
     case ZT_UNOP_DIV_SCALAR: EW_LOOP(gx[i] = g[i] / s); break;                                      \
@@ -103,8 +108,9 @@ static inline double gelu_sig_f64(double x) {
     }                                                                                               \
   }
 
-ZT_DEFINE_UNARY(float, f32, expf, logf, sqrtf, tanh_f32, powf)
-ZT_DEFINE_UNARY(double, f64, exp, log, sqrt, tanh, pow)
+ZT_DEFINE_UNARY(float, f32, expf, logf, sqrtf, tanh_f32, powf, zt__sigmoidf)
+static inline double sigmoid_f64(double x) { return 1.0 / (1.0 + exp(-x)); }
+ZT_DEFINE_UNARY(double, f64, exp, log, sqrt, tanh, pow, sigmoid_f64)
 
 /* out (n) = f(a (n)); out may alias a. */
 void zt__cpu_unary(zt__unop op, double s, const zt_tensor *a, zt_tensor *out) {
