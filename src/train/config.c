@@ -164,6 +164,8 @@ static zt_status parse_recompute(zt_train_config *c, const char *v) {
                 v ? v : "");
 }
 
+static zt_status set_strategy_option(zt_train_config *c, const char *key, const char *v);
+
 zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v) {
   if (!key) return ZT_ERR(ZT_STATUS_INVALID_ARG, "option name is NULL");
   if (!strcmp(key, "model")) {
@@ -220,6 +222,12 @@ zt_status zt_train_config_set(zt_train_config *c, const char *key, const char *v
   if (!strcmp(key, "init-from")) return parse_str(key, v, c->model.init_from, sizeof c->model.init_from);
   if (!strcmp(key, "stop-at")) return zt_config_parse_i64(key, v, 0, ZT_MAX_STEPS, &c->stop_at);
   if (!strcmp(key, "inject-nan-at")) return zt_config_parse_i64(key, v, 0, ZT_MAX_STEPS, &c->inject_nan_at);
+  return set_strategy_option(c, key, v);
+}
+
+/* The memory and parallelism options (zt_train_config.memory, .parallel, and the formats and
+ * figures that go with them); any other key is unknown. */
+static zt_status set_strategy_option(zt_train_config *c, const char *key, const char *v) {
   if (!strcmp(key, "recompute")) return parse_recompute(c, v);
   if (!strcmp(key, "offload-activations")) {
     static const char *const names[] = {"none", "bf16", "disk", "host"};
