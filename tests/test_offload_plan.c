@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 
 #include "core/backend.h"
-#include "train/offload_train.h"
+#include "train/offload_plan.h"
 #include "zt_test.h"
 #include "zt/train.h"
 

@@ -283,5 +283,28 @@ ZT_API zt_fsdp *zt_data_parallel_fsdp(const zt_data_parallel *d);
  * pieces under FSDP); the array is owned by d or the model. */
 ZT_API int zt_data_parallel_params(const zt_data_parallel *d, zt_param **params);
 ZT_API void zt_data_parallel_free(zt_data_parallel *d); /* detaches first; NULL is a no-op */
+/* A training step's calls, the same for DDP and FSDP (the kind is chosen once, when attached;
+ * call them while attached). o updates zt_data_parallel_params' list. */
+/* "ddp", or FSDP's sharding strategy ("full", "grad_op", ...; zt_shard_strategy_name). */
+ZT_API const char *zt_data_parallel_name(const zt_data_parallel *d);
+/* no_sync (zt_ddp_set_sync, zt_fsdp_set_sync). */
+ZT_API void zt_data_parallel_set_sync(zt_data_parallel *d, bool sync);
+/* The global gradient norm, clipped as zt_clip_grad_norm (DDP's gradients are the same on
+ * every rank after its all-reduce; FSDP's norm is over the shards, collective). */
+ZT_API ZT_NODISCARD zt_status zt_data_parallel_clip_grad_norm(zt_data_parallel *d, double max_norm, double *norm);
+/* Multiply every gradient by factor (loss unscaling): FSDP's shards; DDP: ZT_STATUS_UNSUPPORTED. */
+ZT_API ZT_NODISCARD zt_status zt_data_parallel_scale_grads(zt_data_parallel *d, double factor);
+/* The update (zt_optim_step; FSDP: zt_fsdp_optim_step, unit by unit with a state store). */
+ZT_API ZT_NODISCARD zt_status zt_data_parallel_optim_step(zt_data_parallel *d, zt_optim *o, double lr);
+/* After the update: FSDP's after-step (zt_fsdp_after_step), then the gradients freed. */
+ZT_API ZT_NODISCARD zt_status zt_data_parallel_after_step(zt_data_parallel *d, zt_optim *o);
+/* FSDP with a state store: o's state goes into it (zt_fsdp_offload_optim); otherwise nothing. */
+ZT_API ZT_NODISCARD zt_status zt_data_parallel_offload_optim(zt_data_parallel *d, zt_optim *o);
+/* The counters (zt_ddp_stats_get, zt_fsdp_stats_get). */
+ZT_API void zt_data_parallel_stats_get(const zt_data_parallel *d, zt_dp_stats *out);
+/* Usable full parameters in the model's tensors until release (FSDP gathers them,
+ * collective; DDP holds them already). */
+ZT_API ZT_NODISCARD zt_status zt_data_parallel_gather_full(zt_data_parallel *d);
+ZT_API ZT_NODISCARD zt_status zt_data_parallel_release_full(zt_data_parallel *d);
 
 #endif

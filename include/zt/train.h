@@ -16,7 +16,7 @@
 #include "zt/snapshot.h"
 #include "zt/strategy.h"
 
-/* ------------------------------------------------ the training loop (src/train/loop.c) */
+/* ------------------------------------------------ the parts of a step (src/train/step.c) */
 /* The parts of a training step, in order (EVAL and SAVE only at the steps that do them). */
 typedef enum zt_train_phase {
   ZT_TRAIN_PHASE_FORWARD = 0,

@@ -3,7 +3,7 @@
  * third step (ZT_ACT_TRIAL_FIRST) offloads every slice's activations, its fourth recomputes
  * every slice's blocks, and from its fifth each slice keeps the way its forward + backward took
  * less time in.
- * Internal. */
+ * Included by: src/train (and its tests). */
 #ifndef ZT_TRAIN_ACT_TRIAL_H
 #define ZT_TRAIN_ACT_TRIAL_H
 

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "core/status_internal.h"
-#include "train/offload_train.h"
+#include "train/offload_plan.h"
 
 /* A limit of 2^60 bytes or more is no limit (v1 writes 2^63 - 4096 for none). */
 #define NO_LIMIT ((int64_t)1 << 60)

@@ -192,3 +192,17 @@ zt_status zt__train_tokenizer_check(const zt_train_config *c, const zt_gpt2_conf
                   enc, v, g->vocab_size, v);
   return ZT_OK;
 }
+
+/* ------------------------------------------------ the run's model config (zt/train.h) */
+/* Model config from the preset, what it starts from and its data, plus explicit overrides. */
+zt_status zt_train_model_config(const zt_train_config *c, zt_gpt2_config *g) {
+  ZT_TRY(zt_gpt2_preset(c->model.preset, g));
+  ZT_TRY(zt__train_model_source(c, g)); /* init_from's shape, the token file's vocabulary */
+  if (c->model.n_layer > 0) g->n_layer = c->model.n_layer;
+  if (c->model.n_head > 0) g->n_head = c->model.n_head;
+  if (c->model.n_embd > 0) g->n_embd = c->model.n_embd;
+  if (c->model.vocab_size > 0) g->vocab_size = c->model.vocab_size;
+  if (c->model.block_size > 0) g->block_size = c->model.block_size;
+  if (c->model.dropout >= 0) g->dropout = c->model.dropout;
+  return zt_gpt2_config_validate(g);
+}

@@ -1,5 +1,6 @@
 /* Where a run's model comes from (src/train/model_source.c): its shape, its first weights and
- * the tokenizer its checkpoints carry. Internal. */
+ * the tokenizer its checkpoints carry.
+ * Included by: src/train. */
 #ifndef ZT_TRAIN_MODEL_SOURCE_H
 #define ZT_TRAIN_MODEL_SOURCE_H
 

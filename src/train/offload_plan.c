@@ -15,7 +15,7 @@
 
 #include "core/backend.h"
 #include "core/status_internal.h"
-#include "train/offload_train.h"
+#include "train/offload_plan.h"
 #include "zt/train.h"
 
 /* Values per token a block keeps for backward with nothing recomputed (gpt2_plan.c). */
@@ -41,17 +41,20 @@ static void plan_bound(zt_offload_plan *p) {
   p->bound = p->peak + p->inflight_bytes + ZT_OFFLOAD_PLAN_MARGIN(p->peak);
 }
 
-/* What one plan holds at its peak, and how long a step takes. rec (OFFLOAD only; NULL: none):
- * the slices whose blocks are recomputed instead of offloaded. */
-static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, const int *count, int N, int K,
-                    zt_offload_plan_activations act, const bool *rec, zt_offload_plan *p) {
+/* What a plan holds at its peak (memory_peak) and how long its step takes (predict). */
+typedef struct plan_peak {
+  double states, acts; /* at the peak */
+  double bound;        /* the peak with what may be in flight then */
+  double W;            /* the tier's write cap: the smallest slice's parameters at most */
+} plan_peak;
+
+/* The peak of N slices of parameter bytes P (nb blocks each), K resident; rec as predict's. */
+static plan_peak memory_peak(const zt_offload_plan_input *in, const int64_t *P, const int *nb, int64_t Pmax, int N,
+                             int K, zt_offload_plan_activations act, const bool *rec) {
   const zt_gpt2_config *g = &in->model;
-  double C = g->n_embd, V = g->vocab_size, L = g->n_layer;
+  double C = g->n_embd, V = g->vocab_size;
   double t = (double)in->rows / (double)in->microbatches * (double)in->seq; /* tokens of a chunk */
   double wte = V * C * 4;
-  int64_t P[ZT_OFFLOAD_PLAN_MAX_UNITS];
-  int nb[ZT_OFFLOAD_PLAN_MAX_UNITS];
-  int64_t Pmax = slices_of(ub, U, count, N, P, nb);
   /* activations of one chunk (t tokens): a block keeps block_kept values per token; one
    * block's backward temporaries (ZT_OFFLOAD_PLAN_TEMP per token); a slice's boundary activation
    * and its grad; the head's chunked logits and their grad (the output layer's wte grad waits
@@ -127,7 +130,20 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
   bound = fmax(bound, end + (two ? W / 2 : 0)); /* one slice alone: its moments in flight were in RAM anyway */
   if (K > 2) states += (double)(K - 2) * (double)Pmax, bound += (double)(K - 2) * (double)Pmax;
 #undef FLY
-  double st = states, a = acts;
+  return (plan_peak){states, acts, bound, W};
+}
+
+/* What one plan holds at its peak, and how long a step takes. rec (OFFLOAD only; NULL: none):
+ * the slices whose blocks are recomputed instead of offloaded. */
+static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, const int *count, int N, int K,
+                    zt_offload_plan_activations act, const bool *rec, zt_offload_plan *p) {
+  const zt_gpt2_config *g = &in->model;
+  double C = g->n_embd, L = g->n_layer;
+  int64_t P[ZT_OFFLOAD_PLAN_MAX_UNITS] = {0};
+  int nb[ZT_OFFLOAD_PLAN_MAX_UNITS] = {0};
+  int64_t Pmax = slices_of(ub, U, count, N, P, nb);
+  plan_peak pk = memory_peak(in, P, nb, Pmax, N, K, act, rec);
+  double st = pk.states, a = pk.acts, bound = pk.bound, W = pk.W;
   p->slices = N, p->resident = K, p->activations_mode = act, p->trial = false;
   /* the recomputed blocks, a letter each */
   double rec_blocks = 0;

@@ -1,14 +1,18 @@
-/* OffloadModel in training (zt/offload_model.h): GPT-2 as its unit sequence (unit 0 the
- * embeddings (wte, wpe), units 1..L the blocks, unit L + 1 the final layer norm and the fused
- * lm-head loss, which uses the tied wte again; a span of units runs as zt_gpt2_forward_stage),
- * and the training loop's part (offload_train.h): the store, the step, evaluation, holding
- * every parameter in RAM for a save. */
+/* The OffloadModel training mode (train/mode.h): GPT-2 as zt_offload_model's unit sequence
+ * (unit 0 the embeddings (wte, wpe), units 1..L the blocks, unit L + 1 the final layer norm and
+ * the fused lm-head loss, which uses the tied wte again; a span of units runs as
+ * zt_gpt2_forward_stage), its parameters and grads in the run's tier (disk, bf16 or host) a few
+ * slices at a time, and with memory.offload_states its optimizer state there too. Each step
+ * gathers its data.microbatches microbatches into one batch that runs as that many chunks
+ * (with DDP, each rank its rows, the grads averaged slice by slice); evaluation goes through it
+ * too; a save streams every parameter from the tier. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/status_internal.h"
-#include "train/offload_train.h"
+#include "train/mode.h"
 
 static bool name_is(const char *name, const char *prefix) { return strncmp(name, prefix, strlen(prefix)) == 0; }
 
@@ -43,66 +47,93 @@ zt_status zt_gpt2_offload_units(zt_gpt2 *m, zt_offload_units *out) {
   return ZT_OK;
 }
 
-/* ------------------------------------------------ the training loop's part */
-bool zt__train_fsdp_stores(const zt_train_config *c) {
-  return c->memory.offload_states && c->parallel.shard != ZT_SHARD_NONE;
-}
+/* ------------------------------------------------ the mode */
+typedef struct om_mode {
+  zt_offload_model *om;   /* NULL until opened (link with offload_states, else ready) */
+  zt_tensor *x, *y;       /* a step's batch: the microbatches one after another */
+  int64_t M;
+  zt_offload_model_mode mode;
+} om_mode;
+
+static om_mode *ctx(zt__mode *m) { return m->ctx; }
 
 bool zt__train_om_wanted(const zt_train_config *c) { return c->memory.offload_model != 0 && !zt__train_fsdp_stores(c); }
 
-zt_status zt__train_om_store(zt__train_om *om, const zt_train_config *c, zt_comm *comm) {
-  if (om->store) return ZT_OK;
-  bool fsdp = zt__train_fsdp_stores(c); /* the store is FSDP's: no offload model */
-  const char *no = c->parallel.pp > 1 ? "zt_train_config.parallel.pp (a pipeline)"
-                   : !fsdp && c->parallel.shard != ZT_SHARD_NONE
-                       ? "zt_train_config.parallel.shard (FSDP; with memory.offload_states instead, FSDP keeps its "
-                         "states in the store itself: ZeRO-Infinity)"
-                   : !fsdp && c->parallel.mixed_precision != ZT_DTYPE_F32 ? "zt_train_config.parallel.mixed_precision"
-                   : fsdp && (c->parallel.shard == ZT_SHARD_OPT)
-                       ? "zt_train_config.parallel.shard opt, which keeps every full parameter in RAM (use full, "
-                         "hybrid:G or grad_op)"
-                   : !fsdp && c->memory.offload_mode == ZT_OFFLOAD_MODEL_KEEP_GRAPH && comm && zt_comm_size(comm) > 1
-                       ? "more than one process in zt_train_config.memory.offload_mode keep-graph (its chunks decide "
-                         "on their own losses; DDP needs recompute)"
-                       : NULL;
-  if (no)
-    return ZT_ERR(ZT_STATUS_UNSUPPORTED, "zt_train_config.memory.offload_model does not run with %s; drop one of them",
-                  no);
-  const char *dir = c->memory.offload_dir[0] ? c->memory.offload_dir : NULL;
-  switch ((zt_offload_tier)c->memory.offload_model) {
-  case ZT_OFFLOAD_BF16: ZT_TRY(zt_store_bf16_new(&om->store)); break;
-  case ZT_OFFLOAD_DISK: ZT_TRY(zt_store_disk_new(dir, "zt_offload_model", &om->store)); break;
-  default: ZT_TRY(zt_store_memory_new(&om->store)); break;
-  }
-  if (c->memory.offload_write_cap > 0) zt_store_set_write_cap(om->store, (size_t)c->memory.offload_write_cap);
-  return ZT_OK;
+/* Frees the offload model (every parameter back in RAM, unless offload_states) and the batch;
+ * the tier stays (the run's). */
+static void om_free(om_mode *o) {
+  zt_offload_model_free(o->om); /* every parameter back in RAM (but with offload_states), the store emptied */
+  zt_tensor_free(o->x);
+  zt_tensor_free(o->y);
+  o->om = NULL;
+  o->x = o->y = NULL;
 }
 
-zt_status zt__train_om_open(zt__train_om *om, const zt_train_config *c, zt_gpt2 *m, zt_comm *comm, int64_t rows) {
-  int L = zt_gpt2_get_config(m)->n_layer;
+/* The tier (unless made) and the offload model over the run's model for this rank's rows, the
+ * parameters evicted: once their values are final for step 1 (after a resume's load), or, with
+ * memory.offload_states (the model built into the tier, restore_on_free off, the optimizer's
+ * state in the tier), before the resume's load. */
+static zt_status om_open(zt__mode *m) {
+  zt__run *r = m->run;
+  const zt_train_config *c = r->c;
+  om_mode *o = ctx(m);
+  int L = r->g.n_layer;
+  int64_t rows = c->data.batch / r->data_world;
   if (c->memory.offload_slices > L + 2)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.memory.offload_slices %d: the model has %d units to slice "
                                          "(embedding, %d blocks, head); give at most %d",
                   c->memory.offload_slices, L + 2, L, L + 2);
-  zt_status s = zt__train_om_store(om, c, comm);
+  zt_status s = zt__run_tier(r);
   zt_offload_units u;
-  if (!s) s = zt_gpt2_offload_units(m, &u);
-  zt_offload_model_options o = zt_offload_model_options_default();
-  if (c->memory.offload_slices > 0) o.slices = c->memory.offload_slices; /* 0: the options' default */
-  if (c->memory.offload_resident > 0) o.resident = c->memory.offload_resident;
-  o.microbatches = (int)c->data.microbatches;
-  o.mode = (zt_offload_model_mode)c->memory.offload_mode;
-  o.comm = comm && zt_comm_size(comm) > 1 ? comm : NULL;
-  o.offload_optim_state = c->memory.offload_states;
-  o.restore_on_free = !c->memory.offload_states;
-  om->M = c->data.microbatches;
-  om->mode = o.mode;
-  if (!s) s = zt_offload_model_new(&u, om->store, &o, &om->om);
+  if (!s) s = zt_gpt2_offload_units(r->model, &u);
+  zt_offload_model_options mo = zt_offload_model_options_default();
+  if (c->memory.offload_slices > 0) mo.slices = c->memory.offload_slices; /* 0: the options' default */
+  if (c->memory.offload_resident > 0) mo.resident = c->memory.offload_resident;
+  mo.microbatches = (int)c->data.microbatches;
+  mo.mode = c->memory.offload_mode;
+  mo.comm = r->world > 1 ? r->comm : NULL;
+  mo.offload_optim_state = c->memory.offload_states;
+  mo.restore_on_free = !c->memory.offload_states;
+  o->M = c->data.microbatches;
+  o->mode = mo.mode;
+  if (!s) s = zt_offload_model_new(&u, r->tier, &mo, &o->om);
   int64_t shape[2] = {rows, c->data.seq};
-  if (!s) s = zt_tensor_empty_tagged(2, shape, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &om->x);
-  if (!s) s = zt_tensor_empty_tagged(2, shape, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &om->y);
-  if (s) zt__train_om_free(om);
+  if (!s) s = zt_tensor_empty_tagged(2, shape, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &o->x);
+  if (!s) s = zt_tensor_empty_tagged(2, shape, ZT_DTYPE_I32, ZT_CPU, ZT_MEM_TAG_TEMP, &o->y);
+  if (s) om_free(o);
   return s;
+}
+
+static const char *om_name(zt__mode *m) { return m->run->world > 1 ? "offload+ddp" : "offload"; }
+static zt_status om_check(zt__mode *m) { return zt__mode_check_no_pipeline(m->run->c); }
+/* with memory.offload_states built straight into the tier: the whole model is never in RAM */
+static zt_status om_build(zt__mode *m) { return zt__run_build(m->run, m->run->c->memory.offload_states); }
+
+/* The optimizer over every parameter (OffloadModel averages the grads itself, DDP); with
+ * offload_states the offload model now and the optimizer's state made in the tier, so that a
+ * resume streams into it. */
+static zt_status om_link(zt__mode *m) {
+  zt__run *r = m->run;
+  r->n_params = zt_gpt2_params(r->model, &r->params);
+  ZT_TRY(zt__run_optim(r));
+  if (!r->c->memory.offload_states) return ZT_OK;
+  ZT_TRY(om_open(m));
+  return r->c->checkpoint.resume[0] ? zt_offload_model_evict_optim(ctx(m)->om, r->opt) : ZT_OK;
+}
+
+/* from here on the parameters live in the tier, a few slices in RAM at a time */
+static zt_status om_ready(zt__mode *m) { return ctx(m)->om ? ZT_OK : om_open(m); }
+static zt_offload_model *om_offload_model(zt__mode *m) { return ctx(m)->om; }
+
+/* its parameters (and with offload_states its optimizer state) stream from the tier into the
+ * files, never all in RAM; the waiting updates first (and no restore in flight), so the
+ * optimizer's state and count are the step's; the slices in RAM stay, written from there */
+static zt_status om_save(zt__mode *m, const zt_train_state *st) {
+  if (ctx(m)->om) ZT_TRY(zt_offload_model_flush(ctx(m)->om));
+  return zt__run_save_replicated(m->run, st);
+}
+static zt_status om_load(zt__mode *m, zt_train_state *st) {
+  return zt_snapshot_load(m->run->c->checkpoint.resume, m->run->model, m->run->opt, st);
 }
 
 static void phase(const zt_train_step_options *so, zt_train_phase p) {
@@ -110,7 +141,7 @@ static void phase(const zt_train_step_options *so, zt_train_phase p) {
 }
 
 /* Microbatch k's rows of the step's batch get (x, y). */
-static zt_status put_rows(zt__train_om *om, int64_t k, zt_tensor *x, zt_tensor *y) {
+static zt_status put_rows(om_mode *om, int64_t k, zt_tensor *x, zt_tensor *y) {
   int64_t rows = x->shape[0];
   zt_tensor *dx = NULL, *dy = NULL;
   zt_status s = zt_narrow(om->x, 0, k * rows, rows, &dx);
@@ -122,32 +153,53 @@ static zt_status put_rows(zt__train_om *om, int64_t k, zt_tensor *x, zt_tensor *
   return s;
 }
 
-zt_status zt__train_om_step(zt__train_om *om, const zt_dp_strategy *dp, zt_optim *o, zt_batch_fn next,
-                            void *user_data, const zt_train_step_options *so, zt_train_step_result *out) {
-  zt_train_step_result r = {0};
-  r.grad_norm = NAN;
-  *out = r;
-  phase(so, ZT_TRAIN_PHASE_FORWARD);
+/* The step's microbatches from the run's batches into one batch. */
+static zt_status gather_batch(zt__mode *m) {
+  om_mode *om = ctx(m);
   for (int64_t k = 0; k < om->M; k++) {
     zt_tensor *x = NULL, *y = NULL;
-    ZT_TRY(next(user_data, &x, &y));
+    ZT_TRY(m->run->next(m->run->next_data, &x, &y));
     if (x->shape[0] * om->M != om->x->shape[0])
       return ZT_ERR(ZT_STATUS_SHAPE, "offload model step: a microbatch of %lld rows, %lld expected",
                     (long long)x->shape[0], (long long)(om->x->shape[0] / om->M));
     ZT_TRY(put_rows(om, k, x, y));
   }
-  if (om->mode == ZT_OFFLOAD_MODEL_KEEP_GRAPH) { /* each chunk's forward and backward in turn */
-    phase(so, ZT_TRAIN_PHASE_BACKWARD);
-    zt_status s = zt_offload_model_train_step(om->om, o, om->x, om->y, so->lr, so->grad_clip, &r.loss, &r.grad_norm);
-    if (s && !isfinite(r.loss)) r.bad_loss = true;
-    else if (s && so->grad_clip >= 0 && !isfinite(r.grad_norm)) r.bad_grad = true;
+  return ZT_OK;
+}
+
+/* keep-graph: each chunk's forward and backward in turn, then the update */
+static zt_status step_keep_graph(zt__mode *m, const zt_train_step_options *so, zt_train_step_result *r) {
+  om_mode *om = ctx(m);
+  phase(so, ZT_TRAIN_PHASE_BACKWARD);
+  zt_status s = zt_offload_model_train_step(om->om, m->run->opt, om->x, om->y, so->lr, so->grad_clip, &r->loss,
+                                            &r->grad_norm);
+  if (s && !isfinite(r->loss)) r->bad_loss = true;
+  else if (s && so->grad_clip >= 0 && !isfinite(r->grad_norm)) r->bad_grad = true;
+  return s;
+}
+
+/* One optimizer step over so->microbatches microbatches (as zt_train_step's, bitwise with a
+ * lossless tier); the loss is the replicas' mean. With so->stop_request, the recomputing mode
+ * stops after its forward when any rank asks (out->interrupted; nothing updated, no grads made:
+ * the forward only applied the last step's waiting updates); the graph-keeping mode runs to its
+ * end. */
+static zt_status om_step(zt__mode *m, const zt_train_step_options *so, zt_train_step_result *out) {
+  om_mode *om = ctx(m);
+  zt__run *run = m->run;
+  zt_train_step_result r = {0};
+  r.grad_norm = NAN;
+  *out = r;
+  phase(so, ZT_TRAIN_PHASE_FORWARD);
+  ZT_TRY(gather_batch(m));
+  if (om->mode == ZT_OFFLOAD_MODEL_KEEP_GRAPH) {
+    zt_status s = step_keep_graph(m, so, &r);
     *out = r;
     return s;
   }
   zt_tensor *loss = NULL;
   ZT_TRY(zt_offload_model_forward(om->om, om->x, om->y, &loss));
   r.loss = so->poison_loss ? NAN : zt_offload_model_last_loss(om->om);
-  zt_status s = dp && dp->mean ? dp->mean(dp->ctx, &r.loss) : ZT_OK; /* the replicas' mean: every rank decides on it */
+  zt_status s = zt__run_mean(run, &r.loss); /* the replicas' mean: every rank decides on it */
   if (!s && !isfinite(r.loss)) {
     r.bad_loss = true;
     s = ZT_ERR(ZT_STATUS_STATE, "loss is %g at step %lld: the step stopped before its update", r.loss,
@@ -155,7 +207,7 @@ zt_status zt__train_om_step(zt__train_om *om, const zt_dp_strategy *dp, zt_optim
   }
   if (!s && so->stop_request) { /* a safe point: forward leaves the parameters as the last step's end left them */
     double v = *so->stop_request ? 1 : 0;
-    s = dp && dp->mean ? dp->mean(dp->ctx, &v) : ZT_OK; /* any rank's request stops every rank here */
+    s = zt__run_mean(run, &v); /* any rank's request stops every rank here */
     r.interrupted = !s && v > 0;
   }
   if (!s && !r.interrupted) {
@@ -169,50 +221,34 @@ zt_status zt__train_om_step(zt__train_om *om, const zt_dp_strategy *dp, zt_optim
   }
   if (!s) {
     phase(so, ZT_TRAIN_PHASE_OPTIMIZER);
-    s = zt_offload_model_step(om->om, o, so->lr, so->grad_clip, &r.grad_norm);
+    s = zt_offload_model_step(om->om, run->opt, so->lr, so->grad_clip, &r.grad_norm);
     if (s && so->grad_clip >= 0 && !isfinite(r.grad_norm)) r.bad_grad = true;
   }
   *out = r;
   return s;
 }
 
-zt_status zt__train_om_loss(zt__train_om *om, zt_tensor *x, zt_tensor *y, double *loss) {
+static zt_status om_loss(zt__mode *m, zt_tensor *x, zt_tensor *y, double *loss) {
   bool prev = zt_set_grad_enabled(false);
   zt_tensor *l = NULL;
-  zt_status s = zt_offload_model_forward(om->om, x, y, &l);
+  zt_status s = zt_offload_model_forward(ctx(m)->om, x, y, &l);
   zt_set_grad_enabled(prev);
-  if (!s) *loss = zt_offload_model_last_loss(om->om);
+  if (!s) *loss = zt_offload_model_last_loss(ctx(m)->om);
   zt_tensor_free(l);
   return s;
 }
 
-zt_status zt__train_om_settle(zt__train_om *om) {
-  /* the slices in RAM stay: the writer reads resident tensors where they are */
-  return om->om ? zt_offload_model_flush(om->om) : ZT_OK;
-}
+static zt_status om_mean(zt__mode *m, double *v) { return zt__run_mean(m->run, v); }
 
-void zt__train_om_io_step(zt__train_om *om, zt_train_step_info *info) {
-  if (!om->store) return;
-  zt_store_io_stats now;
-  zt_store_io_stats_get(om->store, &now);
-  info->io_read_bytes = now.read_bytes - om->io_last.read_bytes;
-  info->io_write_bytes = now.write_bytes - om->io_last.write_bytes;
-  info->io_read_ms = (now.read_seconds - om->io_last.read_seconds) * 1e3;
-  info->io_write_ms = (now.write_seconds - om->io_last.write_seconds) * 1e3;
-  om->io_last = now;
-}
-
-void zt__train_om_io_skip(zt__train_om *om) {
-  zt_train_step_info unused = {0};
-  zt__train_om_io_step(om, &unused);
-}
-
-void zt__train_om_result(const zt__train_om *om, zt_train_result *res) {
-  if (!om->om) return;
+/* The run's figures (slices, loads, the tier's peak), then every parameter back in RAM (unless
+ * offload_states). */
+static void om_end(zt__mode *m, zt_train_result *res) {
+  om_mode *om = ctx(m);
+  if (!om || !om->om) return;
   zt_offload_model_stats st;
   zt_offload_model_stats_get(om->om, &st);
   zt_store_stats ss;
-  zt_store_stats_get(om->store, &ss);
+  zt_store_stats_get(m->run->tier, &ss);
   res->model_slices = st.slices;
   res->model_resident = st.resident;
   res->model_slice_loads = st.loads;
@@ -222,20 +258,39 @@ void zt__train_om_result(const zt__train_om *om, zt_train_result *res) {
   res->model_update_adamw_s = st.update_adamw_s;
   res->model_store_peak_bytes = ss.peak_bytes_held;
   zt_mem_stats_get(ZT_CPU, &res->model_ram);
-  res->model_store_device = zt_store_device(om->store);
+  res->model_store_device = zt_store_device(m->run->tier);
   zt_mem_stats_get(res->model_store_device, &res->model_store);
+  om_free(om);
 }
 
-void zt__train_om_free(zt__train_om *om) {
-  zt_offload_model_free(om->om); /* every parameter back in RAM (but with offload_states), the store emptied */
-  zt_tensor_free(om->x);
-  zt_tensor_free(om->y);
-  om->om = NULL;
-  om->x = om->y = NULL;
+static void om_close(zt__mode *m) {
+  if (!m->ctx) return;
+  om_free(ctx(m));
+  free(m->ctx);
+  m->ctx = NULL;
 }
 
-void zt__train_om_close(zt__train_om *om) {
-  zt__train_om_free(om);
-  zt_store_free(om->store);
-  *om = (zt__train_om){0};
+static const zt__mode_i k_offload = {
+    .unit = "ranks",
+    .own_stream = true,
+    .name = om_name,
+    .check = om_check,
+    .build = om_build,
+    .link = om_link,
+    .save = om_save,
+    .load = om_load,
+    .ready = om_ready,
+    .offload_model = om_offload_model,
+    .step = om_step,
+    .loss = om_loss,
+    .mean = om_mean,
+    .end = om_end,
+    .close = om_close,
+};
+
+zt_status zt__mode_offload(zt__run *run, zt__mode *out) {
+  om_mode *o = calloc(1, sizeof *o);
+  if (!o) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  *out = (zt__mode){&k_offload, o, run};
+  return ZT_OK;
 }

@@ -1,8 +1,11 @@
-/* The training loop's pipeline part: the world split into replicas of a P-rank pipeline, the
- * GPT-2 cut into the schedule's stages, and everything the loop does through them (a step,
- * the loss of an evaluation batch, checkpoints, the measured figures and timeline). Every
- * rank builds the whole model from the seed (so a pipeline run starts where one process
- * starts) and then keeps only its stages' parameters: the others' storage is released. */
+/* The pipeline training mode (train/mode.h): the world split into replicas of a P-rank
+ * pipeline (global rank = replica * P + stage rank), the GPT-2 cut into the schedule's stages
+ * (embedding on the first, final norm and fused lm-head loss on the last, the blocks as
+ * --pp-balance says), and everything the loop does through them (a step through
+ * zt_pipeline_train_step, the loss of an evaluation batch, checkpoints in the single-process
+ * format, the measured figures and timeline). Every rank builds the whole model from the seed
+ * (so a pipeline run starts where one process starts) and then keeps only its stages'
+ * parameters: the others' storage is released. The ranks of a replica read its rows. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +13,7 @@
 
 #include "core/backend.h"
 #include "core/status_internal.h"
-#include "train/pipeline_train.h"
+#include "train/mode.h"
 
 /* Tags of the transfers outside the executor's: an evaluation batch's hand-overs (by stage)
  * and a save's parameters and state (by parameter). No step's transfer is in flight then, so
@@ -18,9 +21,33 @@
 static int tag_eval(int stage) { return stage % ZT_COMM_MAX_TAG; }
 static int tag_save(int param, int k) { return (8 * param + k) % ZT_COMM_MAX_TAG; }
 
+/* A pipeline run on this rank: with --pp P the world is P x D ranks, global rank = replica * P +
+ * stage rank. */
+typedef struct pp_mode {
+  int P, D;                /* pipeline ranks, replicas */
+  int p, d;                /* this rank's place: stage rank, replica */
+  zt_comm *pp_comm;        /* this replica's P ranks */
+  zt_comm *dp_comm;        /* the D ranks that hold this rank's stages (NULL when D == 1 without sharding) */
+  zt_zero *zero;           /* --shard full|grad_op|opt: the stages' parameters sharded over dp_comm */
+  zt_comm *tied_comm;      /* the ranks of the first and the last stage, when they differ (wte is on both) */
+  zt_pipeline_schedule *sched; /* compute-only, validated */
+  int S, M;                /* stages, microbatches */
+  int *first, *count;      /* per stage: its blocks */
+  zt_gpt2 *model;          /* borrowed */
+  zt_param *own;           /* the parameters of this rank's stages (what its optimizer updates) */
+  int n_own;
+  bool *is_own;            /* per model parameter (zt_gpt2_params order) */
+  zt_tensor *tied;         /* wte when tied_comm is set */
+  int64_t rows, seq;       /* of a microbatch */
+  zt_tensor **x, **y;      /* per microbatch: this step's inputs and targets */
+  zt_pipeline_trace trace; /* the last step's actions on this rank */
+  bool replan;             /* --schedule auto: planned again from the first step's measured costs */
+  double *stage_costs;     /* the last step's measured F, B, W per stage (3 S) */
+} pp_mode;
+
 bool zt__train_pp_wanted(const zt_train_config *c) { return c->parallel.pp > 1; }
 
-zt_status zt__train_pp_check(const zt_train_config *c) {
+static zt_status pp_check(const zt_train_config *c) {
   if (c->parallel.shard == ZT_SHARD_HYBRID)
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
                   "zt_train_config.parallel.shard hybrid with a pipeline is not supported: the replicas of a stage shard "
@@ -32,22 +59,25 @@ zt_status zt__train_pp_check(const zt_train_config *c) {
   if (c->memory.offload_activations)
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
                   "zt_train_config.memory.offload_activations with a pipeline is not supported yet; use recompute");
+  if (c->memory.offload_model || c->memory.offload_states) /* a pipeline keeps no state in the run's tier */
+    return ZT_ERR(ZT_STATUS_UNSUPPORTED, "zt_train_config.memory.offload_model does not run with "
+                  "zt_train_config.parallel.pp (a pipeline); drop one of them");
   return ZT_OK;
 }
 
 /* Comm messages name world rank w (the run's comm is the world) by its place in the grid. */
 static void pp_rank_name(int w, char *buf, size_t cap, void *ud) {
-  const zt__train_pp *pp = ud;
+  const pp_mode *pp = ud;
   bool chunked = pp->sched && pp->sched->chunks > 1; /* then a rank holds several stages */
   int n = w < pp->P * pp->D ? snprintf(buf, cap, "%s %d of %d", chunked ? "pipeline rank" : "stage", w % pp->P, pp->P) : 0;
   if (pp->D > 1 && n > 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, ", replica %d of %d", w / pp->P, pp->D);
 }
 
-zt_status zt__train_pp_open(zt__train_pp *pp, const zt_train_config *c, zt_comm *world) {
+static zt_status pp_open(pp_mode *pp, const zt_train_config *c, zt_comm *world) {
   memset(pp, 0, sizeof *pp);
-  int P = c->parallel.pp, W = zt_comm_size(world), rank = zt_comm_rank(world); /* P divides W: zt__train_dp_open */
+  int P = c->parallel.pp, W = zt_comm_size(world), rank = zt_comm_rank(world); /* P divides W: zt__run_open */
   pp->P = P, pp->D = W / P, pp->p = rank % P, pp->d = rank / P;
-  zt_comm_set_rank_namer(pp_rank_name, pp); /* removed by zt__train_pp_free */
+  zt_comm_set_rank_namer(pp_rank_name, pp); /* removed by pp_free */
   ZT_TRY(zt_comm_split(world, pp->d, pp->p, &pp->pp_comm));
   zt_comm *dp = NULL;
   ZT_TRY(zt_comm_split(world, pp->p, pp->d, &dp));
@@ -56,7 +86,7 @@ zt_status zt__train_pp_open(zt__train_pp *pp, const zt_train_config *c, zt_comm 
   return ZT_OK;
 }
 
-void zt__train_pp_free(zt__train_pp *pp) {
+static void pp_free(pp_mode *pp) {
   if (!pp) return;
   if (pp->P) zt_comm_set_rank_namer(NULL, NULL);
   zt_pipeline_schedule_free(pp->sched);
@@ -76,7 +106,7 @@ void zt__train_pp_free(zt__train_pp *pp) {
   memset(pp, 0, sizeof *pp);
 }
 
-zt_status zt__train_pp_hold_others(zt__train_pp *pp, bool keep) {
+static zt_status pp_hold_others(pp_mode *pp, bool keep) {
   zt_param *ps;
   int n = zt_gpt2_params(pp->model, &ps);
   for (int i = 0; i < n; i++) {
@@ -103,7 +133,7 @@ static bool is_generator(const char *name) {
   return false;
 }
 
-static zt_status make_schedule(zt__train_pp *pp, const zt_train_config *c) {
+static zt_status make_schedule(pp_mode *pp, const zt_train_config *c) {
   const char *name = c->parallel.schedule;
   int M = (int)c->data.microbatches;
   zt_status s;
@@ -171,7 +201,7 @@ static zt_status balance_auto(int S, int L, double cb, double ch, int *count) {
   return s;
 }
 
-static zt_status partition(zt__train_pp *pp, const zt_train_config *c, const zt_gpt2_config *g) {
+static zt_status partition(pp_mode *pp, const zt_train_config *c, const zt_gpt2_config *g) {
   int S = pp->S, L = g->n_layer;
   pp->first = calloc((size_t)S, sizeof *pp->first);
   pp->count = calloc((size_t)S, sizeof *pp->count);
@@ -215,14 +245,14 @@ static zt_status partition(zt__train_pp *pp, const zt_train_config *c, const zt_
 }
 
 /* The stage of block i. */
-static int block_stage(const zt__train_pp *pp, int i) {
+static int block_stage(const pp_mode *pp, int i) {
   for (int s = 0; s < pp->S; s++)
     if (i >= pp->first[s] && i < pp->first[s] + pp->count[s]) return s;
   return -1;
 }
 
 /* Whether parameter `name` belongs to a stage on this rank (wte: the first and the last). */
-static bool owned(const zt__train_pp *pp, const char *name) {
+static bool owned(const pp_mode *pp, const char *name) {
   const char *h = "transformer.h.";
   int r0 = zt_pipeline_stage_rank(pp->sched, 0), rl = zt_pipeline_stage_rank(pp->sched, pp->S - 1);
   if (!strncmp(name, h, strlen(h)))
@@ -232,7 +262,7 @@ static bool owned(const zt__train_pp *pp, const char *name) {
   return r0 == pp->p; /* wpe */
 }
 
-zt_status zt__train_pp_setup(zt__train_pp *pp, const zt_train_config *c, zt_gpt2 *m) {
+static zt_status pp_setup(pp_mode *pp, const zt_train_config *c, zt_gpt2 *m) {
   pp->model = m;
   const zt_gpt2_config *g = zt_gpt2_get_config(m);
   ZT_TRY(make_schedule(pp, c));
@@ -257,7 +287,7 @@ zt_status zt__train_pp_setup(zt__train_pp *pp, const zt_train_config *c, zt_gpt2
   return ZT_OK;
 }
 
-zt_status zt__train_pp_link(zt__train_pp *pp, const zt_train_config *c, zt_param **params, int *n_params) {
+static zt_status pp_link(pp_mode *pp, const zt_train_config *c, zt_param **params, int *n_params) {
   /* wte is used by the first stage (embedding) and the last (the head): when they are on two
    * ranks, those two sum its grads */
   zt_param *ps;
@@ -271,7 +301,7 @@ zt_status zt__train_pp_link(zt__train_pp *pp, const zt_train_config *c, zt_param
     for (int i = 0; member && i < n; i++)
       if (!strcmp(ps[i].name, "transformer.wte.weight")) pp->tied_comm = t, pp->tied = ps[i].tensor;
   }
-  ZT_TRY(zt__train_pp_hold_others(pp, false));
+  ZT_TRY(pp_hold_others(pp, false));
   *params = pp->own, *n_params = pp->n_own;
   if (c->parallel.shard == ZT_SHARD_NONE) return ZT_OK;
   ZT_TRY(zt_zero_new(pp->dp_comm, pp->n_own, pp->own, c->parallel.shard, &pp->zero));
@@ -282,23 +312,23 @@ zt_status zt__train_pp_link(zt__train_pp *pp, const zt_train_config *c, zt_param
 /* ---------------------------------------------------------------- a step */
 
 typedef struct stage_ctx {
-  zt__train_pp *pp;
+  pp_mode *pp;
   zt_tensor **targets; /* per microbatch */
 } stage_ctx;
 
 static zt_status stage_forward(void *ud, int stage, int mb, zt_tensor *in, zt_tensor **out) {
   stage_ctx *c = ud;
-  zt__train_pp *pp = c->pp;
+  pp_mode *pp = c->pp;
   return zt_gpt2_forward_stage(pp->model, stage == 0, pp->first[stage], pp->count[stage],
                                stage == pp->S - 1 ? c->targets[mb] : NULL, in, out);
 }
 
-static zt_pipeline_boundary boundary(const zt__train_pp *pp, int64_t rows) {
+static zt_pipeline_boundary boundary(const pp_mode *pp, int64_t rows) {
   zt_pipeline_boundary b = {3, {rows, pp->seq, zt_gpt2_get_config(pp->model)->n_embd}, ZT_DTYPE_F32};
   return b;
 }
 
-zt_status zt__train_pp_step(zt__train_pp *pp, zt_optim *o, zt_batch_fn next, void *user_data,
+static zt_status pp_step(pp_mode *pp, zt_optim *o, zt_batch_fn next, void *user_data,
                             const zt_train_step_options *so, zt_train_step_result *out) {
   *out = (zt_train_step_result){0};
   out->grad_norm = NAN;
@@ -331,7 +361,7 @@ zt_status zt__train_pp_step(zt__train_pp *pp, zt_optim *o, zt_batch_fn next, voi
 
 /* ---------------------------------------------------------------- evaluation */
 
-zt_status zt__train_pp_loss(zt__train_pp *pp, zt_tensor *x, zt_tensor *y, double *loss) {
+static zt_status pp_loss(pp_mode *pp, zt_tensor *x, zt_tensor *y, double *loss) {
   zt_pipeline_boundary b = boundary(pp, x->shape[0]);
   zt_tensor *cur = NULL; /* the output of the last stage this rank ran */
   double l = 0;
@@ -370,7 +400,7 @@ zt_status zt__train_pp_loss(zt__train_pp *pp, zt_tensor *x, zt_tensor *y, double
   return s;
 }
 
-zt_status zt__train_pp_replica_mean(zt__train_pp *pp, double *v) {
+static zt_status pp_replica_mean(pp_mode *pp, double *v) {
   if (!pp->dp_comm) return ZT_OK;
   zt_tensor *t = NULL;
   ZT_TRY(zt_tensor_from_data(1, (int64_t[]){1}, ZT_DTYPE_F64, v, &t));
@@ -407,7 +437,7 @@ static zt_status copy_state(zt_optim *dst, zt_optim *src) {
 }
 
 /* The pipeline rank that holds parameter `name` for saving (wte: the first stage's). */
-static int holder(const zt__train_pp *pp, const char *name) {
+static int holder(const pp_mode *pp, const char *name) {
   const char *h = "transformer.h.";
   if (!strncmp(name, h, strlen(h))) return zt_pipeline_stage_rank(pp->sched, block_stage(pp, atoi(name + strlen(h))));
   if (!strncmp(name, "transformer.ln_f.", 17)) return zt_pipeline_stage_rank(pp->sched, pp->S - 1);
@@ -416,7 +446,7 @@ static int holder(const zt__train_pp *pp, const char *name) {
 
 /* Replica 0's holders send each parameter and its state to pipeline rank 0, which puts them
  * into the model and into full (an optimizer over every parameter). */
-static zt_status gather_to_writer(zt__train_pp *pp, zt_optim *o, zt_optim *full) {
+static zt_status gather_to_writer(pp_mode *pp, zt_optim *o, zt_optim *full) {
   zt_param *ps;
   int n = zt_gpt2_params(pp->model, &ps), no = 0, nf = 0;
   const char *const *on = NULL, *const *fn = NULL;
@@ -443,13 +473,13 @@ static zt_status gather_to_writer(zt__train_pp *pp, zt_optim *o, zt_optim *full)
   return ZT_OK;
 }
 
-zt_status zt__train_pp_save(zt__train_pp *pp, zt_comm *world, const zt_optim_config *oc, const char *dir, zt_optim *o,
+static zt_status pp_save(pp_mode *pp, zt_comm *world, const zt_optim_config *oc, const char *dir, zt_optim *o,
                             const zt_train_state *st) {
   bool writer = pp->d == 0 && pp->p == 0;
   zt_param *ps;
   int n = zt_gpt2_params(pp->model, &ps);
   zt_optim *full = NULL, *mine = o; /* sharded: mine is an optimizer over the stages' full parameters */
-  zt_status s = writer ? zt__train_pp_hold_others(pp, true) : ZT_OK;
+  zt_status s = writer ? pp_hold_others(pp, true) : ZT_OK;
   if (!s && writer) s = zt_optim_new(oc, n, ps, &full);
   if (!s && pp->zero) s = zt_optim_new(oc, pp->n_own, pp->own, &mine);
   s = zt_comm_agree_status(world, s);
@@ -464,25 +494,25 @@ zt_status zt__train_pp_save(zt__train_pp *pp, zt_comm *world, const zt_optim_con
   }
   zt_optim_free(full);
   if (writer) {
-    zt_status r = zt__train_pp_hold_others(pp, false);
+    zt_status r = pp_hold_others(pp, false);
     if (!s) s = r;
   }
   return zt_comm_agree_status(world, s);
 }
 
-zt_status zt__train_pp_load(zt__train_pp *pp, const zt_optim_config *oc, const char *dir, zt_optim *o,
+static zt_status pp_load(pp_mode *pp, const zt_optim_config *oc, const char *dir, zt_optim *o,
                             zt_train_state *st) {
   zt_param *ps;
   int n = zt_gpt2_params(pp->model, &ps);
   zt_optim *full = NULL;
-  zt_status s = zt__train_pp_hold_others(pp, true);
+  zt_status s = pp_hold_others(pp, true);
   if (!s && pp->zero) s = zt_zero_gather(pp->zero); /* the stages' parameters present, to load into */
   if (!s && o) s = zt_optim_new(oc, n, ps, &full);
   if (!s) s = zt_snapshot_load(dir, pp->model, full, st);
   if (!s && o) s = pp->zero ? zt_zero_state_from_full(pp->zero, o, full) : copy_state(o, full);
   if (!s && pp->zero) s = zt_zero_shard_from_full(pp->zero);
   zt_optim_free(full);
-  zt_status r = zt__train_pp_hold_others(pp, false);
+  zt_status r = pp_hold_others(pp, false);
   if (!s) s = r;
   r = pp->zero ? zt_zero_release(pp->zero) : ZT_OK;
   return s ? s : r;
@@ -494,9 +524,9 @@ zt_status zt__train_pp_load(zt__train_pp *pp, const zt_optim_config *oc, const c
  * BW) the time and the count (zeros for other ranks' stages, so that the sum over the ranks
  * holds every stage's). */
 enum { FIG_BUSY, FIG_END, FIG_STAGES };
-static int fig_n(const zt__train_pp *pp) { return FIG_STAGES + 8 * pp->S; }
+static int fig_n(const pp_mode *pp) { return FIG_STAGES + 8 * pp->S; }
 
-static void my_figures(const zt__train_pp *pp, double *v) {
+static void my_figures(const pp_mode *pp, double *v) {
   const zt_pipeline_trace *t = &pp->trace;
   memset(v, 0, sizeof *v * (size_t)fig_n(pp));
   v[FIG_BUSY] = t->busy;
@@ -509,7 +539,7 @@ static void my_figures(const zt__train_pp *pp, double *v) {
   }
 }
 
-static zt_status gather_pp(zt__train_pp *pp, const double *mine, int n, double *all) {
+static zt_status gather_pp(pp_mode *pp, const double *mine, int n, double *all) {
   zt_tensor *in = NULL, *out = NULL;
   ZT_TRY(zt_tensor_from_data(1, (int64_t[]){n}, ZT_DTYPE_F64, mine, &in));
   zt_status s = zt_tensor_empty_tagged(1, (int64_t[]){(int64_t)n * pp->P}, ZT_DTYPE_F64, ZT_CPU, ZT_MEM_TAG_TEMP, &out);
@@ -522,7 +552,7 @@ static zt_status gather_pp(zt__train_pp *pp, const double *mine, int n, double *
 
 /* Every rank's figures (*all, P x fig_n, the caller frees) and their sum over the ranks (sum,
  * fig_n: busy summed, END the latest). Collective over the pipeline group. */
-static zt_status all_figures(zt__train_pp *pp, double **all, double *sum) {
+static zt_status all_figures(pp_mode *pp, double **all, double *sum) {
   int n = fig_n(pp);
   double *mine = malloc(sizeof *mine * (size_t)n);
   *all = malloc(sizeof **all * (size_t)n * (size_t)pp->P);
@@ -541,7 +571,7 @@ static zt_status all_figures(zt__train_pp *pp, double **all, double *sum) {
 
 /* The simulator's costs from the measured means, per stage (pp->stage_costs: F, B, W; a
  * fused BW counts as B, W zero), and as per-rank-share means (f, b, w: for the titles). */
-static zt_pipeline_costs measured_costs(zt__train_pp *pp, const double *sum) {
+static zt_pipeline_costs measured_costs(pp_mode *pp, const double *sum) {
   double tot[3] = {0}, cnt[3] = {0};
   for (int st = 0; st < pp->S; st++) {
     const double *k = sum + FIG_STAGES + 8 * st; /* F, B, W, BW: (time, count) */
@@ -561,7 +591,7 @@ static zt_pipeline_costs measured_costs(zt__train_pp *pp, const double *sum) {
 
 /* --schedule auto: the greedy planner on the measured costs (the same on every rank of the
  * pipeline: they come from one gather), once. A plan that fails keeps the schedule. */
-static zt_status replan(zt__train_pp *pp, zt_pipeline_costs c) {
+static zt_status replan(pp_mode *pp, zt_pipeline_costs c) {
   pp->replan = false;
   /* the same chunks: the stages' blocks and parameters stay where they are */
   zt_pipeline_gen_options o = {.name = "auto", .ranks = pp->P, .microbatches = pp->M, .chunks = pp->sched->chunks,
@@ -576,11 +606,20 @@ static zt_status replan(zt__train_pp *pp, zt_pipeline_costs c) {
   return ZT_OK;
 }
 
-zt_status zt__train_pp_figures(zt__train_pp *pp, zt__pp_figures *out) {
+/* The last step's figures: this rank's F, B, W (BW counted as B) and waiting seconds, and the
+ * pipeline's measured bubble rate (1 - sum of the ranks' compute / (P x step time)) with the
+ * simulator's prediction for the schedule from the step's measured mean costs. After the first
+ * step of --schedule auto, the schedule is planned again from those costs (activations capped
+ * at 1F1B's peak, P units). Collective over the pipeline group. */
+typedef struct pp_figs {
+  double f_s, b_s, w_s, wait_s; /* this rank */
+  double bubble, sim_bubble, step_s;
+} pp_figs;
+static zt_status pp_figures(pp_mode *pp, pp_figs *out) {
   int n = fig_n(pp);
   double *all = NULL, *sum = malloc(sizeof *sum * (size_t)n);
   zt_status s = sum ? all_figures(pp, &all, sum) : ZT_ERR(ZT_STATUS_OOM, "out of host memory");
-  *out = (zt__pp_figures){0};
+  *out = (pp_figs){0};
   out->sim_bubble = out->bubble = NAN;
   const double *mine = all ? all + (size_t)pp->p * n : NULL;
   for (int st = 0; !s && st < pp->S; st++) {
@@ -604,7 +643,7 @@ zt_status zt__train_pp_figures(zt__train_pp *pp, zt__pp_figures *out) {
 
 /* The measured step as a schedule of compute actions with their times (rank 0). acts holds
  * per rank `cap` records of (op, stage, mb, start, end), op < 0 after the last. */
-static zt_status measured_sim(const zt__train_pp *pp, const double *acts, int cap, zt_pipeline_schedule **s_out,
+static zt_status measured_sim(const pp_mode *pp, const double *acts, int cap, zt_pipeline_schedule **s_out,
                               zt_pipeline_sim **sim_out) {
   const zt_pipeline_schedule *g = pp->sched;
   zt_pipeline_schedule *s = NULL;
@@ -643,7 +682,7 @@ static zt_status measured_sim(const zt__train_pp *pp, const double *acts, int ca
   return ZT_OK;
 }
 
-zt_status zt__train_pp_timeline(zt__train_pp *pp, const char *path) {
+static zt_status pp_timeline(pp_mode *pp, const char *path) {
   const zt_pipeline_trace *t = &pp->trace;
   double n = 0, *figs = NULL, *sum = malloc(sizeof *sum * (size_t)fig_n(pp)), *counts = malloc(sizeof *counts * (size_t)pp->P);
   zt_status s = sum && counts ? ZT_OK : ZT_ERR(ZT_STATUS_OOM, "out of host memory");
@@ -705,14 +744,86 @@ zt_status zt__train_pp_timeline(zt__train_pp *pp, const char *path) {
   return s;
 }
 
-zt_status zt__train_pp_gather_full(zt__train_pp *pp) {
+static zt_status pp_gather_full(pp_mode *pp) {
   if (pp->zero) ZT_TRY(zt_zero_gather(pp->zero));
-  ZT_TRY(zt__train_pp_hold_others(pp, true));
+  ZT_TRY(pp_hold_others(pp, true));
   zt_param *ps;
   int n = zt_gpt2_params(pp->model, &ps);
   for (int i = 0; i < n; i++) {
     ZT_TRY(zt_broadcast(pp->pp_comm, ps[i].tensor, holder(pp, ps[i].name)));
     pp->is_own[i] = true; /* held here now: nothing to release */
   }
+  return ZT_OK;
+}
+
+/* ---------------------------------------------------------------- the mode */
+static pp_mode *ctx(zt__mode *m) { return m->ctx; }
+
+static const char *pipe_name(zt__mode *m) { return ctx(m)->D > 1 ? "pipeline+ddp" : "pipeline"; }
+static zt_status pipe_check(zt__mode *m) { return pp_check(m->run->c); }
+static zt_status pipe_open(zt__mode *m) { return pp_open(ctx(m), m->run->c, m->run->comm); }
+/* every rank builds the whole model (in RAM: no state goes into the tier), then cuts it */
+static zt_status pipe_build(zt__mode *m) {
+  ZT_TRY(zt__run_build(m->run, false));
+  return pp_setup(ctx(m), m->run->c, m->run->model);
+}
+/* the stages' parameters (or their shards) only: the optimizer's; the rest of the model's storage goes */
+static zt_status pipe_link(zt__mode *m) {
+  ZT_TRY(pp_link(ctx(m), m->run->c, &m->run->params, &m->run->n_params));
+  return zt__run_optim(m->run);
+}
+static zt_status pipe_save(zt__mode *m, const zt_train_state *st) {
+  zt__run *r = m->run;
+  return pp_save(ctx(m), r->comm, &r->oc, r->c->checkpoint.save, r->opt, st);
+}
+static zt_status pipe_load(zt__mode *m, zt_train_state *st) {
+  zt__run *r = m->run;
+  return pp_load(ctx(m), &r->oc, r->c->checkpoint.resume, r->opt, st);
+}
+static zt_status pipe_step(zt__mode *m, const zt_train_step_options *so, zt_train_step_result *out) {
+  return pp_step(ctx(m), m->run->opt, m->run->next, m->run->next_data, so, out);
+}
+static zt_status pipe_loss(zt__mode *m, zt_tensor *x, zt_tensor *y, double *loss) { return pp_loss(ctx(m), x, y, loss); }
+static zt_status pipe_mean(zt__mode *m, double *v) { return pp_replica_mean(ctx(m), v); }
+static zt_status pipe_stats(zt__mode *m, zt_train_step_info *info) {
+  pp_figs pf;
+  ZT_TRY(pp_figures(ctx(m), &pf));
+  info->pp_bubble = pf.bubble, info->pp_sim_bubble = pf.sim_bubble;
+  info->pp_f_ms = pf.f_s * 1e3, info->pp_b_ms = pf.b_s * 1e3, info->pp_w_ms = pf.w_s * 1e3;
+  info->pp_wait_ms = pf.wait_s * 1e3;
+  return ZT_OK;
+}
+static zt_status pipe_timeline(zt__mode *m, const char *path) { return pp_timeline(ctx(m), path); }
+static zt_status pipe_gather(zt__mode *m) { return pp_gather_full(ctx(m)); }
+static void pipe_close(zt__mode *m) {
+  if (!m->ctx) return;
+  pp_free(ctx(m));
+  free(m->ctx);
+  m->ctx = NULL;
+}
+
+static const zt__mode_i k_pipeline = {
+    .unit = "replicas",
+    .own_stream = false,
+    .name = pipe_name,
+    .check = pipe_check,
+    .open = pipe_open,
+    .build = pipe_build,
+    .link = pipe_link,
+    .save = pipe_save,
+    .load = pipe_load,
+    .step = pipe_step,
+    .loss = pipe_loss,
+    .mean = pipe_mean,
+    .stats = pipe_stats,
+    .timeline = pipe_timeline,
+    .gather = pipe_gather,
+    .close = pipe_close,
+};
+
+zt_status zt__mode_pipeline(zt__run *run, zt__mode *out) {
+  pp_mode *pp = calloc(1, sizeof *pp);
+  if (!pp) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  *out = (zt__mode){&k_pipeline, pp, run};
   return ZT_OK;
 }

@@ -1,5 +1,6 @@
 /* The run's logs (src/train/run_log.c): the --metrics JSON lines file and the --tensorboard
- * event files, written by rank 0 after every step. Internal. */
+ * event files, written by rank 0 after every step.
+ * Included by: src/train (and its tests). */
 #ifndef ZT_TRAIN_RUN_LOG_H
 #define ZT_TRAIN_RUN_LOG_H
 

@@ -1,6 +1,6 @@
 /* The options that define a training run (src/train/run_options.c): built from a config as
  * name/value strings, compared between ranks at start-up, partly recorded in checkpoints.
- * Internal. */
+ * Included by: src/train. */
 #ifndef ZT_TRAIN_RUN_OPTIONS_H
 #define ZT_TRAIN_RUN_OPTIONS_H
 

@@ -1,4 +1,5 @@
-/* Internal: the reference path of sampling (src/train/sample.c), for tests and benchmarks. */
+/* The reference path of sampling (src/train/sample.c), for tests and benchmarks.
+ * Included by: src/train, its tests and bench/. */
 #ifndef ZT_TRAIN_SAMPLE_H
 #define ZT_TRAIN_SAMPLE_H
 

@@ -15,6 +15,12 @@ zt_train_step_options zt_train_step_options_default(void) {
   return o;
 }
 
+const char *zt_train_phase_name(zt_train_phase p) {
+  static const char *const names[ZT_TRAIN_PHASE_COUNT] = {"forward", "backward", "optimizer", "evaluation",
+                                                          "checkpoint"};
+  return p >= 0 && p < ZT_TRAIN_PHASE_COUNT ? names[p] : "?";
+}
+
 static void phase(const zt_train_step_options *o, zt_train_phase p) {
   if (o->on_phase) o->on_phase(p, o->step, o->phase_user_data);
 }

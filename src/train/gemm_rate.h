@@ -1,0 +1,11 @@
+/* The machine's single-precision GEMM rate (src/train/gemm_rate.c): what a run's MFU is
+ * measured against, and what the memory planner times a step with (zt_sgemm_gflops, public).
+ * Included by: src/train. */
+#ifndef ZT_TRAIN_GEMM_RATE_H
+#define ZT_TRAIN_GEMM_RATE_H
+
+/* The ceiling MFU is measured against: the best of a few runs at two sizes, so that a moment of
+ * load beside the run (which only ever slows a run down) does not set it low. */
+double zt__sgemm_ceiling(void);
+
+#endif
