@@ -12,26 +12,12 @@
 #define WARMUP 2
 #define RUNS 9
 
-static zt_tensor *rand_tensor(int ndim, const int64_t *shape, double lo, double hi, bool leaf) {
-  zt_tensor *t = NULL;
-  if (zt_tensor_empty(ndim, shape, ZT_DTYPE_F32, ZT_CPU, &t)) bench_die("alloc");
-  if (zt_tensor_uniform_(t, lo, hi)) bench_die("init");
-  if (leaf && zt_tensor_set_requires_grad(t, true)) bench_die("requires_grad");
-  return t;
-}
-
-static void drop_grad(zt_tensor *t) {
-  if (!t) return;
-  zt_tensor_free(t->grad);
-  t->grad = NULL;
-}
-
 /* Causal attention FLOPs count only the unmasked half: per head and (i, j <= i) pair,
  * forward does 2 multiply-adds per channel (q.k, p*v), backward 5 (recomputed q.k, dO.v,
  * and the dq, dk, dv products). */
 static void bench_attention(int64_t B, int64_t T, int64_t C, int nh) {
-  zt_tensor *qkv = rand_tensor(3, (int64_t[]){B, T, 3 * C}, -1, 1, true);
-  zt_tensor *gy = rand_tensor(3, (int64_t[]){B, T, C}, -1, 1, false);
+  zt_tensor *qkv = bench_rand_tensor(3, (int64_t[]){B, T, 3 * C}, -1, 1, true);
+  zt_tensor *gy = bench_rand_tensor(3, (int64_t[]){B, T, C}, -1, 1, false);
   double tf[RUNS], tb[RUNS];
   for (int r = -WARMUP; r < RUNS; r++) {
     zt_tensor *y = NULL;
@@ -41,7 +27,7 @@ static void bench_attention(int64_t B, int64_t T, int64_t C, int nh) {
     if (zt_backward(1, &y, &gy, false)) bench_die("zt_backward (attention)");
     double t2 = bench_now_s();
     zt_tensor_free(y);
-    drop_grad(qkv);
+    bench_drop_grad(qkv);
     if (r >= 0) {
       tf[r] = t1 - t0;
       tb[r] = t2 - t1;
@@ -62,10 +48,10 @@ static void bench_attention(int64_t B, int64_t T, int64_t C, int nh) {
 /* Layer norm is memory bound: GB/s counts one read of x and one write of y forward, and
  * reads of x and dy plus one write of dx backward (weight, bias and stats are small). */
 static void bench_layer_norm(int64_t B, int64_t T, int64_t C) {
-  zt_tensor *x = rand_tensor(3, (int64_t[]){B, T, C}, -2, 2, true);
-  zt_tensor *w = rand_tensor(1, (int64_t[]){C}, 0.5, 1.5, true);
-  zt_tensor *bias = rand_tensor(1, (int64_t[]){C}, -0.5, 0.5, true);
-  zt_tensor *gy = rand_tensor(3, (int64_t[]){B, T, C}, -1, 1, false);
+  zt_tensor *x = bench_rand_tensor(3, (int64_t[]){B, T, C}, -2, 2, true);
+  zt_tensor *w = bench_rand_tensor(1, (int64_t[]){C}, 0.5, 1.5, true);
+  zt_tensor *bias = bench_rand_tensor(1, (int64_t[]){C}, -0.5, 0.5, true);
+  zt_tensor *gy = bench_rand_tensor(3, (int64_t[]){B, T, C}, -1, 1, false);
   double tf[RUNS], tb[RUNS];
   for (int r = -WARMUP; r < RUNS; r++) {
     zt_tensor *y = NULL;
@@ -75,9 +61,9 @@ static void bench_layer_norm(int64_t B, int64_t T, int64_t C) {
     if (zt_backward(1, &y, &gy, false)) bench_die("zt_backward (layer_norm)");
     double t2 = bench_now_s();
     zt_tensor_free(y);
-    drop_grad(x);
-    drop_grad(w);
-    drop_grad(bias);
+    bench_drop_grad(x);
+    bench_drop_grad(w);
+    bench_drop_grad(bias);
     if (r >= 0) {
       tf[r] = t1 - t0;
       tb[r] = t2 - t1;

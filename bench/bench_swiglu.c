@@ -17,19 +17,6 @@
 #define WARMUP 3
 #define RUNS 15
 
-static zt_tensor *rand_tensor(int ndim, const int64_t *shape, double lo, double hi, bool leaf) {
-  zt_tensor *t = NULL;
-  if (zt_tensor_empty(ndim, shape, ZT_DTYPE_F32, ZT_CPU, &t)) bench_die("alloc");
-  if (zt_tensor_uniform_(t, lo, hi)) bench_die("init");
-  if (leaf && zt_tensor_set_requires_grad(t, true)) bench_die("requires_grad");
-  return t;
-}
-
-static void drop_grad(zt_tensor *t) {
-  zt_tensor_free(t->grad);
-  t->grad = NULL;
-}
-
 static int64_t cpu_bytes(void) {
   zt_mem_stats s;
   zt_mem_stats_get(ZT_CPU, &s);
@@ -54,16 +41,16 @@ static void run_once(bool fused, zt_tensor *a, zt_tensor *u, zt_tensor *gy, doub
   if (zt_backward(1, &y, &gy, false)) bench_die("zt_backward");
   double t2 = bench_now_s();
   zt_tensor_free(y);
-  drop_grad(a);
-  drop_grad(u);
+  bench_drop_grad(a);
+  bench_drop_grad(u);
   t[0] = t1 - t0;
   t[1] = t2 - t1;
 }
 
 static void bench_swiglu(int64_t N, int64_t F) {
   int64_t sh[] = {N, F};
-  zt_tensor *a = rand_tensor(2, sh, -4, 4, true), *u = rand_tensor(2, sh, -2, 2, true);
-  zt_tensor *gy = rand_tensor(2, sh, -1, 1, false);
+  zt_tensor *a = bench_rand_tensor(2, sh, -4, 4, true), *u = bench_rand_tensor(2, sh, -2, 2, true);
+  zt_tensor *gy = bench_rand_tensor(2, sh, -1, 1, false);
   double tf[2][RUNS], tb[2][RUNS];
   int64_t graph[2] = {0, 0};
   for (int r = -WARMUP; r < RUNS; r++)

@@ -271,126 +271,150 @@ static int piece_of_kind(const local_pieces *L, const char *param, zt__shard_kin
   return -1;
 }
 
-static zt_status gather_state(zt_fsdp *f, zt_gpt2 *m, const local_pieces *L, full_state *fs) {
-  zt_comm *sc = zt_fsdp_shard_comm(f);
-  int r = zt_comm_rank(sc), n = zt_comm_size(sc);
-  zt_param *mp;
-  int np = zt_gpt2_params(m, &mp);
-  int64_t nm = (int64_t)np * 2 + ZT__SHARD_KIND_COUNT;
-  zt_tensor *meta = NULL, *all = NULL, *buf = NULL;
-  zt_mem_tag prev = zt_mem_tag_push(ZT_MEM_TAG_COMM);
-  zt_status s = zt_tensor_zeros(1, &nm, ZT_DTYPE_I64, ZT_CPU, &meta);
-  if (!s) s = zt_tensor_zeros(1, (int64_t[]){nm * n}, ZT_DTYPE_I64, ZT_CPU, &all);
-  zt_mem_tag_pop(prev);
-  if (s) goto out;
-  /* meta, all, buf and the full tensors fs->ts are cpu tensors made here (host bytes); the
-   * pieces live on the parameters' device and are read and written through its backend */
-  int64_t *me = zt__tensor_ptr(meta);
-  for (int j = 0; j < np; j++) {
-    int i = find_piece(L, mp[j].name);
-    if (i >= 0) me[2 * j] = L->p[i].start, me[2 * j + 1] = L->p[i].count;
-  }
-  for (int i = L->n_params; i < L->n; i++) me[2 * np + L->p[i].kind] = 1;
-  if ((s = zt_all_gather(sc, meta, all))) goto out;
-  const int64_t *am = zt__tensor_ptr(all);
-  bool kinds[ZT__SHARD_KIND_COUNT] = {false};
-  for (int q = 0; q < n; q++)
-    for (int k = 1; k < ZT__SHARD_KIND_COUNT; k++) kinds[k] |= am[q * nm + 2 * np + k] != 0;
-  /* every piece of this rank has each kind of state (checked before anything is sent) */
-  int64_t mine = 0;
-  for (int j = 0; j < np; j++)
+/* What the ranks know of each other's pieces once gather_state has all-gathered them. */
+typedef struct gather_ctx {
+  zt_comm *sc;
+  int n;                             /* ranks of the shard group */
+  const local_pieces *L;             /* this rank's */
+  zt_param *mp;                      /* the model's parameters */
+  int np;
+  int64_t nm;                        /* values per rank in am: (start, count) per parameter, then a flag per kind */
+  const int64_t *me, *am;            /* this rank's values; every rank's, in rank order */
+  bool kinds[ZT__SHARD_KIND_COUNT];  /* the kinds of state some rank holds */
+} gather_ctx;
+
+/* Where the index in fs of the full tensor (parameter j, kind k) is kept (-1: none). */
+static int *slot_at(int *slot, int j, int k) { return &slot[j * (ZT__SHARD_KIND_COUNT - 1) + k - 1]; }
+
+/* Rank q != 0: its pieces, in (parameter, kind) order, sent to rank 0 in one pack; sent even
+ * after an error s here (zeros where state is missing), because rank 0 waits for it. */
+static zt_status send_pieces(const gather_ctx *g, int64_t mine, zt_status s, zt_tensor **buf) {
+  if (mine == 0) return s;
+  zt_status c = zt_tensor_empty_tagged(1, &mine, ZT_DTYPE_F32, ZT_CPU, ZT_MEM_TAG_TEMP, buf);
+  if (c) return s ? s : c;
+  float *w = zt__tensor_ptr(*buf);
+  memset(w, 0, sizeof(float) * (size_t)mine);
+  for (int j = 0; j < g->np; j++)
     for (int k = 1; k < ZT__SHARD_KIND_COUNT; k++)
-      if (kinds[k] && me[2 * j + 1] > 0) {
-        if (piece_of_kind(L, mp[j].name, (zt__shard_kind)k) < 0)
-          s = ZT_ERR(ZT_STATUS_INVALID_ARG, "saving a full checkpoint: this rank has no optimizer state '%s.%s'",
-                     zt__shard_kind_name(k), mp[j].name);
-        mine += me[2 * j + 1];
+      if (g->kinds[k] && g->me[2 * j + 1] > 0) {
+        int i = piece_of_kind(g->L, g->mp[j].name, (zt__shard_kind)k);
+        if (i >= 0 && !s) s = zt__tensor_read_range(g->L->p[i].t, 0, g->me[2 * j + 1], w);
+        w += g->me[2 * j + 1];
       }
-  if (r != 0) {
-    /* sent even after an error here (zeros where state is missing): rank 0 waits for it */
-    if (mine == 0) goto out;
-    zt_status c = zt_tensor_empty_tagged(1, &mine, ZT_DTYPE_F32, ZT_CPU, ZT_MEM_TAG_TEMP, &buf);
-    if (c) {
-      s = s ? s : c;
-      goto out;
-    }
-    float *w = zt__tensor_ptr(buf);
-    memset(w, 0, sizeof(float) * (size_t)mine);
-    for (int j = 0; j < np; j++)
-      for (int k = 1; k < ZT__SHARD_KIND_COUNT; k++)
-        if (kinds[k] && me[2 * j + 1] > 0) {
-          int i = piece_of_kind(L, mp[j].name, (zt__shard_kind)k);
-          if (i >= 0 && !s) s = zt__tensor_read_range(L->p[i].t, 0, me[2 * j + 1], w);
-          w += me[2 * j + 1];
-        }
-    c = zt_send(sc, buf, 0, 0x5A7);
-    if (!s) s = c;
-    goto out;
-  }
-  /* rank 0: full tensors for every parameter some rank holds a piece of */
-  int cap = np * (ZT__SHARD_KIND_COUNT - 1) + 1;
-  fs->names = calloc((size_t)cap, sizeof *fs->names);
-  fs->ts = calloc((size_t)cap, sizeof *fs->ts);
-  int *slot = calloc((size_t)cap, sizeof *slot); /* (j, k) -> fs index or -1 */
-  if (!fs->names || !fs->ts || !slot) {
-    free(slot);
-    s = ZT_ERR(ZT_STATUS_OOM, "saving a full checkpoint: out of memory");
-    goto out;
-  }
-  for (int j = 0; j < np && !s; j++) {
+  c = zt_send(g->sc, *buf, 0, 0x5A7);
+  return s ? s : c;
+}
+
+/* Rank 0: a full tensor in fs for every (parameter, kind) some rank holds a piece of, its index
+ * in slot (cap entries: -1 where none). */
+static zt_status make_full(const gather_ctx *g, full_state *fs, int *slot) {
+  for (int j = 0; j < g->np; j++) {
     int64_t covered = 0;
-    for (int q = 0; q < n; q++) covered += am[q * nm + 2 * j + 1];
-    for (int k = 1; k < ZT__SHARD_KIND_COUNT && !s; k++) {
-      slot[j * (ZT__SHARD_KIND_COUNT - 1) + k - 1] = -1;
-      if (!kinds[k] || covered == 0) continue;
-      zt_tensor *t = mp[j].tensor;
-      if (covered != zt_tensor_numel(t)) {
-        s = ZT_ERR(ZT_STATUS_INTERNAL, "saving a full checkpoint: the FSDP pieces of '%s' cover %lld of its %lld "
-                   "elements", mp[j].name, (long long)covered, (long long)zt_tensor_numel(t));
-        break;
-      }
-      size_t l = strlen(zt__shard_kind_name(k)) + strlen(mp[j].name) + 2;
-      if (!(fs->names[fs->n] = malloc(l))) {
-        s = ZT_ERR(ZT_STATUS_OOM, "saving a full checkpoint: out of memory");
-        break;
-      }
-      snprintf(fs->names[fs->n], l, "%s.%s", zt__shard_kind_name(k), mp[j].name);
-      s = zt_tensor_empty_tagged(t->ndim, t->shape, ZT_DTYPE_F32, ZT_CPU, ZT_MEM_TAG_TEMP, &fs->ts[fs->n]);
-      slot[j * (ZT__SHARD_KIND_COUNT - 1) + k - 1] = fs->n++;
+    for (int q = 0; q < g->n; q++) covered += g->am[q * g->nm + 2 * j + 1];
+    for (int k = 1; k < ZT__SHARD_KIND_COUNT; k++) {
+      *slot_at(slot, j, k) = -1;
+      if (!g->kinds[k] || covered == 0) continue;
+      zt_tensor *t = g->mp[j].tensor;
+      if (covered != zt_tensor_numel(t))
+        return ZT_ERR(ZT_STATUS_INTERNAL, "saving a full checkpoint: the FSDP pieces of '%s' cover %lld of its %lld "
+                      "elements", g->mp[j].name, (long long)covered, (long long)zt_tensor_numel(t));
+      size_t l = strlen(zt__shard_kind_name(k)) + strlen(g->mp[j].name) + 2;
+      if (!(fs->names[fs->n] = malloc(l))) return ZT_ERR(ZT_STATUS_OOM, "saving a full checkpoint: out of memory");
+      snprintf(fs->names[fs->n], l, "%s.%s", zt__shard_kind_name(k), g->mp[j].name);
+      zt_status s = zt_tensor_empty_tagged(t->ndim, t->shape, ZT_DTYPE_F32, ZT_CPU, ZT_MEM_TAG_TEMP, &fs->ts[fs->n]);
+      *slot_at(slot, j, k) = fs->n++; /* counted either way: full_state_free frees its name */
+      ZT_TRY(s);
     }
   }
-  /* rank q's pack, in (parameter, kind) order, into the full tensors; q = 0 from its own pieces.
-   * Every rank's pack is received even after an error, so that no sender is left blocked. */
-  for (int q = 0; q < n; q++) {
+  return ZT_OK;
+}
+
+/* Rank 0: rank q's pack, in (parameter, kind) order, into the full tensors; q = 0 from its own
+ * pieces. Every rank's pack is received even after an error s, so that no sender is left blocked. */
+static zt_status receive_pieces(const gather_ctx *g, int *slot, full_state *fs, zt_tensor **buf, zt_status s) {
+  for (int q = 0; q < g->n; q++) {
+    const int64_t *aq = g->am + q * g->nm;
     int64_t total = 0;
-    for (int j = 0; j < np; j++)
-      for (int k = 1; k < ZT__SHARD_KIND_COUNT; k++) total += kinds[k] ? am[q * nm + 2 * j + 1] : 0;
+    for (int j = 0; j < g->np; j++)
+      for (int k = 1; k < ZT__SHARD_KIND_COUNT; k++) total += g->kinds[k] ? aq[2 * j + 1] : 0;
     if (q > 0 && total > 0) {
-      zt_tensor_free(buf);
-      buf = NULL;
-      zt_status c = zt_tensor_empty_tagged(1, &total, ZT_DTYPE_F32, ZT_CPU, ZT_MEM_TAG_TEMP, &buf);
-      if (!c) c = zt_recv(sc, buf, q, 0x5A7);
+      zt_tensor_free(*buf);
+      *buf = NULL;
+      zt_status c = zt_tensor_empty_tagged(1, &total, ZT_DTYPE_F32, ZT_CPU, ZT_MEM_TAG_TEMP, buf);
+      if (!c) c = zt_recv(g->sc, *buf, q, 0x5A7);
       if (c) {
         if (!s) s = c;
         continue;
       }
     }
-    const float *rd = q > 0 && buf ? zt__tensor_ptr(buf) : NULL;
-    for (int j = 0; j < np && !s; j++)
+    const float *rd = q > 0 && *buf ? zt__tensor_ptr(*buf) : NULL;
+    for (int j = 0; j < g->np && !s; j++)
       for (int k = 1; k < ZT__SHARD_KIND_COUNT; k++) {
-        int64_t start = am[q * nm + 2 * j], count = am[q * nm + 2 * j + 1];
-        if (!kinds[k] || count == 0) continue;
-        float *dst = (float *)zt__tensor_ptr(fs->ts[slot[j * (ZT__SHARD_KIND_COUNT - 1) + k - 1]]) + start;
+        int64_t start = aq[2 * j], count = aq[2 * j + 1];
+        if (!g->kinds[k] || count == 0) continue;
+        float *dst = (float *)zt__tensor_ptr(fs->ts[*slot_at(slot, j, k)]) + start;
         if (q == 0) {
-          if (!s) s = zt__tensor_read_range(L->p[piece_of_kind(L, mp[j].name, (zt__shard_kind)k)].t, 0, count, dst);
+          if (!s) s = zt__tensor_read_range(g->L->p[piece_of_kind(g->L, g->mp[j].name, (zt__shard_kind)k)].t, 0, count, dst);
         } else {
           memcpy(dst, rd, sizeof(float) * (size_t)count);
           rd += count;
         }
       }
   }
-  free(slot);
+  return s;
+}
+
+/* The full state on rank 0 (fs) from every rank's FSDP pieces (L): the ranks all-gather where
+ * their pieces lie, then each sends its pack to rank 0. Collective over the shard group. */
+static zt_status gather_state(zt_fsdp *f, zt_gpt2 *m, const local_pieces *L, full_state *fs) {
+  gather_ctx g = {.sc = zt_fsdp_shard_comm(f), .L = L};
+  int r = zt_comm_rank(g.sc);
+  g.n = zt_comm_size(g.sc);
+  g.np = zt_gpt2_params(m, &g.mp);
+  g.nm = (int64_t)g.np * 2 + ZT__SHARD_KIND_COUNT;
+  zt_tensor *meta = NULL, *all = NULL, *buf = NULL;
+  int *slot = NULL;
+  zt_mem_tag prev = zt_mem_tag_push(ZT_MEM_TAG_COMM);
+  zt_status s = zt_tensor_zeros(1, &g.nm, ZT_DTYPE_I64, ZT_CPU, &meta);
+  if (!s) s = zt_tensor_zeros(1, (int64_t[]){g.nm * g.n}, ZT_DTYPE_I64, ZT_CPU, &all);
+  zt_mem_tag_pop(prev);
+  if (s) goto out;
+  /* meta, all, buf and the full tensors fs->ts are cpu tensors made here (host bytes); the
+   * pieces live on the parameters' device and are read and written through its backend */
+  int64_t *me = zt__tensor_ptr(meta);
+  for (int j = 0; j < g.np; j++) {
+    int i = find_piece(L, g.mp[j].name);
+    if (i >= 0) me[2 * j] = L->p[i].start, me[2 * j + 1] = L->p[i].count;
+  }
+  for (int i = L->n_params; i < L->n; i++) me[2 * g.np + L->p[i].kind] = 1;
+  if ((s = zt_all_gather(g.sc, meta, all))) goto out;
+  g.me = me;
+  g.am = zt__tensor_ptr(all);
+  for (int q = 0; q < g.n; q++)
+    for (int k = 1; k < ZT__SHARD_KIND_COUNT; k++) g.kinds[k] |= g.am[q * g.nm + 2 * g.np + k] != 0;
+  /* every piece of this rank has each kind of state (checked before anything is sent) */
+  int64_t mine = 0;
+  for (int j = 0; j < g.np; j++)
+    for (int k = 1; k < ZT__SHARD_KIND_COUNT; k++)
+      if (g.kinds[k] && me[2 * j + 1] > 0) {
+        if (piece_of_kind(L, g.mp[j].name, (zt__shard_kind)k) < 0)
+          s = ZT_ERR(ZT_STATUS_INVALID_ARG, "saving a full checkpoint: this rank has no optimizer state '%s.%s'",
+                     zt__shard_kind_name(k), g.mp[j].name);
+        mine += me[2 * j + 1];
+      }
+  if (r != 0) {
+    s = send_pieces(&g, mine, s, &buf);
+    goto out;
+  }
+  int cap = g.np * (ZT__SHARD_KIND_COUNT - 1) + 1;
+  fs->names = calloc((size_t)cap, sizeof *fs->names);
+  fs->ts = calloc((size_t)cap, sizeof *fs->ts);
+  slot = calloc((size_t)cap, sizeof *slot);
+  if (!fs->names || !fs->ts || !slot) s = ZT_ERR(ZT_STATUS_OOM, "saving a full checkpoint: out of memory");
+  if (!s) s = make_full(&g, fs, slot);
+  s = receive_pieces(&g, slot, fs, &buf, s);
 out:
+  free(slot);
   zt_tensor_free(meta);
   zt_tensor_free(all);
   zt_tensor_free(buf);
