@@ -1,5 +1,6 @@
-/* zt sample (text from a checkpoint) and zt tokenize (text file -> token file). Both use
- * the byte-level tokenizer unless GPT-2 encoder/merges files are given; zt sample takes the
+/* zt sample (text from a checkpoint) and zt tokenize (text files -> token file). Both use
+ * the byte-level tokenizer unless GPT-2 encoder/merges files are given (zt tokenize also takes a
+ * Hugging Face tokenizer folder, --tokenizer DIR); zt sample takes the
  * checkpoint's own (vocab.json, merges.txt) when none is given, and refuses, before generating,
  * a model whose ids are not bytes when it has none. */
 #include <stdio.h>
@@ -104,38 +105,60 @@ done:
 }
 
 int zt_cmd_tokenize(int argc, char **argv) {
-  const char *in = NULL, *out = NULL, *enc = NULL, *merges = NULL;
+  const char *enc = NULL, *merges = NULL, *hf = NULL;
   if (zt_cli_wants_help(argc, argv)) {
-    printf("usage: zt tokenize INPUT.txt OUTPUT.tok [--encoder encoder.json --merges vocab.bpe]\n"
-           "byte-level tokens by default; GPT-2 byte-pair encoding with the encoder and merges files\n");
+    printf("usage: zt tokenize INPUT... OUTPUT.tok [--tokenizer DIR | --encoder encoder.json --merges vocab.bpe]\n"
+           "INPUT: text files and folders (a folder: the files under it, at any depth, sorted; names starting with\n"
+           "'.' skipped); each file is one document.\n"
+           "--tokenizer DIR: a Hugging Face tokenizer (DIR/tokenizer.json and DIR/tokenizer_config.json, as in a model\n"
+           "folder): each document gets the bos the tokenizer adds and ends with its eos token.\n"
+           "--encoder/--merges: GPT-2 byte-pair encoding. Neither: byte-level tokens. These two have no special\n"
+           "tokens: the documents' tokens follow each other.\n");
     return 0;
   }
   char name[64];
   const char *v;
-  int rc;
+  int rc, n_pos = 0;
+  const char **pos = calloc((size_t)argc + 1, sizeof *pos);
+  if (!pos) return zt_cli_fail("tokenize");
   for (int i = 0; (rc = zt_cli_arg("tokenize", argc, argv, &i, NULL, name, &v)) != 1;) {
-    if (rc) return rc;
+    if (rc) goto done;
     if (!strcmp(name, "encoder")) enc = v;
     else if (!strcmp(name, "merges")) merges = v;
+    else if (!strcmp(name, "tokenizer")) hf = v;
     else if (name[0]) {
       fprintf(stderr, "zt tokenize: unknown option '--%s'\n", name);
-      return 2;
-    } else if (!in) in = v;
-    else if (!out) out = v;
-    else {
-      fprintf(stderr, "zt tokenize: too many arguments ('%s')\n", v);
-      return 2;
-    }
+      rc = 2;
+      goto done;
+    } else pos[n_pos++] = v;
   }
-  if (!in || !out) {
-    fprintf(stderr, "zt tokenize: usage: zt tokenize INPUT.txt OUTPUT.tok [--encoder F --merges F]\n");
-    return 2;
+  rc = 2;
+  if (n_pos < 2) {
+    fprintf(stderr, "zt tokenize: usage: zt tokenize INPUT... OUTPUT.tok [--tokenizer DIR | --encoder F --merges F]\n");
+    goto done;
+  }
+  if (hf && (enc || merges)) {
+    fprintf(stderr, "zt tokenize: give --tokenizer DIR or --encoder/--merges, not both\n");
+    goto done;
   }
   zt_tokenizer *tok = NULL;
-  rc = load_tokenizer("tokenize", enc, merges, &tok);
-  if (rc) return rc;
-  rc = zt_tokenize_file(tok, in, out) ? zt_cli_fail("tokenize") : 0;
-  if (!rc) printf("zt tokenize: wrote %s\n", out);
+  if (hf) rc = zt_tokenizer_hf(hf, &tok) ? zt_cli_fail("tokenize") : 0;
+  else rc = load_tokenizer("tokenize", enc, merges, &tok);
+  if (rc) goto done;
+  const char *out = pos[n_pos - 1];
+  int64_t docs = 0, count = 0;
+  if (hf && n_pos > 2 && zt_tokenizer_eos_id(tok) < 0) {
+    fprintf(stderr, "zt tokenize: the tokenizer of '%s' has no eos token (tokenizer_config.json's eos_token) to "
+                    "separate the documents with\n", hf);
+    rc = 2;
+  } else if (zt_tokenize_files(tok, pos, n_pos - 1, out, &docs, &count)) {
+    rc = zt_cli_fail("tokenize");
+  } else {
+    printf("zt tokenize: wrote %s (%lld document%s, %lld tokens, vocabulary %d)\n", out, (long long)docs,
+           docs == 1 ? "" : "s", (long long)count, zt_tokenizer_vocab_size(tok));
+  }
   zt_tokenizer_free(tok);
+done:
+  free(pos);
   return rc;
 }

@@ -20,7 +20,10 @@ under tests/fixtures/hf/, each holding tokenizer.json and tokenizer_config.json:
     mistral  the Metaspace pre-tokenizer (prepend_scheme "first", split false), no normalizer
   both with the decoder Replace("▁", " "), ByteFallback, Fuse, Strip(" ", 1, 0)
 
-and cases.json: the test strings (unicode of many scripts, digits, contractions, whitespace
+With --check-zt build/zt it writes nothing: it compares `zt tokenize --tokenizer` on random
+documents made of tricky fragments against `tokenizers`, for every configuration above.
+
+It writes cases.json: the test strings (unicode of many scripts, digits, contractions, whitespace
 runs, newlines, emoji, special tokens inside text) with, for each configuration, the ids that
 `tokenizers` gives (encode(s, add_special_tokens=False)), the text its decode gives back for
 those ids, and for each the ids of encode(s) with the post-processor's special tokens.
@@ -48,6 +51,7 @@ STRINGS = [
     "DON'T SHOUT, Y'ALL'RE 'S 'T 'Re 'VE 'M 'LL 'D 'ſ rock'n'roll''''s",
     "Numbers: 0 1 12 123 1234 12345 1234567 3.14159 1,000,000 -42 +7 2024-06-01 x86_64",
     "Other digits: \u0663\u0664\u0665\u0666 \u0967\u0968 \u00b2\u00b3 \u00be \u2167 \u2460 \uff11\uff12",
+    "ab  \u00b2\n\n\u0661\u0662 \u2167x  \u00bd",
     "two  spaces,   three,\ttab,\t\ttwo tabs, trailing   ",
     "   leading spaces",
     " one leading space",
@@ -200,12 +204,78 @@ def byte_fallback_configs(vocab, merges):
     return out
 
 
+FRAGMENTS = ["the", "The", " quick", "fox", "DOG", "'s", "'S", "'ll", "'LL", "'re", "'ve", "'m", "'d", "'t", "'x", "'",
+             " ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", "\r", " \n", "\n ", "0", "1", "12", "123", "4567", "3.14", ",",
+             ".", "!", "?!", "--", "...", "(", ")", "\"", "#", "@", "$", "%", "\u00e9", "na\u00efve", "\u00df", "\u03a9",
+             "\u0395\u03bb\u03bb\u03b7\u03bd\u03b9\u03ba\u03ac", "\u65e5\u672c\u8a9e", "\ud55c\uad6d\uc5b4",
+             "\u0661\u0662\u0663", "\u00b2", "\u00bd", "\u2167", "\u2460", "\u00a0", "\u3000", "\u2028", "\u2009",
+             "\u0085", "\U0001f600", "\U0001f44d\U0001f3fd", "\U0001f468\u200d\U0001f469\u200d\U0001f467",
+             "\u2764\ufe0f", "\U0001f1eb\U0001f1f7", "<|endoftext|>", "<s>", "</s>", "<|begin_of_text|>", "<|im_end|>",
+             "\u2581", "\u2581\u2581", "\u017f", "'\u017f", "_", "x86_64", "\x01", "\x7f", "aaaa", " License", " GNU",
+             " software", " the", " of", " and", "-", "/"]
+
+
+def check_zt(zt, out, n_docs, seed):
+    """Random documents through `zt tokenize DIR OUT --tokenizer` against the reference, for
+    every configuration: each document is the reference's encode(s) (with its bos) and then eos."""
+    import random
+    import shutil
+    import struct
+    import subprocess
+    import tempfile
+    rng = random.Random(seed)
+    failed = 0
+    tmp = tempfile.mkdtemp()
+    for name in sorted(os.listdir(out)):
+        d = os.path.join(out, name)
+        if not os.path.isfile(os.path.join(d, "tokenizer.json")):
+            continue
+        tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+        with open(os.path.join(d, "tokenizer_config.json"), encoding="utf-8") as f:
+            eos = json.load(f)["eos_token"]
+        eos = tok.token_to_id(eos if isinstance(eos, str) else eos["content"])
+        docs_dir = os.path.join(tmp, name)
+        os.makedirs(docs_dir)
+        want = []
+        docs = []
+        for i in range(n_docs):
+            s = "".join(rng.choice(FRAGMENTS) for _ in range(rng.randint(0, 30)))
+            docs.append(s)
+            with open(os.path.join(docs_dir, "%06d.txt" % i), "w", encoding="utf-8", newline="") as f:
+                f.write(s)
+            want.append(tok.encode(s, add_special_tokens=True).ids + [eos])
+        tok_file = os.path.join(tmp, name + ".tok")
+        subprocess.run([zt, "tokenize", docs_dir, tok_file, "--tokenizer", d], check=True, capture_output=True)
+        with open(tok_file, "rb") as f:
+            raw = f.read()
+        _, _, width, _, count = struct.unpack("<4sIIIQ", raw[:24])
+        got = list(struct.unpack("<%d%s" % (count, "H" if width == 2 else "I"), raw[24:]))
+        pos = 0
+        for s, w in zip(docs, want):
+            if got[pos:pos + len(w)] != w:
+                print("%-8s differs on %r:\n  reference %s\n  zerotrain %s" % (name, s, w, got[pos:pos + len(w)]))
+                failed += 1
+                break
+            pos += len(w)
+        else:
+            print("%-8s %d documents, %d tokens: identical" % (name, n_docs, count))
+    shutil.rmtree(tmp)
+    return failed
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--text", nargs="*", default=sorted(glob.glob("/usr/share/common-licenses/*")),
                     help="training text files (default: /usr/share/common-licenses/*)")
     ap.add_argument("--out", default=OUT)
+    ap.add_argument("--check-zt", metavar="ZT",
+                    help="instead of writing the fixtures: compare `ZT tokenize --tokenizer` on random documents "
+                         "against the reference for every folder under --out")
+    ap.add_argument("--docs", type=int, default=400, help="documents per configuration for --check-zt")
+    ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
+    if a.check_zt:
+        raise SystemExit(1 if check_zt(a.check_zt, a.out, a.docs, a.seed) else 0)
     texts = licence_text(a.text)
     configs = {}
     configs.update(bytelevel_configs(*train_byte_level(texts)))

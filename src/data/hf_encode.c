@@ -232,11 +232,14 @@ static bool split_each(enc *e, const uint8_t *s, size_t n, int step, bool at_sta
   return true;
 }
 
+/* Digits: numbers (Rust's char::is_numeric, \p{N}: any script's digits, superscripts, Roman
+ * numerals...) apart from the rest, one by one or in runs. */
 static size_t digits_end(const uint8_t *s, size_t n, size_t i, bool individual) {
-  bool digit = s[i] >= '0' && s[i] <= '9';
-  if (digit && individual) return i + 1;
-  size_t j = i + 1;
-  while (j < n && (s[j] >= '0' && s[j] <= '9') == digit) j++;
+  size_t l;
+  bool digit = zt__cp_classify(zt__utf8_next(s + i, n - i, &l)) == ZT__CP_NUMBER;
+  size_t j = i + l;
+  if (digit && individual) return j;
+  while (j < n && (zt__cp_classify(zt__utf8_next(s + j, n - j, &l)) == ZT__CP_NUMBER) == digit) j += l;
   return j;
 }
 

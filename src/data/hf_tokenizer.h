@@ -20,7 +20,7 @@ typedef enum zt__hf_pre {
   ZT__HF_PRE_SPLIT_LLAMA3, /* Split with Llama 3's regex */
   ZT__HF_PRE_SPLIT_QWEN2,  /* Split with Qwen2's regex */
   ZT__HF_PRE_BYTE_LEVEL,   /* ByteLevel: the optional prefix space, then GPT-2's regex if use_regex */
-  ZT__HF_PRE_DIGITS,       /* Digits: ASCII digits apart from the rest, one by one or in runs */
+  ZT__HF_PRE_DIGITS,       /* Digits: numbers (\p{N}) apart from the rest, one by one or in runs */
   ZT__HF_PRE_METASPACE     /* Metaspace: ' ' -> the replacement, prepended by scheme, split or not */
 } zt__hf_pre;
 typedef enum zt__hf_dec {
