@@ -20,13 +20,15 @@ static int load_tokenizer(const char *cmd, const char *enc, const char *merges, 
 }
 
 int zt_cmd_sample(int argc, char **argv) {
-  const char *dir = NULL, *prompt = "\n", *enc = NULL, *merges = NULL;
+  const char *dir = NULL, *prompt = "\n", *enc = NULL, *merges = NULL, *hf = NULL;
   int64_t len = 200, top_k = 0, seed = 1;
   double temp = 0.8;
   if (zt_cli_wants_help(argc, argv)) {
     printf("usage: zt sample --checkpoint DIR [--prompt TEXT] [--len N (200, at most %d)]\n"
            "                 [--temperature T (0.8; 0 = greedy; at most 100)] [--top-k K (0 = all)] [--seed S (1)]\n"
-           "                 [--encoder encoder.json --merges vocab.bpe]\n",
+           "                 [--tokenizer DIR | --encoder encoder.json --merges vocab.bpe]\n"
+           "the tokenizer: --tokenizer (a folder with a Hugging Face tokenizer.json) or --encoder/--merges (GPT-2),\n"
+           "else the checkpoint's own (tokenizer.json, else vocab.json and merges.txt), else bytes\n",
            ZT_SAMPLE_MAX_LEN);
     return 0;
   }
@@ -39,6 +41,7 @@ int zt_cmd_sample(int argc, char **argv) {
     else if (!strcmp(name, "prompt")) prompt = v;
     else if (!strcmp(name, "encoder")) enc = v;
     else if (!strcmp(name, "merges")) merges = v;
+    else if (!strcmp(name, "tokenizer")) hf = v;
     else if (!strcmp(name, "len")) rc = zt_cli_i64("sample", name, v, 0, ZT_SAMPLE_MAX_LEN, &len);
     else if (!strcmp(name, "top-k")) rc = zt_cli_i64("sample", name, v, 0, INT32_MAX, &top_k);
     else if (!strcmp(name, "seed")) rc = zt_cli_i64("sample", name, v, 0, INT64_MAX, &seed);
@@ -60,20 +63,29 @@ int zt_cmd_sample(int argc, char **argv) {
   zt_train_state st;
   char ck[4096], ck_enc[4200], ck_merges[4200];
   if (zt_snapshot_resolve(dir, ck, sizeof ck) || zt_snapshot_read_state(ck, &st)) return zt_cli_fail("sample");
-  /* no tokenizer given: the one the checkpoint carries, else bytes, which only a 256-token model makes */
+  if (hf && (enc || merges)) {
+    fprintf(stderr, "zt sample: give --tokenizer DIR or --encoder/--merges, not both\n");
+    return 2;
+  }
+  /* no tokenizer given: the one the checkpoint carries (a Hugging Face tokenizer.json first), else
+   * bytes, which only a 256-token model makes */
+  snprintf(ck_enc, sizeof ck_enc, "%s/tokenizer.json", ck);
+  if (!hf && !enc && !merges && access(ck_enc, F_OK) == 0) hf = ck;
   snprintf(ck_enc, sizeof ck_enc, "%s/vocab.json", ck);
   snprintf(ck_merges, sizeof ck_merges, "%s/merges.txt", ck);
-  if (!enc && !merges && access(ck_enc, F_OK) == 0 && access(ck_merges, F_OK) == 0) enc = ck_enc, merges = ck_merges;
-  if (!enc && !merges && st.model.vocab_size != 256) {
+  if (!hf && !enc && !merges && access(ck_enc, F_OK) == 0 && access(ck_merges, F_OK) == 0) enc = ck_enc, merges = ck_merges;
+  if (!hf && !enc && !merges && st.model.vocab_size != 256) {
     fprintf(stderr,
             "zt sample: checkpoint '%s' is of a model with a vocabulary of %d tokens, whose ids are not bytes, and it "
-            "holds no tokenizer (vocab.json, merges.txt): give --encoder encoder.json --merges vocab.bpe, the files "
-            "its training data was tokenized with\n",
+            "holds no tokenizer (tokenizer.json, or vocab.json and merges.txt): give --tokenizer DIR (a Hugging Face "
+            "tokenizer folder) or --encoder encoder.json --merges vocab.bpe, the files its training data was tokenized "
+            "with\n",
             ck, st.model.vocab_size);
     return 2;
   }
   zt_tokenizer *tok = NULL;
-  rc = load_tokenizer("sample", enc, merges, &tok);
+  if (hf) rc = zt_tokenizer_hf(hf, &tok) ? zt_cli_fail("sample") : 0;
+  else rc = load_tokenizer("sample", enc, merges, &tok);
   if (rc) return rc;
   zt_gpt2 *m = NULL;
   int32_t *ids = NULL, *out = NULL;
