@@ -442,6 +442,7 @@ typedef struct toks {
 } toks;
 
 static bool toks_put(toks *t, const void *p, size_t n) {
+  if (n == 0) return true;
   if (t->len + n > t->cap) {
     size_t cap = t->cap ? 2 * t->cap : 256;
     while (cap < t->len + n) cap *= 2;
@@ -554,7 +555,8 @@ zt_status zt__hf_decode(const zt__hf_tokenizer *h, const int32_t *ids, int64_t n
     return ZT_ERR(ZT_STATUS_OOM, "zt_tokenizer_decode: out of host memory");
   }
   size_t at = 0;
-  for (int64_t k = 0; k < cur.count; k++) memcpy(o + at, cur.buf + cur.off[k], cur.n[k]), at += cur.n[k];
+  for (int64_t k = 0; k < cur.count; k++)
+    if (cur.n[k]) memcpy(o + at, cur.buf + cur.off[k], cur.n[k]), at += cur.n[k];
   o[at] = '\0';
   toks_free(&cur);
   *text = o;

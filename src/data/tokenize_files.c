@@ -102,7 +102,7 @@ zt_status zt_tokenize_files(const zt_tokenizer *t, const char *const *paths, int
       if (!q) s = ZT_ERR(ZT_STATUS_OOM, "zt_tokenize_files: out of host memory for %lld tokens", (long long)c);
       else tok.ids = q, cap = c;
     }
-    if (!s) memcpy(tok.ids + tok.count, ids, (size_t)n * sizeof *ids), tok.count += n;
+    if (!s && n) memcpy(tok.ids + tok.count, ids, (size_t)n * sizeof *ids), tok.count += n;
     free(ids);
   }
   if (!s) s = zt_tokens_save(out_path, &tok, 0);
