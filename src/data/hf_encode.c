@@ -320,8 +320,10 @@ static bool normalize(enc *e, const uint8_t *s, size_t n, const uint8_t **out, s
     const uint8_t *cur = *out;
     size_t cn = *out_n, m = 0;
     uint8_t *buf = NULL;
-    if (st->kind == ZT__HF_NORM_NFC) continue; /* the identity on text already in NFC */
-    if (st->kind == ZT__HF_NORM_PREPEND) {
+    if (st->kind == ZT__HF_NORM_NFC) {
+      if (!zt__nfc_maybe_changes(cur, cn)) continue;
+      if (zt__nfc(cur, cn, &buf, &m)) return e->oom = true, false;
+    } else if (st->kind == ZT__HF_NORM_PREPEND) {
       if (cn == 0) continue;
       if (!(buf = malloc(cn + st->alen))) return e->oom = true, false;
       memcpy(buf, st->a, st->alen);

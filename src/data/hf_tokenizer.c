@@ -5,8 +5,7 @@
  *   model          BPE: byte-level (GPT-2, Llama 3, Qwen2, SmolLM) or with byte fallback and
  *                  <0xNN> tokens (Llama 2, Mistral); unk_token, fuse_unk, ignore_merges; merges
  *                  as "a b" strings or [a, b] pairs; no dropout, no subword prefix or suffix
- *   normalizer     none, Prepend, Replace (of a string), NFC (taken as the identity: exact for
- *                  text already in NFC, nearly all text; zerotrain does not recompose), Sequence
+ *   normalizer     none, Prepend, Replace (of a string), NFC (src/data/unicode_nfc.c), Sequence
  *   pre-tokenizer  none, ByteLevel, Split with GPT-2's, Llama 3's or Qwen2's regex (Isolated,
  *                  not inverted; hf_pretokenizer.c), Digits, Metaspace, Sequence
  *   decoder        ByteLevel; or Replace (of a string), ByteFallback, Fuse, Strip, Metaspace,

@@ -1,7 +1,7 @@
 /* What the tokenizer files of src/data share: UTF-8, the Unicode classes of the pre-tokenizer
- * regexes, GPT-2's byte-to-character map (src/data/tokenizer.c), the pre-tokenizer splitters
- * (src/data/hf_pretokenizer.c) and the Hugging Face tokenizer.json tokenizer behind zt_tokenizer
- * (src/data/hf_tokenizer.c). Internal to src/data. */
+ * regexes, GPT-2's byte-to-character map (src/data/tokenizer.c), NFC (src/data/unicode_nfc.c),
+ * the pre-tokenizer splitters (src/data/hf_pretokenizer.c) and the Hugging Face tokenizer.json
+ * tokenizer behind zt_tokenizer (src/data/hf_tokenizer.c). Internal to src/data. */
 #ifndef ZT_DATA_TOKENIZER_INTERNAL_H
 #define ZT_DATA_TOKENIZER_INTERNAL_H
 
@@ -24,6 +24,13 @@ size_t zt__utf8_put(uint32_t cp, uint8_t *o);
  * below ZT__BYTE_MAP_CPS (-1: not a character of the map). */
 #define ZT__BYTE_MAP_CPS 324
 void zt__byte_map(int32_t byte_to_cp[256], int16_t cp_to_byte[ZT__BYTE_MAP_CPS]);
+
+/* ------------------------------------------------ NFC (unicode_nfc.c) */
+/* False when s is NFC already for certain (no code point at or above U+0300). */
+bool zt__nfc_maybe_changes(const uint8_t *s, size_t n);
+/* s in Normalization Form C, in *out (malloc'd; the caller frees); bytes that are not UTF-8
+ * pass through. */
+ZT_NODISCARD zt_status zt__nfc(const uint8_t *s, size_t n, uint8_t **out, size_t *out_n);
 
 /* ------------------------------------------------ pre-tokenizer splitters (hf_pretokenizer.c)
  * Each returns the end of the piece that starts at s[i] (i < n; the end is > i), the regex's
