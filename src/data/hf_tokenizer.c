@@ -182,7 +182,6 @@ static zt_status add_step(const loader *L, zt__hf_step *steps, int *n, const cha
   if (*n >= ZT__HF_MAX_STEPS) return unsupported(L, part, "Sequence of more than 8 steps");
   *out = &steps[(*n)++];
   memset(*out, 0, sizeof **out);
-  (void)L;
   return ZT_OK;
 }
 
@@ -346,11 +345,8 @@ static zt_status check_model_options(const loader *L, const zt__json *m) {
   return ZT_OK;
 }
 
-static zt_status set_token(const loader *L, int64_t id, int64_t off, size_t len) {
-  zt__hf_tokenizer *h = L->h;
-  (void)L;
+static void set_token(zt__hf_tokenizer *h, int64_t id, int64_t off, size_t len) {
   h->tok_off[id] = off, h->tok_len[id] = (int32_t)len;
-  return ZT_OK;
 }
 
 static zt_status parse_vocab(const loader *L, const zt__json *vocab) {
@@ -393,7 +389,7 @@ static zt_status fill_tokens(const loader *L, const zt__json *vocab, const zt__j
   for (int32_t i = 0; i < h->vocab_size; i++) h->tok_off[i] = -1, h->tok_len[i] = 0;
   /* the map's entries, then the unreachable ones written again */
   for (size_t k = 0; k < h->map_cap; k++)
-    if (h->map[k].id >= 0) ZT_TRY(set_token(L, h->map[k].id, h->map[k].off, (size_t)h->map[k].len));
+    if (h->map[k].id >= 0) set_token(h, h->map[k].id, h->map[k].off, (size_t)h->map[k].len);
   for (int i = 0; i < vocab->n; i++) {
     int64_t id;
     (void)zt__json_i64(&vocab->items[i], &id);
@@ -401,7 +397,7 @@ static zt_status fill_tokens(const loader *L, const zt__json *vocab, const zt__j
     int64_t off = (int64_t)h->bytes_len;
     bool in_map;
     if (!put_token(L, vocab->keys[i], &in_map)) return oom(L);
-    ZT_TRY(set_token(L, id, off, h->bytes_len - (size_t)off));
+    set_token(h, id, off, h->bytes_len - (size_t)off);
   }
   /* an added token decodes as its content: through the byte map when every character is in it
    * (as the ByteLevel decoder does), else as its UTF-8 */
@@ -415,7 +411,7 @@ static zt_status fill_tokens(const loader *L, const zt__json *vocab, const zt__j
       memcpy(h->bytes + off, h->added[i].content, h->added[i].len);
       h->bytes_len += h->added[i].len;
     }
-    ZT_TRY(set_token(L, id, off, h->bytes_len - (size_t)off));
+    set_token(h, id, off, h->bytes_len - (size_t)off);
   }
   return ZT_OK;
 }
