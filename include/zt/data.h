@@ -38,7 +38,7 @@ ZT_API ZT_NODISCARD zt_status zt_tokenizer_encode(const zt_tokenizer *t, const c
 /* *text is malloc'd and NUL-terminated (caller frees). */
 ZT_API ZT_NODISCARD zt_status zt_tokenizer_decode(const zt_tokenizer *t, const int32_t *ids, int64_t n, char **text, size_t *len);
 /* A Hugging Face tokenizer from a model folder (src/data/hf_tokenizer.c, hf_encode.c,
- * hf_pretokenizer.c): dir/tokenizer.json, and dir/tokenizer_config.json when there is one (bos_token,
+ * hf_pretokenizer.c, unicode_nfc.c): dir/tokenizer.json, and dir/tokenizer_config.json when there is one (bos_token,
  * eos_token, add_bos_token, add_eos_token). BPE, byte-level (GPT-2, Llama 3, Qwen2, SmolLM) or with
  * byte fallback (Llama 2, Mistral); anything else in the file is refused, naming it
  * (docs/training.md lists what is read). zt_tokenizer_encode gives the ids of the `tokenizers`
