@@ -91,7 +91,7 @@ static zt_status unsupported(const loader *L, const char *part, const char *name
 }
 
 static bool reserve(zt__hf_tokenizer *h, size_t extra) {
-  if (h->bytes_len + extra <= h->bytes_cap) return true;
+  if (h->bytes && h->bytes_len + extra <= h->bytes_cap) return true; /* never NULL, even for "" */
   size_t cap = h->bytes_cap ? 2 * h->bytes_cap : 1 << 16;
   while (cap < h->bytes_len + extra) cap *= 2;
   uint8_t *p = realloc(h->bytes, cap);
