@@ -6,6 +6,8 @@
  *   Llama 3 (Split, Isolated), and Qwen2 (the same with \p{N} in place of \p{N}{1,3}):
  *     (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
  * Any other pattern is refused when tokenizer.json is read (hf_tokenizer.c), naming it.
+ * The classes \p{L}, \p{N} and \s are those of tokenizer.c (Unicode 17); the references' regex
+ * engines have older tables, so characters assigned since may split differently.
  * Invariant: every byte is in exactly one piece (the patterns match any character), so the
  * returned end is always past i; a byte that is not valid UTF-8 is one "other" character. */
 #include <stdbool.h>
