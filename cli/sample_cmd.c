@@ -73,7 +73,8 @@ int zt_cmd_sample(int argc, char **argv) {
   if (!hf && !enc && !merges && access(ck_enc, F_OK) == 0) hf = ck;
   snprintf(ck_enc, sizeof ck_enc, "%s/vocab.json", ck);
   snprintf(ck_merges, sizeof ck_merges, "%s/merges.txt", ck);
-  if (!hf && !enc && !merges && access(ck_enc, F_OK) == 0 && access(ck_merges, F_OK) == 0) enc = ck_enc, merges = ck_merges;
+  if (!hf && !enc && !merges && access(ck_enc, F_OK) == 0 && access(ck_merges, F_OK) == 0)
+    enc = ck_enc, merges = ck_merges;
   if (!hf && !enc && !merges && st.model.vocab_size != 256) {
     fprintf(stderr,
             "zt sample: checkpoint '%s' is of a model with a vocabulary of %d tokens, whose ids are not bytes, and it "
@@ -122,8 +123,8 @@ int zt_cmd_tokenize(int argc, char **argv) {
     printf("usage: zt tokenize INPUT... OUTPUT.tok [--tokenizer DIR | --encoder encoder.json --merges vocab.bpe]\n"
            "INPUT: text files and folders (a folder: the files under it, at any depth, sorted; names starting with\n"
            "'.' skipped); each file is one document.\n"
-           "--tokenizer DIR: a Hugging Face tokenizer (DIR/tokenizer.json and DIR/tokenizer_config.json, as in a model\n"
-           "folder): each document gets the bos the tokenizer adds and ends with its eos token.\n"
+           "--tokenizer DIR: a Hugging Face tokenizer (DIR/tokenizer.json and DIR/tokenizer_config.json, as in a\n"
+           "model folder): each document gets the bos the tokenizer adds and ends with its eos token.\n"
            "--encoder/--merges: GPT-2 byte-pair encoding. Neither: byte-level tokens. These two have no special\n"
            "tokens: the documents' tokens follow each other.\n");
     return 0;

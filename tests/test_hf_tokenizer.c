@@ -93,7 +93,8 @@ static void check_tokenizer(const char *name) {
     size_t tl = 0;
     ZT_CHECK_OK(zt_tokenizer_decode(t, ids, n, &text, &tl));
     if (text && (tl != strlen(want) || memcmp(text, want, tl)))
-      zt_test_fail(__FILE__, __LINE__, "%s, string %d: decoded \"%.60s\", the reference \"%.60s\"", name, k, text, want);
+      zt_test_fail(__FILE__, __LINE__, "%s, string %d: decoded \"%.60s\", the reference \"%.60s\"", name, k, text,
+                   want);
     if (text && !strcmp(want, s)) ZT_CHECK(tl == len && !memcmp(text, s, len)); /* decode(encode(s)) == s */
     free(text);
     /* a document: the post-processor's specials, then eos unless it ends with it already */

@@ -492,7 +492,8 @@ static bool dec_step(const zt__hf_step *st, const toks *in, toks *out) {
       if (!toks_put(out, s, n)) return false;
       break;
     case ZT__HF_DEC_BYTE_FALLBACK:
-      if (n == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>' && hexval(s[3]) >= 0 && hexval(s[4]) >= 0) {
+      bool byte_token = n == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>';
+      if (byte_token && hexval(s[3]) >= 0 && hexval(s[4]) >= 0) {
         uint8_t b = (uint8_t)(hexval(s[3]) * 16 + hexval(s[4]));
         if (!toks_put(out, &b, 1)) return false;
       } else if (!toks_put(out, s, n)) {

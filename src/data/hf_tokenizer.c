@@ -247,7 +247,8 @@ static zt_status parse_pre_tokenizer(const loader *L, const zt__json *j) {
     ZT_TRY(pattern_of(L, j, "pre_tokenizer", &string, &regex));
     const char *behavior = str_of(zt__json_get(j, "behavior"));
     if (bool_of(zt__json_get(j, "invert"), false)) return unsupported(L, "pre_tokenizer", "Split with invert true");
-    if (!behavior || strcmp(behavior, "Isolated")) return unsupported(L, "Split behavior", behavior ? behavior : "(none)");
+    if (!behavior || strcmp(behavior, "Isolated"))
+      return unsupported(L, "Split behavior", behavior ? behavior : "(none)");
     int kind = -1;
     if (regex && !strcmp(regex, GPT2_PATTERN)) kind = ZT__HF_PRE_SPLIT_GPT2;
     else if (regex && !strcmp(regex, LLAMA3_PATTERN)) kind = ZT__HF_PRE_SPLIT_LLAMA3;
