@@ -1,7 +1,8 @@
 /* Encoding and decoding with a tokenizer.json tokenizer (hf_tokenizer.c reads it), in the order
  * the `tokenizers` package runs its stages: the added tokens are cut out of the text first
- * (leftmost, longest), then each stretch between them is normalized, pre-tokenized (each
- * pre-tokenizer splitting the pieces of the one before) and BPE-encoded piece by piece. BPE
+ * (leftmost, longest; those marked normalized out of the normalized text), then each stretch
+ * between them is normalized, pre-tokenized (each pre-tokenizer splitting the pieces of the one
+ * before) and BPE-encoded piece by piece. BPE
  * merges as the reference's word merge does: the pair of lowest rank, leftmost among equals,
  * one merge at a time (a heap over a linked list of symbols, O(n log n) for a piece of n
  * characters: Llama 2's pieces are whole texts). Decoding runs the decoder's steps over the
@@ -47,6 +48,7 @@ typedef struct enc {
   size_t cache_cap, cache_n;
   int32_t *cache_ids;
   size_t cache_ids_len, cache_ids_cap;
+  bool first_raw[256], first_norm[256]; /* bytes that begin an added token of each pass */
   bool oom;
 } enc;
 
@@ -311,9 +313,8 @@ static bool pre_tokenize(enc *e, const uint8_t *s, size_t n, int step, bool at_s
 }
 
 /* ------------------------------------------------ normalizers */
-/* Applies the normalizer to s[0..n); *out is s itself (nothing changed) or a malloc'd copy. */
-static bool normalize(enc *e, const uint8_t *s, size_t n, const uint8_t **out, size_t *out_n, uint8_t **owned) {
-  const zt__hf_tokenizer *h = e->h;
+bool zt__hf_normalize(const zt__hf_tokenizer *h, const uint8_t *s, size_t n, const uint8_t **out, size_t *out_n,
+                      uint8_t **owned) {
   *out = s, *out_n = n, *owned = NULL;
   for (int k = 0; k < h->n_norm; k++) {
     const zt__hf_step *st = &h->norm[k];
@@ -322,10 +323,10 @@ static bool normalize(enc *e, const uint8_t *s, size_t n, const uint8_t **out, s
     uint8_t *buf = NULL;
     if (st->kind == ZT__HF_NORM_NFC) {
       if (!zt__nfc_maybe_changes(cur, cn)) continue;
-      if (zt__nfc(cur, cn, &buf, &m)) return e->oom = true, false;
+      if (zt__nfc(cur, cn, &buf, &m)) goto oom;
     } else if (st->kind == ZT__HF_NORM_PREPEND) {
       if (cn == 0) continue;
-      if (!(buf = malloc(cn + st->alen))) return e->oom = true, false;
+      if (!(buf = malloc(cn + st->alen))) goto oom;
       memcpy(buf, st->a, st->alen);
       memcpy(buf + st->alen, cur, cn);
       m = cn + st->alen;
@@ -335,7 +336,7 @@ static bool normalize(enc *e, const uint8_t *s, size_t n, const uint8_t **out, s
         if (memcmp(cur + i, st->a, st->alen) == 0) hits++, i += st->alen;
         else i++;
       if (!hits) continue;
-      if (!(buf = malloc(cn + hits * st->blen + 1))) return e->oom = true, false;
+      if (!(buf = malloc(cn + hits * st->blen + 1))) goto oom;
       for (size_t i = 0; i < cn;) {
         if (i + st->alen <= cn && memcmp(cur + i, st->a, st->alen) == 0) {
           memcpy(buf + m, st->b, st->blen), m += st->blen, i += st->alen;
@@ -348,23 +349,20 @@ static bool normalize(enc *e, const uint8_t *s, size_t n, const uint8_t **out, s
     *owned = buf, *out = buf, *out_n = m;
   }
   return true;
-}
-
-static bool encode_stretch(enc *e, const uint8_t *s, size_t n, bool at_start) {
-  if (n == 0) return true;
-  const uint8_t *t;
-  size_t tn;
-  uint8_t *owned;
-  if (!normalize(e, s, n, &t, &tn, &owned)) return false;
-  bool ok = pre_tokenize(e, t, tn, 0, at_start);
-  free(owned);
-  return ok;
+oom:
+  free(*owned);
+  *owned = NULL;
+  return false;
 }
 
 /* ------------------------------------------------ added tokens */
+/* A word character for single_word added tokens: letters, numbers and '_'. The reference uses the
+ * regex crate's \w, which also counts combining marks and connector punctuation and not the
+ * numbers that are not digits (², ½): an added token marked single_word next to one of those may
+ * be matched where the reference leaves it (or the other way round). */
 static bool is_word_cp(int32_t c) {
   zt__cp_class k = zt__cp_classify(c);
-  return k == ZT__CP_LETTER || k == ZT__CP_NUMBER;
+  return k == ZT__CP_LETTER || k == ZT__CP_NUMBER || c == '_';
 }
 
 /* The last code point before s[i] (i > 0), in a text that may not be valid UTF-8. */
@@ -375,39 +373,41 @@ static int32_t cp_before(const uint8_t *s, size_t i) {
   return j + l == i ? c : -1;
 }
 
-/* The leftmost, longest added token in s[from..n): its index, start and end, or -1. */
-static int find_added(const zt__hf_tokenizer *h, const bool first[256], const uint8_t *s, size_t n, size_t from,
-                      size_t *start) {
+/* The leftmost, longest added token of the pass (normalized or not) in s[from..n): its index
+ * and start, or -1. */
+static int find_added(const zt__hf_tokenizer *h, const bool first[256], bool normalized, const uint8_t *s, size_t n,
+                      size_t from, size_t *start) {
   for (size_t i = from; i < n; i++) {
     if (!first[s[i]]) continue;
     int best = -1;
     for (int k = 0; k < h->n_added; k++) {
       const zt__hf_added *a = &h->added[k];
-      if ((uint8_t)a->content[0] != s[i] || a->len > n - i || memcmp(s + i, a->content, a->len)) continue;
-      if (best < 0 || a->len > h->added[best].len) best = k;
+      if (a->normalized != normalized || a->match[0] != s[i] || a->match_len > n - i ||
+          memcmp(s + i, a->match, a->match_len))
+        continue;
+      if (best < 0 || a->match_len > h->added[best].match_len) best = k;
     }
     if (best >= 0) return *start = i, best;
   }
   return -1;
 }
 
-zt_status zt__hf_encode(const zt__hf_tokenizer *h, const uint8_t *s, size_t len, int32_t **ids, int64_t *n,
-                        int64_t *cap) {
-  enc e = {.h = h, .ids = ids, .n = n, .cap = cap, .text = s, .text_len = len};
-  e.cache_cap = 1 << 12;
-  if ((e.cache = malloc(e.cache_cap * sizeof *e.cache)))
-    for (size_t i = 0; i < e.cache_cap; i++) e.cache[i].n = -1;
-  /* bytes that begin an added token, to skip the rest quickly */
-  bool first[256] = {false};
-  for (int k = 0; k < h->n_added; k++) first[(uint8_t)h->added[k].content[0]] = true;
+static bool normalize_stretch(enc *e, const uint8_t *s, size_t n, bool at_start);
+
+/* The reference's two passes over the added tokens: those not normalized are cut out of the text
+ * as given, each stretch between them is normalized, and those normalized are cut out of that;
+ * what is left goes to the pre-tokenizers. at_start: s begins at the text's first byte. */
+static bool added_pass(enc *e, const uint8_t *s, size_t len, bool normalized, bool at_start) {
+  const zt__hf_tokenizer *h = e->h;
+  const bool *first = normalized ? e->first_norm : e->first_raw;
   size_t done = 0; /* text before this is encoded */
   bool ok = true;
   for (size_t i = 0; ok && i < len;) {
     size_t at;
-    int k = find_added(h, first, s, len, i, &at);
+    int k = find_added(h, first, normalized, s, len, i, &at);
     if (k < 0) break;
     const zt__hf_added *a = &h->added[k];
-    size_t start = at, stop = at + a->len, l;
+    size_t start = at, stop = at + a->match_len, l;
     i = stop;
     if (a->single_word) {
       bool word_before = start > 0 && is_word_cp(cp_before(s, start));
@@ -422,10 +422,37 @@ zt_status zt__hf_encode(const zt__hf_tokenizer *h, const uint8_t *s, size_t len,
       }
     if (a->rstrip)
       while (stop < len && zt__cp_classify(zt__utf8_next(s + stop, len - stop, &l)) == ZT__CP_SPACE) stop += l;
-    ok = encode_stretch(&e, s + done, start - done, done == 0) && push_id(&e, a->id);
+    ok = (normalized ? pre_tokenize(e, s + done, start - done, 0, at_start && done == 0)
+                     : normalize_stretch(e, s + done, start - done, at_start && done == 0)) &&
+         push_id(e, a->id);
     done = i = stop;
   }
-  if (ok) ok = encode_stretch(&e, s + done, len - done, done == 0);
+  if (!ok) return false;
+  return normalized ? pre_tokenize(e, s + done, len - done, 0, at_start && done == 0)
+                    : normalize_stretch(e, s + done, len - done, at_start && done == 0);
+}
+
+static bool normalize_stretch(enc *e, const uint8_t *s, size_t n, bool at_start) {
+  if (n == 0) return true;
+  const uint8_t *t;
+  size_t tn;
+  uint8_t *owned;
+  if (!zt__hf_normalize(e->h, s, n, &t, &tn, &owned)) return e->oom = true, false;
+  bool ok = added_pass(e, t, tn, true, at_start);
+  free(owned);
+  return ok;
+}
+
+zt_status zt__hf_encode(const zt__hf_tokenizer *h, const uint8_t *s, size_t len, int32_t **ids, int64_t *n,
+                        int64_t *cap) {
+  enc e = {.h = h, .ids = ids, .n = n, .cap = cap, .text = s, .text_len = len};
+  e.cache_cap = 1 << 12;
+  if ((e.cache = malloc(e.cache_cap * sizeof *e.cache)))
+    for (size_t i = 0; i < e.cache_cap; i++) e.cache[i].n = -1;
+  /* bytes that begin an added token, to skip the rest quickly */
+  for (int k = 0; k < h->n_added; k++)
+    (h->added[k].normalized ? e.first_norm : e.first_raw)[h->added[k].match[0]] = true;
+  bool ok = added_pass(&e, s, len, false, true);
   free(e.syms);
   free(e.heap);
   free(e.cache);

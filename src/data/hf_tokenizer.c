@@ -434,8 +434,33 @@ static zt_status parse_added(const loader *L, const zt__json *added) {
     t->lstrip = bool_of(zt__json_get(a, "lstrip"), false);
     t->rstrip = bool_of(zt__json_get(a, "rstrip"), false);
     t->single_word = bool_of(zt__json_get(a, "single_word"), false);
+    t->normalized = bool_of(zt__json_get(a, "normalized"), !bool_of(zt__json_get(a, "special"), false));
     ZT_TRY(dup_string(L, content, &t->content, &t->len));
     if (id >= h->vocab_size) h->vocab_size = (int32_t)id + 1;
+  }
+  return ZT_OK;
+}
+
+/* What each added token matches: its content, through the normalizer where the token is marked
+ * normalized (the reference matches those in the normalized text, by their normalized content:
+ * under Llama 2's Prepend("▁"), "▁x" matches "▁▁x"). */
+static zt_status added_matches(const loader *L) {
+  zt__hf_tokenizer *h = L->h;
+  for (int i = 0; i < h->n_added; i++) {
+    zt__hf_added *a = &h->added[i];
+    const uint8_t *m = (const uint8_t *)a->content;
+    size_t n = a->len;
+    uint8_t *owned = NULL;
+    if (a->normalized && !zt__hf_normalize(h, m, n, &m, &n, &owned)) return oom(L);
+    if (n == 0) return bad(L, "an added token whose normalized content is empty");
+    a->match = malloc(n);
+    if (!a->match) {
+      free(owned);
+      return oom(L);
+    }
+    memcpy(a->match, m, n);
+    a->match_len = n;
+    free(owned);
   }
   return ZT_OK;
 }
@@ -617,6 +642,7 @@ static zt_status load(loader *L, const zt__json *root) {
   ZT_TRY(parse_vocab(L, zt__json_get(model, "vocab")));
   const zt__json *added = zt__json_get(root, "added_tokens");
   ZT_TRY(parse_added(L, added));
+  ZT_TRY(added_matches(L));
   ZT_TRY(parse_merges(L, zt__json_get(model, "merges")));
   ZT_TRY(fill_tokens(L, zt__json_get(model, "vocab"), added));
   const char *unk = str_of(zt__json_get(model, "unk_token"));
@@ -677,7 +703,7 @@ void zt__hf_free(zt__hf_tokenizer *h) {
   int counts[3] = {h->n_norm, h->n_pre, h->n_dec};
   for (int l = 0; l < 3; l++)
     for (int i = 0; i < counts[l]; i++) free(lists[l][i].a), free(lists[l][i].b);
-  for (int i = 0; i < h->n_added; i++) free(h->added[i].content);
+  for (int i = 0; i < h->n_added; i++) free(h->added[i].content), free(h->added[i].match);
   free(h->added);
   free(h->bytes);
   free(h->tok_off);

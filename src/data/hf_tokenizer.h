@@ -49,6 +49,9 @@ typedef struct zt__hf_added {
   char *content; /* owned */
   size_t len;
   bool lstrip, rstrip, single_word;
+  bool normalized; /* matched in the normalized text (else in the text as given) */
+  uint8_t *match;  /* what is matched: the content, normalized where the token is (owned) */
+  size_t match_len;
 } zt__hf_added;
 
 typedef struct zt__hf_entry {
@@ -87,6 +90,10 @@ struct zt__hf_tokenizer {
   int n_prefix, n_suffix;
 };
 
+/* Applies the normalizer to s[0..n): *out is s itself (nothing changed, *owned NULL) or *owned, a
+ * malloc'd copy (the caller frees it). False: out of memory. (hf_encode.c) */
+bool zt__hf_normalize(const zt__hf_tokenizer *h, const uint8_t *s, size_t n, const uint8_t **out, size_t *out_n,
+                      uint8_t **owned);
 /* The id of s[0..len) in the model vocabulary, -1 if absent. */
 int32_t zt__hf_lookup(const zt__hf_tokenizer *h, const uint8_t *s, size_t len);
 /* The merge of (a, b): rank and merged id, or NULL. */
