@@ -18,6 +18,8 @@ under tests/fixtures/hf/, each holding tokenizer.json and tokenizer_config.json:
     llama2   the Prepend("▁") + Replace(" ", "▁") normalizer, no pre-tokenizer (Llama 2 as
              saved by transformers' legacy converter), add_bos_token in tokenizer_config.json
     mistral  the Metaspace pre-tokenizer (prepend_scheme "first", split false), no normalizer
+    llama2_added  llama2 with two added tokens that are not special: "▁software" (normalized),
+             "GNU" (not normalized, lstrip, rstrip)
   both with the decoder Replace("▁", " "), ByteFallback, Fuse, Strip(" ", 1, 0)
 
 With --nfc-tables it prints src/data/unicode_nfc_tables.h (the NFC normalizer's Unicode data)
@@ -34,7 +36,7 @@ import glob
 import json
 import os
 
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "..", "tests", "fixtures", "hf")
@@ -73,6 +75,7 @@ STRINGS = [
     "Punctuation!!! ??? ... --- *** ((nested)) [x] {y} <tags/> #h @a $5 %50 ^_^ `t`\n\"quoted\"",
     "Control a\x01b c\x1fd e\x7ff \x0b vt",
     "special <|endoftext|> in <|endoftext|><|endoftext|> text <s> and </s> too",
+    "free software, the GNU  GPL;GNU\tsoftware and  software",
     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
     "                                ",
     " ",
@@ -204,6 +207,18 @@ def byte_fallback_configs(vocab, merges):
     out["mistral"] = (t, {"add_bos_token": True, "add_eos_token": False, "bos_token": "<s>", "eos_token": "</s>",
                           "unk_token": "<unk>", "legacy": False, "model_max_length": 32768,
                           "tokenizer_class": "LlamaTokenizer"})
+
+    # Llama 2's with added tokens that are not special: one matched in the normalized text (by
+    # its normalized content, "▁▁software"), one in the text as given with lstrip and rstrip
+    t = Tokenizer(model())
+    t.add_special_tokens(["<unk>", "<s>", "</s>"])
+    t.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"), normalizers.Replace(" ", "\u2581")])
+    t.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B:1",
+                                                     special_tokens=[("<s>", 1)])
+    t.decoder = sp_decoder
+    t.add_tokens([AddedToken("\u2581software", normalized=True), AddedToken("GNU", normalized=False, lstrip=True,
+                                                                            rstrip=True)])
+    out["llama2_added"] = (t, dict(out["llama2"][1]))
     return out
 
 

@@ -1,6 +1,7 @@
 /* Hugging Face tokenizer.json tokenizers against the `tokenizers` package: tests/fixtures/hf holds
  * small tokenizers of both kinds (byte-level: GPT-2, Llama 3, Qwen2 and SmolLM configurations;
- * byte fallback: Llama 2 and Mistral configurations) trained by scripts/gen_hf_tokenizer_fixture.py,
+ * byte fallback: Llama 2 and Mistral configurations, and Llama 2's with added tokens that are not
+ * special) trained by scripts/gen_hf_tokenizer_fixture.py,
  * and cases.json the reference's ids and decoded text for tricky strings. Checked: id for id,
  * decode as the reference, decode(encode(s)) == s wherever the reference round-trips, the bos/eos
  * around a document, any bytes round-tripping, zt_tokenize_files over a folder, and the messages
@@ -13,7 +14,7 @@
 #include "zt/train.h"
 #include "zt_test.h"
 
-static const char *NAMES[] = {"gpt2", "llama3", "qwen2", "smollm", "llama2", "mistral"};
+static const char *NAMES[] = {"gpt2", "llama3", "qwen2", "smollm", "llama2", "mistral", "llama2_added"};
 #define N_NAMES (int)(sizeof NAMES / sizeof *NAMES)
 
 /* tests/fixtures/hf/<name> beside this source file ($ZT_FIXTURES_DIR overrides). */
@@ -121,6 +122,7 @@ static void test_qwen2(void) { check_tokenizer("qwen2"); }
 static void test_smollm(void) { check_tokenizer("smollm"); }
 static void test_llama2(void) { check_tokenizer("llama2"); }
 static void test_mistral(void) { check_tokenizer("mistral"); }
+static void test_llama2_added(void) { check_tokenizer("llama2_added"); }
 
 /* bos/eos as tokenizer_config.json names them, and the bos a document starts with. */
 static void test_special_tokens(void) {
@@ -290,6 +292,7 @@ int main(void) {
   ZT_RUN(test_smollm);
   ZT_RUN(test_llama2);
   ZT_RUN(test_mistral);
+  ZT_RUN(test_llama2_added);
   ZT_RUN(test_special_tokens);
   ZT_RUN(test_roundtrip_bytes);
   ZT_RUN(test_tokenize_files);

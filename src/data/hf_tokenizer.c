@@ -400,19 +400,23 @@ static zt_status fill_tokens(const loader *L, const zt__json *vocab, const zt__j
     if (!put_token(L, vocab->keys[i], &in_map)) return oom(L);
     set_token(h, id, off, h->bytes_len - (size_t)off);
   }
-  /* an added token decodes as its content: through the byte map when every character is in it
-   * (as the ByteLevel decoder does), else as its UTF-8 */
+  /* an added token decodes as its content (the reference: its normalized content where it is
+   * marked normalized): through the byte map when every character is in it (as the ByteLevel
+   * decoder does), else as its UTF-8 */
   for (int i = 0; added && i < added->n; i++) {
-    int64_t id = h->added[i].id, off = (int64_t)h->bytes_len;
+    const zt__hf_added *a = &h->added[i];
+    const char *text = a->normalized ? (const char *)a->match : a->content;
+    size_t len = a->normalized ? a->match_len : a->len;
+    int64_t off = (int64_t)h->bytes_len;
     bool in_map;
-    if (!put_token(L, h->added[i].content, &in_map)) return oom(L);
+    if (!put_token(L, text, &in_map)) return oom(L);
     if (!in_map) {
       h->bytes_len = (size_t)off;
-      if (!reserve(h, h->added[i].len)) return oom(L);
-      memcpy(h->bytes + off, h->added[i].content, h->added[i].len);
-      h->bytes_len += h->added[i].len;
+      if (!reserve(h, len)) return oom(L);
+      memcpy(h->bytes + off, text, len);
+      h->bytes_len += len;
     }
-    set_token(h, id, off, h->bytes_len - (size_t)off);
+    set_token(h, a->id, off, h->bytes_len - (size_t)off);
   }
   return ZT_OK;
 }
@@ -453,12 +457,13 @@ static zt_status added_matches(const loader *L) {
     uint8_t *owned = NULL;
     if (a->normalized && !zt__hf_normalize(h, m, n, &m, &n, &owned)) return oom(L);
     if (n == 0) return bad(L, "an added token whose normalized content is empty");
-    a->match = malloc(n);
+    a->match = malloc(n + 1);
     if (!a->match) {
       free(owned);
       return oom(L);
     }
     memcpy(a->match, m, n);
+    a->match[n] = '\0';
     a->match_len = n;
     free(owned);
   }

@@ -50,7 +50,7 @@ typedef struct zt__hf_added {
   size_t len;
   bool lstrip, rstrip, single_word;
   bool normalized; /* matched in the normalized text (else in the text as given) */
-  uint8_t *match;  /* what is matched: the content, normalized where the token is (owned) */
+  uint8_t *match;  /* what is matched: the content, normalized where the token is (owned; NUL after) */
   size_t match_len;
 } zt__hf_added;
 
