@@ -1,5 +1,6 @@
-/* zt sample (text from a checkpoint) and zt tokenize (text file -> token file). Both use
- * the byte-level tokenizer unless GPT-2 encoder/merges files are given; zt sample takes the
+/* zt sample (text from a checkpoint) and zt tokenize (text files -> token file). Both use
+ * the byte-level tokenizer unless GPT-2 encoder/merges files are given (zt tokenize also takes a
+ * Hugging Face tokenizer folder, --tokenizer DIR); zt sample takes the
  * checkpoint's own (vocab.json, merges.txt) when none is given, and refuses, before generating,
  * a model whose ids are not bytes when it has none. */
 #include <stdio.h>
@@ -19,13 +20,15 @@ static int load_tokenizer(const char *cmd, const char *enc, const char *merges, 
 }
 
 int zt_cmd_sample(int argc, char **argv) {
-  const char *dir = NULL, *prompt = "\n", *enc = NULL, *merges = NULL;
+  const char *dir = NULL, *prompt = "\n", *enc = NULL, *merges = NULL, *hf = NULL;
   int64_t len = 200, top_k = 0, seed = 1;
   double temp = 0.8;
   if (zt_cli_wants_help(argc, argv)) {
     printf("usage: zt sample --checkpoint DIR [--prompt TEXT] [--len N (200, at most %d)]\n"
            "                 [--temperature T (0.8; 0 = greedy; at most 100)] [--top-k K (0 = all)] [--seed S (1)]\n"
-           "                 [--encoder encoder.json --merges vocab.bpe]\n",
+           "                 [--tokenizer DIR | --encoder encoder.json --merges vocab.bpe]\n"
+           "the tokenizer: --tokenizer (a folder with a Hugging Face tokenizer.json) or --encoder/--merges (GPT-2),\n"
+           "else the checkpoint's own (tokenizer.json, else vocab.json and merges.txt), else bytes\n",
            ZT_SAMPLE_MAX_LEN);
     return 0;
   }
@@ -38,6 +41,7 @@ int zt_cmd_sample(int argc, char **argv) {
     else if (!strcmp(name, "prompt")) prompt = v;
     else if (!strcmp(name, "encoder")) enc = v;
     else if (!strcmp(name, "merges")) merges = v;
+    else if (!strcmp(name, "tokenizer")) hf = v;
     else if (!strcmp(name, "len")) rc = zt_cli_i64("sample", name, v, 0, ZT_SAMPLE_MAX_LEN, &len);
     else if (!strcmp(name, "top-k")) rc = zt_cli_i64("sample", name, v, 0, INT32_MAX, &top_k);
     else if (!strcmp(name, "seed")) rc = zt_cli_i64("sample", name, v, 0, INT64_MAX, &seed);
@@ -59,20 +63,30 @@ int zt_cmd_sample(int argc, char **argv) {
   zt_train_state st;
   char ck[4096], ck_enc[4200], ck_merges[4200];
   if (zt_snapshot_resolve(dir, ck, sizeof ck) || zt_snapshot_read_state(ck, &st)) return zt_cli_fail("sample");
-  /* no tokenizer given: the one the checkpoint carries, else bytes, which only a 256-token model makes */
+  if (hf && (enc || merges)) {
+    fprintf(stderr, "zt sample: give --tokenizer DIR or --encoder/--merges, not both\n");
+    return 2;
+  }
+  /* no tokenizer given: the one the checkpoint carries (a Hugging Face tokenizer.json first), else
+   * bytes, which only a 256-token model makes */
+  snprintf(ck_enc, sizeof ck_enc, "%s/tokenizer.json", ck);
+  if (!hf && !enc && !merges && access(ck_enc, F_OK) == 0) hf = ck;
   snprintf(ck_enc, sizeof ck_enc, "%s/vocab.json", ck);
   snprintf(ck_merges, sizeof ck_merges, "%s/merges.txt", ck);
-  if (!enc && !merges && access(ck_enc, F_OK) == 0 && access(ck_merges, F_OK) == 0) enc = ck_enc, merges = ck_merges;
-  if (!enc && !merges && st.model.vocab_size != 256) {
+  if (!hf && !enc && !merges && access(ck_enc, F_OK) == 0 && access(ck_merges, F_OK) == 0)
+    enc = ck_enc, merges = ck_merges;
+  if (!hf && !enc && !merges && st.model.vocab_size != 256) {
     fprintf(stderr,
             "zt sample: checkpoint '%s' is of a model with a vocabulary of %d tokens, whose ids are not bytes, and it "
-            "holds no tokenizer (vocab.json, merges.txt): give --encoder encoder.json --merges vocab.bpe, the files "
-            "its training data was tokenized with\n",
+            "holds no tokenizer (tokenizer.json, or vocab.json and merges.txt): give --tokenizer DIR (a Hugging Face "
+            "tokenizer folder) or --encoder encoder.json --merges vocab.bpe, the files its training data was tokenized "
+            "with\n",
             ck, st.model.vocab_size);
     return 2;
   }
   zt_tokenizer *tok = NULL;
-  rc = load_tokenizer("sample", enc, merges, &tok);
+  if (hf) rc = zt_tokenizer_hf(hf, &tok) ? zt_cli_fail("sample") : 0;
+  else rc = load_tokenizer("sample", enc, merges, &tok);
   if (rc) return rc;
   zt_gpt2 *m = NULL;
   int32_t *ids = NULL, *out = NULL;
@@ -104,38 +118,60 @@ done:
 }
 
 int zt_cmd_tokenize(int argc, char **argv) {
-  const char *in = NULL, *out = NULL, *enc = NULL, *merges = NULL;
+  const char *enc = NULL, *merges = NULL, *hf = NULL;
   if (zt_cli_wants_help(argc, argv)) {
-    printf("usage: zt tokenize INPUT.txt OUTPUT.tok [--encoder encoder.json --merges vocab.bpe]\n"
-           "byte-level tokens by default; GPT-2 byte-pair encoding with the encoder and merges files\n");
+    printf("usage: zt tokenize INPUT... OUTPUT.tok [--tokenizer DIR | --encoder encoder.json --merges vocab.bpe]\n"
+           "INPUT: text files and folders (a folder: the files under it, at any depth, sorted; names starting with\n"
+           "'.' skipped); each file is one document.\n"
+           "--tokenizer DIR: a Hugging Face tokenizer (DIR/tokenizer.json and DIR/tokenizer_config.json, as in a\n"
+           "model folder): each document gets the bos the tokenizer adds and ends with its eos token.\n"
+           "--encoder/--merges: GPT-2 byte-pair encoding. Neither: byte-level tokens. These two have no special\n"
+           "tokens: the documents' tokens follow each other.\n");
     return 0;
   }
   char name[64];
   const char *v;
-  int rc;
+  int rc, n_pos = 0;
+  const char **pos = calloc((size_t)argc + 1, sizeof *pos);
+  if (!pos) return zt_cli_fail("tokenize");
   for (int i = 0; (rc = zt_cli_arg("tokenize", argc, argv, &i, NULL, name, &v)) != 1;) {
-    if (rc) return rc;
+    if (rc) goto done;
     if (!strcmp(name, "encoder")) enc = v;
     else if (!strcmp(name, "merges")) merges = v;
+    else if (!strcmp(name, "tokenizer")) hf = v;
     else if (name[0]) {
       fprintf(stderr, "zt tokenize: unknown option '--%s'\n", name);
-      return 2;
-    } else if (!in) in = v;
-    else if (!out) out = v;
-    else {
-      fprintf(stderr, "zt tokenize: too many arguments ('%s')\n", v);
-      return 2;
-    }
+      rc = 2;
+      goto done;
+    } else pos[n_pos++] = v;
   }
-  if (!in || !out) {
-    fprintf(stderr, "zt tokenize: usage: zt tokenize INPUT.txt OUTPUT.tok [--encoder F --merges F]\n");
-    return 2;
+  rc = 2;
+  if (n_pos < 2) {
+    fprintf(stderr, "zt tokenize: usage: zt tokenize INPUT... OUTPUT.tok [--tokenizer DIR | --encoder F --merges F]\n");
+    goto done;
+  }
+  if (hf && (enc || merges)) {
+    fprintf(stderr, "zt tokenize: give --tokenizer DIR or --encoder/--merges, not both\n");
+    goto done;
   }
   zt_tokenizer *tok = NULL;
-  rc = load_tokenizer("tokenize", enc, merges, &tok);
-  if (rc) return rc;
-  rc = zt_tokenize_file(tok, in, out) ? zt_cli_fail("tokenize") : 0;
-  if (!rc) printf("zt tokenize: wrote %s\n", out);
+  if (hf) rc = zt_tokenizer_hf(hf, &tok) ? zt_cli_fail("tokenize") : 0;
+  else rc = load_tokenizer("tokenize", enc, merges, &tok);
+  if (rc) goto done;
+  const char *out = pos[n_pos - 1];
+  int64_t docs = 0, count = 0;
+  if (hf && n_pos > 2 && zt_tokenizer_eos_id(tok) < 0) {
+    fprintf(stderr, "zt tokenize: the tokenizer of '%s' has no eos token (tokenizer_config.json's eos_token) to "
+                    "separate the documents with\n", hf);
+    rc = 2;
+  } else if (zt_tokenize_files(tok, pos, n_pos - 1, out, &docs, &count)) {
+    rc = zt_cli_fail("tokenize");
+  } else {
+    printf("zt tokenize: wrote %s (%lld document%s, %lld tokens, vocabulary %d)\n", out, (long long)docs,
+           docs == 1 ? "" : "s", (long long)count, zt_tokenizer_vocab_size(tok));
+  }
   zt_tokenizer_free(tok);
+done:
+  free(pos);
   return rc;
 }

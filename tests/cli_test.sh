@@ -53,6 +53,21 @@ out=$("$zt" tokenize "$w/t.txt" "$w/t.tok" 2>&1); rc=$?
 check "tokenize writes a token file" '[ $rc -eq 0 ] && [ -s "$w/t.tok" ]'
 out=$("$zt" train --data "$w/t.tok" --batch 2 --seq 16 --steps 3 --sample-len 0 2>&1); rc=$?
 check "train on a token file" '[ $rc -eq 0 ]'
+hf="$(dirname "$0")/fixtures/hf/llama3"
+mkdir -p "$w/docs/sub" && printf 'first document\n' > "$w/docs/a.txt" && printf 'second' > "$w/docs/sub/b.txt"
+out=$("$zt" tokenize "$w/docs" "$w/t.txt" "$w/hf.tok" --tokenizer "$hf" 2>&1); rc=$?
+check "tokenize --tokenizer DIR (Hugging Face): files and folders, each file a document" '[ $rc -eq 0 ] && grep -q "(3 documents, .* vocabulary 522)" <<<"$out"'
+out=$("$zt" train --data "$w/hf.tok" --batch 2 --seq 16 --steps 2 --sample-len 0 --save "$w/hfck" 2>&1); rc=$?
+check "train on the tokens of a Hugging Face tokenizer" '[ $rc -eq 0 ]'
+out=$("$zt" sample --checkpoint "$w/hfck" --tokenizer "$hf" --prompt "first" --len 20 2>&1); rc=$?
+check "sample --tokenizer DIR decodes with the Hugging Face tokenizer" '[ $rc -eq 0 ] && grep -q "^first" <<<"$out"'
+cp "$hf"/tokenizer.json "$hf"/tokenizer_config.json "$w/hfck/latest/"
+out2=$("$zt" sample --checkpoint "$w/hfck" --prompt "first" --len 20 2>&1); rc=$?
+check "sample takes the checkpoint's tokenizer.json" '[ $rc -eq 0 ] && [ "$out" = "$out2" ]'
+out=$("$zt" tokenize "$w/t.txt" "$w/x.tok" --tokenizer "$hf" --encoder a --merges b 2>&1); rc=$?
+check "tokenize: --tokenizer with --encoder is refused" '[ $rc -eq 2 ] && grep -q "not both" <<<"$out"'
+out=$("$zt" tokenize "$w/t.txt" "$w/x.tok" --tokenizer "$w/docs" 2>&1); rc=$?
+check "tokenize: a folder without tokenizer.json is a clear error" '[ $rc -ne 0 ] && grep -q "tokenizer.json" <<<"$out"'
 out=$("$zt" train --val-data "$w/t.tok" --batch 2 --seq 16 --steps 2 --sample-len 0 2>&1); rc=$?
 check "validation file with the built-in training data" '[ $rc -eq 0 ]'
 out=$("$zt" train --val-data "$w/missing-val.tok" --steps 2 2>&1); rc=$?

@@ -1,6 +1,6 @@
-/* zerotrain data: token files, tokenizers (bytes, GPT-2 byte-pair encoding), the built-in
- * default dataset and the loader that batches a token stream (src/data/). Below the training
- * layer; needs only tensors. */
+/* zerotrain data: token files, tokenizers (bytes, GPT-2 byte-pair encoding, Hugging Face
+ * tokenizer.json), the built-in default dataset and the loader that batches a token stream
+ * (src/data/). Below the training layer; needs only tensors. */
 #ifndef ZT_DATA_H
 #define ZT_DATA_H
 
@@ -37,7 +37,31 @@ ZT_API int32_t zt_tokenizer_vocab_size(const zt_tokenizer *t);
 ZT_API ZT_NODISCARD zt_status zt_tokenizer_encode(const zt_tokenizer *t, const char *text, size_t len, int32_t **ids, int64_t *n);
 /* *text is malloc'd and NUL-terminated (caller frees). */
 ZT_API ZT_NODISCARD zt_status zt_tokenizer_decode(const zt_tokenizer *t, const int32_t *ids, int64_t n, char **text, size_t *len);
-/* Tokenize a text file into a token file. */
+/* A Hugging Face tokenizer from a model folder (src/data/hf_tokenizer.c, hf_encode.c,
+ * hf_pretokenizer.c, unicode_nfc.c): dir/tokenizer.json, and dir/tokenizer_config.json when there is one (bos_token,
+ * eos_token, add_bos_token, add_eos_token). BPE, byte-level (GPT-2, Llama 3, Qwen2, SmolLM) or with
+ * byte fallback (Llama 2, Mistral); anything else in the file is refused, naming it
+ * (docs/training.md lists what is read). zt_tokenizer_encode gives the ids of the `tokenizers`
+ * package's encode(text, add_special_tokens=False), added tokens in the text included;
+ * zt_tokenizer_decode its decode(ids) (special tokens written out), except that the byte fallback
+ * writes bytes as they are where the reference writes U+FFFD for invalid UTF-8. */
+ZT_API ZT_NODISCARD zt_status zt_tokenizer_hf(const char *dir, zt_tokenizer **out);
+/* The bos and eos tokens of tokenizer_config.json; -1 where there is none (and for the byte and
+ * GPT-2 tokenizers). */
+ZT_API int32_t zt_tokenizer_bos_id(const zt_tokenizer *t);
+ZT_API int32_t zt_tokenizer_eos_id(const zt_tokenizer *t);
+/* One document as training data: for a Hugging Face tokenizer, the special tokens it puts before a
+ * text (its bos, where add_bos_token or the post-processor's template adds it), the text's ids, those
+ * it puts after, and the eos token (unless that was the last already); for the byte and GPT-2
+ * tokenizers, zt_tokenizer_encode. *ids is malloc'd (caller frees). */
+ZT_API ZT_NODISCARD zt_status zt_tokenizer_encode_document(const zt_tokenizer *t, const char *text, size_t len, int32_t **ids, int64_t *n);
+/* Tokenize text files into one token file (src/data/tokenize_files.c), each file one document
+ * (zt_tokenizer_encode_document), in the order given; a folder stands for the regular files under
+ * it, at any depth, in byte order of their paths (names starting with '.' skipped). n_docs and
+ * n_tokens (either may be NULL) receive the counts. */
+ZT_API ZT_NODISCARD zt_status zt_tokenize_files(const zt_tokenizer *t, const char *const *paths, int n_paths, const char *out_path,
+                                                int64_t *n_docs, int64_t *n_tokens);
+/* zt_tokenize_files of one file. */
 ZT_API ZT_NODISCARD zt_status zt_tokenize_file(const zt_tokenizer *t, const char *text_path, const char *out_path);
 
 /* ------------------------------------------------ default data (src/data/default_data.c) */

@@ -7,6 +7,7 @@
 
 #include "core/file.h"
 #include "core/status_internal.h"
+#include "data/tokenizer_internal.h"
 #include "io/buf.h"
 #include "io/json.h"
 #include "zt/data.h"
@@ -152,8 +153,6 @@ static const uint32_t space_ranges[] = {
     0x3000,0x3000,
 };
 
-typedef enum cp_class { CP_LETTER, CP_NUMBER, CP_SPACE, CP_OTHER } cp_class;
-
 static bool in_ranges(const uint32_t *r, size_t n_pairs, uint32_t cp) {
   size_t lo = 0, hi = n_pairs; /* first pair whose end >= cp */
   while (lo < hi) {
@@ -164,24 +163,22 @@ static bool in_ranges(const uint32_t *r, size_t n_pairs, uint32_t cp) {
   return lo < n_pairs && r[2 * lo] <= cp;
 }
 
-static cp_class classify(int32_t cp) {
-  if (cp < 0) return CP_OTHER; /* an invalid UTF-8 byte */
+zt__cp_class zt__cp_classify(int32_t cp) {
+  if (cp < 0) return ZT__CP_OTHER; /* an invalid UTF-8 byte */
   if (cp < 0x80) {
-    if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z')) return CP_LETTER;
-    if (cp >= '0' && cp <= '9') return CP_NUMBER;
-    if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return CP_SPACE;
-    return CP_OTHER;
+    if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z')) return ZT__CP_LETTER;
+    if (cp >= '0' && cp <= '9') return ZT__CP_NUMBER;
+    if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D)) return ZT__CP_SPACE;
+    return ZT__CP_OTHER;
   }
   uint32_t u = (uint32_t)cp;
-  if (in_ranges(letter_ranges, sizeof letter_ranges / sizeof *letter_ranges / 2, u)) return CP_LETTER;
-  if (in_ranges(number_ranges, sizeof number_ranges / sizeof *number_ranges / 2, u)) return CP_NUMBER;
-  if (in_ranges(space_ranges, sizeof space_ranges / sizeof *space_ranges / 2, u)) return CP_SPACE;
-  return CP_OTHER;
+  if (in_ranges(letter_ranges, sizeof letter_ranges / sizeof *letter_ranges / 2, u)) return ZT__CP_LETTER;
+  if (in_ranges(number_ranges, sizeof number_ranges / sizeof *number_ranges / 2, u)) return ZT__CP_NUMBER;
+  if (in_ranges(space_ranges, sizeof space_ranges / sizeof *space_ranges / 2, u)) return ZT__CP_SPACE;
+  return ZT__CP_OTHER;
 }
 
-/* Strict UTF-8 decode of the character at s[0..n) (n >= 1): its code point, or -1 for a
- * byte that does not start a valid sequence (then it is one byte long). */
-static int32_t utf8_next(const uint8_t *s, size_t n, size_t *len) {
+int32_t zt__utf8_next(const uint8_t *s, size_t n, size_t *len) {
   uint8_t b = s[0];
   *len = 1;
   if (b < 0x80) return b;
@@ -208,7 +205,7 @@ static int32_t utf8_next(const uint8_t *s, size_t n, size_t *len) {
   return (int32_t)cp;
 }
 
-static size_t utf8_put(uint32_t cp, uint8_t *o) {
+size_t zt__utf8_put(uint32_t cp, uint8_t *o) {
   if (cp < 0x80) return o[0] = (uint8_t)cp, 1;
   if (cp < 0x800) return o[0] = (uint8_t)(0xC0 | cp >> 6), o[1] = (uint8_t)(0x80 | (cp & 0x3F)), 2;
   if (cp < 0x10000) {
@@ -219,42 +216,6 @@ static size_t utf8_put(uint32_t cp, uint8_t *o) {
   o[0] = (uint8_t)(0xF0 | cp >> 18), o[1] = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
   o[2] = (uint8_t)(0x80 | ((cp >> 6) & 0x3F)), o[3] = (uint8_t)(0x80 | (cp & 0x3F));
   return 4;
-}
-
-/* End of the GPT-2 pre-token that starts at s[i] (i < n), by hand: the regex's
- * alternatives in order, with the one backtracking case (\s+(?!\S)) resolved directly. */
-static size_t pretoken_end(const uint8_t *s, size_t n, size_t i) {
-  size_t l0, l;
-  int32_t c0 = utf8_next(s + i, n - i, &l0);
-  if (c0 == '\'' && i + 1 < n) {
-    uint8_t a = s[i + 1], b = i + 2 < n ? s[i + 2] : 0;
-    if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
-    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
-  }
-  cp_class k0 = classify(c0), run;
-  size_t j;
-  if (k0 != CP_SPACE) {
-    run = k0, j = i + l0; /* \p{L}+, \p{N}+ or [^\s\p{L}\p{N}]+ without the leading space */
-  } else if (c0 == ' ' && i + 1 < n && classify(utf8_next(s + i + 1, n - i - 1, &l)) != CP_SPACE) {
-    run = classify(utf8_next(s + i + 1, n - i - 1, &l)), j = i + 1 + l; /* " ?X+" with the space */
-  } else {
-    /* \s+(?!\S) then \s+: the whole run if it ends the text, else all but its last
-     * character (which then starts the next pre-token) unless the run is one character. */
-    size_t last = i;
-    j = i + l0;
-    while (j < n) {
-      int32_t c = utf8_next(s + j, n - j, &l);
-      if (classify(c) != CP_SPACE) break;
-      last = j, j += l;
-    }
-    return (j == n || last == i) ? j : last;
-  }
-  while (j < n) {
-    int32_t c = utf8_next(s + j, n - j, &l);
-    if (classify(c) != run) break;
-    j += l;
-  }
-  return j;
 }
 
 /* ------------------------------------------------ hash maps */
@@ -315,7 +276,7 @@ typedef struct merge_entry {
 } merge_entry;
 
 /* ------------------------------------------------ the tokenizer */
-typedef enum zt_tokenizer_kind { ZT_TOKENIZER_BYTE = 0, ZT_TOKENIZER_GPT2 } zt_tokenizer_kind;
+typedef enum zt_tokenizer_kind { ZT_TOKENIZER_BYTE = 0, ZT_TOKENIZER_GPT2, ZT_TOKENIZER_HF } zt_tokenizer_kind;
 
 struct zt_tokenizer {
   zt_tokenizer_kind kind;
@@ -327,14 +288,16 @@ struct zt_tokenizer {
   int32_t *tok_len;
   merge_entry *merges;
   size_t merge_cap;
+  /* Hugging Face tokenizer.json only (hf_tokenizer.c, hf_encode.c) */
+  zt__hf_tokenizer *hf;
 };
 
 /* GPT-2's reversible map from bytes to printable characters: printable Latin-1 bytes map
- * to themselves, the other 68 to U+0100.. in byte order. cp_to_byte is its inverse. */
-#define ZT_BYTE_MAP_CPS 324
-static void byte_map(int32_t byte_to_cp[256], int16_t cp_to_byte[ZT_BYTE_MAP_CPS]) {
+ * to themselves, the other 68 to U+0100.. in byte order. cp_to_byte is its inverse. Shared
+ * with the byte-level tokenizer.json tokenizers (hf_tokenizer.c). */
+void zt__byte_map(int32_t byte_to_cp[256], int16_t cp_to_byte[ZT__BYTE_MAP_CPS]) {
   int next = 256;
-  for (int i = 0; i < ZT_BYTE_MAP_CPS; i++) cp_to_byte[i] = -1;
+  for (int i = 0; i < ZT__BYTE_MAP_CPS; i++) cp_to_byte[i] = -1;
   for (int b = 0; b < 256; b++) {
     bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
     byte_to_cp[b] = printable ? b : next++;
@@ -359,10 +322,30 @@ void zt_tokenizer_free(zt_tokenizer *t) {
   free(t->tok_off);
   free(t->tok_len);
   free(t->merges);
+  zt__hf_free(t->hf);
   free(t);
 }
 
 int32_t zt_tokenizer_vocab_size(const zt_tokenizer *t) { return t ? t->vocab_size : 0; }
+
+zt_status zt_tokenizer_hf(const char *dir, zt_tokenizer **out) {
+  if (!out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tokenizer_hf: out is NULL");
+  *out = NULL;
+  zt_tokenizer *t = calloc(1, sizeof *t);
+  if (!t) return ZT_ERR(ZT_STATUS_OOM, "zt_tokenizer_hf: out of host memory");
+  zt_status s = zt__hf_load(dir, &t->hf);
+  if (s) {
+    free(t);
+    return s;
+  }
+  t->kind = ZT_TOKENIZER_HF;
+  t->vocab_size = zt__hf_vocab_size(t->hf);
+  *out = t;
+  return ZT_OK;
+}
+
+int32_t zt_tokenizer_bos_id(const zt_tokenizer *t) { return t && t->hf ? zt__hf_bos_id(t->hf) : -1; }
+int32_t zt_tokenizer_eos_id(const zt_tokenizer *t) { return t && t->hf ? zt__hf_eos_id(t->hf) : -1; }
 
 /* The slot of pair (a, b): its entry, or the empty slot where it would go. */
 static merge_entry *merge_find(const zt_tokenizer *t, int32_t a, int32_t b) {
@@ -380,7 +363,7 @@ typedef struct builder {
   const char *path;   /* file being read, for messages */
   const uint8_t *s;   /* its bytes */
   size_t n, i;
-  int16_t cp_to_byte[ZT_BYTE_MAP_CPS];
+  int16_t cp_to_byte[ZT__BYTE_MAP_CPS];
   uint8_t *buf;       /* token bytes (becomes zt_tokenizer.bytes) */
   size_t len, cap;
   bmap map;           /* token bytes -> id */
@@ -400,8 +383,8 @@ static bool reserve(builder *b, size_t extra) {
 
 static bool put_cp(builder *b, uint32_t cp) {
   if (!reserve(b, 4)) return false;
-  if (cp < ZT_BYTE_MAP_CPS && b->cp_to_byte[cp] >= 0) b->buf[b->len++] = (uint8_t)b->cp_to_byte[cp];
-  else b->len += utf8_put(cp, b->buf + b->len);
+  if (cp < ZT__BYTE_MAP_CPS && b->cp_to_byte[cp] >= 0) b->buf[b->len++] = (uint8_t)b->cp_to_byte[cp];
+  else b->len += zt__utf8_put(cp, b->buf + b->len);
   return true;
 }
 
@@ -434,7 +417,7 @@ static zt_status add_member(encoder_walk *w, const char *key, const zt__json *va
   if (!key[0]) return encoder_err(b, NULL, "an empty token string");
   size_t start = b->len, key_len = strlen(key);
   for (size_t p = 0, l = 0; p < key_len; p += l) {
-    int32_t u = utf8_next((const uint8_t *)key + p, key_len - p, &l);
+    int32_t u = zt__utf8_next((const uint8_t *)key + p, key_len - p, &l);
     if (u < 0) return encoder_err(b, NULL, "invalid UTF-8 in a token string");
     if (!put_cp(b, (uint32_t)u)) return ZT_ERR(ZT_STATUS_OOM, "reading '%s': out of host memory", b->path);
   }
@@ -510,7 +493,7 @@ static zt_status parse_merges(builder *b, zt_tokenizer *t) {
       off[part] = b->len;
       while (p < q) {
         size_t l;
-        int32_t cp = utf8_next(b->s + p, q - p, &l);
+        int32_t cp = zt__utf8_next(b->s + p, q - p, &l);
         if (cp < 0) return merges_err(b, line, "invalid UTF-8");
         if (!put_cp(b, (uint32_t)cp)) return ZT_ERR(ZT_STATUS_OOM, "reading '%s': out of host memory", b->path);
         p += l;
@@ -560,7 +543,7 @@ zt_status zt_tokenizer_gpt2(const char *encoder_json_path, const char *merges_pa
   zt_tokenizer *t = calloc(1, sizeof *t);
   builder b = {.path = encoder_json_path, .s = enc, .n = enc_n};
   int32_t byte_to_cp[256];
-  byte_map(byte_to_cp, b.cp_to_byte);
+  zt__byte_map(byte_to_cp, b.cp_to_byte);
   if (!t || !bmap_init(&b.map, 1 << 16)) {
     s = ZT_ERR(ZT_STATUS_OOM, "zt_tokenizer_gpt2: out of host memory");
     goto done;
@@ -572,7 +555,7 @@ zt_status zt_tokenizer_gpt2(const char *encoder_json_path, const char *merges_pa
     bmap_entry *e = bmap_slot(&b.map, b.buf, &byte, 1);
     if (e->val < 0) {
       uint8_t u[4];
-      size_t l = utf8_put((uint32_t)byte_to_cp[c], u);
+      size_t l = zt__utf8_put((uint32_t)byte_to_cp[c], u);
       s = ZT_ERR(ZT_STATUS_IO,
                  "'%s' has no token for byte 0x%02X (\"%.*s\"): it is not a GPT-2 byte-level vocabulary; pass "
                  "GPT-2's encoder.json",
@@ -651,9 +634,16 @@ zt_status zt_tokenizer_encode(const zt_tokenizer *t, const char *text, size_t le
   *ids = NULL, *n = 0;
   if (len > (size_t)INT64_MAX / sizeof(int32_t))
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tokenizer_encode: %zu bytes of text is too long", len);
+  const uint8_t *s = (const uint8_t *)text;
+  if (t->kind == ZT_TOKENIZER_HF) {
+    int64_t cap = 0;
+    zt_status st = zt__hf_encode(t->hf, s, len, ids, n, &cap);
+    if (!st && !*ids && !(*ids = malloc(sizeof **ids))) st = ZT_ERR(ZT_STATUS_OOM, "zt_tokenizer_encode: out of host memory");
+    if (st) free(*ids), *ids = NULL, *n = 0;
+    return st;
+  }
   int32_t *o = malloc((len ? len : 1) * sizeof *o); /* at most one token per byte */
   if (!o) return ZT_ERR(ZT_STATUS_OOM, "zt_tokenizer_encode: out of host memory for %zu tokens", len);
-  const uint8_t *s = (const uint8_t *)text;
   if (t->kind == ZT_TOKENIZER_BYTE) {
     for (size_t i = 0; i < len; i++) o[i] = s[i];
     *ids = o, *n = (int64_t)len;
@@ -665,7 +655,7 @@ zt_status zt_tokenizer_encode(const zt_tokenizer *t, const char *text, size_t le
   bool use_cache = bmap_init(&cache, 1 << 12);
   int64_t m = 0;
   for (size_t i = 0; i < len;) {
-    size_t j = pretoken_end(s, len, i), w = j - i;
+    size_t j = zt__gpt2_pretoken_end(s, len, i), w = j - i;
     bmap_entry *e = NULL;
     if (use_cache && w <= ZT_CACHE_MAX_LEN) {
       e = bmap_slot(&cache, s, s + i, w);
@@ -707,6 +697,7 @@ zt_status zt_tokenizer_decode(const zt_tokenizer *t, const int32_t *ids, int64_t
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tokenizer_decode: NULL tokenizer, ids or output, or n < 0");
   *text = NULL;
   if (len) *len = 0;
+  if (t->kind == ZT_TOKENIZER_HF) return zt__hf_decode(t->hf, ids, n, text, len);
   size_t total = 0;
   for (int64_t k = 0; k < n; k++) {
     int32_t id = ids[k];
@@ -735,17 +726,31 @@ zt_status zt_tokenizer_decode(const zt_tokenizer *t, const int32_t *ids, int64_t
   return ZT_OK;
 }
 
-zt_status zt_tokenize_file(const zt_tokenizer *t, const char *text_path, const char *out_path) {
-  if (!t || !text_path || !out_path) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tokenize_file: NULL argument");
-  void *data = NULL;
-  size_t size = 0;
-  zt_status s = zt_read_file(text_path, &data, &size);
-  if (s) return zt__error_prefix(s, "tokenizing '%s'", text_path);
-  zt_tokens tok = {.vocab_size = t->vocab_size};
-  s = zt_tokenizer_encode(t, data, size, &tok.ids, &tok.count);
-  free(data);
-  if (s) return zt__error_prefix(s, "tokenizing '%s'", text_path);
-  s = zt_tokens_save(out_path, &tok, 0);
-  free(tok.ids);
-  return s;
+zt_status zt_tokenizer_encode_document(const zt_tokenizer *t, const char *text, size_t len, int32_t **ids, int64_t *n) {
+  if (!t || t->kind != ZT_TOKENIZER_HF) return zt_tokenizer_encode(t, text, len, ids, n);
+  if (!ids || !n || (!text && len))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_tokenizer_encode_document: NULL text or output");
+  const int32_t *pre, *suf;
+  int n_pre, n_suf;
+  zt__hf_affixes(t->hf, &pre, &n_pre, &suf, &n_suf);
+  int32_t eos = zt__hf_eos_id(t->hf);
+  bool add_eos = eos >= 0 && !(n_suf > 0 && suf[n_suf - 1] == eos);
+  int64_t cap = n_pre + n_suf + 2 + (int64_t)(len / 2);
+  *n = 0;
+  *ids = malloc((size_t)cap * sizeof **ids);
+  if (!*ids) return ZT_ERR(ZT_STATUS_OOM, "zt_tokenizer_encode_document: out of host memory");
+  for (int k = 0; k < n_pre; k++) (*ids)[(*n)++] = pre[k];
+  zt_status s = zt__hf_encode(t->hf, (const uint8_t *)text, len, ids, n, &cap);
+  if (!s && *n + n_suf + 1 > cap) {
+    int32_t *p = realloc(*ids, (size_t)(*n + n_suf + 1) * sizeof *p);
+    if (p) *ids = p;
+    else s = ZT_ERR(ZT_STATUS_OOM, "zt_tokenizer_encode_document: out of host memory");
+  }
+  if (s) {
+    free(*ids), *ids = NULL, *n = 0;
+    return s;
+  }
+  for (int k = 0; k < n_suf; k++) (*ids)[(*n)++] = suf[k];
+  if (add_eos) (*ids)[(*n)++] = eos;
+  return ZT_OK;
 }
