@@ -360,9 +360,10 @@ static void print_sample(const zt_train_config *c, zt_gpt2 *m, int64_t len) {
     return;
   }
   int vocab = zt_gpt2_get_config(m)->vocab_size;
-  if (!c->data.encoder[0] && vocab != 256) {
+  bool named = c->data.encoder[0] || c->data.tokenizer[0]; /* a tokenizer given, else bytes */
+  if (!named && vocab != 256) {
     printf("no sample: the model's %d token ids are not bytes and the run has no tokenizer to turn them into text "
-           "(give --encoder and --merges, the files its data was tokenized with)\n",
+           "(give --tokenizer DIR or --encoder and --merges, what its data was tokenized with)\n",
            vocab);
     return;
   }
@@ -371,7 +372,10 @@ static void print_sample(const zt_train_config *c, zt_gpt2 *m, int64_t len) {
   int64_t np = 0, n = 0;
   char *text = NULL;
   size_t tl = 0;
-  if ((c->data.encoder[0] ? zt_tokenizer_gpt2(c->data.encoder, c->data.merges, &tok) : zt_tokenizer_byte(&tok)) ||
+  zt_status s = c->data.tokenizer[0] ? zt_tokenizer_hf(c->data.tokenizer, &tok)
+               : c->data.encoder[0] ? zt_tokenizer_gpt2(c->data.encoder, c->data.merges, &tok)
+                                    : zt_tokenizer_byte(&tok);
+  if (s ||
       zt_tokenizer_encode(tok, "\n", 1, &prompt, &np) ||
       zt_gpt2_sample(m, prompt, np, len, 0.8, 0, c->seed, &ids, &n) ||
       zt_tokenizer_decode(tok, ids + np, n - np, &text, &tl)) {
@@ -380,7 +384,7 @@ static void print_sample(const zt_train_config *c, zt_gpt2 *m, int64_t len) {
     printf("sample (temperature 0.8):\n");
     /* bytes: the printable ones; text of a tokenizer: as it is */
     for (size_t i = 0; i < tl; i++)
-      putchar(c->data.encoder[0] || (text[i] >= 32 && text[i] < 127) || text[i] == '\n' ? text[i] : '?');
+      putchar(named || (text[i] >= 32 && text[i] < 127) || text[i] == '\n' ? text[i] : '?');
     printf("\n");
   }
   free(text), free(ids), free(prompt);

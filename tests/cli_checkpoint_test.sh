@@ -141,4 +141,9 @@ out=$("$zt" "${base[@]}" --shard full --encoder "$fx/encoder.json" --merges "$fx
 out2=$("$zt" consolidate "$w/shk" "$w/shk-cons" 2>&1)
 check "a sharded checkpoint carries the tokenizer, and its consolidated copy too" \
   '[ $rc -eq 0 ] && cmp -s "$w/shk/latest/vocab.json" "$fx/encoder.json" && cmp -s "$w/shk-cons/latest/merges.txt" "$fx/vocab.bpe"'
+hf="$(dirname "$0")/fixtures/hf/llama3"
+out=$("$zt" "${base[@]}" --shard full --tokenizer "$hf" --vocab 556 --steps 2 --save "$w/shh" 2>&1); rc=$?
+out2=$("$zt" consolidate "$w/shh" "$w/shh-cons" 2>&1)
+check "a sharded checkpoint carries a Hugging Face tokenizer's files, and its consolidated copy too" \
+  '[ $rc -eq 0 ] && cmp -s "$w/shh/latest/tokenizer.json" "$hf/tokenizer.json" && cmp -s "$w/shh-cons/latest/tokenizer.json" "$hf/tokenizer.json" && cmp -s "$w/shh-cons/latest/tokenizer_config.json" "$hf/tokenizer_config.json"'
 check_summary

@@ -57,13 +57,20 @@ hf="$(dirname "$0")/fixtures/hf/llama3"
 mkdir -p "$w/docs/sub" && printf 'first document\n' > "$w/docs/a.txt" && printf 'second' > "$w/docs/sub/b.txt"
 out=$("$zt" tokenize "$w/docs" "$w/t.txt" "$w/hf.tok" --tokenizer "$hf" 2>&1); rc=$?
 check "tokenize --tokenizer DIR (Hugging Face): files and folders, each file a document" '[ $rc -eq 0 ] && grep -q "(3 documents, .* vocabulary 522)" <<<"$out"'
-out=$("$zt" train --data "$w/hf.tok" --batch 2 --seq 16 --steps 2 --sample-len 0 --save "$w/hfck" 2>&1); rc=$?
-check "train on the tokens of a Hugging Face tokenizer" '[ $rc -eq 0 ]'
-out=$("$zt" sample --checkpoint "$w/hfck" --tokenizer "$hf" --prompt "first" --len 20 2>&1); rc=$?
+out=$("$zt" train --data "$w/hf.tok" --batch 2 --seq 16 --steps 2 --sample-len 0 --save "$w/hfck0" 2>&1); rc=$?
+check "train on the tokens of a Hugging Face tokenizer" '[ $rc -eq 0 ] && [ ! -e "$w/hfck0/latest/tokenizer.json" ]'
+out=$("$zt" sample --checkpoint "$w/hfck0" --tokenizer "$hf" --prompt "first" --len 20 2>&1); rc=$?
 check "sample --tokenizer DIR decodes with the Hugging Face tokenizer" '[ $rc -eq 0 ] && grep -q "^first" <<<"$out"'
-cp "$hf"/tokenizer.json "$hf"/tokenizer_config.json "$w/hfck/latest/"
+out2=$("$zt" train --data "$w/hf.tok" --batch 2 --seq 16 --steps 2 --sample-len 8 --save "$w/hfck" --tokenizer "$hf" 2>&1); rc=$?
+check "train --tokenizer DIR: every checkpoint carries its files, and the end-of-run sample is text" '[ $rc -eq 0 ] && cmp -s "$hf/tokenizer.json" "$w/hfck/latest/tokenizer.json" && cmp -s "$hf/tokenizer_config.json" "$w/hfck/latest/tokenizer_config.json" && grep -q "^sample (temperature" <<<"$out2"'
 out2=$("$zt" sample --checkpoint "$w/hfck" --prompt "first" --len 20 2>&1); rc=$?
 check "sample takes the checkpoint's tokenizer.json" '[ $rc -eq 0 ] && [ "$out" = "$out2" ]'
+out=$("$zt" train --data "$w/hf.tok" --batch 2 --seq 16 --steps 2 --tokenizer "$hf" --encoder "$hf/tokenizer.json" --merges "$hf/tokenizer.json" 2>&1); rc=$?
+check "train: --tokenizer with --encoder/--merges is refused before step 1" '[ $rc -ne 0 ] && grep -q "give one" <<<"$out" && ! grep -q "^step" <<<"$out"'
+out=$("$zt" train --data "$w/hf.tok" --batch 2 --seq 16 --steps 2 --tokenizer "$w/docs" 2>&1); rc=$?
+check "train: a --tokenizer folder without tokenizer.json is refused before step 1" '[ $rc -ne 0 ] && grep -q "tokenizer.json" <<<"$out" && ! grep -q "^step" <<<"$out"'
+out=$("$zt" train --data "$w/t.tok" --batch 2 --seq 16 --steps 2 --tokenizer "$hf" 2>&1); rc=$?
+check "train: a --tokenizer with more tokens than the model's vocabulary is refused" '[ $rc -ne 0 ] && grep -q "more than the model" <<<"$out"'
 out=$("$zt" tokenize "$w/t.txt" "$w/x.tok" --tokenizer "$hf" --encoder a --merges b 2>&1); rc=$?
 check "tokenize: --tokenizer with --encoder is refused" '[ $rc -eq 2 ] && grep -q "not both" <<<"$out"'
 out=$("$zt" tokenize "$w/t.txt" "$w/x.tok" --tokenizer "$w/docs" 2>&1); rc=$?

@@ -37,6 +37,9 @@ typedef struct zt_train_state {
    * encoder.json as vocab.json and its merges (vocab.bpe) as merges.txt, the names transformers
    * and `zt sample` look for. Loads leave them "" (the files are in the folder). */
   char encoder[512], merges[512];
+  /* Saves only: a Hugging Face tokenizer folder whose tokenizer.json, tokenizer_config.json and
+   * special_tokens_map.json (those it has) are copied into the checkpoint folder ("" = none). */
+  char tokenizer[512];
 } zt_train_state;
 /* A new version in the series folder dir (created if missing), made current when complete.
  * o may be NULL (no optimizer state: the checkpoint cannot resume training). */

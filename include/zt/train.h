@@ -152,6 +152,10 @@ typedef struct zt_train_data_options {
    * encoder.json and vocab.bpe (merges), checked before step 1 and copied into every checkpoint under
    * transformers' names (zt_train_state.encoder) */
   char encoder[512], merges[512];
+  /* or a Hugging Face tokenizer folder (tokenizer.json, tokenizer_config.json; "" = none; not with
+   * encoder/merges), checked before step 1 and its files copied into every checkpoint
+   * (zt_train_state.tokenizer) */
+  char tokenizer[512];
 } zt_train_data_options;
 typedef struct zt_train_optim_options {
   zt_optim_kind kind;

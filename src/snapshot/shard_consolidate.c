@@ -137,8 +137,15 @@ zt_status zt__snapshot_load_consolidated(const char *dir, zt_gpt2 *m, zt_optim *
 
 /* ------------------------------------------------------------------ consolidation */
 
-/* The tokenizer files checkpoint folder dir holds (vocab.json, merges.txt) into st's, for a save. */
+/* The tokenizer files checkpoint folder dir holds (vocab.json, merges.txt; a Hugging Face
+ * tokenizer.json and its companions) into st's, for a save. */
 static zt_status tokenizer_of(const char *dir, zt_train_state *st) {
+  char hf[ZT__SH_PATH_CAP];
+  ZT_TRY(zt__path_join(hf, ZT__SH_PATH_CAP, dir, zt__snap_hf_tokenizer_files[0]));
+  if (access(hf, F_OK) == 0) {
+    if (strlen(dir) >= sizeof st->tokenizer) return ZT_ERR(ZT_STATUS_INVALID_ARG, "path '%s' is too long", dir);
+    memcpy(st->tokenizer, dir, strlen(dir) + 1);
+  }
   const char *names[2] = {"vocab.json", "merges.txt"};
   char *dst[2] = {st->encoder, st->merges};
   for (int i = 0; i < 2; i++) {

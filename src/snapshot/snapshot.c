@@ -429,6 +429,9 @@ zt_status zt_snapshot_read_state(const char *dir_in, zt_train_state *st) {
 
 /* ------------------------------------------------------------------ save */
 
+const char *const zt__snap_hf_tokenizer_files[ZT__SNAP_HF_TOKENIZER_FILES] = {
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"};
+
 zt_status zt__snap_copy_tokenizer(const char *into, const zt_train_state *st) {
   const char *src[2] = {st->encoder, st->merges}, *dst[2] = {CK_VOCAB, CK_MERGES};
   for (int i = 0; i < 2; i++) {
@@ -442,6 +445,20 @@ zt_status zt__snap_copy_tokenizer(const char *into, const zt_train_state *st) {
     if (!s) s = zt_write_file_atomic(path, &chunk, &n, 1);
     free(data);
     if (s) return zt__error_prefix(s, "copying the tokenizer file '%s' into the checkpoint", src[i]);
+  }
+  if (!st->tokenizer[0]) return ZT_OK;
+  for (int i = 0; i < ZT__SNAP_HF_TOKENIZER_FILES; i++) {
+    char from[CK_PATH_CAP], path[CK_PATH_CAP];
+    ZT_TRY(zt__path_join(from, CK_PATH_CAP, st->tokenizer, zt__snap_hf_tokenizer_files[i]));
+    if (i > 0 && access(from, F_OK) != 0) continue; /* tokenizer.json is needed, the others are optional */
+    void *data = NULL;
+    size_t n = 0;
+    ZT_TRY(zt__read_regular_file(from, ZT__READ_JSON_MAX, "tokenizer file", &data, &n));
+    const void *chunk = data;
+    zt_status s = zt__path_join(path, CK_PATH_CAP, into, zt__snap_hf_tokenizer_files[i]);
+    if (!s) s = zt_write_file_atomic(path, &chunk, &n, 1);
+    free(data);
+    if (s) return zt__error_prefix(s, "copying the tokenizer file '%s' into the checkpoint", from);
   }
   return ZT_OK;
 }

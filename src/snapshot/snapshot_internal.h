@@ -18,8 +18,13 @@ ZT_NODISCARD zt_status zt__snap_read_state(const char *dir, zt_train_state *st, 
 /* The shape a checkpoint recorded (have) against the model's (want): ZT_STATUS_SHAPE naming
  * the first field that differs and both values. */
 ZT_NODISCARD zt_status zt__snap_check_shape(const char *dir, const zt_gpt2_config *have, const zt_gpt2_config *want);
-/* st's tokenizer files (zt_train_state.encoder, merges; "" none) copied into the folder `into`
- * as vocab.json and merges.txt, each written atomically; errors name the file. */
+/* A Hugging Face tokenizer's files, as a checkpoint carries them: tokenizer.json (needed) first,
+ * then the optional ones. */
+#define ZT__SNAP_HF_TOKENIZER_FILES 3
+extern const char *const zt__snap_hf_tokenizer_files[ZT__SNAP_HF_TOKENIZER_FILES];
+/* st's tokenizer files copied into the folder `into`, each written atomically (errors name the
+ * file): GPT-2's (zt_train_state.encoder, merges; "" none) as vocab.json and merges.txt, a
+ * Hugging Face folder's (zt_train_state.tokenizer) under their own names. */
 ZT_NODISCARD zt_status zt__snap_copy_tokenizer(const char *into, const zt_train_state *st);
 /* The error for resuming training from checkpoint dir, which holds no optimizer state. */
 ZT_NODISCARD zt_status zt__snap_no_optim(const char *dir);

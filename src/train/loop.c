@@ -220,10 +220,11 @@ static zt_status check_params_finite(loop *r, const char *what) {
 }
 
 static zt_status save_checkpoint(loop *r, int64_t step) {
-  zt_train_state st = {step, zt_rng_get_state(), zt_loader_get_pos(r->loader), r->run.g, 0, 0, "", "", ""};
+  zt_train_state st = {step, zt_rng_get_state(), zt_loader_get_pos(r->loader), r->run.g, 0, 0, "", "", "", ""};
   memcpy(st.options, r->options, sizeof st.options);
   memcpy(st.encoder, r->run.c->data.encoder, sizeof st.encoder); /* the tokenizer goes with every save */
   memcpy(st.merges, r->run.c->data.merges, sizeof st.merges);
+  memcpy(st.tokenizer, r->run.c->data.tokenizer, sizeof st.tokenizer);
   if (r->scaling) st.loss_scale = r->scaler.scale, st.loss_scale_good = r->scaler.good_steps;
   ZT_TRY(zt__mode_save(&r->mode, &st));
   r->saved_step = step;

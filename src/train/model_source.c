@@ -173,15 +173,22 @@ zt_status zt__train_init_from(zt_gpt2 *m, const char *path) {
 }
 
 zt_status zt__train_tokenizer_check(const zt_train_config *c, const zt_gpt2_config *g) {
-  const char *enc = c->data.encoder, *merges = c->data.merges;
-  if (!enc[0] && !merges[0]) return ZT_OK;
-  if (!enc[0] || !merges[0])
+  const char *enc = c->data.encoder, *merges = c->data.merges, *hf = c->data.tokenizer;
+  if (!enc[0] && !merges[0] && !hf[0]) return ZT_OK;
+  if (hf[0] && (enc[0] || merges[0]))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "zt_train_config.data.tokenizer (a Hugging Face tokenizer folder) and zt_train_config.data.encoder/"
+                  "merges (GPT-2's files) are two ways to give the tokenizer: give one");
+  if (!hf[0] && (!enc[0] || !merges[0]))
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
                   "zt_train_config.data.encoder and zt_train_config.data.merges go together (GPT-2 byte-pair encoding: "
                   "encoder.json and vocab.bpe, the files the data was tokenized with): give both or neither");
   zt_tokenizer *t = NULL;
-  zt_status s = zt_tokenizer_gpt2(enc, merges, &t);
-  if (s) return zt__error_prefix(s, "the tokenizer (zt_train_config.data.encoder, zt_train_config.data.merges)");
+  zt_status s = hf[0] ? zt_tokenizer_hf(hf, &t) : zt_tokenizer_gpt2(enc, merges, &t);
+  if (s)
+    return zt__error_prefix(s, hf[0] ? "the tokenizer (zt_train_config.data.tokenizer)"
+                                     : "the tokenizer (zt_train_config.data.encoder, zt_train_config.data.merges)");
+  if (!hf[0]) hf = enc;
   int32_t v = zt_tokenizer_vocab_size(t);
   zt_tokenizer_free(t);
   if (v > g->vocab_size)
@@ -189,7 +196,7 @@ zt_status zt__train_tokenizer_check(const zt_train_config *c, const zt_gpt2_conf
                   "the tokenizer '%s' has %d tokens, more than the model's vocabulary of %d: its ids would not fit "
                   "the model; give zt_train_config.model.vocab_size %d (or a token file made with it, whose header "
                   "gives it)",
-                  enc, v, g->vocab_size, v);
+                  hf, v, g->vocab_size, v);
   return ZT_OK;
 }
 

@@ -194,6 +194,9 @@ static const zt_option k_rows[] = {
              "zt tokenize's): the end-of-run sample is text, and every checkpoint\n"
              "carries it as vocab.json + merges.txt (zt sample and transformers read them)"},
     {.name = "merges", .metavar = "FILE", FIELD(data.merges), TEXT, AGREE, .help = "the tokenizer's merges (vocab.bpe)"},
+    {.name = "tokenizer", .metavar = "DIR", FIELD(data.tokenizer), TEXT, AGREE,
+     .help = "or a Hugging Face tokenizer folder (tokenizer.json; zt tokenize --tokenizer's):\n"
+             "the sample is text, and every checkpoint carries its files"},
     {.name = "batch", .metavar = "B", FIELD(data.batch), I64(1, ZT_MAX_ROWS), COURSE, .help = "sequences per step"},
     {.name = "seq", .metavar = "T", FIELD(data.seq), I64(1, ZT_MAX_ROWS), COURSE, .help = "tokens per sequence"},
     /* the same rows and mean loss, up to summation-order rounding */
