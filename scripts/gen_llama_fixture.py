@@ -33,9 +33,21 @@ reference.safetensors holds (every stored tensor F32, the f64 results rounded, e
                        between); decay on exactly the tensors with >= 2 dims (embeddings, linear
                        weights, an untied lm_head), none on biases and RMSNorm weights
   rope_inv_freq        F64 (head_dim / 2): the rotary inverse frequencies after rope scaling
-and __metadata__ (strings): the case, the config fields a loader must honour (see LOADER_FIELDS),
-batch, seq, seed, the AdamW hyper-parameters (lr, beta1, beta2, eps, weight_decay, the same as
-tests/fixtures/gpt2) and the versions used.
+and __metadata__ (strings): case, model_type, architecture; config: the config.json fields a
+loader must honour (LOADER_FIELDS), as JSON; the same as numbers: vocab_size, hidden_size,
+intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim,
+rms_norm_eps, rope_theta, rope_type (a word), for llama3 rope_factor, rope_low_freq_factor,
+rope_high_freq_factor, rope_original_max_position_embeddings, tie_word_embeddings,
+attention_bias (q/k/v biases), qk_norm, sliding_window (0: none); batch, seq, seed,
+ignore_index (-1); the AdamW hyper-parameters lr, beta1, beta2, eps, weight_decay (the same
+as tests/fixtures/gpt2) and decay; torch_version, transformers_version.
+
+Beside model/, CASE/config_v4.json is the same config in the layout of transformers 4.x, which
+most Hub folders carry (rope_theta and rope_scaling at the top level, torch_dtype), where
+transformers 5 writes rope_parameters (holding rope_theta) and dtype: a loader should read
+both; copied as config.json beside model.safetensors it gives transformers the same model
+(checked). Note that Qwen2's config.json has no attention_bias: model_type "qwen2" means
+biases on q, k and v.
 
 The reference is a minimal Llama-family decoder written here in float64 (transformers' own
 modules compute RMSNorm, softmax and the rotary cos/sin in float32 even in a float64 model, so
@@ -78,7 +90,7 @@ CASES = {
     # in all three branches of the llama3 rule (kept < 64, smoothed in 64..256, divided by
     # factor > 256).
     "llama3": dict(
-        cls="LlamaForCausalLM", config="LlamaConfig", seed=1,
+        cls="LlamaForCausalLM", config="LlamaConfig", seed=25,
         hf=dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                 num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=2048,
                 rms_norm_eps=1e-5, hidden_act="silu", attention_bias=False, mlp_bias=False,
@@ -86,18 +98,21 @@ CASES = {
                 rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0,
                                      high_freq_factor=4.0, original_max_position_embeddings=256)),
     ),
-    # Qwen2 / 2.5: biases on q, k and v (none on o_proj or the MLP), tied embeddings.
+    # Qwen2 / 2.5: biases on q, k and v (none on o_proj or the MLP), tied embeddings. The key
+    # bias only matters through rope (without it, softmax ignores q.b_k), and with head_dim 8
+    # the slowest rope frequency is theta^-0.75: rope_theta 1e4 rather than Qwen's 1e6 keeps
+    # its gradient away from zero (about 1e-5 of the tensor's largest at 1e6).
     "qwen2": dict(
-        cls="Qwen2ForCausalLM", config="Qwen2Config", seed=1,
+        cls="Qwen2ForCausalLM", config="Qwen2Config", seed=15,
         hf=dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
                 rms_norm_eps=1e-6, hidden_act="silu", tie_word_embeddings=True, use_sliding_window=False,
-                rope_parameters=dict(rope_type="default", rope_theta=1000000.0)),
+                rope_parameters=dict(rope_type="default", rope_theta=10000.0)),
     ),
     # Qwen3: RMSNorm over head_dim on every q and k head (before rope), no biases, and an
     # explicit head_dim (16) that is not hidden_size / num_attention_heads (8), tied.
     "qwen3": dict(
-        cls="Qwen3ForCausalLM", config="Qwen3Config", seed=1,
+        cls="Qwen3ForCausalLM", config="Qwen3Config", seed=27,
         hf=dict(vocab_size=80, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                 num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
                 rms_norm_eps=1e-6, hidden_act="silu", attention_bias=False, tie_word_embeddings=True,
@@ -106,7 +121,7 @@ CASES = {
     # Mistral: multi-query attention (one KV head), sliding_window 32 > seq 16 (so the window
     # masks nothing here), untied head.
     "mistral": dict(
-        cls="MistralForCausalLM", config="MistralConfig", seed=1,
+        cls="MistralForCausalLM", config="MistralConfig", seed=15,
         hf=dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                 num_attention_heads=4, num_key_value_heads=1, head_dim=8, max_position_embeddings=1024,
                 rms_norm_eps=1e-5, hidden_act="silu", tie_word_embeddings=False, sliding_window=32,
@@ -307,6 +322,19 @@ def write_safetensors(path, tensors, metadata):
     os.replace(tmp, path)
 
 
+def config_v4(cfg_json):
+    """The same config in the layout transformers 4.x writes and most Hub folders carry:
+    rope_theta at the top, rope_scaling (null for plain rope) instead of rope_parameters,
+    torch_dtype instead of dtype."""
+    c = dict(cfg_json)
+    rp = dict(c.pop("rope_parameters"))
+    c["rope_theta"] = rp.pop("rope_theta")
+    c["rope_scaling"] = rp if rp.get("rope_type", "default") != "default" else None
+    if "dtype" in c:
+        c["torch_dtype"] = c.pop("dtype")
+    return c
+
+
 # ------------------------------------------------------------------ one case
 
 def run_case(name, case, seed, out_root, check=True):
@@ -348,6 +376,10 @@ def run_case(name, case, seed, out_root, check=True):
         assert t.dtype == torch.float32 and torch.equal(t, ps[n].detach().to(torch.float32)), n
     with open(os.path.join(folder, "config.json")) as f:
         cfg_json = json.load(f)
+    v4 = config_v4(cfg_json)
+    with open(os.path.join(out_root, name, "config_v4.json"), "w") as f:
+        json.dump(v4, f, indent=2, sort_keys=True)
+        f.write("\n")
 
     out = {"input_ids": ids.to(torch.int32), "targets": targets.to(torch.int32)}
     with torch.no_grad():
@@ -390,10 +422,11 @@ def run_case(name, case, seed, out_root, check=True):
                 rope_theta=repr(s["rope"]["rope_theta"]), rope_type=s["rope"].get("rope_type", "default"),
                 rope_scaling=json.dumps({k: v for k, v in s["rope"].items() if k not in ("rope_theta",)}
                                         if s["rope"].get("rope_type", "default") != "default" else None),
+                **{"rope_" + k: v for k, v in s["rope"].items() if k not in ("rope_theta", "rope_type")},
                 tie_word_embeddings=int(s["tied"]),
                 attention_bias=int(any(n.endswith("q_proj.bias") for n in ps)),
                 qk_norm=int(s["qk_norm"]),
-                sliding_window=s["window"] if s["window"] is not None else "none",
+                sliding_window=s["window"] if s["window"] is not None else 0,
                 batch=B, seq=T, seed=seed, ignore_index=-1,
                 lr=ADAMW["lr"], beta1=ADAMW["betas"][0], beta2=ADAMW["betas"][1], eps=ADAMW["eps"],
                 weight_decay=ADAMW["weight_decay"], decay="tensors with >= 2 dims",
@@ -440,7 +473,19 @@ def check_hf(name, case, folder, s, out, grads, init):
     dl = (logits - ref_logits).abs().max().item() / ref_logits.abs().max().item()
     dloss = abs(loss.item() - out["loss"].item())
     dg = max((p.grad - grads[n]).abs().max().item() / grads[n].abs().max().item() for n, p in hp.items())
-    print(f"  transformers {case['cls']} on {os.path.relpath(folder)}: no missing/unexpected keys; rel diff: "
+    # config_v4.json beside model.safetensors: transformers reads the same model from it.
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copy(os.path.join(folder, "model.safetensors"), tmp)
+        shutil.copy(os.path.join(os.path.dirname(folder), "config_v4.json"), os.path.join(tmp, "config.json"))
+        m4, info4 = transformers.AutoModelForCausalLM.from_pretrained(
+            tmp, dtype=torch.float64, attn_implementation="eager", output_loading_info=True)
+        assert not {k: v for k, v in info4.items() if v}, (name, info4)
+        assert type(m4).__name__ == case["cls"], type(m4).__name__
+        with torch.no_grad():
+            assert torch.equal(m4(out["input_ids"].long()).logits, logits.detach()), (name, "config_v4.json")
+    print(f"  transformers {case['cls']} on {os.path.relpath(folder)} (and with config_v4.json): "
+          f"no missing/unexpected keys; rel diff: "
           f"inv_freq {d_inv:.1e}, logits {dl:.1e}, loss {dloss:.1e}, grads {dg:.1e}")
     assert d_inv < 1e-6 and dl < 1e-5 and dloss < 1e-6 and dg < 1e-4, (name, d_inv, dl, dloss, dg)
 
