@@ -62,9 +62,12 @@ Invariants of the fixtures:
 - the reference is exact to ~1e-12, so a test's tolerances measure zerotrain's own error: the
   GPT-2 golden test's tolerances apply (docs/development.md, tests/test_golden_gpt2.c);
 - rows of an untied embedding whose token is not in input_ids have exactly zero gradient (and
-  move only by weight decay); every other gradient element is well away from zero (the
-  script prints the smallest |grad| / max |grad| within a tensor);
-- all four cases together well under 1 MB.
+  move only by weight decay);
+- each case's seed was picked among 1..60 as the one where the same model, loss and AdamW in
+  PyTorch's float32 stay furthest inside the GPT-2 golden test's f32 tolerances (printed for
+  each case: at most 0.11 of them, logits the largest; after two steps at most 0.034): no
+  gradient element is so near zero that f32 rounding turns Adam's first steps;
+- all four cases together 1.26 MB (each reference ~0.2 MB, each folder ~0.1 MB).
 """
 import json
 import math
