@@ -73,11 +73,13 @@ import json
 import math
 import os
 import shutil
-import struct
 import sys
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gen_gpt2_fixture import write_safetensors  # noqa: E402 (the fixtures' safetensors writer, one home)
 
 B, T = 2, 16
 IGNORED = (1, 5)  # (row, position) whose target is -1 (ignore index)
@@ -296,34 +298,6 @@ def f32_trial(init, s, ids, targets, out):
 
 
 # ------------------------------------------------------------------ files
-
-DT = {torch.float32: ("F32", "<f"), torch.float64: ("F64", "<d"), torch.int32: ("I32", "<i")}
-
-
-def write_safetensors(path, tensors, metadata):
-    """The safetensors format: u64 LE header length, JSON header (names, dtypes, shapes, byte
-    ranges, __metadata__ of strings), then the raw little-endian data."""
-    header = {"__metadata__": {k: str(v) for k, v in metadata.items()}}
-    blobs, off = [], 0
-    for name, t in tensors.items():
-        t = t.detach().contiguous().cpu()
-        code, fmt = DT[t.dtype]
-        vals = t.reshape(-1).tolist()
-        b = struct.pack("<%d%s" % (len(vals), fmt[1]), *vals)
-        header[name] = {"dtype": code, "shape": list(t.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    hj = json.dumps(header, separators=(",", ":")).encode()
-    hj += b" " * ((8 - len(hj) % 8) % 8)  # data starts 8-byte aligned
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(hj)))
-        f.write(hj)
-        for b in blobs:
-            f.write(b)
-    os.replace(tmp, path)
-
 
 def config_v4(cfg_json):
     """The same config in the layout transformers 4.x writes and most Hub folders carry:

@@ -31,20 +31,11 @@ static const char QWEN2_PATTERN[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
     "\\s+(?!\\S)|\\s+";
 
-/* ------------------------------------------------ hashing */
-static uint64_t hash_bytes(const uint8_t *p, size_t n) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
-  return h ^ (h >> 29);
-}
-static uint64_t hash_u64(uint64_t x) {
-  x ^= x >> 33, x *= 0xff51afd7ed558ccdull, x ^= x >> 33, x *= 0xc4ceb9fe1a85ec53ull;
-  return x ^ (x >> 33);
-}
+/* ------------------------------------------------ the hash maps (hashes: tokenizer_internal.h) */
 
 static zt__hf_entry *map_slot(const zt__hf_tokenizer *h, const uint8_t *s, size_t len) {
   size_t mask = h->map_cap - 1;
-  for (size_t i = hash_bytes(s, len) & mask;; i = (i + 1) & mask) {
+  for (size_t i = zt__hash_bytes(s, len) & mask;; i = (i + 1) & mask) {
     zt__hf_entry *e = &h->map[i];
     if (e->id < 0 || ((size_t)e->len == len && memcmp(h->bytes + e->off, s, len) == 0)) return e;
   }
@@ -57,7 +48,7 @@ int32_t zt__hf_lookup(const zt__hf_tokenizer *h, const uint8_t *s, size_t len) {
 static zt__hf_merge *merge_slot(const zt__hf_tokenizer *h, int32_t a, int32_t b) {
   uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
   size_t mask = h->merge_cap - 1;
-  for (size_t i = hash_u64(key) & mask;; i = (i + 1) & mask) {
+  for (size_t i = zt__hash_u64(key) & mask;; i = (i + 1) & mask) {
     zt__hf_merge *e = &h->merges[i];
     if (e->rank < 0 || e->key == key) return e;
   }

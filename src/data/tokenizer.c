@@ -219,15 +219,6 @@ size_t zt__utf8_put(uint32_t cp, uint8_t *o) {
 }
 
 /* ------------------------------------------------ hash maps */
-static uint64_t hash_bytes(const uint8_t *p, size_t n) {
-  uint64_t h = 1469598103934665603ull; /* FNV-1a */
-  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
-  return h ^ (h >> 29);
-}
-static uint64_t hash_u64(uint64_t x) {
-  x ^= x >> 33, x *= 0xff51afd7ed558ccdull, x ^= x >> 33, x *= 0xc4ceb9fe1a85ec53ull;
-  return x ^ (x >> 33);
-}
 
 /* Byte strings (base + off, len) -> value >= 0; open addressing, power-of-two capacity.
  * Keys are offsets into a buffer passed to each call, so that buffer may be realloc'd. */
@@ -249,7 +240,7 @@ static bool bmap_init(bmap *m, size_t cap) {
   return true;
 }
 static bmap_entry *bmap_slot(const bmap *m, const uint8_t *base, const uint8_t *key, size_t len) {
-  size_t i = hash_bytes(key, len) & (m->cap - 1);
+  size_t i = zt__hash_bytes(key, len) & (m->cap - 1);
   for (;; i = (i + 1) & (m->cap - 1)) {
     bmap_entry *e = &m->e[i];
     if (e->val < 0 || (e->len == len && memcmp(base + e->off, key, len) == 0)) return e;
@@ -351,7 +342,7 @@ int32_t zt_tokenizer_eos_id(const zt_tokenizer *t) { return t && t->hf ? zt__hf_
 static merge_entry *merge_find(const zt_tokenizer *t, int32_t a, int32_t b) {
   uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
   size_t mask = t->merge_cap - 1;
-  for (size_t i = hash_u64(key) & mask;; i = (i + 1) & mask) {
+  for (size_t i = zt__hash_u64(key) & mask;; i = (i + 1) & mask) {
     merge_entry *e = &t->merges[i];
     if (e->rank < 0 || e->key == key) return e;
   }

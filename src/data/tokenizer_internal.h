@@ -25,6 +25,19 @@ size_t zt__utf8_put(uint32_t cp, uint8_t *o);
 #define ZT__BYTE_MAP_CPS 324
 void zt__byte_map(int32_t byte_to_cp[256], int16_t cp_to_byte[ZT__BYTE_MAP_CPS]);
 
+/* ------------------------------------------------ the hash maps' hashes */
+/* FNV-1a of a byte string, its high bits folded down (the maps index by the low bits). */
+static inline uint64_t zt__hash_bytes(const uint8_t *p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+  return h ^ (h >> 29);
+}
+/* A 64-bit key mixed (murmur3's finalizer). */
+static inline uint64_t zt__hash_u64(uint64_t x) {
+  x ^= x >> 33, x *= 0xff51afd7ed558ccdull, x ^= x >> 33, x *= 0xc4ceb9fe1a85ec53ull;
+  return x ^ (x >> 33);
+}
+
 /* ------------------------------------------------ NFC (unicode_nfc.c) */
 /* False when s is NFC already for certain (no code point at or above U+0300). */
 bool zt__nfc_maybe_changes(const uint8_t *s, size_t n);
