@@ -1,9 +1,13 @@
 /* The Llama family through the model interface: the strategies GPT-2 trains under apply to
  * it unchanged (they see only zt_model). Three AdamW steps of the Qwen3 and Llama 3 fixtures
  * (tests/fixtures/llama) under recompute (full, selective), activation offload, DDP and FSDP
- * on one rank give plain training's losses and parameters bitwise. */
+ * on one rank give plain training's losses and parameters bitwise, and so does training on the
+ * guarded device (whose bytes the host cannot touch). */
 #include <stdlib.h>
 
+#include "core/backend.h"
+#include "core/tensor_internal.h"
+#include "guard_backend.h"
 #include "zt/fsdp.h"
 #include "zt/llama.h"
 #include "zt_test.h"
@@ -29,13 +33,30 @@ static void free_result(result *r) {
 
 typedef enum variant { PLAIN, RC_FULL, RC_SELECTIVE, OFFLOAD, DDP, FSDP } variant;
 
-static void train(const char *name, variant v, result *r) {
+/* A copy of t on dev (requires_grad kept). */
+static zt_tensor *to_dev(const zt_tensor *t, zt_device dev) {
+  zt_tensor *o = NULL;
+  ZT_CHECK_OK(zt__tensor_to_device(t, dev, ZT_MEM_TAG_TEMP, &o));
+  if (o && t->requires_grad) ZT_CHECK_OK(zt_tensor_set_requires_grad(o, true));
+  return o;
+}
+
+static void train_on(const char *name, variant v, zt_device dev, result *r) {
   *r = (result){0};
   char dir[1024];
   model_dir(name, dir, sizeof dir);
   zt_llama *m = NULL;
   ZT_CHECK_OK(zt_llama_from_hf(dir, ZT_DTYPE_F32, &m));
   if (!m) return;
+  zt_param *ps = NULL;
+  int np = zt_llama_params(m, &ps);
+  for (int i = 0; i < np && !zt_device_equal(dev, ZT_CPU); i++) { /* the parameters move to dev */
+    zt_tensor *t = ps[i].tensor, *d = NULL;
+    ZT_CHECK_OK(zt__tensor_to_device(t, dev, ZT_MEM_TAG_PARAM, &d));
+    if (!d) break;
+    zt__tensor_rebind(t, d->storage, 0);
+    zt_tensor_free(d);
+  }
   zt_model model = zt_llama_model(m);
   zt_recompute_plan *rc = NULL;
   zt_offload *off = NULL;
@@ -68,15 +89,14 @@ static void train(const char *name, variant v, result *r) {
   ZT_CHECK_OK(zt_strategies_attach(n, s, &model));
   ZT_CHECK((zt_model_blocks(&model)->n_wrappers > 0) == (rc || off)); /* the strategies hold the layers */
   if (dp) ZT_CHECK(v == FSDP ? zt_data_parallel_fsdp(dp) != NULL : zt_data_parallel_ddp(dp) != NULL);
-  zt_param *ps = NULL;
-  int np = zt_llama_params(m, &ps);
   if (dp) np = zt_data_parallel_params(dp, &ps);
   zt_optim_config oc = zt_optim_default(ZT_OPTIM_ADAMW);
   zt_optim *o = NULL;
   ZT_CHECK_OK(zt_optim_new(&oc, np, ps, &o));
   int64_t T = 16;
-  zt_tensor *ids = zt_test_rand_ids(2, T, zt_llama_get_config(m)->vocab_size, 7);
-  zt_tensor *tg = zt_test_rand_ids(2, T, zt_llama_get_config(m)->vocab_size, 8);
+  zt_tensor *ids0 = zt_test_rand_ids(2, T, zt_llama_get_config(m)->vocab_size, 7);
+  zt_tensor *tg0 = zt_test_rand_ids(2, T, zt_llama_get_config(m)->vocab_size, 8);
+  zt_tensor *ids = to_dev(ids0, dev), *tg = to_dev(tg0, dev);
   for (int k = 0; k < STEPS && o; k++) {
     zt_tensor *loss = NULL;
     ZT_CHECK_OK(zt_model_forward_loss(&model, ids, tg, &loss));
@@ -90,18 +110,20 @@ static void train(const char *name, variant v, result *r) {
   if (dp && v == FSDP) ZT_CHECK_OK(zt_fsdp_gather_full_params(zt_data_parallel_fsdp(dp)));
   np = zt_llama_params(m, &ps);
   for (int i = 0; i < np && i < MAXP; i++)
-    ZT_CHECK_OK(zt_tensor_clone_data(ps[i].tensor, ZT_MEM_TAG_TEMP, &r->param[i]));
+    r->param[i] = to_dev(ps[i].tensor, ZT_CPU);
   r->n = np < MAXP ? np : MAXP;
   zt_strategies_detach(n, s);
   ZT_CHECK(zt_model_blocks(&model)->n_wrappers == 0);
   zt_data_parallel_free(dp);
   zt_comm_free(comm);
-  zt_test_free_all((zt_tensor *[]){ids, tg}, 2);
+  zt_test_free_all((zt_tensor *[]){ids, tg, ids0, tg0}, 4);
   zt_optim_free(o);
   zt_recompute_plan_free(rc);
   zt_offload_free(off);
   zt_llama_free(m);
 }
+
+static void train(const char *name, variant v, result *r) { train_on(name, v, ZT_CPU, r); }
 
 static void check_same(const result *a, const result *b, const char *what) {
   for (int k = 0; k < STEPS; k++)
@@ -139,11 +161,30 @@ static void run_case(const char *name) {
   free_result(&plain);
 }
 
+/* On the guarded device: plain, full recompute and activation offload, bitwise the CPU's. */
+static void test_guarded_qwen3(void) {
+  zt_test_guard_register();
+  result plain;
+  train("qwen3", PLAIN, &plain);
+  static const variant vs[] = {PLAIN, RC_FULL, OFFLOAD};
+  for (int i = 0; i < 3; i++) {
+    result r;
+    int64_t opens = zt_test_guard_opens();
+    train_on("qwen3", vs[i], ZT_GUARDED, &r);
+    ZT_CHECK(zt_test_guard_opens() > opens); /* it did run there */
+    ZT_CHECK(zt_test_guard_is_closed());
+    check_same(&plain, &r, vs[i] == PLAIN ? "guarded, plain" : vs[i] == RC_FULL ? "guarded, recompute" : "guarded, offload");
+    free_result(&r);
+  }
+  free_result(&plain);
+}
+
 static void test_strategies_qwen3(void) { run_case("qwen3"); }
 static void test_strategies_llama3(void) { run_case("llama3"); }
 
 int main(void) {
   ZT_RUN(test_strategies_qwen3);
   ZT_RUN(test_strategies_llama3);
+  ZT_RUN(test_guarded_qwen3);
   return zt_test_finish();
 }
