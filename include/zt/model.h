@@ -1,8 +1,8 @@
 /* zerotrain model interface: what the training step (zt_train_step) and the strategies see
  * of a model, whatever its family: forward to a loss, the parameters the optimizer updates,
  * the module tree and the ordered blocks that strategies act on (recompute regions, FSDP
- * units, pipeline stages). A struct of function pointers plus ctx; GPT-2 implements it
- * (zt_gpt2_model in zt/nn.h). The interface borrows the model: it owns nothing. */
+ * units, pipeline stages). A struct of function pointers plus ctx; GPT-2 (zt_gpt2_model in
+ * zt/nn.h) and the Llama family (zt_llama_model in zt/llama.h) implement it. The interface borrows the model: it owns nothing. */
 #ifndef ZT_MODEL_H
 #define ZT_MODEL_H
 

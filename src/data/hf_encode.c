@@ -518,7 +518,7 @@ static bool dec_step(const zt__hf_step *st, const toks *in, toks *out) {
     case ZT__HF_DEC_FUSE:
       if (!toks_put(out, s, n)) return false;
       break;
-    case ZT__HF_DEC_BYTE_FALLBACK:
+    case ZT__HF_DEC_BYTE_FALLBACK: {
       bool byte_token = n == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>';
       if (byte_token && hexval(s[3]) >= 0 && hexval(s[4]) >= 0) {
         uint8_t b = (uint8_t)(hexval(s[3]) * 16 + hexval(s[4]));
@@ -527,6 +527,7 @@ static bool dec_step(const zt__hf_step *st, const toks *in, toks *out) {
         return false;
       }
       break;
+    }
     case ZT__HF_DEC_REPLACE:
     case ZT__HF_DEC_METASPACE: {
       /* Metaspace: the replacement becomes ' ', except in the first token (with a prepend
