@@ -10,18 +10,6 @@
 
 /* ------------------------------------------------ the fixture */
 
-/* ZT_GPT2_FIXTURE overrides the path; otherwise it sits beside this source file (CMake
- * compiles sources by absolute path, so __FILE__ locates it from any build folder). */
-static void fixture_path(char *buf, size_t cap) {
-  const char *env = getenv("ZT_GPT2_FIXTURE");
-  if (env && *env) {
-    snprintf(buf, cap, "%s", env);
-    return;
-  }
-  const char *f = __FILE__, *slash = strrchr(f, '/');
-  int dir_len = slash ? (int)(slash - f + 1) : 0;
-  snprintf(buf, cap, "%.*sfixtures/gpt2/fixture.safetensors", dir_len, f);
-}
 
 typedef struct fixture {
   char path[1024];
@@ -49,7 +37,7 @@ static bool meta_double(const char *path, const char *key, double *out) {
 
 static bool fixture_open(fixture *fx) {
   memset(fx, 0, sizeof *fx);
-  fixture_path(fx->path, sizeof fx->path);
+  zt_test_fixture(fx->path, sizeof fx->path, "gpt2/fixture.safetensors");
   double v[12];
   const char *keys[] = {"n_layer", "n_head", "n_embd", "vocab_size", "block_size", "batch",
                         "seq",     "lr",     "beta1",  "beta2",      "eps",        "weight_decay"};

@@ -16,17 +16,6 @@
 static const char *const CASES[] = {"llama3", "qwen2", "qwen3", "mistral"};
 #define N_CASES 4
 
-/* ZT_LLAMA_FIXTURES overrides the folder; otherwise it sits beside this source file. */
-static void case_dir(const char *name, char *buf, size_t cap) {
-  const char *env = getenv("ZT_LLAMA_FIXTURES");
-  if (env && *env) {
-    snprintf(buf, cap, "%s/%s", env, name);
-    return;
-  }
-  const char *f = __FILE__, *slash = strrchr(f, '/');
-  int dir_len = slash ? (int)(slash - f + 1) : 0;
-  snprintf(buf, cap, "%.*sfixtures/llama/%s", dir_len, f, name);
-}
 
 typedef struct fixture {
   char dir[1024], model[1100], ref[1100];
@@ -52,7 +41,7 @@ static bool meta_double(const char *path, const char *key, double *out) {
 
 static bool fixture_open(const char *name, fixture *fx) {
   memset(fx, 0, sizeof *fx);
-  case_dir(name, fx->dir, sizeof fx->dir);
+  zt_test_fixture(fx->dir, sizeof fx->dir, "llama/%s", name);
   snprintf(fx->model, sizeof fx->model, "%s/model", fx->dir);
   snprintf(fx->ref, sizeof fx->ref, "%s/reference.safetensors", fx->dir);
   double v[7];

@@ -17,19 +17,13 @@
 static const char *NAMES[] = {"gpt2", "llama3", "qwen2", "smollm", "llama2", "mistral", "llama2_added"};
 #define N_NAMES (int)(sizeof NAMES / sizeof *NAMES)
 
-/* tests/fixtures/hf/<name> beside this source file ($ZT_FIXTURES_DIR overrides). */
+/* tests/fixtures/hf/<name> (zt_test_fixture), in one of four rotating buffers so that a call
+ * can take several. */
 static const char *fixture(const char *name) {
   static char bufs[4][4096];
   static int k;
   char *buf = bufs[k = (k + 1) % 4];
-  const char *env = getenv("ZT_FIXTURES_DIR");
-  if (env) {
-    snprintf(buf, sizeof bufs[0], "%s/hf/%s", env, name);
-  } else {
-    const char *slash = strrchr(__FILE__, '/');
-    int dir = slash ? (int)(slash - __FILE__) : 1;
-    snprintf(buf, sizeof bufs[0], "%.*s/fixtures/hf/%s", dir, slash ? __FILE__ : ".", name);
-  }
+  zt_test_fixture(buf, sizeof bufs[0], "hf/%s", name);
   return buf;
 }
 

@@ -15,11 +15,6 @@
 #define STEPS 3
 #define MAXP 64
 
-static void model_dir(const char *name, char *buf, size_t cap) {
-  const char *f = __FILE__, *slash = strrchr(f, '/');
-  int dir_len = slash ? (int)(slash - f + 1) : 0;
-  snprintf(buf, cap, "%.*sfixtures/llama/%s/model", dir_len, f, name);
-}
 
 typedef struct result {
   double loss[STEPS];
@@ -44,7 +39,7 @@ static zt_tensor *to_dev(const zt_tensor *t, zt_device dev) {
 static void train_on(const char *name, variant v, zt_device dev, result *r) {
   *r = (result){0};
   char dir[1024];
-  model_dir(name, dir, sizeof dir);
+  zt_test_fixture(dir, sizeof dir, "llama/%s/model", name);
   zt_llama *m = NULL;
   ZT_CHECK_OK(zt_llama_from_hf(dir, ZT_DTYPE_F32, &m));
   if (!m) return;

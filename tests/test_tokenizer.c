@@ -8,19 +8,13 @@
 #include "zt/train.h"
 #include "zt_test.h"
 
-/* tests/fixtures/bpe/ beside this source file ($ZT_FIXTURES_DIR overrides). */
+/* tests/fixtures/bpe/<name> (zt_test_fixture), in one of four rotating buffers so that a call
+ * can take several. */
 static const char *fixture(const char *name) {
   static char bufs[4][4096];
   static int k;
   char *buf = bufs[k = (k + 1) % 4];
-  const char *env = getenv("ZT_FIXTURES_DIR");
-  if (env) {
-    snprintf(buf, sizeof bufs[0], "%s/bpe/%s", env, name);
-  } else {
-    const char *slash = strrchr(__FILE__, '/');
-    int dir = slash ? (int)(slash - __FILE__) : 1;
-    snprintf(buf, sizeof bufs[0], "%.*s/fixtures/bpe/%s", dir, slash ? __FILE__ : ".", name);
-  }
+  zt_test_fixture(buf, sizeof bufs[0], "bpe/%s", name);
   return buf;
 }
 

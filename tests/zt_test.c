@@ -336,3 +336,19 @@ zt_optim *zt_test_gpt2_adamw(zt_gpt2 *m) {
   ZT_CHECK_OK(zt_optim_new(&oc, n, p, &o));
   return o;
 }
+
+void zt_test_fixture(char *buf, size_t cap, const char *rel_fmt, ...) {
+  char rel[1024];
+  va_list ap;
+  va_start(ap, rel_fmt);
+  vsnprintf(rel, sizeof rel, rel_fmt, ap);
+  va_end(ap);
+  const char *env = getenv("ZT_FIXTURES_DIR");
+  if (env && *env) {
+    snprintf(buf, cap, "%s/%s", env, rel);
+    return;
+  }
+  const char *f = __FILE__, *slash = strrchr(f, '/');
+  int dir_len = slash ? (int)(slash - f + 1) : 0;
+  snprintf(buf, cap, "%.*sfixtures/%s", dir_len, f, rel);
+}

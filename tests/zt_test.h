@@ -20,6 +20,10 @@ void zt_test_fail(const char *file, int line, const char *fmt, ...) __attribute_
 void zt_test_run(const char *name, void (*fn)(void));
 /* Prints "N passed, M failed" and returns the process exit code. */
 int zt_test_finish(void);
+/* The path of tests/fixtures/<rel> (rel formatted as printf's) into buf; $ZT_FIXTURES_DIR, when
+ * set, stands for tests/fixtures. CMake compiles sources by absolute path, so __FILE__ of this
+ * harness locates the folder from any build folder. */
+void zt_test_fixture(char *buf, size_t cap, const char *rel_fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Bytes currently accounted on cpu (all tags); tests check it returns to its start. */
 int64_t zt_test_live_bytes(void);
 
