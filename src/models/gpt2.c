@@ -213,7 +213,8 @@ static zt_module *model_blocks(void *ctx) { return ((zt_gpt2 *)ctx)->h; }
 static double model_flops(void *ctx, int64_t B, int64_t T) { return zt_gpt2_flops_per_step(ctx, B, T); }
 
 zt_model zt_gpt2_model(zt_gpt2 *m) {
-  return (zt_model){model_forward_loss, model_params, model_module, model_blocks, model_flops, m};
+  return (zt_model){.forward_loss = model_forward_loss, .params = model_params, .module = model_module,
+                    .blocks = model_blocks, .flops_per_step = model_flops, .ctx = m};
 }
 
 /* ------------------------------------------------------------------ forward */

@@ -230,7 +230,8 @@ static zt_module *model_blocks(void *ctx) { return zt_llama_blocks(ctx); }
 static double model_flops(void *ctx, int64_t B, int64_t T) { return zt_llama_flops_per_step(ctx, B, T); }
 
 zt_model zt_llama_model(zt_llama *m) {
-  return (zt_model){model_forward_loss, model_params, model_module, model_blocks, model_flops, m};
+  return (zt_model){.forward_loss = model_forward_loss, .params = model_params, .module = model_module,
+                    .blocks = model_blocks, .flops_per_step = model_flops, .ctx = m};
 }
 
 /* ------------------------------------------------------------------ forward */
