@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/status_internal.h"
-#include "zt/nn.h"
+#include "models/gpt2_internal.h"
 
 /* Values per token, for one block: what its region keeps as input (once per region),
  * what else it keeps between forward and backward, and what its recomputation
@@ -15,28 +15,40 @@ typedef struct block_cost {
   double input, kept, recomp;
 } block_cost;
 
-static block_cost cost_of(const zt_gpt2 *m, zt_recompute mode, zt_checkpoint_policy p) {
-  const zt_gpt2_config *c = zt_gpt2_get_config(m);
+zt_act_cost zt__gpt2_act_cost(const zt_lm_config *lc, zt_recompute mode, zt_checkpoint_policy p) {
+  const zt_gpt2_config *c = &lc->gpt2;
   double C = c->n_embd, H = c->n_head;
+  /* at the end of forward: ln_f's input and stats, its output and the output layer's input grad */
+  double out = 3 * C + 2;
   /* NONE: ln_1 input x, its mean/rstd, c_attn input, qkv, attention output and its
    * logsumexp (n_head per token), ln_2 input and stats, c_fc input, the GELU's input and
    * output (4C each) */
   double none = 16 * C + 4 + H;
-  if (mode == ZT_RECOMPUTE_NONE) return (block_cost){0, none, 0};
+  /* Work a block's recomputation adds, in block forwards (GEMM FLOPs dominate: 24 C^2 per
+   * token). Early stop ends every recomputation at the MLP down-projection's save, before
+   * its GEMM (8 C^2): FULL redoes the rest, about 0.7; SELECTIVE redoes the attention
+   * projection (2 C^2), attention, layer norms, GELU and adds, about 0.15. */
+  if (mode == ZT_RECOMPUTE_NONE) return (zt_act_cost){0, none, 0, 0, out};
   /* recomputing the attention projection also makes its output (C) live beside the
    * saved tensors while the residual add runs: recomputation peaks at `none` (the input,
    * kept by the region, counted again) */
-  if (mode == ZT_RECOMPUTE_FULL) return (block_cost){C, 0, none};
+  if (mode == ZT_RECOMPUTE_FULL) return (zt_act_cost){C, 0, none, 0.7, out};
   if (p.fn == zt_checkpoint_policy_save_gemm) /* qkv, both projections, c_fc */
-    return (block_cost){C, 9 * C, none - 8 * C};
+    return (zt_act_cost){C, 9 * C, none - 8 * C, 0.15, out};
   if (p.fn == zt_checkpoint_policy_recompute_attention) {
     /* every output but the attention core's: also the projections' outputs (and dropout's) */
     double drop = c->dropout > 0 ? 2 * C : 0;
-    return (block_cost){C, 16 * C + 4 + drop, C + H};
+    return (zt_act_cost){C, 16 * C + 4 + drop, C + H, 0.15, out};
   }
   /* save_wide_gemm (and policies the model does not know): qkv (3C), c_fc (4C); the
    * attention projection is recomputed (+C live, as for FULL) */
-  return (block_cost){C, 7 * C, none - 7 * C};
+  return (zt_act_cost){C, 7 * C, none - 7 * C, 0.15, out};
+}
+
+static block_cost cost_of(const zt_gpt2 *m, zt_recompute mode, zt_checkpoint_policy p) {
+  zt_lm_config lc = {.family = ZT_LM_GPT2, .gpt2 = *zt_gpt2_get_config(m)};
+  zt_act_cost a = zt__gpt2_act_cost(&lc, mode, p);
+  return (block_cost){a.input, a.kept, a.recomp};
 }
 
 int64_t zt_gpt2_predict_activation_peak(const zt_gpt2 *m, int64_t B, int64_t T, const zt_recompute *modes, int every,
