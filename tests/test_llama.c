@@ -2,14 +2,18 @@
  * it unchanged (they see only zt_model). Three AdamW steps of the Qwen3 and Llama 3 fixtures
  * (tests/fixtures/llama) under recompute (full, selective), activation offload, DDP and FSDP
  * on one rank give plain training's losses and parameters bitwise, and so does training on the
- * guarded device (whose bytes the host cannot touch). */
+ * guarded device (whose bytes the host cannot touch). Pipeline stages (zt_llama_forward_stage)
+ * of every partition give the plain forward's loss and grads bitwise, through the sequence's
+ * wrappers; the interface's optional members (config, logits, parameter parts) are set. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/backend.h"
 #include "core/tensor_internal.h"
 #include "guard_backend.h"
 #include "zt/fsdp.h"
-#include "zt/llama.h"
+#include "zt/lm.h"
 #include "zt_test.h"
 
 #define STEPS 3
@@ -174,10 +178,160 @@ static void test_guarded_qwen3(void) {
   free_result(&plain);
 }
 
+/* ---------------------------------------------------------------- pipeline stages */
+
+enum { SB = 2, ST = 12 };
+
+/* A tiny Llama 3 (untied head, llama3 rope scaling, GQA) or Qwen3 (tied, q/k norm, q/k/v
+ * biases, head_dim not hidden / heads). */
+static zt_llama_config tiny(bool qwen3, int L) {
+  zt_llama_config c = {.vocab_size = 40, .hidden_size = 32, .intermediate_size = 48, .n_layer = L, .n_head = 4,
+                       .n_kv_head = 2, .head_dim = 8, .max_position_embeddings = 64, .rms_norm_eps = 1e-5,
+                       .rope_theta = 10000, .initializer_range = 0.1};
+  if (qwen3) {
+    snprintf(c.model_type, sizeof c.model_type, "qwen3");
+    c.head_dim = 12, c.tie_word_embeddings = true, c.qk_norm = true, c.attention_bias = true;
+    c.rope_theta = 1e6, c.rms_norm_eps = 1e-6;
+  } else {
+    snprintf(c.model_type, sizeof c.model_type, "llama");
+    c.rope_scaling = (zt_rope_scaling){ZT_ROPE_SCALING_LLAMA3, 8, 1, 4, 16};
+  }
+  return c;
+}
+
+/* Copies of every parameter's grad (cleared after). */
+static int take_grads(zt_llama *m, zt_tensor **g) {
+  zt_param *ps = NULL;
+  int np = zt_llama_params(m, &ps);
+  for (int i = 0; i < np && i < MAXP; i++) {
+    g[i] = NULL;
+    if (ps[i].tensor->grad) ZT_CHECK_OK(zt_tensor_clone_data(ps[i].tensor->grad, ZT_MEM_TAG_TEMP, &g[i]));
+    zt_tensor_free(ps[i].tensor->grad);
+    ps[i].tensor->grad = NULL;
+  }
+  return np;
+}
+
+/* The loss of stages of sizes n[0..S) (the first embeds, the last has the head), each stage's
+ * output the next one's input (one graph). */
+static zt_tensor *staged_loss(zt_llama *m, const int *n, int S, zt_tensor *ids, zt_tensor *tg) {
+  zt_tensor *cur = ids, *out = NULL;
+  for (int k = 0, first = 0; k < S; first += n[k], k++) {
+    out = NULL;
+    ZT_CHECK_OK(zt_llama_forward_stage(m, k == 0, first, n[k], k == S - 1 ? tg : NULL, cur, &out));
+    if (cur != ids) zt_tensor_free(cur);
+    if (!out) return NULL;
+    cur = out;
+  }
+  return out;
+}
+
+/* A wrapper that counts the runs it passes on (strategies wrap the stages' layers). */
+static zt_status count_run(void *ud, zt_span_next next, int first, int count, zt_tensor *x, zt_tensor **y) {
+  (*(int *)ud)++;
+  return zt_span_run(next, first, count, x, y);
+}
+
+/* Every partition of L layers into S = 1..L+1 stages (the first and the last may hold none;
+ * a middle stage holds one or more) gives the plain forward's loss and grads bitwise. */
+static void stages_case(bool qwen3) {
+  enum { L = 3 };
+  zt_llama_config c = tiny(qwen3, L);
+  zt_rng_seed(5);
+  zt_llama *m = NULL;
+  ZT_CHECK_OK(zt_llama_new(&c, ZT_DTYPE_F32, &m));
+  if (!m) return;
+  int runs = 0, id = 0;
+  ZT_CHECK_OK(zt_module_add_wrapper(zt_llama_blocks(m), &(zt_module_wrapper){count_run, 0, &runs}, &id));
+  zt_tensor *ids = zt_test_rand_ids(SB, ST, c.vocab_size, 1), *tg = zt_test_rand_ids(SB, ST, c.vocab_size, 2);
+  zt_tensor *want = NULL, *wg[MAXP] = {0}, *g[MAXP] = {0};
+  ZT_CHECK_OK(zt_llama_forward(m, ids, tg, NULL, &want));
+  if (want) ZT_CHECK_OK(zt_backward(1, &want, NULL, false));
+  int np = take_grads(m, wg), parts = 0;
+  for (int S = 1; S <= L + 1; S++) {
+    int n[L + 1];
+    int total = 1;
+    for (int k = 0; k < S; k++) total *= L + 1;
+    for (int code = 0; code < total; code++) { /* n[k] in 0..L, as the digits of code */
+      for (int k = 0, r = code; k < S; k++, r /= L + 1) n[k] = r % (L + 1);
+      int sum = 0;
+      bool ok = true;
+      for (int k = 0; k < S; k++) sum += n[k], ok &= n[k] > 0 || k == 0 || k == S - 1;
+      if (sum != L || !ok) continue;
+      parts++;
+      int runs_was = runs;
+      zt_tensor *loss = staged_loss(m, n, S, ids, tg);
+      ZT_CHECK(runs - runs_was == S - (n[0] == 0) - (S > 1 && n[S - 1] == 0)); /* one run per stage with layers */
+      if (!loss || !want) break;
+      ZT_CHECK_OK(zt_backward(1, &loss, NULL, false));
+      if (!zt_test_bitwise_equal(loss, want))
+        zt_test_fail(__FILE__, __LINE__, "%d stages (code %d): loss %.9g, plain %.9g", S, code, zt_tensor_get(loss, 0),
+                     zt_tensor_get(want, 0));
+      take_grads(m, g);
+      for (int i = 0; i < np && i < MAXP; i++) {
+        if (!(g[i] && wg[i] && zt_test_bitwise_equal(g[i], wg[i])))
+          zt_test_fail(__FILE__, __LINE__, "%d stages (code %d): grad of parameter %d differs", S, code, i);
+        zt_tensor_free(g[i]);
+      }
+      zt_tensor_free(loss);
+    }
+  }
+  ZT_CHECK(parts == 1 + 4 + 6 + 4); /* S = 1..4 for L = 3 */
+  zt_module_remove_wrapper(zt_llama_blocks(m), id);
+  zt_test_free_all(wg, np < MAXP ? np : MAXP);
+  zt_test_free_all((zt_tensor *[]){want, ids, tg}, 3);
+  zt_llama_free(m);
+}
+
+static void test_stages_llama(void) { stages_case(false); }
+static void test_stages_qwen3(void) { stages_case(true); }
+
+/* Bad stages are refused saying why; the interface's optional members. */
+static void test_stage_errors_and_interface(void) {
+  zt_llama_config c = tiny(false, 2);
+  zt_llama *m = NULL;
+  ZT_CHECK_OK(zt_llama_new(&c, ZT_DTYPE_F32, &m));
+  if (!m) return;
+  zt_tensor *ids = zt_test_rand_ids(SB, ST, c.vocab_size, 1), *tg = zt_test_rand_ids(SB, ST + 1, c.vocab_size, 2);
+  zt_tensor *out = NULL, *h = zt_test_rand(3, (int64_t[]){SB, ST, 16}, ZT_DTYPE_F32, -1, 1, 3);
+  ZT_CHECK_ERR(zt_llama_forward_stage(m, true, 1, 2, NULL, ids, &out), ZT_STATUS_INVALID_ARG, "outside the model's 2");
+  ZT_CHECK_ERR(zt_llama_forward_stage(m, false, 1, 0, NULL, ids, &out), ZT_STATUS_INVALID_ARG, "does nothing");
+  ZT_CHECK_ERR(zt_llama_forward_stage(m, true, 0, 1, tg, ids, &out), ZT_STATUS_SHAPE, "they must be (2, 12)");
+  ZT_CHECK_ERR(zt_llama_forward_stage(m, false, 0, 1, NULL, h, &out), ZT_STATUS_SHAPE, "takes (B, T, 32)");
+  ZT_CHECK(!out);
+  zt_model mi = zt_llama_model(m);
+  const zt_lm_config *lc = zt_model_config(&mi);
+  ZT_CHECK(lc && lc->family == ZT_LM_LLAMA && lc->llama.n_layer == 2 && lc->llama.hidden_size == 32);
+  zt_tensor *lg = NULL, *want = NULL;
+  ZT_CHECK_OK(mi.forward_logits(mi.ctx, ids, &lg));
+  ZT_CHECK_OK(zt_llama_forward(m, ids, NULL, &want, NULL));
+  ZT_CHECK(lg && want && lg->ndim == 3 && lg->shape[2] == c.vocab_size && zt_test_bitwise_equal(lg, want));
+  zt_param *ps = NULL;
+  int np = zt_llama_params(m, &ps);
+  for (int i = 0; i < np; i++) {
+    int part = mi.param_part(mi.ctx, i), want_part = ZT_PART_OUTPUT;
+    if (!strncmp(ps[i].name, "model.layers.", 13)) want_part = ps[i].name[13] - '0';
+    if (!strcmp(ps[i].name, "model.embed_tokens.weight")) want_part = ZT_PART_INPUT;
+    if (part != want_part) zt_test_fail(__FILE__, __LINE__, "%s has part %d, not %d", ps[i].name, part, want_part);
+  }
+  ZT_CHECK(mi.param_part(mi.ctx, np - 1) == ZT_PART_OUTPUT && !strcmp(ps[np - 1].name, "lm_head.weight"));
+  zt_test_free_all((zt_tensor *[]){ids, tg, h, lg, want}, 5);
+  zt_llama_free(m);
+  c = tiny(true, 2); /* tied: the embedding is both ends' */
+  ZT_CHECK_OK(zt_llama_new(&c, ZT_DTYPE_F32, &m));
+  if (!m) return;
+  mi = zt_llama_model(m);
+  ZT_CHECK(mi.param_part(mi.ctx, 0) == ZT_PART_BOTH);
+  zt_llama_free(m);
+}
+
 static void test_strategies_qwen3(void) { run_case("qwen3"); }
 static void test_strategies_llama3(void) { run_case("llama3"); }
 
 int main(void) {
+  ZT_RUN(test_stages_llama);
+  ZT_RUN(test_stages_qwen3);
+  ZT_RUN(test_stage_errors_and_interface);
   ZT_RUN(test_strategies_qwen3);
   ZT_RUN(test_strategies_llama3);
   ZT_RUN(test_guarded_qwen3);

@@ -65,7 +65,10 @@ ZT_API int64_t zt_llama_num_params(const zt_llama *m);
 ZT_API void zt_llama_set_training(zt_llama *m, bool training);
 /* 6 N B T + 12 L T (n_head head_dim) B T. */
 ZT_API double zt_llama_flops_per_step(const zt_llama *m, int64_t B, int64_t T);
-/* m through the model interface (borrowed): forward_loss is zt_llama_forward with targets. */
+/* m through the model interface (borrowed): forward_loss is zt_llama_forward with targets,
+ * forward_logits without; forward_stage is zt_llama_forward_stage; param_part: a layer's
+ * parameters their layer, embed_tokens ZT_PART_INPUT (ZT_PART_BOTH when tied), the final norm
+ * and lm_head ZT_PART_OUTPUT; config: {ZT_LM_LLAMA, m's config} (zt/lm.h). */
 ZT_API zt_model zt_llama_model(zt_llama *m);
 
 /* Forward. ids (B, T) i32 (T <= max_position_embeddings and <= sliding_window when set).
@@ -74,5 +77,15 @@ ZT_API zt_model zt_llama_model(zt_llama *m);
  * targets pass loss NULL and *logits gets (B, T, V). */
 ZT_API ZT_NODISCARD zt_status zt_llama_forward(zt_llama *m, zt_tensor *ids, zt_tensor *targets, zt_tensor **logits,
                                                zt_tensor **loss);
+
+/* A pipeline stage's part of the forward: embed_tokens when embed_first (in: ids (B, T) i32;
+ * else in: the hidden state (B, T, hidden_size), borrowed), then layers [first, first + count)
+ * through the sequence "model.layers"'s wrappers (count may be 0), then, with targets (B, T)
+ * i32, the final norm and the fused loss (*out: the mean loss, 0-d, as zt_llama_forward's);
+ * without targets *out is the hidden state after the layers. The stages of any partition run
+ * in order compute bitwise what zt_llama_forward computes. The root module's forward hooks are
+ * not run. */
+ZT_API ZT_NODISCARD zt_status zt_llama_forward_stage(zt_llama *m, bool embed_first, int first, int count,
+                                                     zt_tensor *targets, zt_tensor *in, zt_tensor **out);
 
 #endif

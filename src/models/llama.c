@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "core/status_internal.h"
-#include "zt/llama.h"
+#include "zt/lm.h"
 
 typedef struct layer {
   zt_module *mod; /* "N" under model.layers (owned by the tree) */
@@ -25,6 +25,7 @@ struct zt_llama {
   zt_module *root; /* "" -> model (embed_tokens, layers, norm), lm_head */
   zt_module *layers_seq;
   zt_llama_config cfg;
+  zt_lm_config lm; /* {LLAMA, cfg}: what zt_model.config gives */
   zt_dtype dtype;
   zt_tensor *embed, *norm, *lm_head; /* lm_head: NULL when tied */
   layer *layers;
@@ -186,6 +187,7 @@ zt_status zt_llama_new(const zt_llama_config *c, zt_dtype dt, zt_llama **out) {
   zt_llama *m = calloc(1, sizeof *m);
   if (!m) return ZT_ERR(ZT_STATUS_OOM, "zt_llama_new: out of host memory");
   m->cfg = *c;
+  m->lm = (zt_lm_config){.family = ZT_LM_LLAMA, .llama = *c};
   m->dtype = dt;
   zt_status s = build(m);
   if (s) {
@@ -228,10 +230,32 @@ static int model_params(void *ctx, zt_param **params) { return zt_llama_params(c
 static zt_module *model_module(void *ctx) { return zt_llama_module(ctx); }
 static zt_module *model_blocks(void *ctx) { return zt_llama_blocks(ctx); }
 static double model_flops(void *ctx, int64_t B, int64_t T) { return zt_llama_flops_per_step(ctx, B, T); }
+static const zt_lm_config *model_config(void *ctx) { return &((zt_llama *)ctx)->lm; }
+static zt_status model_forward_logits(void *ctx, zt_tensor *ids, zt_tensor **logits) {
+  return zt_llama_forward(ctx, ids, NULL, logits, NULL);
+}
+static zt_status model_forward_stage(void *ctx, bool embed_first, int first, int count, zt_tensor *targets,
+                                     zt_tensor *in, zt_tensor **out) {
+  return zt_llama_forward_stage(ctx, embed_first, first, count, targets, in, out);
+}
+
+/* Parameter i's part: its layer for "model.layers.N.*", else the embedding (both ends when
+ * tied), the final norm or lm_head (the last stage). */
+static int model_param_part(void *ctx, int i) {
+  zt_llama *m = ctx;
+  ZT_ASSERT(i >= 0 && i < m->n_params);
+  const zt_param *p = &m->params[i];
+  static const char layers[] = "model.layers.";
+  if (!strncmp(p->name, layers, sizeof layers - 1)) return (int)strtol(p->name + sizeof layers - 1, NULL, 10);
+  if (p->tensor == m->embed) return m->cfg.tie_word_embeddings ? ZT_PART_BOTH : ZT_PART_INPUT;
+  return ZT_PART_OUTPUT;
+}
 
 zt_model zt_llama_model(zt_llama *m) {
   return (zt_model){.forward_loss = model_forward_loss, .params = model_params, .module = model_module,
-                    .blocks = model_blocks, .flops_per_step = model_flops, .ctx = m};
+                    .blocks = model_blocks, .flops_per_step = model_flops, .config = model_config,
+                    .forward_logits = model_forward_logits, .forward_stage = model_forward_stage,
+                    .param_part = model_param_part, .ctx = m};
 }
 
 /* ------------------------------------------------------------------ forward */
@@ -332,17 +356,9 @@ static zt_status run_layers(void *ctx, int first, int count, zt_tensor *x, zt_te
   return ZT_OK;
 }
 
-static zt_status check_inputs(const zt_llama *m, const zt_tensor *ids, const zt_tensor *targets, zt_tensor **logits,
-                              zt_tensor **loss) {
-  char s1[128], s2[128];
+/* A sequence of T positions fits the model (its context and sliding window). */
+static zt_status check_len(const zt_llama *m, int64_t T) {
   const zt_llama_config *c = &m->cfg;
-  if (!ids) return ZT_ERR(ZT_STATUS_INVALID_ARG, "ids is NULL");
-  if (ids->dtype != ZT_DTYPE_I32)
-    return ZT_ERR(ZT_STATUS_DTYPE, "ids have dtype %s; token ids must be i32", zt_dtype_name(ids->dtype));
-  if (ids->ndim != 2 || ids->shape[0] < 1 || ids->shape[1] < 1)
-    return ZT_ERR(ZT_STATUS_SHAPE, "ids have shape %s; they must be (B, T) with B, T >= 1",
-                  zt_shape_str(ids->ndim, ids->shape, s1));
-  int64_t T = ids->shape[1];
   if (T > c->max_position_embeddings)
     return ZT_ERR(ZT_STATUS_SHAPE,
                   "sequence length T = %lld is longer than the model's context (max_position_embeddings = %d)",
@@ -352,18 +368,56 @@ static zt_status check_inputs(const zt_llama *m, const zt_tensor *ids, const zt_
                   "sequence length T = %lld is longer than the model's sliding window (%d); zerotrain's attention "
                   "is full causal, which equals sliding-window attention only up to the window: use T <= %d",
                   (long long)T, c->sliding_window, c->sliding_window);
+  return ZT_OK;
+}
+
+static zt_status check_ids(const zt_llama *m, const zt_tensor *ids) {
+  char s1[128];
+  if (!ids) return ZT_ERR(ZT_STATUS_INVALID_ARG, "ids is NULL");
+  if (ids->dtype != ZT_DTYPE_I32)
+    return ZT_ERR(ZT_STATUS_DTYPE, "ids have dtype %s; token ids must be i32", zt_dtype_name(ids->dtype));
+  if (ids->ndim != 2 || ids->shape[0] < 1 || ids->shape[1] < 1)
+    return ZT_ERR(ZT_STATUS_SHAPE, "ids have shape %s; they must be (B, T) with B, T >= 1",
+                  zt_shape_str(ids->ndim, ids->shape, s1));
+  return check_len(m, ids->shape[1]);
+}
+
+/* targets (B, T) i32 for rows of B x T (the ids' or the hidden state's first two sizes). */
+static zt_status check_targets(const zt_tensor *targets, int64_t B, int64_t T) {
+  char s1[128];
+  if (targets->dtype != ZT_DTYPE_I32)
+    return ZT_ERR(ZT_STATUS_DTYPE, "targets have dtype %s; they must be i32", zt_dtype_name(targets->dtype));
+  if (targets->ndim != 2 || targets->shape[0] != B || targets->shape[1] != T)
+    return ZT_ERR(ZT_STATUS_SHAPE, "targets have shape %s but the input is %lld rows of %lld tokens; they must be (%lld, %lld)",
+                  zt_shape_str(targets->ndim, targets->shape, s1), (long long)B, (long long)T, (long long)B,
+                  (long long)T);
+  return ZT_OK;
+}
+
+static zt_status check_inputs(const zt_llama *m, const zt_tensor *ids, const zt_tensor *targets, zt_tensor **logits,
+                              zt_tensor **loss) {
+  ZT_TRY(check_ids(m, ids));
   if (targets) {
-    if (targets->dtype != ZT_DTYPE_I32)
-      return ZT_ERR(ZT_STATUS_DTYPE, "targets have dtype %s; they must be i32", zt_dtype_name(targets->dtype));
-    if (!zt_shape_equal(targets->ndim, targets->shape, ids->ndim, ids->shape))
-      return ZT_ERR(ZT_STATUS_SHAPE, "targets have shape %s but ids %s; they must have the same shape",
-                    zt_shape_str(targets->ndim, targets->shape, s1), zt_shape_str(ids->ndim, ids->shape, s2));
+    ZT_TRY(check_targets(targets, ids->shape[0], ids->shape[1]));
     if (!loss) return ZT_ERR(ZT_STATUS_INVALID_ARG, "targets were given but loss is NULL");
   } else {
     if (loss) return ZT_ERR(ZT_STATUS_INVALID_ARG, "loss was asked for without targets; pass targets (B, T)");
     if (!logits) return ZT_ERR(ZT_STATUS_INVALID_ARG, "neither targets nor logits: nothing to compute");
   }
   return ZT_OK;
+}
+
+/* A stage's input: ids (embed_first) or the hidden state (B, T, hidden) of the model's dtype. */
+static zt_status check_stage_input(const zt_llama *m, bool embed_first, const zt_tensor *in) {
+  char s1[128];
+  if (embed_first) return check_ids(m, in);
+  if (in->ndim != 3 || in->shape[0] < 1 || in->shape[1] < 1 || in->shape[2] != m->cfg.hidden_size)
+    return ZT_ERR(ZT_STATUS_SHAPE, "the hidden state has shape %s; a stage after the embedding takes (B, T, %d)",
+                  zt_shape_str(in->ndim, in->shape, s1), m->cfg.hidden_size);
+  if (in->dtype != m->dtype)
+    return ZT_ERR(ZT_STATUS_DTYPE, "the hidden state has dtype %s, the model %s", zt_dtype_name(in->dtype),
+                  zt_dtype_name(m->dtype));
+  return check_len(m, in->shape[1]);
 }
 
 /* The head on the layers' output x (borrowed): the final norm, then the loss and/or logits. */
@@ -413,4 +467,34 @@ zt_status zt_llama_forward(zt_llama *m, zt_tensor *ids, zt_tensor *targets, zt_t
     }
   }
   return s ? zt__error_prefix(s, "zt_llama_forward") : ZT_OK;
+}
+
+zt_status zt_llama_forward_stage(zt_llama *m, bool embed_first, int first, int count, zt_tensor *targets,
+                                 zt_tensor *in, zt_tensor **out) {
+  if (!m || !in || !out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_llama_forward_stage: model, in or out is NULL");
+  *out = NULL;
+  int L = m->cfg.n_layer;
+  if (first < 0 || count < 0 || first > L - count)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_llama_forward_stage: layers [%d, %d) are outside the model's %d", first,
+                  first + count, L);
+  if (!embed_first && !count && !targets)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "zt_llama_forward_stage: a stage with no layers, no embedding and no head does nothing");
+  zt_status s = check_stage_input(m, embed_first, in);
+  if (!s && targets) s = check_targets(targets, in->shape[0], in->shape[1]);
+  zt_tensor *x = NULL, *y = NULL;
+  if (!s && embed_first) s = zt_embedding(m->embed, in, &x);
+  zt_tensor *cur = embed_first ? x : in;
+  if (!s && count > 0) s = zt_span_run((zt_span_next){m->layers_seq, 0}, first, count, cur, &y); /* the wrappers */
+  zt_tensor *hid = count > 0 ? y : cur;
+  if (!s && targets) {
+    s = head(m, hid, targets, NULL, out);
+  } else if (!s) { /* the hidden state after the stage: the layers' output, or the embedding's */
+    *out = hid;
+    if (hid == y) y = NULL;
+    else x = NULL;
+  }
+  zt_tensor_free(x);
+  zt_tensor_free(y);
+  return s ? zt__error_prefix(s, "zt_llama_forward_stage") : ZT_OK;
 }
