@@ -325,6 +325,40 @@ static void test_stage_errors_and_interface(void) {
   zt_llama_free(m);
 }
 
+/* ---------------------------------------------------------------- built into a store */
+
+/* zt_llama_new_evicted: every parameter in the store under its HF name once built, and after restoring, bitwise zt_llama_new's from the same seed (tied and untied). */
+static void test_new_evicted(void) {
+  for (int q = 0; q < 2; q++) {
+    zt_llama_config c = tiny(q, 3);
+    zt_store *store = NULL;
+    ZT_CHECK_OK(zt_store_memory_new(&store));
+    zt_llama *a = NULL, *b = NULL;
+    zt_rng_seed(9);
+    ZT_CHECK_OK(zt_llama_new(&c, ZT_DTYPE_F32, &a));
+    zt_rng_seed(9);
+    ZT_CHECK_OK(zt_llama_new_evicted(&c, store, &b));
+    if (!a || !b) return;
+    zt_param *pa = NULL, *pb = NULL;
+    int na = zt_llama_params(a, &pa), nb = zt_llama_params(b, &pb);
+    zt_store_stats ss;
+    zt_store_stats_get(store, &ss);
+    ZT_CHECK(ss.items == nb && ss.bytes_held == zt_llama_config_num_params(&c) * 4); /* all in the store */
+    ZT_CHECK(na == nb && na == 2 + 3 * (q ? 14 : 9) + !q);
+    for (int i = 0; i < na && i < nb; i++) {
+      zt_storage *st = pb[i].tensor->storage;
+      ZT_CHECK(zt_storage_is_evicted(st) && !strcmp(st->name, pb[i].name));
+      ZT_CHECK_OK(zt_storage_restore(st));
+      if (!zt_test_bitwise_equal(pa[i].tensor, pb[i].tensor))
+        zt_test_fail(__FILE__, __LINE__, "%s differs from zt_llama_new's", pa[i].name);
+    }
+    ZT_CHECK_ERR(zt_llama_new_evicted(&c, NULL, &b), ZT_STATUS_INVALID_ARG, "store and out are required");
+    zt_llama_free(a);
+    zt_llama_free(b);
+    zt_store_free(store);
+  }
+}
+
 static void test_strategies_qwen3(void) { run_case("qwen3"); }
 static void test_strategies_llama3(void) { run_case("llama3"); }
 
@@ -332,6 +366,7 @@ int main(void) {
   ZT_RUN(test_stages_llama);
   ZT_RUN(test_stages_qwen3);
   ZT_RUN(test_stage_errors_and_interface);
+  ZT_RUN(test_new_evicted);
   ZT_RUN(test_strategies_qwen3);
   ZT_RUN(test_strategies_llama3);
   ZT_RUN(test_guarded_qwen3);

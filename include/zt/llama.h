@@ -45,6 +45,12 @@ typedef struct zt_llama zt_llama;
  * embeddings, 1 for RMSNorm weights, 0 for biases, from the default Philox generator in
  * state_dict order. Free with zt_llama_free. */
 ZT_API ZT_NODISCARD zt_status zt_llama_new(const zt_llama_config *c, zt_dtype dt, zt_llama **out);
+/* Same (f32), for models larger than RAM: each top-level module's parameters (embed_tokens,
+ * each layer, norm, lm_head) go to store (zt_storage_evict, named by their HF names) as soon
+ * as that module is made and initialised, so at most one module's parameters are in RAM at any
+ * time; the values are bitwise zt_llama_new's (the same Philox draws in the same order). The
+ * store must outlive the model (zt_llama_free gives its bytes back). */
+ZT_API ZT_NODISCARD zt_status zt_llama_new_evicted(const zt_llama_config *c, zt_store *store, zt_llama **out);
 ZT_API void zt_llama_free(zt_llama *m); /* NULL is a no-op */
 /* Load the weights of a Hugging Face folder into m: model.safetensors, or the shards that
  * model.safetensors.index.json names. Every parameter must be present with m's shape (F32,

@@ -27,6 +27,7 @@ struct zt_llama {
   zt_llama_config cfg;
   zt_lm_config lm; /* {LLAMA, cfg}: what zt_model.config gives */
   zt_dtype dtype;
+  zt_store *evict_to; /* zt_llama_new_evicted: where each top-level module's parameters go once made */
   zt_tensor *embed, *norm, *lm_head; /* lm_head: NULL when tied */
   layer *layers;
   zt_param *params;
@@ -131,8 +132,26 @@ static zt_status rmsnorm(zt_llama *m, zt_module *parent, const char *name, int64
   return param(m, l, "weight", C, 0, INIT_ONES, w);
 }
 
+/* With evict_to: module mod's parameters (named under prefix, their HF names) go to the store. */
+static zt_status evict(zt_llama *m, zt_module *mod, const char *prefix) {
+  if (!m->evict_to) return ZT_OK;
+  int n = 0;
+  zt_param *ps = NULL;
+  ZT_TRY(zt_module_named_params(mod, prefix, &n, &ps));
+  zt_status s = ZT_OK;
+  for (int i = 0; i < n && !s; i++) {
+    zt_storage *st = ps[i].tensor->storage;
+    if (!st->name[0]) zt_storage_set_name(st, ps[i].name);
+    s = zt_storage_evict(st, m->evict_to, ps[i].tensor->dtype);
+  }
+  free(ps);
+  return s;
+}
+
 static zt_status run_layers(void *ctx, int first, int count, zt_tensor *x, zt_tensor **out);
 
+/* Modules are made in state_dict order, so the Philox draws of the initialisation follow it;
+ * each top-level one (embed_tokens, a layer, norm, lm_head) is evicted once made (evict_to). */
 static zt_status build(zt_llama *m) {
   const zt_llama_config *c = &m->cfg;
   int64_t C = c->hidden_size, D = c->head_dim, H = c->n_head, K = c->n_kv_head, I = c->intermediate_size;
@@ -141,6 +160,7 @@ static zt_status build(zt_llama *m) {
   ZT_TRY(child(m->root, "LlamaModel", "model", &model));
   ZT_TRY(child(model, "Embedding", "embed_tokens", &emb));
   ZT_TRY(param(m, emb, "weight", c->vocab_size, C, INIT_NORMAL, &m->embed));
+  ZT_TRY(evict(m, emb, "model.embed_tokens"));
   ZT_TRY(child(model, "ModuleList", "layers", &m->layers_seq));
   ZT_TRY(zt_module_set_span_fn(m->layers_seq, run_layers, m));
   m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
@@ -166,15 +186,40 @@ static zt_status build(zt_llama *m) {
     ZT_TRY(linear(m, mlp, "down_proj", I, C, false, &L->wd, NULL));
     ZT_TRY(rmsnorm(m, L->mod, "input_layernorm", C, &L->ln1));
     ZT_TRY(rmsnorm(m, L->mod, "post_attention_layernorm", C, &L->ln2));
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "model.layers.%d", i);
+    ZT_TRY(evict(m, L->mod, prefix));
   }
   ZT_TRY(child(model, "RMSNorm", "norm", &ln));
   ZT_TRY(param(m, ln, "weight", C, 0, INIT_ONES, &m->norm));
+  ZT_TRY(evict(m, ln, "model.norm"));
   if (!c->tie_word_embeddings) {
     zt_module *head = NULL;
     ZT_TRY(child(m->root, "Linear", "lm_head", &head));
     ZT_TRY(param(m, head, "weight", c->vocab_size, C, INIT_NORMAL, &m->lm_head));
+    ZT_TRY(evict(m, head, "lm_head"));
   }
   return zt_module_named_params(m->root, "", &m->n_params, &m->params);
+}
+
+/* A model of c in dtype dt, its parameters evicted to store as made (NULL: kept); what names
+ * the caller in errors. */
+static zt_status new_model(const zt_llama_config *c, zt_dtype dt, zt_store *store, const char *what,
+                           zt_llama **out) {
+  zt_llama *m = calloc(1, sizeof *m);
+  if (!m) return ZT_ERR(ZT_STATUS_OOM, "%s: out of host memory", what);
+  m->cfg = *c;
+  m->lm = (zt_lm_config){.family = ZT_LM_LLAMA, .llama = *c};
+  m->dtype = dt;
+  m->evict_to = store;
+  zt_status s = build(m);
+  m->evict_to = NULL;
+  if (s) {
+    zt_llama_free(m); /* what went to the store is given back */
+    return zt__error_prefix(s, "%s", what);
+  }
+  *out = m;
+  return ZT_OK;
 }
 
 zt_status zt_llama_new(const zt_llama_config *c, zt_dtype dt, zt_llama **out) {
@@ -184,18 +229,14 @@ zt_status zt_llama_new(const zt_llama_config *c, zt_dtype dt, zt_llama **out) {
   if (dt != ZT_DTYPE_F32 && dt != ZT_DTYPE_F64)
     return ZT_ERR(ZT_STATUS_DTYPE, "zt_llama_new: dtype %s is not supported; the model computes in f32 (or f64)",
                   zt_dtype_name(dt));
-  zt_llama *m = calloc(1, sizeof *m);
-  if (!m) return ZT_ERR(ZT_STATUS_OOM, "zt_llama_new: out of host memory");
-  m->cfg = *c;
-  m->lm = (zt_lm_config){.family = ZT_LM_LLAMA, .llama = *c};
-  m->dtype = dt;
-  zt_status s = build(m);
-  if (s) {
-    zt_llama_free(m);
-    return zt__error_prefix(s, "zt_llama_new");
-  }
-  *out = m;
-  return ZT_OK;
+  return new_model(c, dt, NULL, "zt_llama_new", out);
+}
+
+zt_status zt_llama_new_evicted(const zt_llama_config *c, zt_store *store, zt_llama **out) {
+  if (!out || !store) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_llama_new_evicted: store and out are required");
+  *out = NULL;
+  ZT_TRY(zt_llama_config_validate(c));
+  return new_model(c, ZT_DTYPE_F32, store, "zt_llama_new_evicted", out);
 }
 
 const zt_llama_config *zt_llama_get_config(const zt_llama *m) { return m ? &m->cfg : NULL; }
