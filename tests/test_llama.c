@@ -359,6 +359,49 @@ static void test_new_evicted(void) {
   }
 }
 
+/* ---------------------------------------------------------------- presets */
+
+/* Each preset validates and has its model's parameter count (the published ones: as their model
+ * cards count them, a tied head once); llama-tiny builds with that many and runs; unknown names
+ * list the presets. */
+static void test_presets(void) {
+  static const struct {
+    const char *name;
+    int64_t params;
+  } want[] = {{"llama-tiny", 4 * (2 * 128 * 128 + 2 * 128 * 64 + 3 * 128 * 352 + 2 * 128) + 2 * 256 * 128 + 128},
+              {"smollm-135m", 134515008},
+              {"qwen2.5-0.5b", 494032768},
+              {"llama3.2-1b", 1235814400}};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    zt_llama_config c = {0};
+    ZT_CHECK_OK(zt_llama_preset(want[i].name, &c));
+    ZT_CHECK_OK(zt_llama_config_validate(&c));
+    ZT_CHECK(strstr(ZT_LLAMA_PRESET_NAMES, want[i].name) != NULL);
+    if (zt_llama_config_num_params(&c) != want[i].params)
+      zt_test_fail(__FILE__, __LINE__, "%s: %lld parameters, not %lld", want[i].name,
+                   (long long)zt_llama_config_num_params(&c), (long long)want[i].params);
+  }
+  zt_llama_config c = {0};
+  ZT_CHECK_OK(zt_llama_preset("qwen2.5-0.5b", &c));
+  ZT_CHECK(c.attention_bias && c.tie_word_embeddings && !c.qk_norm && c.rope_theta == 1e6);
+  ZT_CHECK_OK(zt_llama_preset("llama3.2-1b", &c));
+  ZT_CHECK(c.rope_scaling.type == ZT_ROPE_SCALING_LLAMA3 && c.rope_scaling.factor == 32 &&
+           c.rope_scaling.original_max_position_embeddings == 8192 && c.max_position_embeddings == 131072);
+  ZT_CHECK_OK(zt_llama_preset("llama-tiny", &c));
+  ZT_CHECK(!c.tie_word_embeddings && c.vocab_size == 256);
+  zt_llama *m = NULL;
+  ZT_CHECK_OK(zt_llama_new(&c, ZT_DTYPE_F32, &m));
+  ZT_CHECK(zt_llama_num_params(m) == zt_llama_config_num_params(&c));
+  zt_tensor *ids = zt_test_rand_ids(1, 8, c.vocab_size, 1), *loss = NULL;
+  ZT_CHECK_OK(zt_llama_forward(m, ids, ids, NULL, &loss));
+  ZT_CHECK(loss && fabs(zt_tensor_get(loss, 0) - log(256.0)) < 0.5); /* near uniform at init */
+  zt_test_free_all((zt_tensor *[]){ids, loss}, 2);
+  zt_llama_free(m);
+  ZT_CHECK_ERR(zt_llama_preset("llama-7b", &c), ZT_STATUS_INVALID_ARG,
+               "unknown Llama-family preset \"llama-7b\"; the presets are llama-tiny, smollm-135m");
+  ZT_CHECK_ERR(zt_llama_preset(NULL, &c), ZT_STATUS_INVALID_ARG, "qwen2.5-0.5b, llama3.2-1b");
+}
+
 static void test_strategies_qwen3(void) { run_case("qwen3"); }
 static void test_strategies_llama3(void) { run_case("llama3"); }
 
@@ -367,6 +410,7 @@ int main(void) {
   ZT_RUN(test_stages_qwen3);
   ZT_RUN(test_stage_errors_and_interface);
   ZT_RUN(test_new_evicted);
+  ZT_RUN(test_presets);
   ZT_RUN(test_strategies_qwen3);
   ZT_RUN(test_strategies_llama3);
   ZT_RUN(test_guarded_qwen3);

@@ -29,6 +29,14 @@ typedef struct zt_llama_config {
   double initializer_range;     /* std of the random initialisation (0.02) */
 } zt_llama_config;
 
+/* The presets, ", "-separated (a string literal, for tables and messages). */
+#define ZT_LLAMA_PRESET_NAMES "llama-tiny, smollm-135m, qwen2.5-0.5b, llama3.2-1b"
+/* A preset config by name: llama-tiny (4 layers, 128 wide, 4 heads of 32, 2 KV heads, SwiGLU
+ * 352, byte-level vocabulary 256, context 256, rope_theta 1e4, an untied lm_head), smollm-135m
+ * (HuggingFaceTB/SmolLM-135M), qwen2.5-0.5b (Qwen/Qwen2.5-0.5B: q/k/v biases, rope_theta 1e6)
+ * or llama3.2-1b (meta-llama/Llama-3.2-1B: llama3 rope scaling, context 131072); the three
+ * published ones tied, as released. Unknown names are ZT_STATUS_INVALID_ARG listing them. */
+ZT_API ZT_NODISCARD zt_status zt_llama_preset(const char *name, zt_llama_config *out);
 /* Check a config (positive sizes, heads dividing, even head_dim, ...); errors say what to fix. */
 ZT_API ZT_NODISCARD zt_status zt_llama_config_validate(const zt_llama_config *c);
 /* Read a transformers config.json (path: the file, or a folder holding config.json), in the

@@ -75,6 +75,46 @@ zt_status zt_llama_config_validate(const zt_llama_config *c) {
   return ZT_OK;
 }
 
+/* Presets. llama-tiny is a small Llama 3 layout (GQA 4:2, SwiGLU) with the byte-level vocabulary of
+ * gpt2-tiny (256) and an untied lm_head (so the presets cover a head of its own); the others are
+ * the published models' config.json shapes (HuggingFaceTB/SmolLM-135M, Qwen/Qwen2.5-0.5B,
+ * meta-llama/Llama-3.2-1B), initialised with their initializer_range (0.02). */
+typedef struct preset {
+  const char *name;
+  zt_llama_config cfg;
+} preset;
+
+static const preset presets[] = {
+    {"llama-tiny", {.model_type = "llama", .vocab_size = 256, .hidden_size = 128, .intermediate_size = 352,
+                    .n_layer = 4, .n_head = 4, .n_kv_head = 2, .head_dim = 32, .max_position_embeddings = 256,
+                    .rms_norm_eps = 1e-5, .rope_theta = 10000, .initializer_range = 0.02}},
+    {"smollm-135m", {.model_type = "llama", .vocab_size = 49152, .hidden_size = 576, .intermediate_size = 1536,
+                     .n_layer = 30, .n_head = 9, .n_kv_head = 3, .head_dim = 64, .max_position_embeddings = 2048,
+                     .rms_norm_eps = 1e-5, .rope_theta = 10000, .tie_word_embeddings = true,
+                     .initializer_range = 0.02}},
+    {"qwen2.5-0.5b", {.model_type = "qwen2", .vocab_size = 151936, .hidden_size = 896, .intermediate_size = 4864,
+                      .n_layer = 24, .n_head = 14, .n_kv_head = 2, .head_dim = 64, .max_position_embeddings = 32768,
+                      .rms_norm_eps = 1e-6, .rope_theta = 1e6, .tie_word_embeddings = true,
+                      .attention_bias = true, .initializer_range = 0.02}},
+    {"llama3.2-1b", {.model_type = "llama", .vocab_size = 128256, .hidden_size = 2048, .intermediate_size = 8192,
+                     .n_layer = 16, .n_head = 32, .n_kv_head = 8, .head_dim = 64, .max_position_embeddings = 131072,
+                     .rms_norm_eps = 1e-5, .rope_theta = 500000,
+                     .rope_scaling = {ZT_ROPE_SCALING_LLAMA3, 32, 1, 4, 8192}, .tie_word_embeddings = true,
+                     .initializer_range = 0.02}},
+};
+#define N_PRESETS ((int)(sizeof presets / sizeof presets[0]))
+
+zt_status zt_llama_preset(const char *name, zt_llama_config *out) {
+  if (!out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_llama_preset: out is NULL");
+  for (int i = 0; name && i < N_PRESETS; i++)
+    if (!strcmp(name, presets[i].name)) {
+      *out = presets[i].cfg;
+      return ZT_OK;
+    }
+  return ZT_ERR(ZT_STATUS_INVALID_ARG, "unknown Llama-family preset \"%s\"; the presets are " ZT_LLAMA_PRESET_NAMES,
+                name ? name : "(null)");
+}
+
 int64_t zt_llama_config_num_params(const zt_llama_config *c) {
   int64_t C = c->hidden_size, D = c->head_dim, H = c->n_head, K = c->n_kv_head, I = c->intermediate_size;
   int64_t per = C * H * D + 2 * C * K * D + H * D * C + 3 * C * I + 2 * C;
