@@ -25,8 +25,4 @@ ZT_NODISCARD zt_status zt__gpt2_check_ids(const zt_gpt2 *m, const zt_tensor *ids
 /* x (B, T, C) = wte[ids] + wpe[pos0 .. pos0 + T), then dropout; *out is new. */
 ZT_NODISCARD zt_status zt__gpt2_embed(zt_gpt2 *m, zt_tensor *ids, int64_t pos0, zt_tensor **out);
 
-/* What a GPT-2 block keeps for backward (zt_act_cost, zt/lm.h), from the per-op counts of
- * src/nn/layers.c and gpt2.c (gpt2_plan.c). */
-zt_act_cost zt__gpt2_act_cost(const zt_lm_config *c, zt_recompute mode, zt_checkpoint_policy p);
-
 #endif

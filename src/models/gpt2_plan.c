@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/status_internal.h"
+#include "models/act_cost.h"
 #include "models/gpt2_internal.h"
 
 /* Values per token, for one block: what its region keeps as input (once per region),
