@@ -4,11 +4,13 @@
 #ifndef ZT_MODELS_GPT2_INTERNAL_H
 #define ZT_MODELS_GPT2_INTERNAL_H
 
+#include "io/buf.h"
 #include "zt/lm.h"
 
 struct zt_gpt2 {
   zt_module *root; /* "" -> "transformer" -> wte, wpe, drop, h (0..L-1), ln_f */
   zt_gpt2_config cfg;
+  zt_lm_config lm; /* cfg as its family's (zt_model.config) */
   zt_dtype dtype;
   zt_nn_embedding *wte, *wpe;
   zt_nn_dropout *drop;
@@ -28,5 +30,8 @@ ZT_NODISCARD zt_status zt__gpt2_embed(zt_gpt2 *m, zt_tensor *ids, int64_t pos0, 
 /* What a GPT-2 block keeps for backward (zt_act_cost, zt/lm.h), from the per-op counts of
  * src/nn/layers.c and gpt2.c (gpt2_plan.c). */
 zt_act_cost zt__gpt2_act_cost(const zt_lm_config *c, zt_recompute mode, zt_checkpoint_policy p);
+
+/* GPT2Config's config.json for c (gpt2_hf.c). */
+void zt__gpt2_hf_config_json(const zt_lm_config *c, zt_dtype dt, zt__buf *b);
 
 #endif
