@@ -1,11 +1,11 @@
-/* Sampling speed: zt_gpt2_sample (KV cache: the prompt prefilled, then one position per token)
- * against the recompute path it replaced (the whole context through zt_gpt2_forward per
+/* Sampling speed: zt_lm_sample (KV cache: the prompt prefilled, then one position per token)
+ * against the recompute path it replaced (the whole context through the model's forward per
  * token), in one run on one model, with the same prompt, seed and settings; median of the
  * timed runs of each (the two alternating, after one untimed run of the cached path). Checks
  * that both give the same tokens and reports the cached path's peak ACTIVATION bytes (the
  * cache, from the allocator). One JSON object, e.g.
  * {"bench":"sample","model":"gpt2-124m","tokens":256,...,"recompute_s":..,"cached_s":..,"speedup":..}.
- * Options: --model PRESET (gpt2-124m), --checkpoint DIR (its weights instead of the
+ * Options: --model PRESET (gpt2-124m; any family's), --checkpoint DIR (its weights instead of the
  * initialisation), --tokens N (256), --prompt N (1: tokens of a fixed prompt), --runs R (3,
  * cached path), --recompute-runs R (3), --temperature T (0.8), --top-k K (0), --seed S (1);
  * prompt, temperature and top-k default to zt sample's. */
@@ -17,11 +17,11 @@
 #include "train/sample.h"
 #include "zt/train.h"
 
-typedef zt_status (*sample_fn)(zt_gpt2 *m, const int32_t *prompt, int64_t n_prompt, int64_t n, double temperature,
+typedef zt_status (*sample_fn)(const zt_model *m, const int32_t *prompt, int64_t n_prompt, int64_t n, double temperature,
                                int top_k, uint64_t seed, int32_t **out, int64_t *n_out);
 
 /* One call of f, timed; *ids: its tokens (the previous ones freed). */
-static double time_run(sample_fn f, zt_gpt2 *m, const int32_t *prompt, int64_t n_prompt, int64_t n, double temp,
+static double time_run(sample_fn f, const zt_model *m, const int32_t *prompt, int64_t n_prompt, int64_t n, double temp,
                        int top_k, uint64_t seed, int32_t **ids) {
   int64_t n_out = 0;
   free(*ids);
@@ -31,17 +31,17 @@ static double time_run(sample_fn f, zt_gpt2 *m, const int32_t *prompt, int64_t n
   return bench_now_s() - t0;
 }
 
-static zt_gpt2 *load_model(const char *preset, const char *ckpt) {
-  zt_gpt2 *m = NULL;
+static zt_model load_model(const char *preset, const char *ckpt) {
+  zt_model m = {0};
   if (!ckpt) {
-    zt_gpt2_config c;
-    if (zt_gpt2_preset(preset, &c) || zt_gpt2_new(&c, &m)) bench_die("model");
+    zt_lm_config c;
+    if (zt_lm_preset(preset, &c) || zt_lm_new(&c, ZT_DTYPE_F32, NULL, &m)) bench_die("model");
     return m;
   }
   char dir[4096];
   zt_train_state st;
-  if (zt_snapshot_resolve(ckpt, dir, sizeof dir) || zt_snapshot_read_state(dir, &st) || zt_gpt2_new(&st.model, &m) ||
-      zt_snapshot_load(dir, m, NULL, NULL))
+  if (zt_snapshot_resolve(ckpt, dir, sizeof dir) || zt_snapshot_read_state(dir, &st) ||
+      zt_lm_new(&st.model, ZT_DTYPE_F32, NULL, &m) || zt_snapshot_load(dir, &m, NULL, NULL))
     bench_die("checkpoint");
   return m;
 }
@@ -71,8 +71,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   zt_rng_seed(1);
-  zt_gpt2 *m = load_model(preset, ckpt);
-  int V = zt_gpt2_get_config(m)->vocab_size;
+  zt_model model = load_model(preset, ckpt), *m = &model;
+  int V = zt_lm_config_dims(zt_model_config(m)).vocab;
   int32_t *prompt = malloc(sizeof *prompt * (size_t)n_prompt);
   if (!prompt) bench_die("out of memory");
   for (long i = 0; i < n_prompt; i++) prompt[i] = (int32_t)((i * 7919 + 13) % V);
@@ -81,14 +81,14 @@ int main(int argc, char **argv) {
   if (!tcs || !trs) bench_die("out of memory");
   /* a warm-up of the cached path, which also reads its peak ACTIVATION bytes (the cache) */
   zt_mem_reset_peaks();
-  time_run(zt_gpt2_sample, m, prompt, n_prompt, tokens, temp, (int)top_k, (uint64_t)seed, &fast);
+  time_run(zt_lm_sample, m, prompt, n_prompt, tokens, temp, (int)top_k, (uint64_t)seed, &fast);
   zt_mem_stats ms;
   zt_mem_stats_get(ZT_CPU, &ms);
   /* the two paths alternate, so that a change in the machine's load falls on both */
   for (long r = 0; r < runs || r < rruns; r++) {
-    if (r < runs) tcs[r] = time_run(zt_gpt2_sample, m, prompt, n_prompt, tokens, temp, (int)top_k, (uint64_t)seed, &fast);
+    if (r < runs) tcs[r] = time_run(zt_lm_sample, m, prompt, n_prompt, tokens, temp, (int)top_k, (uint64_t)seed, &fast);
     if (r < rruns)
-      trs[r] = time_run(zt__gpt2_sample_recompute, m, prompt, n_prompt, tokens, temp, (int)top_k, (uint64_t)seed, &slow);
+      trs[r] = time_run(zt__lm_sample_recompute, m, prompt, n_prompt, tokens, temp, (int)top_k, (uint64_t)seed, &slow);
   }
   double tc = bench_median(tcs, (int)runs), tr = rruns ? bench_median(trs, (int)rruns) : 0;
   free(tcs);
@@ -105,6 +105,6 @@ int main(int argc, char **argv) {
   free(fast);
   free(slow);
   free(prompt);
-  zt_gpt2_free(m);
+  zt_model_free(m);
   return rruns && !same ? 1 : 0;
 }

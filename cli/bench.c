@@ -53,10 +53,11 @@ static int bench_step(int argc, char **argv) {
   int rc = zt_cli_bench_options("bench step", argc, argv, &c, &steps, &warm);
   if (rc) return rc;
   zt_set_num_threads(c.threads);
-  zt_gpt2_config g;
+  zt_lm_config g;
   if (zt_train_model_config(&c, &g)) return zt_cli_fail("bench step");
-  if (c.data.seq > g.block_size) {
-    fprintf(stderr, "zt bench step: --seq %lld is longer than the model's context %d\n", (long long)c.data.seq, g.block_size);
+  zt_lm_dims d = zt_lm_config_dims(&g);
+  if (c.data.seq > d.context) {
+    fprintf(stderr, "zt bench step: --seq %lld is longer than the model's context %d\n", (long long)c.data.seq, d.context);
     return 2;
   }
   int64_t M = c.data.microbatches, rows = c.data.batch / M;
@@ -65,7 +66,7 @@ static int bench_step(int argc, char **argv) {
     return 2;
   }
   zt_rng_seed(c.seed);
-  zt_gpt2 *m = NULL;
+  zt_model model = {0}, *m = &model;
   zt_optim *o = NULL;
   zt_tensor *x = NULL, *y = NULL, *X = NULL, *Y = NULL;
   zt_store *store = NULL;
@@ -74,9 +75,9 @@ static int bench_step(int argc, char **argv) {
   rc = 1;
   zt_train_result plan = {0};
   zt_train_memory mem = {0};
-  if (zt_gpt2_new(&g, &m) || zt_train_memory_attach(m, &c, rows, &mem, &plan)) goto fail;
+  if (zt_lm_new(&g, ZT_DTYPE_F32, NULL, m) || zt_train_memory_attach(m, &c, rows, &mem, &plan)) goto fail;
   zt_param *params;
-  int np = zt_gpt2_params(m, &params);
+  int np = zt_model_params(m, &params);
   zt_optim_config oc = zt_optim_default(c.optim.kind);
   oc.lr = c.optim.lr;
   if (zt_optim_new(&oc, np, params, &o)) goto fail;
@@ -86,7 +87,7 @@ static int bench_step(int argc, char **argv) {
   int32_t *ids = malloc(sizeof *ids * (size_t)(2 * n_tok));
   if (!ids) goto fail;
   zt_rng_state rs = {c.seed, 1u << 20};
-  for (int64_t i = 0; i < 2 * n_tok; i++) ids[i] = (int32_t)(zt_rng_uniform_at(rs, (uint64_t)i) * (float)g.vocab_size);
+  for (int64_t i = 0; i < 2 * n_tok; i++) ids[i] = (int32_t)(zt_rng_uniform_at(rs, (uint64_t)i) * (float)d.vocab);
   zt_mem_tag prev_tag = zt_mem_tag_push(ZT_MEM_TAG_TEMP);
   bool bad_ids = zt_tensor_from_data(2, xs, ZT_DTYPE_I32, ids, &x) ||
                  zt_tensor_from_data(2, xs, ZT_DTYPE_I32, ids + n_tok, &y);
@@ -111,11 +112,10 @@ static int bench_step(int argc, char **argv) {
     if (!e) e = zt_cat((int)M, xs_m, 0, &X);
     if (!e) e = zt_cat((int)M, ys_m, 0, &Y);
     free(xs_m), free(ys_m);
-    if (!e) e = zt_gpt2_offload_units(m, &u);
+    if (!e) e = zt_lm_offload_units(m, &u);
     if (!e) e = zt_offload_model_new(&u, store, &oo, &om);
     if (e) goto fail;
   }
-  zt_model model = zt_gpt2_model(m);
   bench_batch batch = {x, y};
   zt_train_step_options so = zt_train_step_options_default();
   so.lr = c.optim.lr;
@@ -130,13 +130,13 @@ static int bench_step(int argc, char **argv) {
     zt_train_step_result sr;
     so.step = s + 1;
     if (om ? zt_offload_model_train_step(om, o, X, Y, so.lr, so.grad_clip, NULL, NULL)
-           : zt_train_step(&model, NULL, o, same_batch, &batch, &so, &sr))
+           : zt_train_step(m, NULL, o, same_batch, &batch, &so, &sr))
       goto fail;
     if (s >= warm) t[s - warm] = zt_clock_now() - t0;
   }
   qsort(t, (size_t)steps, sizeof *t, cmp_d);
   double med = t[steps / 2];
-  double flops = zt_gpt2_flops_per_step(m, c.data.batch, c.data.seq);
+  double flops = zt_model_flops_per_step(m, c.data.batch, c.data.seq);
   double sg = zt_sgemm_gflops(2048, 3);
   zt_mem_stats ms, sd = {0};
   zt_mem_stats_get(ZT_CPU, &ms);
@@ -152,7 +152,7 @@ static int bench_step(int argc, char **argv) {
          "\"offload\":%d,\"act_peak_predicted\":%lld,\"steps\":%lld,\"ms_per_step\":%.1f,\"tokens_per_s\":%.1f,"
          "\"model_gflops\":%.1f,\"sgemm_gflops\":%.1f,"
          "\"ratio_to_sgemm\":%.3f,\"peak_rss_bytes\":%lld,\"peak_bytes\":{",
-         c.model.preset, (long long)zt_gpt2_num_params(m), (long long)c.data.batch, (long long)M, (long long)c.data.seq, zt_get_num_threads(),
+         c.model.preset, (long long)zt_module_num_params(zt_model_module(m)), (long long)c.data.batch, (long long)M, (long long)c.data.seq, zt_get_num_threads(),
          c.memory.recompute_budget ? "budget" : zt_recompute_name(c.memory.recompute), (long long)c.memory.recompute_budget, plan.recompute_plan,
          c.memory.checkpoint_every, (int)c.memory.offload_activations, (long long)plan.act_peak_predicted, (long long)steps, med * 1e3,
          (double)(c.data.batch * c.data.seq) / med, flops / med / 1e9, sg, flops / med / 1e9 / sg,
@@ -183,7 +183,7 @@ done:
   zt_tensor_free(x), zt_tensor_free(y);
   zt_optim_free(o);
   zt_train_memory_free(&mem);
-  zt_gpt2_free(m);
+  zt_model_free(m);
   return rc;
 }
 

@@ -83,11 +83,12 @@ static zt_status comm_alone(zt_comm *w, zt_shard_strategy s, bool ddp, int64_t p
 }
 
 /* The formulas of the header comment for this run. */
-static void formulas(const zt_train_config *c, const zt_gpt2_config *g, int n, double *mem, double *traffic,
+static void formulas(const zt_train_config *c, const zt_lm_config *lc, int n, double *mem, double *traffic,
                      double *model) {
-  double C = g->n_embd, L = g->n_layer, N = n;
-  double psi = (double)zt_gpt2_config_num_params(g);
-  double u_root = (double)g->vocab_size * C + (double)g->block_size * C + 2 * C, u_blk = 12 * C * C + 13 * C;
+  zt_lm_dims g = zt_lm_config_dims(lc);
+  double L = g.n_layer, N = n;
+  double psi = (double)g.params;
+  double u_root = (double)(g.params - g.n_layer * g.block_params), u_blk = (double)g.block_params;
   double u_max = fmax(u_root, u_blk);
   int G = c->parallel.shard == ZT_SHARD_HYBRID ? c->parallel.hybrid_group : n;
   double fg = G > 1 ? (G - 1.0) / G : 0, fn = n > 1 ? (N - 1) / N : 0;
@@ -136,11 +137,11 @@ int zt_cli_bench_dp(int argc, char **argv) {
   bench_acc acc = {.warmup = warmup};
   zt_train_result res;
   rc = 1;
-  zt_gpt2_config g;
+  zt_lm_config g;
   double alone = 0;
   bool ddp = c.parallel.shard == ZT_SHARD_NONE;
   if (zt_train_model_config(&c, &g) || zt_train_run_on(&c, w, on_step, &acc, &res, NULL)) goto fail;
-  int64_t psi = zt_gpt2_config_num_params(&g);
+  int64_t psi = zt_lm_config_dims(&g).params;
   if (comm_alone(w, c.parallel.shard, ddp, psi, &alone)) goto fail;
   // per rank: model-state peak, peak total, rss, median bytes sent and wait per step
   double mine[5] = {(double)acc.mem.peak_state, (double)acc.mem.peak_total, (double)acc.rss, median(acc.sent, acc.n),

@@ -24,7 +24,7 @@ int zt_cmd_sample(int argc, char **argv) {
   int64_t len = 200, top_k = 0, seed = 1;
   double temp = 0.8;
   if (zt_cli_wants_help(argc, argv)) {
-    printf("usage: zt sample --checkpoint DIR [--prompt TEXT] [--len N (200, at most %d)]\n"
+    printf("usage: zt sample --checkpoint DIR (zt train --save's, or a Hugging Face model folder) [--prompt TEXT] [--len N (200, at most %d)]\n"
            "                 [--temperature T (0.8; 0 = greedy; at most 100)] [--top-k K (0 = all)] [--seed S (1)]\n"
            "                 [--tokenizer DIR | --encoder encoder.json --merges vocab.bpe]\n"
            "the tokenizer: --tokenizer (a folder with a Hugging Face tokenizer.json) or --encoder/--merges (GPT-2),\n"
@@ -57,12 +57,23 @@ int zt_cmd_sample(int argc, char **argv) {
     if (rc) return rc;
   }
   if (!dir) {
-    fprintf(stderr, "zt sample: --checkpoint DIR is required (a folder written by zt train --save)\n");
+    fprintf(stderr, "zt sample: --checkpoint DIR is required (a folder written by zt train --save, or a Hugging Face "
+                    "model folder)\n");
     return 2;
   }
-  zt_train_state st;
+  zt_train_state st = {0};
   char ck[4096], ck_enc[4200], ck_merges[4200];
-  if (zt_snapshot_resolve(dir, ck, sizeof ck) || zt_snapshot_read_state(ck, &st)) return zt_cli_fail("sample");
+  /* a zerotrain checkpoint (series or version), else a Hugging Face model folder (config.json) */
+  snprintf(ck_enc, sizeof ck_enc, "%s/config.json", dir);
+  bool hf_model = access(ck_enc, F_OK) == 0 && zt_snapshot_resolve(dir, ck, sizeof ck) != ZT_OK;
+  if (hf_model) {
+    zt_clear_error();
+    snprintf(ck, sizeof ck, "%s", dir);
+    if (zt_lm_config_from_hf(dir, &st.model)) return zt_cli_fail("sample");
+  } else if (zt_snapshot_resolve(dir, ck, sizeof ck) || zt_snapshot_read_state(ck, &st)) {
+    return zt_cli_fail("sample");
+  }
+  int vocab = zt_lm_config_dims(&st.model).vocab;
   if (hf && (enc || merges)) {
     fprintf(stderr, "zt sample: give --tokenizer DIR or --encoder/--merges, not both\n");
     return 2;
@@ -75,31 +86,32 @@ int zt_cmd_sample(int argc, char **argv) {
   snprintf(ck_merges, sizeof ck_merges, "%s/merges.txt", ck);
   if (!hf && !enc && !merges && access(ck_enc, F_OK) == 0 && access(ck_merges, F_OK) == 0)
     enc = ck_enc, merges = ck_merges;
-  if (!hf && !enc && !merges && st.model.vocab_size != 256) {
+  if (!hf && !enc && !merges && vocab != 256) {
     fprintf(stderr,
             "zt sample: checkpoint '%s' is of a model with a vocabulary of %d tokens, whose ids are not bytes, and it "
             "holds no tokenizer (tokenizer.json, or vocab.json and merges.txt): give --tokenizer DIR (a Hugging Face "
             "tokenizer folder) or --encoder encoder.json --merges vocab.bpe, the files its training data was tokenized "
             "with\n",
-            ck, st.model.vocab_size);
+            ck, vocab);
     return 2;
   }
   zt_tokenizer *tok = NULL;
   if (hf) rc = zt_tokenizer_hf(hf, &tok) ? zt_cli_fail("sample") : 0;
   else rc = load_tokenizer("sample", enc, merges, &tok);
   if (rc) return rc;
-  zt_gpt2 *m = NULL;
+  zt_model model = {0}, *m = &model;
   int32_t *ids = NULL, *out = NULL;
   int64_t n = 0, n_out = 0;
   rc = 1;
-  if (zt_gpt2_new(&st.model, &m) || zt_snapshot_load(ck, m, NULL, NULL)) goto fail;
-  if (zt_tokenizer_vocab_size(tok) > st.model.vocab_size) {
+  if (zt_lm_new(&st.model, ZT_DTYPE_F32, NULL, m) || (hf_model ? zt_lm_load_hf(m, ck) : zt_snapshot_load(ck, m, NULL, NULL)))
+    goto fail;
+  if (zt_tokenizer_vocab_size(tok) > vocab) {
     fprintf(stderr, "zt sample: the tokenizer has %d tokens but the model only %d\n", zt_tokenizer_vocab_size(tok),
-            st.model.vocab_size);
+            vocab);
     goto done;
   }
   if (zt_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n)) goto fail;
-  if (zt_gpt2_sample(m, ids, n, len, temp, (int)top_k, (uint64_t)seed, &out, &n_out)) goto fail;
+  if (zt_lm_sample(m, ids, n, len, temp, (int)top_k, (uint64_t)seed, &out, &n_out)) goto fail;
   char *text = NULL;
   size_t tl = 0;
   if (zt_tokenizer_decode(tok, out, n_out, &text, &tl)) goto fail;
@@ -112,7 +124,7 @@ fail:
   rc = zt_cli_fail("sample");
 done:
   free(ids), free(out);
-  zt_gpt2_free(m);
+  zt_model_free(m);
   zt_tokenizer_free(tok);
   return rc;
 }

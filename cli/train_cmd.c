@@ -311,15 +311,18 @@ static void print_start(const zt_train_config *c, int ranks) {
   else
     snprintf(rc, sizeof rc, "%s", zt_recompute_name(c->memory.recompute));
   char cnt[2][64], model[700];
-  zt_gpt2_config g;
+  zt_lm_config g;
   bool own_shape = c->model.n_layer || c->model.n_head || c->model.n_embd || c->model.vocab_size || c->model.block_size;
-  if ((c->model.init_from[0] || own_shape) && zt_train_model_config(c, &g) == ZT_OK)
-    snprintf(model, sizeof model, "%s%s%s%s (%d layers, %d heads, dim %d, vocab %d, ctx %d)",
-             c->model.init_from[0] ? "GPT-2 from '" : c->model.preset, c->model.init_from[0] ? c->model.init_from : "",
-             c->model.init_from[0] ? "'" : "", own_shape && !c->model.init_from[0] ? ", shape given" : "", g.n_layer,
-             g.n_head, g.n_embd, g.vocab_size, g.block_size);
-  else
+  if ((c->model.init_from[0] || own_shape) && zt_train_model_config(c, &g) == ZT_OK) {
+    zt_lm_dims d = zt_lm_config_dims(&g);
+    snprintf(model, sizeof model, "%s%s%s%s%s (%d layers, %d heads, dim %d, vocab %d, ctx %d)",
+             c->model.init_from[0] ? zt_lm_family_name(g.family) : c->model.preset,
+             c->model.init_from[0] ? " from '" : "", c->model.init_from[0] ? c->model.init_from : "",
+             c->model.init_from[0] ? "'" : "", own_shape && !c->model.init_from[0] ? ", shape given" : "", d.n_layer,
+             d.n_head, d.hidden, d.vocab, d.context);
+  } else {
     snprintf(model, sizeof model, "%s", c->model.preset);
+  }
   zt_clear_error(); /* the run reports a bad shape itself */
   printf("zt train: %s, data %s, batch %lld x seq %lld, %s, lr %g, seed %llu, recompute %s, activation offload %s",
          model, c->data.path[0] ? c->data.path : "built-in", (long long)c->data.batch, (long long)c->data.seq, zt_cli_count(c->steps, "step", cnt[0]), c->optim.lr,
@@ -353,13 +356,13 @@ static void print_start(const zt_train_config *c, int ranks) {
 
 /* Text from the trained model with the run's tokenizer, or bytes for a 256-token model; else a line
  * saying why there is none. */
-static void print_sample(const zt_train_config *c, zt_gpt2 *m, int64_t len) {
-  if (!m) {
+static void print_sample(const zt_train_config *c, const zt_model *m, int64_t len) {
+  if (!m || !m->ctx) {
     printf("no sample: with --offload-states the model is never whole in RAM; zt sample --checkpoint DIR samples "
            "from a checkpoint\n");
     return;
   }
-  int vocab = zt_gpt2_get_config(m)->vocab_size;
+  int vocab = zt_lm_config_dims(zt_model_config(m)).vocab;
   bool named = c->data.encoder[0] || c->data.tokenizer[0]; /* a tokenizer given, else bytes */
   if (!named && vocab != 256) {
     printf("no sample: the model's %d token ids are not bytes and the run has no tokenizer to turn them into text "
@@ -377,7 +380,7 @@ static void print_sample(const zt_train_config *c, zt_gpt2 *m, int64_t len) {
                                     : zt_tokenizer_byte(&tok);
   if (s ||
       zt_tokenizer_encode(tok, "\n", 1, &prompt, &np) ||
-      zt_gpt2_sample(m, prompt, np, len, 0.8, 0, c->seed, &ids, &n) ||
+      zt_lm_sample(m, prompt, np, len, 0.8, 0, c->seed, &ids, &n) ||
       zt_tokenizer_decode(tok, ids + np, n - np, &text, &tl)) {
     zt_cli_fail("train");
   } else {
@@ -391,7 +394,7 @@ static void print_sample(const zt_train_config *c, zt_gpt2 *m, int64_t len) {
   zt_tokenizer_free(tok);
 }
 
-static void print_summary(const zt_train_config *c, const zt_train_result *r, zt_gpt2 *m, int64_t sample_len) {
+static void print_summary(const zt_train_config *c, const zt_train_result *r, const zt_model *m, int64_t sample_len) {
   char steps[64];
   printf("zt train: %s in %.1f s, %.0f tok/s, %lld parameters, loss %.4f -> %.4f, val loss %.4f, "
          "sgemm ceiling %.0f GFLOP/s\n",
@@ -483,7 +486,7 @@ static int run_train(zt_train_config *c, zt_comm *world, progress *p, int argc, 
   }
   p->ticking = p->tty && pthread_create(&p->ticker, NULL, ticker, p) == 0;
   zt_train_result r;
-  zt_gpt2 *m = NULL;
+  zt_model m = {0};
   /* every state in the store: the model never comes whole into RAM, so no sample at the end */
   zt_status s = zt_train_run_on(c, world, on_step, p, &r, c->memory.offload_states ? NULL : &m);
   if (p->ticking) {
@@ -525,9 +528,9 @@ static int run_train(zt_train_config *c, zt_comm *world, progress *p, int argc, 
       }
     }
   } else if (rank == 0) {
-    print_summary(c, &r, m, p->sample_len);
+    print_summary(c, &r, &m, p->sample_len);
   }
   fflush(stdout);
-  zt_gpt2_free(m);
+  zt_model_free(&m);
   return code;
 }

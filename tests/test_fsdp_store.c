@@ -248,7 +248,7 @@ static void test_checkpoints(void) {
   snprintf(b, sizeof b, "%s/b", dir);
   zt_train_state ts = {0};
   ts.step = 1;
-  ts.model = CFG;
+  ts.model = (zt_lm_config){.family = ZT_LM_GPT2, .gpt2 = CFG};
   zt_store_io_stats io0, io1;
   zt_store_io_stats_get(st.store, &io0);
   ZT_CHECK_OK(zt_snapshot_save_sharded(a, st.f, st.o, &ts));
@@ -344,7 +344,7 @@ static void fault_case(zt__io_fault kind, const char *expect) {
   train_step(&pl, &c, 0, false, &l, &n);
   zt_train_state ts = {0};
   ts.step = 1;
-  ts.model = CFG;
+  ts.model = (zt_lm_config){.family = ZT_LM_GPT2, .gpt2 = CFG};
   ZT_CHECK_OK(zt_snapshot_save_sharded(ck, s.f, s.o, &ts));
   zt_tensor *ids = zt_test_rand_ids(GB, GT, CFG.vocab_size, 7), *tg = zt_test_rand_ids(GB, GT, CFG.vocab_size, 8);
   zt_tensor *ri = zt_test_rows(ids, R, N), *rt = zt_test_rows(tg, R, N), *loss = NULL;

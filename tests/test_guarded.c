@@ -337,7 +337,7 @@ static void train(zt_device dev, mode md, run *r) {
   if (md >= MODE_OFFLOAD_MODEL) { /* parameters and grads evicted through the device's backend */
     ZT_CHECK_OK(zt_store_disk_new(NULL, "zt_guarded_om", &store));
     zt_offload_units u;
-    ZT_CHECK_OK(zt_gpt2_offload_units(m, &u));
+    ZT_CHECK_OK(zt_lm_offload_units(zt_test_lm(m), &u));
     zt_offload_model_options oo = zt_offload_model_options_default();
     oo.slices = 3, oo.resident = 1, oo.microbatches = 2;
     oo.mode = md == MODE_OFFLOAD_MODEL_GRAPH ? ZT_OFFLOAD_MODEL_KEEP_GRAPH : ZT_OFFLOAD_MODEL_RECOMPUTE;
@@ -463,7 +463,7 @@ static void test_train_io(void) {
     ZT_CHECK_OK(zt_gpt2_new(&gc, &m));
     if (!m) return;
     if (d) params_to(m, ZT_GUARDED);
-    ZT_CHECK_OK(zt_gpt2_sample(m, (int32_t[]){1, 2, 3}, 3, 30, 0.8, 10, 99, &out[d], &n_out[d]));
+    ZT_CHECK_OK(zt_lm_sample(zt_test_lm(m), (int32_t[]){1, 2, 3}, 3, 30, 0.8, 10, 99, &out[d], &n_out[d]));
     zt_gpt2_free(m);
   }
   ZT_CHECK(n_out[0] == 33 && n_out[1] == 33 && out[0] && out[1] && !memcmp(out[0], out[1], sizeof(int32_t) * 33));

@@ -129,7 +129,7 @@ static void om_open(om_fixture *f, int N, int M, int K, zt_offload_model_mode mo
   f->o = zt_test_gpt2_adamw(f->m);
   f->store = store_new(sk);
   zt_offload_units u;
-  ZT_CHECK_OK(zt_gpt2_offload_units(f->m, &u));
+  ZT_CHECK_OK(zt_lm_offload_units(zt_test_lm(f->m), &u));
   zt_offload_model_options oo = zt_offload_model_options_default();
   oo.slices = N, oo.resident = K, oo.microbatches = M, oo.mode = mode, oo.lazy_update = g_lazy;
   f->om = NULL;
@@ -268,7 +268,7 @@ static void test_lazy_update(void) {
   zt_optim *o = zt_test_gpt2_adamw(m);
   zt_store *store = store_new(STORE_DISK);
   zt_offload_units u;
-  ZT_CHECK_OK(zt_gpt2_offload_units(m, &u));
+  ZT_CHECK_OK(zt_lm_offload_units(zt_test_lm(m), &u));
   zt_offload_model_options oo = zt_offload_model_options_default();
   oo.slices = 4, oo.resident = 1;
   zt_offload_model *om = NULL;
@@ -338,7 +338,7 @@ static void test_memory(void) {
   zt_optim *o = zt_test_gpt2_adamw(m);
   zt_store *store = store_new(STORE_DISK);
   zt_offload_units u;
-  ZT_CHECK_OK(zt_gpt2_offload_units(m, &u));
+  ZT_CHECK_OK(zt_lm_offload_units(zt_test_lm(m), &u));
   int64_t full = 0, wte = 0;
   for (int i = 0; i < u.n_params; i++) full += (int64_t)u.params[i].tensor->storage->nbytes;
   wte = (int64_t)u.params[0].tensor->storage->nbytes;
@@ -429,7 +429,7 @@ static void test_states_on_store(void) {
           ZT_CHECK(ms.current[ZT_MEM_TAG_PARAM] == 0);
           zt_optim *o = zt_test_gpt2_adamw(m);
           zt_offload_units u;
-          ZT_CHECK_OK(zt_gpt2_offload_units(m, &u));
+          ZT_CHECK_OK(zt_lm_offload_units(zt_test_lm(m), &u));
           zt_offload_model_options oo = zt_offload_model_options_default();
           oo.slices = Ns[ni], oo.resident = K, oo.microbatches = 2, oo.mode = (zt_offload_model_mode)mode;
           oo.lazy_update = lazy, oo.offload_optim_state = true, oo.restore_on_free = false;
@@ -637,7 +637,7 @@ static void test_failing_stores(void) {
   batches_make(&b);
   zt_gpt2 *m = model_new();
   zt_offload_units u;
-  ZT_CHECK_OK(zt_gpt2_offload_units(m, &u));
+  ZT_CHECK_OK(zt_lm_offload_units(zt_test_lm(m), &u));
   zt_param *ps;
   zt_gpt2_params(m, &ps);
   zt_tensor *w0 = NULL;
@@ -679,7 +679,7 @@ static void test_options(void) {
   zt_gpt2 *m = model_new();
   zt_store *store = store_new(STORE_MEMORY);
   zt_offload_units u;
-  ZT_CHECK_OK(zt_gpt2_offload_units(m, &u));
+  ZT_CHECK_OK(zt_lm_offload_units(zt_test_lm(m), &u));
   zt_offload_model_options oo = zt_offload_model_options_default();
   zt_offload_model *om = NULL;
   oo.slices = 9;

@@ -20,7 +20,7 @@
 
 static zt_offload_plan_input input(void) {
   zt_offload_plan_input in = {0};
-  in.model = (zt_gpt2_config){12, 12, 768, 50257, 1024, 0.0}; /* GPT-2 124M */
+  in.model = (zt_lm_config){.family = ZT_LM_GPT2, .gpt2 = {12, 12, 768, 50257, 1024, 0.0}}; /* GPT-2 124M */
   in.rows = 8, in.seq = 256, in.microbatches = 1;
   in.fixed_bytes = 64 << 20;
   in.gflops = 150, in.read_bps = 1.5e9, in.write_bps = 1.5e9;
@@ -38,7 +38,7 @@ static void test_fits_and_monotone(void) {
     ZT_CHECK(p.bound <= mib << 20 && p.peak < p.bound);
     ZT_CHECK(p.peak == p.states_bytes + p.activation_bytes + p.io_bytes + p.cache_bytes + p.fixed_bytes);
     ZT_CHECK(p.bound == p.peak + p.inflight_bytes + ZT_OFFLOAD_PLAN_MARGIN(p.peak) && p.inflight_bytes >= 0);
-    ZT_CHECK(p.slices >= 1 && p.slices <= in.model.n_layer + 2 && p.resident >= 1 && p.resident <= p.slices);
+    ZT_CHECK(p.slices >= 1 && p.slices <= in.model.gpt2.n_layer + 2 && p.resident >= 1 && p.resident <= p.slices);
     ZT_CHECK(p.step_s <= last_step * 1.0001); /* more memory never makes it slower */
     last_step = p.step_s;
   }
@@ -49,7 +49,7 @@ static void test_slices_shrink_states(void) {
   zt_offload_plan_input in = input();
   zt_offload_plan a, b;
   ZT_CHECK_OK(zt_offload_plan_predict(&in, 2, 2, ZT_OFFLOAD_PLAN_RECOMPUTE, &a));
-  ZT_CHECK_OK(zt_offload_plan_predict(&in, in.model.n_layer + 2, 2, ZT_OFFLOAD_PLAN_RECOMPUTE, &b));
+  ZT_CHECK_OK(zt_offload_plan_predict(&in, in.model.gpt2.n_layer + 2, 2, ZT_OFFLOAD_PLAN_RECOMPUTE, &b));
   ZT_CHECK(b.states_bytes < a.states_bytes && b.peak < a.peak); /* the parts are those of the peak's phase */
   /* recompute pays the forward again; keep-graph holds every block's activations */
   zt_offload_plan k;
@@ -72,7 +72,7 @@ static void test_recompute_per_slice(void) {
   ZT_CHECK_OK(zt_offload_plan_make(&in, 800 << 20, &p)); /* too small to keep the graph */
   ZT_CHECK(p.activations_mode == ZT_OFFLOAD_PLAN_OFFLOAD);
   ZT_CHECK(p.recomputed_slices > 0 && p.recomputed_slices < p.slices);
-  ZT_CHECK(strlen(p.recompute_plan) == (size_t)in.model.n_layer && strchr(p.recompute_plan, 'f') &&
+  ZT_CHECK(strlen(p.recompute_plan) == (size_t)in.model.gpt2.n_layer && strchr(p.recompute_plan, 'f') &&
            strchr(p.recompute_plan, 'n'));
   zt_offload_plan all_off, all_rc;
   ZT_CHECK_OK(zt_offload_plan_predict(&in, p.slices, p.resident, ZT_OFFLOAD_PLAN_OFFLOAD, &all_off));
@@ -114,7 +114,7 @@ static void test_cache_fills_the_room(void) {
   zt_offload_plan_input in = input();
   in.cache_bytes = 8 << 20;
   int64_t limits[] = {720ll << 20, 1ll << 30, 2ll << 30, 4ll << 30};
-  int64_t total = (int64_t)zt_gpt2_config_num_params(&in.model) * 4 + (int64_t)in.model.vocab_size * in.model.n_embd * 4;
+  int64_t total = (int64_t)zt_gpt2_config_num_params(&in.model.gpt2) * 4 + (int64_t)in.model.gpt2.vocab_size * in.model.gpt2.n_embd * 4;
   for (int i = 0; i < 4; i++) {
     int64_t lim = limits[i];
     zt_offload_plan a, b, c;
@@ -179,8 +179,8 @@ static void test_bad_input(void) {
   in.microbatches = 3; /* 8 rows do not cut into 3 */
   ZT_CHECK(zt_offload_plan_make(&in, 1ll << 34, &p) == ZT_STATUS_INVALID_ARG);
   in = input();
-  ZT_CHECK(zt_offload_plan_predict(&in, in.model.n_layer + 3, 2, ZT_OFFLOAD_PLAN_KEEP, &p) == ZT_STATUS_INVALID_ARG);
-  in.model.n_head = 7; /* 768 is not a multiple */
+  ZT_CHECK(zt_offload_plan_predict(&in, in.model.gpt2.n_layer + 3, 2, ZT_OFFLOAD_PLAN_KEEP, &p) == ZT_STATUS_INVALID_ARG);
+  in.model.gpt2.n_head = 7; /* 768 is not a multiple */
   ZT_CHECK(zt_offload_plan_make(&in, 1ll << 34, &p) == ZT_STATUS_INVALID_ARG);
   zt_train_config c;
   zt_train_config_default(&c);
@@ -217,8 +217,9 @@ static void test_calibration(void) {
   ZT_CHECK(a.slices == b.slices && a.resident == b.resident && a.activations_mode == b.activations_mode &&
            a.peak == b.peak && a.step_s == b.step_s);
   zt_train_config cfg = small_config(); /* the compute time is the given rate's */
-  zt_gpt2_config g;
-  ZT_CHECK_OK(zt_train_model_config(&cfg, &g));
+  zt_lm_config lc;
+  ZT_CHECK_OK(zt_train_model_config(&cfg, &lc));
+  const zt_gpt2_config g = lc.gpt2;
   double n = (double)zt_gpt2_config_num_params(&g), tok = 4.0 * 64;
   double flops = 6.0 * n * tok + 12.0 * g.n_layer * 64.0 * g.n_embd * tok;
   double want = flops / 40e9 * (a.activations_mode == ZT_OFFLOAD_PLAN_RECOMPUTE ? 4.0 / 3.0 : 1.0);

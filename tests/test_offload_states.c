@@ -29,7 +29,7 @@ static void states_new(states *s) {
   ZT_CHECK_OK(zt_gpt2_new_evicted(&cfg, s->store, &s->m));
   s->o = zt_test_gpt2_adamw(s->m);
   zt_offload_units u;
-  ZT_CHECK_OK(zt_gpt2_offload_units(s->m, &u));
+  ZT_CHECK_OK(zt_lm_offload_units(zt_test_lm(s->m), &u));
   zt_offload_model_options oo = zt_offload_model_options_default();
   oo.slices = cfg.n_layer + 2, oo.resident = 2, oo.offload_optim_state = true, oo.restore_on_free = false;
   ZT_CHECK_OK(zt_offload_model_new(&u, s->store, &oo, &s->om));
@@ -55,10 +55,10 @@ static void fails_midway(zt__io_fault kind, int64_t nth, const char *expect) {
   states_new(&s);
   zt_train_state st = {0};
   st.step = 1;
-  st.model = cfg;
+  st.model = (zt_lm_config){.family = ZT_LM_GPT2, .gpt2 = cfg};
   ZT_CHECK_OK(zt_offload_model_train_step(s.om, s.o, x, y, 1e-2, 1.0, NULL, NULL));
   ZT_CHECK_OK(zt_offload_model_flush(s.om));
-  ZT_CHECK_OK(zt_snapshot_save(ck, s.m, s.o, &st));
+  ZT_CHECK_OK(zt_snapshot_save(ck, zt_test_lm(s.m), s.o, &st));
   /* the failing step */
   ZT_CHECK(zt__store_disk_fault_at(s.store, kind, nth));
   zt_status e = zt_offload_model_train_step(s.om, s.o, x, y, 1e-2, 1.0, NULL, NULL);
@@ -71,7 +71,7 @@ static void fails_midway(zt__io_fault kind, int64_t nth, const char *expect) {
   ZT_CHECK_OK(zt_gpt2_new(&cfg, &q));
   zt_optim *qo = zt_test_gpt2_adamw(q);
   zt_train_state got;
-  ZT_CHECK_OK(zt_snapshot_load(ck, q, qo, &got));
+  ZT_CHECK_OK(zt_snapshot_load(ck, zt_test_lm(q), qo, &got));
   ZT_CHECK(got.step == 1 && zt_optim_step_count(qo) == 1);
   /* equal to the offload model's parameters as they were saved: restore them and compare */
   ZT_CHECK_OK(zt_offload_model_restore_all(s.om));

@@ -321,7 +321,7 @@ typedef struct om_run {
 
 static zt_status om_step(om_run *r, zt_offload_model_mode mode, one_batch *b, double *loss) {
   zt_offload_units u;
-  zt_status s = zt_gpt2_offload_units(r->g, &u);
+  zt_status s = zt_lm_offload_units(zt_test_lm(r->g), &u);
   zt_offload_model_options oo = zt_offload_model_options_default();
   oo.slices = 3, oo.resident = 1, oo.microbatches = 2, oo.mode = mode;
   if (!s) s = zt_offload_model_new(&u, r->store, &oo, &r->om);

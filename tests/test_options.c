@@ -109,7 +109,7 @@ static void test_roles_drive_ranks_and_resume(void) {
   zt_train_config c;
   zt_train_config_default(&c);
   ZT_CHECK_OK(zt_train_config_set(&c, "warmup", "5")); /* set: an unset warm-up is not compared */
-  zt_gpt2_config g;
+  zt_lm_config g;
   ZT_CHECK_OK(zt_train_model_config(&c, &g));
   zt__run_opts *o = malloc(sizeof *o);
   zt_train_state *st = calloc(1, sizeof *st);
@@ -184,7 +184,7 @@ static void test_record_as_before_the_table(void) {
       "schedule=none\nchunks=0\npp-balance=even\noffload-model=none\n";
   zt_train_config c;
   zt_train_config_default(&c);
-  zt_gpt2_config g;
+  zt_lm_config g;
   ZT_CHECK_OK(zt_train_model_config(&c, &g));
   zt__run_opts *o = malloc(sizeof *o);
   zt_train_state *st = calloc(1, sizeof *st);

@@ -327,8 +327,8 @@ static void test_same_tokens(void) {
     for (int s = 0; s < 5; s++) {
       int64_t np = prompts[p], n = np == 1 ? 300 : 100, n1 = 0, n2 = 0;
       int32_t *cached = NULL, *recomputed = NULL, *ref = ref_sample(m, prompt, np, n, settings[s].temperature, settings[s].top_k, 42 + (uint64_t)s);
-      ZT_CHECK_OK(zt_gpt2_sample(m, prompt, np, n, settings[s].temperature, settings[s].top_k, 42 + (uint64_t)s, &cached, &n1));
-      ZT_CHECK_OK(zt__gpt2_sample_recompute(m, prompt, np, n, settings[s].temperature, settings[s].top_k, 42 + (uint64_t)s,
+      ZT_CHECK_OK(zt_lm_sample(zt_test_lm(m), prompt, np, n, settings[s].temperature, settings[s].top_k, 42 + (uint64_t)s, &cached, &n1));
+      ZT_CHECK_OK(zt__lm_sample_recompute(zt_test_lm(m), prompt, np, n, settings[s].temperature, settings[s].top_k, 42 + (uint64_t)s,
                                             &recomputed, &n2));
       ZT_CHECK(n1 == np + n && n2 == np + n);
       int64_t first = -1;

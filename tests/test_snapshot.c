@@ -57,7 +57,7 @@ static zt_train_state state_at(int64_t step) {
   st.rng.offset = 123456789012345ull;
   st.data.epoch = 3;
   st.data.index = 17;
-  st.model = k_cfg;
+  st.model = (zt_lm_config){.family = ZT_LM_GPT2, .gpt2 = k_cfg};
   return st;
 }
 
@@ -70,7 +70,7 @@ static void test_roundtrip_bitwise(void) {
   zt_test_gpt2_step(a, oa, 1);
   zt_test_gpt2_step(a, oa, 2);
   zt_train_state st = state_at(2);
-  ZT_CHECK_OK(zt_snapshot_save(ck, a, oa, &st));
+  ZT_CHECK_OK(zt_snapshot_save(ck, zt_test_lm(a), oa, &st));
   /* a series folder: the version, and 'latest' linking to it */
   char ver[300], target[64] = "";
   snprintf(ver, sizeof ver, "%s/step-00000002", ck);
@@ -86,17 +86,18 @@ static void test_roundtrip_bitwise(void) {
   ZT_CHECK(!params_equal(a, b));
   zt_train_state got;
   memset(&got, 0xAB, sizeof got);
-  ZT_CHECK_OK(zt_snapshot_load(ck, b, ob, &got));
+  ZT_CHECK_OK(zt_snapshot_load(ck, zt_test_lm(b), ob, &got));
   ZT_CHECK(params_equal(a, b));
   ZT_CHECK(optim_equal(oa, ob));
   ZT_CHECK(zt_optim_step_count(ob) == 2);
   ZT_CHECK(got.step == 2 && got.rng.seed == st.rng.seed && got.rng.offset == st.rng.offset);
   ZT_CHECK(got.data.epoch == 3 && got.data.index == 17);
-  ZT_CHECK(got.model.n_layer == 2 && got.model.n_head == 2 && got.model.n_embd == 16 && got.model.vocab_size == 37 &&
-           got.model.block_size == 8 && got.model.dropout == 0.0);
+  ZT_CHECK(got.model.family == ZT_LM_GPT2 && got.model.gpt2.n_layer == 2 && got.model.gpt2.n_head == 2 &&
+           got.model.gpt2.n_embd == 16 && got.model.gpt2.vocab_size == 37 && got.model.gpt2.block_size == 8 &&
+           got.model.gpt2.dropout == 0.0);
   zt_train_state rs;
   ZT_CHECK_OK(zt_snapshot_read_state(ck, &rs));
-  ZT_CHECK(rs.step == 2 && rs.rng.seed == st.rng.seed && rs.model.n_embd == 16 && rs.model.block_size == 8);
+  ZT_CHECK(rs.step == 2 && rs.rng.seed == st.rng.seed && rs.model.gpt2.n_embd == 16 && rs.model.gpt2.block_size == 8);
   /* the next step after loading is the same, bitwise */
   zt_test_gpt2_step(a, oa, 3);
   zt_test_gpt2_step(b, ob, 3);
@@ -142,29 +143,29 @@ static void test_config_mismatch(void) {
   zt_test_tmp_path_to(ck, sizeof ck, "ck");
   zt_gpt2 *a = new_model(&k_cfg, 1);
   zt_train_state st = state_at(0);
-  ZT_CHECK_OK(zt_snapshot_save(ck, a, NULL, &st));
+  ZT_CHECK_OK(zt_snapshot_save(ck, zt_test_lm(a), NULL, &st));
   zt_gpt2_config c3 = k_cfg;
   c3.n_layer = 3;
   zt_gpt2 *b = new_model(&c3, 1);
-  ZT_CHECK_ERR(zt_snapshot_load(ck, b, NULL, NULL), ZT_STATUS_SHAPE, "has n_layer 2, model has 3");
+  ZT_CHECK_ERR(zt_snapshot_load(ck, zt_test_lm(b), NULL, NULL), ZT_STATUS_SHAPE, "has n_layer 2, model has 3");
   ZT_CHECK(strstr(zt_last_error(), ck) != NULL);
   zt_gpt2_free(b);
   zt_gpt2_config cv = k_cfg;
   cv.vocab_size = 40;
   b = new_model(&cv, 1);
-  ZT_CHECK_ERR(zt_snapshot_load(ck, b, NULL, NULL), ZT_STATUS_SHAPE, "has vocab_size 37, model has 40");
+  ZT_CHECK_ERR(zt_snapshot_load(ck, zt_test_lm(b), NULL, NULL), ZT_STATUS_SHAPE, "has vocab_size 37, model has 40");
   zt_gpt2_free(b);
   zt_gpt2_config cb = k_cfg;
   cb.block_size = 16;
   b = new_model(&cb, 1);
-  ZT_CHECK_ERR(zt_snapshot_load(ck, b, NULL, NULL), ZT_STATUS_SHAPE, "has block_size 8, model has 16");
+  ZT_CHECK_ERR(zt_snapshot_load(ck, zt_test_lm(b), NULL, NULL), ZT_STATUS_SHAPE, "has block_size 8, model has 16");
   zt_gpt2_free(b);
   /* weights alone load into a model of the same shape; a resume needs optimizer state */
   b = new_model(&k_cfg, 5);
-  ZT_CHECK_OK(zt_snapshot_load(ck, b, NULL, NULL));
+  ZT_CHECK_OK(zt_snapshot_load(ck, zt_test_lm(b), NULL, NULL));
   ZT_CHECK(params_equal(a, b));
   zt_optim *ob = zt_test_gpt2_adamw(b);
-  ZT_CHECK_ERR(zt_snapshot_load(ck, b, ob, NULL), ZT_STATUS_STATE, "holds no optimizer state");
+  ZT_CHECK_ERR(zt_snapshot_load(ck, zt_test_lm(b), ob, NULL), ZT_STATUS_STATE, "holds no optimizer state");
   zt_optim_free(ob);
   zt_gpt2_free(b);
   zt_gpt2_free(a);
@@ -181,10 +182,10 @@ static void test_missing_or_damaged_state(void) {
   zt_gpt2 *a = new_model(&k_cfg, 1);
   zt_optim *oa = zt_test_gpt2_adamw(a);
   st = state_at(4);
-  ZT_CHECK_OK(zt_snapshot_save(ck, a, oa, &st));
+  ZT_CHECK_OK(zt_snapshot_save(ck, zt_test_lm(a), oa, &st));
   snprintf(path, sizeof path, "%s/latest/state.json", ck);
   ZT_CHECK(unlink(path) == 0);
-  ZT_CHECK_ERR(zt_snapshot_load(ck, a, oa, &st), ZT_STATUS_IO, "has no state.json");
+  ZT_CHECK_ERR(zt_snapshot_load(ck, zt_test_lm(a), oa, &st), ZT_STATUS_IO, "has no state.json");
   ZT_CHECK(strstr(zt_last_error(), "did not finish") != NULL);
   ZT_CHECK_ERR(zt_snapshot_read_state(ck, &st), ZT_STATUS_IO, "has no state.json");
   /* damaged: not JSON, a missing field, a bad value */
@@ -234,26 +235,26 @@ static void test_interrupted_save(void) {
   zt_optim *oa = zt_test_gpt2_adamw(a);
   zt_test_gpt2_step(a, oa, 1);
   zt_train_state st1 = state_at(1);
-  ZT_CHECK_OK(zt_snapshot_save(ck1, a, oa, &st1));
-  ZT_CHECK_OK(zt_snapshot_load(ck1, snap, NULL, NULL)); /* the weights of save 1 */
+  ZT_CHECK_OK(zt_snapshot_save(ck1, zt_test_lm(a), oa, &st1));
+  ZT_CHECK_OK(zt_snapshot_load(ck1, zt_test_lm(snap), NULL, NULL)); /* the weights of save 1 */
   zt_test_gpt2_step(a, oa, 2);
   zt_train_state st2 = state_at(2);
-  ZT_CHECK_OK(zt_snapshot_save(ck2, a, oa, &st2));
+  ZT_CHECK_OK(zt_snapshot_save(ck2, zt_test_lm(a), oa, &st2));
   snprintf(path, sizeof path, "%s/latest/state.json", ck2);
   ZT_CHECK(unlink(path) == 0); /* the crash before the commit record */
   zt_gpt2 *b = new_model(&k_cfg, 3);
   zt_optim *ob = zt_test_gpt2_adamw(b);
-  ZT_CHECK_ERR(zt_snapshot_load(ck2, b, ob, NULL), ZT_STATUS_IO, "has no state.json");
+  ZT_CHECK_ERR(zt_snapshot_load(ck2, zt_test_lm(b), ob, NULL), ZT_STATUS_IO, "has no state.json");
   zt_train_state got;
-  ZT_CHECK_OK(zt_snapshot_load(ck1, b, ob, &got));
+  ZT_CHECK_OK(zt_snapshot_load(ck1, zt_test_lm(b), ob, &got));
   ZT_CHECK(got.step == 1 && zt_optim_step_count(ob) == 1);
   ZT_CHECK(params_equal(b, snap));
   /* a half-written state.json (torn write without the atomic rename) is refused too */
   const void *c = "{\"format\": \"zerotrain-checkpoint\", \"vers";
   size_t n = strlen(c);
   ZT_CHECK_OK(zt_write_file_atomic(path, &c, &n, 1));
-  ZT_CHECK_ERR(zt_snapshot_load(ck2, b, ob, NULL), ZT_STATUS_IO, "invalid JSON");
-  ZT_CHECK_OK(zt_snapshot_load(ck1, b, ob, NULL));
+  ZT_CHECK_ERR(zt_snapshot_load(ck2, zt_test_lm(b), ob, NULL), ZT_STATUS_IO, "invalid JSON");
+  ZT_CHECK_OK(zt_snapshot_load(ck1, zt_test_lm(b), ob, NULL));
   zt_optim_free(oa);
   zt_optim_free(ob);
   zt_gpt2_free(a);
@@ -301,7 +302,7 @@ static void test_series_folder(void) {
   zt_optim *oa = zt_test_gpt2_adamw(a), *ob = zt_test_gpt2_adamw(b);
   ZT_CHECK_ERR(zt_snapshot_read_state(zt_test_tmpdir(), &(zt_train_state){0}), ZT_STATUS_IO, "holds no checkpoint");
   zt_train_state st = state_at(1);
-  ZT_CHECK_OK(zt_snapshot_save(ck, a, oa, &st));
+  ZT_CHECK_OK(zt_snapshot_save(ck, zt_test_lm(a), oa, &st));
   /* the user's file in the folder, and a staging folder a crashed save left */
   snprintf(path, sizeof path, "%s/metrics.jsonl", ck);
   write_text_file(path, "{\"step\":1}\n");
@@ -311,18 +312,18 @@ static void test_series_folder(void) {
   write_text_file(path, "partial");
   zt_test_gpt2_step(a, oa, 1);
   st = state_at(2);
-  ZT_CHECK_OK(zt_snapshot_save(ck, a, oa, &st));
+  ZT_CHECK_OK(zt_snapshot_save(ck, zt_test_lm(a), oa, &st));
   ZT_CHECK(!exists(ck, ".step-00000002.saving") && exists(ck, "metrics.jsonl") && exists(ck, "step-00000001"));
   zt_train_state got;
-  ZT_CHECK_OK(zt_snapshot_load(ck, b, ob, &got));
+  ZT_CHECK_OK(zt_snapshot_load(ck, zt_test_lm(b), ob, &got));
   ZT_CHECK(got.step == 2 && params_equal(a, b) && optim_equal(oa, ob));
   /* a second save at step 2 (e.g. after a resume): its own version, made the latest */
   zt_test_gpt2_step(a, oa, 2);
-  ZT_CHECK_OK(zt_snapshot_save(ck, a, NULL, &st));
+  ZT_CHECK_OK(zt_snapshot_save(ck, zt_test_lm(a), NULL, &st));
   ZT_CHECK(exists(ck, "step-00000002-1"));
-  ZT_CHECK_OK(zt_snapshot_load(ck, b, NULL, &got));
+  ZT_CHECK_OK(zt_snapshot_load(ck, zt_test_lm(b), NULL, &got));
   ZT_CHECK(params_equal(a, b));
-  ZT_CHECK_ERR(zt_snapshot_load(ck, b, ob, NULL), ZT_STATUS_STATE, "holds no optimizer state");
+  ZT_CHECK_ERR(zt_snapshot_load(ck, zt_test_lm(b), ob, NULL), ZT_STATUS_STATE, "holds no optimizer state");
   /* a version folder names itself */
   snprintf(path, sizeof path, "%s/step-00000001", ck);
   ZT_CHECK_OK(zt_snapshot_read_state(path, &got));
@@ -331,7 +332,7 @@ static void test_series_folder(void) {
   snprintf(path, sizeof path, "%s/step-00000001/notes.txt", ck);
   write_text_file(path, "mine");
   st = state_at(3);
-  ZT_CHECK_OK(zt_snapshot_save(ck, a, oa, &st));
+  ZT_CHECK_OK(zt_snapshot_save(ck, zt_test_lm(a), oa, &st));
   ZT_CHECK(count_versions(ck) == 4);
   ZT_CHECK_OK(zt_snapshot_prune(ck, 2));
   ZT_CHECK(exists(ck, "step-00000003") && exists(ck, "step-00000002-1") && !exists(ck, "step-00000002"));
@@ -343,31 +344,31 @@ static void test_series_folder(void) {
   ZT_CHECK(!exists(ck, "step-00000002-1") && exists(ck, "step-00000003"));
   ZT_CHECK_OK(zt_snapshot_prune(ck, 1));
   ZT_CHECK(exists(ck, "step-00000003") && !exists(ck, "step-00000002-1") && exists(ck, "metrics.jsonl"));
-  ZT_CHECK_OK(zt_snapshot_load(ck, b, ob, &got));
+  ZT_CHECK_OK(zt_snapshot_load(ck, zt_test_lm(b), ob, &got));
   ZT_CHECK(got.step == 3 && params_equal(a, b));
   ZT_CHECK_ERR(zt_snapshot_prune(ck, 0), ZT_STATUS_INVALID_ARG, "keep 0");
   /* model.safetensors of another save (files mixed by hand) is refused */
-  ZT_CHECK_OK(zt_snapshot_save(other, b, ob, &st));
+  ZT_CHECK_OK(zt_snapshot_save(other, zt_test_lm(b), ob, &st));
   char from[400];
   snprintf(from, sizeof from, "%s/latest/model.safetensors", other);
   snprintf(path, sizeof path, "%s/latest/model.safetensors", ck);
   copy_file(from, path);
-  ZT_CHECK_ERR(zt_snapshot_load(ck, b, NULL, NULL), ZT_STATUS_IO, "model.safetensors is not from the same save");
+  ZT_CHECK_ERR(zt_snapshot_load(ck, zt_test_lm(b), NULL, NULL), ZT_STATUS_IO, "model.safetensors is not from the same save");
   /* a path that is a file */
-  ZT_CHECK_ERR(zt_snapshot_save(path, a, NULL, &st), ZT_STATUS_IO, "is not a folder");
+  ZT_CHECK_ERR(zt_snapshot_save(path, zt_test_lm(a), NULL, &st), ZT_STATUS_IO, "is not a folder");
   /* a trailing slash names the same folder; a link to the folder is followed */
   char slash[300], link[256];
   snprintf(slash, sizeof slash, "%s/", other);
-  ZT_CHECK_OK(zt_snapshot_save(slash, a, oa, &st));
-  ZT_CHECK_OK(zt_snapshot_load(other, b, ob, NULL));
+  ZT_CHECK_OK(zt_snapshot_save(slash, zt_test_lm(a), oa, &st));
+  ZT_CHECK_OK(zt_snapshot_load(other, zt_test_lm(b), ob, NULL));
   ZT_CHECK(params_equal(a, b));
   zt_test_tmp_path_to(link, sizeof link, "link");
   ZT_CHECK(symlink(other, link) == 0);
   zt_test_gpt2_step(a, oa, 4);
-  ZT_CHECK_OK(zt_snapshot_save(link, a, oa, &st));
+  ZT_CHECK_OK(zt_snapshot_save(link, zt_test_lm(a), oa, &st));
   struct stat sb;
   ZT_CHECK(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
-  ZT_CHECK_OK(zt_snapshot_load(other, b, ob, NULL));
+  ZT_CHECK_OK(zt_snapshot_load(other, zt_test_lm(b), ob, NULL));
   ZT_CHECK(params_equal(a, b) && optim_equal(oa, ob));
   zt_optim_free(oa);
   zt_optim_free(ob);
@@ -395,8 +396,8 @@ static void test_failed_save_keeps_latest(void) {
   zt_optim *oa = zt_test_gpt2_adamw(a), *ob = zt_test_gpt2_adamw(b);
   zt_test_gpt2_step(a, oa, 1);
   zt_train_state st = state_at(1);
-  ZT_CHECK_OK(zt_snapshot_save(ck, a, oa, &st));
-  ZT_CHECK_OK(zt_snapshot_load(ck, snap, NULL, NULL));
+  ZT_CHECK_OK(zt_snapshot_save(ck, zt_test_lm(a), oa, &st));
+  ZT_CHECK_OK(zt_snapshot_load(ck, zt_test_lm(snap), NULL, NULL));
   snprintf(path, sizeof path, "%s/latest/model.safetensors", ck);
   int64_t model = file_size(path);
   snprintf(path, sizeof path, "%s/latest/optim.safetensors", ck);
@@ -407,12 +408,12 @@ static void test_failed_save_keeps_latest(void) {
   zt_status s = zt_test_snapshot_save_capped(ck, a, oa, &st, (int64_t)(model + (optim - model) / 2));
   ZT_CHECK(s == ZT_STATUS_IO);
   zt_train_state got;
-  ZT_CHECK_OK(zt_snapshot_load(ck, b, ob, &got));
+  ZT_CHECK_OK(zt_snapshot_load(ck, zt_test_lm(b), ob, &got));
   ZT_CHECK(got.step == 1 && params_equal(b, snap) && zt_optim_step_count(ob) == 1);
   ZT_CHECK(!exists(ck, ".step-00000002.saving") && exists(ck, "m.jsonl"));
   /* and the next save goes through */
-  ZT_CHECK_OK(zt_snapshot_save(ck, a, oa, &st));
-  ZT_CHECK_OK(zt_snapshot_load(ck, b, ob, &got));
+  ZT_CHECK_OK(zt_snapshot_save(ck, zt_test_lm(a), oa, &st));
+  ZT_CHECK_OK(zt_snapshot_load(ck, zt_test_lm(b), ob, &got));
   ZT_CHECK(got.step == 2 && params_equal(a, b) && optim_equal(oa, ob));
   zt_optim_free(oa);
   zt_optim_free(ob);

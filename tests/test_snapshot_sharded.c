@@ -38,7 +38,7 @@ static zt_train_state state_at(int64_t step) {
   st.rng = zt_rng_get_state();
   st.data.epoch = 1;
   st.data.index = 7;
-  st.model = k_cfg;
+  st.model = (zt_lm_config){.family = ZT_LM_GPT2, .gpt2 = k_cfg};
   return st;
 }
 
@@ -268,7 +268,7 @@ static void test_format_reshard_and_consolidate(void) {
   zt_gpt2 *m2 = new_model(99);
   zt_optim *o2 = zt_test_gpt2_adamw(m2);
   zt_train_state st2;
-  ZT_CHECK_OK(zt_snapshot_load(out, m2, o2, &st2));
+  ZT_CHECK_OK(zt_snapshot_load(out, zt_test_lm(m2), o2, &st2));
   ZT_CHECK(params_equal(m, m2));
   ZT_CHECK(optim_equal(o, o2));
   ZT_CHECK(st2.step == 5 && st2.data.index == 7 && st2.rng.seed == st.rng.seed);
@@ -324,7 +324,7 @@ static void test_format_errors(void) {
   ZT_CHECK(unlink(path) == 0);
   ZT_CHECK_ERR(zt_snapshot_consolidate(dir2, out, false), ZT_STATUS_IO, "has no state.json");
   /* a single-process checkpoint is not a sharded one */
-  ZT_CHECK_OK(zt_snapshot_save(out, m, o, &st));
+  ZT_CHECK_OK(zt_snapshot_save(out, zt_test_lm(m), o, &st));
   ZT_CHECK(!zt_snapshot_is_sharded(out));
   ZT_CHECK_ERR(zt_snapshot_consolidate(out, dir2, false), ZT_STATUS_IO, "has no index.json");
   fmt_close(&x);
@@ -622,7 +622,7 @@ static void test_fsdp_save_reshard_consolidate(void) {
   for (int k = 0; k < 2; k++) run_step(&a, k);
   zt_train_state st = state_at(2);
   ZT_CHECK_OK(zt_snapshot_save_sharded(sh, a.f, a.o, &st));
-  ZT_CHECK_OK(zt_snapshot_save_full(full, a.m, a.f, a.o, &st));
+  ZT_CHECK_OK(zt_snapshot_save_full(full, zt_test_lm(a.m), a.f, a.o, &st));
   ZT_CHECK(zt_snapshot_is_sharded(sh) && !zt_snapshot_is_sharded(full));
   zt_tensor *at2[64] = {0}, *ref[64] = {0};
   int np = snapshot(&a, at2);
@@ -651,7 +651,7 @@ static void test_fsdp_save_reshard_consolidate(void) {
   run_free(&b);
   /* the full checkpoint loads at that size too */
   run_new(&b, g, true, 78);
-  ZT_CHECK_OK(zt_snapshot_load_full(full, b.m, b.f, b.o, &got));
+  ZT_CHECK_OK(zt_snapshot_load_full(full, zt_test_lm(b.m), b.f, b.o, &got));
   ZT_CHECK(got.step == 2 && zt_optim_step_count(b.o) == 2);
   snapshot(&b, snap);
   ZT_CHECK(snapshot_bitwise(snap, at2, np));
@@ -675,7 +675,7 @@ static void test_fsdp_save_reshard_consolidate(void) {
       zt_store *store = NULL;
       int64_t biggest = d == 3 ? evict_run(&c, &store) : 0, before = zt_test_cpu_now();
       zt_mem_reset_peaks();
-      ZT_CHECK_OK(zt_snapshot_load(dirs[d], c.m, c.o, &got));
+      ZT_CHECK_OK(zt_snapshot_load(dirs[d], zt_test_lm(c.m), c.o, &got));
       ZT_CHECK(got.step == 2 && zt_optim_step_count(c.o) == 2);
       /* evicted: RAM for the stage, a piece read from a shard file and the memory store's new
        * copy of one tensor, never the whole model */
@@ -809,8 +809,8 @@ static void test_fsdp_full_bad_step(void) {
   run_new(&a, g_world, true, 1);
   run_step(&a, 0);
   zt_train_state st = state_at(1);
-  ZT_CHECK_OK(zt_snapshot_save_full(full, a.m, a.f, a.o, &st));
-  ZT_CHECK_OK(zt_snapshot_load_full(full, a.m, a.f, a.o, NULL));
+  ZT_CHECK_OK(zt_snapshot_save_full(full, zt_test_lm(a.m), a.f, a.o, &st));
+  ZT_CHECK_OK(zt_snapshot_load_full(full, zt_test_lm(a.m), a.f, a.o, NULL));
   const char *bad[] = {"99999999999999999999", "9007199254740993", "-1", "+5", " 5"};
   for (int i = 0; i < 5; i++) {
     char ver[600], path[700];
@@ -819,7 +819,7 @@ static void test_fsdp_full_bad_step(void) {
     ZT_CHECK_OK(zt_barrier(g_world));
     if (R == 0) restamp(path, "step", bad[i]);
     ZT_CHECK_OK(zt_barrier(g_world));
-    ZT_CHECK_ERR(zt_snapshot_load_full(full, a.m, a.f, a.o, NULL), ZT_STATUS_IO,
+    ZT_CHECK_ERR(zt_snapshot_load_full(full, zt_test_lm(a.m), a.f, a.o, NULL), ZT_STATUS_IO,
                  "metadata 'step' is missing or not an integer in [0, 2^53]");
   }
   ZT_CHECK_OK(zt_barrier(g_world));

@@ -240,8 +240,8 @@ static void save_load_evicted(int kind) {
   zt_test_gpt2_step(a, oa, 2);
   zt_train_state st = {0};
   st.step = 2;
-  st.model = k_cfg;
-  ZT_CHECK_OK(zt_snapshot_save(ram, a, oa, &st));
+  st.model = (zt_lm_config){.family = ZT_LM_GPT2, .gpt2 = k_cfg};
+  ZT_CHECK_OK(zt_snapshot_save(ram, zt_test_lm(a), oa, &st));
   /* the plain writer too, with the same metadata: the very same bytes */
   zt_tensor **ts;
   int n = state_tensors(a, oa, &ts);
@@ -264,7 +264,7 @@ static void save_load_evicted(int kind) {
   int64_t before = zt_test_cpu_now();
   zt_mem_reset_peaks();
   ZT_CHECK_OK(zt_safetensors_save(b_path, n, (const char *const *)names, ts, 1, mk, mv));
-  ZT_CHECK_OK(zt_snapshot_save(ev, a, oa, &st));
+  ZT_CHECK_OK(zt_snapshot_save(ev, zt_test_lm(a), oa, &st));
   ZT_CHECK(zt_test_cpu_peak() <= before + (int64_t)biggest + bounce); /* the stage, nothing more */
   ZT_CHECK(zt_test_cpu_now() == before);
   ZT_CHECK(all_evicted(a, oa));
@@ -283,12 +283,12 @@ static void save_load_evicted(int kind) {
   zt_gpt2 *b = new_model(2), *c = new_model(3);
   zt_optim *ob = zt_test_gpt2_adamw(b), *oc = zt_test_gpt2_adamw(c);
   zt_test_gpt2_step(b, ob, 5); /* other values everywhere, moments included */
-  ZT_CHECK_OK(zt_snapshot_load(ram, c, oc, NULL));
+  ZT_CHECK_OK(zt_snapshot_load(ram, zt_test_lm(c), oc, NULL));
   evict_all(b, ob, store);
   before = zt_test_cpu_now();
   zt_mem_reset_peaks();
   zt_train_state got;
-  ZT_CHECK_OK(zt_snapshot_load(ev, b, ob, &got));
+  ZT_CHECK_OK(zt_snapshot_load(ev, zt_test_lm(b), ob, &got));
   /* the stage, and with a memory store the new copy of one storage before the old is dropped */
   ZT_CHECK(zt_test_cpu_peak() <= before + (int64_t)biggest * (kind == 1 ? 2 : 1) + bounce);
   ZT_CHECK(zt_test_cpu_now() == before);
@@ -344,14 +344,14 @@ static void test_nan_reported_when_evicted(void) {
   zt_set_grad_enabled(prev);
   zt_train_state st = {0};
   st.step = 1;
-  st.model = k_cfg;
-  ZT_CHECK_OK(zt_snapshot_save(ck, a, oa, &st));
+  st.model = (zt_lm_config){.family = ZT_LM_GPT2, .gpt2 = k_cfg};
+  ZT_CHECK_OK(zt_snapshot_save(ck, zt_test_lm(a), oa, &st));
 
   zt_gpt2 *b = new_model(2);
   zt_optim *ob = zt_test_gpt2_adamw(b);
   zt_store *store = new_store(0);
   evict_all(b, ob, store);
-  ZT_CHECK_OK(zt_snapshot_load(ck, b, ob, NULL));
+  ZT_CHECK_OK(zt_snapshot_load(ck, zt_test_lm(b), ob, NULL));
   zt_param *pb;
   zt_gpt2_params(b, &pb);
   zt_tensor **ts = malloc(sizeof *ts * (size_t)np);
@@ -417,13 +417,13 @@ static void test_failed_save_keeps_previous(void) {
   zt_test_gpt2_step(a, oa, 1);
   zt_train_state st = {0};
   st.step = 1;
-  st.model = k_cfg;
+  st.model = (zt_lm_config){.family = ZT_LM_GPT2, .gpt2 = k_cfg};
   flaky *f = calloc(1, sizeof *f);
   f->gets_left = -1;
   zt_store *store = NULL;
   ZT_CHECK_OK(zt_store_new(&k_flaky_ops, f, ZT_CPU, &store));
   evict_all(a, oa, store);
-  ZT_CHECK_OK(zt_snapshot_save(ck, a, oa, &st));
+  ZT_CHECK_OK(zt_snapshot_save(ck, zt_test_lm(a), oa, &st));
   snprintf(path, sizeof path, "%s/latest/model.safetensors", ck);
   size_t model_n = 0;
   free(read_all(path, &model_n));
@@ -437,15 +437,15 @@ static void test_failed_save_keeps_previous(void) {
   ZT_CHECK(s == ZT_STATUS_IO);
   ZT_CHECK(all_evicted(a, oa));
   zt_train_state got;
-  ZT_CHECK_OK(zt_snapshot_load(ck, b, ob, &got));
+  ZT_CHECK_OK(zt_snapshot_load(ck, zt_test_lm(b), ob, &got));
   ZT_CHECK(got.step == 1);
 
   /* 2. the store fails to read a tensor halfway through the parameters */
   f->gets_left = 7;
-  ZT_CHECK_ERR(zt_snapshot_save(ck, a, oa, &st), ZT_STATUS_IO, "flaky store: read failed");
+  ZT_CHECK_ERR(zt_snapshot_save(ck, zt_test_lm(a), oa, &st), ZT_STATUS_IO, "flaky store: read failed");
   f->gets_left = -1;
   ZT_CHECK(all_evicted(a, oa));
-  ZT_CHECK_OK(zt_snapshot_load(ck, c, oc, &got));
+  ZT_CHECK_OK(zt_snapshot_load(ck, zt_test_lm(c), oc, &got));
   ZT_CHECK(got.step == 1);
   DIR *d = opendir(ck);
   int entries = 0;

@@ -23,6 +23,9 @@ int zt_test_finish(void);
 /* The path of tests/fixtures/<rel> (rel formatted as printf's) into buf; $ZT_FIXTURES_DIR, when
  * set, stands for tests/fixtures. CMake compiles sources by absolute path, so __FILE__ of this
  * harness locates the folder from any build folder. */
+/* m through the model interface (zt_gpt2_model), at an address that stays valid for the
+ * next 15 calls: for the calls that take a const zt_model * (snapshots, memory strategies). */
+const zt_model *zt_test_lm(zt_gpt2 *m);
 void zt_test_fixture(char *buf, size_t cap, const char *rel_fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Bytes currently accounted on cpu (all tags); tests check it returns to its start. */
 int64_t zt_test_live_bytes(void);

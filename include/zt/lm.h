@@ -29,6 +29,7 @@ typedef struct zt_lm_config {
 typedef struct zt_lm_dims {
   int n_layer, hidden, n_head, vocab, context; /* context: the longest sequence */
   int attn_width;        /* n_head * head_dim: the width attention runs at */
+  int ffn;               /* the MLP's inner width (its weights are a block's largest tensors, ffn x hidden) */
   int64_t embed_params;  /* before the blocks: token embeddings (GPT-2: and positions) */
   int64_t block_params;  /* one block's */
   int64_t out_params;    /* after the blocks: the final norm and the output layer (a tied
@@ -86,6 +87,9 @@ ZT_API ZT_NODISCARD zt_status zt_lm_new(const zt_lm_config *c, zt_dtype dt, zt_s
  * with the folder's shape): every parameter present with m's shape; F32, F64, BF16 or F16 on
  * disk (converted). */
 ZT_API ZT_NODISCARD zt_status zt_lm_load_hf(const zt_model *m, const char *path);
+/* m (a model of a family) as a Hugging Face folder dir (made if missing; its parent must
+ * exist): model.safetensors and config.json, which transformers loads as they are. */
+ZT_API ZT_NODISCARD zt_status zt_lm_save_hf(const zt_model *m, const char *dir);
 
 /* The activation model over any family: the predicted peak of activation bytes of one forward
  * and backward of B rows of T tokens with modes (n_layer entries), every blocks per recompute

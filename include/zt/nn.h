@@ -277,6 +277,12 @@ ZT_API void zt_gpt2_set_training(zt_gpt2 *m, bool training); /* dropout on/off *
  * layers, through which forward runs them (so recompute and offload strategies wrap it). */
 ZT_API zt_model zt_gpt2_model(zt_gpt2 *m);
 
+/* Load GPT-2 weights (src/models/gpt2_hf.c) from a transformers safetensors file (model.safetensors of
+ * GPT2LMHeadModel: zerotrain keeps HF's layouts, so no transposes; lm_head is tied to
+ * wte). Save writes the same format plus an HF config.json beside it. */
+ZT_API ZT_NODISCARD zt_status zt_gpt2_load_hf(zt_gpt2 *m, const char *path);
+ZT_API ZT_NODISCARD zt_status zt_gpt2_save_hf(zt_gpt2 *m, const char *path);
+
 /* Forward. ids (B, T) i32 with T <= block_size and ids in [0, vocab). With targets (B, T)
  * i32 (ignore index -1), *loss receives the mean cross-entropy (0-d) computed by the fused
  * chunked output layer, which never holds all B*T*V logits, and logits may be NULL. Without

@@ -9,7 +9,7 @@
 #include "zt/data.h"
 #include "zt/fsdp.h"
 #include "zt/io.h"
-#include "zt/nn.h"
+#include "zt/lm.h"
 #include "zt/optim.h"
 
 /* ------------------------------------------------ training checkpoints (src/snapshot/snapshot.c,
@@ -29,7 +29,7 @@ typedef struct zt_train_state {
   int64_t step;          /* steps completed */
   zt_rng_state rng;      /* default generator */
   zt_loader_pos data;    /* train loader position */
-  zt_gpt2_config model;  /* to refuse a checkpoint of another shape */
+  zt_lm_config model;    /* its family and shape: to refuse a checkpoint of another */
   double loss_scale;     /* f16 mixed precision: the loss scaler's scale (0: no scaler) */
   int64_t loss_scale_good; /* and its finite steps since the last change */
   char options[4096];    /* the options that set the run's course, "name=value" lines ("" if unknown) */
@@ -43,14 +43,14 @@ typedef struct zt_train_state {
 } zt_train_state;
 /* A new version in the series folder dir (created if missing), made current when complete.
  * o may be NULL (no optimizer state: the checkpoint cannot resume training). */
-ZT_API ZT_NODISCARD zt_status zt_snapshot_save(const char *dir, zt_gpt2 *m, zt_optim *o, const zt_train_state *st);
+ZT_API ZT_NODISCARD zt_status zt_snapshot_save(const char *dir, const zt_model *m, zt_optim *o, const zt_train_state *st);
 /* Loads into an existing model/optimizer of the same config (error naming what differs); a
  * sharded (FSDP) checkpoint is consolidated on load, from whichever shard files hold each tensor.
  * Parameters and optimizer state may be evicted to a store (zt_storage_evict), in part or all,
  * for both: a save reads them from the store and a load writes them into it, one at a time
  * through one host buffer (the largest evicted tensor), never restoring them; the files are
  * the same bytes as from RAM. */
-ZT_API ZT_NODISCARD zt_status zt_snapshot_load(const char *dir, zt_gpt2 *m, zt_optim *o, zt_train_state *st);
+ZT_API ZT_NODISCARD zt_status zt_snapshot_load(const char *dir, const zt_model *m, zt_optim *o, zt_train_state *st);
 /* Read only the state (to build the right model before loading). */
 ZT_API ZT_NODISCARD zt_status zt_snapshot_read_state(const char *dir, zt_train_state *st);
 /* The checkpoint folder dir names: the target of dir/latest (read once) when dir is a series,
@@ -60,11 +60,6 @@ ZT_API ZT_NODISCARD zt_status zt_snapshot_resolve(const char *dir, char *out, si
 /* Remove the versions of a series beyond the newest keep (by save time; the one 'latest'
  * names is always kept). Versions that hold files zerotrain did not write are left. */
 ZT_API ZT_NODISCARD zt_status zt_snapshot_prune(const char *dir, int keep);
-/* Load GPT-2 weights from a transformers safetensors file (model.safetensors of
- * GPT2LMHeadModel: zerotrain keeps HF's layouts, so no transposes; lm_head is tied to
- * wte). Save writes the same format plus an HF config.json beside it. */
-ZT_API ZT_NODISCARD zt_status zt_gpt2_load_hf(zt_gpt2 *m, const char *path);
-ZT_API ZT_NODISCARD zt_status zt_gpt2_save_hf(zt_gpt2 *m, const char *path);
 
 /* ------------------------------------------------ FSDP checkpoints (src/snapshot/sharded.c) */
 /* A sharded checkpoint folder: shard-<r>-of-<N>.safetensors for each rank r of the shard group
@@ -91,9 +86,9 @@ ZT_API bool zt_snapshot_is_sharded(const char *dir);
 ZT_API ZT_NODISCARD zt_status zt_snapshot_consolidate(const char *sharded_dir, const char *out_dir, bool force);
 /* A full checkpoint of an FSDP model: parameters and optimizer state gathered to rank 0,
  * which writes exactly what zt_snapshot_save writes. Collective. */
-ZT_API ZT_NODISCARD zt_status zt_snapshot_save_full(const char *dir, zt_gpt2 *m, zt_fsdp *f, zt_optim *o, const zt_train_state *st);
+ZT_API ZT_NODISCARD zt_status zt_snapshot_save_full(const char *dir, const zt_model *m, zt_fsdp *f, zt_optim *o, const zt_train_state *st);
 /* Load a single-process checkpoint into an FSDP model at any world size: every rank reads the
  * files and keeps its slices. */
-ZT_API ZT_NODISCARD zt_status zt_snapshot_load_full(const char *dir, zt_gpt2 *m, zt_fsdp *f, zt_optim *o, zt_train_state *st);
+ZT_API ZT_NODISCARD zt_status zt_snapshot_load_full(const char *dir, const zt_model *m, zt_fsdp *f, zt_optim *o, zt_train_state *st);
 
 #endif

@@ -123,11 +123,12 @@ ZT_API ZT_NODISCARD zt_status zt_pipeline_train_step(const zt_pipeline_stages *s
                                                      const zt_pipeline_step_options *o, zt_train_step_result *out);
 
 /* ------------------------------------------------ OffloadModel (src/train/offload_train.c) */
-/* GPT-2 as OffloadModel's units (zt/offload_model.h), borrowed: unit 0 the embeddings (wte,
- * wpe), units 1..L the blocks, unit L + 1 ln_f and the fused lm-head loss (wte again: the tied
- * embedding is in RAM while the first or the last slice is); spans run as
- * zt_gpt2_forward_stage (through the block sequence's wrappers); params: zt_gpt2_params. */
-ZT_API ZT_NODISCARD zt_status zt_gpt2_offload_units(zt_gpt2 *m, zt_offload_units *out);
+/* A language model (zt/lm.h) as OffloadModel's units (zt/offload_model.h), borrowed: unit 0
+ * the embeddings, units 1..L the blocks, unit L + 1 the final norm and the fused loss (a tied
+ * embedding again: it is in RAM while the first or the last slice is); spans run as the
+ * model's forward_stage (through the block sequence's wrappers), each unit using the
+ * parameters its param_part names. m must stay alive (and at this address) while out is used. */
+ZT_API ZT_NODISCARD zt_status zt_lm_offload_units(const zt_model *m, zt_offload_units *out);
 
 /* The options of a training run, one struct per concern. */
 typedef struct zt_train_model_options {
@@ -297,7 +298,7 @@ ZT_API ZT_NODISCARD zt_status zt_train_config_set(zt_train_config *c, const char
 /* The model config a training config asks for: the preset, the shape of what model.init_from
  * names (contradicting overrides are errors), the token file's vocabulary (without a vocab_size
  * override), then the explicit overrides. */
-ZT_API ZT_NODISCARD zt_status zt_train_model_config(const zt_train_config *c, zt_gpt2_config *out);
+ZT_API ZT_NODISCARD zt_status zt_train_model_config(const zt_train_config *c, zt_lm_config *out);
 /* Read a config file: "name = value" lines (a leading "--" on a name is dropped), in
  * file order, calling set for each. '#' starts a comment at the start of a line or after a
  * blank ("run#1.jsonl" is a value); a value may be double-quoted ("a #b", with \" and \\).
@@ -437,7 +438,7 @@ ZT_API const char *zt_offload_plan_activations_name(zt_offload_plan_activations 
 #define ZT_OFFLOAD_PLAN_MAX_UNITS (ZT_TRAIN_MAX_LAYERS + 2) /* layers + 2 */
 #define ZT_OFFLOAD_PLAN_TEMP 8.0 /* values per token of one block's backward temporaries (measured) */
 typedef struct zt_offload_plan_input {
-  zt_gpt2_config model;
+  zt_lm_config model;
   int64_t rows, seq, microbatches; /* this rank's rows per step, in microbatches chunks */
   int64_t fixed_bytes;             /* RAM the process holds besides the model's states and activations */
   int64_t io_bytes;                /* the store's I/O buffers */
@@ -541,14 +542,14 @@ ZT_API ZT_NODISCARD zt_status zt_train_resume_changes(const zt_train_config *c, 
 
 /* Train as configured, calling on_step after every step (the library prints nothing).
  * On NaN/inf loss it stops with ZT_STATUS_STATE and leaves the last checkpoint intact.
- * If model_out is not NULL it receives the trained model (caller frees). */
+ * If model_out is not NULL it receives the trained model (the caller frees it with zt_model_free). */
 ZT_API ZT_NODISCARD zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void *user_data, zt_train_result *res,
-                       zt_gpt2 **model_out);
+                       zt_model *model_out);
 /* The same over a given process group (borrowed; NULL: zt_comm_world for the run, freed
  * at its end, which finalizes MPI when the run started it). With a model_out under FSDP
  * the returned model holds the full parameters (gathered on every rank). */
 ZT_API ZT_NODISCARD zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step_fn on_step, void *user_data,
-                          zt_train_result *res, zt_gpt2 **model_out);
+                          zt_train_result *res, zt_model *model_out);
 
 /* The memory strategies of a run (zt/strategy.h), made from c's memory options and attached
  * to a GPT-2: a recompute plan (the per-block plan of recompute_budget for one forward of
@@ -560,7 +561,7 @@ typedef struct zt_train_memory {
   zt_recompute_plan *recompute;
   zt_offload *offload;
 } zt_train_memory;
-ZT_API ZT_NODISCARD zt_status zt_train_memory_attach(zt_gpt2 *m, const zt_train_config *c, int64_t rows, zt_train_memory *mem,
+ZT_API ZT_NODISCARD zt_status zt_train_memory_attach(const zt_model *m, const zt_train_config *c, int64_t rows, zt_train_memory *mem,
                                         zt_train_result *res);
 ZT_API void zt_train_memory_free(zt_train_memory *mem); /* zeroes *mem; a zeroed one is a no-op */
 
@@ -611,11 +612,11 @@ ZT_API double zt_sgemm_gflops(int n, int reps);
  * temperature (0: greedy, else in (0, 100]) and top-k (0: all), from a private Philox stream (seed): the
  * default generator is not touched. *out is malloc'd (prompt + generated ids). Each token
  * comes from the last position of its context (the last block_size tokens, at positions
- * from 0), through a KV cache (zt_gpt2_forward_cached, zt/nn.h; allocated for the call on the
+ * from 0), through a KV cache (the model's forward_cached, zt/model.h; allocated for the call on the
  * model's device, tag ACTIVATION): the prompt is prefilled, then each token runs alone; past
  * block_size each token prefills the shifted window again. The model's parameters must be
  * resident (module hooks and sequence wrappers do not run). */
-ZT_API ZT_NODISCARD zt_status zt_gpt2_sample(zt_gpt2 *m, const int32_t *prompt, int64_t n_prompt, int64_t n, double temperature,
+ZT_API ZT_NODISCARD zt_status zt_lm_sample(const zt_model *m, const int32_t *prompt, int64_t n_prompt, int64_t n, double temperature,
                          int top_k, uint64_t seed, int32_t **out, int64_t *n_out);
 
 #endif

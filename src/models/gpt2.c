@@ -150,6 +150,7 @@ zt_status zt_gpt2_new_dtype(const zt_gpt2_config *c, zt_dtype dt, zt_gpt2 **out)
   zt_gpt2 *m = calloc(1, sizeof *m);
   if (!m) return ZT_ERR(ZT_STATUS_OOM, "zt_gpt2_new: out of host memory");
   m->cfg = *c;
+  m->lm = (zt_lm_config){.family = ZT_LM_GPT2, .gpt2 = *c};
   m->dtype = dt;
   zt_status s = build(m);
   if (s) {
@@ -169,6 +170,7 @@ zt_status zt_gpt2_new_evicted(const zt_gpt2_config *c, zt_store *store, zt_gpt2 
   zt_gpt2 *m = calloc(1, sizeof *m);
   if (!m) return ZT_ERR(ZT_STATUS_OOM, "zt_gpt2_new_evicted: out of host memory");
   m->cfg = *c;
+  m->lm = (zt_lm_config){.family = ZT_LM_GPT2, .gpt2 = *c};
   m->dtype = ZT_DTYPE_F32;
   m->evict_to = store;
   zt_status s = build(m);
@@ -211,10 +213,35 @@ static int model_params(void *ctx, zt_param **params) { return zt_gpt2_params(ct
 static zt_module *model_module(void *ctx) { return zt_gpt2_module(ctx); }
 static zt_module *model_blocks(void *ctx) { return ((zt_gpt2 *)ctx)->h; }
 static double model_flops(void *ctx, int64_t B, int64_t T) { return zt_gpt2_flops_per_step(ctx, B, T); }
+static const zt_lm_config *model_config(void *ctx) { return &((zt_gpt2 *)ctx)->lm; }
+static zt_status model_logits(void *ctx, zt_tensor *ids, zt_tensor **logits) {
+  return zt_gpt2_forward(ctx, ids, NULL, logits, NULL);
+}
+static zt_status model_stage(void *ctx, bool embed_first, int first, int count, zt_tensor *targets, zt_tensor *in,
+                             zt_tensor **out) {
+  return zt_gpt2_forward_stage(ctx, embed_first, first, count, targets, in, out);
+}
+/* "transformer.h.<i>." a block's; ln_f the output's; wte (tied) both ends'; wpe the input's. */
+static int model_part(void *ctx, int i) {
+  zt_gpt2 *m = ctx;
+  const char *name = m->params[i].name, *h = "transformer.h.";
+  if (!strncmp(name, h, strlen(h))) return atoi(name + strlen(h));
+  if (!strncmp(name, "transformer.ln_f.", 17)) return ZT_PART_OUTPUT;
+  if (!strcmp(name, "transformer.wte.weight")) return ZT_PART_BOTH;
+  return ZT_PART_INPUT;
+}
+static zt_status model_cache(void *ctx, int64_t batch, int64_t capacity, zt_kv_cache **out) {
+  return zt_gpt2_kv_cache_new(ctx, batch, capacity, out);
+}
+static zt_status model_cached(void *ctx, zt_kv_cache *cache, zt_tensor *ids, zt_tensor **logits) {
+  return zt_gpt2_forward_cached(ctx, cache, ids, logits);
+}
 
 zt_model zt_gpt2_model(zt_gpt2 *m) {
   return (zt_model){.forward_loss = model_forward_loss, .params = model_params, .module = model_module,
-                    .blocks = model_blocks, .flops_per_step = model_flops, .ctx = m};
+                    .blocks = model_blocks, .flops_per_step = model_flops, .config = model_config,
+                    .forward_logits = model_logits, .forward_stage = model_stage, .param_part = model_part,
+                    .kv_cache_new = model_cache, .forward_cached = model_cached, .ctx = m};
 }
 
 /* ------------------------------------------------------------------ forward */

@@ -36,16 +36,16 @@ static int param_index(const zt_param *p, int np, const char *name) {
  * kind the index holds for its parameter; every shard file is there, of this save and agrees with
  * the index; no destination is being restored into RAM. */
 static zt_status check_whole(zt__shard_index *ix, const zt_param *p, int np, int n_opt, const char *const *onames) {
-  const zt_gpt2_config *g = &ix->st.model;
-  char a[128], b[128];
+  char a[128], b[128], what[256];
+  zt_lm_config_describe(&ix->st.model, what, sizeof what);
   for (int i = 0; i < ix->n; i++) {
     const zt__shard_entry *e = &ix->e[i];
     int k = param_index(p, np, e->param);
     if (k < 0)
       return ZT_ERR(ZT_STATUS_SHAPE,
                     "checkpoint '%s' holds parameter '%s', which the model does not have: it was saved from another "
-                    "model shape than its state.json's (n_layer %d), or its files were mixed",
-                    ix->dir, e->param, g->n_layer);
+                    "model shape than its state.json's (%s), or its files were mixed",
+                    ix->dir, e->param, what);
     const zt_tensor *t = p[k].tensor;
     if (!zt_shape_equal(e->ndim, e->shape, t->ndim, t->shape))
       return ZT_ERR(ZT_STATUS_SHAPE,
@@ -90,10 +90,10 @@ static zt_status read_whole(zt__shard_index *ix, zt__bounce *stage, const char *
 
 /* The model's parameters and n_opt state tensors ("<kind>.<param>", full-shaped) from the
  * index, checked first (check_whole), each tensor read whole from whichever shard files hold it. */
-static zt_status load_whole(zt__shard_index *ix, zt_gpt2 *m, int n_opt, const char *const *onames,
+static zt_status load_whole(zt__shard_index *ix, const zt_model *m, int n_opt, const char *const *onames,
                             zt_tensor *const *ots) {
   zt_param *p;
-  int np = zt_gpt2_params(m, &p);
+  int np = zt_model_params(m, &p);
   ZT_TRY(check_whole(ix, p, np, n_opt, onames));
   zt_tensor **all = malloc(sizeof *all * (size_t)(np + n_opt + 1));
   if (!all) return ZT_ERR(ZT_STATUS_OOM, "loading checkpoint '%s': out of memory", ix->dir);
@@ -119,13 +119,13 @@ static zt_status load_whole(zt__shard_index *ix, zt_gpt2 *m, int n_opt, const ch
   return s;
 }
 
-zt_status zt__snapshot_load_consolidated(const char *dir, zt_gpt2 *m, zt_optim *o, zt_train_state *st) {
+zt_status zt__snapshot_load_consolidated(const char *dir, const zt_model *m, zt_optim *o, zt_train_state *st) {
   zt__shard_index *ix = NULL;
   ZT_TRY(zt__shard_index_read(dir, &ix));
   int n_opt = 0;
   const char *const *onames = NULL;
   zt_tensor *const *ots = NULL;
-  zt_status s = zt__snap_check_shape(dir, &ix->st.model, zt_gpt2_get_config(m));
+  zt_status s = zt__snap_check_shape(dir, &ix->st.model, zt_model_config(m));
   if (!s && o && !ix->has_optim) s = zt__snap_no_optim(dir);
   if (!s && o) s = zt_optim_state(o, &n_opt, &onames, &ots);
   if (!s) s = load_whole(ix, m, n_opt, onames, ots);
@@ -177,8 +177,8 @@ zt_status zt_snapshot_consolidate(const char *sharded_in, const char *out_dir, b
   /* Building the model draws its (overwritten) initial values from the default generator:
    * keep the caller's stream where it was. */
   zt_rng_state rng = zt_rng_get_state();
-  zt_gpt2 *m = NULL;
-  zt_status s = zt_gpt2_new(&ix->st.model, &m);
+  zt_model model = {0}, *m = &model;
+  zt_status s = zt_lm_new(&ix->st.model, ZT_DTYPE_F32, NULL, &model);
   zt_rng_set_state(rng);
   if (s) {
     zt__error_prefix(s, "consolidating '%s' (model config from its state.json)", sharded_dir);
@@ -186,7 +186,7 @@ zt_status zt_snapshot_consolidate(const char *sharded_in, const char *out_dir, b
     return s;
   }
   zt_param *params;
-  int np = zt_gpt2_params(m, &params);
+  int np = zt_model_params(m, &params);
   int cap = np * (ZT__SHARD_KIND_COUNT - 1) + 1, n_opt = 0;
   char **names = calloc((size_t)cap, sizeof *names);
   zt_tensor **ts = calloc((size_t)cap, sizeof *ts);
@@ -216,7 +216,7 @@ zt_status zt_snapshot_consolidate(const char *sharded_in, const char *out_dir, b
   }
   free(names);
   free(ts);
-  zt_gpt2_free(m);
+  zt_model_free(&model);
   zt__shard_index_free(ix);
   if (s && made) rmdir(out_dir); /* only when it is empty: a failed save left nothing in it */
   return s;

@@ -366,11 +366,11 @@ static zt_status receive_pieces(const gather_ctx *g, int *slot, full_state *fs, 
 
 /* The full state on rank 0 (fs) from every rank's FSDP pieces (L): the ranks all-gather where
  * their pieces lie, then each sends its pack to rank 0. Collective over the shard group. */
-static zt_status gather_state(zt_fsdp *f, zt_gpt2 *m, const local_pieces *L, full_state *fs) {
+static zt_status gather_state(zt_fsdp *f, const zt_model *m, const local_pieces *L, full_state *fs) {
   gather_ctx g = {.sc = zt_fsdp_shard_comm(f), .L = L};
   int r = zt_comm_rank(g.sc);
   g.n = zt_comm_size(g.sc);
-  g.np = zt_gpt2_params(m, &g.mp);
+  g.np = zt_model_params(m, &g.mp);
   g.nm = (int64_t)g.np * 2 + ZT__SHARD_KIND_COUNT;
   zt_tensor *meta = NULL, *all = NULL, *buf = NULL;
   int *slot = NULL;
@@ -421,7 +421,7 @@ out:
   return s;
 }
 
-zt_status zt_snapshot_save_full(const char *dir, zt_gpt2 *m, zt_fsdp *f, zt_optim *o, const zt_train_state *st) {
+zt_status zt_snapshot_save_full(const char *dir, const zt_model *m, zt_fsdp *f, zt_optim *o, const zt_train_state *st) {
   if (!dir || !*dir || !m || !f || !st)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_snapshot_save_full: empty folder name, or NULL model, fsdp or state");
   ZT_TRY(zt_fsdp_gather_full_params(f));
@@ -485,7 +485,7 @@ static zt_status load_state_slices(const char *dir, const char *save_id, const l
   return s;
 }
 
-zt_status zt_snapshot_load_full(const char *dir_in, zt_gpt2 *m, zt_fsdp *f, zt_optim *o, zt_train_state *st) {
+zt_status zt_snapshot_load_full(const char *dir_in, const zt_model *m, zt_fsdp *f, zt_optim *o, zt_train_state *st) {
   if (!dir_in || !m || !f) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_snapshot_load_full: NULL folder, model or fsdp");
   char id[64] = "", dir[ZT__SH_PATH_CAP];
   bool has_optim = false;

@@ -102,6 +102,6 @@ ZT_NODISCARD zt_status zt__shard_read(zt__shard_index *ix, const char *param, zt
  * shape, the parameters, the state kinds and every shard file are checked before the first
  * tensor is written. A destination evicted to a store (zt_storage_evict) is filled in its store
  * through one host buffer (src/io/bounce.c), never restored: the model is never whole in RAM. */
-ZT_NODISCARD zt_status zt__snapshot_load_consolidated(const char *dir, zt_gpt2 *m, zt_optim *o, zt_train_state *st);
+ZT_NODISCARD zt_status zt__snapshot_load_consolidated(const char *dir, const zt_model *m, zt_optim *o, zt_train_state *st);
 
 #endif

@@ -1,6 +1,6 @@
-/* Training checkpoints and Hugging Face GPT-2 weight files.
- * A checkpoint folder holds model.safetensors (HF GPT2LMHeadModel names, metadata
- * format=pt) + config.json (an HF GPT2Config) so transformers loads it as is, and
+/* Training checkpoints.
+ * A checkpoint folder holds model.safetensors (the model's Hugging Face names, metadata
+ * format=pt) + config.json (its family's transformers config) so transformers loads it as is, and
  * optim.safetensors + state.json for resuming. state.json is the commit record: written
  * last, it names a save id that the two tensor files carry too, so a folder whose files
  * were mixed is refused instead of resumed from. Saves go into a series folder, one
@@ -20,6 +20,7 @@
 #include "io/bounce.h"
 #include "io/buf.h"
 #include "io/json.h"
+#include "models/lm_internal.h"
 #include "snapshot/sharded.h"
 #include "snapshot/snapshot_internal.h"
 
@@ -33,210 +34,6 @@
 #define CK_VERSION 1
 #define CK_PATH_CAP 4096
 
-/* ------------------------------------------------------------------ HF GPT-2 files */
-
-static const char *torch_dtype(zt_dtype dt) {
-  switch (dt) {
-  case ZT_DTYPE_F64: return "float64";
-  case ZT_DTYPE_BF16: return "bfloat16";
-  case ZT_DTYPE_F16: return "float16";
-  default: return "float32";
-  }
-}
-
-/* An HF GPT2Config: GELU with the tanh approximation is "gelu_new"; positions and context
- * are the block size; the output layer is tied to wte. */
-static void hf_config_json(zt__buf *b, const zt_gpt2_config *c, zt_dtype dt) {
-  char p[32];
-  zt__fmt_double(p, c->dropout);
-  zt__buf_printf(b,
-                 "{\n"
-                 "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
-                 "  \"model_type\": \"gpt2\",\n"
-                 "  \"vocab_size\": %d,\n"
-                 "  \"n_positions\": %d,\n"
-                 "  \"n_ctx\": %d,\n"
-                 "  \"n_embd\": %d,\n"
-                 "  \"n_layer\": %d,\n"
-                 "  \"n_head\": %d,\n"
-                 "  \"n_inner\": null,\n"
-                 "  \"activation_function\": \"gelu_new\",\n"
-                 "  \"resid_pdrop\": %s,\n"
-                 "  \"embd_pdrop\": %s,\n"
-                 "  \"attn_pdrop\": %s,\n"
-                 "  \"layer_norm_epsilon\": 1e-05,\n"
-                 "  \"initializer_range\": 0.02,\n"
-                 "  \"scale_attn_weights\": true,\n"
-                 "  \"use_cache\": true,\n"
-                 "  \"tie_word_embeddings\": true,\n",
-                 c->vocab_size, c->block_size, c->block_size, c->n_embd, c->n_layer, c->n_head, p, p, p);
-  /* GPT-2's <|endoftext|> id where the vocabulary has it; null otherwise (GPT2Config's
-   * default 50256 would lie outside a small vocabulary). */
-  if (c->vocab_size > 50256)
-    zt__buf_printf(b, "  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256,\n");
-  else
-    zt__buf_printf(b, "  \"bos_token_id\": null,\n  \"eos_token_id\": null,\n");
-  zt__buf_printf(b, "  \"torch_dtype\": \"%s\"\n}\n", torch_dtype(dt));
-}
-
-static zt_status save_model(zt_gpt2 *m, const char *path, const char *save_id) {
-  zt_param *params;
-  int n = zt_gpt2_params(m, &params);
-  if (n <= 0) return ZT_ERR(ZT_STATUS_STATE, "saving '%s': the model has no parameters", path);
-  const char **names = malloc(sizeof *names * (size_t)n);
-  zt_tensor **tensors = malloc(sizeof *tensors * (size_t)n);
-  zt_status s = ZT_OK;
-  if (!names || !tensors) {
-    s = ZT_ERR(ZT_STATUS_OOM, "saving '%s': out of memory", path);
-  } else {
-    for (int i = 0; i < n; i++) {
-      names[i] = params[i].name;
-      tensors[i] = params[i].tensor;
-    }
-    /* transformers refuses a safetensors file without format=pt in its metadata. */
-    const char *keys[] = {"format", "zt_save_id"}, *vals[] = {"pt", save_id};
-    s = zt_safetensors_save(path, n, names, tensors, save_id ? 2 : 1, keys, vals);
-  }
-  free(names);
-  free(tensors);
-  return s;
-}
-
-static zt_status write_hf_config(const char *path, zt_gpt2 *m) {
-  zt_param *params;
-  int n = zt_gpt2_params(m, &params);
-  zt__buf b = {0};
-  hf_config_json(&b, zt_gpt2_get_config(m), n > 0 ? params[0].tensor->dtype : ZT_DTYPE_F32);
-  zt_status s = zt__buf_write_atomic(&b, path);
-  zt__buf_free(&b);
-  return s;
-}
-
-zt_status zt_gpt2_save_hf(zt_gpt2 *m, const char *path) {
-  if (!m || !path || !*path) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_save_hf: NULL model or empty path");
-  char dir[CK_PATH_CAP], cfg[CK_PATH_CAP];
-  const char *slash = strrchr(path, '/');
-  snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash == path ? 1 : slash - path) : 1, slash ? path : ".");
-  ZT_TRY(zt__path_join(cfg, CK_PATH_CAP, dir, CK_CONFIG));
-  ZT_TRY(save_model(m, path, NULL));
-  return write_hf_config(cfg, m);
-}
-
-static bool ends_with(const char *s, const char *suffix) {
-  size_t a = strlen(s), b = strlen(suffix);
-  return a >= b && !strcmp(s + a - b, suffix);
-}
-
-/* Largest block index + 1 among names "h.N." (with or without "transformer."). */
-static int count_layers(int n, char *const *names) {
-  int layers = 0;
-  for (int i = 0; i < n; i++) {
-    const char *s = names[i];
-    if (!strncmp(s, "transformer.", 12)) s += 12;
-    int k;
-    if (sscanf(s, "h.%d.", &k) == 1 && k + 1 > layers) layers = k + 1;
-  }
-  return layers;
-}
-
-zt_status zt_gpt2_load_hf(zt_gpt2 *m, const char *path) {
-  if (!m || !path) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_load_hf: NULL model or path");
-  int nf = 0;
-  char **fnames = NULL;
-  ZT_TRY(zt_safetensors_names(path, &nf, &fnames));
-  zt_param *params;
-  int np = zt_gpt2_params(m, &params);
-  const zt_gpt2_config *cfg = zt_gpt2_get_config(m);
-  const char **map = calloc((size_t)np + 1, sizeof *map);
-  bool *used = calloc((size_t)nf + 1, sizeof *used);
-  zt_tensor *lm = NULL, *wte_host = NULL;
-  zt__bounce stage = {0};
-  zt_status s = ZT_OK;
-  if (!map || !used) {
-    s = ZT_ERR(ZT_STATUS_OOM, "loading '%s': out of memory", path);
-    goto out;
-  }
-  /* transformers writes "transformer.h.0..." for GPT2LMHeadModel and "h.0..." for a bare
-   * GPT2Model export: accept either spelling of each name. */
-  int lm_idx = -1;
-  for (int i = 0; i < np && !s; i++) {
-    const char *full = params[i].name;
-    const char *bare = strncmp(full, "transformer.", 12) ? NULL : full + 12;
-    for (int k = 0; k < nf && !map[i]; k++)
-      if (!strcmp(fnames[k], full) || (bare && !strcmp(fnames[k], bare))) {
-        map[i] = fnames[k];
-        used[k] = true;
-      }
-    if (!map[i]) {
-      int fl = count_layers(nf, fnames);
-      char hint[160] = "";
-      if (fl != cfg->n_layer)
-        snprintf(hint, sizeof hint, " (the file has %d layers, the model %d)", fl, cfg->n_layer);
-      s = ZT_ERR(ZT_STATUS_INVALID_ARG, "'%s' has no tensor '%s'%s%s%s: it is not a GPT-2 model of this shape%s", path,
-                 full, bare ? " (nor '" : "", bare ? bare : "", bare ? "')" : "", hint);
-    }
-  }
-  for (int k = 0; k < nf && !s; k++) {
-    if (used[k]) continue;
-    const char *f = fnames[k];
-    if (!strcmp(f, "lm_head.weight")) {
-      lm_idx = k;
-    } else if (!ends_with(f, ".attn.bias") && !ends_with(f, ".attn.masked_bias")) {
-      /* attn.bias / masked_bias are the causal-mask buffers of older exports. */
-      s = ZT_ERR(ZT_STATUS_INVALID_ARG, "'%s' holds tensor '%s', which is not a parameter of a GPT-2 model", path, f);
-    }
-  }
-  if (s) goto out;
-  zt_tensor **ts = malloc(sizeof *ts * (size_t)np);
-  if (!ts) {
-    s = ZT_ERR(ZT_STATUS_OOM, "loading '%s': out of memory", path);
-    goto out;
-  }
-  for (int i = 0; i < np; i++) ts[i] = params[i].tensor;
-  s = zt_safetensors_load_into(path, np, map, ts, false);
-  free(ts);
-  if (s || lm_idx < 0) goto out;
-  /* The output layer is tied to wte here; a file whose lm_head differs is another model. */
-  zt_tensor *wte = NULL;
-  for (int i = 0; i < np; i++)
-    if (!strcmp(params[i].name, "transformer.wte.weight")) wte = params[i].tensor;
-  if (!wte) goto out;
-  if ((s = zt_tensor_empty_tagged(wte->ndim, wte->shape, wte->dtype, ZT_CPU, ZT_MEM_TAG_TEMP, &lm))) goto out;
-  const char *lm_name = "lm_head.weight";
-  if ((s = zt_safetensors_load_into(path, 1, &lm_name, &lm, false))) goto out;
-  int64_t ne = zt_tensor_numel(wte);
-  /* compared on the host: wte's own bytes, a copy of an evicted one's (staged, not restored),
-   * or a cpu copy of a device's */
-  if (zt_storage_is_evicted(wte->storage)) {
-    if ((s = zt__bounce_init(&stage, 1, &wte)) || (s = zt__bounce_view(&stage, wte, true, &wte_host))) goto out;
-    wte = wte_host;
-  } else if (!zt__tensor_host_ptr(wte)) {
-    if ((s = zt__tensor_to_device(wte, ZT_CPU, ZT_MEM_TAG_TEMP, &wte_host))) goto out;
-    wte = wte_host;
-  }
-  /* both are host memory now */
-  if (zt_tensor_is_contiguous(wte) && !memcmp(zt__tensor_ptr(wte), zt__tensor_ptr(lm), zt_tensor_nbytes(wte)))
-    goto out;
-  for (int64_t i = 0; i < ne; i++) {
-    double a = zt_tensor_get(wte, i), b = zt_tensor_get(lm, i);
-    if (a != b && !(a != a && b != b)) {
-      s = ZT_ERR(ZT_STATUS_INVALID_ARG,
-                 "'%s': lm_head.weight differs from the embedding wte (element %lld: %g vs %g); zerotrain's GPT-2 ties "
-                 "them, so this untied model cannot be loaded",
-                 path, (long long)i, b, a);
-      break;
-    }
-  }
-out:
-  free(map);
-  free(used);
-  free(fnames);
-  zt_tensor_free(lm);
-  zt_tensor_free(wte_host);
-  zt__bounce_free(&stage);
-  return s;
-}
-
 /* ------------------------------------------------------------------ state.json */
 
 typedef struct ck_state {
@@ -248,7 +45,6 @@ typedef struct ck_state {
 /* extra: more members (each line "  \"key\": value,\n") placed before "optimizer"; may be NULL. */
 static void state_json(zt__buf *b, const ck_state *k, const char *extra) {
   const zt_train_state *st = &k->st;
-  const zt_gpt2_config *c = &st->model;
   char dbuf[32];
   zt__buf_printf(b,
                  "{\n"
@@ -258,11 +54,11 @@ static void state_json(zt__buf *b, const ck_state *k, const char *extra) {
                  "  \"step\": %lld,\n"
                  "  \"rng\": {\"seed\": %llu, \"offset\": %llu},\n"
                  "  \"data\": {\"epoch\": %llu, \"index\": %lld},\n"
-                 "  \"model\": {\"n_layer\": %d, \"n_head\": %d, \"n_embd\": %d, \"vocab_size\": %d, "
-                 "\"block_size\": %d, \"dropout\": %s},\n",
+                 "  \"model\": ",
                  CK_VERSION, k->save_id, (long long)st->step, (unsigned long long)st->rng.seed,
-                 (unsigned long long)st->rng.offset, (unsigned long long)st->data.epoch, (long long)st->data.index,
-                 c->n_layer, c->n_head, c->n_embd, c->vocab_size, c->block_size, zt__fmt_double(dbuf, c->dropout));
+                 (unsigned long long)st->rng.offset, (unsigned long long)st->data.epoch, (long long)st->data.index);
+  zt__lm_state_json(&st->model, b);
+  zt__buf_printf(b, ",\n");
   if (st->loss_scale > 0)
     zt__buf_printf(b, "  \"loss_scale\": {\"scale\": %s, \"good_steps\": %lld},\n", zt__fmt_double(dbuf, st->loss_scale),
                    (long long)st->loss_scale_good);
@@ -311,13 +107,6 @@ static zt_status field_u64(const char *path, const zt__json *obj, const char *ke
   if (!zt__json_u64(v, out))
     return ZT_ERR(ZT_STATUS_IO, "'%s': field '%s%s%s' must be an unsigned 64-bit integer", path, key,
                   sub ? "." : "", sub ? sub : "");
-  return ZT_OK;
-}
-
-static zt_status field_int(const char *path, const zt__json *obj, const char *sub, int *out) {
-  int64_t v;
-  ZT_TRY(field_i64(path, obj, "model", sub, 1, INT32_MAX, &v));
-  *out = (int)v;
   return ZT_OK;
 }
 
@@ -371,11 +160,7 @@ static zt_status read_state(const char *dir, ck_state *k) {
   if ((s = field_u64(path, j, "rng", "offset", &st->rng.offset))) goto out;
   if ((s = field_u64(path, j, "data", "epoch", &st->data.epoch))) goto out;
   if ((s = field_i64(path, j, "data", "index", 0, INT64_MAX, &st->data.index))) goto out;
-  zt_gpt2_config *c = &st->model;
-  if ((s = field_int(path, j, "n_layer", &c->n_layer)) || (s = field_int(path, j, "n_head", &c->n_head)) ||
-      (s = field_int(path, j, "n_embd", &c->n_embd)) || (s = field_int(path, j, "vocab_size", &c->vocab_size)) ||
-      (s = field_int(path, j, "block_size", &c->block_size)))
-    goto out;
+  if ((s = zt__lm_state_read(path, zt__json_get(j, "model"), &st->model))) goto out;
   if (zt__json_get(j, "loss_scale")) { /* f16 runs only */
     if ((s = field(path, j, "loss_scale", "scale", &v))) goto out;
     if (!zt__json_f64(v, &st->loss_scale) || !(st->loss_scale > 0)) {
@@ -391,11 +176,6 @@ static zt_status read_state(const char *dir, ck_state *k) {
       goto out;
     }
     memcpy(st->options, v->str, strlen(v->str) + 1);
-  }
-  if ((s = field(path, j, "model", "dropout", &v))) goto out;
-  if (!zt__json_f64(v, &c->dropout) || !(c->dropout >= 0 && c->dropout < 1)) {
-    s = ZT_ERR(ZT_STATUS_IO, "'%s': field 'model.dropout' must be a number in [0, 1)", path);
-    goto out;
   }
   if ((s = field(path, j, "optimizer", NULL, &v))) goto out;
   if (v->kind != ZT__JSON_BOOL) {
@@ -464,13 +244,13 @@ zt_status zt__snap_copy_tokenizer(const char *into, const zt_train_state *st) {
 }
 
 /* Writes the four files (and the tokenizer's) into `into`; state.json last (the commit record). */
-static zt_status write_files(const char *into, zt_gpt2 *m, int n_opt, const char *const *opt_names,
+static zt_status write_files(const char *into, const zt_model *m, int n_opt, const char *const *opt_names,
                              zt_tensor *const *opt_tensors, int64_t opt_step, const ck_state *k) {
   char path[CK_PATH_CAP];
   ZT_TRY(zt__path_join(path, CK_PATH_CAP, into, CK_MODEL));
-  ZT_TRY(save_model(m, path, k->save_id));
+  ZT_TRY(zt__lm_save_weights(m, path, k->save_id));
   ZT_TRY(zt__path_join(path, CK_PATH_CAP, into, CK_CONFIG));
-  ZT_TRY(write_hf_config(path, m));
+  ZT_TRY(zt__lm_write_hf_config(m, path));
   if (k->has_optim) {
     char step[32];
     snprintf(step, sizeof step, "%lld", (long long)opt_step);
@@ -487,7 +267,7 @@ static zt_status write_files(const char *into, zt_gpt2 *m, int n_opt, const char
   return s;
 }
 
-zt_status zt__snapshot_save_arrays(const char *dir, zt_gpt2 *m, bool has_optim, int n_opt,
+zt_status zt__snapshot_save_arrays(const char *dir, const zt_model *m, bool has_optim, int n_opt,
                                      const char *const *opt_names, zt_tensor *const *opt_tensors, int64_t opt_step,
                                      const zt_train_state *st) {
   if (!dir || !*dir || !m || !st)
@@ -495,7 +275,9 @@ zt_status zt__snapshot_save_arrays(const char *dir, zt_gpt2 *m, bool has_optim, 
   ck_state k;
   memset(&k, 0, sizeof k);
   k.st = *st;
-  k.st.model = *zt_gpt2_get_config(m); /* the model's own shape, whatever st says */
+  const zt_lm_config *own = zt_model_config(m);
+  if (!own) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_snapshot_save: the model is not a language model of a family (zt/lm.h)");
+  k.st.model = *own; /* the model's own shape, whatever st says */
   k.has_optim = has_optim;
   zt__snap_new_save_id(k.save_id, st->step);
   zt__snap_staging stage;
@@ -508,7 +290,7 @@ zt_status zt__snapshot_save_arrays(const char *dir, zt_gpt2 *m, bool has_optim, 
   return zt__snap_staging_commit(&stage);
 }
 
-zt_status zt_snapshot_save(const char *dir, zt_gpt2 *m, zt_optim *o, const zt_train_state *st) {
+zt_status zt_snapshot_save(const char *dir, const zt_model *m, zt_optim *o, const zt_train_state *st) {
   if (!dir || !*dir || !m || !st)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_snapshot_save: empty folder name, or NULL model or state");
   int n_opt = 0;
@@ -556,20 +338,11 @@ static zt_status read_optim_step(const char *dir, int64_t *out) {
   return ZT_OK;
 }
 
-zt_status zt__snap_check_shape(const char *dir, const zt_gpt2_config *have, const zt_gpt2_config *want) {
-  const struct {
-    const char *name;
-    int ck, model;
-  } fields[] = {{"n_layer", have->n_layer, want->n_layer},
-                {"n_head", have->n_head, want->n_head},
-                {"n_embd", have->n_embd, want->n_embd},
-                {"vocab_size", have->vocab_size, want->vocab_size},
-                {"block_size", have->block_size, want->block_size}};
-  for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
-    if (fields[i].ck != fields[i].model)
-      return ZT_ERR(ZT_STATUS_SHAPE, "checkpoint '%s' has %s %d, model has %d: it was saved from another model shape",
-                    dir, fields[i].name, fields[i].ck, fields[i].model);
-  return ZT_OK;
+zt_status zt__snap_check_shape(const char *dir, const zt_lm_config *have, const zt_lm_config *want) {
+  if (!want) return ZT_ERR(ZT_STATUS_INVALID_ARG, "loading '%s': the model is not a language model of a family (zt/lm.h)", dir);
+  char what[CK_PATH_CAP + 16];
+  snprintf(what, sizeof what, "checkpoint '%s'", dir);
+  return zt_lm_config_check_same(what, have, want);
 }
 
 zt_status zt__snap_no_optim(const char *dir) {
@@ -579,7 +352,7 @@ zt_status zt__snap_no_optim(const char *dir) {
                 dir, dir);
 }
 
-zt_status zt_snapshot_load(const char *dir_in, zt_gpt2 *m, zt_optim *o, zt_train_state *st) {
+zt_status zt_snapshot_load(const char *dir_in, const zt_model *m, zt_optim *o, zt_train_state *st) {
   if (!m) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_snapshot_load: model is NULL");
   char dir[CK_PATH_CAP];
   ZT_TRY(zt_snapshot_resolve(dir_in, dir, sizeof dir));
@@ -587,7 +360,7 @@ zt_status zt_snapshot_load(const char *dir_in, zt_gpt2 *m, zt_optim *o, zt_train
   if (zt_snapshot_is_sharded(dir)) return zt__snapshot_load_consolidated(dir, m, o, st);
   ck_state k;
   ZT_TRY(read_state(dir, &k));
-  ZT_TRY(zt__snap_check_shape(dir, &k.st.model, zt_gpt2_get_config(m)));
+  ZT_TRY(zt__snap_check_shape(dir, &k.st.model, zt_model_config(m)));
   if (o && !k.has_optim) return zt__snap_no_optim(dir);
   /* Everything checkable is checked before the first tensor is overwritten. */
   ZT_TRY(check_save_id(dir, CK_MODEL, k.save_id));
@@ -596,7 +369,7 @@ zt_status zt_snapshot_load(const char *dir_in, zt_gpt2 *m, zt_optim *o, zt_train
   if (o) ZT_TRY(read_optim_step(dir, &opt_step));
   char path[CK_PATH_CAP];
   zt_param *params;
-  int np = zt_gpt2_params(m, &params);
+  int np = zt_model_params(m, &params);
   const char **names = malloc(sizeof *names * (size_t)(np > 0 ? np : 1));
   zt_tensor **ts = malloc(sizeof *ts * (size_t)(np > 0 ? np : 1));
   zt_status s = ZT_OK;

@@ -17,7 +17,7 @@ void zt__snap_state_json(zt__buf *b, const zt_train_state *st, const char *save_
 ZT_NODISCARD zt_status zt__snap_read_state(const char *dir, zt_train_state *st, char save_id[64], bool *has_optim);
 /* The shape a checkpoint recorded (have) against the model's (want): ZT_STATUS_SHAPE naming
  * the first field that differs and both values. */
-ZT_NODISCARD zt_status zt__snap_check_shape(const char *dir, const zt_gpt2_config *have, const zt_gpt2_config *want);
+ZT_NODISCARD zt_status zt__snap_check_shape(const char *dir, const zt_lm_config *have, const zt_lm_config *want);
 /* A Hugging Face tokenizer's files, as a checkpoint carries them: tokenizer.json (needed) first,
  * then the optional ones. */
 #define ZT__SNAP_HF_TOKENIZER_FILES 3
@@ -52,7 +52,7 @@ ZT_NODISCARD zt_status zt__snap_staging_commit(zt__snap_staging *k);
 void zt__snap_staging_abort(zt__snap_staging *k);
 /* zt_snapshot_save with the optimizer state given as arrays (full-shaped, named
  * "exp_avg.<param>", ...): the full checkpoint of an FSDP model writes through this. */
-ZT_NODISCARD zt_status zt__snapshot_save_arrays(const char *dir, zt_gpt2 *m, bool has_optim, int n_opt,
+ZT_NODISCARD zt_status zt__snapshot_save_arrays(const char *dir, const zt_model *m, bool has_optim, int n_opt,
                                      const char *const *opt_names, zt_tensor *const *opt_tensors, int64_t opt_step,
                                      const zt_train_state *st);
 

@@ -67,8 +67,7 @@ static zt_status attach(zt__mode *m) {
   o.fsdp_options.param_dtype = o.fsdp_options.reduce_dtype = c->parallel.mixed_precision;
   o.fsdp_options.state_store = r->tier;
   ZT_TRY(zt_data_parallel_new(r->comm, &o, &ctx(m)->strategy));
-  zt_model model = zt_gpt2_model(r->model);
-  ZT_TRY(zt_strategy_attach(zt_data_parallel_strategy(ctx(m)->strategy), &model));
+    ZT_TRY(zt_strategy_attach(zt_data_parallel_strategy(ctx(m)->strategy), &r->model));
   r->n_params = zt_data_parallel_params(ctx(m)->strategy, &r->params);
   ctx(m)->step = (zt_dp_strategy){strat_mean, strat_set_sync, strat_clip, strat_scale, strat_after, strat_update, m};
   return ZT_OK;
@@ -76,7 +75,7 @@ static zt_status attach(zt__mode *m) {
 
 static zt_status dp_link(zt__mode *m) {
   zt__run *r = m->run;
-  r->n_params = zt_gpt2_params(r->model, &r->params);
+  r->n_params = zt_model_params(&r->model, &r->params);
   ctx(m)->step = (zt_dp_strategy){step_mean, step_set_sync, step_clip, NULL, step_after, step_update, r};
   if (r->c->parallel.shard != ZT_SHARD_NONE || r->world > 1) ZT_TRY(attach(m));
   ZT_TRY(zt__run_optim(r));
@@ -89,7 +88,7 @@ static zt_status dp_save(zt__mode *m, const zt_train_state *st) {
   zt_fsdp *fsdp = ctx(m)->strategy ? zt_data_parallel_fsdp(ctx(m)->strategy) : NULL;
   const char *dir = r->c->checkpoint.save;
   if (!fsdp) return zt__run_save_replicated(r, st); /* plain and DDP: every rank holds the same values */
-  return r->c->checkpoint.save_full ? zt_snapshot_save_full(dir, r->model, fsdp, r->opt, st)
+  return r->c->checkpoint.save_full ? zt_snapshot_save_full(dir, &r->model, fsdp, r->opt, st)
                                     : zt_snapshot_save_sharded(dir, fsdp, r->opt, st);
 }
 
@@ -97,19 +96,18 @@ static zt_status dp_load(zt__mode *m, zt_train_state *st) {
   zt__run *r = m->run;
   zt_fsdp *fsdp = ctx(m)->strategy ? zt_data_parallel_fsdp(ctx(m)->strategy) : NULL;
   const char *dir = r->c->checkpoint.resume;
-  if (!fsdp) return zt_snapshot_load(dir, r->model, r->opt, st);
+  if (!fsdp) return zt_snapshot_load(dir, &r->model, r->opt, st);
   if (zt_snapshot_is_sharded(dir)) return zt_snapshot_load_sharded(dir, fsdp, r->opt, st);
-  return zt_snapshot_load_full(dir, r->model, fsdp, r->opt, st);
+  return zt_snapshot_load_full(dir, &r->model, fsdp, r->opt, st);
 }
 
 static zt_status dp_step(zt__mode *m, const zt_train_step_options *so, zt_train_step_result *out) {
-  zt_model model = zt_gpt2_model(m->run->model);
-  return zt_train_step(&model, &ctx(m)->step, m->run->opt, m->run->next, m->run->next_data, so, out);
+  return zt_train_step(&m->run->model, &ctx(m)->step, m->run->opt, m->run->next, m->run->next_data, so, out);
 }
 
 static zt_status dp_loss(zt__mode *m, zt_tensor *x, zt_tensor *y, double *loss) {
   zt_tensor *l = NULL;
-  ZT_TRY(zt_gpt2_forward(m->run->model, x, y, NULL, &l));
+  ZT_TRY(zt_model_forward_loss(&m->run->model, x, y, &l));
   *loss = zt_tensor_get(l, 0);
   zt_tensor_free(l);
   return ZT_OK;

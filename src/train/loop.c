@@ -79,7 +79,7 @@ static zt_status loop_free(loop *r) {
   zt__mode_close(&r->mode); /* before the model: the strategies' hooks sit on its modules */
   zt__run_close(&r->run);
   zt_train_memory_free(&r->mem);
-  zt_gpt2_free(r->run.model);
+  zt_model_free(&r->run.model);
   zt__run_tier_close(&r->run); /* the tier last: the model and the optimizer may have had bytes in it */
   return zt__run_log_close(r->log);
 }
@@ -132,9 +132,10 @@ static zt_status load_data(loop *r) {
   }
   const char *train_name = c->data.path[0] ? c->data.path : "(built-in)";
   const char *val_name = c->data.val_path[0] ? c->data.val_path : c->data.path[0] ? "(last tenth of zt_train_config.data.path)" : "(built-in)";
-  zt_status s = zt_tokens_check_range(r->train, r->run.g.vocab_size);
+  int vocab = zt_lm_config_dims(&r->run.g).vocab;
+  zt_status s = zt_tokens_check_range(r->train, vocab);
   if (s) return zt__error_prefix(s, "training data '%s'", train_name);
-  s = zt_tokens_check_range(r->val, r->run.g.vocab_size);
+  s = zt_tokens_check_range(r->val, vocab);
   if (s) return zt__error_prefix(s, "validation data '%s'", val_name);
   int D = r->run.data_world;
   int64_t rows = c->data.batch / D; // --batch is global: this rank's rows of it (its replica's, with a pipeline)
@@ -171,8 +172,9 @@ static zt_status eval_loss(loop *r, double *out) {
   if (nb > c->log.eval_batches) nb = c->log.eval_batches;
   if (nb < 1) nb = 1;
   bool prev = zt_set_grad_enabled(false);
-  bool was_training = zt_gpt2_module(r->run.model)->training;
-  zt_gpt2_set_training(r->run.model, false);
+  zt_module *root = zt_model_module(&r->run.model);
+  bool was_training = root->training;
+  zt_module_set_training(root, false);
   double acc = 0;
   zt_status s = ZT_OK;
   for (int64_t b = 0; b < nb && s == ZT_OK; b++) {
@@ -181,7 +183,7 @@ static zt_status eval_loss(loop *r, double *out) {
     if (!s) s = zt__mode_loss(&r->mode, r->vx, r->vy, &l);
     if (!s) acc += l;
   }
-  zt_gpt2_set_training(r->run.model, was_training);
+  zt_module_set_training(root, was_training);
   zt_set_grad_enabled(prev);
   *out = acc / (double)nb;
   if (s) return s;
@@ -249,7 +251,7 @@ static const char *survivors(const loop *r, char *buf, size_t cap) {
 }
 
 zt_status zt_train_run(const zt_train_config *c, zt_train_step_fn on_step, void *user_data, zt_train_result *res,
-                       zt_gpt2 **model_out) {
+                       zt_model *model_out) {
   return zt_train_run_on(c, NULL, on_step, user_data, res, model_out);
 }
 
@@ -259,15 +261,13 @@ static zt_status prepare(loop *r, zt_train_state *st, zt_train_result *result) {
   const zt_train_config *c = r->run.c;
   if (c->checkpoint.resume[0]) {
     ZT_TRY(zt_snapshot_read_state(c->checkpoint.resume, st));
-    const zt_gpt2_config *k = &st->model;
-    if (k->n_layer != r->run.g.n_layer || k->n_head != r->run.g.n_head || k->n_embd != r->run.g.n_embd ||
-        k->vocab_size != r->run.g.vocab_size || k->block_size != r->run.g.block_size)
-      return ZT_ERR(ZT_STATUS_INVALID_ARG,
-                    "checkpoint '%s' is of another model shape (layers %d heads %d dim %d vocab %d ctx %d) than asked "
-                    "(layers %d heads %d dim %d vocab %d ctx %d); resume with the same model options ("
-                    "zt_train_config.model)",
-                    c->checkpoint.resume, k->n_layer, k->n_head, k->n_embd, k->vocab_size, k->block_size, r->run.g.n_layer,
-                    r->run.g.n_head, r->run.g.n_embd, r->run.g.vocab_size, r->run.g.block_size);
+    if (zt_lm_config_check_same("the checkpoint", &st->model, &r->run.g)) {
+      char have[256], want[256];
+      zt_lm_config_describe(&st->model, have, sizeof have);
+      zt_lm_config_describe(&r->run.g, want, sizeof want);
+      return ZT_ERR(ZT_STATUS_INVALID_ARG, "checkpoint '%s' is of another model (%s) than asked (%s); resume with the "
+                    "same model options (zt_train_config.model)", c->checkpoint.resume, have, want);
+    }
     if (st->step > c->steps)
       return ZT_ERR(ZT_STATUS_INVALID_ARG, "checkpoint '%s' is at step %lld, beyond zt_train_config.steps %lld", c->checkpoint.resume,
                     (long long)st->step, (long long)c->steps);
@@ -291,14 +291,14 @@ static zt_status prepare(loop *r, zt_train_state *st, zt_train_result *result) {
   zt_rng_seed(c->seed);
   ZT_TRY(zt__mode_build(&r->mode));
   // load_data checked that the batch divides into ranks x microbatches
-  ZT_TRY(zt_train_memory_attach(r->run.model, c, microbatch_rows(r), &r->mem, result));
-  if (c->model.init_from[0]) ZT_TRY(zt__train_init_from(r->run.model, c->model.init_from));
+  ZT_TRY(zt_train_memory_attach(&r->run.model, c, microbatch_rows(r), &r->mem, result));
+  if (c->model.init_from[0]) ZT_TRY(zt__train_init_from(&r->run.model, c->model.init_from));
   return ZT_OK;
 }
 
 /* After the activation trial's choice: the summary's plan and prediction are the new plan's. */
 static void describe_plan(loop *r, zt_train_result *res) {
-  zt__train_plan_result(r->run.model, &r->mem, microbatch_rows(r), r->run.c->data.seq, res);
+  zt__train_plan_result(&r->run.model, &r->mem, microbatch_rows(r), r->run.c->data.seq, res);
 }
 
 /* Every rank gets the first failure of any rank (s: this rank's); on success, the ranks' options
@@ -383,10 +383,11 @@ static zt_status set_up(loop *r, const zt_train_config *c, zt_comm *comm, zt_tra
   run->next = next_batch, run->next_data = r;
   zt_status s = zt__run_open(run, c, comm);
   if (!s) s = zt_train_model_config(c, &run->g);
-  if (!s && c->data.seq > run->g.block_size)
+  int context = zt_lm_config_dims(&run->g).context;
+  if (!s && c->data.seq > context)
     s = ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.data.seq %lld is longer than the model's context (%d); use "
                "zt_train_config.data.seq <= %d or zt_train_config.model.block_size",
-               (long long)c->data.seq, run->g.block_size, run->g.block_size);
+               (long long)c->data.seq, context, context);
   if (!s && zt__train_plan_wanted(c, run->world)) {
     *planned = *c;
     s = zt_train_plan_memory(planned, run->world, &result->plan);
@@ -447,7 +448,7 @@ static zt_status start_run(loop *r, zt_train_state *st, zt_train_result *result)
     }
   }
   ZT_TRY(zt__mode_ready(&r->mode));
-  ZT_TRY(zt__act_trial_open(&r->trial, c, zt__mode_offload_model(&r->mode), r->mem.recompute, run->g.n_layer,
+  ZT_TRY(zt__act_trial_open(&r->trial, c, zt__mode_offload_model(&r->mode), r->mem.recompute, zt_lm_config_dims(&run->g).n_layer,
                             r->start, &result->act_choice));
   zt__run_schedule(c, resumed, &r->warmup, &r->min_lr);
   return ZT_OK;
@@ -600,8 +601,8 @@ static zt_status one_step(loop *r, int64_t step, zt_train_step_fn on_step, void 
 static zt_status train(loop *r, zt_train_step_fn on_step, void *user_data, zt_train_result *result) {
   const zt_train_config *c = r->run.c;
   result->sgemm_gflops = zt__sgemm_ceiling();
-  result->num_params = zt_gpt2_num_params(r->run.model);
-  r->flops = zt_gpt2_flops_per_step(r->run.model, c->data.batch, c->data.seq);
+  result->num_params = zt_module_num_params(zt_model_module(&r->run.model));
+  r->flops = zt_model_flops_per_step(&r->run.model, c->data.batch, c->data.seq);
   r->t_start = zt_clock_now();
   zt_mem_reset_peaks(); /* the peaks reported (per step, act_peak) are this run's, from its first step */
   zt__run_tier_io_skip(&r->run); /* the set-up's I/O (building, loading) is no step's */
@@ -638,7 +639,7 @@ static zt_status train(loop *r, zt_train_step_fn on_step, void *user_data, zt_tr
 }
 
 zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step_fn on_step, void *user_data,
-                          zt_train_result *res, zt_gpt2 **model_out) {
+                          zt_train_result *res, zt_model *model_out) {
   if (!c) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_run: config is NULL");
   if (model_out) ZT_TRY(zt__run_check_model_out(c));
   loop r = {0};
@@ -655,7 +656,7 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   if (s == ZT_OK && model_out) s = zt__mode_gather(&r.mode); // the caller gets usable full parameters
   if (s == ZT_OK && model_out) {
     *model_out = r.run.model;
-    r.run.model = NULL;
+    r.run.model = (zt_model){0};
   }
   zt_status closed = loop_free(&r);
   return s ? s : closed;

@@ -23,24 +23,28 @@ static void plan_string(const zt_recompute *modes, int L, char *out, size_t cap)
 }
 
 /* res's recompute_plan and act_peak_predicted from the plan now attached (rows: a microbatch). */
-void zt__train_plan_result(zt_gpt2 *m, const zt_train_memory *mem, int64_t rows, int64_t seq, zt_train_result *res) {
-  int L = zt_gpt2_get_config(m)->n_layer, every = 1;
+void zt__train_plan_result(const zt_model *m, const zt_train_memory *mem, int64_t rows, int64_t seq,
+                           zt_train_result *res) {
+  const zt_lm_config *lc = zt_model_config(m);
+  int L = zt_lm_config_dims(lc).n_layer, every = 1;
   zt_recompute *modes = calloc((size_t)L, sizeof *modes);
   if (!modes) return; /* out of host memory: the figures stay as they were */
   zt_recompute_plan_modes(mem->recompute, L, modes);
   zt_recompute_plan_mode(mem->recompute, &every);
   plan_string(modes, L, res->recompute_plan, sizeof res->recompute_plan);
-  res->act_peak_predicted = zt_gpt2_predict_activation_peak(m, rows, seq, modes, every,
-                                                            zt_recompute_plan_policy(mem->recompute));
+  res->act_peak_predicted = zt_lm_predict_activation_peak(lc, rows, seq, modes, every,
+                                                          zt_recompute_plan_policy(mem->recompute));
   free(modes);
 }
 
-zt_status zt_train_memory_attach(zt_gpt2 *m, const zt_train_config *c, int64_t rows, zt_train_memory *mem,
+zt_status zt_train_memory_attach(const zt_model *m, const zt_train_config *c, int64_t rows, zt_train_memory *mem,
                                  zt_train_result *res) {
   if (!m || !c || !mem) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_memory_attach: model, config or out is NULL");
   if (rows < 1) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_memory_attach: %lld rows", (long long)rows);
   *mem = (zt_train_memory){0};
-  int L = zt_gpt2_get_config(m)->n_layer;
+  const zt_lm_config *lc = zt_model_config(m);
+  if (!lc) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_memory_attach: the model is not a language model of a family");
+  int L = zt_lm_config_dims(lc).n_layer;
   zt_recompute *modes = calloc((size_t)L, sizeof *modes);
   if (!modes) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
   zt_recompute_options ro = zt_recompute_options_default();
@@ -63,7 +67,7 @@ zt_status zt_train_memory_attach(zt_gpt2 *m, const zt_train_config *c, int64_t r
     }
     ro.modes = modes, ro.n_modes = L, ro.every = 1;
   } else if (c->memory.recompute_budget > 0) {
-    s = zt_gpt2_plan_recompute(m, rows, c->data.seq, c->memory.recompute_budget, ro.policy, modes, NULL);
+    s = zt_lm_plan_recompute(lc, rows, c->data.seq, c->memory.recompute_budget, ro.policy, modes, NULL);
     if (s) zt__error_prefix(s, "zt_train_config.memory.recompute_budget=%lld", (long long)c->memory.recompute_budget);
     ro.modes = modes, ro.n_modes = L, ro.every = 1;
   }
@@ -71,12 +75,11 @@ zt_status zt_train_memory_attach(zt_gpt2 *m, const zt_train_config *c, int64_t r
   if (!s && c->memory.offload_activations) {
     zt_offload_options o = zt_offload_options_default((zt_offload_tier)c->memory.offload_activations);
     if (c->memory.offload_dir[0]) o.dir = c->memory.offload_dir;
-    o.write_cap = zt__train_act_write_cap(zt_gpt2_get_config(m), rows * c->data.seq); /* what the planner counts */
+    o.write_cap = zt__train_act_write_cap(lc, rows * c->data.seq); /* what the planner counts */
     s = zt_offload_new(&o, &mem->offload);
   }
-  zt_model model = zt_gpt2_model(m);
   zt_strategy st[2] = {zt_recompute_plan_strategy(mem->recompute), zt_offload_strategy(mem->offload)};
-  if (!s) s = zt_strategies_attach(mem->offload ? 2 : 1, st, &model);
+  if (!s) s = zt_strategies_attach(mem->offload ? 2 : 1, st, m);
   free(modes);
   if (!s && res) zt__train_plan_result(m, mem, rows, c->data.seq, res);
   if (s) zt_train_memory_free(mem);

@@ -7,6 +7,7 @@
 #include "zt/train.h"
 
 /* res's recompute_plan and act_peak_predicted from the plan now attached (rows: a microbatch). */
-void zt__train_plan_result(zt_gpt2 *m, const zt_train_memory *mem, int64_t rows, int64_t seq, zt_train_result *res);
+void zt__train_plan_result(const zt_model *m, const zt_train_memory *mem, int64_t rows, int64_t seq,
+                           zt_train_result *res);
 
 #endif

@@ -44,63 +44,30 @@ static zt_status init_kind_of(const char *path, init_kind *k) {
     *k = INIT_CHECKPOINT;
     return ZT_OK;
   }
-  if (has_file(path, "model.safetensors") && has_file(path, "config.json")) {
+  if ((has_file(path, "model.safetensors") || has_file(path, "model.safetensors.index.json")) &&
+      has_file(path, "config.json")) {
     *k = INIT_HF_DIR;
     return ZT_OK;
   }
   return ZT_ERR(ZT_STATUS_INVALID_ARG,
                 "zt_train_config.model.init_from '%s' is a folder with neither a zerotrain checkpoint (a 'latest' link "
-                "or a state.json) nor a transformers GPT-2 model (model.safetensors and config.json)%s",
+                "or a state.json) nor a Hugging Face model (config.json with model.safetensors or "
+                "model.safetensors.index.json)%s",
                 path, has_file(path, "model.safetensors") ? ": it has model.safetensors but no config.json" : "");
-}
-
-/* An integer member of a transformers config.json, named in errors. */
-static zt_status hf_int(const char *path, const zt__json *j, const char *key, const char *alt, int *out) {
-  const zt__json *v = zt__json_get(j, key);
-  if (!v && alt) v = zt__json_get(j, alt);
-  int64_t x;
-  if (!v || !zt__json_i64(v, &x) || x < 1 || x > INT32_MAX)
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "'%s': '%s' is missing or not a positive integer (a transformers GPT-2 "
-                  "config.json has n_layer, n_head, n_embd, vocab_size and n_positions)", path, key);
-  *out = (int)x;
-  return ZT_OK;
-}
-
-/* The shape of a transformers GPT2Config. */
-static zt_status hf_shape(const char *dir, zt_gpt2_config *g, char *what, size_t cap) {
-  char path[MS_PATH_CAP];
-  ZT_TRY(zt__path_join(path, MS_PATH_CAP, dir, "config.json"));
-  snprintf(what, cap, "'%s'", path);
-  void *text = NULL;
-  size_t len = 0;
-  ZT_TRY(zt__read_regular_file(path, ZT__READ_JSON_MAX, "config file", &text, &len));
-  zt__json *j = NULL;
-  zt_status s = zt__json_parse(text, len, what, &j);
-  free(text);
-  const zt__json *type = s ? NULL : zt__json_get(j, "model_type");
-  if (!s && j->kind != ZT__JSON_OBJECT)
-    s = ZT_ERR(ZT_STATUS_INVALID_ARG, "'%s' is not a transformers config (not a JSON object)", path);
-  else if (type && (type->kind != ZT__JSON_STRING || strcmp(type->str, "gpt2")))
-    s = ZT_ERR(ZT_STATUS_INVALID_ARG, "'%s' is the config of a '%s' model; zerotrain starts from GPT-2 models only",
-               path, type->kind == ZT__JSON_STRING ? type->str : "?");
-  if (!s) s = hf_int(path, j, "n_layer", NULL, &g->n_layer);
-  if (!s) s = hf_int(path, j, "n_head", NULL, &g->n_head);
-  if (!s) s = hf_int(path, j, "n_embd", NULL, &g->n_embd);
-  if (!s) s = hf_int(path, j, "vocab_size", NULL, &g->vocab_size);
-  if (!s) s = hf_int(path, j, "n_positions", "n_ctx", &g->block_size);
-  zt__json_free(j);
-  return s;
 }
 
 /* The shape of what init_from names (*known false for a file: the options give it); what names
  * where it was read. */
-static zt_status init_shape(const char *path, bool *known, zt_gpt2_config *g, char *what, size_t cap) {
+static zt_status init_shape(const char *path, bool *known, zt_lm_config *g, char *what, size_t cap) {
   init_kind k;
   *known = false;
   ZT_TRY(init_kind_of(path, &k));
   if (k == INIT_FILE) return ZT_OK;
   *known = true;
-  if (k == INIT_HF_DIR) return hf_shape(path, g, what, cap);
+  if (k == INIT_HF_DIR) {
+    snprintf(what, cap, "'%s/config.json'", path);
+    return zt_lm_config_from_hf(path, g);
+  }
   zt_train_state st;
   ZT_TRY(zt_snapshot_read_state(path, &st));
   char dir[MS_PATH_CAP];
@@ -110,35 +77,37 @@ static zt_status init_shape(const char *path, bool *known, zt_gpt2_config *g, ch
   return ZT_OK;
 }
 
-zt_status zt__train_model_source(const zt_train_config *c, zt_gpt2_config *g) {
+zt_status zt__train_model_source(const zt_train_config *c, zt_lm_config *g) {
   const zt_train_model_options *mo = &c->model;
   char what[MS_PATH_CAP + 32] = "";
   bool known = false;
-  zt_gpt2_config src = *g;
+  zt_lm_config src = *g;
   if (mo->init_from[0]) ZT_TRY(init_shape(mo->init_from, &known, &src, what, sizeof what));
+  zt_lm_dims p = zt_lm_config_dims(g), d = zt_lm_config_dims(&src);
   if (known) {
     const struct {
       const char *field, *key;
       int flag, preset, source;
-    } f[] = {{"n_layer", "n_layer", mo->n_layer, g->n_layer, src.n_layer},
-             {"n_head", "n_head", mo->n_head, g->n_head, src.n_head},
-             {"n_embd", "n_embd", mo->n_embd, g->n_embd, src.n_embd},
-             {"vocab_size", "vocab_size", mo->vocab_size, g->vocab_size, src.vocab_size},
-             {"block_size", "n_positions", mo->block_size, g->block_size, src.block_size}};
+    } f[] = {{"n_layer", "layers", mo->n_layer, p.n_layer, d.n_layer},
+             {"n_head", "heads", mo->n_head, p.n_head, d.n_head},
+             {"n_embd", "width", mo->n_embd, p.hidden, d.hidden},
+             {"vocab_size", "vocab_size", mo->vocab_size, p.vocab, d.vocab},
+             {"block_size", "context", mo->block_size, p.context, d.context}};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
       if (f[i].flag > 0 && f[i].flag != f[i].source)
         return ZT_ERR(ZT_STATUS_INVALID_ARG,
                       "zt_train_config.model.%s %d contradicts %s %d of %s (zt_train_config.model.init_from): leave "
                       "zt_train_config.model.%s out, and the model takes the shape it starts from",
                       f[i].field, f[i].flag, f[i].key, f[i].source, what, f[i].field);
-      if (mo->preset_set && f[i].preset != f[i].source)
+      if (mo->preset_set && (f[i].preset != f[i].source || g->family != src.family))
         return ZT_ERR(ZT_STATUS_INVALID_ARG,
                       "zt_train_config.model.preset %s has %s %d, but %s has %d (zt_train_config.model.init_from): "
                       "leave zt_train_config.model.preset out, and the model takes the shape it starts from",
                       mo->preset, f[i].key, f[i].preset, what, f[i].source);
     }
-    g->n_layer = src.n_layer, g->n_head = src.n_head, g->n_embd = src.n_embd;
-    g->vocab_size = src.vocab_size, g->block_size = src.block_size;
+    double dropout = g->family == ZT_LM_GPT2 && src.family == ZT_LM_GPT2 ? g->gpt2.dropout : 0;
+    *g = src; /* its family and whole shape */
+    if (g->family == ZT_LM_GPT2) g->gpt2.dropout = dropout;
   }
   /* the training data's vocabulary (its tokenizer's), unless given or taken from init_from; a
    * file that cannot be read is left to the data's loading, which names what is wrong */
@@ -153,26 +122,23 @@ zt_status zt__train_model_source(const zt_train_config *c, zt_gpt2_config *g) {
                   "from its header): the data's ids would not fit the model; leave zt_train_config.model.vocab_size out "
                   "to take the file's",
                   mo->vocab_size, c->data.path, data_vocab);
-  if (data_vocab > 0 && mo->vocab_size <= 0 && known && src.vocab_size < data_vocab)
+  if (data_vocab > 0 && mo->vocab_size <= 0 && known && d.vocab < data_vocab)
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
                   "%s (zt_train_config.model.init_from) has a vocabulary of %d tokens, smaller than the token file "
                   "'%s' (%d tokens, from its header): the data was tokenized for another model",
-                  what, src.vocab_size, c->data.path, data_vocab);
-  if (data_vocab > 0 && mo->vocab_size <= 0 && !known) g->vocab_size = data_vocab;
+                  what, d.vocab, c->data.path, data_vocab);
+  if (data_vocab > 0 && mo->vocab_size <= 0 && !known) return zt_lm_config_reshape(g, 0, 0, 0, data_vocab, 0);
   return ZT_OK;
 }
 
-zt_status zt__train_init_from(zt_gpt2 *m, const char *path) {
+zt_status zt__train_init_from(const zt_model *m, const char *path) {
   init_kind k;
   ZT_TRY(init_kind_of(path, &k));
   if (k == INIT_CHECKPOINT) return zt_snapshot_load(path, m, NULL, NULL);
-  if (k == INIT_FILE) return zt_gpt2_load_hf(m, path);
-  char file[MS_PATH_CAP];
-  ZT_TRY(zt__path_join(file, MS_PATH_CAP, path, "model.safetensors"));
-  return zt_gpt2_load_hf(m, file);
+  return zt_lm_load_hf(m, path); /* a folder or one safetensors file */
 }
 
-zt_status zt__train_tokenizer_check(const zt_train_config *c, const zt_gpt2_config *g) {
+zt_status zt__train_tokenizer_check(const zt_train_config *c, const zt_lm_config *g) {
   const char *enc = c->data.encoder, *merges = c->data.merges, *hf = c->data.tokenizer;
   if (!enc[0] && !merges[0] && !hf[0]) return ZT_OK;
   if (hf[0] && (enc[0] || merges[0]))
@@ -191,25 +157,23 @@ zt_status zt__train_tokenizer_check(const zt_train_config *c, const zt_gpt2_conf
   if (!hf[0]) hf = enc;
   int32_t v = zt_tokenizer_vocab_size(t);
   zt_tokenizer_free(t);
-  if (v > g->vocab_size)
+  int vocab = zt_lm_config_dims(g).vocab;
+  if (v > vocab)
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
                   "the tokenizer '%s' has %d tokens, more than the model's vocabulary of %d: its ids would not fit "
                   "the model; give zt_train_config.model.vocab_size %d (or a token file made with it, whose header "
                   "gives it)",
-                  hf, v, g->vocab_size, v);
+                  hf, v, vocab, v);
   return ZT_OK;
 }
 
 /* ------------------------------------------------ the run's model config (zt/train.h) */
 /* Model config from the preset, what it starts from and its data, plus explicit overrides. */
-zt_status zt_train_model_config(const zt_train_config *c, zt_gpt2_config *g) {
-  ZT_TRY(zt_gpt2_preset(c->model.preset, g));
-  ZT_TRY(zt__train_model_source(c, g)); /* init_from's shape, the token file's vocabulary */
-  if (c->model.n_layer > 0) g->n_layer = c->model.n_layer;
-  if (c->model.n_head > 0) g->n_head = c->model.n_head;
-  if (c->model.n_embd > 0) g->n_embd = c->model.n_embd;
-  if (c->model.vocab_size > 0) g->vocab_size = c->model.vocab_size;
-  if (c->model.block_size > 0) g->block_size = c->model.block_size;
-  if (c->model.dropout >= 0) g->dropout = c->model.dropout;
-  return zt_gpt2_config_validate(g);
+zt_status zt_train_model_config(const zt_train_config *c, zt_lm_config *g) {
+  ZT_TRY(zt_lm_preset(c->model.preset, g));
+  ZT_TRY(zt__train_model_source(c, g)); /* init_from's family and shape, the token file's vocabulary */
+  const zt_train_model_options *mo = &c->model;
+  ZT_TRY(zt_lm_config_reshape(g, mo->n_layer, mo->n_head, mo->n_embd, mo->vocab_size, mo->block_size));
+  if (mo->dropout >= 0) ZT_TRY(zt_lm_config_set_dropout(g, mo->dropout));
+  return zt_lm_config_validate(g);
 }

@@ -1,12 +1,12 @@
 /* The memory planner of zt train --offload-states --mem-limit (zt_offload_plan_make in
- * zt/train.h): for a GPT-2 with every state in a store, the peak RAM of each plan (slices N,
+ * zt/train.h): for a language model (zt/lm.h) with every state in a store, the peak RAM of each plan (slices N,
  * resident slices K, how backward gets its activations) predicted from the slice cut
  * zt_offload_model_new makes and the bytes each phase of a step holds, and its step time from
  * the measured compute rate and disk bandwidth; the fastest plan that fits is chosen.
  * Invariant: the byte counts follow the residency rules of src/strategies/offload_model*.c
  * (a slice's update holds its parameters, grads and two moments; the next slice is prefetched
  * with its own; backward holds parameters and grads of the slice and the one before) and the
- * activation counts of src/models/gpt2_plan.c; tests/test_offload_plan.c checks the prediction
+ * activation counts of its family (zt_act_cost); tests/test_offload_plan.c checks the prediction
  * against the accounting's measured peak. */
 #include <math.h>
 #include <stdio.h>
@@ -18,10 +18,12 @@
 #include "train/offload_plan.h"
 #include "zt/train.h"
 
-/* Values per token a block keeps for backward with nothing recomputed (gpt2_plan.c). */
-static double block_kept(const zt_gpt2_config *g) { return 16.0 * g->n_embd + 4 + g->n_head; }
+/* Values per token a block keeps for backward with nothing recomputed (the family's count). */
+static double block_kept(const zt_lm_config *g) { return zt_lm_act_cost(g, ZT_RECOMPUTE_NONE, (zt_checkpoint_policy){0}).kept; }
 
-int64_t zt__train_act_write_cap(const zt_gpt2_config *g, int64_t tokens) { return 2 * 4 * (int64_t)g->n_embd * tokens * 4; }
+int64_t zt__train_act_write_cap(const zt_lm_config *g, int64_t tokens) {
+  return 2 * (int64_t)zt_lm_config_dims(g).ffn * tokens * 4;
+}
 
 /* The slices' parameter bytes P[s] (a shared parameter in each slice using it) and blocks
  * nb[s] of the cut count[0..N) over U units of ub bytes; returns the largest P. */
@@ -51,10 +53,13 @@ typedef struct plan_peak {
 /* The peak of N slices of parameter bytes P (nb blocks each), K resident; rec as predict's. */
 static plan_peak memory_peak(const zt_offload_plan_input *in, const int64_t *P, const int *nb, int64_t Pmax, int N,
                              int K, zt_offload_plan_activations act, const bool *rec) {
-  const zt_gpt2_config *g = &in->model;
-  double C = g->n_embd, V = g->vocab_size;
+  const zt_lm_config *g = &in->model;
+  zt_lm_dims d = zt_lm_config_dims(g);
+  double C = d.hidden, V = d.vocab, F = d.ffn;
   double t = (double)in->rows / (double)in->microbatches * (double)in->seq; /* tokens of a chunk */
-  double wte = V * C * 4;
+  /* the output layer's weight (its grad waits in the engine in keep-graph mode); wte: what the
+   * first and the last slice share (the tied embedding, or nothing) */
+  double out_w = V * C * 4, wte = d.tied ? out_w : 0;
   /* activations of one chunk (t tokens): a block keeps block_kept values per token; one
    * block's backward temporaries (ZT_OFFLOAD_PLAN_TEMP per token); a slice's boundary activation
    * and its grad; the head's chunked logits and their grad (the output layer's wte grad waits
@@ -72,7 +77,7 @@ static plan_peak memory_peak(const zt_offload_plan_input *in, const int64_t *P, 
   double W = (double)(in->write_cap_bytes < Pmin ? in->write_cap_bytes : Pmin);
   /* what evicting slice e may have in flight: W, or its largest tensor alone (a block's: the MLP's
    * weights; the embedding's and the head's: wte) */
-#define FLY(e) ((e) < 0 || (e) >= N ? 0.0 : fmax(W, (e) == 0 || (e) == N - 1 ? fmax(wte, 16.0 * C * C) : 16.0 * C * C))
+#define FLY(e) ((e) < 0 || (e) >= N ? 0.0 : fmax(W, (e) == 0 || (e) == N - 1 ? fmax(out_w, 4 * F * C) : 4 * F * C))
   /* the peak over the phases of a step (M chunks; lazy updates), each phase's resident bytes
    * and what may also be in flight there (written behind: counted when the disk falls behind):
    * forward, slice s >= K: its load with its update's state (parameters, grads, moments: 4x its
@@ -107,7 +112,7 @@ static plan_peak memory_peak(const zt_offload_plan_input *in, const int64_t *P, 
                    : act == ZT_OFFLOAD_PLAN_OFFLOAD ? window + temp + edge
                                                       : nb[s] * kept + temp + edge;
     if (rec && rec[s] && nb[s]) phase_act[1] += block_kept(g) * t * 4; /* a recomputed block's activations */
-    if (s == N - 1) phase_act[1] += head + (act == ZT_OFFLOAD_PLAN_RECOMPUTE ? 0 : wte);
+    if (s == N - 1) phase_act[1] += head + (act == ZT_OFFLOAD_PLAN_RECOMPUTE ? 0 : out_w);
     phase_st[2] = 2.0 * Ps + b_prev + tied;
     phase_act[2] = (act == ZT_OFFLOAD_PLAN_KEEP ? blocks_before * kept : act == ZT_OFFLOAD_PLAN_OFFLOAD ? window : 0) + edge;
     phase_fly[1] = phase_fly[2] = K == 1 || s > 0 ? FLY(s + 1) : 0; /* the slice after, its grads written behind */
@@ -137,8 +142,9 @@ static plan_peak memory_peak(const zt_offload_plan_input *in, const int64_t *P, 
  * the slices whose blocks are recomputed instead of offloaded. */
 static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, const int *count, int N, int K,
                     zt_offload_plan_activations act, const bool *rec, zt_offload_plan *p) {
-  const zt_gpt2_config *g = &in->model;
-  double C = g->n_embd, L = g->n_layer;
+  const zt_lm_config *g = &in->model;
+  zt_lm_dims d = zt_lm_config_dims(g);
+  double C = d.hidden, L = d.n_layer, A = d.attn_width;
   int64_t P[ZT_OFFLOAD_PLAN_MAX_UNITS] = {0};
   int nb[ZT_OFFLOAD_PLAN_MAX_UNITS] = {0};
   int64_t Pmax = slices_of(ub, U, count, N, P, nb);
@@ -168,13 +174,13 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
   /* time: compute (recompute runs the forward twice: 4/3 of a step's FLOPs) against the disk's
    * bytes per step (parameters twice in, moments and grads in and out, activations both ways
    * when offloaded), whichever is longer */
-  double n_params = (double)zt_gpt2_config_num_params(g), tokens = (double)in->rows * (double)in->seq;
-  double flops = 6.0 * n_params * tokens + 12.0 * L * (double)in->seq * C * tokens;
+  double n_params = (double)d.params, tokens = (double)in->rows * (double)in->seq;
+  double flops = 6.0 * n_params * tokens + 12.0 * L * (double)in->seq * A * tokens;
   double comp = in->gflops > 0 ? flops / (in->gflops * 1e9) : 0;
   if (act == ZT_OFFLOAD_PLAN_RECOMPUTE) comp *= 4.0 / 3.0;
   /* a recomputed block runs its forward again (2 x its parameters + the attention's 4 T C per
    * token) and sends only its input to the tier */
-  if (in->gflops > 0) comp += rec_blocks * (24.0 * C * C + 4.0 * (double)in->seq * C) * tokens / (in->gflops * 1e9);
+  if (in->gflops > 0) comp += rec_blocks * (2.0 * (double)d.block_params + 4.0 * (double)in->seq * A) * tokens / (in->gflops * 1e9);
   double rd = 20.0 * n_params, wr = 20.0 * n_params;
   double act_bytes = ((L - rec_blocks) * block_kept(g) + rec_blocks * C) * tokens * 4;
   if (act == ZT_OFFLOAD_PLAN_OFFLOAD) rd += act_bytes, wr += act_bytes;
@@ -189,23 +195,22 @@ const char *zt_offload_plan_activations_name(zt_offload_plan_activations a) {
                                                                                 : "recompute";
 }
 
-/* GPT-2's units' parameter bytes (embeddings, blocks, head with the tied wte again), as
- * zt_gpt2_offload_units counts them; *U their count. */
+/* The units' parameter bytes (embeddings, blocks, the output part with a tied embedding again),
+ * as zt_lm_offload_units counts them; *U their count. */
 static zt_status units_of(const zt_offload_plan_input *in, int64_t *ub, int *U, const char *fn) {
   if (!in) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: input is NULL", fn);
-  ZT_TRY(zt_gpt2_config_validate(&in->model));
-  const zt_gpt2_config *g = &in->model;
-  *U = g->n_layer + 2;
+  ZT_TRY(zt_lm_config_validate(&in->model));
+  zt_lm_dims d = zt_lm_config_dims(&in->model);
+  *U = d.n_layer + 2;
   if (*U > ZT_OFFLOAD_PLAN_MAX_UNITS)
-    return ZT_ERR(ZT_STATUS_UNSUPPORTED, "%s: %d layers; the planner handles at most %d", fn, g->n_layer,
+    return ZT_ERR(ZT_STATUS_UNSUPPORTED, "%s: %d layers; the planner handles at most %d", fn, d.n_layer,
                   ZT_OFFLOAD_PLAN_MAX_UNITS - 2);
   if (in->rows < 1 || in->seq < 1 || in->microbatches < 1 || in->rows % in->microbatches)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: %lld rows in %lld microbatches of seq %lld", fn, (long long)in->rows,
                   (long long)in->microbatches, (long long)in->seq);
-  double C = g->n_embd;
-  ub[0] = (int64_t)(((double)g->vocab_size + g->block_size) * C * 4); /* wte, wpe */
-  for (int u = 1; u < *U - 1; u++) ub[u] = (int64_t)((12 * C * C + 13 * C) * 4);
-  ub[*U - 1] = (int64_t)(((double)g->vocab_size * C + 2 * C) * 4); /* the tied wte again, ln_f */
+  ub[0] = d.embed_params * 4;
+  for (int u = 1; u < *U - 1; u++) ub[u] = d.block_params * 4;
+  ub[*U - 1] = d.out_params * 4;
   return ZT_OK;
 }
 
@@ -372,10 +377,10 @@ static void probe_store(const zt_train_config *c, int64_t limit, double *rd, dou
  * which the lm head computes in blocks of 4096; the chunk's tokens deep, where OpenBLAS's own
  * K block stops well before 1024) makes the RSS measured after it hold them. */
 static void warm_blas(const zt_offload_plan_input *in) {
-  const zt_gpt2_config *g = &in->model;
-  int64_t t = in->rows / in->microbatches * in->seq, C = g->n_embd;
-  int64_t M = g->vocab_size < 4096 ? g->vocab_size : 4096, K = t < 1024 ? t : 1024;
-  if (4 * C > M) M = 4 * C;
+  zt_lm_dims d = zt_lm_config_dims(&in->model);
+  int64_t t = in->rows / in->microbatches * in->seq, C = d.hidden;
+  int64_t M = d.vocab < 4096 ? d.vocab : 4096, K = t < 1024 ? t : 1024;
+  if (d.ffn > M) M = d.ffn;
   zt_mem_tag tag = zt_mem_tag_push(ZT_MEM_TAG_TEMP);
   zt_tensor *a = NULL, *b = NULL, *y = NULL;
   zt_status s = zt_tensor_zeros(2, (int64_t[]){K, M}, ZT_DTYPE_F32, ZT_CPU, &a);
@@ -448,7 +453,7 @@ static zt_status plan_input(const zt_train_config *c, int world, int64_t limit, 
    * the RSS measured below is what stays */
   zt_mem_set_cache_limit(0);
   zt_set_num_threads(c->threads); /* the run's: OpenBLAS keeps a buffer per thread */
-  if (in->rows >= 1 && in->seq >= 1 && in->microbatches >= 1 && !zt_gpt2_config_validate(&in->model)) warm_blas(in);
+  if (in->rows >= 1 && in->seq >= 1 && in->microbatches >= 1 && !zt_lm_config_validate(&in->model)) warm_blas(in);
   zt_clear_error();
   in->gflops = cal[0] > 0 ? cal[0] : zt_sgemm_gflops(512, 3);
   int64_t rss = cal[3] > 0 ? (int64_t)cal[3] : zt_mem_current_rss();

@@ -8,10 +8,10 @@
 #include "zt/train.h"
 
 /* The write-behind cap of the activation offload in training (zt_offload_options.write_cap):
- * two of the largest tensors a GPT-2 block saves (the MLP's 4 x n_embd wide ones) for a chunk
+ * two of the largest tensors a block saves (the MLP's ffn wide ones, zt_lm_dims) for a chunk
  * of tokens tokens, so a block's saves are written while its next ops compute, in bounded RAM
  * that the memory planner counts (src/train/offload_plan.c). */
-int64_t zt__train_act_write_cap(const zt_gpt2_config *g, int64_t tokens);
+int64_t zt__train_act_write_cap(const zt_lm_config *g, int64_t tokens);
 /* zt_mem_available reading its files under root ("" the real ones: root/proc/self/cgroup,
  * root/proc/meminfo, root/sys/fs/cgroup/...) for a process of rss bytes. */
 ZT_NODISCARD zt_status zt__mem_available_at(const char *root, int64_t rss, zt_mem_available_info *out);

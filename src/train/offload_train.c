@@ -1,7 +1,7 @@
-/* The OffloadModel training mode (train/mode.h): GPT-2 as zt_offload_model's unit sequence
- * (unit 0 the embeddings (wte, wpe), units 1..L the blocks, unit L + 1 the final layer norm and
- * the fused lm-head loss, which uses the tied wte again; a span of units runs as
- * zt_gpt2_forward_stage), its parameters and grads in the run's tier (disk, bf16 or host) a few
+/* The OffloadModel training mode (train/mode.h): a language model as zt_offload_model's unit
+ * sequence (unit 0 the embeddings, units 1..L the blocks, unit L + 1 the final norm and the
+ * fused loss, which uses a tied embedding again; a span of units runs as the model's
+ * forward_stage), its parameters and grads in the run's tier (disk, bf16 or host) a few
  * slices at a time, and with memory.offload_states its optimizer state there too. Each step
  * gathers its data.microbatches microbatches into one batch that runs as that many chunks
  * (with DDP, each rank its rows, the grads averaged slice by slice); evaluation goes through it
@@ -14,36 +14,35 @@
 #include "core/status_internal.h"
 #include "train/mode.h"
 
-static bool name_is(const char *name, const char *prefix) { return strncmp(name, prefix, strlen(prefix)) == 0; }
+static int n_layer(const zt_model *m) { return zt_lm_config_dims(zt_model_config(m)).n_layer; }
 
-static bool gpt2_uses(void *ctx, int unit, int param) {
-  zt_gpt2 *m = ctx;
-  zt_param *ps = NULL;
-  int n = zt_gpt2_params(m, &ps), L = zt_gpt2_get_config(m)->n_layer;
+static bool lm_uses(void *ctx, int unit, int param) {
+  const zt_model *m = ctx;
+  int n = zt_model_params(m, NULL), L = n_layer(m);
   if (param < 0 || param >= n) return false;
-  const char *name = ps[param].name;
-  if (unit == 0) return !strcmp(name, "transformer.wte.weight") || !strcmp(name, "transformer.wpe.weight");
-  if (unit == L + 1) return !strcmp(name, "transformer.wte.weight") || name_is(name, "transformer.ln_f.");
-  char prefix[48];
-  snprintf(prefix, sizeof prefix, "transformer.h.%d.", unit - 1);
-  return name_is(name, prefix);
+  int part = m->param_part(m->ctx, param);
+  if (unit == 0) return part == ZT_PART_INPUT || part == ZT_PART_BOTH;
+  if (unit == L + 1) return part == ZT_PART_OUTPUT || part == ZT_PART_BOTH;
+  return part == unit - 1;
 }
 
-static zt_status gpt2_run(void *ctx, int first, int count, zt_tensor *targets, zt_tensor *in, zt_tensor **out) {
-  zt_gpt2 *m = ctx;
-  int L = zt_gpt2_get_config(m)->n_layer, last = first + count;
+static zt_status lm_run(void *ctx, int first, int count, zt_tensor *targets, zt_tensor *in, zt_tensor **out) {
+  const zt_model *m = ctx;
+  int L = n_layer(m), last = first + count;
   bool head = last == L + 2;
   int b0 = first > 0 ? first - 1 : 0, b1 = last - 1 < L ? last - 1 : L;
-  if (head && !targets)
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "GPT-2's last unit (the loss) needs targets (B, T)");
-  return zt_gpt2_forward_stage(m, first == 0, b0, b1 > b0 ? b1 - b0 : 0, head ? targets : NULL, in, out);
+  if (head && !targets) return ZT_ERR(ZT_STATUS_INVALID_ARG, "the model's last unit (the loss) needs targets (B, T)");
+  return m->forward_stage(m->ctx, first == 0, b0, b1 > b0 ? b1 - b0 : 0, head ? targets : NULL, in, out);
 }
 
-zt_status zt_gpt2_offload_units(zt_gpt2 *m, zt_offload_units *out) {
-  if (!m || !out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_offload_units: model and out are required");
+zt_status zt_lm_offload_units(const zt_model *m, zt_offload_units *out) {
+  if (!m || !out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_lm_offload_units: model and out are required");
+  if (!zt_model_config(m) || !m->forward_stage || !m->param_part)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_lm_offload_units: the model is not a language model with stages "
+                  "(zt_model.config, forward_stage and param_part)");
   zt_param *ps = NULL;
-  int n = zt_gpt2_params(m, &ps);
-  *out = (zt_offload_units){zt_gpt2_get_config(m)->n_layer + 2, n, ps, gpt2_uses, gpt2_run, m};
+  int n = zt_model_params(m, &ps);
+  *out = (zt_offload_units){n_layer(m) + 2, n, ps, lm_uses, lm_run, (void *)m};
   return ZT_OK;
 }
 
@@ -77,7 +76,7 @@ static zt_status om_open(zt__mode *m) {
   zt__run *r = m->run;
   const zt_train_config *c = r->c;
   om_mode *o = ctx(m);
-  int L = r->g.n_layer;
+  int L = zt_lm_config_dims(&r->g).n_layer;
   int64_t rows = c->data.batch / r->data_world;
   if (c->memory.offload_slices > L + 2)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.memory.offload_slices %d: the model has %d units to slice "
@@ -85,7 +84,7 @@ static zt_status om_open(zt__mode *m) {
                   c->memory.offload_slices, L + 2, L, L + 2);
   zt_status s = zt__run_tier(r);
   zt_offload_units u;
-  if (!s) s = zt_gpt2_offload_units(r->model, &u);
+  if (!s) s = zt_lm_offload_units(&r->model, &u);
   zt_offload_model_options mo = zt_offload_model_options_default();
   if (c->memory.offload_slices > 0) mo.slices = c->memory.offload_slices; /* 0: the options' default */
   if (c->memory.offload_resident > 0) mo.resident = c->memory.offload_resident;
@@ -114,7 +113,7 @@ static zt_status om_build(zt__mode *m) { return zt__run_build(m->run, m->run->c-
  * resume streams into it. */
 static zt_status om_link(zt__mode *m) {
   zt__run *r = m->run;
-  r->n_params = zt_gpt2_params(r->model, &r->params);
+  r->n_params = zt_model_params(&r->model, &r->params);
   ZT_TRY(zt__run_optim(r));
   if (!r->c->memory.offload_states) return ZT_OK;
   ZT_TRY(om_open(m));
@@ -133,7 +132,7 @@ static zt_status om_save(zt__mode *m, const zt_train_state *st) {
   return zt__run_save_replicated(m->run, st);
 }
 static zt_status om_load(zt__mode *m, zt_train_state *st) {
-  return zt_snapshot_load(m->run->c->checkpoint.resume, m->run->model, m->run->opt, st);
+  return zt_snapshot_load(m->run->c->checkpoint.resume, &m->run->model, m->run->opt, st);
 }
 
 static void phase(const zt_train_step_options *so, zt_train_phase p) {

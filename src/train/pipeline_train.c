@@ -33,10 +33,10 @@ typedef struct pp_mode {
   zt_pipeline_schedule *sched; /* compute-only, validated */
   int S, M;                /* stages, microbatches */
   int *first, *count;      /* per stage: its blocks */
-  zt_gpt2 *model;          /* borrowed */
+  const zt_model *model;   /* borrowed: the run's */
   zt_param *own;           /* the parameters of this rank's stages (what its optimizer updates) */
   int n_own;
-  bool *is_own;            /* per model parameter (zt_gpt2_params order) */
+  bool *is_own;            /* per model parameter (the model's params order) */
   zt_tensor *tied;         /* wte when tied_comm is set */
   int64_t rows, seq;       /* of a microbatch */
   zt_tensor **x, **y;      /* per microbatch: this step's inputs and targets */
@@ -108,7 +108,7 @@ static void pp_free(pp_mode *pp) {
 
 static zt_status pp_hold_others(pp_mode *pp, bool keep) {
   zt_param *ps;
-  int n = zt_gpt2_params(pp->model, &ps);
+  int n = zt_model_params(pp->model, &ps);
   for (int i = 0; i < n; i++) {
     if (pp->is_own[i]) continue;
     zt_storage *st = ps[i].tensor->storage;
@@ -164,9 +164,9 @@ static zt_status make_schedule(pp_mode *pp, const zt_train_config *c) {
 
 /* Modelled forward cost per token of a block and of the head (embedding: none), in FLOPs:
  * a block's four weight matmuls and its attention; the lm head's matmul and its softmax. */
-static void costs_per_token(const zt_gpt2_config *g, int64_t T, double *block, double *head) {
-  double C = g->n_embd, V = g->vocab_size;
-  *block = 24 * C * C + 2 * (double)T * C;
+static void costs_per_token(const zt_lm_dims *d, int64_t T, double *block, double *head) {
+  double C = d->hidden, V = d->vocab;
+  *block = 2 * (double)d->block_params + 2 * (double)T * d->attn_width;
   *head = 2 * C * V + 5 * V;
 }
 
@@ -201,7 +201,7 @@ static zt_status balance_auto(int S, int L, double cb, double ch, int *count) {
   return s;
 }
 
-static zt_status partition(pp_mode *pp, const zt_train_config *c, const zt_gpt2_config *g) {
+static zt_status partition(pp_mode *pp, const zt_train_config *c, const zt_lm_dims *g) {
   int S = pp->S, L = g->n_layer;
   pp->first = calloc((size_t)S, sizeof *pp->first);
   pp->count = calloc((size_t)S, sizeof *pp->count);
@@ -251,24 +251,25 @@ static int block_stage(const pp_mode *pp, int i) {
   return -1;
 }
 
-/* Whether parameter `name` belongs to a stage on this rank (wte: the first and the last). */
-static bool owned(const pp_mode *pp, const char *name) {
-  const char *h = "transformer.h.";
+/* Whether parameter i belongs to a stage on this rank (a tied embedding: the first and the last). */
+static bool owned(const pp_mode *pp, int i) {
+  int part = pp->model->param_part(pp->model->ctx, i);
   int r0 = zt_pipeline_stage_rank(pp->sched, 0), rl = zt_pipeline_stage_rank(pp->sched, pp->S - 1);
-  if (!strncmp(name, h, strlen(h)))
-    return zt_pipeline_stage_rank(pp->sched, block_stage(pp, atoi(name + strlen(h)))) == pp->p;
-  if (!strncmp(name, "transformer.wte.", 16)) return r0 == pp->p || rl == pp->p;
-  if (!strncmp(name, "transformer.ln_f.", 17)) return rl == pp->p;
-  return r0 == pp->p; /* wpe */
+  if (part >= 0) return zt_pipeline_stage_rank(pp->sched, block_stage(pp, part)) == pp->p;
+  if (part == ZT_PART_BOTH) return r0 == pp->p || rl == pp->p;
+  if (part == ZT_PART_OUTPUT) return rl == pp->p;
+  return r0 == pp->p;
 }
 
-static zt_status pp_setup(pp_mode *pp, const zt_train_config *c, zt_gpt2 *m) {
+static zt_status pp_setup(pp_mode *pp, const zt_train_config *c, const zt_model *m) {
   pp->model = m;
-  const zt_gpt2_config *g = zt_gpt2_get_config(m);
+  if (!m->forward_stage || !m->param_part)
+    return ZT_ERR(ZT_STATUS_UNSUPPORTED, "a pipeline needs a model with stages (zt_model.forward_stage, param_part)");
+  zt_lm_dims g = zt_lm_config_dims(zt_model_config(m));
   ZT_TRY(make_schedule(pp, c));
-  ZT_TRY(partition(pp, c, g));
+  ZT_TRY(partition(pp, c, &g));
   zt_param *ps;
-  int n = zt_gpt2_params(m, &ps);
+  int n = zt_model_params(m, &ps);
   pp->own = malloc(sizeof *pp->own * (size_t)(n ? n : 1));
   pp->is_own = calloc((size_t)(n ? n : 1), sizeof *pp->is_own);
   pp->stage_costs = calloc((size_t)pp->S * 3, sizeof *pp->stage_costs);
@@ -276,7 +277,7 @@ static zt_status pp_setup(pp_mode *pp, const zt_train_config *c, zt_gpt2 *m) {
   pp->y = calloc((size_t)pp->M, sizeof *pp->y);
   if (!pp->own || !pp->is_own || !pp->stage_costs || !pp->x || !pp->y) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
   for (int i = 0; i < n; i++)
-    if ((pp->is_own[i] = owned(pp, ps[i].name))) pp->own[pp->n_own++] = ps[i];
+    if ((pp->is_own[i] = owned(pp, i))) pp->own[pp->n_own++] = ps[i];
   pp->rows = c->data.batch / pp->D / pp->M;
   pp->seq = c->data.seq;
   for (int k = 0; k < pp->M; k++) {
@@ -291,7 +292,7 @@ static zt_status pp_link(pp_mode *pp, const zt_train_config *c, zt_param **param
   /* wte is used by the first stage (embedding) and the last (the head): when they are on two
    * ranks, those two sum its grads */
   zt_param *ps;
-  int n = zt_gpt2_params(pp->model, &ps);
+  int n = zt_model_params(pp->model, &ps);
   int r0 = zt_pipeline_stage_rank(pp->sched, 0), rl = zt_pipeline_stage_rank(pp->sched, pp->S - 1);
   if (r0 != rl) {
     bool member = pp->p == r0 || pp->p == rl;
@@ -299,7 +300,7 @@ static zt_status pp_link(pp_mode *pp, const zt_train_config *c, zt_param **param
     ZT_TRY(zt_comm_split(pp->pp_comm, member ? 0 : 1, pp->p, &t));
     if (!member) zt_comm_free(t);
     for (int i = 0; member && i < n; i++)
-      if (!strcmp(ps[i].name, "transformer.wte.weight")) pp->tied_comm = t, pp->tied = ps[i].tensor;
+      if (pp->model->param_part(pp->model->ctx, i) == ZT_PART_BOTH) pp->tied_comm = t, pp->tied = ps[i].tensor;
   }
   ZT_TRY(pp_hold_others(pp, false));
   *params = pp->own, *n_params = pp->n_own;
@@ -319,12 +320,12 @@ typedef struct stage_ctx {
 static zt_status stage_forward(void *ud, int stage, int mb, zt_tensor *in, zt_tensor **out) {
   stage_ctx *c = ud;
   pp_mode *pp = c->pp;
-  return zt_gpt2_forward_stage(pp->model, stage == 0, pp->first[stage], pp->count[stage],
+  return pp->model->forward_stage(pp->model->ctx, stage == 0, pp->first[stage], pp->count[stage],
                                stage == pp->S - 1 ? c->targets[mb] : NULL, in, out);
 }
 
 static zt_pipeline_boundary boundary(const pp_mode *pp, int64_t rows) {
-  zt_pipeline_boundary b = {3, {rows, pp->seq, zt_gpt2_get_config(pp->model)->n_embd}, ZT_DTYPE_F32};
+  zt_pipeline_boundary b = {3, {rows, pp->seq, zt_lm_config_dims(zt_model_config(pp->model)).hidden}, ZT_DTYPE_F32};
   return b;
 }
 
@@ -377,7 +378,7 @@ static zt_status pp_loss(pp_mode *pp, zt_tensor *x, zt_tensor *y, double *loss) 
       in = cur;
     }
     zt_tensor *o = NULL;
-    if (!s) s = zt_gpt2_forward_stage(pp->model, st == 0, pp->first[st], pp->count[st], st == pp->S - 1 ? y : NULL, in, &o);
+    if (!s) s = pp->model->forward_stage(pp->model->ctx, st == 0, pp->first[st], pp->count[st], st == pp->S - 1 ? y : NULL, in, &o);
     if (s) break;
     zt_tensor_free(cur), cur = o;
     if (st == pp->S - 1) {
@@ -436,11 +437,11 @@ static zt_status copy_state(zt_optim *dst, zt_optim *src) {
   return ZT_OK;
 }
 
-/* The pipeline rank that holds parameter `name` for saving (wte: the first stage's). */
-static int holder(const pp_mode *pp, const char *name) {
-  const char *h = "transformer.h.";
-  if (!strncmp(name, h, strlen(h))) return zt_pipeline_stage_rank(pp->sched, block_stage(pp, atoi(name + strlen(h))));
-  if (!strncmp(name, "transformer.ln_f.", 17)) return zt_pipeline_stage_rank(pp->sched, pp->S - 1);
+/* The pipeline rank that holds parameter i for saving (a tied embedding: the first stage's). */
+static int holder(const pp_mode *pp, int i) {
+  int part = pp->model->param_part(pp->model->ctx, i);
+  if (part >= 0) return zt_pipeline_stage_rank(pp->sched, block_stage(pp, part));
+  if (part == ZT_PART_OUTPUT) return zt_pipeline_stage_rank(pp->sched, pp->S - 1);
   return zt_pipeline_stage_rank(pp->sched, 0);
 }
 
@@ -448,14 +449,14 @@ static int holder(const pp_mode *pp, const char *name) {
  * into the model and into full (an optimizer over every parameter). */
 static zt_status gather_to_writer(pp_mode *pp, zt_optim *o, zt_optim *full) {
   zt_param *ps;
-  int n = zt_gpt2_params(pp->model, &ps), no = 0, nf = 0;
+  int n = zt_model_params(pp->model, &ps), no = 0, nf = 0;
   const char *const *on = NULL, *const *fn = NULL;
   zt_tensor *const *ot = NULL, *const *ft = NULL;
   ZT_TRY(zt_optim_state(o, &no, &on, &ot));
   if (full) ZT_TRY(zt_optim_state(full, &nf, &fn, &ft));
   if (full) ZT_TRY(copy_state(full, o)); /* the writer's own parameters' state */
   for (int i = 0; i < n; i++) {
-    int h = holder(pp, ps[i].name);
+    int h = holder(pp, i);
     if (h == 0) continue;
     if (pp->p == 0) ZT_TRY(zt_recv(pp->pp_comm, ps[i].tensor, h, tag_save(i, 0)));
     else if (pp->p == h) ZT_TRY(zt_send(pp->pp_comm, ps[i].tensor, 0, tag_save(i, 0)));
@@ -477,7 +478,7 @@ static zt_status pp_save(pp_mode *pp, zt_comm *world, const zt_optim_config *oc,
                             const zt_train_state *st) {
   bool writer = pp->d == 0 && pp->p == 0;
   zt_param *ps;
-  int n = zt_gpt2_params(pp->model, &ps);
+  int n = zt_model_params(pp->model, &ps);
   zt_optim *full = NULL, *mine = o; /* sharded: mine is an optimizer over the stages' full parameters */
   zt_status s = writer ? pp_hold_others(pp, true) : ZT_OK;
   if (!s && writer) s = zt_optim_new(oc, n, ps, &full);
@@ -503,7 +504,7 @@ static zt_status pp_save(pp_mode *pp, zt_comm *world, const zt_optim_config *oc,
 static zt_status pp_load(pp_mode *pp, const zt_optim_config *oc, const char *dir, zt_optim *o,
                             zt_train_state *st) {
   zt_param *ps;
-  int n = zt_gpt2_params(pp->model, &ps);
+  int n = zt_model_params(pp->model, &ps);
   zt_optim *full = NULL;
   zt_status s = pp_hold_others(pp, true);
   if (!s && pp->zero) s = zt_zero_gather(pp->zero); /* the stages' parameters present, to load into */
@@ -748,9 +749,9 @@ static zt_status pp_gather_full(pp_mode *pp) {
   if (pp->zero) ZT_TRY(zt_zero_gather(pp->zero));
   ZT_TRY(pp_hold_others(pp, true));
   zt_param *ps;
-  int n = zt_gpt2_params(pp->model, &ps);
+  int n = zt_model_params(pp->model, &ps);
   for (int i = 0; i < n; i++) {
-    ZT_TRY(zt_broadcast(pp->pp_comm, ps[i].tensor, holder(pp, ps[i].name)));
+    ZT_TRY(zt_broadcast(pp->pp_comm, ps[i].tensor, holder(pp, i)));
     pp->is_own[i] = true; /* held here now: nothing to release */
   }
   return ZT_OK;
@@ -765,7 +766,7 @@ static zt_status pipe_open(zt__mode *m) { return pp_open(ctx(m), m->run->c, m->r
 /* every rank builds the whole model (in RAM: no state goes into the tier), then cuts it */
 static zt_status pipe_build(zt__mode *m) {
   ZT_TRY(zt__run_build(m->run, false));
-  return pp_setup(ctx(m), m->run->c, m->run->model);
+  return pp_setup(ctx(m), m->run->c, &m->run->model);
 }
 /* the stages' parameters (or their shards) only: the optimizer's; the rest of the model's storage goes */
 static zt_status pipe_link(zt__mode *m) {

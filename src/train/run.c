@@ -138,9 +138,8 @@ void zt__run_tier_close(zt__run *r) {
 
 /* ------------------------------------------------ the model, the optimizer, a checkpoint */
 zt_status zt__run_build(zt__run *r, bool into_tier) {
-  if (!into_tier) return zt_gpt2_new(&r->g, &r->model);
-  ZT_TRY(zt__run_tier(r));
-  return zt_gpt2_new_evicted(&r->g, r->tier, &r->model);
+  if (into_tier) ZT_TRY(zt__run_tier(r));
+  return zt_lm_new(&r->g, ZT_DTYPE_F32, into_tier ? r->tier : NULL, &r->model);
 }
 
 zt_status zt__run_optim(zt__run *r) { return zt_optim_new(&r->oc, r->n_params, r->params, &r->opt); }
@@ -148,7 +147,7 @@ zt_status zt__run_optim(zt__run *r) { return zt_optim_new(&r->oc, r->n_params, r
 zt_status zt__run_save_replicated(zt__run *r, const zt_train_state *st) {
   const char *dir = r->c->checkpoint.save;
   zt_status s = ZT_OK;
-  if (r->rank == 0) s = zt_snapshot_save(dir, r->model, r->opt, st);
+  if (r->rank == 0) s = zt_snapshot_save(dir, &r->model, r->opt, st);
   if (r->world == 1) return s;
   double ok = s ? 0 : 1;
   zt_status g = zt__run_mean(r, &ok);

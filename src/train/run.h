@@ -12,7 +12,7 @@
 
 typedef struct zt__run {
   const zt_train_config *c;   /* the run's options (the planner's, when it planned) */
-  zt_gpt2_config g;           /* the model's */
+  zt_lm_config g;             /* the model's family and shape */
   zt_comm *comm;              /* the world: every rank of the run */
   bool own_comm;              /* made by zt__run_open (freed by zt__run_close) */
   int rank, world;
@@ -20,7 +20,7 @@ typedef struct zt__run {
                                * replica (rank / P) of world / P (every rank of a pipeline reads its rows) */
   zt_store *tier;             /* the storage tier (NULL: none yet; zt__run_tier makes it) */
   zt_store_io_stats io_last;  /* the tier's I/O at the last step's end */
-  zt_gpt2 *model;
+  zt_model model;             /* owned (zt_lm_new's); zeroed until built */
   zt_optim_config oc;
   zt_optim *opt;
   zt_param *params;           /* what the optimizer updates (the mode's link sets them) */

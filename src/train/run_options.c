@@ -70,18 +70,19 @@ static bool recorded_role(const zt_option *o) {
   return o->role == ZT_OPTION_ROLE_COURSE || o->role == ZT_OPTION_ROLE_INFO || o->role == ZT_OPTION_ROLE_RECORDED;
 }
 
-void zt__run_options(const zt_train_config *c, const zt_gpt2_config *g, int world, const zt_train_state *resumed,
+void zt__run_options(const zt_train_config *c, const zt_lm_config *g, int world, const zt_train_state *resumed,
                      zt__run_opts *o) {
   memset(o, 0, sizeof *o);
   /* the config as the run uses it: the model's shape and dropout as resolved, the schedule's floor,
    * no pipeline schedule without a pipeline */
   zt_train_config resolved = *c, *r = &resolved; /* 8 KB */
-  r->model.n_layer = g->n_layer;
-  r->model.n_head = g->n_head;
-  r->model.n_embd = g->n_embd;
-  r->model.vocab_size = g->vocab_size;
-  r->model.block_size = g->block_size;
-  r->model.dropout = g->dropout;
+  zt_lm_dims d = zt_lm_config_dims(g);
+  r->model.n_layer = d.n_layer;
+  r->model.n_head = d.n_head;
+  r->model.n_embd = d.hidden;
+  r->model.vocab_size = d.vocab;
+  r->model.block_size = d.context;
+  r->model.dropout = g->family == ZT_LM_GPT2 ? g->gpt2.dropout : 0;
   int64_t warmup;
   zt__run_schedule(c, resumed, &warmup, &r->optim.min_lr);
   if (r->parallel.pp <= 1) snprintf(r->parallel.schedule, sizeof r->parallel.schedule, "none");
@@ -154,7 +155,7 @@ static void lr_change(const zt_train_config *c, const zt_train_state *st, char *
 zt_status zt_train_resume_changes(const zt_train_config *c, int world, const zt_train_state *st, char *buf,
                                   size_t cap, bool *course) {
   if (!c || !st || !buf || !cap || !course) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_resume_changes: NULL argument");
-  zt_gpt2_config g;
+  zt_lm_config g;
   ZT_TRY(zt_train_model_config(c, &g));
   zt__run_opts *o = malloc(sizeof *o);
   if (!o) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");

@@ -17,7 +17,7 @@ typedef struct zt__run_opts {
 
 /* Every option of c (with g, the model config it resolves to) that must agree between ranks;
  * resumed: the checkpoint the run continues (NULL: none), whose resolved warm-up an unset one keeps. */
-void zt__run_options(const zt_train_config *c, const zt_gpt2_config *g, int world, const zt_train_state *resumed,
+void zt__run_options(const zt_train_config *c, const zt_lm_config *g, int world, const zt_train_state *resumed,
                      zt__run_opts *o);
 /* The learning-rate schedule a run uses: the warm-up and floor it was given, else (warm-up) the
  * one the resumed checkpoint's run resolved (st may be NULL), else the defaults

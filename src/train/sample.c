@@ -2,12 +2,12 @@
  * Philox stream, so sampling never moves the default generator (training stays
  * reproducible). Each token is chosen from the logits of the last position of its context:
  * the last block_size tokens, at positions from 0.
- * The logits come from a KV cache (zt_gpt2_forward_cached): the prompt's context is
+ * The logits come from a KV cache (the model's forward_cached): the prompt's context is
  * prefilled, then each new token runs alone against the cached keys and values. Once the
  * context passes block_size, every new token shifts the positions of the whole window, so no
  * cached key stays valid: the cache is reset and the window of the last block_size tokens
  * prefilled again, a full forward per token as the recompute path costs (still without the
- * T x V logits). The recompute path (the whole window through zt_gpt2_forward per token) is
+ * T x V logits). The recompute path (the whole window through forward_logits per token) is
  * kept as the reference the cache is tested and benchmarked against (train/sample.h). */
 #include <math.h>
 #include <stdlib.h>
@@ -20,7 +20,8 @@
 
 /* Where the logits of the next token come from. */
 typedef struct logits_src {
-  zt_gpt2 *m;
+  const zt_model *m;
+  int64_t V;
   zt_device dev;  /* the model's */
   int64_t window; /* block_size: the context's length at most */
   zt_kv_cache *cache; /* NULL: recompute */
@@ -30,10 +31,10 @@ typedef struct logits_src {
 
 /* g->lp = logits of the last of ids[0, len) in its context, the whole window recomputed. */
 static zt_status logits_recompute(logits_src *g, const int32_t *ids, int64_t len) {
-  int64_t T = len < g->window ? len : g->window, V = zt_gpt2_get_config(g->m)->vocab_size;
+  int64_t T = len < g->window ? len : g->window, V = g->V;
   zt_tensor *x = NULL, *logits = NULL;
   zt_status s = zt__tensor_from_host(2, (int64_t[]){1, T}, ZT_DTYPE_I32, g->dev, ZT_MEM_TAG_TEMP, ids + len - T, &x);
-  if (!s) s = zt_gpt2_forward(g->m, x, NULL, &logits, NULL);
+  if (!s) s = g->m->forward_logits(g->m->ctx, x, &logits);
   if (!s) {
     ZT_ASSERT(logits->dtype == ZT_DTYPE_F32 && zt_tensor_is_contiguous(logits));
     zt__dev_read_range(logits, (T - 1) * V, V, g->lp);
@@ -46,7 +47,7 @@ static zt_status logits_recompute(logits_src *g, const int32_t *ids, int64_t len
 /* The same from the cache: the tokens it does not hold yet run through it; a context that
  * would pass the window is prefilled again from the window's first token. */
 static zt_status logits_cached(logits_src *g, const int32_t *ids, int64_t len) {
-  int64_t held = zt_kv_cache_len(g->cache), V = zt_gpt2_get_config(g->m)->vocab_size;
+  int64_t held = zt_kv_cache_len(g->cache), V = g->V;
   if (len - g->start > g->window) { /* the cache holds min(window, the longest context) */
     zt_kv_cache_reset(g->cache);
     held = 0;
@@ -57,7 +58,7 @@ static zt_status logits_cached(logits_src *g, const int32_t *ids, int64_t len) {
   zt_tensor *x = NULL, *logits = NULL;
   zt_status s =
       zt__tensor_from_host(2, (int64_t[]){1, T}, ZT_DTYPE_I32, g->dev, ZT_MEM_TAG_TEMP, ids + g->start + held, &x);
-  if (!s) s = zt_gpt2_forward_cached(g->m, g->cache, x, &logits);
+  if (!s) s = g->m->forward_cached(g->m->ctx, g->cache, x, &logits);
   if (!s) {
     ZT_ASSERT(logits->dtype == ZT_DTYPE_F32 && zt_tensor_is_contiguous(logits));
     zt__dev_read_range(logits, 0, V, g->lp);
@@ -129,31 +130,35 @@ static zt_status pick(const float *lp, int V, double temperature, int top_k, zt_
   }
   /* the max term alone gives exp(0) = 1: anything else means NaN/inf logits (a damaged model) */
   if (!(sum >= 1 && isfinite(sum)))
-    return ZT_ERR(ZT_STATUS_STATE, "zt_gpt2_sample: the model's logits are not finite: its weights are damaged");
+    return ZT_ERR(ZT_STATUS_STATE, "zt_lm_sample: the model's logits are not finite: its weights are damaged");
   *next = chosen;
   return ZT_OK;
 }
 
-static zt_status sample(zt_gpt2 *m, const int32_t *prompt, int64_t n_prompt, int64_t n, double temperature, int top_k,
+static zt_status sample(const zt_model *m, const int32_t *prompt, int64_t n_prompt, int64_t n, double temperature, int top_k,
                         uint64_t seed, bool cached, int32_t **out, int64_t *n_out) {
   if (!m || !out || !n_out || (n_prompt && !prompt))
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_sample: NULL model, output or prompt");
-  if (n_prompt < 1) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_sample: the prompt needs at least one token");
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_lm_sample: NULL model, output or prompt");
+  if (n_prompt < 1) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_lm_sample: the prompt needs at least one token");
   if (n < 0 || n > ZT_SAMPLE_MAX_LEN || n_prompt > ZT_SAMPLE_MAX_LEN)
-    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_sample: %lld tokens after a prompt of %lld: each must be in [0, %d]",
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_lm_sample: %lld tokens after a prompt of %lld: each must be in [0, %d]",
                   (long long)n, (long long)n_prompt, ZT_SAMPLE_MAX_LEN);
   if (!(temperature >= 0 && temperature <= 100) || top_k < 0)
     return ZT_ERR(ZT_STATUS_INVALID_ARG,
-                  "zt_gpt2_sample: temperature must be a number in [0, 100] (0: greedy; got %g) and top-k >= 0", temperature);
-  const zt_gpt2_config *c = zt_gpt2_get_config(m);
-  int V = c->vocab_size;
+                  "zt_lm_sample: temperature must be a number in [0, 100] (0: greedy; got %g) and top-k >= 0", temperature);
+  const zt_lm_config *c = zt_model_config(m);
+  if (!c || !m->forward_logits)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_lm_sample: the model is not a language model (zt_model.config, forward_logits)");
+  zt_lm_dims d = zt_lm_config_dims(c);
+  int V = d.vocab;
+  cached = cached && m->kv_cache_new && m->forward_cached; /* else every token recomputes its window */
   for (int64_t i = 0; i < n_prompt; i++)
     if (prompt[i] < 0 || prompt[i] >= V)
-      return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_sample: prompt token %lld is %d, outside [0, %d)", (long long)i,
+      return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_lm_sample: prompt token %lld is %d, outside [0, %d)", (long long)i,
                     prompt[i], V);
   int32_t *ids = malloc(sizeof *ids * (size_t)(n_prompt + n));
   float *row = malloc(sizeof *row * (size_t)V), *sel = malloc(sizeof *sel * (size_t)V);
-  logits_src g = {m, ZT_CPU, c->block_size, NULL, 0, malloc(sizeof(float) * (size_t)V)};
+  logits_src g = {m, V, ZT_CPU, d.context, NULL, 0, malloc(sizeof(float) * (size_t)V)};
   if (!ids || !row || !sel || !g.lp) {
     free(ids), free(row), free(sel), free(g.lp);
     return ZT_ERR(ZT_STATUS_OOM, "out of host memory for sampling");
@@ -161,14 +166,15 @@ static zt_status sample(zt_gpt2 *m, const int32_t *prompt, int64_t n_prompt, int
   memcpy(ids, prompt, sizeof *ids * (size_t)n_prompt);
   int64_t len = n_prompt;
   zt_param *ps;
-  if (zt_gpt2_params(m, &ps) > 0) g.dev = zt_tensor_device(ps[0].tensor); /* the model's */
-  bool prev = zt_set_grad_enabled(false), was_training = zt_gpt2_module(m)->training;
-  zt_gpt2_set_training(m, false);
+  if (zt_model_params(m, &ps) > 0) g.dev = zt_tensor_device(ps[0].tensor); /* the model's */
+  zt_module *root = zt_model_module(m);
+  bool prev = zt_set_grad_enabled(false), was_training = root->training;
+  zt_module_set_training(root, false);
   zt_status s = ZT_OK;
   if (cached && n > 0) {
     /* the longest context this call reaches: the prompt and the tokens before the last */
     int64_t most = n_prompt + n - 1;
-    s = zt_gpt2_kv_cache_new(m, 1, most < g.window ? most : g.window, &g.cache);
+    s = m->kv_cache_new(m->ctx, 1, most < g.window ? most : g.window, &g.cache);
   }
   zt_rng_state rs = {seed, 0};
   for (int64_t k = 0; k < n && s == ZT_OK; k++) {
@@ -177,7 +183,7 @@ static zt_status sample(zt_gpt2 *m, const int32_t *prompt, int64_t n_prompt, int
     len++;
   }
   zt_kv_cache_free(g.cache);
-  zt_gpt2_set_training(m, was_training);
+  zt_module_set_training(root, was_training);
   zt_set_grad_enabled(prev);
   free(row), free(sel), free(g.lp);
   if (s) {
@@ -189,12 +195,12 @@ static zt_status sample(zt_gpt2 *m, const int32_t *prompt, int64_t n_prompt, int
   return ZT_OK;
 }
 
-zt_status zt_gpt2_sample(zt_gpt2 *m, const int32_t *prompt, int64_t n_prompt, int64_t n, double temperature,
+zt_status zt_lm_sample(const zt_model *m, const int32_t *prompt, int64_t n_prompt, int64_t n, double temperature,
                          int top_k, uint64_t seed, int32_t **out, int64_t *n_out) {
   return sample(m, prompt, n_prompt, n, temperature, top_k, seed, true, out, n_out);
 }
 
-zt_status zt__gpt2_sample_recompute(zt_gpt2 *m, const int32_t *prompt, int64_t n_prompt, int64_t n,
+zt_status zt__lm_sample_recompute(const zt_model *m, const int32_t *prompt, int64_t n_prompt, int64_t n,
                                     double temperature, int top_k, uint64_t seed, int32_t **out, int64_t *n_out) {
   return sample(m, prompt, n_prompt, n, temperature, top_k, seed, false, out, n_out);
 }

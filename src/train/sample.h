@@ -5,10 +5,10 @@
 
 #include "zt/train.h"
 
-/* zt_gpt2_sample with the logits of each token from the whole context (the last block_size
- * tokens) recomputed through zt_gpt2_forward, no KV cache: the path zt_gpt2_sample took
+/* zt_lm_sample with the logits of each token from the whole context (the last context-length
+ * tokens) recomputed through the model's forward_logits, no KV cache: the path sampling took
  * before it had one. Same arguments, checks and tokens. */
-ZT_NODISCARD zt_status zt__gpt2_sample_recompute(zt_gpt2 *m, const int32_t *prompt, int64_t n_prompt, int64_t n,
+ZT_NODISCARD zt_status zt__lm_sample_recompute(const zt_model *m, const int32_t *prompt, int64_t n_prompt, int64_t n,
                                                  double temperature, int top_k, uint64_t seed, int32_t **out,
                                                  int64_t *n_out);
 
