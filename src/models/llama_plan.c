@@ -30,9 +30,9 @@ static double kept_none(const widths *w) {
 /* Multiply-adds per token of a layer's projections. */
 static double gemm_work(const widths *w) { return w->C * w->A + w->HD * w->C + 3 * w->C * w->I; }
 
-/* Recomputing down_proj leaves a hidden-sized tensor (C) per layer live beside the saved ones
- * until the region's backward reaches it (measured: GPT-2's MLP projection shows the same).
- * Recomputation therefore peaks at NONE's count, the input included, when down_proj is redone. */
+/* A recomputation that redoes down_proj holds one hidden-sized tensor (C) per layer more at its
+ * peak than the saved ones (measured by tests/test_lm_plan.c, whether o_proj is kept or not;
+ * GPT-2's counts carry the same C): it then peaks at NONE's count, the input included. */
 
 /* What SELECTIVE under policy p keeps beside the region's input, the outputs of the ops it saves
  * (and their statistics); *recomp: what recomputing the rest makes live (NONE's count less the
