@@ -2,7 +2,8 @@
  * (rope_parameters) or 4 (top-level rope_theta and rope_scaling), and the weights in
  * model.safetensors or in the shards model.safetensors.index.json names (F32, F64, BF16, F16:
  * the safetensors reader converts). Every parameter must be found; names the model does not
- * have are refused, except a tied model's stored lm_head.weight and old rotary buffers. */
+ * have are refused, except a tied model's stored lm_head.weight and old rotary buffers. The
+ * writer makes the config.json that transformers 4 and 5 both load as a config's model. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -278,8 +279,9 @@ void zt__llama_hf_config_json(const zt_llama_config *c, zt_dtype dt, zt__buf *b)
   else
     put_rope(b, c, false);
   zt__buf_printf(b, ",\n  \"rope_parameters\": "), put_rope(b, c, true);
-  zt__buf_printf(b, ",\n  \"attention_bias\": %s,\n  \"mlp_bias\": false,\n  \"tie_word_embeddings\": %s,\n",
-                 c->attention_bias ? "true" : "false", c->tie_word_embeddings ? "true" : "false");
+  zt__buf_printf(b, ",\n  \"attention_bias\": %s,\n  \"tie_word_embeddings\": %s,\n", c->attention_bias ? "true" : "false",
+                 c->tie_word_embeddings ? "true" : "false");
+  if (!strcmp(type, "llama")) zt__buf_printf(b, "  \"mlp_bias\": false,\n");
   put_sliding(b, c, type);
   zt__buf_printf(b, "  \"use_cache\": true,\n  \"torch_dtype\": \"%s\",\n  \"dtype\": \"%s\"\n}\n", hf_dtype(dt),
                  hf_dtype(dt));
