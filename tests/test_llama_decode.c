@@ -176,6 +176,28 @@ out:
   ZT_CHECK(zt_test_live_bytes() == live);
 }
 
+/* The model interface's members (llama_internal.h) are the public functions. */
+static void test_model_members(void) {
+  zt_llama *m = fixture_model("llama3", ZT_DTYPE_F32);
+  if (!m) return;
+  zt_model mm = zt_llama_model(m);
+  mm.kv_cache_new = zt__llama_model_kv_cache_new;
+  mm.forward_cached = zt__llama_model_forward_cached;
+  zt_kv_cache *a = NULL, *b = NULL;
+  zt_tensor *ids = zt_test_rand_ids(1, 4, zt_llama_get_config(m)->vocab_size, 5), *la = NULL, *lb = NULL;
+  ZT_CHECK_OK(mm.kv_cache_new(mm.ctx, 1, 8, &a));
+  ZT_CHECK_OK(zt_llama_kv_cache_new(m, 1, 8, &b));
+  if (a && b) {
+    ZT_CHECK_OK(mm.forward_cached(mm.ctx, a, ids, &la));
+    ZT_CHECK_OK(zt_llama_forward_cached(m, b, ids, &lb));
+    ZT_CHECK(la && lb && zt_test_bitwise_equal(la, lb) && zt_kv_cache_len(a) == 4);
+  }
+  zt_test_free_all((zt_tensor *[]){ids, la, lb}, 3);
+  zt_kv_cache_free(a);
+  zt_kv_cache_free(b);
+  zt_llama_free(m);
+}
+
 /* ------------------------------------------------ config.json written and read back */
 static void check_same_config(const zt_llama_config *a, const zt_llama_config *b, const char *what) {
   const zt_rope_scaling *ra = &a->rope_scaling, *rb = &b->rope_scaling;
@@ -246,6 +268,7 @@ int main(void) {
   ZT_RUN(test_decode_matches_forward_f32);
   ZT_RUN(test_decode_matches_forward_f64);
   ZT_RUN(test_decode_errors);
+  ZT_RUN(test_model_members);
   ZT_RUN(test_config_round_trip);
   return zt_test_finish();
 }

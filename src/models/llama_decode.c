@@ -188,3 +188,12 @@ zt_status zt_llama_forward_cached(zt_llama *m, zt_kv_cache *cache, zt_tensor *id
   *logits = lg;
   return ZT_OK;
 }
+
+/* The model interface's members (zt/model.h), ctx a zt_llama. */
+zt_status zt__llama_model_kv_cache_new(void *ctx, int64_t batch, int64_t capacity, zt_kv_cache **out) {
+  return zt_llama_kv_cache_new(ctx, batch, capacity, out);
+}
+
+zt_status zt__llama_model_forward_cached(void *ctx, zt_kv_cache *cache, zt_tensor *ids, zt_tensor **logits) {
+  return zt_llama_forward_cached(ctx, cache, ids, logits);
+}

@@ -34,6 +34,12 @@ struct zt_llama {
  * when needed; tensors that hold the old ones keep their own references). llama.c. */
 ZT_NODISCARD zt_status zt__llama_ensure_rope(zt_llama *m, int64_t T, zt_device dev);
 
+/* zt_llama_kv_cache_new and zt_llama_forward_cached with ctx a zt_llama: zt_model's
+ * kv_cache_new and forward_cached members (zt/model.h). llama_decode.c. */
+ZT_NODISCARD zt_status zt__llama_model_kv_cache_new(void *ctx, int64_t batch, int64_t capacity, zt_kv_cache **out);
+ZT_NODISCARD zt_status zt__llama_model_forward_cached(void *ctx, zt_kv_cache *cache, zt_tensor *ids,
+                                                      zt_tensor **logits);
+
 /* config.json already parsed (j, an object; path names it in errors) into *out, validated;
  * *out is unchanged on failure. The layouts and refusals of zt_llama_config_from_hf, which
  * reads the file and calls this. llama_hf.c. */
