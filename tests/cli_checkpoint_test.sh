@@ -96,14 +96,14 @@ out=$("$zt" "${s2[@]}" --init-from "$w/hf" --layers 2 --metrics "$w/f-agree.json
 check "a shape flag that agrees with config.json" '[ $rc -eq 0 ]'
 out=$("$zt" "${s2[@]}" --init-from "$w/hf" --layers 3 2>&1); rc=$?
 check "a shape flag that contradicts config.json: an error naming both values" \
-  '[ $rc -ne 0 ] && grep -q -- "--layers 3 contradicts n_layer 2 of .*config.json" <<<"$out"'
+  '[ $rc -ne 0 ] && grep -q -- "--layers 3 contradicts layers 2 of .*config.json" <<<"$out"'
 out=$("$zt" "${s2[@]}" --init-from "$w/hf" --model gpt2-124m 2>&1); rc=$?
 check "a preset that contradicts config.json: an error naming both values" \
-  '[ $rc -ne 0 ] && grep -q -- "--model gpt2-124m has n_layer 12, but .*config.json. has 2" <<<"$out"'
+  '[ $rc -ne 0 ] && grep -q -- "--model gpt2-124m has layers 12, but .*config.json. has 2" <<<"$out"'
 mkdir "$w/empty"
 out=$("$zt" "${s2[@]}" --init-from "$w/empty" 2>&1); rc=$?
 check "--init-from a folder of neither kind: says what it needs" \
-  '[ $rc -ne 0 ] && grep -q "nor a transformers GPT-2 model (model.safetensors and config.json)" <<<"$out"'
+  '[ $rc -ne 0 ] && grep -q "nor a Hugging Face model (config.json with model.safetensors" <<<"$out"'
 
 # ---------------------------------------------------------------- the tokenizer
 for i in 1 2 3 4 5 6 7 8; do cat "$fx/text.txt"; done >"$w/text.txt"

@@ -3,7 +3,8 @@
  * the parameter names and layouts of transformers' *ForCausalLM (nn.Linear weights (out, in)),
  * so a Hugging Face folder loads without conversion. Implements zt_model (zt/model.h); the
  * decoder layers run as the sequence "model.layers" (zt_module_run_sequence), which memory
- * strategies wrap from outside. src/models/llama.c (model), llama_hf.c (folders). */
+ * strategies wrap from outside. src/models/llama.c (model), llama_hf.c (folders), llama_decode.c
+ * (incremental decoding with a KV cache). */
 #ifndef ZT_LLAMA_H
 #define ZT_LLAMA_H
 
@@ -61,7 +62,7 @@ ZT_API ZT_NODISCARD zt_status zt_llama_new(const zt_llama_config *c, zt_dtype dt
 ZT_API ZT_NODISCARD zt_status zt_llama_new_evicted(const zt_llama_config *c, zt_store *store, zt_llama **out);
 ZT_API void zt_llama_free(zt_llama *m); /* NULL is a no-op */
 /* Load the weights of a Hugging Face folder into m: model.safetensors, or the shards that
- * model.safetensors.index.json names. Every parameter must be present with m's shape (F32,
+ * model.safetensors.index.json names (dir may also name one safetensors file). Every parameter must be present with m's shape (F32,
  * F64, BF16 or F16 on disk, converted); a tied model ignores a stored lm_head.weight. */
 ZT_API ZT_NODISCARD zt_status zt_llama_load_hf_weights(zt_llama *m, const char *dir);
 /* zt_llama_config_from_hf(dir) + zt_llama_new + zt_llama_load_hf_weights(dir). */
@@ -101,5 +102,26 @@ ZT_API ZT_NODISCARD zt_status zt_llama_forward(zt_llama *m, zt_tensor *ids, zt_t
  * not run. */
 ZT_API ZT_NODISCARD zt_status zt_llama_forward_stage(zt_llama *m, bool embed_first, int first, int count,
                                                      zt_tensor *targets, zt_tensor *in, zt_tensor **out);
+
+/* Incremental decoding (src/models/llama_decode.c). A KV cache for m: its n_layer layers of
+ * n_kv_head heads of head_dim (only the KV heads: a grouped-query model's query heads share
+ * them, never copied per head), `capacity` positions (1..max_position_embeddings, and at most
+ * sliding_window when the config has one), batch rows, on the device and in the dtype of m's
+ * parameters: n_layer * 2 * batch * n_kv_head * capacity * head_dim values. Free it with
+ * zt_kv_cache_free. */
+ZT_API ZT_NODISCARD zt_status zt_llama_kv_cache_new(zt_llama *m, int64_t batch, int64_t capacity, zt_kv_cache **out);
+/* The forward of ids (B, T) i32 at positions [len, len + T) (len = zt_kv_cache_len(cache),
+ * len + T <= the cache's capacity): each layer computes q, k and v for the new positions only
+ * (q/k/v biases, Qwen3's q/k norm), rotates q and k at those absolute positions, and attends to
+ * the cached keys and values with each query head reading its group's kv head (a cache with no
+ * positions runs zt_causal_attention_gqa over the ids, as zt_llama_forward does); the new keys
+ * and values are added to the cache, and *logits (B, V) are the last position's only (no B*T*V
+ * logits are made). Runs with grad mode off (inference: nothing is recorded), through the
+ * layers directly: no module hooks or sequence wrappers (training strategies) run, so the
+ * parameters must be resident. The logits are zt_llama_forward's last row over the same tokens
+ * up to the summation order of GEMMs over other row counts (f32: about 1e-6 relative). On
+ * failure the cache is as it was before the call. */
+ZT_API ZT_NODISCARD zt_status zt_llama_forward_cached(zt_llama *m, zt_kv_cache *cache, zt_tensor *ids,
+                                                      zt_tensor **logits);
 
 #endif

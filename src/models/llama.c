@@ -14,29 +14,9 @@
 
 #include "core/status_internal.h"
 #include "zt/lm.h"
+#include "llama_internal.h"
 
-typedef struct layer {
-  zt_module *mod; /* "N" under model.layers (owned by the tree) */
-  zt_tensor *wq, *bq, *wk, *bk, *wv, *bv, *wo, *q_norm, *k_norm;
-  zt_tensor *wg, *wu, *wd, *ln1, *ln2;
-} layer;
-
-struct zt_llama {
-  zt_module *root; /* "" -> model (embed_tokens, layers, norm), lm_head */
-  zt_module *layers_seq;
-  zt_llama_config cfg;
-  zt_lm_config lm; /* {LLAMA, cfg}: what zt_model.config gives */
-  zt_dtype dtype;
-  zt_store *evict_to; /* zt_llama_new_evicted: where each top-level module's parameters go once made */
-  zt_tensor *embed, *norm, *lm_head; /* lm_head: NULL when tied */
-  layer *layers;
-  zt_param *params;
-  int n_params;
-  /* rotary tables (rope_n, head_dim / 2), grown on demand, on rope_dev */
-  zt_tensor *cos, *sin;
-  int64_t rope_n;
-  zt_device rope_dev;
-};
+typedef zt__llama_layer layer; /* the struct zt_llama and zt__llama_layer: llama_internal.h */
 
 /* ------------------------------------------------------------------ configs */
 
@@ -336,7 +316,8 @@ zt_model zt_llama_model(zt_llama *m) {
   return (zt_model){.forward_loss = model_forward_loss, .params = model_params, .module = model_module,
                     .blocks = model_blocks, .flops_per_step = model_flops, .config = model_config,
                     .forward_logits = model_forward_logits, .forward_stage = model_forward_stage,
-                    .param_part = model_param_part, .ctx = m};
+                    .param_part = model_param_part, .kv_cache_new = zt__llama_model_kv_cache_new,
+                    .forward_cached = zt__llama_model_forward_cached, .ctx = m};
 }
 
 /* ------------------------------------------------------------------ forward */
@@ -355,6 +336,8 @@ static zt_status ensure_rope(zt_llama *m, int64_t T, zt_device dev) {
   m->cos = cs, m->sin = sn, m->rope_n = n, m->rope_dev = dev;
   return ZT_OK;
 }
+
+zt_status zt__llama_ensure_rope(zt_llama *m, int64_t T, zt_device dev) { return ensure_rope(m, T, dev); }
 
 /* x (B, T, n * D) -> RMSNorm over each head's D values with weight w (D); *out is new. */
 static zt_status head_norm(zt_tensor *x, zt_tensor *w, int64_t n, int64_t D, double eps, zt_tensor **out) {

@@ -2,16 +2,16 @@
  * (rope_parameters) or 4 (top-level rope_theta and rope_scaling), and the weights in
  * model.safetensors or in the shards model.safetensors.index.json names (F32, F64, BF16, F16:
  * the safetensors reader converts). Every parameter must be found; names the model does not
- * have are refused, except a tied model's stored lm_head.weight and old rotary buffers. */
+ * have are refused, except a tied model's stored lm_head.weight and old rotary buffers. The
+ * writer makes the config.json that transformers 4 and 5 both load as a config's model. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "core/status_internal.h"
-#include "io/json.h"
+#include "llama_internal.h"
 #include "zt/io.h"
-#include "zt/llama.h"
 
 #define PATH_CAP 4096
 
@@ -129,7 +129,6 @@ static zt_status read_rope(const char *path, const zt__json *j, zt_llama_config 
 }
 
 static zt_status parse_config(const char *path, const zt__json *j, zt_llama_config *c) {
-  memset(c, 0, sizeof *c);
   const zt__json *type = zt__json_get(j, "model_type");
   const char *t = present(type) && type->kind == ZT__JSON_STRING ? type->str : NULL;
   if (!t || (strcmp(t, "llama") && strcmp(t, "mistral") && strcmp(t, "qwen2") && strcmp(t, "qwen3")))
@@ -176,11 +175,116 @@ zt_status zt_llama_config_from_hf(const char *path, zt_llama_config *out) {
   }
   zt__json *j = NULL;
   ZT_TRY(read_json(path, "config", &j));
-  zt_llama_config c;
-  zt_status s = parse_config(path, j, &c);
+  zt_status s = zt__llama_from_hf_json(path, j, out);
   zt__json_free(j);
+  return s;
+}
+
+zt_status zt__llama_from_hf_json(const char *path, const zt__json *j, zt_llama_config *out) {
+  if (!path || !j || !out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt__llama_from_hf_json: path, j and out are required");
+  if (j->kind != ZT__JSON_OBJECT) return ZT_ERR(ZT_STATUS_INVALID_ARG, "config '%s' is not a JSON object", path);
+  zt_llama_config c = {0};
+  zt_status s = parse_config(path, j, &c);
   if (!s) *out = c;
   return s;
+}
+
+/* ------------------------------------------------------------------ writing config.json */
+
+/* The model_type config.json gets: c's own, or the type its flags need when c has none. */
+static const char *hf_type(const zt_llama_config *c) {
+  const char *known[] = {"llama", "mistral", "qwen2", "qwen3"};
+  for (int i = 0; i < 4; i++)
+    if (!strcmp(c->model_type, known[i])) return known[i];
+  return c->qk_norm ? "qwen3" : "llama";
+}
+
+static const char *hf_architecture(const char *type) {
+  if (!strcmp(type, "mistral")) return "MistralForCausalLM";
+  if (!strcmp(type, "qwen2")) return "Qwen2ForCausalLM";
+  if (!strcmp(type, "qwen3")) return "Qwen3ForCausalLM";
+  return "LlamaForCausalLM";
+}
+
+static const char *hf_dtype(zt_dtype dt) {
+  switch (dt) {
+  case ZT_DTYPE_F64: return "float64";
+  case ZT_DTYPE_BF16: return "bfloat16";
+  case ZT_DTYPE_F16: return "float16";
+  default: return "float32";
+  }
+}
+
+/* v as a JSON number Python reads as a float (500000.0, not the int 500000), exactly. */
+static void put_float(zt__buf *b, double v) {
+  char t[32];
+  zt__fmt_double(t, v);
+  zt__buf_printf(b, "%s%s", t, strpbrk(t, ".eEn") ? "" : ".0");
+}
+
+/* The rope object: rope_type and, for llama3, its factors; rope_theta inside when with_theta
+ * (transformers 5's rope_parameters; 4's rope_scaling has it at the top level). */
+static void put_rope(zt__buf *b, const zt_llama_config *c, bool with_theta) {
+  const zt_rope_scaling *r = &c->rope_scaling;
+  bool llama3 = r->type == ZT_ROPE_SCALING_LLAMA3;
+  zt__buf_printf(b, "{\"rope_type\": \"%s\"", llama3 ? "llama3" : "default");
+  if (with_theta) zt__buf_printf(b, ", \"rope_theta\": "), put_float(b, c->rope_theta);
+  if (llama3) {
+    zt__buf_printf(b, ", \"factor\": "), put_float(b, r->factor);
+    zt__buf_printf(b, ", \"low_freq_factor\": "), put_float(b, r->low_freq_factor);
+    zt__buf_printf(b, ", \"high_freq_factor\": "), put_float(b, r->high_freq_factor);
+    zt__buf_printf(b, ", \"original_max_position_embeddings\": %lld", (long long)r->original_max_position_embeddings);
+  }
+  zt__buf_printf(b, "}");
+}
+
+/* sliding_window, and what makes transformers apply it: Mistral always does; Qwen2 and Qwen3
+ * with use_sliding_window, on the layers from max_window_layers on (0: all). Llama has no
+ * window in transformers: use_sliding_window is for zerotrain's reader. */
+static void put_sliding(zt__buf *b, const zt_llama_config *c, const char *type) {
+  int w = c->sliding_window;
+  if (w > 0)
+    zt__buf_printf(b, "  \"sliding_window\": %d,\n", w);
+  else
+    zt__buf_printf(b, "  \"sliding_window\": null,\n");
+  bool qwen = !strcmp(type, "qwen2") || !strcmp(type, "qwen3");
+  if (qwen || (w > 0 && strcmp(type, "mistral")))
+    zt__buf_printf(b, "  \"use_sliding_window\": %s,\n", w > 0 ? "true" : "false");
+  if (qwen && w > 0) zt__buf_printf(b, "  \"max_window_layers\": 0,\n");
+}
+
+void zt__llama_hf_config_json(const zt_llama_config *c, zt_dtype dt, zt__buf *b) {
+  const char *type = hf_type(c);
+  zt__buf_printf(b,
+                 "{\n"
+                 "  \"architectures\": [\"%s\"],\n"
+                 "  \"model_type\": \"%s\",\n"
+                 "  \"vocab_size\": %d,\n"
+                 "  \"hidden_size\": %d,\n"
+                 "  \"intermediate_size\": %d,\n"
+                 "  \"num_hidden_layers\": %d,\n"
+                 "  \"num_attention_heads\": %d,\n"
+                 "  \"num_key_value_heads\": %d,\n"
+                 "  \"head_dim\": %d,\n"
+                 "  \"max_position_embeddings\": %d,\n"
+                 "  \"hidden_act\": \"silu\",\n",
+                 hf_architecture(type), type, c->vocab_size, c->hidden_size, c->intermediate_size, c->n_layer,
+                 c->n_head, c->n_kv_head, c->head_dim, c->max_position_embeddings);
+  zt__buf_printf(b, "  \"rms_norm_eps\": "), put_float(b, c->rms_norm_eps);
+  zt__buf_printf(b, ",\n  \"initializer_range\": "), put_float(b, c->initializer_range);
+  zt__buf_printf(b, ",\n  \"rope_theta\": "), put_float(b, c->rope_theta);
+  zt__buf_printf(b, ",\n  \"rope_scaling\": ");
+  if (c->rope_scaling.type == ZT_ROPE_SCALING_NONE)
+    zt__buf_printf(b, "null");
+  else
+    put_rope(b, c, false);
+  zt__buf_printf(b, ",\n  \"rope_parameters\": "), put_rope(b, c, true);
+  zt__buf_printf(b, ",\n  \"attention_bias\": %s,\n  \"tie_word_embeddings\": %s,\n", c->attention_bias ? "true" : "false",
+                 c->tie_word_embeddings ? "true" : "false");
+  if (!strcmp(type, "llama")) zt__buf_printf(b, "  \"mlp_bias\": false,\n");
+  put_sliding(b, c, type);
+  zt__buf_printf(b, "  \"use_cache\": true,\n  \"torch_dtype\": \"%s\",\n  \"dtype\": \"%s\"\n}\n", hf_dtype(dt),
+                 hf_dtype(dt));
 }
 
 /* ------------------------------------------------------------------ weights */
@@ -292,7 +396,9 @@ zt_status zt_llama_load_hf_weights(zt_llama *m, const char *dir) {
   ZT_TRY(join(single, dir, "model.safetensors"));
   ZT_TRY(join(index, dir, "model.safetensors.index.json"));
   zt_status s;
-  if (is_file(single))
+  if (is_file(dir)) /* one safetensors file */
+    s = load_single(m, dir);
+  else if (is_file(single))
     s = load_single(m, single);
   else if (is_file(index))
     s = load_sharded(m, dir, index);

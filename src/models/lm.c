@@ -16,7 +16,7 @@
 
 #define LM_PATH_CAP 4096
 
-static const zt__lm_family_i *const families[] = {&zt__gpt2_family};
+static const zt__lm_family_i *const families[] = {&zt__gpt2_family, &zt__llama_family};
 #define N_FAMILIES ((int)(sizeof families / sizeof families[0]))
 
 static const zt__lm_family_i *family_of(const zt_lm_config *c) {

@@ -265,7 +265,7 @@ static zt_status prepare(loop *r, zt_train_state *st, zt_train_result *result) {
       char have[256], want[256];
       zt_lm_config_describe(&st->model, have, sizeof have);
       zt_lm_config_describe(&r->run.g, want, sizeof want);
-      return ZT_ERR(ZT_STATUS_INVALID_ARG, "checkpoint '%s' is of another model (%s) than asked (%s); resume with the "
+      return ZT_ERR(ZT_STATUS_INVALID_ARG, "checkpoint '%s' is of another model shape (%s) than asked (%s); resume with the "
                     "same model options (zt_train_config.model)", c->checkpoint.resume, have, want);
     }
     if (st->step > c->steps)
