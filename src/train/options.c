@@ -17,10 +17,10 @@
 
 static zt_status parse_model(const zt_option *o, void *base, const char *v) {
   zt_train_config *c = base;
-  zt_gpt2_config g;
+  zt_lm_config g;
   ZT_TRY(zt__option_parse_text(o->name, v, c->model.preset, sizeof c->model.preset));
   c->model.preset_set = true;
-  return zt_gpt2_preset(c->model.preset, &g);
+  return zt_lm_preset(c->model.preset, &g);
 }
 static void format_model(const zt_option *o, const void *base, char *buf, size_t cap) {
   (void)o;
@@ -167,7 +167,8 @@ static const zt_option_choice k_precisions[] = {{"bf16", ZT_DTYPE_BF16, false},
 
 static const zt_option k_rows[] = {
     {.section = "model:", .name = "model", .metavar = "NAME", FIELD(model.preset), SPECIAL(parse_model, format_model),
-     LOCAL, .help = "preset: gpt2-tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m"},
+     LOCAL, .help = "preset: gpt2-tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-tiny, smollm-135m, "
+             "qwen2.5-0.5b, llama3.2-1b"},
     /* the model's shape: the ranks compare the shape the run resolved (zt__option_ctx) */
     {.name = "layers", .metavar = "N", FIELD(model.n_layer), INT(1, 4096), AGREE, .unset = "auto",
      .shown = "the preset's", .help = "transformer blocks"},
