@@ -19,16 +19,77 @@ static int load_tokenizer(const char *cmd, const char *enc, const char *merges, 
   return 0;
 }
 
+/* The prompt's logits as JSON into path (zt sample --logits). */
+static int write_logits(const zt_model *m, const int32_t *ids, int64_t n, int vocab, const char *path) {
+  float *lg = NULL;
+  if (zt_lm_logits(m, ids, n, &lg)) return zt_cli_fail("sample");
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "zt sample: cannot write --logits '%s'\n", path);
+    free(lg);
+    return 2;
+  }
+  fprintf(f, "{\"tokens\": [");
+  for (int64_t i = 0; i < n; i++) fprintf(f, "%s%d", i ? ", " : "", ids[i]);
+  fprintf(f, "],\n\"logits\": [");
+  for (int64_t i = 0; i < n; i++) {
+    fprintf(f, "%s[", i ? ",\n" : "");
+    for (int v = 0; v < vocab; v++) fprintf(f, "%s%.9g", v ? ", " : "", lg[i * vocab + v]);
+    fprintf(f, "]");
+  }
+  fprintf(f, "]}\n");
+  free(lg);
+  if (fclose(f) != 0) {
+    fprintf(stderr, "zt sample: writing --logits '%s' failed\n", path);
+    return 2;
+  }
+  return 0;
+}
+
+/* A model of config c with the weights of ck: a Hugging Face folder (hf) or a checkpoint. */
+static zt_status load_model(const zt_lm_config *c, bool hf, const char *ck, zt_model *m) {
+  zt_status s = zt_lm_new(c, ZT_DTYPE_F32, NULL, m);
+  if (!s) s = hf ? zt_lm_load_hf(m, ck) : zt_snapshot_load(ck, m, NULL, NULL);
+  return s;
+}
+
+/* zt sample --ids LIST --logits FILE: the logits of those ids, no tokenizer. */
+static int logits_of_ids(const zt_lm_config *c, bool hf, const char *ck, const char *list, int vocab, const char *to) {
+  if (!to) {
+    fprintf(stderr, "zt sample: --ids gives a prompt for --logits; to sample text give --prompt\n");
+    return 2;
+  }
+  int32_t ids[4096];
+  int64_t n = 0;
+  for (const char *p = list; *p && n < 4096; n++) {
+    char *end;
+    long v = strtol(p, &end, 10);
+    if (end == p || v < 0 || v >= vocab || (*end && *end != ',')) {
+      fprintf(stderr, "zt sample: --ids '%s': give comma-separated token ids in [0, %d)\n", list, vocab);
+      return 2;
+    }
+    ids[n] = (int32_t)v;
+    p = *end ? end + 1 : end;
+  }
+  zt_model m = {0};
+  int rc = load_model(c, hf, ck, &m) ? zt_cli_fail("sample") : write_logits(&m, ids, n, vocab, to);
+  zt_model_free(&m);
+  return rc;
+}
+
 int zt_cmd_sample(int argc, char **argv) {
-  const char *dir = NULL, *prompt = "\n", *enc = NULL, *merges = NULL, *hf = NULL;
+  const char *dir = NULL, *prompt = "\n", *enc = NULL, *merges = NULL, *hf = NULL, *logits_to = NULL, *ids_arg = NULL;
   int64_t len = 200, top_k = 0, seed = 1;
   double temp = 0.8;
   if (zt_cli_wants_help(argc, argv)) {
     printf("usage: zt sample --checkpoint DIR (zt train --save's, or a Hugging Face model folder) [--prompt TEXT] [--len N (200, at most %d)]\n"
            "                 [--temperature T (0.8; 0 = greedy; at most 100)] [--top-k K (0 = all)] [--seed S (1)]\n"
-           "                 [--tokenizer DIR | --encoder encoder.json --merges vocab.bpe]\n"
+           "                 [--tokenizer DIR | --encoder encoder.json --merges vocab.bpe] [--logits FILE.json [--ids 1,2,3]]\n"
            "the tokenizer: --tokenizer (a folder with a Hugging Face tokenizer.json) or --encoder/--merges (GPT-2),\n"
-           "else the checkpoint's own (tokenizer.json, else vocab.json and merges.txt), else bytes\n",
+           "else the checkpoint's own (tokenizer.json, else vocab.json and merges.txt), else bytes;\n"
+           "--logits writes the prompt's logits, {\"tokens\": [...], \"logits\": [[...] per token]}, instead of sampling;\n"
+           "--ids gives that prompt as token ids, no tokenizer needed\n"
+           "(scripts/check_hf_load.py --expect compares them with transformers')\n",
            ZT_SAMPLE_MAX_LEN);
     return 0;
   }
@@ -42,6 +103,8 @@ int zt_cmd_sample(int argc, char **argv) {
     else if (!strcmp(name, "encoder")) enc = v;
     else if (!strcmp(name, "merges")) merges = v;
     else if (!strcmp(name, "tokenizer")) hf = v;
+    else if (!strcmp(name, "logits")) logits_to = v;
+    else if (!strcmp(name, "ids")) ids_arg = v;
     else if (!strcmp(name, "len")) rc = zt_cli_i64("sample", name, v, 0, ZT_SAMPLE_MAX_LEN, &len);
     else if (!strcmp(name, "top-k")) rc = zt_cli_i64("sample", name, v, 0, INT32_MAX, &top_k);
     else if (!strcmp(name, "seed")) rc = zt_cli_i64("sample", name, v, 0, INT64_MAX, &seed);
@@ -74,6 +137,7 @@ int zt_cmd_sample(int argc, char **argv) {
     return zt_cli_fail("sample");
   }
   int vocab = zt_lm_config_dims(&st.model).vocab;
+  if (ids_arg) return logits_of_ids(&st.model, hf_model, ck, ids_arg, vocab, logits_to);
   if (hf && (enc || merges)) {
     fprintf(stderr, "zt sample: give --tokenizer DIR or --encoder/--merges, not both\n");
     return 2;
@@ -103,14 +167,17 @@ int zt_cmd_sample(int argc, char **argv) {
   int32_t *ids = NULL, *out = NULL;
   int64_t n = 0, n_out = 0;
   rc = 1;
-  if (zt_lm_new(&st.model, ZT_DTYPE_F32, NULL, m) || (hf_model ? zt_lm_load_hf(m, ck) : zt_snapshot_load(ck, m, NULL, NULL)))
-    goto fail;
+  if (load_model(&st.model, hf_model, ck, m)) goto fail;
   if (zt_tokenizer_vocab_size(tok) > vocab) {
     fprintf(stderr, "zt sample: the tokenizer has %d tokens but the model only %d\n", zt_tokenizer_vocab_size(tok),
             vocab);
     goto done;
   }
   if (zt_tokenizer_encode(tok, prompt, strlen(prompt), &ids, &n)) goto fail;
+  if (logits_to) {
+    rc = write_logits(m, ids, n, vocab, logits_to);
+    goto done;
+  }
   if (zt_lm_sample(m, ids, n, len, temp, (int)top_k, (uint64_t)seed, &out, &n_out)) goto fail;
   char *text = NULL;
   size_t tl = 0;

@@ -2,15 +2,18 @@
 """Load a zerotrain checkpoint folder with Hugging Face transformers and print logits.
 
 A developer check (not run by CI) that `zt train --save DIR` writes what transformers
-expects: DIR/model.safetensors (GPT2LMHeadModel tensor names, metadata format=pt) and
-DIR/config.json (a GPT2Config). Needs PyTorch and transformers from PyPI:
+expects, for every family: DIR/model.safetensors (the Hugging Face tensor names of
+GPT2LMHeadModel, LlamaForCausalLM, Qwen2/Qwen3ForCausalLM, MistralForCausalLM; metadata
+format=pt) and DIR/config.json (their config), loaded with AutoModelForCausalLM: no missing
+or unexpected keys, a tied output layer where config.json says so. Needs PyTorch and transformers from PyPI:
 
     python3 -m venv /tmp/hfvenv && /tmp/hfvenv/bin/pip install torch transformers
     /tmp/hfvenv/bin/python scripts/check_hf_load.py DIR [--tokens 1,5,9] [--expect FILE]
 
 --expect FILE compares with logits computed by zerotrain, a JSON object
-{"tokens": [...], "logits": [[V floats] per token]}, and exits 1 if the largest
-difference exceeds --tol (default 1e-4; both sides compute in float32).
+{"tokens": [...], "logits": [[V floats] per token]} (`zt sample --checkpoint DIR --prompt TEXT
+--logits FILE` writes it), and exits 1 if the largest difference exceeds --tol (default 1e-4;
+both sides compute in float32).
 """
 import argparse
 import json
@@ -19,7 +22,7 @@ import sys
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("dir", help="checkpoint folder written by zerotrain (or zt_gpt2_save_hf)")
+    ap.add_argument("dir", help="checkpoint folder written by zerotrain (or zt_lm_save_hf)")
     ap.add_argument("--tokens", default="", help="comma-separated token ids (default: from --expect, else 0,1,2,3)")
     ap.add_argument("--expect", help="JSON file with zerotrain's logits for the same tokens")
     ap.add_argument("--tol", type=float, default=1e-4, help="max |difference| allowed with --expect")
@@ -27,24 +30,28 @@ def main():
     args = ap.parse_args()
 
     import torch
-    from transformers import GPT2LMHeadModel
+    from transformers import AutoModelForCausalLM
 
     # output_loading_info lists tensors the file lacked or had in excess: a correct
-    # checkpoint has none except the tied lm_head.weight (and mask buffers on old versions).
-    model, info = GPT2LMHeadModel.from_pretrained(args.dir, output_loading_info=True)
+    # checkpoint has none except a tied lm_head.weight (and GPT-2's mask buffers on old versions).
+    model, info = AutoModelForCausalLM.from_pretrained(args.dir, output_loading_info=True,
+                                                       dtype=torch.float32)
     model.eval()
     cfg = model.config
-    print(f"loaded {args.dir}: n_layer={cfg.n_layer} n_head={cfg.n_head} n_embd={cfg.n_embd} "
-          f"vocab={cfg.vocab_size} n_positions={cfg.n_positions} params={sum(p.numel() for p in model.parameters())}")
+    print(f"loaded {args.dir}: {type(model).__name__} ({cfg.model_type}) layers={cfg.num_hidden_layers} "
+          f"hidden={cfg.hidden_size} vocab={cfg.vocab_size} params={sum(p.numel() for p in model.parameters())}")
+    want_tied = bool(getattr(cfg, "tie_word_embeddings", True))
     bad = False
     for kind in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
-        items = [k for k in info.get(kind, []) if not str(k).endswith(("lm_head.weight", "attn.bias", "attn.masked_bias"))]
+        items = [k for k in info.get(kind, [])
+                 if not (want_tied and str(k).endswith("lm_head.weight"))
+                 and not str(k).endswith(("attn.bias", "attn.masked_bias"))]
         if items:
             print(f"{kind}: {items}")
             bad = True
-    tied = model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr()
-    print(f"lm_head tied to wte: {tied}")
-    bad = bad or not tied
+    tied = model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    print(f"output layer tied to the embedding: {tied} (config.json: {want_tied})")
+    bad = bad or tied != want_tied
 
     expect = None
     if args.expect:

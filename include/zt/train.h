@@ -618,5 +618,9 @@ ZT_API double zt_sgemm_gflops(int n, int reps);
  * resident (module hooks and sequence wrappers do not run). */
 ZT_API ZT_NODISCARD zt_status zt_lm_sample(const zt_model *m, const int32_t *prompt, int64_t n_prompt, int64_t n, double temperature,
                          int top_k, uint64_t seed, int32_t **out, int64_t *n_out);
+/* The logits of every position of ids (n <= the model's context; eval mode, grad off, the
+ * whole sequence in one forward_logits): *out is malloc'd, n x vocabulary floats, row-major.
+ * For comparing with another implementation (zt sample --logits). */
+ZT_API ZT_NODISCARD zt_status zt_lm_logits(const zt_model *m, const int32_t *ids, int64_t n, float **out);
 
 #endif

@@ -204,3 +204,33 @@ zt_status zt__lm_sample_recompute(const zt_model *m, const int32_t *prompt, int6
                                     double temperature, int top_k, uint64_t seed, int32_t **out, int64_t *n_out) {
   return sample(m, prompt, n_prompt, n, temperature, top_k, seed, false, out, n_out);
 }
+
+zt_status zt_lm_logits(const zt_model *m, const int32_t *ids, int64_t n, float **out) {
+  const zt_lm_config *c = m ? zt_model_config(m) : NULL;
+  if (!c || !m->forward_logits || !ids || !out)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_lm_logits: a language model, ids and out are required");
+  zt_lm_dims d = zt_lm_config_dims(c);
+  if (n < 1 || n > d.context)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_lm_logits: %lld tokens; give 1 to %d (the model's context)", (long long)n,
+                  d.context);
+  *out = malloc(sizeof **out * (size_t)n * (size_t)d.vocab);
+  if (!*out) return ZT_ERR(ZT_STATUS_OOM, "zt_lm_logits: out of host memory");
+  zt_param *ps;
+  zt_device dev = zt_model_params(m, &ps) > 0 ? zt_tensor_device(ps[0].tensor) : ZT_CPU;
+  zt_module *root = zt_model_module(m);
+  bool prev = zt_set_grad_enabled(false), was_training = root->training;
+  zt_module_set_training(root, false);
+  zt_tensor *x = NULL, *logits = NULL;
+  zt_status s = zt__tensor_from_host(2, (int64_t[]){1, n}, ZT_DTYPE_I32, dev, ZT_MEM_TAG_TEMP, ids, &x);
+  if (!s) s = m->forward_logits(m->ctx, x, &logits);
+  if (!s) {
+    ZT_ASSERT(logits->dtype == ZT_DTYPE_F32 && zt_tensor_is_contiguous(logits));
+    zt__dev_read_range(logits, 0, n * d.vocab, *out);
+  }
+  zt_tensor_free(x);
+  zt_tensor_free(logits);
+  zt_module_set_training(root, was_training);
+  zt_set_grad_enabled(prev);
+  if (s) free(*out), *out = NULL;
+  return s;
+}
