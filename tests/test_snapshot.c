@@ -2,6 +2,7 @@
  * an identical next step after loading), config mismatch errors, missing or damaged
  * state.json, an interrupted save next to a good checkpoint, series folders (versions behind
  * an atomically swapped 'latest' link, pruning), a save failing half-way, HF GPT-2 files (prefix-less names, attention-mask buffers, tied lm_head, bf16). */
+#include <dirent.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
@@ -519,6 +520,55 @@ static void test_hf_roundtrip_and_variants(void) {
   zt_test_tmpdir_remove();
 }
 
+/* The model-*-of-*.safetensors files in dir. */
+static int shard_count(const char *dir) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));) n += !strncmp(e->d_name, "model-", 6);
+  if (d) closedir(d);
+  return n;
+}
+
+/* A save past its shard size: model-0000k-of-0000N.safetensors and the index, as transformers
+ * writes them; a load reads them bitwise, and refuses a shard of another save before loading. */
+static void test_sharded_weights(void) {
+  zt_test_tmpdir_make("ck");
+  char ck[256];
+  zt_test_tmp_path_to(ck, sizeof ck, "ck");
+  zt_gpt2 *a = new_model(&k_cfg, 1), *b = new_model(&k_cfg, 2);
+  zt_optim *oa = zt_test_gpt2_adamw(a), *ob = zt_test_gpt2_adamw(b);
+  zt_test_gpt2_step(a, oa, 1);
+  zt_train_state st = state_at(1);
+  st.shard_bytes = 4096; /* the 2-layer model's 37 x 16 embedding alone is 2.4 KB */
+  ZT_CHECK_OK(zt_snapshot_save(ck, zt_test_lm(a), oa, &st));
+  char ver[300];
+  snprintf(ver, sizeof ver, "%s/step-00000001", ck);
+  int N = shard_count(ver);
+  char last[64];
+  snprintf(last, sizeof last, "model-%05d-of-%05d.safetensors", N, N);
+  ZT_CHECK(N >= 3 && exists(ver, "model.safetensors.index.json") && exists(ver, last) &&
+           !exists(ver, "model.safetensors"));
+  zt_train_state got;
+  ZT_CHECK_OK(zt_snapshot_load(ck, zt_test_lm(b), ob, &got));
+  ZT_CHECK(params_equal(a, b) && optim_equal(oa, ob));
+  /* a shard from another save: refused before any tensor is overwritten */
+  char other[256];
+  zt_test_tmp_path_to(other, sizeof other, "other");
+  zt_train_state st2 = state_at(1);
+  st2.shard_bytes = 4096;
+  ZT_CHECK_OK(zt_snapshot_save(other, zt_test_lm(b), ob, &st2));
+  char from[400], to[400];
+  snprintf(from, sizeof from, "%s/step-00000001/model-00002-of-%05d.safetensors", other, N);
+  snprintf(to, sizeof to, "%s/model-00002-of-%05d.safetensors", ver, N);
+  ZT_CHECK(rename(from, to) == 0);
+  zt_gpt2 *c = new_model(&k_cfg, 3), *c0 = new_model(&k_cfg, 3);
+  ZT_CHECK(params_equal(c, c0));
+  ZT_CHECK_ERR(zt_snapshot_load(ck, zt_test_lm(c), NULL, NULL), ZT_STATUS_IO, "not from the same save");
+  ZT_CHECK(params_equal(c, c0));
+  zt_optim_free(oa), zt_optim_free(ob);
+  zt_gpt2_free(a), zt_gpt2_free(b), zt_gpt2_free(c), zt_gpt2_free(c0);
+}
+
 int main(void) {
   ZT_RUN(test_roundtrip_bitwise);
   ZT_RUN(test_config_mismatch);
@@ -527,5 +577,6 @@ int main(void) {
   ZT_RUN(test_series_folder);
   ZT_RUN(test_failed_save_keeps_latest);
   ZT_RUN(test_hf_roundtrip_and_variants);
+  ZT_RUN(test_sharded_weights);
   return zt_test_finish();
 }

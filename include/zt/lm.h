@@ -87,9 +87,14 @@ ZT_API ZT_NODISCARD zt_status zt_lm_new(const zt_lm_config *c, zt_dtype dt, zt_s
  * with the folder's shape): every parameter present with m's shape; F32, F64, BF16 or F16 on
  * disk (converted). */
 ZT_API ZT_NODISCARD zt_status zt_lm_load_hf(const zt_model *m, const char *path);
+/* The largest weights file a save writes by default; larger models are sharded (5 GiB, as
+ * transformers' save_pretrained). */
+#define ZT_LM_SHARD_BYTES ((int64_t)5 << 30)
 /* m (a model of a family) as a Hugging Face folder dir (made if missing; its parent must
- * exist): model.safetensors and config.json, which transformers loads as they are. */
-ZT_API ZT_NODISCARD zt_status zt_lm_save_hf(const zt_model *m, const char *dir);
+ * exist): config.json and model.safetensors, or past max_shard_bytes (0: ZT_LM_SHARD_BYTES)
+ * model-0000k-of-0000N.safetensors shards and model.safetensors.index.json; transformers loads
+ * either as it is. */
+ZT_API ZT_NODISCARD zt_status zt_lm_save_hf(const zt_model *m, const char *dir, int64_t max_shard_bytes);
 
 /* The activation model over any family: the predicted peak of activation bytes of one forward
  * and backward of B rows of T tokens with modes (n_layer entries), every blocks per recompute

@@ -40,6 +40,10 @@ typedef struct zt_train_state {
   /* Saves only: a Hugging Face tokenizer folder whose tokenizer.json, tokenizer_config.json and
    * special_tokens_map.json (those it has) are copied into the checkpoint folder ("" = none). */
   char tokenizer[512];
+  /* Saves only: the largest weights file (0: ZT_LM_SHARD_BYTES, 5 GiB); a larger model is saved
+   * as model-0000k-of-0000N.safetensors shards with model.safetensors.index.json, as
+   * transformers saves it (loads read either). */
+  int64_t shard_bytes;
 } zt_train_state;
 /* A new version in the series folder dir (created if missing), made current when complete.
  * o may be NULL (no optimizer state: the checkpoint cannot resume training). */

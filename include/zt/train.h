@@ -249,6 +249,8 @@ typedef struct zt_train_checkpoint_options {
   int64_t save_every;    /* 0: only at the end */
   int keep_checkpoints;  /* versions kept in the save folder (default 2; older ones are removed) */
   bool save_full;        /* FSDP: gathered to rank 0 (a single-process checkpoint) instead of sharded */
+  int64_t shard_bytes;   /* the largest weights file of a save (0: ZT_LM_SHARD_BYTES, 5 GiB); larger models are
+                          * saved in shards with model.safetensors.index.json */
   char resume[512];      /* checkpoint to resume from (a series folder or one checkpoint folder) */
   bool allow_config_change; /* resume although options that change the run's course differ from the
                              * checkpoint's (the changes are reported either way) */

@@ -52,12 +52,16 @@ void zt__gpt2_hf_config_json(const zt_lm_config *lc, zt_dtype dt, zt__buf *b) {
 
 zt_status zt_gpt2_save_hf(zt_gpt2 *m, const char *path) {
   if (!m || !path || !*path) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_save_hf: NULL model or empty path");
-  char dir[4096], cfg[4096];
-  const char *slash = strrchr(path, '/');
+  const char *slash = strrchr(path, '/'), *name = slash ? slash + 1 : path, *ext = ".safetensors";
+  size_t n = strlen(name), e = strlen(ext);
+  if (n <= e || strcmp(name + n - e, ext))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_save_hf: '%s': name the weights file NAME.safetensors", path);
+  char dir[4096], base[256], cfg[4096];
   snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash == path ? 1 : slash - path) : 1, slash ? path : ".");
+  snprintf(base, sizeof base, "%.*s", (int)(n - e), name);
   ZT_TRY(zt__path_join(cfg, sizeof cfg, dir, "config.json"));
   zt_model model = zt_gpt2_model(m);
-  ZT_TRY(zt__lm_save_weights(&model, path, NULL));
+  ZT_TRY(zt__lm_save_weights(&model, dir, base, NULL, INT64_MAX));
   return zt__lm_write_hf_config(&model, cfg);
 }
 

@@ -229,15 +229,16 @@ zt_status zt_lm_load_hf(const zt_model *m, const char *path) {
   return f->load_hf(m, path);
 }
 
-zt_status zt__lm_save_weights(const zt_model *m, const char *path, const char *save_id) {
+zt_status zt__lm_save_weights(const zt_model *m, const char *dir, const char *base, const char *save_id,
+                              int64_t max_bytes) {
   zt_param *params;
   int n = zt_model_params(m, &params);
-  if (n <= 0) return ZT_ERR(ZT_STATUS_STATE, "saving '%s': the model has no parameters", path);
+  if (n <= 0) return ZT_ERR(ZT_STATUS_STATE, "saving into '%s': the model has no parameters", dir);
   const char **names = malloc(sizeof *names * (size_t)n);
   zt_tensor **tensors = malloc(sizeof *tensors * (size_t)n);
   zt_status s = ZT_OK;
   if (!names || !tensors) {
-    s = ZT_ERR(ZT_STATUS_OOM, "saving '%s': out of memory", path);
+    s = ZT_ERR(ZT_STATUS_OOM, "saving into '%s': out of memory", dir);
   } else {
     for (int i = 0; i < n; i++) {
       names[i] = params[i].name;
@@ -245,7 +246,8 @@ zt_status zt__lm_save_weights(const zt_model *m, const char *path, const char *s
     }
     /* transformers refuses a safetensors file without format=pt in its metadata. */
     const char *keys[] = {"format", "zt_save_id"}, *vals[] = {"pt", save_id};
-    s = zt_safetensors_save(path, n, names, tensors, save_id ? 2 : 1, keys, vals);
+    s = zt__st_save_split(dir, base, n, names, tensors, save_id ? 2 : 1, keys, vals,
+                          max_bytes > 0 ? max_bytes : ZT_LM_SHARD_BYTES);
   }
   free(names);
   free(tensors);
@@ -264,15 +266,14 @@ zt_status zt__lm_write_hf_config(const zt_model *m, const char *path) {
   return s;
 }
 
-zt_status zt_lm_save_hf(const zt_model *m, const char *dir) {
+zt_status zt_lm_save_hf(const zt_model *m, const char *dir, int64_t max_shard_bytes) {
   const zt__lm_family_i *f;
   ZT_TRY(lm_of("zt_lm_save_hf", m, &f));
   if (!dir || !*dir) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_lm_save_hf: the folder name is empty");
-  char w[LM_PATH_CAP], cfg[LM_PATH_CAP];
+  char cfg[LM_PATH_CAP];
   if (mkdir(dir, 0755) != 0 && errno != EEXIST)
     return ZT_ERR(ZT_STATUS_IO, "zt_lm_save_hf: cannot make the folder '%s': %s", dir, strerror(errno));
-  ZT_TRY(zt__path_join(w, sizeof w, dir, "model.safetensors"));
   ZT_TRY(zt__path_join(cfg, sizeof cfg, dir, "config.json"));
-  ZT_TRY(zt__lm_save_weights(m, w, NULL));
+  ZT_TRY(zt__lm_save_weights(m, dir, "model", NULL, max_shard_bytes));
   return zt__lm_write_hf_config(m, cfg);
 }

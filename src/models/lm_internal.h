@@ -8,9 +8,11 @@
 #include "io/json.h"
 #include "zt/lm.h"
 
-/* m's parameters (Hugging Face names) into the safetensors file path, metadata format=pt and,
- * when save_id is not NULL, zt_save_id. */
-ZT_NODISCARD zt_status zt__lm_save_weights(const zt_model *m, const char *path, const char *save_id);
+/* m's parameters (Hugging Face names) into dir as <base>.safetensors, or past max_bytes (0 or
+ * less: ZT_LM_SHARD_BYTES) as shards with <base>.safetensors.index.json (zt__st_save_split),
+ * with metadata format=pt and, when save_id is not NULL, zt_save_id. */
+ZT_NODISCARD zt_status zt__lm_save_weights(const zt_model *m, const char *dir, const char *base, const char *save_id,
+                                           int64_t max_bytes);
 /* The transformers config.json of m (its family's, in its parameters' dtype), written atomically. */
 ZT_NODISCARD zt_status zt__lm_write_hf_config(const zt_model *m, const char *path);
 /* transformers' name of dt in config.json ("float32", "bfloat16", ...). */

@@ -20,6 +20,7 @@
 #include "io/bounce.h"
 #include "io/buf.h"
 #include "io/json.h"
+#include "io/safetensors.h"
 #include "models/lm_internal.h"
 #include "snapshot/sharded.h"
 #include "snapshot/snapshot_internal.h"
@@ -247,8 +248,7 @@ zt_status zt__snap_copy_tokenizer(const char *into, const zt_train_state *st) {
 static zt_status write_files(const char *into, const zt_model *m, int n_opt, const char *const *opt_names,
                              zt_tensor *const *opt_tensors, int64_t opt_step, const ck_state *k) {
   char path[CK_PATH_CAP];
-  ZT_TRY(zt__path_join(path, CK_PATH_CAP, into, CK_MODEL));
-  ZT_TRY(zt__lm_save_weights(m, path, k->save_id));
+  ZT_TRY(zt__lm_save_weights(m, into, "model", k->save_id, k->st.shard_bytes));
   ZT_TRY(zt__path_join(path, CK_PATH_CAP, into, CK_CONFIG));
   ZT_TRY(zt__lm_write_hf_config(m, path));
   if (k->has_optim) {
@@ -352,6 +352,39 @@ zt_status zt__snap_no_optim(const char *dir) {
                 dir, dir);
 }
 
+static bool first_of(char *const *file, int i) {
+  for (int j = 0; j < i; j++)
+    if (!strcmp(file[j], file[i])) return false;
+  return true;
+}
+
+/* The model's weights from dir: model.safetensors or its shards (model.safetensors.index.json),
+ * every file of this save (checked before any is read), each holding exactly its tensors. */
+static zt_status load_weights(const char *dir, const zt_model *m, const char *save_id) {
+  zt_param *params;
+  int np = zt_model_params(m, &params);
+  const char **names = malloc(sizeof *names * (size_t)(np > 0 ? np : 1));
+  zt_tensor **ts = malloc(sizeof *ts * (size_t)(np > 0 ? np : 1));
+  char **file = calloc((size_t)(np > 0 ? np : 1), sizeof *file);
+  zt_status s = names && ts && file ? ZT_OK : ZT_ERR(ZT_STATUS_OOM, "loading checkpoint '%s': out of memory", dir);
+  for (int i = 0; i < np && !s; i++) names[i] = params[i].name;
+  if (!s) s = zt__st_split_files(dir, "model", np, names, file);
+  for (int i = 0; i < np && !s; i++) /* each file once, where it first appears */
+    if (first_of(file, i)) s = check_save_id(dir, file[i], save_id);
+  for (int i = 0; i < np && !s; i++) {
+    if (!first_of(file, i)) continue;
+    int n = 0;
+    for (int j = i; j < np; j++)
+      if (!strcmp(file[j], file[i])) names[n] = params[j].name, ts[n++] = params[j].tensor;
+    char path[CK_PATH_CAP];
+    s = zt__path_join(path, CK_PATH_CAP, dir, file[i]);
+    if (!s) s = zt_safetensors_load_into(path, n, names, ts, true);
+  }
+  for (int i = 0; file && i < np; i++) free(file[i]);
+  free(file), free(names), free(ts);
+  return s;
+}
+
 zt_status zt_snapshot_load(const char *dir_in, const zt_model *m, zt_optim *o, zt_train_state *st) {
   if (!m) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_snapshot_load: model is NULL");
   char dir[CK_PATH_CAP];
@@ -363,26 +396,11 @@ zt_status zt_snapshot_load(const char *dir_in, const zt_model *m, zt_optim *o, z
   ZT_TRY(zt__snap_check_shape(dir, &k.st.model, zt_model_config(m)));
   if (o && !k.has_optim) return zt__snap_no_optim(dir);
   /* Everything checkable is checked before the first tensor is overwritten. */
-  ZT_TRY(check_save_id(dir, CK_MODEL, k.save_id));
   int64_t opt_step = 0;
   if (o) ZT_TRY(check_save_id(dir, CK_OPTIM, k.save_id));
   if (o) ZT_TRY(read_optim_step(dir, &opt_step));
+  ZT_TRY(load_weights(dir, m, k.save_id));
   char path[CK_PATH_CAP];
-  zt_param *params;
-  int np = zt_model_params(m, &params);
-  const char **names = malloc(sizeof *names * (size_t)(np > 0 ? np : 1));
-  zt_tensor **ts = malloc(sizeof *ts * (size_t)(np > 0 ? np : 1));
-  zt_status s = ZT_OK;
-  if (!names || !ts) s = ZT_ERR(ZT_STATUS_OOM, "loading checkpoint '%s': out of memory", dir);
-  for (int i = 0; i < np && !s; i++) {
-    names[i] = params[i].name;
-    ts[i] = params[i].tensor;
-  }
-  if (!s) s = zt__path_join(path, CK_PATH_CAP, dir, CK_MODEL);
-  if (!s) s = zt_safetensors_load_into(path, np, names, ts, true);
-  free(names);
-  free(ts);
-  if (s) return s;
   if (o) {
     int n_opt;
     const char *const *opt_names;

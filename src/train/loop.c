@@ -222,7 +222,8 @@ static zt_status check_params_finite(loop *r, const char *what) {
 }
 
 static zt_status save_checkpoint(loop *r, int64_t step) {
-  zt_train_state st = {step, zt_rng_get_state(), zt_loader_get_pos(r->loader), r->run.g, 0, 0, "", "", "", ""};
+  zt_train_state st = {step, zt_rng_get_state(), zt_loader_get_pos(r->loader), r->run.g, 0, 0, "", "", "", "",
+                       r->run.c->checkpoint.shard_bytes};
   memcpy(st.options, r->options, sizeof st.options);
   memcpy(st.encoder, r->run.c->data.encoder, sizeof st.encoder); /* the tokenizer goes with every save */
   memcpy(st.merges, r->run.c->data.merges, sizeof st.merges);

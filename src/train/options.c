@@ -331,6 +331,11 @@ static const zt_option k_rows[] = {
              "atomic (a crash leaves the previous one current)"},
     {.name = "save-every", .metavar = "N", FIELD(checkpoint.save_every), I64(0, ZT_MAX_STEPS), AGREE,
      .help = "checkpoint every N steps, 0 = at the end only"},
+    {.name = "save-shard-size", .metavar = "SIZE", FIELD(checkpoint.shard_bytes), SIZE, AGREE, .unset = "5G",
+     .shown = "5G",
+     .help = "the largest weights file of a save: a larger model is saved as shards\n"
+             "(model-0000k-of-0000N.safetensors, model.safetensors.index.json), as\n"
+             "transformers saves it"},
     {.name = "keep-checkpoints", .metavar = "K", FIELD(checkpoint.keep_checkpoints), INT(1, 1000), AGREE,
      .help = "versions kept in DIR, older ones are removed"},
     {.name = "resume", .metavar = "DIR", FIELD(checkpoint.resume), TEXT, AGREE,
