@@ -25,7 +25,7 @@ block() {
     inside { print }' "$readme"
 }
 names=$(sed -n 's/^<!-- tour: \([a-z-]*\) -->$/\1/p' "$readme")
-check "the README has the six tour blocks" '[ "$(echo $names)" = "train resume finetune ranks pipeline offload" ]'
+check "the README has the seven tour blocks" '[ "$(echo $names)" = "train resume finetune llama ranks pipeline offload" ]'
 
 mkdir -p "$w/build"
 ln -s "$(cd "$(dirname "$zt")" && pwd)/$(basename "$zt")" "$w/build/zt"
@@ -53,6 +53,9 @@ check "resume: continues to step 300" '[ $rc -eq 0 ] && grep -q "resuming .* at 
 
 run finetune; rc=$?
 check "finetune: --init-from a transformers folder (config.json + model.safetensors)" '[ $rc -eq 0 ] && [ ! -e "$w/tour/hf/state.json" ] && [ -f "$w/tour/tuned/latest/model.safetensors" ]'
+
+run llama; rc=$?
+check "llama: a Llama trains, saves as LlamaForCausalLM and samples" '[ $rc -eq 0 ] && grep -q "\"LlamaForCausalLM\"" "$w/tour/llama/latest/config.json" && grep -q "loss" <<<"$out"'
 
 run ranks; rc=$?
 if [ $rc -ne 2 ]; then
