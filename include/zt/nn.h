@@ -94,6 +94,10 @@ ZT_API zt_module *zt_module_child(const zt_module *m, const char *name);
  * are borrowed from the modules. */
 ZT_API ZT_NODISCARD zt_status zt_module_named_params(const zt_module *m, const char *prefix, int *n, zt_param **out);
 ZT_API int64_t zt_module_num_params(const zt_module *m); /* elements, whole tree */
+/* Every parameter of the tree to store (zt_storage_evict, in its dtype), each storage named by
+ * its full name under prefix (zt_module_named_params) unless it has a name: what a model built
+ * straight into a store does with each module once it is made and initialised. */
+ZT_API ZT_NODISCARD zt_status zt_module_evict_params(const zt_module *m, const char *prefix, zt_store *store);
 ZT_API void zt_module_set_training(zt_module *m, bool training); /* whole tree */
 ZT_API void zt_module_free(zt_module *m); /* NULL is a no-op */
 /* Append forward hooks to m's list; *id (may be NULL) gets the id that removes them (ids
@@ -231,6 +235,22 @@ ZT_API ZT_NODISCARD zt_status zt_kv_cache_attend(zt_kv_cache *c, int layer, zt_t
 /* Commit a step of n positions: every layer must have taken n since the last commit
  * (ZT_STATUS_STATE naming the layer otherwise). */
 ZT_API ZT_NODISCARD zt_status zt_kv_cache_advance(zt_kv_cache *c, int64_t n);
+/* A model's decoding step over a cache (its forward_cached), from its parts: embed the ids (B,
+ * T) at positions [len, len + T) into x (B, T, C); run each of n_layer layers on x, reading and
+ * writing the cache; norm the last position (B, 1, C); *logits (B, V) = that times out_weight
+ * (V, C) transposed; commit T positions. With grad mode off throughout. Checked first: the
+ * ids' rows are the cache's batch, the cache has n_layer layers and room for T more positions
+ * (ZT_STATUS_STATE saying how to go on). On failure the cache is as it was. */
+typedef struct zt_kv_decoder {
+  int n_layer;
+  zt_status (*embed)(void *ctx, zt_tensor *ids, int64_t pos0, zt_tensor **x);
+  zt_status (*layer)(void *ctx, zt_kv_cache *c, int layer, zt_tensor *x, zt_tensor **out);
+  zt_status (*norm)(void *ctx, zt_tensor *x, zt_tensor **out);
+  zt_tensor *out_weight;
+  void *ctx;
+} zt_kv_decoder;
+ZT_API ZT_NODISCARD zt_status zt_kv_cache_decode(zt_kv_cache *c, const zt_kv_decoder *d, zt_tensor *ids,
+                                                 zt_tensor **logits);
 
 /* ------------------------------------------------ GPT-2 */
 typedef struct zt_gpt2_config {

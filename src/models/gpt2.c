@@ -92,19 +92,9 @@ void zt_gpt2_free(zt_gpt2 *m) {
 static zt_status add_to(zt_gpt2 *m, zt_module *parent, void *child) {
   ZT_TRY(zt_module_add_child(parent, (zt_module *)child));
   if (!m->evict_to) return ZT_OK;
-  int n = 0;
-  zt_param *ps = NULL;
   char prefix[96]; /* the HF names: the child's path under the root */
   snprintf(prefix, sizeof prefix, "transformer.%s%s", parent == m->h ? "h." : "", ((zt_module *)child)->name);
-  ZT_TRY(zt_module_named_params(child, prefix, &n, &ps));
-  zt_status s = ZT_OK;
-  for (int i = 0; i < n && !s; i++) {
-    zt_storage *st = ps[i].tensor->storage;
-    if (!st->name[0]) zt_storage_set_name(st, ps[i].name);
-    s = zt_storage_evict(st, m->evict_to, ps[i].tensor->dtype);
-  }
-  free(ps);
-  return s;
+  return zt_module_evict_params(child, prefix, m->evict_to);
 }
 
 static zt_status run_blocks(void *ctx, int first, int count, zt_tensor *x, zt_tensor **out);

@@ -20,7 +20,8 @@ zt_status zt_gpt2_kv_cache_new(zt_gpt2 *m, int64_t batch, int64_t capacity, zt_k
   return zt_kv_cache_new(&g, out);
 }
 
-static zt_status check_cache(const zt_gpt2 *m, const zt_kv_cache *cache, const zt_tensor *ids) {
+/* The cache's layers, heads and dtype are the model's (its rows and room: zt_kv_cache_decode). */
+static zt_status check_cache(const zt_gpt2 *m, const zt_kv_cache *cache) {
   const zt_kv_cache_config *g = zt_kv_cache_get_config(cache);
   const zt_gpt2_config *c = &m->cfg;
   if (g->n_layer != c->n_layer || g->n_kv_head != c->n_head || g->head_dim != c->n_embd / c->n_head ||
@@ -30,15 +31,6 @@ static zt_status check_cache(const zt_gpt2 *m, const zt_kv_cache *cache, const z
                   "cache with zt_gpt2_kv_cache_new",
                   g->n_layer, g->n_kv_head, (long long)g->head_dim, zt_dtype_name(g->dtype), c->n_layer, c->n_head,
                   c->n_embd / c->n_head, zt_dtype_name(m->dtype));
-  if (g->batch != ids->shape[0])
-    return ZT_ERR(ZT_STATUS_SHAPE, "the ids have %lld rows but the cache %lld", (long long)ids->shape[0],
-                  (long long)g->batch);
-  int64_t len = zt_kv_cache_len(cache), T = ids->shape[1];
-  if (len + T > g->capacity)
-    return ZT_ERR(ZT_STATUS_STATE,
-                  "the cache holds %lld positions of its %lld; %lld more do not fit (past the model's context, "
-                  "reset it and run the window of the last tokens again, as zt_gpt2_sample does)",
-                  (long long)len, (long long)g->capacity, (long long)T);
   return ZT_OK;
 }
 
@@ -70,42 +62,22 @@ static zt_status block_cached(zt_nn_block *b, zt_kv_cache *cache, int layer, zt_
 }
 
 /* *logits (B, V) of x's (B, T, C) last position: ln_f on that row, then . wte^T. */
-static zt_status head_last(zt_gpt2 *m, zt_tensor *x, zt_tensor **logits) {
-  const int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2];
-  zt_tensor *last = NULL, *h = NULL, *h2 = NULL;
-  zt_status s = zt_narrow(x, 1, T - 1, 1, &last);
-  if (!s) s = zt_nn_layer_norm_forward(m->ln_f, last, &h);
-  if (!s) s = zt_reshape(h, 2, (int64_t[]){B, C}, &h2);
-  if (!s) s = zt_matmul(h2, m->wte->weight, false, true, logits);
-  zt_tensor_free(last);
-  zt_tensor_free(h);
-  zt_tensor_free(h2);
-  return s;
+static zt_status embed(void *ctx, zt_tensor *ids, int64_t pos0, zt_tensor **x) {
+  return zt__gpt2_embed(ctx, ids, pos0, x);
+}
+static zt_status layer(void *ctx, zt_kv_cache *c, int l, zt_tensor *x, zt_tensor **out) {
+  return block_cached(((zt_gpt2 *)ctx)->blocks[l], c, l, x, out);
+}
+static zt_status norm(void *ctx, zt_tensor *x, zt_tensor **out) {
+  return zt_nn_layer_norm_forward(((zt_gpt2 *)ctx)->ln_f, x, out);
 }
 
 zt_status zt_gpt2_forward_cached(zt_gpt2 *m, zt_kv_cache *cache, zt_tensor *ids, zt_tensor **logits) {
   if (!m || !cache || !logits)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_gpt2_forward_cached: model, cache and logits are required");
   zt_status s = zt__gpt2_check_ids(m, ids);
-  if (!s) s = check_cache(m, cache, ids);
-  if (s) return zt__error_prefix(s, "zt_gpt2_forward_cached");
-  bool prev = zt_set_grad_enabled(false);
-  zt_tensor *x = NULL, *lg = NULL;
-  s = zt__gpt2_embed(m, ids, zt_kv_cache_len(cache), &x);
-  for (int l = 0; l < m->cfg.n_layer && !s; l++) {
-    zt_tensor *y = NULL;
-    s = block_cached(m->blocks[l], cache, l, x, &y);
-    zt_tensor_free(x);
-    x = y;
-  }
-  if (!s) s = head_last(m, x, &lg);
-  zt_tensor_free(x);
-  if (!s) s = zt_kv_cache_advance(cache, ids->shape[1]);
-  zt_set_grad_enabled(prev);
-  if (s) {
-    zt_tensor_free(lg);
-    return zt__error_prefix(s, "zt_gpt2_forward_cached");
-  }
-  *logits = lg;
-  return ZT_OK;
+  if (!s) s = check_cache(m, cache);
+  zt_kv_decoder d = {m->cfg.n_layer, embed, layer, norm, m->wte->weight, m};
+  if (!s) s = zt_kv_cache_decode(cache, &d, ids, logits);
+  return s ? zt__error_prefix(s, "zt_gpt2_forward_cached") : ZT_OK;
 }

@@ -154,18 +154,7 @@ static zt_status rmsnorm(zt_llama *m, zt_module *parent, const char *name, int64
 
 /* With evict_to: module mod's parameters (named under prefix, their HF names) go to the store. */
 static zt_status evict(zt_llama *m, zt_module *mod, const char *prefix) {
-  if (!m->evict_to) return ZT_OK;
-  int n = 0;
-  zt_param *ps = NULL;
-  ZT_TRY(zt_module_named_params(mod, prefix, &n, &ps));
-  zt_status s = ZT_OK;
-  for (int i = 0; i < n && !s; i++) {
-    zt_storage *st = ps[i].tensor->storage;
-    if (!st->name[0]) zt_storage_set_name(st, ps[i].name);
-    s = zt_storage_evict(st, m->evict_to, ps[i].tensor->dtype);
-  }
-  free(ps);
-  return s;
+  return m->evict_to ? zt_module_evict_params(mod, prefix, m->evict_to) : ZT_OK;
 }
 
 static zt_status run_layers(void *ctx, int first, int count, zt_tensor *x, zt_tensor **out);
@@ -340,7 +329,7 @@ static zt_status ensure_rope(zt_llama *m, int64_t T, zt_device dev) {
 zt_status zt__llama_ensure_rope(zt_llama *m, int64_t T, zt_device dev) { return ensure_rope(m, T, dev); }
 
 /* x (B, T, n * D) -> RMSNorm over each head's D values with weight w (D); *out is new. */
-static zt_status head_norm(zt_tensor *x, zt_tensor *w, int64_t n, int64_t D, double eps, zt_tensor **out) {
+zt_status zt__llama_head_norm(zt_tensor *x, zt_tensor *w, int64_t n, int64_t D, double eps, zt_tensor **out) {
   int64_t B = x->shape[0], T = x->shape[1];
   zt_tensor *x4 = NULL, *y4 = NULL;
   zt_status s = zt_reshape(x, 4, (int64_t[]){B, T, n, D}, &x4);
@@ -374,9 +363,9 @@ static zt_status layer_forward(zt_llama *m, layer *L, zt_tensor *x, zt_tensor **
   if (!s) s = zt_linear(h, L->wv, L->bv, &v);
   drop(&h);
   if (!s && c->qk_norm) {
-    s = head_norm(q, L->q_norm, H, D, eps, &t);
+    s = zt__llama_head_norm(q, L->q_norm, H, D, eps, &t);
     if (!s) zt_tensor_free(q), q = t, t = NULL;
-    if (!s) s = head_norm(k, L->k_norm, K, D, eps, &t);
+    if (!s) s = zt__llama_head_norm(k, L->k_norm, K, D, eps, &t);
     if (!s) zt_tensor_free(k), k = t, t = NULL;
   }
   if (!s) s = zt_cat(3, (zt_tensor *[]){q, k, v}, 2, &t);

@@ -49,6 +49,8 @@ static zt_status check_ids(const zt_tensor *ids) {
   return ZT_OK; /* ids in [0, vocab_size): zt_embedding checks them */
 }
 
+/* The cache's layers, heads and dtype are the model's, and the positions it would hold fit the
+ * context and window (its rows and room: zt_kv_cache_decode). */
 static zt_status check_cache(const zt_llama *m, const zt_kv_cache *cache, const zt_tensor *ids) {
   const zt_kv_cache_config *g = zt_kv_cache_get_config(cache);
   const zt_llama_config *c = &m->cfg;
@@ -58,28 +60,8 @@ static zt_status check_cache(const zt_llama *m, const zt_kv_cache *cache, const 
                   "the cache with zt_llama_kv_cache_new",
                   g->n_layer, g->n_kv_head, (long long)g->head_dim, zt_dtype_name(g->dtype), c->n_layer,
                   c->n_kv_head, c->head_dim, zt_dtype_name(m->dtype));
-  if (g->batch != ids->shape[0])
-    return ZT_ERR(ZT_STATUS_SHAPE, "the ids have %lld rows but the cache %lld", (long long)ids->shape[0],
-                  (long long)g->batch);
-  int64_t len = zt_kv_cache_len(cache), T = ids->shape[1];
-  if (len + T > g->capacity)
-    return ZT_ERR(ZT_STATUS_STATE,
-                  "the cache holds %lld positions of its %lld; %lld more do not fit (reset it and run the window "
-                  "of the last tokens again, or make a larger cache)",
-                  (long long)len, (long long)g->capacity, (long long)T);
-  return check_positions(c, len + T, "the positions held would be");
-}
-
-/* x (B, T, n * D) -> RMSNorm over each head's D values with weight w (D); *out is new. */
-static zt_status head_norm(zt_tensor *x, zt_tensor *w, int64_t n, int64_t D, double eps, zt_tensor **out) {
-  int64_t B = x->shape[0], T = x->shape[1];
-  zt_tensor *x4 = NULL, *y4 = NULL;
-  zt_status s = zt_reshape(x, 4, (int64_t[]){B, T, n, D}, &x4);
-  if (!s) s = zt_rms_norm(x4, w, eps, &y4);
-  if (!s) s = zt_reshape(y4, 3, (int64_t[]){B, T, n * D}, out);
-  zt_tensor_free(x4);
-  zt_tensor_free(y4);
-  return s;
+  int64_t held = zt_kv_cache_len(cache) + ids->shape[1];
+  return held > g->capacity ? ZT_OK : check_positions(c, held, "the positions held would be");
 }
 
 /* After a step s that wrote *result from *t: *t becomes *result when s succeeded. */
@@ -101,8 +83,8 @@ static zt_status qkv_at(zt_llama *m, zt__llama_layer *L, zt_tensor *h, int64_t l
   if (!s) s = zt_linear(h, L->wk, L->bk, k);
   if (!s) s = zt_linear(h, L->wv, L->bv, v);
   if (!s && c->qk_norm) {
-    s = replace(head_norm(*q, L->q_norm, c->n_head, c->head_dim, c->rms_norm_eps, &t), q, &t);
-    if (!s) s = replace(head_norm(*k, L->k_norm, c->n_kv_head, c->head_dim, c->rms_norm_eps, &t), k, &t);
+    s = replace(zt__llama_head_norm(*q, L->q_norm, c->n_head, c->head_dim, c->rms_norm_eps, &t), q, &t);
+    if (!s) s = replace(zt__llama_head_norm(*k, L->k_norm, c->n_kv_head, c->head_dim, c->rms_norm_eps, &t), k, &t);
   }
   if (!s) s = replace(zt_rope(*q, m->cos, m->sin, len, -1, &t), q, &t);
   if (!s) s = replace(zt_rope(*k, m->cos, m->sin, len, -1, &t), k, &t);
@@ -145,19 +127,17 @@ static zt_status layer_cached(zt_llama *m, zt_kv_cache *cache, int l, zt_tensor 
   return s ? zt__error_prefix(s, "in decoder layer %s", L->mod->name) : ZT_OK;
 }
 
-/* *logits (B, V) of x's (B, T, C) last position: the final norm on that row, then . W^T
- * (lm_head, or the tied embedding). */
-static zt_status head_last(zt_llama *m, zt_tensor *x, zt_tensor **logits) {
-  const int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2];
-  zt_tensor *last = NULL, *h = NULL, *h2 = NULL;
-  zt_status s = zt_narrow(x, 1, T - 1, 1, &last);
-  if (!s) s = zt_rms_norm(last, m->norm, m->cfg.rms_norm_eps, &h);
-  if (!s) s = zt_reshape(h, 2, (int64_t[]){B, C}, &h2);
-  if (!s) s = zt_matmul(h2, m->lm_head ? m->lm_head : m->embed, false, true, logits);
-  zt_tensor_free(last);
-  zt_tensor_free(h);
-  zt_tensor_free(h2);
-  return s;
+static zt_status embed(void *ctx, zt_tensor *ids, int64_t pos0, zt_tensor **x) {
+  zt_llama *m = ctx;
+  ZT_TRY(zt__llama_ensure_rope(m, pos0 + ids->shape[1], zt_tensor_device(m->embed)));
+  return zt_embedding(m->embed, ids, x);
+}
+static zt_status layer(void *ctx, zt_kv_cache *c, int l, zt_tensor *x, zt_tensor **out) {
+  return layer_cached(ctx, c, l, x, out);
+}
+static zt_status norm(void *ctx, zt_tensor *x, zt_tensor **out) {
+  zt_llama *m = ctx;
+  return zt_rms_norm(x, m->norm, m->cfg.rms_norm_eps, out);
 }
 
 zt_status zt_llama_forward_cached(zt_llama *m, zt_kv_cache *cache, zt_tensor *ids, zt_tensor **logits) {
@@ -165,28 +145,9 @@ zt_status zt_llama_forward_cached(zt_llama *m, zt_kv_cache *cache, zt_tensor *id
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_llama_forward_cached: model, cache and logits are required");
   zt_status s = check_ids(ids);
   if (!s) s = check_cache(m, cache, ids);
-  if (s) return zt__error_prefix(s, "zt_llama_forward_cached");
-  bool prev = zt_set_grad_enabled(false);
-  int64_t len = zt_kv_cache_len(cache);
-  zt_tensor *x = NULL, *lg = NULL;
-  s = zt__llama_ensure_rope(m, len + ids->shape[1], zt_tensor_device(m->embed));
-  if (!s) s = zt_embedding(m->embed, ids, &x);
-  for (int l = 0; l < m->cfg.n_layer && !s; l++) {
-    zt_tensor *y = NULL;
-    s = layer_cached(m, cache, l, x, &y);
-    zt_tensor_free(x);
-    x = y;
-  }
-  if (!s) s = head_last(m, x, &lg);
-  zt_tensor_free(x);
-  if (!s) s = zt_kv_cache_advance(cache, ids->shape[1]);
-  zt_set_grad_enabled(prev);
-  if (s) {
-    zt_tensor_free(lg);
-    return zt__error_prefix(s, "zt_llama_forward_cached");
-  }
-  *logits = lg;
-  return ZT_OK;
+  zt_kv_decoder d = {m->cfg.n_layer, embed, layer, norm, m->lm_head ? m->lm_head : m->embed, m};
+  if (!s) s = zt_kv_cache_decode(cache, &d, ids, logits);
+  return s ? zt__error_prefix(s, "zt_llama_forward_cached") : ZT_OK;
 }
 
 /* The model interface's members (zt/model.h), ctx a zt_llama. */

@@ -35,6 +35,10 @@ struct zt_llama {
 /* m->cos and m->sin cover at least T positions on dev (rebuilt larger, or on another device,
  * when needed; tensors that hold the old ones keep their own references). llama.c. */
 ZT_NODISCARD zt_status zt__llama_ensure_rope(zt_llama *m, int64_t T, zt_device dev);
+/* x (B, T, n * D) -> RMSNorm over each head's D values with weight w (D) (Qwen3's q/k norm);
+ * *out is new. llama.c. */
+ZT_NODISCARD zt_status zt__llama_head_norm(zt_tensor *x, zt_tensor *w, int64_t n, int64_t D, double eps,
+                                           zt_tensor **out);
 
 /* zt_llama_kv_cache_new and zt_llama_forward_cached with ctx a zt_llama: zt_model's
  * kv_cache_new and forward_cached members (zt/model.h). llama_decode.c. */

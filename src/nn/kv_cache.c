@@ -157,3 +157,58 @@ zt_status zt_kv_cache_advance(zt_kv_cache *c, int64_t n) {
   for (int l = 0; l < c->cfg.n_layer; l++) c->staged[l] = 0;
   return ZT_OK;
 }
+
+static zt_status decode_check(const zt_kv_cache *c, const zt_kv_decoder *d, const zt_tensor *ids) {
+  const zt_kv_cache_config *g = &c->cfg;
+  if (g->n_layer != d->n_layer)
+    return ZT_ERR(ZT_STATUS_SHAPE, "the cache holds %d layers, the model has %d: make the cache for this model",
+                  g->n_layer, d->n_layer);
+  if (ids->ndim != 2 || g->batch != ids->shape[0])
+    return ZT_ERR(ZT_STATUS_SHAPE, "the ids have %lld rows but the cache %lld", (long long)ids->shape[0],
+                  (long long)g->batch);
+  int64_t len = c->len, T = ids->shape[1];
+  if (len + T > g->capacity)
+    return ZT_ERR(ZT_STATUS_STATE,
+                  "the cache holds %lld positions of its %lld; %lld more do not fit (past the model's context, "
+                  "reset it and run the window of the last tokens again, as zt_lm_sample does)",
+                  (long long)len, (long long)g->capacity, (long long)T);
+  return ZT_OK;
+}
+
+/* The last position of x (B, T, C), normed, times w (V, C) transposed: (B, V). */
+static zt_status last_logits(const zt_kv_decoder *d, zt_tensor *x, zt_tensor **logits) {
+  const int64_t B = x->shape[0], T = x->shape[1], C = x->shape[2];
+  zt_tensor *last = NULL, *h = NULL, *h2 = NULL;
+  zt_status s = zt_narrow(x, 1, T - 1, 1, &last);
+  if (!s) s = d->norm(d->ctx, last, &h);
+  if (!s) s = zt_reshape(h, 2, (int64_t[]){B, C}, &h2);
+  if (!s) s = zt_matmul(h2, d->out_weight, false, true, logits);
+  zt_tensor_free(last);
+  zt_tensor_free(h);
+  zt_tensor_free(h2);
+  return s;
+}
+
+zt_status zt_kv_cache_decode(zt_kv_cache *c, const zt_kv_decoder *d, zt_tensor *ids, zt_tensor **logits) {
+  if (!c || !d || !ids || !logits) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_kv_cache_decode: NULL argument");
+  ZT_TRY(decode_check(c, d, ids));
+  bool prev = zt_set_grad_enabled(false);
+  zt_tensor *x = NULL, *lg = NULL;
+  zt_status s = d->embed(d->ctx, ids, c->len, &x);
+  for (int l = 0; l < d->n_layer && !s; l++) {
+    zt_tensor *y = NULL;
+    s = d->layer(d->ctx, c, l, x, &y);
+    zt_tensor_free(x);
+    x = y;
+  }
+  if (!s) s = last_logits(d, x, &lg);
+  zt_tensor_free(x);
+  if (!s) s = zt_kv_cache_advance(c, ids->shape[1]);
+  zt_set_grad_enabled(prev);
+  if (s) {
+    zt_tensor_free(lg);
+    return s;
+  }
+  *logits = lg;
+  return ZT_OK;
+}

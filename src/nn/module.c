@@ -144,6 +144,20 @@ zt_status zt_module_named_params(const zt_module *m, const char *prefix, int *n,
   return ZT_OK;
 }
 
+zt_status zt_module_evict_params(const zt_module *m, const char *prefix, zt_store *store) {
+  int n = 0;
+  zt_param *ps = NULL;
+  ZT_TRY(zt_module_named_params(m, prefix, &n, &ps));
+  zt_status s = ZT_OK;
+  for (int i = 0; i < n && !s; i++) {
+    zt_storage *st = ps[i].tensor->storage;
+    if (!st->name[0]) zt_storage_set_name(st, ps[i].name);
+    s = zt_storage_evict(st, store, ps[i].tensor->dtype);
+  }
+  free(ps);
+  return s;
+}
+
 int64_t zt_module_num_params(const zt_module *m) {
   if (!m) return 0;
   int64_t n = 0;
