@@ -41,6 +41,14 @@ typedef struct zt__lm_family_i {
   zt_status (*load_hf)(const zt_model *m, const char *path);
 } zt__lm_family_i;
 
+/* A config field as two configs have it, for check_same: zt__lm_check_fields gives the
+ * ZT_STATUS_SHAPE of the first that differs ("<what> has <name> <have>, model has <want>"). */
+typedef struct zt__lm_field {
+  const char *name;
+  int have, want;
+} zt__lm_field;
+ZT_NODISCARD zt_status zt__lm_check_fields(const char *what, int n, const zt__lm_field *f);
+
 extern const zt__lm_family_i zt__gpt2_family;
 extern const zt__lm_family_i zt__llama_family;
 

@@ -40,19 +40,12 @@ static zt_status set_dropout(zt_lm_config *lc, double p) {
 }
 
 static zt_status check_same(const char *what, const zt_lm_config *h, const zt_lm_config *w) {
-  const struct {
-    const char *name;
-    int have, want;
-  } f[] = {{"n_layer", h->gpt2.n_layer, w->gpt2.n_layer},
+  const zt__lm_field f[] = {{"n_layer", h->gpt2.n_layer, w->gpt2.n_layer},
            {"n_head", h->gpt2.n_head, w->gpt2.n_head},
            {"n_embd", h->gpt2.n_embd, w->gpt2.n_embd},
            {"vocab_size", h->gpt2.vocab_size, w->gpt2.vocab_size},
            {"block_size", h->gpt2.block_size, w->gpt2.block_size}};
-  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-    if (f[i].have != f[i].want)
-      return ZT_ERR(ZT_STATUS_SHAPE, "%s has %s %d, model has %d: it was saved from another model shape", what,
-                    f[i].name, f[i].have, f[i].want);
-  return ZT_OK;
+  return zt__lm_check_fields(what, (int)(sizeof f / sizeof f[0]), f);
 }
 
 static void describe(const zt_lm_config *lc, char *buf, size_t cap) {

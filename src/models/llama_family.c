@@ -47,10 +47,7 @@ static zt_status reshape(zt_lm_config *lc, int n_layer, int n_head, int hidden, 
 
 static zt_status check_same(const char *what, const zt_lm_config *h, const zt_lm_config *w) {
   const zt_llama_config *a = &h->llama, *b = &w->llama;
-  const struct {
-    const char *name;
-    int have, want;
-  } f[] = {{"num_hidden_layers", a->n_layer, b->n_layer},
+  const zt__lm_field f[] = {{"num_hidden_layers", a->n_layer, b->n_layer},
            {"hidden_size", a->hidden_size, b->hidden_size},
            {"intermediate_size", a->intermediate_size, b->intermediate_size},
            {"num_attention_heads", a->n_head, b->n_head},
@@ -60,11 +57,7 @@ static zt_status check_same(const char *what, const zt_lm_config *h, const zt_lm
            {"tie_word_embeddings", a->tie_word_embeddings, b->tie_word_embeddings},
            {"attention_bias", a->attention_bias, b->attention_bias},
            {"q/k norm (qwen3)", a->qk_norm, b->qk_norm}};
-  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-    if (f[i].have != f[i].want)
-      return ZT_ERR(ZT_STATUS_SHAPE, "%s has %s %d, model has %d: it was saved from another model shape", what,
-                    f[i].name, f[i].have, f[i].want);
-  return ZT_OK;
+  return zt__lm_check_fields(what, (int)(sizeof f / sizeof f[0]), f);
 }
 
 static void describe(const zt_lm_config *lc, char *buf, size_t cap) {

@@ -109,6 +109,14 @@ zt_status zt_lm_config_check_same(const char *what, const zt_lm_config *have, co
   return f->check_same(what, have, want);
 }
 
+zt_status zt__lm_check_fields(const char *what, int n, const zt__lm_field *f) {
+  for (int i = 0; i < n; i++)
+    if (f[i].have != f[i].want)
+      return ZT_ERR(ZT_STATUS_SHAPE, "%s has %s %d, model has %d: it was saved from another model shape", what,
+                    f[i].name, f[i].have, f[i].want);
+  return ZT_OK;
+}
+
 void zt_lm_config_describe(const zt_lm_config *c, char *buf, size_t cap) {
   const zt__lm_family_i *f = family_of(c);
   if (f) f->describe(c, buf, cap);
