@@ -215,10 +215,14 @@ zt_status zt_snapshot_resolve(const char *dir_in, char *out, size_t cap) {
                     "checkpoint folder '%s' holds no finished checkpoint: the only save into it (%s) was interrupted "
                     "before it finished",
                     dir, partial);
+    char cfg[CK_PATH_CAP + 16];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    bool hf = access(cfg, F_OK) == 0;
     return ZT_ERR(ZT_STATUS_IO,
                   "'%s' holds no checkpoint (no 'latest' link and no state.json): name a folder written by a training "
-                  "run (zt_train_config.checkpoint.save)",
-                  dir);
+                  "run (zt_train_config.checkpoint.save)%s",
+                  dir, hf ? "; it is a Hugging Face model folder (config.json), which has no training state to resume: "
+                            "start from its weights with zt_train_config.model.init_from" : "");
   }
   if (strlen(res) >= cap) return ZT_ERR(ZT_STATUS_INVALID_ARG, "checkpoint path '%s' is too long", res);
   snprintf(out, cap, "%s", res);
