@@ -68,42 +68,8 @@ static zt_tensor *fixture_tensor(const fixture *fx, const char *name, int ndim, 
 
 /* ------------------------------------------------ comparisons (as test_golden_gpt2.c) */
 
-static double compare_at(const char *file, int line, const char *what, const zt_tensor *a, const zt_tensor *r,
-                         double rtol, double atol) {
-  if (!a || !r) {
-    zt_test_fail(file, line, "%s: missing tensor", what);
-    return INFINITY;
-  }
-  int64_t n = zt_tensor_numel(r);
-  if (zt_tensor_numel(a) != n) {
-    zt_test_fail(file, line, "%s: %lld elements, reference has %lld", what, (long long)zt_tensor_numel(a),
-                 (long long)n);
-    return INFINITY;
-  }
-  double worst = 0;
-  int64_t worst_i = 0, n_bad = 0;
-  for (int64_t i = 0; i < n; i++) {
-    double x = zt_tensor_get(a, i), y = zt_tensor_get(r, i), tol = atol + rtol * fabs(y);
-    double ratio = fabs(x - y) / tol;
-    if (!(ratio <= 1)) n_bad++;
-    if (!(ratio <= worst)) {
-      worst = isnan(ratio) ? INFINITY : ratio;
-      worst_i = i;
-    }
-  }
-  if (n_bad)
-    zt_test_fail(file, line, "%s: %lld of %lld elements off; worst [%lld] = %.9g, reference %.9g (tolerance %.3g)",
-                 what, (long long)n_bad, (long long)n, (long long)worst_i, zt_tensor_get(a, worst_i),
-                 zt_tensor_get(r, worst_i), atol + rtol * fabs(zt_tensor_get(r, worst_i)));
-  return worst;
-}
-#define COMPARE(what, a, r, rtol, atol) compare_at(__FILE__, __LINE__, (what), (a), (r), (rtol), (atol))
+#define COMPARE(what, a, r, rtol, atol) zt_test_compare_at(__FILE__, __LINE__, (what), (a), (r), (rtol), (atol))
 
-static double max_abs(const zt_tensor *t) {
-  double m = 0;
-  for (int64_t i = 0, n = zt_tensor_numel(t); i < n; i++) m = fmax(m, fabs(zt_tensor_get(t, i)));
-  return m;
-}
 
 /* ------------------------------------------------ tolerances: test_golden_gpt2.c's, for
  * the same reasons (the reference is exact; stored rounded to f32). No key-bias exception:
@@ -233,7 +199,7 @@ static void golden_run(const char *name, bool v4, zt_dtype dt, const tols *tol) 
       zt_test_fail(__FILE__, __LINE__, "%s: no gradient after backward", ps[i].name);
     else
       worst_grad = fmax(worst_grad, COMPARE(what, ps[i].tensor->grad, ref, tol->grad_rtol,
-                                            tol->grad_atol_scale * max_abs(ref)));
+                                            tol->grad_atol_scale * zt_test_max_abs(ref)));
     zt_tensor_free(ref);
   }
   if (!tol->adamw) goto report;

@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <stdarg.h>
 #include <signal.h>
+#include <math.h>
 #include <stdio.h>
 #include <sys/resource.h>
 #include <stdlib.h>
@@ -312,6 +313,42 @@ void zt_test_gpt2_step(zt_gpt2 *m, zt_optim *o, int seed) {
   zt_tensor_free(loss);
   zt_tensor_free(x);
   zt_tensor_free(y);
+}
+
+double zt_test_compare_at(const char *file, int line, const char *what, const zt_tensor *a, const zt_tensor *r,
+                          double rtol, double atol) {
+  if (!a || !r) {
+    zt_test_fail(file, line, "%s: missing tensor", what);
+    return INFINITY;
+  }
+  int64_t n = zt_tensor_numel(r);
+  if (zt_tensor_numel(a) != n) {
+    zt_test_fail(file, line, "%s: %lld elements, reference has %lld", what, (long long)zt_tensor_numel(a),
+                 (long long)n);
+    return INFINITY;
+  }
+  double worst = 0;
+  int64_t worst_i = 0, n_bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double x = zt_tensor_get(a, i), y = zt_tensor_get(r, i), tol = atol + rtol * fabs(y);
+    double ratio = fabs(x - y) / tol;
+    if (!(ratio <= 1)) n_bad++;
+    if (!(ratio <= worst)) { /* NaN counts as worst */
+      worst = isnan(ratio) ? INFINITY : ratio;
+      worst_i = i;
+    }
+  }
+  if (n_bad)
+    zt_test_fail(file, line, "%s: %lld of %lld elements off; worst [%lld] = %.9g, reference %.9g (tolerance %.3g)",
+                 what, (long long)n_bad, (long long)n, (long long)worst_i, zt_tensor_get(a, worst_i),
+                 zt_tensor_get(r, worst_i), atol + rtol * fabs(zt_tensor_get(r, worst_i)));
+  return worst;
+}
+
+double zt_test_max_abs(const zt_tensor *t) {
+  double m = 0;
+  for (int64_t i = 0, n = zt_tensor_numel(t); i < n; i++) m = fmax(m, fabs(zt_tensor_get(t, i)));
+  return m;
 }
 
 const zt_model *zt_test_lm(zt_gpt2 *m) {

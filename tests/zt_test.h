@@ -23,6 +23,12 @@ int zt_test_finish(void);
 /* The path of tests/fixtures/<rel> (rel formatted as printf's) into buf; $ZT_FIXTURES_DIR, when
  * set, stands for tests/fixtures. CMake compiles sources by absolute path, so __FILE__ of this
  * harness locates the folder from any build folder. */
+/* Every element of a within atol + rtol |r| of the reference r (same element count): a failure
+ * at file:line names how many are off and the worst; returns the worst |a - r| / tolerance
+ * (INFINITY on NaN or a mismatch). For the golden tests against PyTorch fixtures. */
+double zt_test_compare_at(const char *file, int line, const char *what, const zt_tensor *a, const zt_tensor *r,
+                          double rtol, double atol);
+double zt_test_max_abs(const zt_tensor *t); /* max |t[i]| */
 /* m through the model interface (zt_gpt2_model), at an address that stays valid for the
  * next 15 calls: for the calls that take a const zt_model * (snapshots, memory strategies). */
 const zt_model *zt_test_lm(zt_gpt2 *m);

@@ -262,8 +262,8 @@ typedef struct zt_gpt2_config {
   double dropout; /* embedding, attention-output and MLP-output dropout */
 } zt_gpt2_config;
 
-/* Presets: "gpt2-tiny", "gpt2-124m", "gpt2-350m", "gpt2-774m", "gpt2-1558m". Unknown
- * names are ZT_STATUS_INVALID_ARG listing the presets. */
+#define ZT_GPT2_PRESET_NAMES "gpt2-tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m"
+/* Presets: ZT_GPT2_PRESET_NAMES. Unknown names are ZT_STATUS_INVALID_ARG listing the presets. */
 ZT_API ZT_NODISCARD zt_status zt_gpt2_preset(const char *name, zt_gpt2_config *out);
 /* Parameters a model of this config has (tied embedding once), without building it. */
 ZT_API int64_t zt_gpt2_config_num_params(const zt_gpt2_config *c);

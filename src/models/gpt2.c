@@ -41,7 +41,7 @@ zt_status zt_gpt2_preset(const char *name, zt_gpt2_config *out) {
       return ZT_OK;
     }
   return ZT_ERR(ZT_STATUS_INVALID_ARG,
-                "unknown model preset \"%s\"; the presets are gpt2-tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m",
+                "unknown model preset \"%s\"; the presets are " ZT_GPT2_PRESET_NAMES,
                 name ? name : "(null)");
 }
 

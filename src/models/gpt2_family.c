@@ -118,7 +118,7 @@ static zt_status load_hf(const zt_model *m, const char *path) {
 const zt__lm_family_i zt__gpt2_family = {
     .id = ZT_LM_GPT2,
     .name = "gpt2",
-    .presets = "gpt2-tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m",
+    .presets = ZT_GPT2_PRESET_NAMES,
     .hf_types = "gpt2",
     .preset = preset,
     .validate = validate,

@@ -53,13 +53,8 @@ static bool listed(const char *list, const char *name) {
   return false;
 }
 
-const char *zt_lm_preset_names(void) {
-  static char names[512];
-  if (!names[0])
-    for (int i = 0; i < N_FAMILIES; i++)
-      snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", families[i]->presets);
-  return names;
-}
+/* Every family's, in the order of families[]. */
+const char *zt_lm_preset_names(void) { return ZT_GPT2_PRESET_NAMES ", " ZT_LLAMA_PRESET_NAMES; }
 
 zt_status zt_lm_preset(const char *name, zt_lm_config *out) {
   if (!out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_lm_preset: out is NULL");

@@ -167,8 +167,7 @@ static const zt_option_choice k_precisions[] = {{"bf16", ZT_DTYPE_BF16, false},
 
 static const zt_option k_rows[] = {
     {.section = "model:", .name = "model", .metavar = "NAME", FIELD(model.preset), SPECIAL(parse_model, format_model),
-     LOCAL, .help = "preset: gpt2-tiny, gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1558m, llama-tiny, smollm-135m, "
-             "qwen2.5-0.5b, llama3.2-1b"},
+     LOCAL, .help = "preset: " ZT_GPT2_PRESET_NAMES ",\n" ZT_LLAMA_PRESET_NAMES},
     /* the model's shape: the ranks compare the shape the run resolved (zt__option_ctx) */
     {.name = "layers", .metavar = "N", FIELD(model.n_layer), INT(1, 4096), AGREE, .unset = "auto",
      .shown = "the preset's", .help = "transformer blocks"},
