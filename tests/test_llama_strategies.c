@@ -116,7 +116,9 @@ static double param_diff(const zt_model *want, const zt_model *got, bool *bitwis
       continue;
     }
     if (!zt_test_bitwise_equal(a[i].tensor, b[i].tensor)) *bitwise = false;
-    worst = fmax(worst, zt_test_max_abs_diff(a[i].tensor, b[i].tensor));
+    double d = zt_test_max_abs_diff(a[i].tensor, b[i].tensor);
+    if (g_verbose > 1 && d > 0) printf("    %s differs by %.3g\n", a[i].name, d);
+    worst = fmax(worst, d);
   }
   return worst;
 }
@@ -394,18 +396,21 @@ static void set_up(void) {
 }
 
 int main(void) {
-  g_verbose = getenv("ZT_TEST_VERBOSE") != NULL;
+  g_verbose = getenv("ZT_TEST_VERBOSE") ? atoi(getenv("ZT_TEST_VERBOSE")) : 0;
   W = zt_test_world(&R, &N);
   if (!W) return 1;
   ZT_CHECK_OK(zt_comm_init_local(&g_local));
   set_up();
-  ZT_RUN(test_recompute);
-  ZT_RUN(test_offload_activations);
-  ZT_RUN(test_offload_model);
-  ZT_RUN(test_offload_states);
-  ZT_RUN(test_data_parallel);
-  ZT_RUN(test_pipeline);
-  ZT_RUN(test_grid);
+  const char *only = getenv("ZT_TEST_ONLY"); /* a test's name: that one alone */
+#define RUN_SOME(fn) \
+  if (!only || !strcmp(only, #fn)) ZT_RUN(fn)
+  RUN_SOME(test_recompute);
+  RUN_SOME(test_offload_activations);
+  RUN_SOME(test_offload_model);
+  RUN_SOME(test_offload_states);
+  RUN_SOME(test_data_parallel);
+  RUN_SOME(test_pipeline);
+  RUN_SOME(test_grid);
   ZT_CHECK_OK(zt_barrier(W));
   if (R == 0) zt_test_tmpdir_remove();
   zt_comm_free(g_local);
