@@ -95,10 +95,13 @@ static bool run(const zt_train_config *c, zt_comm *comm, bool want_model, outcom
 typedef enum tol {
   EXACT,    /* bitwise */
   ROUNDING, /* reduction-order rounding: losses LOSS_RTOL, norms NORM_RTOL, parameters PARAM_ATOL */
+  STEPS_ONLY, /* ROUNDING on the losses and norms alone (AdamW across ranks: see test_data_parallel) */
   PIPE,     /* the same with the pipeline's loss tolerance */
+  UNTIED,   /* a pipeline with an untied head: bitwise but the grad norm (its squares summed across the
+             * stages' ranks in another order: NORM_RTOL) */
   BF16      /* saved activations rounded to bf16 (test_offload.c's bounds) */
 } tol;
-static const char *const tol_name[] = {"bitwise", "rounding", "pipeline rounding", "bf16"};
+static const char *const tol_name[] = {"bitwise", "rounding", "rounding (losses)", "pipeline rounding", "bitwise but the norm", "bf16"};
 
 static double rel(double a, double b) { return a == b ? 0 : fabs(a - b) / fmax(fabs(b), 1e-30); }
 
@@ -141,6 +144,11 @@ static void compare(const outcome *want, const outcome *got, tol t, const char *
   switch (t) {
   case EXACT: ok = same && pbit; break;
   case ROUNDING: ok = dl <= LOSS_RTOL && dn <= NORM_RTOL && dv <= LOSS_RTOL && dp <= PARAM_ATOL; break;
+  case UNTIED:
+    ok = !memcmp(want->loss, got->loss, sizeof want->loss) && !memcmp(&want->val, &got->val, sizeof want->val) && pbit &&
+         dn <= NORM_RTOL;
+    break;
+  case STEPS_ONLY: ok = dl <= LOSS_RTOL && dn <= NORM_RTOL && dv <= LOSS_RTOL; break;
   case PIPE: ok = dl <= PIPE_LOSS_RTOL && dn <= NORM_RTOL && dv <= PIPE_LOSS_RTOL && dp <= PARAM_ATOL; break;
   default: ok = dl > 0 && dl < 1e-3 && dp <= 2 * STEPS * 1e-3; break; /* AdamW moves a parameter by about lr a step */
   }
@@ -277,31 +285,40 @@ static void test_offload_states(void) {
 
 /* ------------------------------------------------------------------ across the ranks */
 /* DDP (more than one rank) and every FSDP sharding at the world size, against plain training of
- * the global batch (each rank runs it on its own). */
+ * the global batch (each rank runs it on its own): AdamW's losses and grad norms, and SGD's
+ * (momentum) losses, norms and parameters. AdamW's parameters are not compared: Adam divides by
+ * sqrt(v) + eps (1e-8, which a run cannot change), so an element whose grad is near eps moves by
+ * an amount that depends on its last bits (test_fsdp.c raises eps for this, measured: Qwen3's
+ * layer-0 q_proj, whose grads the q norm makes cancel, ends 3e-5 apart after three steps at 2
+ * ranks while every other parameter stays within 2e-6, and SGD's parameters within 2e-8). */
 static void test_data_parallel(void) {
-  for (fam f = LLAMA; f <= QWEN; f++) {
-    zt_train_config c;
-    config(&c, f);
-    outcome ref, got;
-    if (!run(&c, g_local, true, &ref)) continue;
-    char shards[6][32];
-    int n = 0;
-    if (N > 1) snprintf(shards[n++], 32, "none");
-    snprintf(shards[n++], 32, "full");
-    snprintf(shards[n++], 32, "grad_op");
-    snprintf(shards[n++], 32, "opt");
-    if (N > 1) snprintf(shards[n++], 32, "hybrid:%d", N / 2); /* groups of N/2, replicated across 2 */
-    for (int k = 0; k < n; k++) {
-      zt_train_config o = c;
-      ZT_CHECK_OK(zt_train_config_set(&o, "shard", shards[k]));
-      char what[128];
-      snprintf(what, sizeof what, "%s, %.31s at %d ranks", fam_name[f], strcmp(shards[k], "none") ? shards[k] : "DDP", N);
-      if (!run(&o, W, true, &got)) continue;
-      compare(&ref, &got, ROUNDING, what);
-      outcome_free(&got);
+  for (fam f = LLAMA; f <= QWEN; f++)
+    for (int sgd = 0; sgd < 2; sgd++) {
+      zt_train_config c;
+      config(&c, f);
+      if (sgd) ZT_CHECK_OK(zt_train_config_set(&c, "optimizer", "sgd"));
+      if (sgd) c.optim.lr = 0.05;
+      outcome ref, got;
+      if (!run(&c, g_local, true, &ref)) continue;
+      char shards[6][32];
+      int n = 0;
+      if (N > 1) snprintf(shards[n++], 32, "none");
+      snprintf(shards[n++], 32, "full");
+      snprintf(shards[n++], 32, "grad_op");
+      snprintf(shards[n++], 32, "opt");
+      if (N > 1) snprintf(shards[n++], 32, "hybrid:%d", N / 2); /* groups of N/2, replicated across 2 */
+      for (int k = 0; k < n; k++) {
+        zt_train_config o = c;
+        ZT_CHECK_OK(zt_train_config_set(&o, "shard", shards[k]));
+        char what[128];
+        snprintf(what, sizeof what, "%s, %.31s at %d ranks, %s", fam_name[f], strcmp(shards[k], "none") ? shards[k] : "DDP",
+                 N, sgd ? "SGD" : "AdamW");
+        if (!run(&o, W, true, &got)) continue;
+        compare(&ref, &got, sgd ? ROUNDING : STEPS_ONLY, what);
+        outcome_free(&got);
+      }
+      outcome_free(&ref);
     }
-    outcome_free(&ref);
-  }
 }
 
 /* A pipeline of N stages (the world), every schedule family, 2N microbatches, against plain
@@ -327,7 +344,7 @@ static void test_pipeline(void) {
       char what[128];
       snprintf(what, sizeof what, "%s, pipeline %.64s, %d stages, %d microbatches", fam_name[f], s, N, M);
       if (!run(&o, W, true, &got)) continue;
-      compare(&ref, &got, f == LLAMA ? EXACT : PIPE, what);
+      compare(&ref, &got, f == LLAMA ? UNTIED : PIPE, what);
       outcome_free(&got);
     }
     outcome_free(&ref);
