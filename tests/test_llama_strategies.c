@@ -1,7 +1,7 @@
 /* Every strategy on the Llama family, through the training run (zt_train_run_on) as `zt train`
  * runs it, against plain training of the same global batch: three AdamW steps (clipping at 1.0)
  * on llama-tiny (4 layers, untied head) and on a tiny Qwen3 (q/k norm, no biases, a tied head:
- * the fixture tests/fixtures/llama/qwen3/model, and the same shape with 4 layers for the
+ * the fixture tests/fixtures/llama/qwen3/model, and the same shape with 8 layers for the
  * pipelines), comparing each step's loss and grad norm, the final validation loss and the final
  * parameters (model_out; for states on disk, the checkpoint the run saved):
  * - bitwise: recompute full, selective (each policy), budget and a per-block plan; activation
@@ -27,7 +27,7 @@
 static zt_comm *W, *g_local; /* the world; a one-rank group for the references */
 static int R, N = 1;
 static char g_dir[256];                              /* shared by the ranks */
-static char g_tok[400], g_qwen4[400], g_qwen[400];   /* Qwen3's tokens (vocab 80), its 4-layer copy, the fixture */
+static char g_tok[400], g_qwen4[400], g_qwen[400];   /* Qwen3's tokens (vocab 80), its 8-layer copy, the fixture */
 static int g_verbose;
 
 enum { STEPS = 3, MAXP = 128 };
@@ -41,7 +41,7 @@ enum { STEPS = 3, MAXP = 128 };
 #define PARAM_ATOL 1e-5
 
 typedef enum fam { LLAMA, QWEN, QWEN4 } fam;
-static const char *const fam_name[] = {"llama-tiny", "qwen3", "qwen3 4 layers"};
+static const char *const fam_name[] = {"llama-tiny", "qwen3", "qwen3 8 layers"};
 
 typedef struct outcome {
   double loss[STEPS], norm[STEPS], val;
@@ -332,6 +332,7 @@ static void test_pipeline(void) {
   for (fam f = LLAMA; f <= QWEN4; f += 2) {
     zt_train_config c;
     config(&c, f);
+    if (f == LLAMA) c.model.n_layer = 8; /* 4 ranks x 2 chunks: 8 stages of a block */
     c.data.microbatches = M;
     outcome ref, got;
     if (!run(&c, g_local, true, &ref)) continue;
@@ -358,6 +359,7 @@ static void test_grid(void) {
   for (fam f = LLAMA; f <= QWEN4; f += 2) {
     zt_train_config c;
     config(&c, f);
+    if (f == LLAMA) c.model.n_layer = 8;
     c.data.microbatches = 4;
     outcome ref, got;
     if (!run(&c, g_local, true, &ref)) continue;
@@ -381,8 +383,8 @@ static void test_grid(void) {
 }
 
 /* ------------------------------------------------------------------ set-up */
-/* Qwen3's data (a token file of its vocabulary, 80) and its 4-layer copy (the fixture's config
- * with 4 layers, random weights saved as a Hugging Face folder), made by rank 0. */
+/* Qwen3's data (a token file of its vocabulary, 80) and its 8-layer copy (the fixture's config
+ * with 8 layers: 4 ranks of 2 chunks need 8 stages, random weights saved as a Hugging Face folder), made by rank 0. */
 static void set_up(void) {
   zt_test_shared_tmpdir(W, "llama_strategies", g_dir, sizeof g_dir);
   zt_test_fixture(g_qwen, sizeof g_qwen, "llama/qwen3/model");
@@ -402,7 +404,7 @@ static void set_up(void) {
     zt_lm_config lc;
     ZT_CHECK_OK(zt_lm_config_from_hf(g_qwen, &lc));
     ZT_CHECK(lc.family == ZT_LM_LLAMA && lc.llama.qk_norm && !lc.llama.attention_bias && lc.llama.tie_word_embeddings);
-    ZT_CHECK_OK(zt_lm_config_reshape(&lc, 4, 0, 0, 0, 0));
+    ZT_CHECK_OK(zt_lm_config_reshape(&lc, 8, 0, 0, 0, 0));
     zt_model m = {0};
     zt_rng_seed(5);
     ZT_CHECK_OK(zt_lm_new(&lc, ZT_DTYPE_F32, NULL, &m));
