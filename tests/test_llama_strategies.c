@@ -1,19 +1,24 @@
 /* Every strategy on the Llama family, through the training run (zt_train_run_on) as `zt train`
- * runs it, against plain training of the same global batch: three AdamW steps (clipping at 1.0)
- * on llama-tiny (4 layers, untied head) and on a tiny Qwen3 (q/k norm, no biases, a tied head:
- * the fixture tests/fixtures/llama/qwen3/model, and the same shape with 8 layers for the
- * pipelines), comparing each step's loss and grad norm, the final validation loss and the final
- * parameters (model_out; for states on disk, the checkpoint the run saved):
- * - bitwise: recompute full, selective (each policy), budget and a per-block plan; activation
- *   offload to disk and host (bf16 within its rounding, as GPT-2's); OffloadModel in both modes
- *   on a disk store; every state on disk with --mem-limit; a pipeline with an untied head;
- * - within reduction rounding (GPT-2's tolerances, test_ddp.c / test_fsdp.c /
- *   cli_pipeline_test.sh): DDP and every FSDP sharding at the world size, a pipeline with a
- *   tied head (the embedding's two grads summed across ranks), pipeline x DDP and x FSDP on a
- *   2 x 2 grid.
- * Run plainly (the one-process strategies, FSDP on one rank) and under mpirun -np 2 / -np 4
- * (DDP and FSDP at the world size, every schedule family at 2 and 4 stages, the grid at 4). Every
- * rank runs the references itself on a one-rank group. */
+ * runs it, against plain training of the same global batch: three steps (AdamW, clipping at 1.0)
+ * on llama-tiny (4 layers, 64 wide, untied head; 8 layers in the pipelines) and on a tiny Qwen3
+ * (q/k norm, no biases, tied head: the fixture tests/fixtures/llama/qwen3/model, and the same
+ * shape with 8 layers, saved as a Hugging Face folder, in the pipelines), comparing each step's
+ * loss and grad norm, the final validation loss and the final parameters (model_out; for states
+ * on disk, the checkpoint the run streamed out of its store):
+ * - bitwise: recompute full (2 blocks a region), selective (each policy), budget (a mixed plan)
+ *   and a per-block plan; activation offload to disk and host (bf16 within test_offload.c's
+ *   bounds); OffloadModel on a disk store, recompute and keep-graph; every state on disk planned
+ *   by --mem-limit (roomy, and the smallest limit any plan fits); FSDP on one rank;
+ * - a pipeline with an untied head: bitwise but the grad norm (NORM_RTOL: summed across ranks);
+ * - within reduction rounding (GPT-2's tolerances: test_ddp.c, test_fsdp.c,
+ *   cli_pipeline_test.sh): DDP and every FSDP sharding at the world size (AdamW's losses and
+ *   norms; SGD's parameters too, see test_data_parallel), a pipeline with a tied head (the
+ *   embedding's grads from the first and the last stage summed across ranks), pipeline x DDP and
+ *   x FSDP on a 2 x 2 grid.
+ * Run plainly (the one-process strategies) and under mpirun -np 2 / -np 4 (DDP and FSDP at the
+ * world size, every schedule family at 2 and 4 stages, the grid at 4); every rank runs the
+ * references itself on a one-rank group. ZT_TEST_VERBOSE=1 prints each comparison's
+ * differences (2: per parameter); ZT_TEST_ONLY=test_name runs one test. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +53,7 @@ typedef struct outcome {
   int steps;
   char plan[128];
   int64_t act_peak_predicted;
+  zt_offload_plan mem_plan; /* --mem-limit's */
   zt_model model; /* the final parameters (zeroed: none) */
 } outcome;
 
@@ -90,6 +96,7 @@ static bool run(const zt_train_config *c, zt_comm *comm, bool want_model, outcom
   o->val = res.last_val_loss;
   snprintf(o->plan, sizeof o->plan, "%s", res.recompute_plan);
   o->act_peak_predicted = res.act_peak_predicted;
+  o->mem_plan = res.plan;
   ZT_CHECK(o->steps == STEPS);
   return true;
 }
@@ -258,18 +265,24 @@ static void test_offload_states(void) {
     config(&c, f);
     outcome ref, got;
     if (!run(&c, g_local, true, &ref)) continue;
+    int64_t smallest = 0;
     for (int mode = 0; mode < 2; mode++) {
       zt_train_config o = c;
       ZT_CHECK_OK(zt_train_config_set(&o, "offload-states", "disk"));
+      /* a roomy limit, then the smallest any plan fits (the first run's planner names it) */
       ZT_CHECK_OK(zt_train_config_set(&o, "mem-limit", "200M"));
-      /* the planner's choice, and a slice count that makes it keep the graph (or recompute) */
-      if (mode) ZT_CHECK_OK(zt_train_config_set(&o, "offload-mode", "keep-graph"));
+      if (mode) o.memory.mem_limit = smallest;
       char ck[400];
       snprintf(ck, sizeof ck, "%s/states-%d-%d-%d", g_dir, R, (int)f, mode);
       snprintf(o.checkpoint.save, sizeof o.checkpoint.save, "%s", ck);
       char what[128];
-      snprintf(what, sizeof what, "%s, every state on disk, --mem-limit 200M%s", fam_name[f], mode ? ", keep-graph" : "");
+      snprintf(what, sizeof what, "%s, every state on disk, --mem-limit %s", fam_name[f], mode ? "the smallest" : "200M");
+      if (mode && !smallest) break;
       if (!run(&o, g_local, false, &got)) continue;
+      smallest = got.mem_plan.smallest_peak;
+      if (g_verbose)
+        printf("  %s: plan %d slices, %d resident, activations %s, predicted peak %lld\n", what, got.mem_plan.slices,
+               got.mem_plan.resident, zt_offload_plan_activations_name(got.mem_plan.activations_mode), (long long)got.mem_plan.peak);
       zt_lm_config lc;
       ZT_CHECK_OK(zt_train_model_config(&c, &lc));
       ZT_CHECK_OK(zt_lm_new(&lc, ZT_DTYPE_F32, NULL, &got.model));
