@@ -146,4 +146,41 @@ out=$("$zt" "${base[@]}" --shard full --tokenizer "$hf" --vocab 556 --steps 2 --
 out2=$("$zt" consolidate "$w/shh" "$w/shh-cons" 2>&1)
 check "a sharded checkpoint carries a Hugging Face tokenizer's files, and its consolidated copy too" \
   '[ $rc -eq 0 ] && cmp -s "$w/shh/latest/tokenizer.json" "$hf/tokenizer.json" && cmp -s "$w/shh-cons/latest/tokenizer.json" "$hf/tokenizer.json" && cmp -s "$w/shh-cons/latest/tokenizer_config.json" "$hf/tokenizer_config.json"'
+
+# ---------------------------------------------------------------- the Llama family's Hugging Face folders
+# A tiny Llama 3 (GQA, llama3 rope scaling, untied head; vocab 128, so token ids that are not
+# bytes) trains from its folder on a token file of its vocabulary (written here: ZTOK header,
+# 4096 two-byte ids), and its checkpoint is a Hugging Face folder again; a resume with another
+# model shape is refused, naming both shapes. Sampling needs text: a vocab of 128 has no
+# tokenizer here, so zt sample refuses it (from the checkpoint and from the fixture folder alike),
+# naming what to give; a byte-level Llama (llama-tiny, vocab 256) samples from its checkpoint
+# and from a plain Hugging Face folder (its config.json and model.safetensors alone), which
+# --init-from takes too.
+l3="$(dirname "$0")/fixtures/llama/llama3/model"
+ids=""
+for ((i = 0; i < 4096; i++)); do printf -v b '\\x%02x\\x00' $(((i * 37 + i / 5) % 128)); ids+=$b; done
+printf 'ZTOK\x01\x00\x00\x00\x02\x00\x00\x00\x80\x00\x00\x00\x00\x10\x00\x00\x00\x00\x00\x00'"$ids" >"$w/l3.tok"
+l3t=(train --data "$w/l3.tok" --batch 4 --seq 16 --eval-batches 1 --threads 1 --sample-len 0)
+out=$("$zt" "${l3t[@]}" --init-from "$l3" --steps 3 --save "$w/l3" 2>&1); rc=$?
+check "zt train --init-from a Llama 3 folder: trains, and saves a Hugging Face folder" \
+  '[ $rc -eq 0 ] && grep -q "llama from .*(2 layers, 4 heads, dim 32, vocab 128" <<<"$out" && [ -f "$w/l3/latest/config.json" ] && [ -f "$w/l3/latest/model.safetensors" ] && grep -q "\"model_type\": *\"llama\"" "$w/l3/latest/config.json"'
+out=$("$zt" "${l3t[@]}" --init-from "$w/l3" --steps 2 2>&1); rc=$?
+check "--init-from the Llama checkpoint" '[ $rc -eq 0 ] && grep -q "vocab 128" <<<"$out"'
+out=$("$zt" "${l3t[@]}" --model llama-tiny --vocab 128 --steps 5 --resume "$w/l3" 2>&1); rc=$?
+check "a resume with another model shape: refused, naming both shapes" \
+  '[ $rc -ne 0 ] && grep -q "is of another model shape (llama: 2 layers, 32 wide.*than asked (llama: 4 layers, 128 wide" <<<"$out"'
+for ck in "$w/l3" "$l3"; do
+  out=$("$zt" sample --checkpoint "$ck" --len 8 2>&1); rc=$?
+  check "zt sample of a vocab-128 Llama without a tokenizer ($(basename "$ck")): refused, saying what to give" \
+    '[ $rc -ne 0 ] && grep -q "vocabulary of 128 tokens, whose ids are not bytes, and it holds no tokenizer" <<<"$out"'
+done
+out=$("$zt" train --model llama-tiny --layers 2 --dim 32 --batch 2 --seq 16 --steps 2 --eval-batches 1 --threads 1 \
+  --sample-len 0 --save "$w/lt" 2>&1)
+mkdir -p "$w/lt-hf" && cp "$w/lt/latest/config.json" "$w/lt/latest/model.safetensors" "$w/lt-hf/"
+out=$("$zt" sample --checkpoint "$w/lt" --len 8 --temperature 0 2>&1); rc=$?
+out2=$("$zt" sample --checkpoint "$w/lt-hf" --len 8 --temperature 0 2>&1); rc2=$?
+check "zt sample of a byte-level Llama: from its checkpoint and from its Hugging Face folder alike" \
+  '[ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ -n "$out" ] && [ "$out" = "$out2" ]'
+out=$("$zt" train --init-from "$w/lt-hf" --batch 2 --seq 16 --steps 1 --eval-batches 1 --threads 1 --sample-len 0 2>&1); rc=$?
+check "--init-from that Hugging Face folder" '[ $rc -eq 0 ] && grep -q "llama from .*(2 layers" <<<"$out"'
 check_summary

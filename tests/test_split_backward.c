@@ -105,8 +105,9 @@ typedef struct op_ctx {
   int which;
   zt_tensor *w, *b, *r, *ids, *targets;
 } op_ctx;
-enum { OP_LINEAR, OP_LINEAR_IO, OP_MATMUL, OP_LAYER_NORM, OP_EMBEDDING, OP_LM_HEAD, OP_SPLIT, OP_COUNT };
-static const char *const op_names[] = {"linear", "linear_io", "matmul", "layer_norm", "embedding", "lm_head", "split"};
+enum { OP_LINEAR, OP_LINEAR_IO, OP_MATMUL, OP_LAYER_NORM, OP_EMBEDDING, OP_LM_HEAD, OP_SPLIT, OP_RMS_NORM, OP_COUNT };
+static const char *const op_names[] = {"linear", "linear_io", "matmul", "layer_norm", "embedding", "lm_head", "split",
+                                       "rms_norm"};
 
 /* loss = sum(op(x, w, b) * r): r makes the output grad non-uniform. */
 static zt_status op_stage(void *ud, zt_tensor *x, zt_tensor **loss) {
@@ -118,6 +119,7 @@ static zt_status op_stage(void *ud, zt_tensor *x, zt_tensor **loss) {
   case OP_LINEAR_IO: s = zt_linear_io(x, c->w, c->b, &y); break;
   case OP_MATMUL: s = zt_matmul(x, c->w, false, true, &y); break;
   case OP_LAYER_NORM: s = zt_layer_norm(x, c->w, c->b, 1e-5, &y); break;
+  case OP_RMS_NORM: s = zt_rms_norm(x, c->w, 1e-5, &y); break; /* W reads only x and rstd: B frees the weight */
   case OP_EMBEDDING: s = zt_embedding(c->w, c->ids, &y); break;
   case OP_LM_HEAD: return zt_lm_head_cross_entropy(x, c->w, c->targets, -1, loss);
   case OP_SPLIT: { /* several outputs: x @ w^T split in two, the halves scaled apart */
@@ -155,7 +157,8 @@ static void test_each_op(void) {
       if (k == OP_SPLIT) out_cols = 3;
       break;
     case OP_LINEAR_IO: c.w = zt_test_rand_leaf(2, (int64_t[]){C, O}, ZT_DTYPE_F32, -1, 1, 2); break;
-    case OP_LAYER_NORM: c.w = zt_test_rand_leaf(1, (int64_t[]){C}, ZT_DTYPE_F32, 0.5, 1.5, 2), out_cols = C; break;
+    case OP_LAYER_NORM:
+    case OP_RMS_NORM: c.w = zt_test_rand_leaf(1, (int64_t[]){C}, ZT_DTYPE_F32, 0.5, 1.5, 2), out_cols = C; break;
     case OP_EMBEDDING:
     case OP_LM_HEAD: c.w = zt_test_rand_leaf(2, (int64_t[]){V, C}, ZT_DTYPE_F32, -1, 1, 2), out_cols = C; break;
     }

@@ -62,7 +62,8 @@ static zt_status rms_backward(zt__op_bwd *b) {
   zt_tensor *x, *rstd, *w = NULL, *scratch = NULL;
   ZT_TRY(zt__op_saved(b, SAVED_X, &x));
   ZT_TRY(zt__op_saved(b, SAVED_RSTD, &rstd));
-  if (has_w) ZT_TRY(zt__op_saved(b, SAVED_WEIGHT, &w));
+  /* the weight is read for dx only: a split backward's W (dw alone) no longer has it (rms_saves_read) */
+  if (has_w && want_dx) ZT_TRY(zt__op_saved(b, SAVED_WEIGHT, &w));
   zt_status s = ZT_OK;
   if (want_dx) s = zt__op_grad_like_input(b, 0, false, &b->grad_in[0]);
   if (!s && want_dw) s = zt__op_grad_like_input(b, 1, false, &b->grad_in[1]);
