@@ -422,7 +422,7 @@ static void set_up(void) {
     zt_model m = {0};
     zt_rng_seed(5);
     ZT_CHECK_OK(zt_lm_new(&lc, ZT_DTYPE_F32, NULL, &m));
-    if (m.ctx) ZT_CHECK_OK(zt_lm_save_hf(&m, g_qwen4));
+    if (m.ctx) ZT_CHECK_OK(zt_lm_save_hf(&m, g_qwen4, 0));
     if (m.ctx) zt_model_free(&m);
   }
   ZT_CHECK_OK(zt_barrier(W));

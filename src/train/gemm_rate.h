@@ -5,7 +5,8 @@
 #define ZT_TRAIN_GEMM_RATE_H
 
 /* The ceiling MFU is measured against: the best of a few runs at two sizes, so that a moment of
- * load beside the run (which only ever slows a run down) does not set it low. */
+ * load beside the run (which only ever slows a run down) does not set it low; measured once per
+ * process and thread count. */
 double zt__sgemm_ceiling(void);
 
 #endif

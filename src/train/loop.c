@@ -568,6 +568,7 @@ static zt_status one_step(loop *r, int64_t step, zt_train_step_fn on_step, void 
     result->stopped = *interrupted = true;
     return s;
   }
+  ZT_TRY(s); /* a failed step: its error (the other ranks' waits end with the job) */
   ZT_TRY(check_step(r, step, &sr, result));
   double dt = zt_clock_now() - t0;
   ZT_TRY(zt__act_trial_after(&r->trial, step + 1, dt, &chosen));

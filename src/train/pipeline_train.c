@@ -301,6 +301,7 @@ static zt_status pp_link(pp_mode *pp, const zt_train_config *c, zt_param **param
     if (!member) zt_comm_free(t);
     for (int i = 0; member && i < n; i++)
       if (pp->model->param_part(pp->model->ctx, i) == ZT_PART_BOTH) pp->tied_comm = t, pp->tied = ps[i].tensor;
+    if (member && !pp->tied_comm) zt_comm_free(t); /* an untied head: nothing to sum */
   }
   ZT_TRY(pp_hold_others(pp, false));
   *params = pp->own, *n_params = pp->n_own;
