@@ -58,7 +58,7 @@ for impl in (zt, eager, comp):
 s["zt_over_compile"] = round(s[zt]["tokens_per_s"] / s[comp]["tokens_per_s"], 3)
 s["zt_over_compile_best"] = round(s[comp]["ms_best"] / s[zt]["ms_best"], 3)
 s["zt_over_eager"] = round(s[zt]["tokens_per_s"] / s[eager]["tokens_per_s"], 3)
-s["zt_ratio_to_sgemm"] = round(s[zt]["model_gflops"] / s[zt]["sgemm_gflops"], 3)
+s["zt_ratio_to_sgemm"] = s[zt]["ratio_to_sgemm"]  # the median of each run's own ratio
 s["target_compile_1.2x_met"] = s["zt_over_compile"] >= 1.2
 s["target_sgemm_0.85_met"] = s["zt_ratio_to_sgemm"] >= 0.85
 print(json.dumps(s))
