@@ -8,7 +8,8 @@
 # printed and appended to bench/results/llama_step.jsonl, with the load average before each run.
 # Usage: [PYTHON=python-with-torch-and-transformers] bench/llama_step.sh [ROUNDS (5)] [options
 # for both programs: --steps N --warmup N --threads N --batch B --seq T --layers L]
-# Example: PYTHON=/tmp/llamafxenv/bin/python bench/llama_step.sh 5
+# ZT_BENCH: the zerotrain program (build/bench/bench_llama_step); OUT: the results file.
+# Example: PYTHON=/tmp/llamafxenv/bin/python bench/llama_step.sh 5 --steps 3
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-5}
@@ -31,6 +32,7 @@ run_one() { # impl round: one run, its JSON line wrapped with the round and the 
     zerotrain) line=$("$zt" "${opts[@]}" | tail -n 1) ;;
     *) line=$("$py" bench/llama_torch_step.py --mode "$1" "${opts[@]}" 2>/dev/null | tail -n 1) ;;
   esac
+  [ -n "$line" ] || { echo "llama_step.sh: the $1 run printed nothing (rerun it alone to see its errors)" >&2; exit 1; }
   echo "{\"round\":$2,\"load1_before\":$l,\"run\":$line}" | tee -a "$runs"
 }
 
