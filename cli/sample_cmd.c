@@ -46,6 +46,52 @@ static int write_logits(const zt_model *m, const int32_t *ids, int64_t n, int vo
   return 0;
 }
 
+/* What DIR names: a zerotrain checkpoint (series or version: ck its version, c from its
+ * state.json), else a Hugging Face model folder (*hf; c from its config.json). */
+static zt_status open_source(const char *dir, char *ck, size_t cap, zt_lm_config *c, bool *hf) {
+  char cfg[4200];
+  snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+  *hf = access(cfg, F_OK) == 0 && zt_snapshot_resolve(dir, ck, cap) != ZT_OK;
+  if (*hf) {
+    zt_clear_error();
+    snprintf(ck, cap, "%s", dir);
+    return zt_lm_config_from_hf(dir, c);
+  }
+  zt_train_state st;
+  zt_status s = zt_snapshot_resolve(dir, ck, cap);
+  if (!s) s = zt_snapshot_read_state(ck, &st);
+  if (!s) *c = st.model;
+  return s;
+}
+
+/* The tokenizer: the one given, else the one the checkpoint ck carries (a Hugging Face
+ * tokenizer.json first), else bytes, which only a 256-token model makes. */
+static int choose_tokenizer(const char *ck, int vocab, const char *hf, const char *enc, const char *merges,
+                            zt_tokenizer **tok) {
+  char ck_enc[4200], ck_merges[4200];
+  if (hf && (enc || merges)) {
+    fprintf(stderr, "zt sample: give --tokenizer DIR or --encoder/--merges, not both\n");
+    return 2;
+  }
+  snprintf(ck_enc, sizeof ck_enc, "%s/tokenizer.json", ck);
+  if (!hf && !enc && !merges && access(ck_enc, F_OK) == 0) hf = ck;
+  snprintf(ck_enc, sizeof ck_enc, "%s/vocab.json", ck);
+  snprintf(ck_merges, sizeof ck_merges, "%s/merges.txt", ck);
+  if (!hf && !enc && !merges && access(ck_enc, F_OK) == 0 && access(ck_merges, F_OK) == 0)
+    enc = ck_enc, merges = ck_merges;
+  if (!hf && !enc && !merges && vocab != 256) {
+    fprintf(stderr,
+            "zt sample: checkpoint '%s' is of a model with a vocabulary of %d tokens, whose ids are not bytes, and it "
+            "holds no tokenizer (tokenizer.json, or vocab.json and merges.txt): give --tokenizer DIR (a Hugging Face "
+            "tokenizer folder) or --encoder encoder.json --merges vocab.bpe, the files its training data was tokenized "
+            "with\n",
+            ck, vocab);
+    return 2;
+  }
+  if (hf) return zt_tokenizer_hf(hf, tok) ? zt_cli_fail("sample") : 0;
+  return load_tokenizer("sample", enc, merges, tok);
+}
+
 /* A model of config c with the weights of ck: a Hugging Face folder (hf) or a checkpoint. */
 static zt_status load_model(const zt_lm_config *c, bool hf, const char *ck, zt_model *m) {
   zt_status s = zt_lm_new(c, ZT_DTYPE_F32, NULL, m);
@@ -125,44 +171,13 @@ int zt_cmd_sample(int argc, char **argv) {
     return 2;
   }
   zt_train_state st = {0};
-  char ck[4096], ck_enc[4200], ck_merges[4200];
-  /* a zerotrain checkpoint (series or version), else a Hugging Face model folder (config.json) */
-  snprintf(ck_enc, sizeof ck_enc, "%s/config.json", dir);
-  bool hf_model = access(ck_enc, F_OK) == 0 && zt_snapshot_resolve(dir, ck, sizeof ck) != ZT_OK;
-  if (hf_model) {
-    zt_clear_error();
-    snprintf(ck, sizeof ck, "%s", dir);
-    if (zt_lm_config_from_hf(dir, &st.model)) return zt_cli_fail("sample");
-  } else if (zt_snapshot_resolve(dir, ck, sizeof ck) || zt_snapshot_read_state(ck, &st)) {
-    return zt_cli_fail("sample");
-  }
+  char ck[4096];
+  bool hf_model = false;
+  if (open_source(dir, ck, sizeof ck, &st.model, &hf_model)) return zt_cli_fail("sample");
   int vocab = zt_lm_config_dims(&st.model).vocab;
   if (ids_arg) return logits_of_ids(&st.model, hf_model, ck, ids_arg, vocab, logits_to);
-  if (hf && (enc || merges)) {
-    fprintf(stderr, "zt sample: give --tokenizer DIR or --encoder/--merges, not both\n");
-    return 2;
-  }
-  /* no tokenizer given: the one the checkpoint carries (a Hugging Face tokenizer.json first), else
-   * bytes, which only a 256-token model makes */
-  snprintf(ck_enc, sizeof ck_enc, "%s/tokenizer.json", ck);
-  if (!hf && !enc && !merges && access(ck_enc, F_OK) == 0) hf = ck;
-  snprintf(ck_enc, sizeof ck_enc, "%s/vocab.json", ck);
-  snprintf(ck_merges, sizeof ck_merges, "%s/merges.txt", ck);
-  if (!hf && !enc && !merges && access(ck_enc, F_OK) == 0 && access(ck_merges, F_OK) == 0)
-    enc = ck_enc, merges = ck_merges;
-  if (!hf && !enc && !merges && vocab != 256) {
-    fprintf(stderr,
-            "zt sample: checkpoint '%s' is of a model with a vocabulary of %d tokens, whose ids are not bytes, and it "
-            "holds no tokenizer (tokenizer.json, or vocab.json and merges.txt): give --tokenizer DIR (a Hugging Face "
-            "tokenizer folder) or --encoder encoder.json --merges vocab.bpe, the files its training data was tokenized "
-            "with\n",
-            ck, vocab);
-    return 2;
-  }
   zt_tokenizer *tok = NULL;
-  if (hf) rc = zt_tokenizer_hf(hf, &tok) ? zt_cli_fail("sample") : 0;
-  else rc = load_tokenizer("sample", enc, merges, &tok);
-  if (rc) return rc;
+  if ((rc = choose_tokenizer(ck, vocab, hf, enc, merges, &tok))) return rc;
   zt_model model = {0}, *m = &model;
   int32_t *ids = NULL, *out = NULL;
   int64_t n = 0, n_out = 0;
