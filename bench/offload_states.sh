@@ -10,7 +10,9 @@
 #   1. llama3.2-1b's shape with 4 of its 16 layers (--layers 4) in RAM, plain training, four
 #      steps: the reference GFLOP/s. The whole 1.24B model in RAM needs ~20 GB of states (16 bytes
 #      a parameter), more than a shared 24 GiB machine holds safely; 4 layers have the same
-#      widths, so the same GEMM shapes, and GFLOP/s are a per-FLOP rate;
+#      widths, so the same GEMM shapes, and GFLOP/s are a per-FLOP rate; then the same with 2
+#      layers, and through the two the 16-layer step extrapolated (the head's and embeddings'
+#      share of the FLOPs is 52% at 4 layers, 21% at 16: a second reference with 16 layers' mix);
 #   2. llama3.2-1b (1.24B) with every state on disk, inside a 4 GiB memory cgroup, six steps;
 #   3. only where 2. made no step (the planner refuses 4G for it): the same at
 #      ZT_BENCH_FALLBACK_LIMIT (5G) in a cgroup of that size.
@@ -55,14 +57,14 @@ if [ $llama = 1 ]; then
   # where 4G is refused (the planner: a 1.0 GiB embedding's weight, grad and two moments are in
   # RAM at once in its update, 3.9 GiB), the same run at ZT_BENCH_FALLBACK_LIMIT (5G), the
   # trailing "?" running it only when the run before it made no step
-  runs=("plain-llama3.2-1b-4l llama3.2-1b 4 - --layers 4" "disk-llama3.2-1b llama3.2-1b ${ZT_BENCH_STEPS:-6} $lim"
+  runs=("plain-llama3.2-1b-4l llama3.2-1b 4 - --layers 4" "plain-llama3.2-1b-2l llama3.2-1b 4 - --layers 2" "disk-llama3.2-1b llama3.2-1b ${ZT_BENCH_STEPS:-6} $lim"
         "disk-llama3.2-1b-${ZT_BENCH_FALLBACK_LIMIT:-5G} llama3.2-1b ${ZT_BENCH_STEPS:-6} ${ZT_BENCH_FALLBACK_LIMIT:-5G}?")
 fi
 if [ $quick = 1 ]; then
   out=${TMPDIR:-/tmp}/zt_offload_states_quick.jsonl
   lim=60M cfg=(--batch 8 --seq 128) # 60M: activation offload, and the trial
   runs=("plain-tiny gpt2-tiny 4 -" "disk-tiny gpt2-tiny 6 $lim")
-  [ $llama = 1 ] && runs=("plain-tiny-2l llama-tiny 4 - --layers 2" "disk-tiny llama-tiny 6 20M" "disk-tiny-60m llama-tiny 6 60M?")
+  [ $llama = 1 ] && runs=("plain-tiny-2l llama-tiny 4 - --layers 2" "plain-tiny-1l llama-tiny 4 - --layers 1" "disk-tiny llama-tiny 6 20M" "disk-tiny-60m llama-tiny 6 60M?")
 fi
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 common=(train "${cfg[@]}" --eval-every 0 --eval-batches 1 --sample-len 0 --log-every 1 --threads "$OMP_NUM_THREADS")
@@ -218,5 +220,24 @@ for name in names:
             s["io_hidden"] = round(max(0.0, min(1.0, 1 - (r["step_ms"] / 1e3 - compute) / io)), 3) if io > 0 else None
     print(json.dumps(s))
     with open(sys.argv[1], "a") as f: f.write(json.dumps(s) + "\n")
+# with plain runs of one model at two depths (--layers), the full depth's plain step by a line
+# through them (a step = a fixed part, the embeddings and the head, + a part per block): the
+# in-RAM reference extrapolated to the depth the runs on disk have, and their ratio to it
+pl = [by[n] for n in names if n in by and not by[n].get("limit") and "step_ms" in by[n] and "--layers" in by[n].get("args", [])]
+if len(pl) >= 2 and pl[0]["model"] == pl[1]["model"]:
+    (L0, _), (L1, _) = cfg(pl[0]), cfg(pl[1])
+    full = {"llama3.2-1b": 16, "gpt2-774m": 36, "gpt2-1558m": 48, "llama-tiny": 4, "gpt2-tiny": 4}[pl[0]["model"]]
+    per = (pl[0]["step_ms"] - pl[1]["step_ms"]) / (L0 - L1)
+    step = pl[0]["step_ms"] + per * (full - L0)
+    disk = [by[n] for n in names if n in by and by[n].get("limit") and "step_ms" in by[n] and by[n]["model"] == pl[0]["model"]]
+    fl = flops(disk[0]) if disk else None
+    e = {"summary": "plain-extrapolated-%dl" % full, "model": pl[0]["model"], "from": [r["run"] for r in pl[:2]],
+         "block_step_s": round(per / 1e3, 3), "fixed_step_s": round((pl[0]["step_ms"] - per * L0) / 1e3, 2),
+         "step_s": round(step / 1e3, 2)}
+    if fl:
+        e["gflops"] = round(fl / (step / 1e3) / 1e9, 1)
+        e["ratios"] = {r["run"]: round(step / r["step_ms"], 3) for r in disk}
+    print(json.dumps(e))
+    with open(sys.argv[1], "a") as f: f.write(json.dumps(e) + "\n")
 PY
 echo "bench/offload_states.sh: results in $out" >&2
