@@ -554,7 +554,7 @@ static zt_status one_step(loop *r, int64_t step, zt_train_step_fn on_step, void 
   double t0 = zt_clock_now();
   double lr = zt_lr_cosine(step, r->warmup, c->steps, c->optim.lr, r->min_lr);
   zt_train_step_options so = step_options(r, step, lr);
-  zt_train_step_result sr;
+  zt_train_step_result sr = {0};
   zt_act_trial_step trial_kind = ZT_ACT_TRIAL_STEP_NONE;
   bool chosen = false;
   zt_loader_pos pos0 = zt_loader_get_pos(r->loader);
@@ -568,7 +568,9 @@ static zt_status one_step(loop *r, int64_t step, zt_train_step_fn on_step, void 
     result->stopped = *interrupted = true;
     return s;
   }
-  ZT_TRY(s); /* a failed step: its error (the other ranks' waits end with the job) */
+  /* a failed step: its error (the other ranks' waits end with the job); a NaN or inf loss or grad
+   * norm is check_step's to say */
+  if (s && !sr.bad_loss && !sr.bad_grad) return s;
   ZT_TRY(check_step(r, step, &sr, result));
   double dt = zt_clock_now() - t0;
   ZT_TRY(zt__act_trial_after(&r->trial, step + 1, dt, &chosen));
