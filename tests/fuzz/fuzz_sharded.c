@@ -71,7 +71,7 @@ static void setup(void) {
   zt_train_state st;
   memset(&st, 0, sizeof st);
   st.step = 5;
-  st.model = k_cfg;
+  st.model = (zt_lm_config){.family = ZT_LM_GPT2, .gpt2 = k_cfg};
   die_on(zt__shard_write_index(g_dir, WORLD, "full", &st, true, 5, SAVE_ID), "zt__shard_write_index");
   zt_gpt2_free(m);
   snprintf(g_index, sizeof g_index, "%s/index.json", g_dir);
