@@ -147,6 +147,9 @@ ZT_API ZT_NODISCARD zt_status zt_nn_layer_norm_new(const char *name, int64_t C, 
 ZT_API ZT_NODISCARD zt_status zt_nn_layer_norm_forward(zt_nn_layer_norm *l, zt_tensor *x, zt_tensor **out);
 
 /* Embedding table weight (V, C) (decay). */
+/* Token ids as a language model takes them: (B, T) i32 with B, T >= 1, or an error saying what
+ * is wrong (their values are the embedding's to check). */
+ZT_API ZT_NODISCARD zt_status zt_check_token_ids(const zt_tensor *ids);
 typedef struct zt_nn_embedding {
   zt_module base;
   zt_tensor *weight;

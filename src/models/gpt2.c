@@ -237,13 +237,7 @@ zt_model zt_gpt2_model(zt_gpt2 *m) {
 /* ------------------------------------------------------------------ forward */
 
 zt_status zt__gpt2_check_ids(const zt_gpt2 *m, const zt_tensor *ids) {
-  char s1[128];
-  if (!ids) return ZT_ERR(ZT_STATUS_INVALID_ARG, "ids is NULL");
-  if (ids->dtype != ZT_DTYPE_I32)
-    return ZT_ERR(ZT_STATUS_DTYPE, "ids have dtype %s; token ids must be i32", zt_dtype_name(ids->dtype));
-  if (ids->ndim != 2 || ids->shape[0] < 1 || ids->shape[1] < 1)
-    return ZT_ERR(ZT_STATUS_SHAPE, "ids have shape %s; they must be (B, T) with B, T >= 1",
-                  zt_shape_str(ids->ndim, ids->shape, s1));
+  ZT_TRY(zt_check_token_ids(ids));
   if (ids->shape[1] > m->cfg.block_size)
     return ZT_ERR(ZT_STATUS_SHAPE,
                   "sequence length T = %lld is longer than the model's context (block_size = %d); use T <= %d",

@@ -425,13 +425,7 @@ static zt_status check_len(const zt_llama *m, int64_t T) {
 }
 
 static zt_status check_ids(const zt_llama *m, const zt_tensor *ids) {
-  char s1[128];
-  if (!ids) return ZT_ERR(ZT_STATUS_INVALID_ARG, "ids is NULL");
-  if (ids->dtype != ZT_DTYPE_I32)
-    return ZT_ERR(ZT_STATUS_DTYPE, "ids have dtype %s; token ids must be i32", zt_dtype_name(ids->dtype));
-  if (ids->ndim != 2 || ids->shape[0] < 1 || ids->shape[1] < 1)
-    return ZT_ERR(ZT_STATUS_SHAPE, "ids have shape %s; they must be (B, T) with B, T >= 1",
-                  zt_shape_str(ids->ndim, ids->shape, s1));
+  ZT_TRY(zt_check_token_ids(ids));
   return check_len(m, ids->shape[1]);
 }
 

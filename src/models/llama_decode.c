@@ -38,16 +38,6 @@ zt_status zt_llama_kv_cache_new(zt_llama *m, int64_t batch, int64_t capacity, zt
   return zt_kv_cache_new(&g, out);
 }
 
-static zt_status check_ids(const zt_tensor *ids) {
-  char sh[128];
-  if (!ids) return ZT_ERR(ZT_STATUS_INVALID_ARG, "ids is NULL");
-  if (ids->dtype != ZT_DTYPE_I32)
-    return ZT_ERR(ZT_STATUS_DTYPE, "ids have dtype %s; token ids must be i32", zt_dtype_name(ids->dtype));
-  if (ids->ndim != 2 || ids->shape[0] < 1 || ids->shape[1] < 1)
-    return ZT_ERR(ZT_STATUS_SHAPE, "ids have shape %s; they must be (B, T) with B, T >= 1",
-                  zt_shape_str(ids->ndim, ids->shape, sh));
-  return ZT_OK; /* ids in [0, vocab_size): zt_embedding checks them */
-}
 
 /* The cache's layers, heads and dtype are the model's, and the positions it would hold fit the
  * context and window (its rows and room: zt_kv_cache_decode). */
@@ -143,7 +133,7 @@ static zt_status norm(void *ctx, zt_tensor *x, zt_tensor **out) {
 zt_status zt_llama_forward_cached(zt_llama *m, zt_kv_cache *cache, zt_tensor *ids, zt_tensor **logits) {
   if (!m || !cache || !logits)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_llama_forward_cached: model, cache and logits are required");
-  zt_status s = check_ids(ids);
+  zt_status s = zt_check_token_ids(ids); /* ids in [0, vocab_size): zt_embedding checks them */
   if (!s) s = check_cache(m, cache, ids);
   zt_kv_decoder d = {m->cfg.n_layer, embed, layer, norm, m->lm_head ? m->lm_head : m->embed, m};
   if (!s) s = zt_kv_cache_decode(cache, &d, ids, logits);

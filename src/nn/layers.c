@@ -284,3 +284,14 @@ zt_status zt_nn_block_forward(zt_nn_block *b, zt_tensor *x, zt_tensor **out) {
   }
   return s ? zt__error_prefix(s, "in Block \"%s\"", b->base.name) : ZT_OK;
 }
+
+zt_status zt_check_token_ids(const zt_tensor *ids) {
+  char sh[128];
+  if (!ids) return ZT_ERR(ZT_STATUS_INVALID_ARG, "ids is NULL");
+  if (ids->dtype != ZT_DTYPE_I32)
+    return ZT_ERR(ZT_STATUS_DTYPE, "ids have dtype %s; token ids must be i32", zt_dtype_name(ids->dtype));
+  if (ids->ndim != 2 || ids->shape[0] < 1 || ids->shape[1] < 1)
+    return ZT_ERR(ZT_STATUS_SHAPE, "ids have shape %s; they must be (B, T) with B, T >= 1",
+                  zt_shape_str(ids->ndim, ids->shape, sh));
+  return ZT_OK;
+}
