@@ -88,6 +88,18 @@ for want in "rank 1: first: all_reduce at comm_fault_main.c:[0-9]* timed out aft
   has "$want" || fail later "no '$want' in the output"
 done
 
+# (a''') the same as (a') with a board per rank (ZT_COMM_BOARD_SCOPE=rank), as if each rank
+#      were on its own host: the others' entries come from their board servers over TCP. Rank
+#      1 reads rank 0's entry remotely (blocked in its receive); rank 2's server, stopped with
+#      its process, does not answer, and the message says so.
+ZT_COMM_BOARD_SCOPE=rank run recv 3
+[ "$RC" = 3 ] || fail recv-remote "exit status $RC (want 3, from zt_comm_abort)"
+under "$ELAPSED" 30 || fail recv-remote "took $ELAPSED s"
+for want in "world rank 0 on node 0 did not arrive (1 call behind: its last collective on this group was call #1, barrier at comm_fault_main.c:[0-9]*; it is blocked in zt_recv from world rank 2 on node 2)" \
+  "unknown for world rank 2 (not on this node, and its host node 2: [0-9.]*:[0-9]*: no answer (its process is stopped or busy))"; do
+  has "$want" || fail recv-remote "no '$want' in the output"
+done
+
 # (b) rank 1 fails and aborts while the others wait in an all_reduce (timeout 30 s, so
 #     only the abort can end it quickly).
 run abort 30

@@ -499,10 +499,10 @@ static void test_rank_names(void) {
   ZT_CHECK(strlen(zt__rank_name(&n, 0, b, sizeof b)) < sizeof b && strstr(b, "world rank 0 (xxx"));
   /* the process's namer, as zt__comm_names reads it */
   zt_comm_set_rank_namer(grid_namer, NULL);
-  n = zt__rank_names_of(stage1, 2);
+  n = zt__rank_names_of(stage1, 2, NULL);
   ZT_CHECK(n.fn == grid_namer && strstr(zt__rank_name(&n, 0, b, sizeof b), "(stage 1 of 2, replica 0 of 2; group"));
   zt_comm_set_rank_namer(NULL, &n);
-  n = zt__rank_names_of(stage1, 2);
+  n = zt__rank_names_of(stage1, 2, NULL);
   ZT_CHECK(!n.fn && !n.ud && strcmp(zt__rank_name(&n, 0, b, sizeof b), "world rank 1 (group rank 0)") == 0);
 }
 
@@ -557,6 +557,43 @@ static void test_timeout_message_names(void) {
   memset(many, 0, sizeof many);
   many[0] = view(2, ZT__COLL_BARRIER, 5, ZT__BLOCKED_COLL, 2);
   ZT_CHECK_ERR(zt__comm_timeout_error(&big, many, &n), ZT_STATUS_COMM, "unknown for world ranks 3 5 7");
+}
+
+static const char *two_hosts(int world_rank) { return world_rank < 2 ? "hostA" : "hostB"; }
+
+/* Ranks on other hosts: named with their host; entries read from a board server carry their
+ * process state from that host; hosts not reached are said once each, with why. */
+static void test_timeout_message_hosts(void) {
+  const int world[4] = {0, 1, 2, 3};
+  zt__rank_names n = {.world = world, .size = 4, .host = two_hosts};
+  char b[ZT__RANK_NAME];
+  ZT_CHECK(strcmp(zt__rank_name(&n, 2, b, sizeof b), "world rank 2 on hostB") == 0);
+  n.fn = grid_namer;
+  ZT_CHECK(strcmp(zt__rank_name(&n, 3, b, sizeof b), "world rank 3 on hostB (stage 1 of 2, replica 1 of 2)") == 0);
+  n.fn = NULL;
+  zt__board_view v[4];
+  for (int r = 0; r < 4; r++) v[r] = view(3, ZT__COLL_ALL_REDUCE, 9, ZT__BLOCKED_COLL, 3);
+  v[2] = view(2, ZT__COLL_BARRIER, 8, ZT__BLOCKED_NONE, 0);
+  v[2].remote = true, v[2].pid = 999999; /* no such process here: the remote state is what counts */
+  snprintf(v[2].state, sizeof v[2].state, "stopped");
+  zt__timeout_info op = {.kind = ZT__COLL_ALL_REDUCE, .file = "x.c", .line = 9, .rank = 0, .size = 4, .timeout_s = 5,
+                         .seq = 3, .peer = -1, .tag = -1};
+  ZT_CHECK_ERR(zt__comm_timeout_error(&op, v, &n), ZT_STATUS_COMM,
+               "world rank 2 on hostB did not arrive (1 call behind: its last collective on this group was call #2, "
+               "barrier at loop.c:8; it is in no comm call now; its process (pid 999999) is stopped)");
+  /* hostB not reached: one reason for its two ranks */
+  memset(&v[2], 0, sizeof v[2]);
+  memset(&v[3], 0, sizeof v[3]);
+  snprintf(v[2].why, sizeof v[2].why, "its host hostB: 10.0.0.2:4000: Connection timed out");
+  snprintf(v[3].why, sizeof v[3].why, "its host hostB: 10.0.0.2:4000: Connection timed out");
+  ZT_CHECK_ERR(zt__comm_timeout_error(&op, v, &n), ZT_STATUS_COMM,
+               "unknown for world ranks 2 3 (not on this node, and its host hostB: 10.0.0.2:4000: Connection timed "
+               "out). This group");
+  zt__timeout_info p2p = {.kind = ZT__COLL_RECV, .file = "e.c", .line = 1, .rank = 0, .size = 4, .timeout_s = 5,
+                          .peer = 3, .tag = 2};
+  ZT_CHECK_ERR(zt__comm_timeout_error(&p2p, v, &n), ZT_STATUS_COMM,
+               "(what it is doing is unknown: it is not on this node, and its host hostB: 10.0.0.2:4000: Connection "
+               "timed out)");
 }
 
 /* The other messages that name ranks: debug mode's mismatch, check_same, agree_status. */
@@ -750,6 +787,7 @@ int main(int argc, char **argv) {
   ZT_RUN(test_timeout_message);
   ZT_RUN(test_rank_names);
   ZT_RUN(test_timeout_message_names);
+  ZT_RUN(test_timeout_message_hosts);
   ZT_RUN(test_messages_name_world_ranks);
   ZT_RUN(test_unusable_group_keeps_first_message);
   ZT_RUN(test_check_same_compare);

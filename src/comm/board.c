@@ -163,9 +163,9 @@ static void doing(sbuf *b, const zt__board_view *v, const char *state, const zt_
   if (state) put(b, "; its process (pid %d) is %s", v->pid, state);
 }
 
-/* What the rank's process is doing, from /proc (the board covers ranks on this node):
- * "stopped" (SIGSTOP, a debugger), "dead", or NULL (running, or unknown). */
-static const char *proc_state(int pid) {
+/* What the rank's process is doing, from this host's /proc: "stopped" (SIGSTOP, a debugger),
+ * "dead", or NULL (running, or unknown). */
+const char *zt__proc_state(int pid) {
   if (pid <= 0) return NULL;
   char path[64], buf[512];
   snprintf(path, sizeof path, "/proc/%d/stat", pid);
@@ -183,6 +183,12 @@ static const char *proc_state(int pid) {
   case 'X': return "dead";
   default: return NULL;
   }
+}
+
+/* A known view's process state: read on its host by its board server (remote), or here. */
+static const char *state_of(const zt__board_view *v) {
+  if (v->remote) return v->state[0] ? v->state : NULL;
+  return zt__proc_state(v->pid);
 }
 
 static void seconds(char *buf, size_t cap, double s) {
@@ -234,10 +240,11 @@ static void p2p_message(sbuf *b, const zt__timeout_info *op, const zt__board_vie
   const zt__board_view *v = op->peer >= 0 && op->peer < op->size ? &views[op->peer] : NULL;
   if (v && v->known) {
     put(b, " (");
-    doing(b, v, proc_state(v->pid), names);
+    doing(b, v, state_of(v), names);
     put(b, ")");
   } else {
-    put(b, " (what it is doing is unknown: it is not on this node)");
+    put(b, " (what it is doing is unknown: it is not on this node%s%s)", v && v->why[0] ? ", and " : "",
+        v && v->why[0] ? v->why : "");
   }
 }
 
@@ -254,7 +261,7 @@ static void coll_message(sbuf *b, const zt__timeout_info *op, const zt__board_vi
       unknown++;
       continue;
     }
-    const char *state = proc_state(v->pid);
+    const char *state = state_of(v);
     bool room = shown < DETAIL_MAX && b->len < DETAIL_BYTES;
     if (!absent(op, v)) { /* in this call too: name it when its process is not running */
       if (state && room)
@@ -286,7 +293,17 @@ static void coll_message(sbuf *b, const zt__timeout_info *op, const zt__board_vi
   if (unknown) {
     put(b, "%sunknown for", shown ? "; " : "");
     list_ranks(b, op, views, names, false, 0);
-    put(b, " (not on this node: the arrival board covers the ranks that share a node)");
+    put(b, " (not on this node");
+    int whys = 0;
+    for (int r = 0; r < op->size; r++) { /* each distinct reason once: one per host not reached */
+      const zt__board_view *v = &views[r];
+      if (r == op->rank || v->known || !v->why[0]) continue;
+      bool seen = false;
+      for (int q = 0; q < r && !seen; q++) seen = q != op->rank && !views[q].known && !strcmp(views[q].why, v->why);
+      if (!seen) put(b, "%s%s", whys++ ? "; " : ", and ", v->why);
+    }
+    if (!whys) put(b, ": the arrival board covers the ranks that share a node");
+    put(b, ")");
   }
   if (!missing && !unknown && !shown)
     put(b, "every rank reached this call, so one of them stopped inside it (stopped or dead) or the transport "

@@ -146,7 +146,7 @@ void zt_comm_free(zt_comm *c) {
 }
 
 zt__rank_names zt__comm_names(const zt_comm *c) {
-  return zt__rank_names_of(c->be->world_ranks ? c->be->world_ranks(c->ctx) : NULL, c->size);
+  return zt__rank_names_of(c->be->world_ranks ? c->be->world_ranks(c->ctx) : NULL, c->size, c->be->host_of);
 }
 
 int zt_comm_rank(const zt_comm *c) { return c->rank; }
@@ -220,6 +220,8 @@ static opinfo enter(zt_comm *c, zt__coll_kind kind, const char *file, int line) 
   return op;
 }
 
+#define BOARD_REMOTE_S 6.0 /* a timeout's message waits this long at most for other hosts' boards */
+
 /* The timeout's message; the group is unusable from now on, and keeps the message for every
  * later call's (zerotrain's last error is per thread, and a later failure overwrites it). */
 static zt_status timed_out(zt_comm *c, const opinfo *op) {
@@ -236,6 +238,8 @@ static zt_status timed_out(zt_comm *c, const opinfo *op) {
   }
   for (int r = 0; r < c->size; r++)
     zt__board_read(r == c->rank ? c->me : c->be->board_entry ? c->be->board_entry(c->ctx, r) : NULL, &views[r]);
+  /* the ranks on other hosts, from their board servers: a few seconds at most */
+  if (c->be->board_remote) c->be->board_remote(c->ctx, views, zt_clock_now() + BOARD_REMOTE_S);
   zt__timeout_info info = {.kind = op->kind, .file = op->file, .line = op->line, .rank = c->rank, .size = c->size,
                            .timeout_s = c->timeout, .seq = op->seq, .peer = op->peer, .tag = op->tag};
   zt_status s = zt__comm_timeout_error(&info, views, &names);

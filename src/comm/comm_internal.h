@@ -35,39 +35,77 @@ typedef enum zt__board_blocked {
   ZT__BLOCKED_RECV      /* in zt_recv from rank arg */
 } zt__board_blocked;
 
+#define ZT__BOARD_STATE 12 /* "stopped", "dead" */
+#define ZT__BOARD_WHY 160  /* why another node's entries could not be read */
+
 /* A consistent copy of one rank's entry, as the timeout message reads it. */
 typedef struct zt__board_view {
-  bool known; /* false: the entry cannot be read (another node, or no board) */
+  bool known; /* false: the entry cannot be read (another node not reached, or no board) */
   uint64_t started;
   int last_kind, last_line;
   char last_file[ZT__BOARD_FILE + 1];
   int blocked; /* zt__board_blocked */
   uint64_t blocked_arg;
   int pid;     /* 0: unknown */
+  /* remote: read from another node's board server (board_remote.c), state its process's
+   * state as that host's /proc tells ("" running or unknown); a local entry's state is
+   * read from this host's /proc when the message is made */
+  bool remote;
+  char state[ZT__BOARD_STATE];
+  char why[ZT__BOARD_WHY]; /* !known: why ("" not on this node, nothing more known) */
 } zt__board_view;
 
 void zt__board_reset(zt__board_entry *e);
 void zt__board_enter(zt__board_entry *e, uint64_t seq, int kind, const char *file, int line);
 void zt__board_block(zt__board_entry *e, zt__board_blocked what, uint64_t arg);
 void zt__board_read(const zt__board_entry *e, zt__board_view *out); /* e NULL: unknown */
+/* What process pid is doing, from this host's /proc: "stopped", "dead", or NULL (running,
+ * or unknown). */
+const char *zt__proc_state(int pid);
+
+/* ------------------------------------------------------------ the board across hosts
+ * (board_remote.c) Every rank serves its node's entries over TCP to ranks on other nodes;
+ * mpi.c gathers each rank's zt__board_addr at start. IPv4 only. */
+#define ZT__BOARD_ADDRS 4 /* addresses kept per server: this host's, loopback last */
+#define ZT__HOST_NAME 48  /* host name bytes kept */
+typedef struct zt__board_addr {
+  int32_t world, node; /* node: the world rank of the node's first rank */
+  int32_t port, n_ip;  /* port 0: no server (it could not start) */
+  uint32_t ip[ZT__BOARD_ADDRS]; /* network byte order */
+  char host[ZT__HOST_NAME];     /* the processor name MPI gives */
+} zt__board_addr;
+/* Start this process's server for its node (n ranks: rows[i] node rank i's ZT__BOARD_SLOTS
+ * entries, borrowed until zt__board_serve_stop; world[i] its world rank): fills me's port
+ * and addresses. nonce: the job's, the same on every rank. */
+ZT_NODISCARD zt_status zt__board_serve(uint64_t nonce, int node, int n, zt__board_entry *const *rows,
+                                       const int *world, zt__board_addr *me);
+void zt__board_serve_stop(void);
+/* The views of world ranks world[0..n) (all on node `node`) at board slot `slot`, asked of
+ * node's servers among addrs[0..n_addrs) in turn until one answers, before deadline
+ * (zt_clock_now's clock). False (out untouched) with why when none answered. */
+bool zt__board_ask(const zt__board_addr *addrs, int n_addrs, int node, uint64_t nonce, int slot, int n,
+                   const int *world, zt__board_view *out, double deadline, char *why, size_t cap);
 
 /* ------------------------------------------------------------ naming ranks (names.c)
  * How a message names the ranks of a group: world[r] is group rank r's world rank (world
  * NULL, or an entry < 0: unknown), fn/ud the application's namer (fn NULL: none). */
 #define ZT__RANK_LABEL 64  /* label bytes kept */
-#define ZT__RANK_NAME 112  /* enough for any zt__rank_name */
+#define ZT__RANK_NAME 176  /* enough for any zt__rank_name */
 typedef struct zt__rank_names {
   const int *world;
   int size;
   zt_comm_rank_namer fn;
   void *ud;
+  const char *(*host)(int world_rank); /* its host's name, NULL when the job is on one host */
 } zt__rank_names;
-/* The names of a group with this world map (may be NULL), with the process's namer. */
-zt__rank_names zt__rank_names_of(const int *world, int size);
+/* The names of a group with this world map (may be NULL) and host namer (may be NULL), with
+ * the process's namer. */
+zt__rank_names zt__rank_names_of(const int *world, int size, const char *(*host)(int world_rank));
 /* Group rank r's world rank, -1 when unknown (n NULL too). */
 int zt__rank_world(const zt__rank_names *n, int r);
-/* "world rank W (LABEL; group rank R)", leaving out a label that is empty and a group rank
- * equal to W; "rank R" when the world rank is unknown (n NULL too). Returns buf. */
+/* "world rank W on HOST (LABEL; group rank R)", leaving out a host when the job is on one,
+ * a label that is empty and a group rank equal to W; "rank R" when the world rank is unknown
+ * (n NULL too). Returns buf. */
 const char *zt__rank_name(const zt__rank_names *n, int r, char *buf, size_t cap);
 
 /* The operation that timed out. seq: collectives' call number on the group (0 for send/recv). */
@@ -123,6 +161,12 @@ typedef struct zt__comm_backend {
   /* Optional: the world rank of each of the group's ranks (size entries, -1 where unknown;
    * owned by ctx), for messages; NULL when the backend has no world beyond the group. */
   const int *(*world_ranks)(void *ctx);
+  /* Optional: a world rank's host name, for messages; NULL when the job is on one host. */
+  const char *(*host_of)(int world_rank);
+  /* Optional: fill views[r] of the group's ranks the board could not read (another node)
+   * from their nodes' board servers, before deadline; each one not reached keeps known
+   * false and gets why. */
+  void (*board_remote)(void *ctx, zt__board_view *views, double deadline);
 } zt__comm_backend;
 
 extern const zt__comm_backend zt__comm_local_backend;

@@ -26,7 +26,9 @@
 
 #if ZT_HAVE_MPI
 #include <mpi.h>
+#include <stdint.h>
 #include <time.h>
+#include <unistd.h>
 
 static zt_status mpi_error(int rc, const char *call, const char *file, int line) {
   char msg[MPI_MAX_ERROR_STRING];
@@ -68,6 +70,12 @@ static MPI_Comm g_node = MPI_COMM_NULL;
 static MPI_Win g_board_win = MPI_WIN_NULL;
 static zt__board_entry **g_board_rows; /* per node rank */
 static uint64_t g_board_used;          /* slots taken by this process's live groups */
+/* The board across hosts (board_remote.c): every rank's server, by world rank. */
+static zt__board_addr *g_addrs; /* NULL: not gathered */
+static int g_world_size;
+static uint64_t g_nonce;
+static char (*g_host_label)[ZT__HOST_NAME + 16]; /* world rank -> its host's name in messages */
+static bool g_multi_host;                        /* the world spans more than one node */
 
 bool zt__comm_mpi_available(void) { return true; }
 
@@ -143,11 +151,15 @@ static zt_status check_count(int64_t count) {
 
 /* Collective over MPI_COMM_WORLD, once per process. A failure leaves no board (timeouts
  * then say "unknown" for the other ranks) rather than failing the group. */
-static void board_init(void) {
+static void board_init(bool per_rank) {
   if (g_board_state) return;
   g_board_state = -1;
   MPI_Comm node;
-  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return;
+  int me = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  if (per_rank ? MPI_Comm_split(MPI_COMM_WORLD, me, 0, &node) != MPI_SUCCESS
+               : MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+    return;
   MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
   int n = 0;
   MPI_Comm_size(node, &n);
@@ -182,7 +194,76 @@ static void board_init(void) {
   g_board_state = 1;
 }
 
+/* Every rank's host name in messages: MPI's processor name, or "node K" (K: the node's place
+ * among the world's nodes) where two nodes share a name (network namespaces of one machine). */
+static void host_labels(void) {
+  g_host_label = calloc((size_t)g_world_size, sizeof *g_host_label);
+  if (!g_host_label) return;
+  bool distinct = true;
+  int nodes = 0;
+  for (int w = 0; w < g_world_size; w++) {
+    nodes += g_addrs[w].node == w;
+    for (int v = 0; v < w && distinct; v++)
+      distinct = g_addrs[v].node == g_addrs[w].node || strcmp(g_addrs[v].host, g_addrs[w].host) != 0;
+  }
+  g_multi_host = nodes > 1;
+  for (int w = 0; w < g_world_size; w++) {
+    int k = 0;
+    for (int v = 0; v < g_addrs[w].node; v++) k += g_addrs[v].node == v;
+    if (distinct)
+      snprintf(g_host_label[w], sizeof g_host_label[w], "%s", g_addrs[w].host);
+    else
+      snprintf(g_host_label[w], sizeof g_host_label[w], "node %d", k);
+  }
+}
+
+static int translate(MPI_Comm comm, int size, MPI_Comm to, int **out);
+static const char *mpi_host_of(int world_rank);
+
+/* The board servers: every rank serves its node's entries and learns every other rank's
+ * server (world collectives, called by every rank whatever board_init gave it, so that the
+ * calls match). A failure leaves this rank without remote boards (messages say "unknown"). */
+static void board_remote_init(void) {
+  static bool done;
+  if (done) return;
+  done = true;
+  int me = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_world_size);
+  uint64_t nonce = (uint64_t)getpid() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)(zt_clock_now() * 1e9) ^ (uint64_t)(uintptr_t)&me;
+  if (MPI_Bcast(&nonce, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD) != MPI_SUCCESS) return;
+  zt__board_addr mine;
+  memset(&mine, 0, sizeof mine);
+  mine.world = me, mine.node = me;
+  int len = 0;
+  char name[MPI_MAX_PROCESSOR_NAME];
+  if (MPI_Get_processor_name(name, &len) == MPI_SUCCESS)
+    snprintf(mine.host, sizeof mine.host, "%.*s", (int)sizeof mine.host - 1, name);
+  int *world = NULL, n = 0;
+  if (g_board_state == 1 && MPI_Comm_size(g_node, &n) == MPI_SUCCESS && translate(g_node, n, MPI_COMM_WORLD, &world) == MPI_SUCCESS) {
+    mine.node = world[0]; /* split_type keeps world order: node rank 0 is its lowest world rank */
+    zt_status st = zt__board_serve(nonce, mine.node, n, g_board_rows, world, &mine);
+    if (st) mine.port = 0; /* others then report this node's ranks as unknown, saying why */
+  }
+  free(world);
+  zt__board_addr *all = calloc((size_t)g_world_size, sizeof *all);
+  char *buf = malloc(sizeof mine * (size_t)g_world_size); /* every rank calls the gather, even without memory */
+  int rc = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, buf ? buf : (char *)&mine, buf ? (int)sizeof mine : 0,
+                         MPI_BYTE, MPI_COMM_WORLD);
+  if (rc != MPI_SUCCESS || !all || !buf) {
+    free(all);
+    free(buf);
+    return;
+  }
+  memcpy(all, buf, sizeof mine * (size_t)g_world_size);
+  free(buf);
+  g_addrs = all;
+  g_nonce = nonce;
+  host_labels();
+}
+
 static void board_free(void) {
+  zt__board_serve_stop(); /* before the window it reads goes */
   if (g_board_state != 1) return;
   MPI_Win_free(&g_board_win);
   MPI_Comm_free(&g_node);
@@ -258,10 +339,19 @@ static zt_status mpi_world_(int *argc, char ***argv, void **ctx, int *rank, int 
     g_we_initialized = true;
   }
   if (!g_progress_running) progress_start();
+  /* ZT_COMM_BOARD_SCOPE=rank: a board per rank, as if each rank were on its own host, so that
+   * the other ranks' entries come from their board servers over TCP (the cross-host path,
+   * testable on one machine); "node" (the default): one board per node */
+  const char *scope = getenv("ZT_COMM_BOARD_SCOPE");
+  if (scope && *scope && strcmp(scope, "node") && strcmp(scope, "rank"))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "ZT_COMM_BOARD_SCOPE='%.32s' is neither 'node' nor 'rank'; fix or unset it",
+                  scope);
+  bool per_rank = scope && !strcmp(scope, "rank");
   MPI_Comm dup;
   ZT_MPI_TRY(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
   ZT_MPI_TRY(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
-  board_init();
+  board_init(per_rank);
+  board_remote_init();
   /* a board slot free on every rank (each process may hold different groups) */
   uint64_t used = 0;
   int rc = MPI_Allreduce(&g_board_used, &used, 1, MPI_UINT64_T, MPI_BOR, dup);
@@ -385,7 +475,7 @@ static zt_status mpi_test_(void *ctx, void *req, bool *done) {
     int got = 0;
     ZT_MPI_TRY(MPI_Get_count(&st, dt, &got));
     if (got != want) {
-      zt__rank_names names = zt__rank_names_of(x->world_of, x->size);
+      zt__rank_names names = zt__rank_names_of(x->world_of, x->size, mpi_host_of);
       char who[ZT__RANK_NAME];
       return ZT_ERR(ZT_STATUS_COMM, "received %d elements from %s but the tensor holds %d; send the same size", got,
                     zt__rank_name(&names, peer, who, sizeof who), want);
@@ -440,6 +530,43 @@ static zt__board_entry *mpi_board_entry(void *ctx, int rank) {
 
 static const int *mpi_world_ranks(void *ctx) { return ((mpi_ctx *)ctx)->world_of; }
 
+static const char *mpi_host_of(int world_rank) {
+  if (!g_multi_host || !g_host_label || world_rank < 0 || world_rank >= g_world_size) return NULL;
+  return g_host_label[world_rank];
+}
+
+/* The entries of the group's ranks on other nodes, one node at a time, from its servers. */
+static void mpi_board_remote(void *ctx, zt__board_view *views, double deadline) {
+  mpi_ctx *x = ctx;
+  if (!x || x->slot < 0 || !x->node_of || !x->world_of || !g_addrs) return;
+  int *world = malloc(sizeof *world * (size_t)x->size), *at = malloc(sizeof *at * (size_t)x->size);
+  zt__board_view *got = calloc((size_t)x->size, sizeof *got);
+  bool *asked = calloc((size_t)x->size, sizeof *asked);
+  for (int r = 0; world && at && got && asked && r < x->size; r++) {
+    int w = x->world_of[r];
+    if (asked[r] || views[r].known || x->node_of[r] >= 0 || w < 0 || w >= g_world_size) continue;
+    int node = g_addrs[w].node, n = 0;
+    for (int q = r; q < x->size; q++) { /* the group's ranks on that node */
+      int wq = x->world_of[q];
+      if (!asked[q] && !views[q].known && x->node_of[q] < 0 && wq >= 0 && wq < g_world_size &&
+          g_addrs[wq].node == node)
+        world[n] = wq, at[n++] = q, asked[q] = true;
+    }
+    char why[ZT__BOARD_WHY - ZT__HOST_NAME - 32];
+    bool ok = zt__board_ask(g_addrs, g_world_size, node, g_nonce, x->slot, n, world, got, deadline, why, sizeof why);
+    for (int k = 0; k < n; k++) {
+      zt__board_view *v = &views[at[k]];
+      if (ok && got[k].remote) {
+        *v = got[k];
+      } else {
+        snprintf(v->why, sizeof v->why, "its host %s: %s", g_host_label ? g_host_label[w] : "?",
+                 ok ? "its board server does not list it" : why);
+      }
+    }
+  }
+  free(world), free(at), free(got), free(asked);
+}
+
 static uint64_t mpi_board_free_slots(void *ctx) {
   (void)ctx;
   return g_board_state == 1 ? ~g_board_used : 0;
@@ -492,6 +619,8 @@ const zt__comm_backend zt__comm_mpi_backend = {
     .board_entry = mpi_board_entry,
     .board_free_slots = mpi_board_free_slots,
     .world_ranks = mpi_world_ranks,
+    .host_of = mpi_host_of,
+    .board_remote = mpi_board_remote,
 };
 
 #else /* !ZT_HAVE_MPI */

@@ -1,7 +1,7 @@
 /* How messages name ranks: by world rank (the one a user sees in mpirun's output and
- * OMPI_COMM_WORLD_RANK), with the rank in the group when it differs and the label the
- * application's namer gives (zt_comm_set_rank_namer), e.g. "world rank 3 (stage 1 of 2,
- * replica 1 of 2; group rank 1)". Without a world rank (the local backend, synthetic tests)
+ * OMPI_COMM_WORLD_RANK), with its host when the job spans several, the rank in the group when
+ * it differs and the label the application's namer gives (zt_comm_set_rank_namer), e.g.
+ * "world rank 3 on node2 (stage 1 of 2, replica 1 of 2; group rank 1)". Without a world rank (the local backend, synthetic tests)
  * a rank is "rank R", as a group knows it. The namer is process-wide, read under a mutex. */
 #include <pthread.h>
 #include <stdio.h>
@@ -20,8 +20,8 @@ void zt_comm_set_rank_namer(zt_comm_rank_namer fn, void *user_data) {
   pthread_mutex_unlock(&g_namer_mu);
 }
 
-zt__rank_names zt__rank_names_of(const int *world, int size) {
-  zt__rank_names n = {.world = world, .size = size};
+zt__rank_names zt__rank_names_of(const int *world, int size, const char *(*host)(int world_rank)) {
+  zt__rank_names n = {.world = world, .size = size, .host = host};
   pthread_mutex_lock(&g_namer_mu);
   n.fn = g_namer;
   n.ud = g_namer_ud;
@@ -49,16 +49,18 @@ const char *zt__rank_name(const zt__rank_names *n, int r, char *buf, size_t cap)
     snprintf(buf, cap, "rank %d", r);
     return buf;
   }
-  char label[ZT__RANK_LABEL];
+  char label[ZT__RANK_LABEL], at[ZT__HOST_NAME + 8] = "";
   label_of(n, w, label, sizeof label);
+  const char *h = n->host ? n->host(w) : NULL;
+  if (h && *h) snprintf(at, sizeof at, " on %s", h);
   bool other = w != r;
   if (!label[0] && !other)
-    snprintf(buf, cap, "world rank %d", w);
+    snprintf(buf, cap, "world rank %d%s", w, at);
   else if (!label[0])
-    snprintf(buf, cap, "world rank %d (group rank %d)", w, r);
+    snprintf(buf, cap, "world rank %d%s (group rank %d)", w, at, r);
   else if (!other)
-    snprintf(buf, cap, "world rank %d (%s)", w, label);
+    snprintf(buf, cap, "world rank %d%s (%s)", w, at, label);
   else
-    snprintf(buf, cap, "world rank %d (%s; group rank %d)", w, label, r);
+    snprintf(buf, cap, "world rank %d%s (%s; group rank %d)", w, at, label, r);
   return buf;
 }
