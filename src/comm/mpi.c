@@ -264,6 +264,9 @@ static void board_remote_init(void) {
 
 static void board_free(void) {
   zt__board_serve_stop(); /* before the window it reads goes */
+  free(g_addrs);
+  free(g_host_label);
+  g_addrs = NULL, g_host_label = NULL, g_multi_host = false;
   if (g_board_state != 1) return;
   MPI_Win_free(&g_board_win);
   MPI_Comm_free(&g_node);
