@@ -5,7 +5,7 @@
 # processor name and MPI_Comm_split_type(SHARED) group are its host's; shared memory alone
 # does not reach across hosts); then each program that runs under mpirun in tests/CMakeLists.txt
 # (their own checks: every strategy against single-process training) at 2 hosts x 2 ranks,
-# 2 hosts x 1 rank and 4 hosts x 1 rank; then a stopped rank on another host, which ends the
+# 2 hosts x 1 rank (also with the progress thread) and 4 hosts x 1 rank; then a stopped rank on another host, which ends the
 # job within --comm-timeout. ctest label hosts; exit 77 (skipped) where namespaces cannot be
 # made.
 # Usage: hosts_dist_test.sh TESTS_DIR HOSTS_PROBE   (TESTS_DIR: the build's tests/ folder)
@@ -32,9 +32,16 @@ prog() {
 
 # --- 2 hosts x 2 slots
 hosts_up 2 2
+# bytes through host 1's link (its veth's end on the bridge, both ways)
+link_bytes() { echo $(( $(cat "/sys/class/net/${zth_prefix}v1/statistics/rx_bytes") + $(cat "/sys/class/net/${zth_prefix}v1/statistics/tx_bytes") )); }
+b0=$(link_bytes)
 out=$(hosts_mpirun -np 4 "$probe" 2>&1)
+b1=$(link_bytes)
 check "2x2 by slot: ranks 0,1 on zth-h1 and 2,3 on zth-h2, one node group per host" \
   '[ "$(probe_lines)" = "0 zth-h1 0 2;1 zth-h1 0 2;2 zth-h2 2 2;3 zth-h2 2 2;" ] && grep -q "bytes: ok" <<<"$out"'
+# the ring exchange alone sends 1 MiB from rank 1 (host 1) to rank 2 (host 2) and 1 MiB back
+# from rank 3 to rank 0
+check "the bytes between hosts go over host 1's veth link ($(( (b1 - b0) / 1024 )) KiB)" '[ $((b1 - b0)) -gt 2000000 ]'
 out=$(hosts_mpirun -np 4 --map-by node "$probe" 2>&1)
 check "2x2 by node: ranks 0,2 on zth-h1 and 1,3 on zth-h2, one node group per host" \
   '[ "$(probe_lines)" = "0 zth-h1 0 2;1 zth-h2 1 2;2 zth-h1 0 2;3 zth-h2 1 2;" ] && grep -q "bytes: ok" <<<"$out"'
@@ -61,6 +68,13 @@ done
 for t in test_ddp test_fsdp test_snapshot_sharded test_pipeline_run; do
   check "$t, 2 hosts x 1 rank" 'prog $t 2 --map-by node'
 done
+# with the comm layer's progress thread (ZT_COMM_PROGRESS=1: a thread calling into MPI while
+# operations are in flight), as the mpi label's *_progress tests run on one host
+export ZT_COMM_PROGRESS=1 ZT_COMM_PROGRESS_US=50
+for t in test_comm test_ddp test_pipeline_run; do
+  check "$t, 2 hosts x 1 rank, progress thread" 'prog $t 2 --map-by node -x ZT_COMM_PROGRESS -x ZT_COMM_PROGRESS_US'
+done
+unset ZT_COMM_PROGRESS ZT_COMM_PROGRESS_US
 
 # --- 4 hosts x 1 slot
 hosts_down
