@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The hosts harness (sourced by bash scripts): N separate network hosts on this machine, and
 # mpirun across them.
 #
@@ -137,8 +138,8 @@ hosts_up() {
   export ZTH_HOSTS_MAP=$zth_work/map ZTH_HOSTFILE=$zth_hostfile ZTH_SUBNET=$zth_subnet
   # the root namespace reaches every host (mpirun's out-of-band channel to the orteds)
   for ((i = 1; i <= n; i++)); do
-    local ok=0 t
-    for t in 1 2 3 4 5 6 7 8 9 10; do
+    local ok=0 _
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
       # a refused connection is an answer: the host is there
       if timeout 2 bash -c "echo >/dev/tcp/$zth_subnet.$i/9" 2>&1 | grep -q refused; then
         ok=1
