@@ -18,6 +18,13 @@
 static zt_comm *g_world;
 static int R, N; /* rank, size */
 
+/* How messages name world rank w ("world rank W", with " on HOST" when the job spans hosts):
+ * the expectations below hold on one host and across several (tests/hosts). */
+static const char *wname(int w, char *buf, size_t cap) {
+  zt__rank_names n = zt__comm_names(g_world);
+  return zt__rank_name(&n, w, buf, cap); /* g_world: group rank = world rank */
+}
+
 static zt_tensor *vec(zt_dtype dt, int64_t n, double (*f)(int64_t i)) {
   zt_tensor *t = NULL;
   ZT_CHECK_OK(zt_tensor_empty_tagged(1, (int64_t[]){n}, dt, ZT_CPU, ZT_MEM_TAG_TEMP, &t));
@@ -167,8 +174,9 @@ static void test_isend_irecv(void) {
       ZT_CHECK_OK(zt_comm_wait(w)); /* rank 1 takes the data after refusing it */
     } else if (R == 1) {
       zt_tensor *big = vec(ZT_DTYPE_F32, 4, NULL);
-      ZT_CHECK_ERR(zt_recv(g_world, big, 0, 9), ZT_STATUS_COMM,
-                   "expects 4 f32 (tag 9) from world rank 0, whose zt_send at test_comm.c:");
+      char w0[ZT__RANK_NAME], want[ZT__RANK_NAME + 64];
+      snprintf(want, sizeof want, "expects 4 f32 (tag 9) from %s, whose zt_send at test_comm.c:", wname(0, w0, sizeof w0));
+      ZT_CHECK_ERR(zt_recv(g_world, big, 0, 9), ZT_STATUS_COMM, want);
       ZT_CHECK(strstr(zt_last_error(), "sends 3 f32"));
       zt_comm_set_debug(g_world, false);
       ZT_CHECK_OK(zt_recv(g_world, r1, 0, 9)); /* the data, without the check */
@@ -268,15 +276,16 @@ static void test_debug_mismatch(void) {
   if (N > 1) {
     /* the last rank passes a different count: every rank must get the error */
     zt_tensor *u = vec(ZT_DTYPE_F32, R == N - 1 ? 5 : 4, NULL);
-    char want[32];
-    snprintf(want, sizeof want, "rank %d called", N - 1);
+    char want[ZT__RANK_NAME + 16], nm[ZT__RANK_NAME];
+    snprintf(want, sizeof want, "%s called", wname(N - 1, nm, sizeof nm));
     ZT_CHECK_ERR(zt_all_reduce(g_world, u, ZT_REDUCE_SUM), ZT_STATUS_COMM, want);
     ZT_CHECK(strstr(zt_last_error(), "test_comm.c:") != NULL);
     zt_tensor_free(u);
     /* and a different collective */
     zt_tensor *v = vec(ZT_DTYPE_F32, 2, NULL);
     zt_status s = R == 0 ? zt_broadcast(g_world, v, 0) : zt_all_reduce(g_world, v, ZT_REDUCE_SUM);
-    ZT_CHECK(s == ZT_STATUS_COMM && strstr(zt_last_error(), "rank 1 called all_reduce"));
+    snprintf(want, sizeof want, "%s called all_reduce", wname(1, nm, sizeof nm));
+    ZT_CHECK(s == ZT_STATUS_COMM && strstr(zt_last_error(), want));
     zt_tensor_free(v);
   }
   zt_comm_set_debug(g_world, false);
@@ -704,15 +713,18 @@ static void test_check_same(void) {
   ZT_CHECK_OK(zt_comm_check_same(g_world, 0, NULL, NULL));
   const char *differ[] = {"gpt2-tiny", batch, rank_s};
   if (N > 1) {
-    ZT_CHECK_ERR(zt_comm_check_same(g_world, 3, names, differ), ZT_STATUS_INVALID_ARG,
-                 "ranks disagree on 'rank': world rank 0 has '0', world rank 1 has '1'");
+    char n0[ZT__RANK_NAME], n1[ZT__RANK_NAME], want[2 * ZT__RANK_NAME + 64];
+    snprintf(want, sizeof want, "ranks disagree on 'rank': %s has '0', %s has '1'", wname(0, n0, sizeof n0),
+             wname(1, n1, sizeof n1));
+    ZT_CHECK_ERR(zt_comm_check_same(g_world, 3, names, differ), ZT_STATUS_INVALID_ARG, want);
     ZT_CHECK(strstr(zt_last_error(), "start every rank with the same options"));
     /* the last rank passes one field fewer: every rank fails, nobody hangs */
     ZT_CHECK_ERR(zt_comm_check_same(g_world, R == N - 1 ? 2 : 3, names, same), ZT_STATUS_INVALID_ARG,
                  "passes 2 (the first missing one is 'rank')");
     /* a NULL value reads "(null)" */
     const char *nul[] = {"gpt2-tiny", R == 0 ? NULL : batch, "0"};
-    ZT_CHECK_ERR(zt_comm_check_same(g_world, 3, names, nul), ZT_STATUS_INVALID_ARG, "rank 0 has '(null)'");
+    snprintf(want, sizeof want, "%s has '(null)'", n0);
+    ZT_CHECK_ERR(zt_comm_check_same(g_world, 3, names, nul), ZT_STATUS_INVALID_ARG, want);
   } else {
     ZT_CHECK_OK(zt_comm_check_same(g_world, 3, names, differ));
   }
@@ -750,8 +762,8 @@ static void test_agree_status(void) {
   if (R == N - 1) {
     ZT_CHECK(strcmp(zt_last_error(), own) == 0);
   } else {
-    char want[256];
-    snprintf(want, sizeof want, "world rank %d: batch 6 does not divide by %d ranks [cfg.c:12]", N - 1, N);
+    char want[256], nm[ZT__RANK_NAME];
+    snprintf(want, sizeof want, "%s: batch 6 does not divide by %d ranks [cfg.c:12]", wname(N - 1, nm, sizeof nm), N);
     ZT_CHECK(strcmp(zt_last_error(), want) == 0);
   }
   /* two failing ranks: the others get the lowest one's */
@@ -761,7 +773,9 @@ static void test_agree_status(void) {
     s = zt_comm_agree_status(g_world, mine);
     if (R == 1) ZT_CHECK(s == ZT_STATUS_IO && strcmp(zt_last_error(), "one [a.c:1]") == 0);
     if (R == 2) ZT_CHECK(s == ZT_STATUS_OOM && strcmp(zt_last_error(), "two [b.c:2]") == 0);
-    if (R != 1 && R != 2) ZT_CHECK(s == ZT_STATUS_IO && strcmp(zt_last_error(), "world rank 1: one [a.c:1]") == 0);
+    char want1[ZT__RANK_NAME + 32], nm1[ZT__RANK_NAME];
+    snprintf(want1, sizeof want1, "%s: one [a.c:1]", wname(1, nm1, sizeof nm1));
+    if (R != 1 && R != 2) ZT_CHECK(s == ZT_STATUS_IO && strcmp(zt_last_error(), want1) == 0);
   }
   ZT_CHECK_OK(zt_comm_agree_status(g_world, ZT_OK)); /* usable afterwards */
 }

@@ -171,7 +171,7 @@ zt_status zt__board_serve(uint64_t nonce, int node, int n, zt__board_entry *cons
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY), .sin_port = 0};
   socklen_t len = sizeof a;
   zt_status s = ZT_OK;
-  if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 64) != 0 ||
+  if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 1024) != 0 ||
       getsockname(fd, (struct sockaddr *)&a, &len) != 0)
     s = ZT_ERR(ZT_STATUS_IO, "board server: bind/listen: %s", strerror(errno));
   int *w = s ? NULL : malloc(sizeof *w * (size_t)(n > 0 ? n : 1));
@@ -240,7 +240,12 @@ static ask_result ask_one(uint32_t ip, int port, uint64_t nonce, int node, int s
   socklen_t el = sizeof err;
   if (ok && (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0 || err)) ok = false;
   if (!ok) {
-    snprintf(why, cap, "%s: %s", where, strerror(err ? err : EIO));
+    if (err == ECONNREFUSED)
+      snprintf(why, cap, "%s: connection refused (no process listens there: the rank's is gone)", where);
+    else if (err == ETIMEDOUT)
+      snprintf(why, cap, "%s: no connection in time (the host is unreachable)", where);
+    else
+      snprintf(why, cap, "%s: %s", where, strerror(err ? err : EIO));
     close(fd);
     return ASK_NO_CONNECT;
   }

@@ -27,6 +27,10 @@ struct zt_comm {
   bool broken;           /* an operation timed out: the group is unusable */
   char broken_what[160]; /* which one, for later calls' messages when broken_msg is NULL */
   char *broken_msg;      /* the timeout's whole message, carried by every later call's */
+  /* the back-off's look at ranks on other hosts (their board servers), per wait */
+  zt__board_view *remote; /* size views, made at the first look */
+  double remote_next;     /* when to look again; 0: not yet in this wait */
+  bool remote_in;         /* at the last look, every needed rank there was inside a comm call */
 };
 
 /* The operation in progress, for the board and a timeout's message. */
@@ -142,6 +146,7 @@ void zt_comm_free(zt_comm *c) {
   zt__board_reset(c->me); /* the slot may serve another group next */
   c->be->free(c->ctx);
   free(c->broken_msg);
+  free(c->remote);
   free(c);
 }
 
@@ -258,7 +263,7 @@ static void nap(double s) {
  * progress thread), so a rank that sleeps while its peers are in the operation slows
  * every round of it (shared-memory transfers go fragment by fragment, each needing both
  * sides). So the waiting rank spins (MPI_Test) as long as the board shows every rank it
- * needs inside a comm call (or cannot see it: another node), and naps only while one is
+ * needs inside a comm call (ranks on other hosts: as their board servers last said), and naps only while one is
  * elsewhere (computing, late, stopped). Naps grow with the time already waited (1/16 of
  * it, NAP_MIN_S to NAP_MAX_S); after each, BURST_S of spinning. Spinning with everyone
  * present is capped at PRESENT_SPIN_S, so a rank stopped inside the operation (its entry
@@ -271,20 +276,59 @@ static void nap(double s) {
 #define NAP_MAX_S 1e-3
 #define FROZEN_S 2.0 /* a gap between two looks that long: this process was not running */
 
+/* Ranks on other hosts are looked at through their board servers (a TCP round trip), so only
+ * once a wait has lasted REMOTE_AFTER_S, then every REMOTE_CHECK_S, each look given at most
+ * REMOTE_ASK_S. A host that did not answer counts as present, and is not asked again in this
+ * wait: a stopped server accepts no connection, and every look would leave one more in its
+ * queue (a full queue drops new ones, and the timeout's message would read "unreachable"). */
+#define REMOTE_AFTER_S 10e-3
+#define REMOTE_CHECK_S 50e-3
+#define REMOTE_ASK_S 20e-3
+
+/* Whether a rank's view lets op progress: it is inside a comm call (this one, for collectives). */
+static bool view_in_comm(const zt__board_view *v, const opinfo *op, bool p2p) {
+  return !v->known || (v->blocked != ZT__BLOCKED_NONE && (p2p || v->started >= op->seq));
+}
+
+/* Is every rank that op needs on other hosts inside a comm call, at the last look? */
+static bool remote_in_comm(zt_comm *c, const opinfo *op, bool p2p, double waited) {
+  if (!c->be->board_remote || waited < REMOTE_AFTER_S) return true;
+  double t = zt_clock_now();
+  if (c->remote_next > 0 && t < c->remote_next) return c->remote_in;
+  c->remote_next = t + REMOTE_CHECK_S;
+  c->remote_in = true;
+  if (!c->remote) c->remote = malloc(sizeof *c->remote * (size_t)c->size);
+  if (!c->remote) return true;
+  memset(c->remote, 0, sizeof *c->remote * (size_t)c->size);
+  if (p2p) /* only the peer's host is asked: the others count as read */
+    for (int r = 0; r < c->size; r++) c->remote[r].known = r != op->peer;
+  c->be->board_remote(c->ctx, c->remote, t + REMOTE_ASK_S);
+  bool silent = false;
+  for (int r = p2p ? op->peer : 0; r < (p2p ? op->peer + 1 : c->size); r++) {
+    if (r == c->rank || c->be->board_entry(c->ctx, r)) continue;
+    if (!c->remote[r].remote) silent = true;
+    else if (!view_in_comm(&c->remote[r], op, p2p)) c->remote_in = false;
+  }
+  if (silent) c->remote_next = INFINITY; /* asked no more in this wait (see above) */
+  return c->remote_in;
+}
+
 /* Is every rank that op needs inside a comm call, so that the operation can progress? */
-static bool peers_in_comm(zt_comm *c, const opinfo *op) {
+static bool peers_in_comm(zt_comm *c, const opinfo *op, double waited) {
   if (!c->be->board_entry) return true;
-  bool p2p = op->kind == ZT__COLL_SEND || op->kind == ZT__COLL_RECV;
+  bool p2p = op->kind == ZT__COLL_SEND || op->kind == ZT__COLL_RECV, other_host = false;
   for (int r = p2p ? op->peer : 0; r < (p2p ? op->peer + 1 : c->size); r++) {
     if (r == c->rank) continue;
     const zt__board_entry *e = c->be->board_entry(c->ctx, r);
-    if (!e) continue; /* another node: assume it is there */
+    if (!e) { /* another node: its board server says */
+      other_host = true;
+      continue;
+    }
     zt__board_view v;
     zt__board_read(e, &v);
-    if (!v.known) continue;
-    if (v.blocked == ZT__BLOCKED_NONE || (!p2p && v.started < op->seq)) return false;
+    if (!view_in_comm(&v, op, p2p)) return false;
   }
-  return true;
+  return !other_host || remote_in_comm(c, op, p2p, waited);
 }
 
 /* Poll req until it completes (ZT_OK or its error) or the timeout passes (*late). */
@@ -293,6 +337,7 @@ static zt_status poll_req(zt_comm *c, void *req, const opinfo *op, bool *late) {
   zt_status s = c->be->test(c->ctx, req, &done);
   if (done) return s;
   double t0 = zt_clock_now(), t = t0, next_check = t0 + SPIN_S;
+  c->remote_next = 0; /* a new wait: other hosts' ranks not looked at yet */
   for (;;) {
     s = c->be->test(c->ctx, req, &done);
     if (done) return s;
@@ -307,7 +352,7 @@ static zt_status poll_req(zt_comm *c, void *req, const opinfo *op, bool *late) {
     }
     if (t < next_check) continue;
     double waited = t - t0;
-    if (waited < PRESENT_SPIN_S && peers_in_comm(c, op)) {
+    if (waited < PRESENT_SPIN_S && peers_in_comm(c, op, waited)) {
       next_check = t + CHECK_S;
       continue;
     }

@@ -86,25 +86,45 @@ for t in test_ddp test_fsdp test_pipeline_run; do
   check "$t, 4 hosts x 1 rank" 'prog $t 4'
 done
 
-# --- a rank stopped on another host (comm_fault's "stop" scenario on 3 hosts: rank 2 stops
-# itself before an all-reduce): ranks 0 and 1 time out after 3 s and end the job (exit 3, from
-# zt_comm_abort), the stopped rank too. The arrival board is per host (an MPI-3 shared-memory
-# window per node), so they cannot yet say that rank 2 is the one missing: the message says
-# "unknown ... not on this node" (issue 28, part 3).
+# --- a rank stopped on another host (comm_fault's scenarios on 3 hosts, 3 s timeouts): the
+# others time out and end the job (exit 3, from zt_comm_abort), the stopped rank too, and their
+# messages name the missing ranks with their hosts, read from the other hosts' board servers
+# (src/comm/board_remote.c). A stopped rank alone on its host cannot answer (its server thread
+# stops with it): it is named as not answering. One sharing a host with a running rank is read
+# through that rank's server, with its process state from that host.
+fault() { # NAME SCENARIO [mpirun options]: runs it, sets rc, el and out
+  local name=$1 sc=$2 t0
+  shift 2
+  t0=$(date +%s.%N)
+  out=$(ZTH_MPI_TIMEOUT=60 hosts_mpirun -np 3 "$@" -x ZT_FAULT_DIR -x ZT_COMM_TIMEOUT "$bin/comm_fault" "$sc" 2>&1)
+  rc=$?
+  el=$(echo "$(date +%s.%N) - $t0" | bc)
+  echo "  comm_fault $sc across hosts ($name): exit $rc after $el s"
+  grep -o "failed: .*\[board.c" <<<"$out" | sort -u | sed 's/^/  | /'
+}
 if [ -x "$bin/comm_fault" ]; then
   hosts_down
   hosts_up 3 1
   export ZT_FAULT_DIR=$w/fault ZT_COMM_TIMEOUT=3
   mkdir -p "$ZT_FAULT_DIR"
-  t0=$(date +%s.%N)
-  out=$(ZTH_MPI_TIMEOUT=60 hosts_mpirun -np 3 -x ZT_FAULT_DIR -x ZT_COMM_TIMEOUT "$bin/comm_fault" stop 2>&1)
-  rc=$?
-  el=$(echo "$(date +%s.%N) - $t0" | bc)
-  echo "  comm_fault stop across 3 hosts: exit $rc after $el s"
-  grep -o "all_reduce at comm_fault_main.c:[0-9]* timed out.*\[board.c" <<<"$out" | head -1 | sed 's/^/  | /'
+  fault "3 x 1" stop
   check "a rank stopped on another host: the others time out after 3 s and end the job" \
     '[ $rc -eq 3 ] && awk -v e="$el" "BEGIN { exit !(e > 2.5 && e < 30) }" &&
-     grep -q "timed out after 3 s on world rank [01]" <<<"$out"'
+     grep -q "timed out after 3 s on world rank [01] on zth-h1\|timed out after 3 s on world rank [01] on zth-h2" <<<"$out"'
+  check "... naming it, and that its host does not answer" \
+    'grep -q "unknown for world rank 2 (not on this node, and its host zth-h3: [0-9.]*:[0-9]*: no answer (its process is stopped or busy))" <<<"$out"'
+  fault "3 x 1" recv
+  check "a receive from a rank stopped on another host: rank 1 reads rank 0's entry on a third host" \
+    '[ $rc -eq 3 ] && grep -q "world rank 0 on zth-h1 did not arrive (1 call behind: its last collective on this group was call #1, barrier at comm_fault_main.c:[0-9]*; it is blocked in zt_recv from world rank 2 on zth-h3)" <<<"$out"'
+  hosts_down
+  hosts_up 2 2
+  # "later": rank 2 (on zth-h1 with rank 0, which pauses) stops; rank 1 (on zth-h2) times out alone
+  fault "2 x 2 by node" later --map-by node
+  check "a stopped rank sharing a host: read through its neighbour's server, its process stopped" \
+    '[ $rc -eq 3 ] && grep -q "on world rank 1 on zth-h2 (worker b; group rank 0), call #1 on this group of 2 ranks: world rank 2 on zth-h1 (worker c; group rank 1) did not arrive (1 call behind: .*its process (pid [0-9]*) is stopped)" <<<"$out"'
+  fault "2 x 2 by node" slow --map-by node
+  check "a rank 1 s late on another host: no error, and no rank spun a core while it waited" \
+    '[ $rc -eq 0 ] && ! grep -q FAIL <<<"$out" && [ "$(grep -c waited <<<"$out")" = 3 ]'
   unset ZT_FAULT_DIR ZT_COMM_TIMEOUT
 fi
 echo "hosts_dist: $(( $(date +%s) - t_start )) s"
