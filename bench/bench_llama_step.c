@@ -10,6 +10,7 @@
  * [--layers 30]. The comparison with PyTorch: bench/llama_step.sh. */
 #include <cblas.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,6 +78,13 @@ static zt_tensor *random_ids(int64_t B, int64_t T, int vocab, uint64_t off) {
   return t;
 }
 
+/* The process's minor page faults so far: fresh pages touched (the timed steps' count says
+ * whether the allocator's cache keeps the step's buffers). */
+static long minor_faults(void) {
+  struct rusage ru;
+  return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_minflt : 0;
+}
+
 /* One training step; ph[] gets each phase's seconds; returns the loss. */
 static double train_step(zt_llama *m, zt_optim *o, zt_tensor *x, zt_tensor *y, double *ph) {
   zt_tensor *loss = NULL;
@@ -111,7 +119,7 @@ static double sgemm_gflops(int m, int n, int k) {
   return 2.0 * m * (double)n * k / bench_median(t, SGEMM_RUNS) / 1e9;
 }
 
-static void report(const opts *p, zt_llama *m, double ph[PH_N][MAX_STEPS], double *step, double loss) {
+static void report(const opts *p, zt_llama *m, double ph[PH_N][MAX_STEPS], double *step, double loss, double faults) {
   const zt_llama_config *c = zt_llama_get_config(m);
   double med = bench_median(step, p->steps), tokens = (double)p->batch * p->seq;
   double gflops = zt_llama_flops_per_step(m, p->batch, p->seq) / med / 1e9;
@@ -121,11 +129,11 @@ static void report(const opts *p, zt_llama *m, double ph[PH_N][MAX_STEPS], doubl
          "\"batch\":%d,\"seq\":%d,\"threads\":%d,\"warmup\":%d,\"steps\":%d,\"ms_per_step\":%.1f,\"ms_best\":%.1f,"
          "\"fwd_ms\":%.1f,\"bwd_ms\":%.1f,\"optim_ms\":%.1f,\"tokens_per_s\":%.1f,\"model_gflops\":%.2f,"
          "\"sgemm_shape\":\"%dx%dx%d\",\"sgemm_gflops\":%.2f,\"ratio_to_sgemm\":%.3f,\"sgemm2048_gflops\":%.2f,"
-         "\"ratio_to_sgemm2048\":%.3f,\"loss\":%.4f,\"peak_rss_bytes\":%lld}\n",
+         "\"ratio_to_sgemm2048\":%.3f,\"loss\":%.4f,\"peak_rss_bytes\":%lld,\"page_faults_per_step\":%.0f}\n",
          c->n_layer, (long long)zt_llama_num_params(m), p->batch, p->seq, zt_get_num_threads(), p->warmup, p->steps,
          1e3 * med, 1e3 * step[0], 1e3 * bench_median(ph[PH_FWD], p->steps), 1e3 * bench_median(ph[PH_BWD], p->steps),
          1e3 * bench_median(ph[PH_OPT], p->steps), tokens / med, gflops, p->batch * p->seq, c->intermediate_size,
-         c->hidden_size, sg, gflops / sg, sg2048, gflops / sg2048, loss, (long long)zt_mem_peak_rss());
+         c->hidden_size, sg, gflops / sg, sg2048, gflops / sg2048, loss, (long long)zt_mem_peak_rss(), faults);
   fflush(stdout);
 }
 
@@ -145,14 +153,16 @@ int main(int argc, char **argv) {
   zt_tensor *x = random_ids(p.batch, p.seq, c.vocab_size, 0), *y = random_ids(p.batch, p.seq, c.vocab_size, 1u << 20);
   static double ph[PH_N][MAX_STEPS], step[MAX_STEPS];
   double loss = 0;
+  long faults0 = 0;
   for (int s = -p.warmup; s < p.steps; s++) {
+    if (s == 0) faults0 = minor_faults();
     double t[PH_N];
     loss = train_step(m, o, x, y, t);
     if (s < 0) continue;
     for (int k = 0; k < PH_N; k++) ph[k][s] = t[k];
     step[s] = t[PH_FWD] + t[PH_BWD] + t[PH_OPT];
   }
-  report(&p, m, ph, step, loss);
+  report(&p, m, ph, step, loss, (double)(minor_faults() - faults0) / p.steps);
   zt_tensor_free(x), zt_tensor_free(y);
   zt_optim_free(o);
   zt_llama_free(m);

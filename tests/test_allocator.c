@@ -339,10 +339,9 @@ static void test_resident_limit(void) {
   zt_mem_set_cache_limit((int64_t)64 << 20);
   int64_t a_sz[] = {(int64_t)3 << 20}, b_sz[] = {(int64_t)2 << 20}; /* 12 and 8 MiB of f32: sizes the cache tells apart */
   zt_tensor *a = NULL, *b = NULL, *c = NULL;
-  ZT_CHECK_OK(zt_tensor_empty(1, a_sz, ZT_DTYPE_F32, ZT_CPU, &a));
+  ZT_CHECK_OK(zt_tensor_empty(1, a_sz, ZT_DTYPE_F32, ZT_CPU, &a)); /* both live: the high mark has room for both */
+  ZT_CHECK_OK(zt_tensor_empty(1, b_sz, ZT_DTYPE_F32, ZT_CPU, &b));
   zt_tensor_free(a);
-  ZT_CHECK(zt_mem_cached_bytes() == (int64_t)12 << 20);
-  ZT_CHECK_OK(zt_tensor_empty(1, b_sz, ZT_DTYPE_F32, ZT_CPU, &b)); /* no limit: the 12 MiB block stays cached */
   ZT_CHECK(zt_mem_cached_bytes() == (int64_t)12 << 20);
   zt_tensor_free(b);
   ZT_CHECK(zt_mem_cached_bytes() == (int64_t)20 << 20);
@@ -360,8 +359,43 @@ static void test_resident_limit(void) {
   zt_mem_set_cache_limit(bound);
 }
 
+/* The cache never holds more bytes than the most that were live at once (its high mark): a
+ * freed block that would pass it sends the oldest cached ones back first. */
+static void test_cache_high_mark(void) {
+  const char *env = getenv("ZT_ALLOC_CACHE_MB");
+  if (env && atoi(env) == 0) return; /* cache off (sanitizer runs) */
+  zt_mem_empty_cache();
+  int64_t live = zt_test_live_bytes(), high = live + ((int64_t)16 << 20);
+  zt__host_cache_set_high(high); /* no allocation below passes it: it stays */
+  int64_t a_sz[] = {(int64_t)3 << 20}, b_sz[] = {(int64_t)2 << 20}, small_sz[] = {(int64_t)16 << 10};
+  zt_tensor *a = NULL, *b = NULL, *s = NULL;
+  ZT_CHECK_OK(zt_tensor_empty(1, a_sz, ZT_DTYPE_F32, ZT_CPU, &a)); /* 12 MiB */
+  zt_tensor_free(a);
+  ZT_CHECK(zt_mem_cached_bytes() == (int64_t)12 << 20);
+  ZT_CHECK_OK(zt_tensor_empty(1, b_sz, ZT_DTYPE_F32, ZT_CPU, &b)); /* 8 MiB, fresh */
+  zt_tensor_free(b); /* 12 + 8 within the mark: both kept; else the 12 MiB one (the oldest) goes */
+  ZT_CHECK(zt_mem_cached_bytes() == ((int64_t)20 << 20 <= high ? (int64_t)20 << 20 : (int64_t)8 << 20));
+  zt_mem_empty_cache();
+  zt__host_cache_set_high((int64_t)1 << 20); /* a 1 MiB mark: an 8 MiB block freed is not kept */
+  ZT_CHECK_OK(zt_tensor_empty(1, b_sz, ZT_DTYPE_F32, ZT_CPU, &b));
+  zt__host_cache_set_high((int64_t)1 << 20);
+  zt_tensor_free(b);
+  ZT_CHECK(zt_mem_cached_bytes() == 0);
+  /* 64 KiB blocks and up are cached (the page-aligned ones): a 64 KiB f32 block is reused */
+  zt__host_cache_set_high(high);
+  ZT_CHECK_OK(zt_tensor_empty(1, small_sz, ZT_DTYPE_F32, ZT_CPU, &s));
+  void *ps = s->storage->data;
+  zt_tensor_free(s);
+  ZT_CHECK_OK(zt_tensor_empty(1, small_sz, ZT_DTYPE_F32, ZT_CPU, &s));
+  ZT_CHECK(s->storage->data == ps);
+  zt_tensor_free(s);
+  zt_mem_empty_cache();
+  ZT_CHECK(zt_mem_cached_bytes() == 0);
+}
+
 int main(void) {
   ZT_RUN(test_large_block_cache);
+  ZT_RUN(test_cache_high_mark);
   ZT_RUN(test_resident_limit);
   ZT_RUN(test_current_and_peak_per_tag);
   ZT_RUN(test_retag);

@@ -1,11 +1,10 @@
 /* The accounting allocator. Every data byte zerotrain allocates passes here with a
  * device and a tag; current and peak bytes are kept per (device, tag) and per device in
  * total, with atomics so kernels on helper threads may allocate. The backing allocator
- * of each device type is replaceable. */
+ * of each device type is replaceable (the host's, with its cache: host_alloc.c). */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <malloc.h>
 #include <string.h>
 #include <pthread.h>
 #include <sys/resource.h>
@@ -13,12 +12,6 @@
 #include "core/status_internal.h"
 #include "zt/tensor.h"
 #include "backend.h"
-
-#define ZT_ALIGN 64
-/* Large blocks start on a page: the disk store's direct I/O reads and writes them in place
- * (O_DIRECT wants 4096-aligned addresses) instead of through bounce buffers. */
-#define ZT_PAGE_ALIGN 4096
-#define PAGE_MIN ((size_t)64 << 10)
 
 typedef struct acct {
   _Atomic int64_t current[ZT_MEM_TAG_COUNT];
@@ -33,137 +26,6 @@ static bool state_tag(zt_mem_tag t) { return t == ZT_MEM_TAG_PARAM || t == ZT_ME
 
 static acct g_acct[ZT_DEVICE_TYPE_COUNT][ZT_MAX_DEVICE_INDEX];
 static _Atomic int64_t g_live_allocs[ZT_DEVICE_TYPE_COUNT];
-
-/* Large-block cache of the default host allocator. A freed block of >= 1 MiB is kept for
- * the next allocation of the same rounded size, so a training step that makes the same
- * big buffers every step does not pay for fresh pages (faults and zeroing) each time.
- * Cached bytes are not live: the accounting drops at free; zt_mem_cached_bytes() shows
- * them. Bounded (ZT_ALLOC_CACHE_MB, default 1024; 0 disables), oldest evicted first. */
-#define CACHE_MIN ((size_t)1 << 20)
-#define CACHE_ROUND ((size_t)64 << 10)
-#define CACHE_SLOTS 128
-typedef struct cache_slot {
-  void *ptr;
-  size_t size;
-} cache_slot;
-static cache_slot g_cache[CACHE_SLOTS];
-static int g_cache_n;
-static size_t g_cache_bytes;
-/* -1: not read from the environment yet. Atomic: the first frees may come from several threads
- * at once (a store's helper freeing RAM written behind, the disk store's I/O threads); each
- * computes the same value, so a relaxed store is enough. */
-static _Atomic int64_t g_cache_limit = -1;
-static pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
-/* > 0: a fresh block gives cached blocks back first (the oldest) while cpu's live bytes and the
- * cached would pass this (zt__mem_set_resident_limit). */
-static _Atomic int64_t g_resident_limit;
-
-static size_t round_size(size_t bytes) {
-  size_t q = bytes >= CACHE_MIN ? CACHE_ROUND : bytes >= PAGE_MIN ? ZT_PAGE_ALIGN : ZT_ALIGN;
-  return (bytes + q - 1) / q * q;
-}
-
-static size_t align_of(size_t rounded) { return rounded >= PAGE_MIN ? ZT_PAGE_ALIGN : ZT_ALIGN; }
-
-static int64_t cache_limit(void) {
-  int64_t v = atomic_load_explicit(&g_cache_limit, memory_order_relaxed);
-  if (v < 0) {
-    const char *e = getenv("ZT_ALLOC_CACHE_MB");
-    long long mb = e && *e ? atoll(e) : 1024;
-    v = mb > 0 ? (int64_t)mb << 20 : 0;
-    atomic_store_explicit(&g_cache_limit, v, memory_order_relaxed);
-  }
-  return v;
-}
-
-/* The oldest cached block back to the kernel (g_cache_mu held, the cache not empty). */
-static void cache_drop_oldest(void) {
-  free(g_cache[0].ptr);
-  g_cache_bytes -= g_cache[0].size;
-  memmove(&g_cache[0], &g_cache[1], sizeof *g_cache * (size_t)(g_cache_n - 1));
-  g_cache_n--;
-}
-
-/* The host allocator: the cpu backend's memory, and the disk tier's accounting. */
-void *zt__host_alloc(void *ctx, size_t bytes, zt_device dev) {
-  (void)ctx, (void)dev;
-  if (bytes > SIZE_MAX - CACHE_ROUND) return NULL; /* rounding up would wrap */
-  size_t rounded = round_size(bytes);
-  if (rounded >= CACHE_MIN) {
-    pthread_mutex_lock(&g_cache_mu);
-    for (int i = g_cache_n - 1; i >= 0; i--)
-      if (g_cache[i].size == rounded) {
-        void *p = g_cache[i].ptr;
-        g_cache_bytes -= rounded;
-        memmove(&g_cache[i], &g_cache[i + 1], sizeof *g_cache * (size_t)(g_cache_n - i - 1));
-        g_cache_n--;
-        pthread_mutex_unlock(&g_cache_mu);
-        return p;
-      }
-    pthread_mutex_unlock(&g_cache_mu);
-  }
-  int64_t total = atomic_load_explicit(&g_resident_limit, memory_order_relaxed);
-  if (total > 0) {
-    int64_t live = atomic_load(&g_acct[ZT_DEVICE_CPU][0].current_total);
-    pthread_mutex_lock(&g_cache_mu);
-    while (g_cache_n && live + (int64_t)(g_cache_bytes + rounded) > total) cache_drop_oldest();
-    pthread_mutex_unlock(&g_cache_mu);
-  }
-  void *p = aligned_alloc(align_of(rounded), rounded);
-  if (!p && rounded >= CACHE_MIN) { /* out of memory: give the cache back and retry */
-    zt_mem_empty_cache();
-    p = aligned_alloc(align_of(rounded), rounded);
-  }
-  return p;
-}
-
-void zt__host_free(void *ctx, void *ptr, size_t bytes, zt_device dev) {
-  (void)ctx, (void)dev;
-  size_t rounded = round_size(bytes);
-  if (rounded >= CACHE_MIN && (int64_t)rounded <= cache_limit()) {
-    pthread_mutex_lock(&g_cache_mu);
-    while (g_cache_n && ((int64_t)(g_cache_bytes + rounded) > cache_limit() || g_cache_n == CACHE_SLOTS))
-      cache_drop_oldest();
-    g_cache[g_cache_n++] = (cache_slot){ptr, rounded};
-    g_cache_bytes += rounded;
-    pthread_mutex_unlock(&g_cache_mu);
-    return;
-  }
-  free(ptr);
-}
-
-void zt_mem_empty_cache(void) {
-  pthread_mutex_lock(&g_cache_mu);
-  for (int i = 0; i < g_cache_n; i++) free(g_cache[i].ptr);
-  g_cache_n = 0;
-  g_cache_bytes = 0;
-  pthread_mutex_unlock(&g_cache_mu);
-}
-
-int64_t zt_mem_cache_limit(void) { return cache_limit(); }
-
-void zt_mem_set_cache_limit(int64_t bytes) {
-  pthread_mutex_lock(&g_cache_mu);
-  g_cache_limit = bytes > 0 ? bytes : 0;
-  while (g_cache_n && (int64_t)g_cache_bytes > g_cache_limit) cache_drop_oldest(); /* the oldest out first */
-  pthread_mutex_unlock(&g_cache_mu);
-  /* under a memory limit, freed large blocks must go back to the kernel: glibc's mmap threshold
-   * would otherwise grow with the blocks freed (up to 32 MiB) and keep them in its heap. It is the
-   * page-aligned blocks' size (64 KiB): between it and 1 MiB, blocks from the heap left it
-   * fragmented (25 MiB free in a 32 MiB heap at a GPT-2-vocabulary model's peak, resident, in no
-   * accounting), for no measurable speed */
-  mallopt(M_MMAP_THRESHOLD, (int)PAGE_MIN);
-}
-
-void zt__mem_set_resident_limit(int64_t bytes) { atomic_store(&g_resident_limit, bytes > 0 ? bytes : 0); }
-int64_t zt__mem_resident_limit(void) { return atomic_load(&g_resident_limit); }
-
-int64_t zt_mem_cached_bytes(void) {
-  pthread_mutex_lock(&g_cache_mu);
-  int64_t b = (int64_t)g_cache_bytes;
-  pthread_mutex_unlock(&g_cache_mu);
-  return b;
-}
 
 /* Allocators installed with zt_mem_set_allocator; a zero entry means the device type's
  * backend allocates (the disk tier, which has no backend, uses host memory). */

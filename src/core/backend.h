@@ -106,7 +106,7 @@ ZT_NODISCARD zt_status zt__backend_register(zt_device_type type, const zt__backe
 ZT_NODISCARD zt_status zt__backend_of(zt_device dev, const char *fn, const zt__backend **out);
 
 /* The built-in CPU backend; host allocation (64-byte aligned, with the large-block
- * cache described in alloc.c). */
+ * cache described in host_alloc.c). */
 extern const zt__backend zt__cpu_backend;
 void *zt__host_alloc(void *ctx, size_t bytes, zt_device dev);
 void zt__host_free(void *ctx, void *ptr, size_t bytes, zt_device dev);
@@ -116,6 +116,9 @@ void zt__host_free(void *ctx, void *ptr, size_t bytes, zt_device dev);
  * only zt_mem_set_cache_limit's). */
 void zt__mem_set_resident_limit(int64_t bytes);
 int64_t zt__mem_resident_limit(void);
+/* Set the host cache's bound, the high mark of cpu's live bytes (tests: a mark they can reason
+ * from; the next allocation past it raises it again). */
+void zt__host_cache_set_high(int64_t bytes);
 /* The CPU backend's loops, for backends whose kernels address host-like memory. */
 void zt__host_cast(void *dst, zt_dtype ddt, const void *src, zt_dtype sdt, int64_t n);
 void zt__host_memcpy(void *dst, const void *src, int64_t bytes); /* parallel above ~256 KiB */

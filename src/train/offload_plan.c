@@ -266,6 +266,8 @@ static void with_trial(const zt_offload_plan *all, int64_t limit, zt_offload_pla
 /* The plans' preferred margin under the limit: the prediction's error is within 10%. */
 #define MARGIN 0.85
 
+#define ZT__PLAN_CACHE_MAX ((int64_t)1 << 30)
+
 /* The allocator's cache: what limit leaves under the 15% margin, between in->cache_bytes and
  * in->cache_max_bytes, and no more than four copies of the largest slice's parameters (a step
  * frees and allocates that much again per slice; a larger cache would not fill). */
@@ -448,7 +450,9 @@ static zt_status plan_input(const zt_train_config *c, int world, int64_t limit, 
   in->microbatches = c->data.microbatches;
   double cal[4];
   ZT_TRY(calibration(cal, calibrated));
-  in->cache_max_bytes = zt_mem_cache_limit(); /* ZT_ALLOC_CACHE_MB, 1 GiB by default: what runs without a limit get */
+  /* the cache a plan may give at most: ZT_ALLOC_CACHE_MB's bound, else 1 GiB (runs without a
+   * limit have no byte bound, only the live bytes' high mark) */
+  in->cache_max_bytes = zt_mem_cache_limit() < ZT__PLAN_CACHE_MAX ? zt_mem_cache_limit() : ZT__PLAN_CACHE_MAX;
   /* the cache emptied and glibc's mmap threshold fixed: freed blocks go back to the kernel, and
    * the RSS measured below is what stays */
   zt_mem_set_cache_limit(0);
