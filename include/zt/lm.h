@@ -58,6 +58,9 @@ ZT_API ZT_NODISCARD zt_status zt_lm_preset(const char *name, zt_lm_config *out);
 ZT_API const char *zt_lm_preset_names(void);
 ZT_API ZT_NODISCARD zt_status zt_lm_config_validate(const zt_lm_config *c);
 ZT_API zt_lm_dims zt_lm_config_dims(const zt_lm_config *c);
+/* A training step's model FLOPs on B x T tokens: 6 per parameter per token (forward and
+ * backward's matrix products) plus attention's 12 L T attn_width per token. */
+ZT_API double zt_lm_flops_per_step(const zt_lm_dims *d, int64_t B, int64_t T);
 ZT_API zt_act_cost zt_lm_act_cost(const zt_lm_config *c, zt_recompute mode, zt_checkpoint_policy policy);
 /* Change the common sizes (0 or less: keep): layers, heads, width, vocabulary, context; the
  * family keeps its own consistent (an error says what cannot be). */

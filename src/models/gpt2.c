@@ -13,6 +13,7 @@
 #include "core/status_internal.h"
 #include "core/backend.h"
 #include "gpt2_internal.h"
+#include "lm_internal.h"
 
 /* ------------------------------------------------------------------ configs */
 
@@ -190,8 +191,7 @@ void zt_gpt2_set_training(zt_gpt2 *m, bool training) {
 
 double zt_gpt2_flops_per_step(const zt_gpt2 *m, int64_t B, int64_t T) {
   if (!m) return 0;
-  double N = (double)zt_gpt2_num_params(m), L = m->cfg.n_layer, d = m->cfg.n_embd, bt = (double)B * (double)T;
-  return 6.0 * N * bt + 12.0 * L * (double)T * d * bt;
+  return zt__lm_flops((double)zt_gpt2_num_params(m), m->cfg.n_layer, m->cfg.n_embd, B, T);
 }
 
 /* ------------------------------------------------------------------ the model interface */

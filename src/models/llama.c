@@ -15,6 +15,7 @@
 #include "core/status_internal.h"
 #include "zt/lm.h"
 #include "llama_internal.h"
+#include "lm_internal.h"
 
 typedef zt__llama_layer layer; /* the struct zt_llama and zt__llama_layer: llama_internal.h */
 
@@ -266,9 +267,7 @@ void zt_llama_set_training(zt_llama *m, bool training) {
 
 double zt_llama_flops_per_step(const zt_llama *m, int64_t B, int64_t T) {
   if (!m) return 0;
-  double N = (double)zt_llama_num_params(m), L = m->cfg.n_layer, d = (double)m->cfg.n_head * m->cfg.head_dim;
-  double bt = (double)B * (double)T;
-  return 6.0 * N * bt + 12.0 * L * (double)T * d * bt;
+  return zt__lm_flops((double)zt_llama_num_params(m), m->cfg.n_layer, (double)m->cfg.n_head * m->cfg.head_dim, B, T);
 }
 
 /* ------------------------------------------------------------------ the model interface */

@@ -78,6 +78,15 @@ zt_lm_dims zt_lm_config_dims(const zt_lm_config *c) {
   return f ? f->dims(c) : (zt_lm_dims){0};
 }
 
+double zt__lm_flops(double params, int n_layer, double attn_width, int64_t B, int64_t T) {
+  double bt = (double)B * (double)T;
+  return 6.0 * params * bt + 12.0 * n_layer * (double)T * attn_width * bt;
+}
+
+double zt_lm_flops_per_step(const zt_lm_dims *d, int64_t B, int64_t T) {
+  return d ? zt__lm_flops((double)d->params, d->n_layer, d->attn_width, B, T) : 0;
+}
+
 zt_act_cost zt_lm_act_cost(const zt_lm_config *c, zt_recompute mode, zt_checkpoint_policy policy) {
   const zt__lm_family_i *f = family_of(c);
   return f ? f->act_cost(c, mode, policy) : (zt_act_cost){0};

@@ -17,6 +17,8 @@ ZT_NODISCARD zt_status zt__lm_save_weights(const zt_model *m, const char *dir, c
 ZT_NODISCARD zt_status zt__lm_write_hf_config(const zt_model *m, const char *path);
 /* transformers' name of dt in config.json ("float32", "bfloat16", ...). */
 const char *zt__lm_torch_dtype(zt_dtype dt);
+/* zt_lm_flops_per_step's count from its parts (each family's zt_*_flops_per_step). */
+double zt__lm_flops(double params, int n_layer, double attn_width, int64_t B, int64_t T);
 void zt__lm_hf_config_json(const zt_lm_config *c, zt_dtype dt, zt__buf *b);
 /* state.json's "model": {"family": ..., the family's members}; and back (an object without
  * "family" is GPT-2's, as zerotrain wrote it before there were others). */
