@@ -630,7 +630,7 @@ static void limited_drop(void *ctx, const zt_store_item *it) {
 }
 
 static void limited_free(void *ctx) { free(ctx); }
-static const zt_store_ops limited_ops = {"limited", limited_put, limited_get, limited_drop, limited_free, NULL};
+static const zt_store_ops limited_ops = {"limited", limited_put, limited_get, limited_drop, limited_free, NULL, NULL, NULL};
 
 static void test_failing_stores(void) {
   batches b;
