@@ -49,10 +49,14 @@ typedef struct zt_offload_units {
  *   after its slice left: an evicted-storage error). */
 typedef enum zt_offload_model_mode { ZT_OFFLOAD_MODEL_RECOMPUTE = 0, ZT_OFFLOAD_MODEL_KEEP_GRAPH } zt_offload_model_mode;
 
-/* The default update chunk (zt_offload_model_options.update_chunk_bytes): 64 MiB of moments, two
- * 32 MiB ranges of AdamW's (8 requests of the disk store's default 4 MiB each), small beside a
- * large model's slices; the memory planner counts it (zt_offload_plan_input.update_chunk_bytes). */
-#define ZT_OFFLOAD_MODEL_UPDATE_CHUNK ((size_t)64 << 20)
+/* The default update chunk (zt_offload_model_options.update_chunk_bytes): 128 MiB of moments, two
+ * 64 MiB ranges of AdamW's (16 requests of the disk store's default 4 MiB each). A chunked update
+ * reads and writes its moments while the computing thread waits, where a whole one's are read
+ * ahead with their slice's load and written behind: so only tensors larger than a block's
+ * usual ones are chunked (llama3.2-1b: the 1002 MiB tied embedding, not its 64 MiB MLP
+ * weights, whose moments are 128 MiB). The memory planner counts it
+ * (zt_offload_plan_input.update_chunk_bytes). */
+#define ZT_OFFLOAD_MODEL_UPDATE_CHUNK ((size_t)128 << 20)
 
 typedef struct zt_offload_model_options {
   zt_offload_model_mode mode; /* default RECOMPUTE */
