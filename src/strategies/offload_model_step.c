@@ -174,7 +174,7 @@ static zt_status update_run(zt_offload_model *om, int n, const upd *u, bool coun
       zt_status st = ZT_OK;
       moments(om, u[ahead].i, true, &st);
       if (st) return st;
-      om->st.moments_read_ahead += count && ahead > j && u[ahead].bytes > 0;
+      om->st.moments_read_ahead += count && ahead > j && u[ahead].bytes > 0 && !zt__om_update_chunked(om, u[ahead].i);
       held += u[ahead].bytes;
       ahead++;
     }
