@@ -1,10 +1,12 @@
 /* OffloadModel's update (zt/offload_model.h): the global grad norm from the parameters' sums
  * of squares in the optimizer's order, clipping and the update slice by slice, now or (lazy
- * updates) at each slice's next load; the training step of both modes.
+ * updates) at each slice's next load, a parameter whose moments pass the update chunk a chunk
+ * of elements at a time; the training step of both modes.
  * Invariants: an update waits (pending) only for a slice not in RAM; the optimizer's step
  * count advances once, when the last waiting parameter is updated; the moments in RAM for
  * the parameters not yet updated (those read ahead included) are at most those of the slice
- * being updated (what one slice's update holds). */
+ * being updated (what one slice's update holds, a chunked parameter counting one chunk); a
+ * chunked parameter's moments never come into RAM whole. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
