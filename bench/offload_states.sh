@@ -14,8 +14,8 @@
 #      layers, and through the two the 16-layer step extrapolated (the head's and embeddings'
 #      share of the FLOPs is 52% at 4 layers, 21% at 16: a second reference with 16 layers' mix);
 #   2. llama3.2-1b (1.24B) with every state on disk, inside a 4 GiB memory cgroup, six steps;
-#   3. only where 2. made no step (the planner refuses 4G for it): the same at
-#      ZT_BENCH_FALLBACK_LIMIT (5G) in a cgroup of that size.
+#   3. only where 2. made no step (before OffloadModel's chunked updates the planner refused 4G
+#      for it): the same at ZT_BENCH_FALLBACK_LIMIT (5G) in a cgroup of that size.
 # The runs on disk run the activation trial (steps 3 and 4: every slice's activations offloaded,
 # then recomputed; from step 5 each slice's measured faster way).
 # B=8, T=256, 2 threads, zt train with --metrics; a run's step time is the median of its steps
@@ -54,9 +54,9 @@ lim=4G cfg=(--batch 8 --seq 256)
 runs=("plain-774m gpt2-774m 4 -" "disk-774m gpt2-774m ${ZT_BENCH_STEPS:-6} $lim" "disk-1558m gpt2-1558m ${ZT_BENCH_STEPS:-5} $lim")
 if [ $llama = 1 ]; then
   out=bench/results/llama_mem_limit.jsonl
-  # where 4G is refused (the planner: a 1.0 GiB embedding's weight, grad and two moments are in
-  # RAM at once in its update, 3.9 GiB), the same run at ZT_BENCH_FALLBACK_LIMIT (5G), the
-  # trailing "?" running it only when the run before it made no step
+  # the 4G run is the headline (its 1.0 GiB embedding updated in chunks: weight, grad and one
+  # chunk's moments in RAM); only where it made no step, the same run at ZT_BENCH_FALLBACK_LIMIT
+  # (5G), the trailing "?" running it only when the run before it made no step
   runs=("plain-llama3.2-1b-4l llama3.2-1b 4 - --layers 4" "plain-llama3.2-1b-2l llama3.2-1b 4 - --layers 2" "disk-llama3.2-1b llama3.2-1b ${ZT_BENCH_STEPS:-6} $lim"
         "disk-llama3.2-1b-${ZT_BENCH_FALLBACK_LIMIT:-5G} llama3.2-1b ${ZT_BENCH_STEPS:-6} ${ZT_BENCH_FALLBACK_LIMIT:-5G}?")
 fi

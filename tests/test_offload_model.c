@@ -496,6 +496,128 @@ static void test_states_on_store(void) {
   zt_test_tmpdir_remove();
 }
 
+/* Chunked updates (update_chunk_bytes): with 8 KiB of moments per chunk (1024 elements of
+ * AdamW's two) the tied embedding, the attention's and the MLP's weights are updated a chunk at
+ * a time in a disk store (and a memory store), the rest whole. Over 3 AdamW steps the losses,
+ * norms and parameters are bitwise plain training's and the moments in the store bitwise the
+ * unchunked run's, in both modes. One slice, one resident, writes behind synchronous (write cap
+ * 0): the step's end reads every whole-updated parameter's moments ahead at once, so the OPTIM
+ * peak of the third step is exactly all moments unchunked, and the whole-updated ones plus one
+ * chunk's chunked: lower by the chunked parameters' moments less a chunk (a memory store adds
+ * its own copies, on cpu too). */
+static void chunk_run(const batches *b, zt_offload_model_mode mode, size_t chunk, store_kind sk, int N, run *r,
+                      int64_t *optim_peak, zt_offload_model_stats *st, float **moments, int64_t *n_moments) {
+  zt_store *store = store_new(sk);
+  zt_rng_seed(7);
+  zt_gpt2 *m = NULL;
+  ZT_CHECK_OK(zt_gpt2_new_evicted(&cfg, store, &m));
+  if (!m) return;
+  zt_optim *o = zt_test_gpt2_adamw(m);
+  zt_offload_units u;
+  ZT_CHECK_OK(zt_lm_offload_units(zt_test_lm(m), &u));
+  zt_offload_model_options oo = zt_offload_model_options_default();
+  oo.slices = N, oo.resident = N == 1 ? 1 : 2, oo.microbatches = 2, oo.mode = mode;
+  oo.offload_optim_state = true, oo.update_chunk_bytes = chunk;
+  zt_offload_model *om = NULL;
+  ZT_CHECK_OK(zt_offload_model_new(&u, store, &oo, &om));
+  zt_store_set_write_cap(store, 0);
+  zt_rng_seed(11);
+  for (int i = 0; om && i < STEPS; i++) {
+    zt_mem_reset_peaks();
+    ZT_CHECK_OK(zt_offload_model_train_step(om, o, b->x[i], b->y[i], 1e-2, 0.5, &r->loss[i], &r->norm[i]));
+    zt_mem_stats ms;
+    zt_mem_stats_get(ZT_CPU, &ms);
+    if (i == STEPS - 1) *optim_peak = ms.peak[ZT_MEM_TAG_OPTIM];
+  }
+  ZT_CHECK_OK(zt_offload_model_flush(om));
+  zt_offload_model_stats_get(om, st);
+  /* every moment, read from the store in the optimizer's order */
+  *n_moments = 0;
+  for (int i = 0; i < u.n_params; i++) *n_moments += 2 * zt_tensor_numel(u.params[i].tensor);
+  *moments = malloc((size_t)*n_moments * sizeof(float));
+  int64_t at = 0;
+  for (int i = 0; i < u.n_params; i++) {
+    int n;
+    zt_tensor *const *ts;
+    ZT_CHECK_OK(zt_optim_param_state(o, i, false, &n, &ts));
+    for (int q = 0; ts && q < n; q++) {
+      ZT_CHECK(zt_storage_is_evicted(ts[q]->storage));
+      ZT_CHECK_OK(zt_storage_read_evicted(ts[q]->storage, 0, ts[q]->storage->nbytes, *moments + at));
+      at += zt_tensor_numel(ts[q]);
+    }
+  }
+  ZT_CHECK(at == *n_moments);
+  zt_offload_model_free(om); /* restore_on_free: the parameters back in RAM */
+  keep_params(m, r);
+  zt_optim_free(o);
+  zt_gpt2_free(m);
+  zt_store_free(store);
+}
+
+static void test_chunked_update(void) {
+  zt_test_tmpdir_make("offload_model_chunks");
+  batches b;
+  batches_make(&b);
+  run ref = {0};
+  plain_run(&b, 2, &ref);
+  enum { CHUNK = 8192, CHUNK_ELEMS = 1024 };
+  /* what the chunked update holds less: each chunked parameter's moments but one chunk's */
+  zt_gpt2 *plain = model_new();
+  zt_param *pps;
+  int np = zt_gpt2_params(plain, &pps), n_chunked = 0;
+  int64_t all = 0, whole = 0;
+  for (int i = 0; i < np; i++) {
+    int64_t mb = 2 * 4 * zt_tensor_numel(pps[i].tensor);
+    all += mb;
+    if (mb > CHUNK) n_chunked++;
+    else whole += mb;
+  }
+  zt_gpt2_free(plain);
+  ZT_CHECK(n_chunked >= 3);
+  for (int mode = 0; mode < 2; mode++)
+    for (int sk = 0; sk < 2; sk++) {
+      store_kind kind = sk ? STORE_MEMORY : STORE_DISK;
+      run r0 = {0}, r1 = {0};
+      int64_t peak0 = 0, peak1 = 0, n0 = 0, n1 = 0;
+      float *m0 = NULL, *m1 = NULL;
+      zt_offload_model_stats st0, st1;
+      chunk_run(&b, (zt_offload_model_mode)mode, 0, kind, 1, &r0, &peak0, &st0, &m0, &n0);
+      chunk_run(&b, (zt_offload_model_mode)mode, CHUNK, kind, 1, &r1, &peak1, &st1, &m1, &n1);
+      ZT_CHECK(runs_equal(&ref, &r0));
+      if (!runs_equal(&ref, &r1))
+        zt_test_fail(__FILE__, __LINE__, "mode %d store %d: chunked not bitwise plain (loss %.9g/%.9g)", mode, sk,
+                     ref.loss[2], r1.loss[2]);
+      ZT_CHECK(n0 == n1 && m0 && m1 && memcmp(m0, m1, (size_t)n0 * sizeof(float)) == 0);
+      ZT_CHECK(st0.chunked_params == 0 && st0.update_chunks == 0);
+      /* every step's update chunked the same parameters (the first made their moments one at a time) */
+      ZT_CHECK(st1.chunked_params == STEPS * n_chunked && st1.update_chunks > st1.chunked_params);
+      ZT_CHECK(st1.update_write_s > 0 && st1.update_adamw_s > 0);
+      /* a memory store holds its copies on cpu under OPTIM too: all of them, besides (the
+       * unchunked run's restores drop the store's copy only as each finishes: up to twice) */
+      int64_t held = kind == STORE_MEMORY ? all : 0, want1 = held + whole + 2 * 4 * CHUNK_ELEMS;
+      bool ok0 = kind == STORE_MEMORY ? peak0 > all && peak0 <= 2 * all : peak0 == all;
+      /* (a memory store's small items: the moment one drops its copy moves the peak a little) */
+      bool ok1 = kind == STORE_MEMORY ? peak1 <= want1 && peak1 >= want1 - 1024 : peak1 == want1;
+      if (!ok0 || !ok1)
+        zt_test_fail(__FILE__, __LINE__, "mode %d store %d: OPTIM peaks %lld unchunked (want %lld), %lld chunked (want %lld)",
+                     mode, sk, (long long)peak0, (long long)(held + all), (long long)peak1, (long long)want1);
+      run_free(&r0), run_free(&r1);
+      free(m0), free(m1);
+    }
+  /* two slices, K 2: bitwise plain too (the tied embedding in both slices, chunked) */
+  run r = {0};
+  int64_t peak = 0, n = 0;
+  float *mm = NULL;
+  zt_offload_model_stats st;
+  chunk_run(&b, ZT_OFFLOAD_MODEL_RECOMPUTE, CHUNK, STORE_DISK, 2, &r, &peak, &st, &mm, &n);
+  ZT_CHECK(runs_equal(&ref, &r) && st.chunked_params == STEPS * n_chunked);
+  run_free(&r);
+  free(mm);
+  run_free(&ref);
+  batches_free(&b);
+  zt_test_tmpdir_remove();
+}
+
 /* ------------------------------------------------ a float-input model: three linear units and
  * a mean-square loss */
 typedef struct lin_model {
@@ -630,7 +752,7 @@ static void limited_drop(void *ctx, const zt_store_item *it) {
 }
 
 static void limited_free(void *ctx) { free(ctx); }
-static const zt_store_ops limited_ops = {"limited", limited_put, limited_get, limited_drop, limited_free, NULL};
+static const zt_store_ops limited_ops = {"limited", limited_put, limited_get, limited_drop, limited_free, NULL, NULL, NULL};
 
 static void test_failing_stores(void) {
   batches b;
@@ -713,6 +835,7 @@ int main(void) {
   ZT_RUN(test_bf16);
   ZT_RUN(test_memory);
   ZT_RUN(test_states_on_store);
+  ZT_RUN(test_chunked_update);
   ZT_RUN(test_failing_stores);
   return zt_test_finish();
 }

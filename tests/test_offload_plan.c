@@ -160,6 +160,47 @@ static void test_cache_fills_the_room(void) {
   ZT_CHECK(d.cache_bytes < in.cache_max_bytes && (double)d.peak < 0.85 * (double)(2ll << 30));
 }
 
+/* llama3.2-1b with every state on disk (B=8, T=256, the bench's run): its tied 128256 x 2048
+ * embedding (1002 MiB) updated whole holds weight, grad and two moments, 3.9 GiB, and no plan
+ * fits 4 GiB; with OffloadModel's update chunk counted (the default, what zt train runs) the
+ * update holds weight, grad and one chunk's moments, and a plan fits 4 GiB with its bound,
+ * lower by the embedding's moments less a chunk. (Planner only, no run.) */
+static void test_llama_chunked_update_fits_4g(void) {
+  zt_offload_plan_input in = {0};
+  ZT_CHECK_OK(zt_lm_preset("llama3.2-1b", &in.model));
+  in.rows = 8, in.seq = 256, in.microbatches = 1;
+  in.fixed_bytes = (int64_t)120 << 20; /* what zt train measured before the model (bench: 116 MiB) */
+  in.io_bytes = 2 * ZT_STORE_DISK_QUEUE_DEPTH * 4096;
+  in.cache_bytes = (4ll << 30) / 64;
+  in.cache_max_bytes = 1ll << 30;
+  in.write_cap_bytes = (int64_t)ZT_STORE_WRITE_CAP_DEFAULT;
+  in.gflops = 200, in.read_bps = 2e9, in.write_bps = 2e9;
+  in.can_offload_activations = true;
+  zt_offload_plan whole, chunked;
+  ZT_CHECK_ERR(zt_offload_plan_make(&in, 4ll << 30, &whole), ZT_STATUS_OOM, "no plan fits");
+  ZT_CHECK(whole.smallest_peak > 4ll << 30);
+  in.update_chunk_bytes = (int64_t)zt_offload_model_options_default().update_chunk_bytes;
+  ZT_CHECK(in.update_chunk_bytes == (int64_t)ZT_OFFLOAD_MODEL_UPDATE_CHUNK);
+  ZT_CHECK_OK(zt_offload_plan_make(&in, 4ll << 30, &chunked));
+  ZT_CHECK(chunked.bound <= 4ll << 30 && chunked.smallest_peak <= 4ll << 30);
+  /* the same plan's states at its peak, whole against chunked: whole, the embedding's update holds
+   * its four copies; chunked, at least one embedding's bytes fewer (the peak may move to another
+   * phase) */
+  zt_offload_plan a, b;
+  int64_t emb = (int64_t)128256 * 2048 * 4;
+  in.update_chunk_bytes = 0;
+  ZT_CHECK_OK(zt_offload_plan_predict(&in, chunked.slices, chunked.resident, chunked.activations_mode, &a));
+  in.update_chunk_bytes = (int64_t)ZT_OFFLOAD_MODEL_UPDATE_CHUNK;
+  ZT_CHECK_OK(zt_offload_plan_predict(&in, chunked.slices, chunked.resident, chunked.activations_mode, &b));
+  if (!(a.states_bytes >= 4 * emb && b.states_bytes <= a.states_bytes - emb))
+    zt_test_fail(__FILE__, __LINE__, "states %lld whole, %lld chunked: not an embedding's bytes apart",
+                 (long long)a.states_bytes, (long long)b.states_bytes);
+  printf("  llama3.2-1b at 4 GiB: %d slices, %d resident, %s: peak %.0f MiB, bound %.0f MiB (whole updates: the "
+         "smallest bound %.0f MiB)\n",
+         chunked.slices, chunked.resident, zt_offload_plan_activations_name(chunked.activations_mode),
+         (double)chunked.peak / 1048576.0, (double)chunked.bound / 1048576.0, (double)whole.smallest_peak / 1048576.0);
+}
+
 static void test_refusal_names_the_smallest(void) {
   zt_offload_plan_input in = input();
   zt_offload_plan p;
@@ -352,6 +393,7 @@ int main(void) {
   ZT_RUN(test_recompute_per_slice);
   ZT_RUN(test_trial_counts_both_ways);
   ZT_RUN(test_cache_fills_the_room);
+  ZT_RUN(test_llama_chunked_update_fits_4g);
   ZT_RUN(test_refusal_names_the_smallest);
   ZT_RUN(test_bad_input);
   ZT_RUN(test_calibration);

@@ -345,6 +345,111 @@ static void test_step_params(void) {
   }
 }
 
+static zt_tensor *zeros1(int64_t n) {
+  zt_tensor *t = NULL;
+  ZT_CHECK_OK(zt_tensor_zeros(1, &n, ZT_DTYPE_F32, ZT_CPU, &t));
+  return t;
+}
+
+/* zt_optim_step_param_range over ranges covering a parameter (uneven, one element, the rest),
+ * with state buffers the caller keeps and copies in and out, is bitwise zt_optim_step_params
+ * over 3 steps: parameter and state (AdamW, SGD with momentum, plain SGD); a failing call
+ * (bad index, range, buffers, grad) changes nothing; a parameter without a grad is skipped. */
+static void test_step_param_range(void) {
+  int64_t shape[] = {13, 77}; /* 1001 elements, above the loops' parallel threshold in the big range */
+  enum { N = 13 * 77 };
+  const int64_t cuts[] = {0, 1, 300, 301, 1000, N};
+  enum { NC = sizeof cuts / sizeof *cuts - 1 };
+  for (int kind = 0; kind < 3; kind++) {
+    zt_optim_config c = zt_optim_default(kind == 0 ? ZT_OPTIM_ADAMW : ZT_OPTIM_SGD);
+    if (kind == 2) c.momentum = 0;
+    zt_param a = make_param("w", 2, shape, true, 4), b = make_param("w", 2, shape, true, 4);
+    zt_optim *oa = NULL, *ob = NULL;
+    ZT_CHECK_OK(zt_optim_new(&c, 1, &a, &oa));
+    ZT_CHECK_OK(zt_optim_new(&c, 1, &b, &ob));
+    int ns = kind == 0 ? 2 : kind == 1 ? 1 : 0;
+    zt_tensor *full[2] = {NULL, NULL}; /* b's state, kept by the caller */
+    for (int q = 0; q < ns; q++) full[q] = zeros1(N);
+    for (int st = 0; st < 3; st++) {
+      set_grad(&a, 50 + (uint64_t)st), set_grad(&b, 50 + (uint64_t)st);
+      ZT_CHECK_OK(zt_optim_step_params(oa, 0.03, 1, (int[]){0}));
+      zt_optim_step_finish(oa);
+      for (int k = 0; k < NC; k++) {
+        int64_t off = cuts[k], len = cuts[k + 1] - cuts[k];
+        zt_tensor *buf[2] = {NULL, NULL};
+        float *fd, *bd;
+        for (int q = 0; q < ns; q++) {
+          buf[q] = zeros1(len);
+          if (zt_tensor_data(full[q], (void **)&fd) || zt_tensor_data(buf[q], (void **)&bd)) continue;
+          memcpy(bd, fd + off, (size_t)len * 4);
+        }
+        if (k == 1) { /* failures first: nothing changes */
+          zt_tensor *w0 = NULL;
+          ZT_CHECK_OK(zt_tensor_clone_data(b.tensor, ZT_MEM_TAG_TEMP, &w0));
+          ZT_CHECK_ERR(zt_optim_step_param_range(ob, 0.03, 1, off, len, ns, buf), ZT_STATUS_INVALID_ARG,
+                       "outside the optimizer's 1");
+          ZT_CHECK_ERR(zt_optim_step_param_range(ob, 0.03, 0, N - 1, 2, ns, buf), ZT_STATUS_INVALID_ARG,
+                       "outside parameter 'w' of 1001 elements");
+          ZT_CHECK_ERR(zt_optim_step_param_range(ob, 0.03, 0, off, len, ns + 1, buf), ZT_STATUS_INVALID_ARG,
+                       "this optimizer keeps");
+          ZT_CHECK_ERR(zt_optim_step_param_range(ob, NAN, 0, off, len, ns, buf), ZT_STATUS_INVALID_ARG,
+                       "invalid learning rate");
+          if (ns) {
+            ZT_CHECK_ERR(zt_optim_step_param_range(ob, 0.03, 0, off, len + 1, ns, buf), ZT_STATUS_INVALID_ARG,
+                         "contiguous f32 tensor of 300 elements");
+            if (ns == 2)
+              ZT_CHECK_ERR(zt_optim_step_param_range(ob, 0.03, 0, off, len, ns, (zt_tensor *[]){buf[0], buf[0]}),
+                           ZT_STATUS_INVALID_ARG, "overlap");
+          }
+          zt_tensor *g = b.tensor->grad;
+          b.tensor->grad = zeros1(N); /* wrong shape */
+          ZT_CHECK_ERR(zt_optim_step_param_range(ob, 0.03, 0, off, len, ns, buf), ZT_STATUS_SHAPE, "its grad has shape");
+          zt_tensor_free(b.tensor->grad);
+          b.tensor->grad = NULL; /* no grad: skipped */
+          ZT_CHECK_OK(zt_optim_step_param_range(ob, 0.03, 0, off, len, ns, buf));
+          b.tensor->grad = g;
+          ZT_CHECK(zt_test_bitwise_equal(w0, b.tensor));
+          zt_tensor_free(w0);
+        }
+        ZT_CHECK_OK(zt_optim_step_param_range(ob, 0.03, 0, off, len, ns, buf));
+        for (int q = 0; q < ns; q++) {
+          if (zt_tensor_data(full[q], (void **)&fd) || zt_tensor_data(buf[q], (void **)&bd)) continue;
+          memcpy(fd + off, bd, (size_t)len * 4);
+          zt_tensor_free(buf[q]);
+        }
+      }
+      ZT_CHECK(zt_optim_step_count(ob) == st); /* not counted by the ranges */
+      zt_optim_step_finish(ob);
+    }
+    ZT_CHECK(zt_test_bitwise_equal(a.tensor, b.tensor));
+    for (int q = 0; q < ns; q++) {
+      zt_tensor *want = state_named(oa, zt_optim_state_name(oa, 0, q));
+      float *wd, *fd;
+      ZT_CHECK(want && !zt_tensor_data(want, (void **)&wd) && !zt_tensor_data(full[q], (void **)&fd) &&
+               memcmp(wd, fd, N * 4) == 0);
+      zt_tensor_free(full[q]);
+    }
+    int n;
+    zt_tensor *const *ts;
+    ZT_CHECK_OK(zt_optim_param_state(ob, 0, false, &n, &ts));
+    ZT_CHECK(n == ns && ts == NULL); /* the ranges made none of ob's own */
+    if (ns == 2) { /* one at a time: listed once both exist */
+      zt_tensor *t0 = NULL, *t1 = NULL;
+      ZT_CHECK_OK(zt_optim_param_state_one(ob, 0, 0, &t0));
+      ZT_CHECK_OK(zt_optim_param_state(ob, 0, false, &n, &ts));
+      ZT_CHECK(ts == NULL && t0);
+      ZT_CHECK_OK(zt_optim_param_state_one(ob, 0, 1, &t1));
+      ZT_CHECK_OK(zt_optim_param_state(ob, 0, false, &n, &ts));
+      ZT_CHECK(ts && ts[0] == t0 && ts[1] == t1);
+      ZT_CHECK_ERR(zt_optim_param_state_one(ob, 0, 2, &t1), ZT_STATUS_INVALID_ARG, "with 2 each");
+    }
+    zt_optim_free(oa);
+    zt_optim_free(ob);
+    free_params(1, &a);
+    free_params(1, &b);
+  }
+}
+
 /* ------------------------------------------------ thread-count independence */
 /* n (above the parallel threshold, odd so thread chunks start unaligned): three AdamW
  * or SGD steps and a clip, with the given thread count. Returns weights and state. */
@@ -563,6 +668,7 @@ int main(void) {
   ZT_RUN(test_state_names_tags_accounting);
   ZT_RUN(test_state_load_resumes_bitwise);
   ZT_RUN(test_step_params);
+  ZT_RUN(test_step_param_range);
   ZT_RUN(test_threads_bitwise);
   ZT_RUN(test_clip_grad_norm);
   ZT_RUN(test_lr_cosine);

@@ -46,7 +46,7 @@ static void flaky_drop(void *ctx, const zt_store_item *it) {
   (void)ctx;
   zt_mem_free(it->ptr, it->nbytes, ZT_CPU, it->tag);
 }
-static const zt_store_ops k_flaky_ops = {"flaky", flaky_put, flaky_get, flaky_drop, NULL, NULL};
+static const zt_store_ops k_flaky_ops = {"flaky", flaky_put, flaky_get, flaky_drop, NULL, NULL, NULL, NULL};
 
 /* ------------------------------------------------ helpers */
 static zt_gpt2 *new_model(uint64_t seed) {

@@ -49,6 +49,15 @@ typedef struct zt_offload_units {
  *   after its slice left: an evicted-storage error). */
 typedef enum zt_offload_model_mode { ZT_OFFLOAD_MODEL_RECOMPUTE = 0, ZT_OFFLOAD_MODEL_KEEP_GRAPH } zt_offload_model_mode;
 
+/* The default update chunk (zt_offload_model_options.update_chunk_bytes): 128 MiB of moments, two
+ * 64 MiB ranges of AdamW's (16 requests of the disk store's default 4 MiB each). A chunked update
+ * reads and writes its moments while the computing thread waits, where a whole one's are read
+ * ahead with their slice's load and written behind: so only tensors larger than a block's
+ * usual ones are chunked (llama3.2-1b: the 1002 MiB tied embedding, not its 64 MiB MLP
+ * weights, whose moments are 128 MiB). The memory planner counts it
+ * (zt_offload_plan_input.update_chunk_bytes). */
+#define ZT_OFFLOAD_MODEL_UPDATE_CHUNK ((size_t)128 << 20)
+
 typedef struct zt_offload_model_options {
   zt_offload_model_mode mode; /* default RECOMPUTE */
   int slices;             /* N in [1, n_units]: contiguous units balanced by parameter bytes (default 2) */
@@ -66,6 +75,14 @@ typedef struct zt_offload_model_options {
   bool offload_optim_state; /* the optimizer's state (AdamW's moments) lives in the store too: a parameter's state
                              * comes into RAM with its slice for the update (prefetched with it) and goes back right
                              * after it, so every model state is in the store (default off: the state stays in RAM) */
+  size_t update_chunk_bytes; /* with offload_optim_state and a store with range ops (zt_store_has_ranges): a
+                             * parameter whose moments (all its optimizer state) take more bytes than this is
+                             * updated a chunk of elements at a time, each chunk's moments read from the store,
+                             * stepped (zt_optim_step_param_range) and written back in place, so RAM holds the
+                             * parameter, its grad and one chunk's moments, never its whole moments (a tied
+                             * embedding's are the largest state of a Llama). Bitwise the whole update. Chunks
+                             * start at multiples of 1024 elements (4 KiB of f32: page-aligned in a disk store).
+                             * Default ZT_OFFLOAD_MODEL_UPDATE_CHUNK; 0: every parameter updated whole. */
   bool restore_on_free;   /* zt_offload_model_free brings every parameter and grad back into RAM (default on);
                            * off: they stay in the store (whoever frees the model frees them; the store must
                            * outlive it), for models larger than RAM */
@@ -171,6 +188,11 @@ typedef struct zt_offload_model_stats {
   /* offload_optim_state: parameters whose moments the step's end (the updates of the slices
    * backward left in RAM) began reading before their turn, while earlier parameters' AdamW ran */
   int64_t moments_read_ahead;
+  /* offload_optim_state: chunked updates (update_chunk_bytes): parameters updated in chunks, the
+   * chunks, and the seconds spent writing chunks' moments back (their reads count in
+   * update_read_wait_s, their AdamW in update_adamw_s) */
+  int64_t chunked_params, update_chunks;
+  double update_write_s;
 } zt_offload_model_stats;
 ZT_API void zt_offload_model_stats_get(const zt_offload_model *om, zt_offload_model_stats *out);
 /* Slice s's time so far in the graph-keeping mode's steps (zt_offload_model_train_step),

@@ -40,6 +40,22 @@ ZT_API ZT_NODISCARD zt_status zt_optim_step(zt_optim *o, double lr);
  * parameter exactly zt_optim_step's update; a failing call changes nothing. */
 ZT_API ZT_NODISCARD zt_status zt_optim_step_params(zt_optim *o, double lr, int n, const int *idx);
 ZT_API void zt_optim_step_finish(zt_optim *o); /* the step count + 1 */
+/* The same update for elements [elem_off, elem_off + n_elem) of parameter i (in its flat,
+ * contiguous order), with state buffers the caller supplies instead of the optimizer's own:
+ * n_state contiguous f32 tensors of n_elem elements on the parameter's device (AdamW: 2, the
+ * range of exp_avg then exp_avg_sq; SGD with momentum: 1, momentum_buffer's; plain SGD: 0,
+ * state NULL), read and updated in place. At the step count zt_optim_step would use now, not
+ * advanced (zt_optim_step_finish counts the step). Every element is updated bitwise as
+ * zt_optim_step_params updates it (the loops are elementwise and the constants the same), so
+ * ranges covering a parameter once are its whole update: OffloadModel updates a parameter
+ * whose moments are larger than its update chunk a range at a time, the moments of that range
+ * alone in RAM. The optimizer's own state tensors of parameter i are neither used nor made.
+ * A parameter without a grad is skipped (ZT_OK, nothing written), as the whole update skips
+ * it. The grad is checked as zt_optim_step checks it, the buffers, the range and i as said
+ * (ZT_STATUS_INVALID_ARG naming them), all before anything is written: a failing call changes
+ * nothing. Bumps the versions of the parameter and the buffers. */
+ZT_API ZT_NODISCARD zt_status zt_optim_step_param_range(zt_optim *o, double lr, int i, int64_t elem_off, int64_t n_elem,
+                                                       int n_state, zt_tensor *const *state);
 /* The parameters the optimizer updates (borrowed, in its order); returns their count. */
 ZT_API int zt_optim_params(const zt_optim *o, const zt_param **params);
 /* Free every parameter's .grad (set_to_none semantics). */
@@ -58,9 +74,14 @@ ZT_API const char *zt_optim_state_name(const zt_optim *o, int i, int j);
 /* Parameter i's state tensors (the same objects zt_optim_state lists; AdamW: exp_avg then
  * exp_avg_sq), for code that moves them between RAM and a store one parameter at a time
  * (OffloadModel's optimizer states on disk): *tensors gets per-parameter-count tensors, or
- * NULL when they do not exist yet and create is false (create: made, zero-filled, as the
+ * NULL when they do not all exist yet and create is false (create: made, zero-filled, as the
  * first update would make them). Returns how many a parameter has (0: plain SGD, none). */
 ZT_API ZT_NODISCARD zt_status zt_optim_param_state(zt_optim *o, int i, bool create, int *n, zt_tensor *const **tensors);
+/* Parameter i's j-th state tensor alone (*out, the optimizer's), made zero-filled if missing,
+ * for code that moves each to a store before it makes the next, so that a parameter's states
+ * are never in RAM together (OffloadModel's chunked updates). zt_optim_param_state lists a
+ * parameter's states once all are made. */
+ZT_API ZT_NODISCARD zt_status zt_optim_param_state_one(zt_optim *o, int i, int j, zt_tensor **out);
 
 /* Global L2 norm of all grads; if max_norm > 0 and the norm exceeds it, scale every grad
  * by max_norm / (norm + 1e-6). Returns the norm before clipping in *norm. Parameters

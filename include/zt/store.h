@@ -44,6 +44,16 @@ typedef struct zt_store_ops {
   /* Optional: the I/O engine's counters (zt_store_io_stats_get); NULL: the store does no I/O
    * (memory stores), its stats are zeros. Thread-safe. */
   void (*io_stats)(void *ctx, struct zt_store_io_stats *out);
+  /* Optional, both or neither (NULL: the store moves whole items only, and a range of one goes
+   * through a host copy of all of it): bytes [off, off + n) of the item, n > 0, off and n
+   * multiples of the item's dtype size and inside it->nbytes (zt_store_get_range checks).
+   * get_range copies them into host dst (lossy stores: their rounding); it runs where get runs
+   * (the helper thread too), under get's rules. put_range overwrites them in place with host
+   * src: it->held and the item's other bytes stay as they are, and on failure the range may be
+   * partly written. It runs on the caller's thread (it may use OpenMP), never during a get or
+   * another put_range of the same item. */
+  zt_status (*get_range)(void *ctx, const zt_store_item *it, size_t off, size_t n, void *dst);
+  zt_status (*put_range)(void *ctx, const zt_store_item *it, size_t off, size_t n, const void *src);
 } zt_store_ops;
 
 typedef struct zt_store zt_store;
@@ -127,6 +137,25 @@ ZT_API ZT_NODISCARD zt_status zt_store_get(zt_store *s, const zt_store_item *it,
 /* Free what the store holds for it (accounting drops); *it is cleared. No request of it may
  * be in flight. */
 ZT_API void zt_store_drop(zt_store *s, zt_store_item *it);
+/* Whether the store reads and writes byte ranges of an item without a whole-item copy (its ops
+ * have get_range / put_range: the memory, bf16 and disk stores). NULL: false. */
+ZT_API bool zt_store_has_ranges(const zt_store *s);
+/* Copy bytes [off, off + nbytes) of an item into host dst, synchronously (bf16: the rounded
+ * values). off and nbytes must be multiples of the item's dtype size and inside it->nbytes
+ * (ZT_STATUS_INVALID_ARG otherwise); a store without range ops is ZT_STATUS_UNSUPPORTED
+ * (zt_store_has_ranges). The disk store reads the unaligned head page of a range through a
+ * host page (ZT_MEM_TAG_TEMP, freed before return), the rest as a get does. Counts as a get. */
+ZT_API ZT_NODISCARD zt_status zt_store_get_range(zt_store *s, const zt_store_item *it, size_t off, size_t nbytes,
+                                                void *dst);
+/* Overwrite bytes [off, off + nbytes) of an item in place with host src (bf16: rounded, as a
+ * put rounds), checked as zt_store_get_range. Not all-or-nothing: on failure the range may be
+ * partly written (the item's bytes outside it are unchanged, and it stays held and
+ * accounted as before); a caller that must keep the old contents puts a new item instead
+ * (zt_storage_write_evicted). With direct I/O the disk store reads, patches and writes back
+ * the pages a range shares with the rest of the item (its unaligned head and tail; a host page,
+ * ZT_MEM_TAG_TEMP). No get or prefetch of the item may be in flight. Counts as a put. */
+ZT_API ZT_NODISCARD zt_status zt_store_put_range(zt_store *s, const zt_store_item *it, size_t off, size_t nbytes,
+                                                const void *src);
 
 /* An asynchronous get: the store's helper thread (started on first use) copies the item
  * into dst (it->nbytes of dev's memory) while the caller works. Requests run in the order
@@ -233,9 +262,10 @@ ZT_API ZT_NODISCARD zt_status zt_storage_wait(zt_storage *s);
 ZT_API bool zt_storage_is_evicted(const zt_storage *s);
 /* Read nbytes of an evicted storage's contents, from byte offset off, into host memory dst
  * without restoring it (bf16 store: the rounded values); the storage stays evicted and the
- * store's copy unchanged. The stores get whole items: a range that is not the whole storage
- * goes through a host copy of all of it (ZT_MEM_TAG_TEMP on cpu, freed before return), so a
- * caller that wants all the bytes reads them in one call. Refused (ZT_STATUS_STATE): a
+ * store's copy unchanged. A store with range ops (zt_store_has_ranges) reads a range of whole
+ * elements (off and nbytes multiples of the evicted dtype's size) alone; other ranges, and any
+ * in a store without them, go through a host copy of all of the storage (ZT_MEM_TAG_TEMP on
+ * cpu, freed before return). Refused (ZT_STATUS_STATE): a
  * storage that is not evicted (read it through zt_tensor_data) or whose restore is in
  * flight (zt_storage_wait first); a range past the end is ZT_STATUS_INVALID_ARG. */
 ZT_API ZT_NODISCARD zt_status zt_storage_read_evicted(const zt_storage *s, size_t off, size_t nbytes, void *dst);
@@ -247,5 +277,15 @@ ZT_API ZT_NODISCARD zt_status zt_storage_read_evicted(const zt_storage *s, size_
  * (ZT_MEM_TAG_TEMP, as for zt_storage_read_evicted). The version is bumped (new values).
  * Refused as zt_storage_read_evicted is. */
 ZT_API ZT_NODISCARD zt_status zt_storage_write_evicted(zt_storage *s, size_t off, size_t nbytes, const void *src);
+/* Overwrite nbytes of an evicted storage's contents, from byte offset off, with host bytes at
+ * src, in place in the store's copy (zt_store_put_range): no second copy is held and no other
+ * byte is read or written. Not all-or-nothing: on failure the range may be partly written (the
+ * storage stays evicted, its bytes outside the range as they were); callers that must keep the
+ * old contents on failure use zt_storage_write_evicted. A store without range ops: as
+ * zt_storage_write_evicted (all-or-nothing, through a whole copy). off and nbytes: multiples
+ * of the evicted dtype's size. The version is bumped (also on failure: the contents may have
+ * changed). Refused as zt_storage_read_evicted is. */
+ZT_API ZT_NODISCARD zt_status zt_storage_write_evicted_in_place(zt_storage *s, size_t off, size_t nbytes,
+                                                               const void *src);
 
 #endif

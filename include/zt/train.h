@@ -450,6 +450,8 @@ typedef struct zt_offload_plan_input {
                                     * parameters (what a step frees and allocates again per slice): a freed block
                                     * reused costs no page faults and no zeroing by the kernel */
   int64_t write_cap_bytes;         /* evictions written behind: the most RAM held until written (the store's cap) */
+  int64_t update_chunk_bytes;      /* OffloadModel's update chunk (zt_offload_model_options.update_chunk_bytes): a
+                                    * parameter's update holds at most this much of its moments (0: whole moments) */
   double gflops;                   /* compute rate for the time estimate (0: not estimated) */
   double read_bps, write_bps;      /* the store's measured bandwidth (0: unknown) */
   bool can_offload_activations;    /* the tier is lossless (activation offload keeps results bitwise) */

@@ -425,6 +425,11 @@ zt_status zt_storage_read_evicted(const zt_storage *s, size_t off, size_t nbytes
     zt_status st = zt_store_get(e->store, &e->item, ZT_CPU, dst);
     return st ? zt__error_prefix(st, "zt_storage_read_evicted: storage %s", name_of(s, nb)) : ZT_OK;
   }
+  size_t es = zt_dtype_size(e->item.dtype);
+  if (zt_store_has_ranges(e->store) && off % es == 0 && nbytes % es == 0) { /* the range alone */
+    zt_status st = zt_store_get_range(e->store, &e->item, off, nbytes, dst);
+    return st ? zt__error_prefix(st, "zt_storage_read_evicted: storage %s", name_of(s, nb)) : ZT_OK;
+  }
   void *whole = NULL;
   ZT_TRY(zt_mem_alloc(s->nbytes, ZT_CPU, ZT_MEM_TAG_TEMP, &whole));
   zt_status st = zt_store_get(e->store, &e->item, ZT_CPU, whole);
@@ -456,4 +461,18 @@ zt_status zt_storage_write_evicted(zt_storage *s, size_t off, size_t nbytes, con
   e->item = fresh;
   s->version++;
   return ZT_OK;
+}
+
+zt_status zt_storage_write_evicted_in_place(zt_storage *s, size_t off, size_t nbytes, const void *src) {
+  const char *fn = "zt_storage_write_evicted_in_place";
+  ZT_TRY(check_evicted_range(s, off, nbytes, src, fn));
+  if (!nbytes) return ZT_OK;
+  struct zt_storage_eviction *e = s->evicted;
+  if (!zt_store_has_ranges(e->store)) return zt_storage_write_evicted(s, off, nbytes, src);
+  char nb[128];
+  zt_status st = zt_store_put_range(e->store, &e->item, off, nbytes, src);
+  s->version++; /* new values, or (on failure) some of them */
+  return st ? zt__error_prefix(st, "%s: storage %s (bytes [%zu, %zu) may be partly written)", fn, name_of(s, nb), off,
+                               off + nbytes)
+            : ZT_OK;
 }

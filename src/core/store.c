@@ -16,6 +16,8 @@ zt_status zt_store_new(const zt_store_ops *ops, void *ctx, zt_device dev, zt_sto
   zt_status s = ZT_OK;
   if (!ops || !out || !ops->put || !ops->get || !ops->drop)
     s = ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_store_new: ops or out is NULL, or ops lacks put, get or drop");
+  else if (!ops->get_range != !ops->put_range)
+    s = ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_store_new: ops has one of get_range and put_range: give both or neither");
   zt_store *st = s ? NULL : calloc(1, sizeof *st);
   if (!s && !st) s = ZT_ERR(ZT_STATUS_OOM, "zt_store_new: out of host memory");
   if (s) {
@@ -124,6 +126,42 @@ zt_status zt_store_get(zt_store *s, const zt_store_item *it, zt_device dev, void
   if (!s || !it || (!dst && it->nbytes)) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_store_get: store, item or dst is NULL");
   count_get(s, false);
   return get_into(s, it, dev, dst);
+}
+
+bool zt_store_has_ranges(const zt_store *s) { return s && s->ops->get_range && s->ops->put_range; }
+
+/* The checks both range calls share: range ops, a range of whole elements inside the item. */
+static zt_status check_range(const zt_store *s, const zt_store_item *it, size_t off, size_t nbytes, const void *buf,
+                             const char *fn) {
+  if (!s || !it || (!buf && nbytes)) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: store, item or buffer is NULL", fn);
+  if (!zt_store_has_ranges(s))
+    return ZT_ERR(ZT_STATUS_UNSUPPORTED,
+                  "%s: the %s store moves whole items only (no range ops): get or put the whole item (ask "
+                  "zt_store_has_ranges first)",
+                  fn, s->ops->kind);
+  size_t es = zt_dtype_size(it->dtype);
+  if (off > it->nbytes || nbytes > it->nbytes - off || off % es || nbytes % es)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                  "%s: bytes [%zu, %zu) are not whole %s elements inside the item's %zu bytes: pass a range of "
+                  "whole elements inside it",
+                  fn, off, off + nbytes, zt_dtype_name(it->dtype), it->nbytes);
+  return ZT_OK;
+}
+
+zt_status zt_store_get_range(zt_store *s, const zt_store_item *it, size_t off, size_t nbytes, void *dst) {
+  ZT_TRY(check_range(s, it, off, nbytes, dst, "zt_store_get_range"));
+  count_get(s, false);
+  return nbytes ? s->ops->get_range(s->ctx, it, off, nbytes, dst) : ZT_OK;
+}
+
+zt_status zt_store_put_range(zt_store *s, const zt_store_item *it, size_t off, size_t nbytes, const void *src) {
+  ZT_TRY(check_range(s, it, off, nbytes, src, "zt_store_put_range"));
+  if (!nbytes) return ZT_OK;
+  zt_status st = s->ops->put_range(s->ctx, it, off, nbytes, src);
+  pthread_mutex_lock(&s->mu);
+  s->st.puts++; /* the item's count and held bytes are unchanged */
+  pthread_mutex_unlock(&s->mu);
+  return st;
 }
 
 void zt_store_drop(zt_store *s, zt_store_item *it) {

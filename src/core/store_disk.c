@@ -41,6 +41,74 @@ static zt_status disk_get(void *ctx, const zt_store_item *it, void *dst) {
   return zt__io_read(sp->io, dst, it->held, it->off);
 }
 
+/* Ranges of an item's extent. Without direct I/O the file takes any offset; with it, I/O
+ * starts at page boundaries (the extent is page-aligned and page-padded, so a whole page around
+ * any byte of the item lies inside it), and a page the range shares with the rest of the item
+ * goes through a host page: read (get), or read, patched and written back (put). */
+static size_t range_align(const zt__store_spill *sp) { return sp->align == ZT__IO_ALIGN ? ZT__IO_ALIGN : 1; }
+
+/* The page of the extent at page offset at, read into a TEMP host page (*page, freed by the
+ * caller with page_free). */
+static zt_status page_read(zt__store_spill *sp, const zt_store_item *it, size_t at, char **page) {
+  ZT_TRY(zt_mem_alloc(ZT__IO_ALIGN, ZT_CPU, ZT_MEM_TAG_TEMP, (void **)page));
+  zt_status s = zt__io_read(sp->io, *page, ZT__IO_ALIGN, it->off + (int64_t)at);
+  if (s) {
+    zt_mem_free(*page, ZT__IO_ALIGN, ZT_CPU, ZT_MEM_TAG_TEMP);
+    *page = NULL;
+  }
+  return s;
+}
+static void page_free(char *page) {
+  if (page) zt_mem_free(page, ZT__IO_ALIGN, ZT_CPU, ZT_MEM_TAG_TEMP);
+}
+
+static zt_status disk_get_range(void *ctx, const zt_store_item *it, size_t off, size_t n, void *dst) {
+  zt__store_spill *sp = ctx;
+  size_t A = range_align(sp), head = off % A;
+  char *d = dst;
+  if (head) { /* the first page, from its start */
+    char *page;
+    ZT_TRY(page_read(sp, it, off - head, &page));
+    size_t k = A - head < n ? A - head : n;
+    memcpy(d, page + head, k);
+    page_free(page);
+    off += k, d += k, n -= k;
+  }
+  /* page-aligned from here: the last partial page is read whole through a bounce buffer */
+  return n ? zt__io_read(sp->io, d, n, it->off + (int64_t)off) : ZT_OK;
+}
+
+/* Bytes [off, off + n) within one page, read, patched and written back whole. */
+static zt_status page_patch(zt__store_spill *sp, const zt_store_item *it, size_t off, size_t n, const char *src) {
+  size_t at = off / ZT__IO_ALIGN * ZT__IO_ALIGN;
+  char *page;
+  ZT_TRY(page_read(sp, it, at, &page));
+  memcpy(page + (off - at), src, n);
+  zt_status s = zt__io_write(sp->io, page, ZT__IO_ALIGN, it->off + (int64_t)at);
+  page_free(page);
+  return s;
+}
+
+static zt_status disk_put_range(void *ctx, const zt_store_item *it, size_t off, size_t n, const void *src) {
+  zt__store_spill *sp = ctx;
+  const char *p = src;
+  size_t A = range_align(sp);
+  if (A == 1) return zt__io_write(sp->io, p, n, it->off + (int64_t)off);
+  size_t head = off % A;
+  if (head) { /* the first page's bytes before the range are kept */
+    size_t k = A - head < n ? A - head : n;
+    ZT_TRY(page_patch(sp, it, off, k, p));
+    off += k, p += k, n -= k;
+  }
+  size_t body = n / A * A, tail = n - body;
+  if (body) ZT_TRY(zt__io_write(sp->io, p, body, it->off + (int64_t)off));
+  if (!tail) return ZT_OK;
+  /* the last partial page: at the item's end the rest is padding (written as zeros, as a put
+   * writes it); else the item's bytes after the range are kept */
+  if (off + n == it->nbytes) return zt__io_write(sp->io, p + body, tail, it->off + (int64_t)(off + body));
+  return page_patch(sp, it, off + body, tail, p + body);
+}
+
 static void disk_drop(void *ctx, const zt_store_item *it) {
   zt__store_spill *sp = ctx;
   zt_mem_account(disk_dev, it->tag, -(int64_t)it->held);
@@ -71,7 +139,8 @@ static void disk_io_stats(void *ctx, zt_store_io_stats *out) {
   zt__io_stats_get(sp->io, out);
 }
 
-static const zt_store_ops disk_ops = {"disk", disk_put, disk_get, disk_drop, spill_free, disk_io_stats};
+static const zt_store_ops disk_ops = {"disk", disk_put, disk_get, disk_drop, spill_free, disk_io_stats,
+                                      disk_get_range, disk_put_range};
 
 static atomic_bool g_refuse_direct; /* tests: play a file system without O_DIRECT */
 void zt__store_disk_refuse_direct(bool on) { atomic_store(&g_refuse_direct, on); }

@@ -73,13 +73,39 @@ static zt_status memory_get(void *ctx, const zt_store_item *it, void *dst) {
   return ZT_OK;
 }
 
+/* Ranges: whole elements (zt_store_get_range checks), so a compressed item's range is
+ * elements [off / size, (off + n) / size) of its bf16 copy. */
+static zt_status memory_get_range(void *ctx, const zt_store_item *it, size_t off, size_t n, void *dst) {
+  (void)ctx;
+  if (!it->compressed) {
+    memcpy(dst, (const char *)it->ptr + off, n);
+    return ZT_OK;
+  }
+  size_t es = zt_dtype_size(it->dtype);
+  bf16_expand((const uint16_t *)it->ptr + off / es, it->dtype, dst, (int64_t)(n / es));
+  return ZT_OK;
+}
+
+static zt_status memory_put_range(void *ctx, const zt_store_item *it, size_t off, size_t n, const void *src) {
+  (void)ctx;
+  if (!it->compressed) {
+    memcpy((char *)it->ptr + off, src, n);
+    return ZT_OK;
+  }
+  size_t es = zt_dtype_size(it->dtype);
+  bf16_compress(src, it->dtype, (uint16_t *)it->ptr + off / es, (int64_t)(n / es));
+  return ZT_OK;
+}
+
 static void memory_drop(void *ctx, const zt_store_item *it) {
   (void)ctx;
   zt_mem_free(it->ptr, it->held, ZT_CPU, it->tag);
 }
 
-static const zt_store_ops memory_ops = {"memory", memory_put, memory_get, memory_drop, NULL, NULL};
-static const zt_store_ops bf16_ops = {"bf16", bf16_put, memory_get, memory_drop, NULL, NULL};
+static const zt_store_ops memory_ops = {"memory", memory_put, memory_get, memory_drop, NULL, NULL, memory_get_range,
+                                        memory_put_range};
+static const zt_store_ops bf16_ops = {"bf16", bf16_put, memory_get, memory_drop, NULL, NULL, memory_get_range,
+                                      memory_put_range};
 
 /* memory: put is a memcpy, fine on the helper (write behind); bf16's put compresses with
  * OpenMP, which the helper must not start: it stays on the caller's thread */

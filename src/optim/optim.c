@@ -9,6 +9,7 @@
 
 #include "core/backend.h"
 #include "core/status_internal.h"
+#include "core/tensor_internal.h"
 #include "zt/autograd.h"
 #include "zt/optim.h"
 
@@ -204,7 +205,29 @@ zt_status zt_optim_param_state(zt_optim *o, int i, bool create, int *n, zt_tenso
   if (!o->per_param) return ZT_OK;
   if (create) ZT_TRY(ensure_state(o, i));
   zt_tensor **st = o->state + (size_t)i * (size_t)o->per_param;
-  if (st[0]) *tensors = st; /* a parameter's states are made together */
+  bool all = true; /* made together, or one by one (zt_optim_param_state_one) */
+  for (int j = 0; j < o->per_param; j++) all = all && st[j];
+  if (all) *tensors = st;
+  return ZT_OK;
+}
+
+zt_status zt_optim_param_state_one(zt_optim *o, int i, int j, zt_tensor **out) {
+  const char *fn = "zt_optim_param_state_one";
+  if (!o || !out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: NULL optimizer or output", fn);
+  *out = NULL;
+  if (i < 0 || i >= o->n_params || j < 0 || j >= o->per_param)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: state %d of parameter %d: the optimizer has %d parameters with %d each",
+                  fn, j, i, o->n_params, o->per_param);
+  zt_tensor **st = &o->state[(size_t)i * (size_t)o->per_param + (size_t)j];
+  if (!*st) {
+    const zt_tensor *p = o->params[i].tensor;
+    zt_tensor *t;
+    zt_status s = zt_tensor_empty_tagged(p->ndim, p->shape, ZT_DTYPE_F32, zt_tensor_device(p), ZT_MEM_TAG_OPTIM, &t);
+    if (s) return zt__error_prefix(s, "optimizer state '%s'", o->names[i * o->per_param + j]);
+    zt__dev_fill(t, 0.0);
+    *st = t;
+  }
+  *out = *st;
   return ZT_OK;
 }
 
@@ -240,6 +263,31 @@ static zt_status check_grad(const zt_optim *o, int i, bool *use) {
   return ZT_OK;
 }
 
+/* The constants of parameter i's update at lr and step t = count + 1 (one home: the whole and
+ * the range updates use the same, so each element's arithmetic is the same). */
+static void update_consts(const zt_optim *o, double lr, int i, zt__optim_update *u) {
+  const zt_optim_config *c = &o->cfg;
+  int64_t t = o->step + 1;
+  *u = (zt__optim_update){0};
+  /* Decoupled weight decay, w *= 1 - lr wd, as torch.optim.AdamW's param.mul_(). */
+  float decay_on = (float)(1.0 - lr * c->weight_decay);
+  u->decay = o->params[i].decay ? decay_on : 1.0f;
+  if (c->kind == ZT_OPTIM_ADAMW) {
+    /* Bias corrections as torch: step_size = lr / (1 - b1^t); sqrt(v) / sqrt(1 - b2^t). */
+    double step_size = lr / (1.0 - pow(c->beta1, (double)t));
+    u->beta1 = (float)c->beta1;
+    u->omb1 = (float)(1.0 - c->beta1);
+    u->beta2 = (float)c->beta2;
+    u->omb2 = (float)(1.0 - c->beta2);
+    u->step_size = (float)step_size;
+    u->bc2_sqrt = (float)sqrt(1.0 - pow(c->beta2, (double)t));
+    u->eps = (float)c->eps;
+  } else {
+    u->momentum = (float)c->momentum;
+    u->lr = (float)lr;
+  }
+}
+
 /* One update of the parameters sel marks (NULL: all) at step t = count + 1; the count is
  * the caller's to advance. */
 static zt_status step_selected(zt_optim *o, double lr, const bool *sel, const char *fn) {
@@ -263,38 +311,15 @@ static zt_status step_selected(zt_optim *o, double lr, const bool *sel, const ch
     }
   }
   bool prev = zt_set_grad_enabled(false);
-  const zt_optim_config *c = &o->cfg;
-  int64_t t = o->step + 1;
-  /* Decoupled weight decay, w *= 1 - lr wd, as torch.optim.AdamW's param.mul_(). */
-  float decay_on = (float)(1.0 - lr * c->weight_decay);
-  /* Bias corrections as torch: step_size = lr / (1 - b1^t); sqrt(v) / sqrt(1 - b2^t). */
-  double step_size = 0;
-  float bc2_sqrt = 0;
-  if (c->kind == ZT_OPTIM_ADAMW) {
-    step_size = lr / (1.0 - pow(c->beta1, (double)t));
-    bc2_sqrt = (float)sqrt(1.0 - pow(c->beta2, (double)t));
-  }
   /* The loops (AdamW, SGD) are the backend's of each parameter's device. */
   for (int i = 0; i < o->n_params; i++) {
     if (!use[i]) continue;
     zt_tensor *p = o->params[i].tensor;
-    zt__optim_update u = {0};
-    u.decay = o->params[i].decay ? decay_on : 1.0f;
+    zt__optim_update u;
+    update_consts(o, lr, i, &u);
     zt_tensor **st = o->state + (size_t)i * (size_t)o->per_param;
-    if (c->kind == ZT_OPTIM_ADAMW) {
-      u.beta1 = (float)c->beta1;
-      u.omb1 = (float)(1.0 - c->beta1);
-      u.beta2 = (float)c->beta2;
-      u.omb2 = (float)(1.0 - c->beta2);
-      u.step_size = (float)step_size;
-      u.bc2_sqrt = bc2_sqrt;
-      u.eps = (float)c->eps;
-      zt__dev_adamw(p, p->grad, st[0], st[1], &u);
-    } else {
-      u.momentum = (float)c->momentum;
-      u.lr = (float)lr;
-      zt__dev_sgd(p, p->grad, o->per_param == 1 ? st[0] : NULL, &u);
-    }
+    if (o->cfg.kind == ZT_OPTIM_ADAMW) zt__dev_adamw(p, p->grad, st[0], st[1], &u);
+    else zt__dev_sgd(p, p->grad, o->per_param == 1 ? st[0] : NULL, &u);
     zt_tensor_bump_version(p);
     for (int j = 0; j < o->per_param; j++) zt_tensor_bump_version(st[j]);
   }
@@ -327,6 +352,71 @@ zt_status zt_optim_step_params(zt_optim *o, double lr, int n, const int *idx) {
   zt_status s = step_selected(o, lr, sel, fn);
   free(sel);
   return s;
+}
+
+/* A contiguous 1-d view of n elements of t from element off (t contiguous). */
+static zt_status flat_view(zt_tensor *t, int64_t off, int64_t n, zt_tensor **out) {
+  int64_t one = 1;
+  return zt__tensor_new_view(t->storage, t->offset + off, 1, &n, &one, t->dtype, out);
+}
+
+zt_status zt_optim_step_param_range(zt_optim *o, double lr, int i, int64_t elem_off, int64_t n_elem, int n_state,
+                                    zt_tensor *const *state) {
+  const char *fn = "zt_optim_step_param_range";
+  if (!o) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: optimizer is NULL", fn);
+  ZT_TRY(check_lr(fn, lr));
+  if (i < 0 || i >= o->n_params)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: index %d is outside the optimizer's %d parameters", fn, i, o->n_params);
+  const zt_param *pp = &o->params[i];
+  zt_tensor *p = pp->tensor;
+  int64_t numel = zt_tensor_numel(p);
+  if (elem_off < 0 || n_elem < 0 || elem_off > numel || n_elem > numel - elem_off)
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: elements [%lld, %lld) are outside parameter '%s' of %lld elements", fn,
+                  (long long)elem_off, (long long)(elem_off + n_elem), pp->name, (long long)numel);
+  if (n_state != o->per_param || (n_state > 0 && !state))
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: %d state buffers for parameter '%s': this optimizer keeps %d (%s)", fn,
+                  n_state, pp->name, o->per_param,
+                  o->cfg.kind == ZT_OPTIM_ADAMW ? "exp_avg, exp_avg_sq" : o->per_param ? "momentum_buffer" : "none");
+  bool use;
+  ZT_TRY(check_grad(o, i, &use));
+  if (!use || n_elem == 0) return ZT_OK; /* no grad: skipped, as the whole update skips it */
+  for (int j = 0; j < n_state; j++) {
+    const zt_tensor *b = state[j];
+    void *d;
+    if (!b || b->dtype != ZT_DTYPE_F32 || !zt_tensor_is_contiguous(b) || zt_tensor_numel(b) != n_elem ||
+        zt_tensor_device(b).type != zt_tensor_device(p).type || zt_tensor_device(b).index != zt_tensor_device(p).index)
+      return ZT_ERR(ZT_STATUS_INVALID_ARG,
+                    "%s: state buffer %d of parameter '%s' must be a contiguous f32 tensor of %lld elements on the "
+                    "parameter's device",
+                    fn, j, pp->name, (long long)n_elem);
+    if (overlap(b, p) || overlap(b, p->grad))
+      return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: state buffer %d of parameter '%s' overlaps the parameter or its grad",
+                    fn, j, pp->name);
+    for (int k = 0; k < j; k++)
+      if (overlap(b, state[k]))
+        return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: state buffers %d and %d of parameter '%s' overlap", fn, k, j,
+                      pp->name);
+    zt_status s = zt_tensor_data(b, &d);
+    if (s) return zt__error_prefix(s, "%s: state buffer %d of parameter '%s'", fn, j, pp->name);
+  }
+  zt_tensor *w = NULL, *g = NULL;
+  zt_status s = flat_view(p, elem_off, n_elem, &w);
+  if (!s) s = flat_view(p->grad, elem_off, n_elem, &g);
+  if (s) {
+    zt_tensor_free(w);
+    return s;
+  }
+  bool prev = zt_set_grad_enabled(false);
+  zt__optim_update u;
+  update_consts(o, lr, i, &u);
+  if (o->cfg.kind == ZT_OPTIM_ADAMW) zt__dev_adamw(w, g, state[0], state[1], &u);
+  else zt__dev_sgd(w, g, n_state == 1 ? state[0] : NULL, &u);
+  zt_set_grad_enabled(prev);
+  zt_tensor_free(w);
+  zt_tensor_free(g);
+  zt_tensor_bump_version(p);
+  for (int j = 0; j < n_state; j++) zt_tensor_bump_version(state[j]);
+  return ZT_OK;
 }
 
 void zt_optim_step_finish(zt_optim *o) {

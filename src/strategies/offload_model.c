@@ -27,6 +27,7 @@ zt_offload_model_options zt_offload_model_options_default(void) {
   o.offload_activations = true;
   o.lazy_update = true;
   o.restore_on_free = true;
+  o.update_chunk_bytes = ZT_OFFLOAD_MODEL_UPDATE_CHUNK;
   return o;
 }
 
@@ -119,7 +120,8 @@ static zt_status slice_load(zt_offload_model *om, int s, bool async) {
     zt_tensor *t = om->u.params[i].tensor;
     if (!s0) s0 = storage_back(t, async, true);
     if (!s0) s0 = storage_back(t->grad, async, false);
-    if (om->n_pending && om->pending[i]) { /* its update comes with this load: its optimizer state too */
+    /* its update comes with this load: its optimizer state too (a chunked update reads its own) */
+    if (om->n_pending && om->pending[i] && !zt__om_update_chunked(om, i)) {
       zt_tensor *const *ts;
       int n = zt__om_optim_states(om, i, &ts);
       for (int j = 0; j < n && !s0; j++) s0 = storage_back(ts[j], async, false);
@@ -719,6 +721,10 @@ zt_status zt_offload_model_evict_optim(zt_offload_model *om, zt_optim *opt) {
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: another optimizer's state already lives in the store", fn);
   om->state_opt = opt;
   for (int i = 0; i < om->u.n_params; i++) { /* one parameter's state in RAM at a time */
+    if (zt__om_update_chunked(om, i)) { /* one state tensor at a time */
+      ZT_TRY(zt__om_chunk_states(om, opt, i));
+      continue;
+    }
     int n;
     zt_tensor *const *ts;
     ZT_TRY(zt_optim_param_state(opt, i, true, &n, &ts));

@@ -78,6 +78,16 @@ ZT_NODISCARD zt_status zt__om_apply_pending(zt_offload_model *om, int s);
 /* Parameter i's optimizer state when it lives in the store (offload_optim_state, made by an
  * update or zt_offload_model_evict_optim): its count and tensors (*ts; NULL and 0: none). */
 int zt__om_optim_states(zt_offload_model *om, int i, zt_tensor *const **ts);
+/* Whether parameter i's update runs in chunks (offload_model_step.c): its optimizer state lives
+ * in the store, which reads and writes ranges, the parameter is on a device the host can touch,
+ * and its moments take more than update_chunk_bytes. Its moments then never come into RAM
+ * whole: loads and read-aheads leave them in the store. */
+bool zt__om_update_chunked(zt_offload_model *om, int i);
+/* Parameter i's optimizer state under opt (which becomes the store's, state_opt) made where
+ * missing, one tensor at a time, each evicted (its bytes written) before the next is made: a
+ * chunked parameter's moments are never in RAM together, not even zero-filled at its first
+ * update. */
+ZT_NODISCARD zt_status zt__om_chunk_states(zt_offload_model *om, zt_optim *opt, int i);
 /* Parameter i's optimizer state to the store (no-op without one). */
 ZT_NODISCARD zt_status zt__om_optim_evict(zt_offload_model *om, int i);
 /* The graph-keeping backward's slice s is done now (its time since bwd_mark counted, updates

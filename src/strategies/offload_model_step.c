@@ -1,14 +1,17 @@
 /* OffloadModel's update (zt/offload_model.h): the global grad norm from the parameters' sums
  * of squares in the optimizer's order, clipping and the update slice by slice, now or (lazy
- * updates) at each slice's next load; the training step of both modes.
+ * updates) at each slice's next load, a parameter whose moments pass the update chunk a chunk
+ * of elements at a time; the training step of both modes.
  * Invariants: an update waits (pending) only for a slice not in RAM; the optimizer's step
  * count advances once, when the last waiting parameter is updated; the moments in RAM for
  * the parameters not yet updated (those read ahead included) are at most those of the slice
- * being updated (what one slice's update holds). */
+ * being updated (what one slice's update holds, a chunked parameter counting one chunk); a
+ * chunked parameter's moments never come into RAM whole. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/backend.h"
 #include "core/status_internal.h"
 #include "offload_model_internal.h"
 #include "zt/autograd.h"
@@ -21,9 +24,112 @@ typedef struct upd {
   size_t bytes, budget;
 } upd;
 
+/* ---------------------------------------------------------------- chunked updates */
+/* The optimizer whose state lives in the store now (the waiting update's, else the last one's). */
+static zt_optim *state_optim(const zt_offload_model *om) { return om->pend_opt ? om->pend_opt : om->state_opt; }
+
+/* Parameter i's state tensors per parameter under opt (0: plain SGD, none). */
+static int per_param(zt_optim *opt, int i) {
+  int n = 0;
+  zt_tensor *const *ts;
+  zt_status e = zt_optim_param_state(opt, i, false, &n, &ts);
+  ZT_ASSERT(e == ZT_OK); /* i is in range: the optimizer updates u's list (checked by the step) */
+  return n;
+}
+
+bool zt__om_update_chunked(zt_offload_model *om, int i) {
+  zt_optim *opt = state_optim(om);
+  if (!om->o.offload_optim_state || !om->o.update_chunk_bytes || !opt || !zt_store_has_ranges(om->store)) return false;
+  const zt_tensor *t = om->u.params[i].tensor;
+  const zt__backend *b = zt__backend_get(zt_tensor_device(t).type);
+  if (!b || !b->host_accessible) return false; /* the chunks' moments are read into host memory */
+  int n = per_param(opt, i);
+  return n > 0 && (size_t)n * zt_tensor_nbytes(t) > om->o.update_chunk_bytes;
+}
+
+/* Elements per chunk of a parameter with n state tensors: update_chunk_bytes of moments, cut
+ * down to a multiple of 1024 elements (4 KiB of f32: page-aligned ranges in a disk store). */
+static int64_t chunk_elems(const zt_offload_model *om, int n) {
+  int64_t c = (int64_t)(om->o.update_chunk_bytes / ((size_t)n * sizeof(float))) / 1024 * 1024;
+  return c > 1024 ? c : 1024;
+}
+
+zt_status zt__om_chunk_states(zt_offload_model *om, zt_optim *opt, int i) {
+  om->state_opt = opt;
+  for (int j = 0, n = per_param(opt, i); j < n; j++) {
+    zt_tensor *t;
+    ZT_TRY(zt_optim_param_state_one(opt, i, j, &t));
+    if (!t->storage->name[0]) zt_storage_set_name(t->storage, zt_optim_state_name(opt, i, j));
+    ZT_TRY(zt_storage_wait(t->storage)); /* a restore of an earlier path, if one is in flight */
+    if (!zt_storage_is_evicted(t->storage)) ZT_TRY(zt_storage_evict(t->storage, om->store, t->dtype));
+  }
+  return ZT_OK;
+}
+
+/* Moment bytes a chunked update of parameter i holds: one chunk's (or the whole parameter's,
+ * when smaller). */
+static size_t chunk_bytes_held(zt_offload_model *om, int i) {
+  int n = per_param(state_optim(om), i);
+  int64_t numel = zt_tensor_numel(om->u.params[i].tensor), c = chunk_elems(om, n);
+  return (size_t)n * sizeof(float) * (size_t)(c < numel ? c : numel);
+}
+
+/* Parameter i's update a chunk at a time: the grad scaled, then per chunk its moments read
+ * from the store (ranges), AdamW on the chunk's elements, the moments written back in place.
+ * RAM holds the parameter, its grad and one chunk's moments (OPTIM). A failure stops there:
+ * the chunks before it are updated (the parameter partly), the failing chunk's moments may be
+ * partly written. */
+static zt_status update_chunked(zt_offload_model *om, int i) {
+  zt_optim *opt = om->pend_opt;
+  const zt_param *pr = &om->u.params[i];
+  ZT_TRY(zt__om_chunk_states(om, opt, i));
+  zt_tensor *const *ts;
+  int ns = zt__om_optim_states(om, i, &ts);
+  ZT_ASSERT(ns > 0 && ns <= 2);
+  if (om->pend_coef > 0) ZT_TRY(zt_grads_scale(1, pr, om->pend_coef));
+  int64_t numel = zt_tensor_numel(pr->tensor), c = chunk_elems(om, ns);
+  if (c > numel) c = numel;
+  zt_tensor *buf[2] = {NULL, NULL}, *part[2] = {NULL, NULL};
+  float *data[2] = {NULL, NULL};
+  zt_status e = ZT_OK;
+  for (int q = 0; q < ns && !e; q++) {
+    e = zt_tensor_empty_tagged(1, &c, ZT_DTYPE_F32, ZT_CPU, ZT_MEM_TAG_OPTIM, &buf[q]);
+    if (!e) e = zt_tensor_data(buf[q], (void **)&data[q]);
+  }
+  for (int64_t off = 0; off < numel && !e; off += c) {
+    int64_t len = numel - off < c ? numel - off : c;
+    size_t boff = (size_t)off * sizeof(float), blen = (size_t)len * sizeof(float);
+    zt_tensor *const *use = buf;
+    if (len < c) { /* the last chunk: the buffers' first len elements */
+      for (int q = 0; q < ns && !e; q++) e = zt_narrow(buf[q], 0, 0, len, &part[q]);
+      use = part;
+    }
+    double t0 = zt_clock_now();
+    for (int q = 0; q < ns && !e; q++) e = zt_storage_read_evicted(ts[q]->storage, boff, blen, data[q]);
+    double t1 = zt_clock_now();
+    if (!e) e = zt_optim_step_param_range(opt, om->pend_lr, i, off, len, ns, use);
+    double t2 = zt_clock_now();
+    for (int q = 0; q < ns && !e; q++) e = zt_storage_write_evicted_in_place(ts[q]->storage, boff, blen, data[q]);
+    om->st.update_read_wait_s += t1 - t0, om->st.update_adamw_s += t2 - t1;
+    om->st.update_write_s += zt_clock_now() - t2;
+    om->st.update_chunks += !e;
+  }
+  for (int q = 0; q < 2; q++) zt_tensor_free(part[q]), zt_tensor_free(buf[q]);
+  if (e) return zt__error_prefix(e, "offload model: the chunked update of parameter '%s'", pr->name);
+  om->st.chunked_params++;
+  zt_tensor_free(pr->tensor->grad);
+  pr->tensor->grad = NULL;
+  om->pending[i] = false;
+  om->n_pending--;
+  return ZT_OK;
+}
+
+/* ---------------------------------------------------------------- whole updates */
 /* Parameter i's optimizer state in the store: its bytes; with start, its restores begun (the
- * store's helper reads it while the caller goes on; a no-op for one in RAM or on its way). */
+ * store's helper reads it while the caller goes on; a no-op for one in RAM or on its way). A
+ * chunked parameter: the bytes its update holds, nothing begun (it reads its chunks itself). */
 static size_t moments(zt_offload_model *om, int i, bool start, zt_status *st) {
+  if (zt__om_update_chunked(om, i)) return chunk_bytes_held(om, i);
   zt_tensor *const *ts;
   int n = zt__om_optim_states(om, i, &ts);
   size_t b = 0;
@@ -37,6 +143,7 @@ static size_t moments(zt_offload_model *om, int i, bool start, zt_status *st) {
 /* Parameter i's update: its moments in RAM (waited for, or read now), its grad scaled, AdamW,
  * its grad freed, its moments back to the store at once (written behind). */
 static zt_status update_one(zt_offload_model *om, int i) {
+  if (zt__om_update_chunked(om, i)) return update_chunked(om, i);
   zt_tensor *const *ts;
   int ns = zt__om_optim_states(om, i, &ts);
   double t0 = zt_clock_now();
@@ -69,7 +176,7 @@ static zt_status update_run(zt_offload_model *om, int n, const upd *u, bool coun
       zt_status st = ZT_OK;
       moments(om, u[ahead].i, true, &st);
       if (st) return st;
-      om->st.moments_read_ahead += count && ahead > j && u[ahead].bytes > 0;
+      om->st.moments_read_ahead += count && ahead > j && u[ahead].bytes > 0 && !zt__om_update_chunked(om, u[ahead].i);
       held += u[ahead].bytes;
       ahead++;
     }

@@ -4,7 +4,8 @@
  * zt_offload_model_new makes and the bytes each phase of a step holds, and its step time from
  * the measured compute rate and disk bandwidth; the fastest plan that fits is chosen.
  * Invariant: the byte counts follow the residency rules of src/strategies/offload_model*.c
- * (a slice's update holds its parameters, grads and two moments; the next slice is prefetched
+ * (a slice's update holds its parameters, grads and moments: two per parameter, one chunk's for
+ * a parameter whose moments pass the update chunk; the next slice is prefetched
  * with its own; backward holds parameters and grads of the slice and the one before) and the
  * activation counts of its family (zt_act_cost); tests/test_offload_plan.c checks the prediction
  * against the accounting's measured peak. */
@@ -37,6 +38,24 @@ static int64_t slices_of(const int64_t *ub, int U, const int *count, int N, int6
   return Pmax;
 }
 
+/* The moment bytes an update of x parameter bytes holds: AdamW's two copies, or one update
+ * chunk's where they pass it (OffloadModel's chunked updates; chunk 0: never). */
+static double moments_held(double x, double chunk) { return chunk > 0 && 2.0 * x > chunk ? chunk : 2.0 * x; }
+
+/* The moment bytes each unit's update holds (um[U]): the family's large tensors by their dims,
+ * each chunked on its own (the token embedding V x C, and GPT-2's positions, in unit 0; the MLP's
+ * ffn x C weights of a block, three gated (Llama) or two; the output layer, a tied embedding
+ * again, in the last unit), the rest of a unit counted whole (at the default chunk every one of
+ * its tensors is below it). */
+static void unit_moments(const zt_offload_plan_input *in, int U, double *um) {
+  zt_lm_dims d = zt_lm_config_dims(&in->model);
+  double ch = (double)in->update_chunk_bytes, C = d.hidden, VC = (double)d.vocab * C * 4, FC = (double)d.ffn * C * 4;
+  double mlp = in->model.family == ZT_LM_LLAMA ? 3 : 2;
+  um[0] = moments_held(VC, ch) + moments_held((double)d.embed_params * 4 - VC, ch);
+  for (int u = 1; u < U - 1; u++) um[u] = mlp * moments_held(FC, ch) + 2.0 * ((double)d.block_params * 4 - mlp * FC);
+  um[U - 1] = moments_held(VC, ch) + 2.0 * ((double)d.out_params * 4 - VC);
+}
+
 /* The most RAM plan p can take: its peak, what writes behind may add, and a margin for what the
  * prediction does not model (ZT_OFFLOAD_PLAN_MARGIN). */
 static void plan_bound(zt_offload_plan *p) {
@@ -50,9 +69,10 @@ typedef struct plan_peak {
   double W;            /* the tier's write cap: the smallest slice's parameters at most */
 } plan_peak;
 
-/* The peak of N slices of parameter bytes P (nb blocks each), K resident; rec as predict's. */
-static plan_peak memory_peak(const zt_offload_plan_input *in, const int64_t *P, const int *nb, int64_t Pmax, int N,
-                             int K, zt_offload_plan_activations act, const bool *rec) {
+/* The peak of N slices of parameter bytes P (nb blocks each, their updates holding Mo moment
+ * bytes), K resident; rec as predict's. */
+static plan_peak memory_peak(const zt_offload_plan_input *in, const int64_t *P, const double *Mo, const int *nb,
+                             int64_t Pmax, int N, int K, zt_offload_plan_activations act, const bool *rec) {
   const zt_lm_config *g = &in->model;
   zt_lm_dims d = zt_lm_config_dims(g);
   double C = d.hidden, V = d.vocab, F = d.ffn;
@@ -81,7 +101,7 @@ static plan_peak memory_peak(const zt_offload_plan_input *in, const int64_t *P, 
   /* the peak over the phases of a step (M chunks; lazy updates), each phase's resident bytes
    * and what may also be in flight there (written behind: counted when the disk falls behind):
    * forward, slice s >= K: its load with its update's state (parameters, grads, moments: 4x its
-   *   parameter bytes) beside the slice before it computing (K 2), whose update's moments are
+   *   parameter bytes, less where moments are updated a chunk at a time) beside the slice before it computing (K 2), whose update's moments are
    *   then being written behind (when it had one), with the activations kept so far (keep-graph),
    *   the boundary activation (recompute) or none (activation offload: the copies being written
    *   behind, up to its cap, in flight); slices below K were updated at the last step's end and
@@ -95,11 +115,12 @@ static plan_peak memory_peak(const zt_offload_plan_input *in, const int64_t *P, 
   bool prev_grads = act != ZT_OFFLOAD_PLAN_RECOMPUTE && in->microbatches > 1;
   double peak = 0, states = 0, acts = 0, bound = 0, blocks_before = 0;
   double P1 = N >= 2 ? (double)P[1] - (N == 2 ? wte : 0) : 0; /* two slices share the tied embedding */
+  double M1 = N >= 2 ? Mo[1] - (N == 2 && d.tied ? moments_held(wte, (double)in->update_chunk_bytes) : 0) : 0;
   for (int s = 0; s < N; s++) {
     double Ps = (double)P[s];
     double prev = K >= 2 && s > 0 ? (double)P[s - 1] - (N == 2 ? wte : 0) : 0;
     double phase_st[3], phase_act[3], phase_fly[3];
-    phase_st[0] = (s >= K ? 4.0 * Ps : prev_grads ? 2.0 * Ps : Ps) + prev;
+    phase_st[0] = (s >= K ? 2.0 * Ps + Mo[s] : prev_grads ? 2.0 * Ps : Ps) + prev;
     phase_act[0] = act == ZT_OFFLOAD_PLAN_KEEP ? blocks_before * kept : act == ZT_OFFLOAD_PLAN_OFFLOAD ? 0 : edge;
     bool upd_behind = K >= 2 && s - 1 >= K; /* the slice before updated at its load: its moments written behind */
     if (upd_behind) phase_st[0] += W;
@@ -130,7 +151,8 @@ static plan_peak memory_peak(const zt_offload_plan_input *in, const int64_t *P, 
    * second slice in the run about half the cap's worth more is in RAM than the run's start holds
    * (all of it, when the disk falls behind) */
   bool two = K >= 2 && N >= 2; /* the run goes on into slice 1 (with slice 0 alone, nothing more is read) */
-  double end = two ? fmax(4.0 * (double)P[0] + 2.0 * P1, (double)P[0] + 4.0 * P1) + W / 2 : 4.0 * (double)P[0];
+  double P0 = (double)P[0];
+  double end = two ? fmax(2.0 * P0 + Mo[0] + 2.0 * P1, P0 + 2.0 * P1 + M1) + W / 2 : 2.0 * P0 + Mo[0];
   if (end > peak) peak = end, states = end, acts = 0; /* backward's activations are gone */
   bound = fmax(bound, end + (two ? W / 2 : 0)); /* one slice alone: its moments in flight were in RAM anyway */
   if (K > 2) states += (double)(K - 2) * (double)Pmax, bound += (double)(K - 2) * (double)Pmax;
@@ -148,7 +170,11 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
   int64_t P[ZT_OFFLOAD_PLAN_MAX_UNITS] = {0};
   int nb[ZT_OFFLOAD_PLAN_MAX_UNITS] = {0};
   int64_t Pmax = slices_of(ub, U, count, N, P, nb);
-  plan_peak pk = memory_peak(in, P, nb, Pmax, N, K, act, rec);
+  double um[ZT_OFFLOAD_PLAN_MAX_UNITS], Mo[ZT_OFFLOAD_PLAN_MAX_UNITS] = {0};
+  unit_moments(in, U, um);
+  for (int s = 0, first = 0; s < N; first += count[s], s++)
+    for (int u = first; u < first + count[s]; u++) Mo[s] += um[u];
+  plan_peak pk = memory_peak(in, P, Mo, nb, Pmax, N, K, act, rec);
   double st = pk.states, a = pk.acts, bound = pk.bound, W = pk.W;
   p->slices = N, p->resident = K, p->activations_mode = act, p->trial = false;
   /* the recomputed blocks, a letter each */
@@ -474,6 +500,8 @@ static zt_status plan_input(const zt_train_config *c, int world, int64_t limit, 
   /* the allocator's cache of freed blocks is resident but not accounted: bounded, and counted */
   in->cache_bytes = limit / 64 < in->cache_max_bytes ? limit / 64 : in->cache_max_bytes; /* ZT_ALLOC_CACHE_MB=0: none */
   in->write_cap_bytes = (int64_t)ZT_STORE_WRITE_CAP_DEFAULT; /* at most; the plan lowers it to its smallest slice */
+  /* the run's OffloadModel updates in chunks (its options' default; every tier's store has range ops) */
+  in->update_chunk_bytes = (int64_t)zt_offload_model_options_default().update_chunk_bytes;
   in->can_offload_activations = c->memory.offload_model == ZT_OFFLOAD_DISK || c->memory.offload_model == ZT_OFFLOAD_HOST;
   /* a trial needs its two steps and one to run the choice */
   in->trial = c->memory.activation_trial != ZT_ACT_TRIAL_OFF && c->steps >= ZT_ACT_TRIAL_FIRST + 2;
