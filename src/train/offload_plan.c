@@ -201,7 +201,7 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
    * bytes per step (parameters twice in, moments and grads in and out, activations both ways
    * when offloaded), whichever is longer */
   double n_params = (double)d.params, tokens = (double)in->rows * (double)in->seq;
-  double flops = 6.0 * n_params * tokens + 12.0 * L * (double)in->seq * A * tokens;
+  double flops = zt_lm_flops_per_step(&d, in->rows, in->seq);
   double comp = in->gflops > 0 ? flops / (in->gflops * 1e9) : 0;
   if (act == ZT_OFFLOAD_PLAN_RECOMPUTE) comp *= 4.0 / 3.0;
   /* a recomputed block runs its forward again (2 x its parameters + the attention's 4 T C per
