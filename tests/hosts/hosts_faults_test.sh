@@ -8,9 +8,9 @@
 # - host 2's link set down in the middle of a step (FSDP full, a sharded checkpoint every 2
 #   steps into a folder both hosts see): every rank ends within the comm timeout (5 s) and a
 #   margin, each naming the other host and its rank as unreachable; the last checkpoint is
-#   whole; once the link is up again mpirun ends too (while it is down, mpirun waits for the
-#   unreachable host's orted: docs/hosts.md); resumed from the checkpoint, the run's losses
-#   are the uninterrupted run's, bitwise.
+#   whole; once the link is up again mpirun ends too, leaving nothing on either host (while it
+#   is down, mpirun waits for the unreachable host's orted: docs/hosts.md); resumed from the
+#   checkpoint, the run's losses are the uninterrupted run's, bitwise.
 # ctest label hosts; exit 77 (skipped) where namespaces cannot be made.
 # Usage: hosts_faults_test.sh path/to/zt path/to/zth_delay
 set -u
@@ -124,6 +124,15 @@ out=$(cat "$w/cut.out")
 echo "  mpirun: ended while the link was down: $mp_down; ended ${mp_end:-(not within 60 s)} s after it came up, status $rc"
 check "... mpirun ends (within 60 s of the link coming back), with a failure status" \
   '[ -n "$mp_end" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ]'
+left=""
+for _ in $(seq 50); do
+  left=$(for h in 1 2; do ip netns pids "${zth_prefix}h$h" 2>/dev/null; done | xargs -r ps -o pid=,comm= -p 2>/dev/null)
+  [ -z "$left" ] && break
+  sleep 0.1
+done
+out=$left
+check "... and nothing of the job is left on either host (no rank, no orted)" '[ -z "$left" ]'
+out=$(cat "$w/cut.out")
 check "... rank 0 names rank 1 and its host zth-h2 as unreachable" \
   'grep -q "rank 0 of 2).*timed out after 5 s.*world rank 1 (not on this node, and its host zth-h2: [0-9.:]*: no connection in time (the host is unreachable))" <<<"$out"'
 check "... rank 1 names rank 0 and its host zth-h1 as unreachable" \
