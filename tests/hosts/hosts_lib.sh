@@ -5,6 +5,8 @@
 #   . tests/hosts/hosts_lib.sh
 #   hosts_up 2 2            # 2 hosts, 2 slots each (exit 77 with a notice where it cannot)
 #   hosts_mpirun -np 4 build/tests/test_fsdp
+#   hosts_netem 2 delay 10ms loss 1%    # faults on host 2's link (rate 1gbit; clear)
+#   hosts_link 2 down                   # host 2's link pulled out (up: put back)
 #   hosts_down              # also run on exit, by the trap hosts_up sets
 #
 # Each host is a network namespace (`ip netns`) with one address, 10.213.X.i/24, on a veth
