@@ -22,7 +22,7 @@
 #   C the measured one-way time of one 192 KiB message (a microbatch of 2 x 32 activations) at that setting) next to the
 #   measured step.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 B=${1:-build}
 PARTS=${2:-comm,faults,steps}
 REPS=${REPS:-5}

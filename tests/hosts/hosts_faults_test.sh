@@ -56,6 +56,7 @@ if ! command -v iptables >/dev/null 2>&1; then
 fi
 for f in "${faults[@]}"; do
   for h in 1 2; do
+    # shellcheck disable=SC2086 # the words of the fault: hosts_netem H delay 1ms
     hosts_netem "$h" $f || { echo "FAIL hosts_netem $h $f"; fail=$((fail + 1)); }
   done
   k=${f// /-}
