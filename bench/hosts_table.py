@@ -12,6 +12,8 @@ for line in open(path):
         d = json.loads(line)
     except ValueError:
         continue
+    if d.get("bench") not in ("comm", "hosts_faults", "hosts_step"):
+        continue  # comm_experiment: a one-off (docs/hosts.md)
     machine, date, commit = d.get("machine", machine), d.get("date", date), d.get("commit", commit)
     if d.get("bench") == "comm":
         comm[(d["setting"], d["place"], d["progress"])] = d
