@@ -5,8 +5,8 @@
 #   hosts' links): the clean run's losses, validation losses and grad norms, bitwise; what it
 #   cost is printed (median step time and the run's wall time against the clean run's) and,
 #   where ZTH_FAULTS_JSONL names a file, appended to it as JSON lines (bench/hosts.sh);
-# - host 2's link set down in the middle of a step (FSDP full, a sharded checkpoint every 2
-#   steps into a folder both hosts see): every rank ends within the comm timeout (5 s) and a
+# - host 2's link set down in the middle of a step (FSDP full with a sharded checkpoint every 2
+#   steps into a folder both hosts see; DDP with rank 0's single-file one): every rank ends within the comm timeout (5 s) and a
 #   margin, each naming the other host and its rank as unreachable; the last checkpoint is
 #   whole; once the link is up again mpirun ends too, leaving nothing on either host (while it
 #   is down, mpirun waits for the unreachable host's orted: docs/hosts.md); resumed from the
@@ -80,8 +80,7 @@ for h in 1 2; do hosts_netem "$h" clear; done
 # (4 blocks of width 128 over 64 tokens: about 70 ms a step here, so the link goes down well
 # before the end)
 long=(train --layers 4 --dim 128 --heads 4 --batch 8 --seq 64 --steps 60 --warmup 1 --lr 3e-3 --dropout 0 --threads 1
-  --eval-every 0 --sample-len 0 --shard full --comm-timeout 5)
-out=$(hosts_mpirun -np 2 --map-by node "$zt" "${long[@]}" --metrics "$w/full.jsonl" 2>&1)
+  --eval-every 0 --sample-len 0 --comm-timeout 5)
 # zt processes (the ranks) still in a host's namespace
 zt_exe=$(readlink -f "$zt")
 ranks_in() {
@@ -91,72 +90,89 @@ ranks_in() {
   done
   echo $n
 }
-hosts_mpirun -np 2 --map-by node "$zt" "${long[@]}" --save "$w/ck" --save-every 2 --metrics "$w/cut.jsonl" >"$w/cut.out" 2>&1 &
-mp=$!
-# the link goes down once the checkpoint of step 4 is committed (the run is then in step 5 or 6)
-for _ in $(seq 600); do
-  case $(readlink "$w/ck/latest" 2>/dev/null) in step-0000000[4-9] | step-000000[1-9]*) break ;; esac
-  sleep 0.05
-done
-running=$(($(ranks_in 1) + $(ranks_in 2)))
-hosts_link 2 down
-t_down=$(date +%s.%N)
-echo "  link of host 2 down after the checkpoint $(readlink "$w/ck/latest") (of 60 steps), $running ranks running"
-ended=""
-for _ in $(seq 300); do
-  if [ "$(ranks_in 1)" -eq 0 ] && [ "$(ranks_in 2)" -eq 0 ]; then
-    ended=$(echo "$(date +%s.%N) - $t_down" | bc)
-    break
+# link_cut NAME LAYOUT...: the run with a checkpoint every 2 steps into $w/NAME-ck (a folder both
+# hosts see), host 2's link pulled out once step 4's is committed, then put back; resumed
+link_cut() {
+  local L=$1 t_down t_up mp rc running ended mp_down mp_end left last kstep
+  shift
+  out=$(hosts_mpirun -np 2 --map-by node "$zt" "${long[@]}" "$@" --metrics "$w/$L-full.jsonl" 2>&1)
+  hosts_mpirun -np 2 --map-by node "$zt" "${long[@]}" "$@" --save "$w/$L-ck" --save-every 2 --metrics "$w/$L-cut.jsonl" \
+    >"$w/$L-cut.out" 2>&1 &
+  mp=$!
+  # the link goes down once the checkpoint of step 4 is committed (the run is then in step 5 or 6)
+  for _ in $(seq 600); do
+    case $(readlink "$w/$L-ck/latest" 2>/dev/null) in step-0000000[4-9] | step-000000[1-9]*) break ;; esac
+    sleep 0.05
+  done
+  running=$(($(ranks_in 1) + $(ranks_in 2)))
+  hosts_link 2 down
+  t_down=$(date +%s.%N)
+  echo "  $L: link of host 2 down after the checkpoint $(readlink "$w/$L-ck/latest") (of 60 steps), $running ranks running"
+  ended=""
+  for _ in $(seq 300); do
+    if [ "$(ranks_in 1)" -eq 0 ] && [ "$(ranks_in 2)" -eq 0 ]; then
+      ended=$(echo "$(date +%s.%N) - $t_down" | bc)
+      break
+    fi
+    sleep 0.1
+  done
+  echo "  $L: every rank ended ${ended:-(not within 30 s)} s after the link went down (comm timeout 5 s)"
+  check "$L, link down mid-step: every rank on both hosts ends within the comm timeout + 5 s" \
+    '[ "$running" -eq 2 ] && [ -n "$ended" ] && [ "$(echo "$ended < 10" | bc)" -eq 1 ]'
+  mp_down=no
+  kill -0 $mp 2>/dev/null || mp_down=yes
+  hosts_link 2 up
+  t_up=$(date +%s.%N)
+  mp_end=""
+  for _ in $(seq 600); do
+    if ! kill -0 $mp 2>/dev/null; then
+      mp_end=$(echo "$(date +%s.%N) - $t_up" | bc)
+      break
+    fi
+    sleep 0.1
+  done
+  wait $mp
+  rc=$?
+  echo "  $L: mpirun ended while the link was down: $mp_down; ended ${mp_end:-(not within 60 s)} s after it came up, status $rc"
+  out=$(cat "$w/$L-cut.out")
+  check "... mpirun ends (within 60 s of the link coming back), with a failure status" \
+    '[ -n "$mp_end" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ]'
+  left=""
+  for _ in $(seq 50); do
+    left=$(for h in 1 2; do ip netns pids "${zth_prefix}h$h" 2>/dev/null; done | xargs -r ps -o pid=,comm= -p 2>/dev/null)
+    [ -z "$left" ] && break
+    sleep 0.1
+  done
+  out=$left
+  check "... and nothing of the job is left on either host (no rank, no orted)" '[ -z "$left" ]'
+  out=$(cat "$w/$L-cut.out")
+  check "... rank 0 names rank 1 and its host zth-h2 as unreachable" \
+    'grep -q "rank 0 of 2).*timed out after 5 s.*world rank 1 (not on this node, and its host zth-h2: [0-9.:]*: no connection in time (the host is unreachable))" <<<"$out"'
+  check "... rank 1 names rank 0 and its host zth-h1 as unreachable" \
+    'grep -q "rank 1 of 2).*timed out after 5 s.*world rank 0 (not on this node, and its host zth-h1: [0-9.:]*: no connection in time (the host is unreachable))" <<<"$out"'
+  grep "timed out" <<<"$out" | sed 's/^/    /' | cut -c1-400
+  if [ -n "${ZTH_FAULTS_JSONL:-}" ]; then
+    printf '{"bench":"hosts_faults","hosts":2,"ranks":2,"layout":"%s","fault":"link down mid-step","model":"layers 4 dim 128 batch 8x64","comm_timeout_s":5,"ranks_ended_s":%s,"mpirun_ended_while_down":"%s","mpirun_after_up_s":%s,"machine":"one 2-core VM, hosts are network namespaces","date":"%s"}\n' \
+      "$L" "${ended:-null}" "$mp_down" "${mp_end:-null}" "$(date -u +%FT%TZ)" >>"$ZTH_FAULTS_JSONL"
   fi
-  sleep 0.1
-done
-echo "  every rank ended ${ended:-(not within 30 s)} s after the link went down (comm timeout 5 s)"
-check "link down mid-step: every rank on both hosts ends within the comm timeout + 5 s" \
-  '[ "$running" -eq 2 ] && [ -n "$ended" ] && [ "$(echo "$ended < 10" | bc)" -eq 1 ]'
-mp_down=no
-kill -0 $mp 2>/dev/null || mp_down=yes
-hosts_link 2 up
-t_up=$(date +%s.%N)
-mp_end=""
-for _ in $(seq 600); do
-  if ! kill -0 $mp 2>/dev/null; then
-    mp_end=$(echo "$(date +%s.%N) - $t_up" | bc)
-    break
+  last=$(basename "$(readlink "$w/$L-ck/latest")")
+  kstep=$((10#${last#step-}))
+  echo "  $L: last checkpoint: $last"
+  if [ "$L" = fsdp ]; then
+    check "... the last checkpoint is whole (an index and both shards)" \
+      '[ -f "$w/$L-ck/latest/index.json" ] && [ "$(ls "$w/$L-ck/latest/" | grep -c "^shard-[01]-of-2.safetensors$")" -eq 2 ]'
+  else
+    check "... the last checkpoint is whole (model and optimizer state)" \
+      '[ -f "$w/$L-ck/latest/model.safetensors" ] && [ -f "$w/$L-ck/latest/optim.safetensors" ]'
   fi
-  sleep 0.1
-done
-wait $mp
-rc=$?
-out=$(cat "$w/cut.out")
-echo "  mpirun: ended while the link was down: $mp_down; ended ${mp_end:-(not within 60 s)} s after it came up, status $rc"
-check "... mpirun ends (within 60 s of the link coming back), with a failure status" \
-  '[ -n "$mp_end" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ]'
-left=""
-for _ in $(seq 50); do
-  left=$(for h in 1 2; do ip netns pids "${zth_prefix}h$h" 2>/dev/null; done | xargs -r ps -o pid=,comm= -p 2>/dev/null)
-  [ -z "$left" ] && break
-  sleep 0.1
-done
-out=$left
-check "... and nothing of the job is left on either host (no rank, no orted)" '[ -z "$left" ]'
-out=$(cat "$w/cut.out")
-check "... rank 0 names rank 1 and its host zth-h2 as unreachable" \
-  'grep -q "rank 0 of 2).*timed out after 5 s.*world rank 1 (not on this node, and its host zth-h2: [0-9.:]*: no connection in time (the host is unreachable))" <<<"$out"'
-check "... rank 1 names rank 0 and its host zth-h1 as unreachable" \
-  'grep -q "rank 1 of 2).*timed out after 5 s.*world rank 0 (not on this node, and its host zth-h1: [0-9.:]*: no connection in time (the host is unreachable))" <<<"$out"'
-grep "timed out" <<<"$out" | sed 's/^/    /' | cut -c1-400
-if [ -n "${ZTH_FAULTS_JSONL:-}" ]; then
-  printf '{"bench":"hosts_faults","hosts":2,"ranks":2,"layout":"fsdp","fault":"link down mid-step","model":"layers 4 dim 128 batch 8x64","comm_timeout_s":5,"ranks_ended_s":%s,"mpirun_ended_while_down":"%s","mpirun_after_up_s":%s,"machine":"one 2-core VM, hosts are network namespaces","date":"%s"}\n' \
-    "${ended:-null}" "$mp_down" "${mp_end:-null}" "$(date -u +%FT%TZ)" >>"$ZTH_FAULTS_JSONL"
-fi
-last=$(basename "$(readlink "$w/ck/latest")")
-kstep=$((10#${last#step-}))
-echo "  last checkpoint: $last"
-check "... the last checkpoint is whole (an index and both shards), no staging folder committed" \
-  '[ -f "$w/ck/latest/index.json" ] && [ "$(ls "$w/ck/latest/" | grep -c "^shard-[01]-of-2.safetensors$")" -eq 2 ]'
-out=$(hosts_mpirun -np 2 --map-by node "$zt" "${long[@]}" --save "$w/ck" --resume "$w/ck" --metrics "$w/res.jsonl" 2>&1)
-awk -v k="$kstep" -F'[:,]' '$2 > k' "$w/full.jsonl" >"$w/full-tail.jsonl"
-check "... resumed from it once the link is up: steps $((kstep + 1))..60 of the uninterrupted run, bitwise" \
-  '[ "$kstep" -ge 2 ] && [ "$(losses "$w/res.jsonl" | wc -l)" -eq $((60 - kstep)) ] && [ "$(losses "$w/res.jsonl")" = "$(losses "$w/full-tail.jsonl")" ] && [ "$(norms "$w/res.jsonl")" = "$(norms "$w/full-tail.jsonl")" ]'
+  out=$(hosts_mpirun -np 2 --map-by node "$zt" "${long[@]}" "$@" --save "$w/$L-ck" --resume "$w/$L-ck" \
+    --metrics "$w/$L-res.jsonl" 2>&1)
+  awk -v k="$kstep" -F'[:,]' '$2 > k' "$w/$L-full.jsonl" >"$w/$L-tail.jsonl"
+  check "... resumed from it once the link is up: steps $((kstep + 1))..60 of the uninterrupted run, bitwise" \
+    '[ "$kstep" -ge 2 ] && [ "$(losses "$w/$L-res.jsonl" | wc -l)" -eq $((60 - kstep)) ] &&
+     [ "$(losses "$w/$L-res.jsonl")" = "$(losses "$w/$L-tail.jsonl")" ] && [ "$(norms "$w/$L-res.jsonl")" = "$(norms "$w/$L-tail.jsonl")" ]'
+}
+link_cut fsdp --shard full
+link_cut ddp
 echo "hosts_faults: $(($(date +%s) - t_start)) s"
 check_summary hosts_faults
