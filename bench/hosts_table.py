@@ -5,8 +5,8 @@ import json
 import sys
 
 path = sys.argv[1] if len(sys.argv) > 1 else "bench/results/hosts.jsonl"
-comm, faults, down, steps = {}, {}, None, {}
-machine = date = commit = ""
+comm, faults, down, steps = {}, {}, {}, {}
+machine, dates, commits = "", set(), set()
 for line in open(path):
     try:
         d = json.loads(line)
@@ -14,20 +14,25 @@ for line in open(path):
         continue
     if d.get("bench") not in ("comm", "hosts_faults", "hosts_step"):
         continue  # comm_experiment: a one-off (docs/hosts.md)
-    machine, date, commit = d.get("machine", machine), d.get("date", date), d.get("commit", commit)
+    machine = machine or d.get("machine", "")
+    dates.add(d.get("date", "")[:16])
+    commits.add(d.get("commit", ""))
     if d.get("bench") == "comm":
         comm[(d["setting"], d["place"], d["progress"])] = d
     elif d.get("bench") == "hosts_faults" and "step_ms" in d:
         faults[(d["layout"], d["fault"])] = d
     elif d.get("bench") == "hosts_faults":
-        down = d
+        down[d["layout"]] = d
     elif d.get("bench") == "hosts_step":
         steps[(d["layout"], d["setting"], d["progress"])] = d
 
 out = print
 out("# Across hosts: measured costs\n")
-out(f"bench/hosts.sh (commit {commit}, {date}); {machine}. Every figure is a median (see each")
-out("table); the machine was shared with other work, so differences of ~20% are noise. The \"hosts\" are")
+dates.discard("")
+commits.discard("")
+out(f"bench/hosts.sh runs (commits {', '.join(sorted(commits))}; {min(dates)} to {max(dates)}, the newest line of")
+out(f"each kind shown); {machine}. Every figure is a median (see each table);")
+out("the machine was shared with other work, so differences of ~20% are noise. The \"hosts\" are")
 out("network namespaces on one machine joined by veth pairs through a bridge: their links have no")
 out("wire, the kernel copies the bytes, and every rank of every host shares the same 2 cores.\n")
 
@@ -75,10 +80,10 @@ if faults:
         out(f"| {lay} | {f} | {d['step_ms']:.1f} | {d['clean_step_ms']:.1f} | {r:.1f} | {d['run_s']:.1f} ({d['clean_run_s']:.1f}) | "
             f"{'yes' if d['bitwise'] else 'NO'} |")
     out("")
-if down:
-    out(f"Link down in the middle of a step (FSDP full, 4 blocks of width 128, `--comm-timeout 5`): every rank")
-    out(f"ended {down['ranks_ended_s']:.1f} s after the link went down; mpirun ended while it was down: "
-        f"{down['mpirun_ended_while_down']}; {down['mpirun_after_up_s']:.1f} s after it came up.\n")
+for lay, d in sorted(down.items()):
+    out(f"Link down in the middle of a step ({lay}, 4 blocks of width 128, `--comm-timeout 5`): every rank")
+    out(f"ended {d['ranks_ended_s']:.1f} s after the link went down; mpirun ended while it was down: "
+        f"{d['mpirun_ended_while_down']}; {d['mpirun_after_up_s']:.1f} s after it came up.\n")
 
 if steps:
     out("## gpt2-124m's step (global batch 4 x 32, median of steps 3 to 5)\n")
