@@ -20,7 +20,8 @@
 #   with the progress thread across hosts, unlimited and at 1 Gbit/s. For the pipeline runs, the
 #   simulator's step (zt schedule --costs F,B,W,C from the run's measured per-microbatch costs,
 #   C the measured one-way time of one 192 KiB message (a microbatch of 2 x 32 activations) at that setting) next to the
-#   measured step.
+#   measured step. STEP_SETTINGS (comma-separated: "one host", unlimited, "rate 1gbit", ...)
+#   runs the steps at those settings only.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 B=${1:-build}
@@ -128,7 +129,10 @@ print(json.dumps(out | json.loads("{" + meta + "}")))
 PY
 }
 if has steps; then
-  for set in "one host" unlimited "rate 1gbit" ${SLOW:+"rate 100mbit"}; do
+  sets=("one host" unlimited "rate 1gbit" ${SLOW:+"rate 100mbit"})
+  # STEP_SETTINGS="rate 1gbit,unlimited": only these (a repeat of some)
+  [ -n "${STEP_SETTINGS:-}" ] && IFS=, read -r -a sets <<<"$STEP_SETTINGS"
+  for set in "${sets[@]}"; do
     case $set in
       "one host") p2=one p4=one ;;
       unlimited) fault clear; p2=node p4=slot ;;
