@@ -114,11 +114,12 @@ if steps:
             cells.append(cell(d) if d else "")
         out(f"| {title} | " + " | ".join(cells) + " |")
     out("\nThe progress thread (`ZT_COMM_PROGRESS=1`) across hosts:\n")
-    out("| layout | setting | step ms without | with the thread |")
+    out("| layout | setting | step ms without (each run) | with the thread (each run) |")
     out("| --- | --- | ---: | ---: |")
     for (lay, s, p), d in sorted(steps.items()):
         if p and (lay, s, 0) in steps:
-            out(f"| {lay} | {s} | {steps[(lay, s, 0)]['step_ms']:.0f} | {d['step_ms']:.0f} |")
+            out(f"| {lay} | {s} | {', '.join(f'{v:.0f}' for v in steps[(lay, s, 0)]['all'])} | "
+                f"{', '.join(f'{v:.0f}' for v in d['all'])} |")
     out("\nThe pipeline against the simulator (zt schedule zb-h1, P=2, M=2, with the run's measured mean")
     out("per-microbatch F, B, W and C = the measured one-way time of a 192 KiB message at that setting):\n")
     out("| setting | progress | F / B / W ms | C ms | measured step ms | simulated, C=0 | simulated, C | measured bubble | simulated bubble |")
