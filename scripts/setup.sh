@@ -3,6 +3,9 @@
 # Run as root: installs with apt-get. Otherwise: prints the exact command and stops.
 set -euo pipefail
 pkgs=(build-essential cmake libopenblas-openmp-dev libopenmpi-dev openmpi-bin)
+# as root, the tests across hosts run (label hosts): their network faults need iptables
+# (delay and loss: tests/hosts/hosts_lib.sh's hosts_netem; without it they are skipped)
+[ "$(id -u)" -eq 0 ] && pkgs+=(iptables)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

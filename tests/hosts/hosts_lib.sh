@@ -5,6 +5,8 @@
 #   . tests/hosts/hosts_lib.sh
 #   hosts_up 2 2            # 2 hosts, 2 slots each (exit 77 with a notice where it cannot)
 #   hosts_mpirun -np 4 build/tests/test_fsdp
+#   hosts_netem 2 delay 10ms loss 1%    # faults on host 2's link (rate 1gbit; clear)
+#   hosts_link 2 down                   # host 2's link pulled out (up: put back)
 #   hosts_down              # also run on exit, by the trap hosts_up sets
 #
 # Each host is a network namespace (`ip netns`) with one address, 10.213.X.i/24, on a veth
@@ -155,6 +157,85 @@ hosts_up() {
 # hosts_mpirun ARGS...: mpirun over the hosts (hosts_mpirun.sh: the hostfile's slots, by slot
 # unless ARGS say otherwise, the transports restricted to TCP on the bridge).
 hosts_mpirun() { "$ZTH_DIR/hosts_mpirun.sh" "$@"; }
+
+# hosts_netem HOST SPEC...: network faults on host HOST's link (1..N), as `tc netem` would
+# put them, in words: `delay 10ms` (or `us`), `loss 1%`, `rate 1gbit` (tc's units), several at
+# once (`delay 1ms loss 1%`), or `clear` (none: the clean link). Each applies once to every
+# packet that crosses the host's link in one direction: delay and loss to the packets the host
+# receives, the rate to those it sends; set on every host, a packet between two hosts is
+# delayed once and dropped with the given chance once per crossing, and each direction is
+# limited to the rate (as netem on each host's egress). This kernel may have no netem
+# (CONFIG_NET_SCH_NETEM): the rate is tc's tbf on the host's end of the veth pair; the loss an
+# iptables rule in the host's namespace (raw PREROUTING, before the host's stack: a lost
+# packet is one the sender's TCP must retransmit; `-m statistic --mode random`); the delay the
+# same hook queueing the packets (`-j NFQUEUE`) to zth_delay (tests/hosts/zth_delay.c: each
+# packet accepted DELAY after it arrived, in order). Needs `iptables` for loss and delay and
+# zth_delay for delay (ZTH_DELAY: its path; else build/tests/zth_delay next to the harness);
+# returns 2 with a notice where they are missing.
+hosts_netem() {
+  local h=$1 ns=${zth_prefix}h$1 dev=${zth_prefix}p$1 delay="" loss="" rate="" v
+  shift
+  [ -n "$zth_prefix" ] && [ "$h" -ge 1 ] && [ "$h" -le "$zth_nhosts" ] || { echo "hosts_netem: no host $h" >&2; return 1; }
+  while [ $# -gt 0 ]; do
+    case $1 in
+      clear) ;;
+      delay) delay=$2; shift ;;
+      loss) loss=${2%\%}; shift ;;
+      rate) rate=$2; shift ;;
+      *) echo "hosts_netem: unknown '$1' (delay D, loss P%, rate R, clear)" >&2; return 1 ;;
+    esac
+    shift
+  done
+  # clear what was set
+  if [ -f "$zth_work/delay.$h.pid" ]; then
+    kill "$(cat "$zth_work/delay.$h.pid")" 2>/dev/null
+    rm -f "$zth_work/delay.$h.pid"
+  fi
+  ip netns exec "$ns" iptables -t raw -F PREROUTING 2>/dev/null
+  tc -n "$ns" qdisc del dev "$dev" root 2>/dev/null
+  if [ -n "$rate" ]; then
+    # burst: at least one GSO packet (64 KiB) and 1 ms at the rate; a queue of 100 ms
+    tc -n "$ns" qdisc add dev "$dev" root tbf rate "$rate" burst 256kb latency 100ms || return 1
+  fi
+  if [ -n "$delay$loss" ]; then
+    command -v iptables >/dev/null 2>&1 || { echo "hosts_netem: no iptables (Debian: apt-get install iptables): no loss or delay" >&2; return 2; }
+    if [ -n "$loss" ]; then
+      v=$(awk -v p="$loss" 'BEGIN { printf "%.6f", p / 100 }')
+      ip netns exec "$ns" iptables -t raw -A PREROUTING -i "$dev" -m statistic --mode random --probability "$v" -j DROP ||
+        return 1
+    fi
+    if [ -n "$delay" ]; then
+      local bin=${ZTH_DELAY:-$ZTH_DIR/../../build/tests/zth_delay} us
+      [ -x "$bin" ] || { echo "hosts_netem: no zth_delay ($bin; ZTH_DELAY names it): no delay" >&2; return 2; }
+      case $delay in
+        *us) us=${delay%us} ;;
+        *ms) us=$(awk -v d="${delay%ms}" 'BEGIN { printf "%d", d * 1000 }') ;;
+        *) echo "hosts_netem: delay '$delay': give ms or us" >&2; return 1 ;;
+      esac
+      ip netns exec "$ns" "$bin" "$h" "$us" </dev/null >>"$zth_work/delay.$h.log" 2>&1 &
+      echo $! >"$zth_work/delay.$h.pid"
+      sleep 0.2
+      ip netns exec "$ns" iptables -t raw -A PREROUTING -i "$dev" -j NFQUEUE --queue-num "$h" --queue-bypass || return 1
+    fi
+  fi
+  true
+}
+
+# hosts_link HOST down|up: host HOST's cable pulled out or put back (its veth end on the
+# bridge set down or up: the host can reach no other host, nor mpirun, until it is up again).
+# up waits until the host answers over the bridge again.
+hosts_link() {
+  local h=$1 _
+  ip link set "${zth_prefix}v$h" "$2" || return 1
+  if [ "$2" = up ]; then
+    for _ in $(seq 50); do
+      timeout 1 bash -c "echo >/dev/tcp/$zth_subnet.$h/9" 2>&1 | grep -q refused && return 0
+      sleep 0.1
+    done
+    echo "hosts_link: host $h does not answer after up" >&2
+    return 1
+  fi
+}
 
 # hosts_down: kill what is left in the hosts, delete them, the bridge, the subnet lock and the
 # harness's work folder. Safe to call twice; hosts_up may follow (another set of hosts).
