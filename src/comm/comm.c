@@ -276,13 +276,16 @@ static void nap(double s) {
 #define NAP_MAX_S 1e-3
 #define FROZEN_S 2.0 /* a gap between two looks that long: this process was not running */
 
-/* Ranks on other hosts are looked at through their board servers (a TCP round trip), so only
- * once a wait has lasted REMOTE_AFTER_S, then every REMOTE_CHECK_S, each look given at most
- * REMOTE_ASK_S. A host that did not answer counts as present, and is not asked again in this
- * wait: a stopped server accepts no connection, and every look would leave one more in its
- * queue (a full queue drops new ones, and the timeout's message would read "unreachable"). */
-#define REMOTE_AFTER_S 10e-3
-#define REMOTE_CHECK_S 50e-3
+/* Ranks on other hosts are looked at through their board servers (a TCP round trip, during which
+ * this rank makes no MPI progress), so only once a wait has lasted REMOTE_AFTER_S, far longer
+ * than a collective's round over a slow link takes, then every REMOTE_CHECK_S, each look given
+ * at most REMOTE_ASK_S (at 10 ms a look from a 10 ms wait on a link of 10 ms delay made a 4-byte
+ * all-reduce 31 ms instead of 21: bench/results/hosts.md). A host that did not answer counts as
+ * present, and is not asked again in this wait: a stopped server accepts no connection, and
+ * every look would leave one more in its queue (a full queue drops new ones, and the timeout's
+ * message would read "unreachable"). */
+#define REMOTE_AFTER_S 0.1
+#define REMOTE_CHECK_S 0.25
 #define REMOTE_ASK_S 20e-3
 
 /* Whether a rank's view lets op progress: it is inside a comm call (this one, for collectives). */
