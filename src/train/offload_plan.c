@@ -292,8 +292,6 @@ static void with_trial(const zt_offload_plan *all, int64_t limit, zt_offload_pla
 /* The plans' preferred margin under the limit: the prediction's error is within 10%. */
 #define MARGIN 0.85
 
-#define ZT__PLAN_CACHE_MAX ((int64_t)1 << 30)
-
 /* The allocator's cache: what limit leaves under the 15% margin, between in->cache_bytes and
  * in->cache_max_bytes, and no more than four copies of the largest slice's parameters (a step
  * frees and allocates that much again per slice; a larger cache would not fill). */

@@ -11,6 +11,10 @@
  * two of the largest tensors a block saves (the MLP's ffn wide ones, zt_lm_dims) for a chunk
  * of tokens tokens, so a block's saves are written while its next ops compute, in bounded RAM
  * that the memory planner counts (src/train/offload_plan.c). */
+/* The most allocator cache a plan gives (runs without a limit have no byte bound, only the live
+ * bytes' high mark). */
+#define ZT__PLAN_CACHE_MAX ((int64_t)1 << 30)
+
 int64_t zt__train_act_write_cap(const zt_lm_config *g, int64_t tokens);
 /* zt_mem_available reading its files under root ("" the real ones: root/proc/self/cgroup,
  * root/proc/meminfo, root/sys/fs/cgroup/...) for a process of rss bytes. */

@@ -1,0 +1,64 @@
+/* The planner's prediction of OffloadModel with every state in the tier (plan_internal.h): the
+ * --mem-limit planner's byte counts (zt_offload_plan_predict, offload_plan.c) for the slices,
+ * the resident count and how backward gets its activations, fed from the calibration; its
+ * compute timed by the shared cost model and overlapped with the tier's reads and writes. */
+#include <math.h>
+#include <string.h>
+
+#include "core/backend.h"
+#include "core/status_internal.h"
+#include "train/offload_plan.h"
+#include "train/plan_internal.h"
+
+/* The --mem-limit planner's input for the space at this calibration. */
+static void offload_input(const zt__plan_in *in, const zt_plan_config *c, zt_offload_plan_input *o) {
+  const zt_plan_space *sp = in->sp;
+  memset(o, 0, sizeof *o);
+  o->model = sp->model;
+  o->rows = sp->batch, o->seq = sp->seq, o->microbatches = c->microbatches;
+  o->fixed_bytes = (int64_t)in->cal->value[ZT_PLAN_FIG_BASE] + ZT_OFFLOAD_PLAN_FIXED;
+  o->io_bytes = c->offload_model == ZT_OFFLOAD_DISK ? 2 * ZT_STORE_DISK_QUEUE_DEPTH * 4096 : 0;
+  o->cache_bytes = sp->mem_limit > 0 ? sp->mem_limit / 64 : 0;
+  if (o->cache_bytes > ZT__PLAN_CACHE_MAX) o->cache_bytes = ZT__PLAN_CACHE_MAX;
+  o->write_cap_bytes = (int64_t)ZT_STORE_WRITE_CAP_DEFAULT;
+  o->update_chunk_bytes = (int64_t)zt_offload_model_options_default().update_chunk_bytes;
+  o->gflops = in->cal->value[ZT_PLAN_FIG_GEMM];
+  o->read_bps = in->cal->value[ZT_PLAN_FIG_READ], o->write_bps = in->cal->value[ZT_PLAN_FIG_WRITE];
+  o->can_offload_activations = c->offload_model == ZT_OFFLOAD_DISK || c->offload_model == ZT_OFFLOAD_HOST;
+}
+
+zt_status zt__plan_predict_offload(const zt__plan_in *in, const zt_plan_config *c, zt_plan_prediction *out) {
+  memset(out, 0, sizeof *out);
+  if (!c->offload_states)
+    return ZT_ERR(ZT_STATUS_UNSUPPORTED, "the planner predicts OffloadModel with every state in its tier only");
+  if (c->recompute != ZT_RECOMPUTE_NONE || c->recompute_budget > 0 || c->recompute_plan[0])
+    return ZT_ERR(ZT_STATUS_UNSUPPORTED, "OffloadModel's activations are its mode's, not a recompute option's");
+  zt_offload_plan_activations act = c->mode != ZT_OFFLOAD_MODEL_KEEP_GRAPH ? ZT_OFFLOAD_PLAN_RECOMPUTE
+                                    : c->offload_activations              ? ZT_OFFLOAD_PLAN_OFFLOAD
+                                                                          : ZT_OFFLOAD_PLAN_KEEP;
+  zt_offload_plan_input o;
+  offload_input(in, c, &o);
+  zt_offload_plan p;
+  ZT_TRY(zt_offload_plan_predict(&o, c->slices, c->resident, act, &p));
+  /* the states as one figure: the slices' parameters, grads and moments are PARAM, GRAD and OPTIM
+   * in turn, and the prediction counts them at their sum's peak */
+  out->tag[ZT_MEM_TAG_PARAM] = p.states_bytes;
+  out->tag[ZT_MEM_TAG_ACTIVATION] = p.activation_bytes;
+  out->accounted = p.states_bytes + p.activation_bytes;
+  out->cache = p.cache_bytes;
+  out->io = p.io_bytes + p.inflight_bytes;
+  double comp = c->microbatches * zt__plan_compute_s(in, in->sp->batch / c->microbatches, 0, in->d.n_layer, true, true,
+                                                     act == ZT_OFFLOAD_PLAN_RECOMPUTE ? ZT_RECOMPUTE_FULL
+                                                                                      : ZT_RECOMPUTE_NONE) +
+                zt__plan_optim_s(in, in->d.params);
+  out->compute_s = comp;
+  out->io_s = p.io_s > comp ? p.io_s - comp : 0; /* what the disk adds past the compute it overlaps */
+  out->step_s = fmax(comp, p.io_s);
+  out->disk_held = c->offload_model == ZT_OFFLOAD_DISK ? 16 * in->d.params : 0; /* parameters, grads, moments */
+  out->disk_read = (int64_t)(20.0 * (double)in->d.params), out->disk_written = (int64_t)(20.0 * (double)in->d.params);
+  zt__plan_finish(in, out);
+  /* the --mem-limit planner's fixed bytes are the base and the heap's small blocks */
+  out->base = p.fixed_bytes;
+  out->rss = out->accounted + out->cache + out->io + out->base;
+  return ZT_OK;
+}
