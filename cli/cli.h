@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 
+#include "zt/plan.h"
 #include "zt/train.h"
 
 int zt_cmd_train(int argc, char **argv);
@@ -22,6 +23,17 @@ int zt_cli_bench_dp(int argc, char **argv);
 int zt_cmd_consolidate(int argc, char **argv);
 /* zt schedule: pipeline schedules generated or read, validated, simulated, rendered (cli/schedule_cmd.c) */
 int zt_cmd_schedule(int argc, char **argv);
+
+/* zt plan (cli/plan_cmd.c): the planner's space, predictions and choice */
+int zt_cmd_plan(int argc, char **argv);
+/* The planner's figures as lines after prefix (cli/plan_print.c): a prediction by part; the
+ * calibration with each figure's source; a prediction beside what a run measured. */
+void zt_cli_plan_prediction(FILE *f, const char *prefix, const zt_plan_prediction *p);
+void zt_cli_plan_calibration(FILE *f, const char *prefix, const zt_plan_calibration *c);
+void zt_cli_plan_versus(FILE *f, const char *prefix, const zt_plan_prediction *p, const zt_train_result *r);
+/* The same as one JSON object in path (written whole, then renamed over it): the configuration,
+ * its flags, where it came from, the calibration, the prediction and the measured figures. */
+int zt_cli_plan_report(const char *path, const zt_plan_run *pr, const zt_train_result *r);
 
 /* How the command was called (argv[0]: "build/zt"), for commands it prints. */
 extern const char *zt_cli_program;
@@ -52,6 +64,7 @@ int zt_cli_option(const char *cmd, int argc, char **argv, int *i, char name[64],
  * options, beside zt_train_config: */
 typedef struct zt_cli_train_opts {
   int64_t log_every, sample_len;
+  char plan_report[512]; /* the planner's prediction and the run's measured figures, as JSON ("" = none) */
 } zt_cli_train_opts;
 zt_cli_train_opts zt_cli_train_opts_default(void);
 /* Set the option `name` (a flag without dashes, or a config-file key) from a string. */

@@ -190,7 +190,8 @@ int main(int argc, char **argv) {
   if (!strcmp(c, "bench")) return zt_cmd_bench(argc - 2, argv + 2);
   if (!strcmp(c, "consolidate")) return zt_cmd_consolidate(argc - 2, argv + 2);
   if (!strcmp(c, "schedule")) return zt_cmd_schedule(argc - 2, argv + 2);
-  static const char *const commands[] = {"train", "sample", "tokenize", "plot", "bench", "consolidate", "schedule",
+  if (!strcmp(c, "plan")) return zt_cmd_plan(argc - 2, argv + 2);
+  static const char *const commands[] = {"train", "sample", "tokenize", "plot", "bench", "consolidate", "schedule", "plan",
                                           "help", "version", NULL};
   const char *near = zt_cli_closest(c, commands);
   if (near) fprintf(stderr, "zt: unknown command '%s'; did you mean '%s'? (see zt help)\n", c, near);

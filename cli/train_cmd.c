@@ -18,6 +18,7 @@
 /* Shown state, shared by the training thread (callbacks) and, on a terminal, the ticker thread. */
 typedef struct progress {
   int64_t log_every, sample_len, end_step;
+  char plan_report[512];  /* --plan-report */
   bool tty;
   double slow_s;         /* a step this far in shows its part (ZT_STEP_PROGRESS_S; default 3 s on a terminal,
                           * 30 s in a log, where a line per part would flood it) */
@@ -293,6 +294,7 @@ int zt_cmd_train(int argc, char **argv) {
   zt_comm *world = NULL;
   if (zt_comm_world(&world)) return zt_cli_fail("train");
   progress p = {.log_every = o.own.log_every, .sample_len = o.own.sample_len};
+  snprintf(p.plan_report, sizeof p.plan_report, "%s", o.own.plan_report);
   g_speak = zt_comm_rank(world) == 0;
   c.stop_request = &g_stop;
   catch_stop_signals();
@@ -433,6 +435,20 @@ static void print_summary(const zt_train_config *c, const zt_train_result *r, co
   if (sample_len > 0) print_sample(c, m, sample_len);
 }
 
+/* The planner's configuration for the run (or the options given) and what it predicts. */
+static void print_prediction(const zt_plan_run *pr) {
+  if (!pr->source[0]) return;
+  if (!pr->entry.pred.rss) {
+    printf("zt train: plan: %s\n", pr->source);
+    return;
+  }
+  char flags[2048];
+  zt_plan_config_flags(&pr->entry.config, flags, sizeof flags);
+  printf("zt train: plan: %s: %s (%s)\n", pr->source, pr->entry.name, flags);
+  zt_cli_plan_prediction(stdout, "zt train: plan: predicted ", &pr->entry.pred);
+  zt_cli_plan_calibration(stdout, "zt train: plan: ", &pr->cal);
+}
+
 /* --mem-limit's choice and what it predicts. */
 static void print_plan(const zt_offload_plan *p) {
   char b[8][32];
@@ -472,14 +488,27 @@ static int run_train(zt_train_config *c, zt_comm *world, progress *p, int argc, 
   double dflt = p->tty ? 3.0 : 30.0;
   p->slow_s = env ? strtod(env, &end) : dflt;
   if (!env || end == env || *end || !(p->slow_s >= 0)) p->slow_s = dflt;
+  /* --plan: the planner's options go into c, or its prediction of the options given is printed */
+  zt_plan_run pr;
+  bool by_hand = !c->plan[0];
+  if (!by_hand && zt_train_plan(c, world, &pr)) {
+    if (rank == 0) zt_cli_fail("train");
+    return 1;
+  }
   zt_offload_plan plan;
   if (zt_train_plan_memory(c, ranks, &plan)) { /* --mem-limit: the plan's options go into c */
     if (rank == 0) zt_cli_fail("train");
     return 1;
   }
+  if (by_hand && zt_train_plan(c, world, &pr)) { /* a prediction that cannot be made costs the run nothing */
+    if (rank == 0) fprintf(stderr, "zt train: warning: no prediction: %s\n", zt_last_error());
+    zt_clear_error();
+    memset(&pr, 0, sizeof pr);
+  }
   pthread_mutex_init(&p->mu, NULL);
   if (rank == 0) {
     if (plan.peak) print_plan(&plan);
+    print_prediction(&pr);
     print_start(c, ranks);
     c->on_phase = on_phase;
     c->phase_user_data = p;
@@ -529,6 +558,8 @@ static int run_train(zt_train_config *c, zt_comm *world, progress *p, int argc, 
     }
   } else if (rank == 0) {
     print_summary(c, &r, &m, p->sample_len);
+    if (pr.entry.pred.rss) zt_cli_plan_versus(stdout, "zt train: plan: ", &pr.entry.pred, &r);
+    if (p->plan_report[0]) zt_cli_plan_report(p->plan_report, &pr, &r);
   }
   fflush(stdout);
   zt_model_free(&m);

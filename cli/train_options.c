@@ -31,6 +31,10 @@ static const own_option k_own[] = {
       .role = ZT_OPTION_ROLE_LOCAL,
       .help = "progress line every N steps; a step that takes longer than\n"
               "ZT_STEP_PROGRESS_S seconds (default 3) also shows its parts as it goes"}},
+    {"plan-calibration",
+     {.name = "plan-report", .metavar = "FILE", OWN(plan_report), .type = ZT_OPTION_TYPE_TEXT,
+      .role = ZT_OPTION_ROLE_LOCAL, .shown = "",
+      .help = "the planner's prediction for the run and what the run measured, as JSON"}},
     {"inject-nan-at",
      {.name = "sample-len", .metavar = "N", OWN(sample_len), .type = ZT_OPTION_TYPE_I64, .lo = 0, .hi = 1 << 20,
       .role = ZT_OPTION_ROLE_LOCAL, .help = "characters of sample text at the end, 0 = none"}},

@@ -136,11 +136,13 @@ ZT_API ZT_NODISCARD zt_status zt_plan_space_of(const zt_train_config *t, int wor
 /* The plan as JSON (atomically): the space, the calibration with each figure's source, every entry
  * with its options (zt train's names and values), prediction and why. */
 ZT_API ZT_NODISCARD zt_status zt_plan_write(const zt_plan *p, const char *path);
-/* A plan file's chosen configuration (or entry `index` >= 0) and the space it was made for, for
- * zt train --plan FILE: a space other than the run's is refused by zt_plan_check_space. */
-ZT_API ZT_NODISCARD zt_status zt_plan_read(const char *path, int index, zt_plan_space *space, zt_plan_config *out);
-/* ZT_OK when a plan made for have can run as want (model, batch, seq, world the same). */
-ZT_API ZT_NODISCARD zt_status zt_plan_check_space(const char *what, const zt_plan_space *have, const zt_plan_space *want);
+/* A plan file's chosen configuration (or entry `index` >= 0) into out, and what it predicted into pred
+ * (may be NULL), for zt train --plan FILE. A plan made for another space than want (the model's
+ * family and sizes, batch, seq, world) is refused, saying what differs. */
+ZT_API ZT_NODISCARD zt_status zt_plan_read(const char *path, int index, const zt_plan_space *want, zt_plan_config *out,
+                                           zt_plan_prediction *pred);
+/* c as zt train's flags ("--pp 2 --schedule zb-h1 --shard none --microbatches 8 --recompute none"). */
+ZT_API void zt_plan_config_flags(const zt_plan_config *c, char *buf, size_t cap);
 
 /* ------------------------------------------------ calibration */
 /* Every figure from its default (source DEFAULT). */
@@ -157,5 +159,30 @@ ZT_API ZT_NODISCARD zt_status zt_plan_calibration_read(const char *path, zt_plan
  * base=BYTES", any of them; "gflops" is gemm's older name, sizes may end in K, M or G) over c (GIVEN):
  * so that tests plan the same on a loaded machine as on an idle one. */
 ZT_API ZT_NODISCARD zt_status zt_plan_calibration_env(zt_plan_calibration *c);
+
+/* ------------------------------------------------ a run's plan (src/train/plan_run.c) */
+typedef struct zt_plan_run {
+  zt_plan_entry entry;         /* the configuration the run takes, and its prediction */
+  zt_plan_calibration cal;
+  int64_t limit;               /* the memory per rank planned for */
+  char limit_source[1280];
+  int candidates, fitting;     /* auto: the configurations predicted, and how many of them fit */
+  char source[640];            /* where the configuration came from, as a phrase */
+  bool planned;                /* the planner's (auto or a file), not the options as given */
+} zt_plan_run;
+/* The calibration a run of c plans with: c->plan_calibration's file, then ZT_PLAN_CALIBRATION, then
+ * what is still a default measured here, reps runs a figure (reps 0: left a default). Collective
+ * over comm when it measures. */
+ZT_API ZT_NODISCARD zt_status zt_plan_calibration_for(const zt_train_config *c, zt_comm *comm, const zt_plan_space *sp,
+                                                      int reps, zt_plan_calibration *out);
+/* Resolve c->plan for a run at comm's world (NULL: one process; collective over comm):
+ * - "auto": plan and write the fastest fitting configuration's options into c; a limit nothing fits
+ *   is ZT_STATUS_OOM before anything is allocated, naming the smallest limit that works and the
+ *   configuration that needs it;
+ * - "FILE" / "FILE:N": the plan file's chosen (or N-th) configuration's options into c;
+ * - "": the options as given, predicted.
+ * The calibration: c->plan_calibration's file, then ZT_PLAN_CALIBRATION, then what is still a
+ * default measured here. c->plan is cleared; the caller prints out. */
+ZT_API ZT_NODISCARD zt_status zt_train_plan(zt_train_config *c, zt_comm *comm, zt_plan_run *out);
 
 #endif

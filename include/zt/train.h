@@ -275,6 +275,12 @@ typedef struct zt_train_config {
   int64_t stop_at;       /* > 0: stop (and checkpoint) after this step; the schedule still uses steps */
   uint64_t seed;
   int threads;           /* 0: all cores */
+  /* The planner (zt/plan.h, zt_train_plan): "auto" trains with the fastest configuration predicted to
+   * fit memory.mem_limit per rank (else the memory available); "FILE" or "FILE:N" with the chosen
+   * (or N-th) configuration of a plan file zt plan wrote; "" (default): the options as given. The
+   * plan writes the options it chooses into the config, nothing else. */
+  char plan[512];
+  char plan_calibration[512]; /* a calibration file (zt plan --save-calibration) read instead of measuring */
   int64_t inject_nan_at; /* > 0: testing aid: make the loss NaN at this step */
   /* Optional: told when each part of a step starts (for progress shown inside long steps). */
   void (*on_phase)(zt_train_phase phase, int64_t step, void *user_data);
@@ -521,6 +527,12 @@ typedef struct zt_train_result {
   zt_mem_stats model_ram, model_store; /* OffloadModel: cpu and the store's device over the steps (peaks since step 1),
                                         * taken before the parameters come back into RAM at the end */
   zt_offload_plan plan;  /* the --mem-limit plan the run made (zeroed: none) */
+  /* Measured, for the planner's prediction beside it (zt/plan.h): the largest peak RSS, peak of the
+   * accounted bytes and peak of each tag on cpu over the ranks (rank 0 has every rank's, the others
+   * their own), since step 1; the median step time of the run's steps after its first (its only one
+   * when it ran one) */
+  int64_t peak_rss_max, peak_bytes_max, tag_peak_max[ZT_MEM_TAG_COUNT];
+  double step_s_median;
   zt_act_choice act_choice; /* the activation trial's measurements and choice (slices 0: none ran) */
   bool stopped;          /* a stop request ended the run early (zt_train_config.stop_request) */
   int stop_signal;       /* its value (zt train: the signal), agreed by the ranks (0: none) */

@@ -12,6 +12,12 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+double zt__median(double *v, int64_t n) {
+  if (n < 1) return 0;
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 /* GFLOP/s of n^3 sgemm over reps runs after a warm-up: their median, or their best. */
 static double sgemm_rate(int n, int reps, bool best) {
   size_t nn = (size_t)n * (size_t)n;

@@ -47,6 +47,8 @@ typedef struct loop {
   double flops;          /* of a step (the model's count), for the MFU */
   double t_start;
   int64_t act_bytes_before; /* the activation offload's bytes before this step */
+  double *step_s;        /* every step's time in this run (zt_train_result.step_s_median) */
+  int64_t n_step_s, cap_step_s;
 } loop;
 
 /* The run's rows of one microbatch on this rank. */
@@ -66,6 +68,7 @@ static zt_status choose_mode(loop *r) {
 /* Frees everything, the mode's state after the optimizer and before the model, the tier last;
  * the status is the logs' (their last bytes written or not). */
 static zt_status loop_free(loop *r) {
+  free(r->step_s);
   zt_tensor_free(r->x);
   zt_tensor_free(r->y);
   zt_tensor_free(r->vx);
@@ -528,6 +531,13 @@ static zt_status log_step(loop *r, zt_train_step_info *info, zt_train_result *re
     s = zt__run_gather(&r->run, mine, ZT__RANK_FIG_N, all);
   }
   result->act_peak = info->mem.peak[ZT_MEM_TAG_ACTIVATION];
+  for (int k = 0; k < (all ? r->run.world : 1); k++) { /* the worst rank's figures */
+    const double *v = all ? all + (size_t)k * ZT__RANK_FIG_N : mine;
+    for (int t = 0; t < ZT_MEM_TAG_COUNT; t++)
+      if ((int64_t)v[t] > result->tag_peak_max[t]) result->tag_peak_max[t] = (int64_t)v[t];
+    if ((int64_t)v[ZT__RANK_FIG_BYTES] > result->peak_bytes_max) result->peak_bytes_max = (int64_t)v[ZT__RANK_FIG_BYTES];
+    if ((int64_t)v[ZT__RANK_FIG_RSS] > result->peak_rss_max) result->peak_rss_max = (int64_t)v[ZT__RANK_FIG_RSS];
+  }
   if (r->mem.offload) {
     zt_offload_stats os;
     zt_offload_stats_get(r->mem.offload, &os);
@@ -574,6 +584,13 @@ static zt_status one_step(loop *r, int64_t step, zt_train_step_fn on_step, void 
   ZT_TRY(check_step(r, step, &sr, result));
   double dt = zt_clock_now() - t0;
   ZT_TRY(zt__act_trial_after(&r->trial, step + 1, dt, &chosen));
+  if (r->n_step_s == r->cap_step_s) {
+    int64_t cap = r->cap_step_s ? 2 * r->cap_step_s : 64;
+    double *t = realloc(r->step_s, (size_t)cap * sizeof *t);
+    if (!t) return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+    r->step_s = t, r->cap_step_s = cap;
+  }
+  r->step_s[r->n_step_s++] = dt;
   if (chosen) describe_plan(r, result); /* the summary shows the plan the trial chose */
   if (isnan(result->first_loss)) result->first_loss = sr.loss;
   result->last_loss = sr.loss;
@@ -637,6 +654,10 @@ static zt_status train(loop *r, zt_train_step_fn on_step, void *user_data, zt_tr
   if (!s && c->log.timeline[0] && result->steps_done > 0 && zt__mode_timeline(&r->mode, c->log.timeline))
     warn(result, "%s; the training and its checkpoints are not affected", zt_last_error());
   result->seconds = zt_clock_now() - r->t_start;
+  if (r->n_step_s > 0) { /* the first step of a run (page faults, BLAS buffers) is no later step's */
+    int64_t k = r->n_step_s > 1 ? 1 : 0, n = r->n_step_s - k;
+    result->step_s_median = zt__median(r->step_s + k, n);
+  }
   if (result->seconds > 0)
     result->tokens_per_s = (double)(result->steps_done * c->data.batch * c->data.seq) / result->seconds;
   return s;

@@ -235,7 +235,8 @@ static const zt_option k_rows[] = {
              "shards and AdamW state in its own TIER, a unit in RAM when it runs"},
     {.name = "mem-limit", .metavar = "SIZE", FIELD(memory.mem_limit), SIZE, LOCAL, .unset = "auto",
      .shown = "with --offload-states, the memory available",
-     .help = "with --offload-states: choose slices, resident slices and the mode so\n"
+     .help = "with --plan auto: the RAM per rank the plan must fit; with --offload-states:\n"
+             "choose slices, resident slices and the mode so\n"
              "that the predicted peak RAM fits SIZE (e.g. 4G); prints the plan, refuses\n"
              "a SIZE nothing fits, naming the smallest that does. Without it (and\n"
              "without --offload-slices/--offload-resident) the plan fits the memory\n"
@@ -288,6 +289,14 @@ static const zt_option k_rows[] = {
     {.name = "pp-balance", .metavar = "B", FIELD(parallel.pp_balance), TEXT, INFO,
      .help = "blocks per stage: even | auto (balanced by modelled cost, the\n"
              "lm head counted) | a list, one count per stage (1,3,3,1)"},
+    {.section = "planning (zt plan shows the space and its predictions):", .name = "plan", .metavar = "auto|FILE",
+     FIELD(plan), TEXT, LOCAL, .shown = "",
+     .help = "auto: train with the fastest configuration predicted to fit --mem-limit\n"
+             "per rank (else the memory available): pipeline, sharding, microbatches,\n"
+             "recompute, offload; FILE[:N]: a plan zt plan --out wrote (its choice, or\n"
+             "entry N). Without it the options given are predicted, and printed"},
+    {.name = "plan-calibration", .metavar = "FILE", FIELD(plan_calibration), TEXT, LOCAL, .shown = "measured at start",
+     .help = "the planner's calibration (zt plan --save-calibration FILE) instead of measuring"},
     /* extending a run is what resuming is for: the cosine schedule then stretches from the
      * checkpoint on, and a warm-up that follows the step count shows as a course change of its own */
     {.section = "optimisation:", .name = "steps", .metavar = "N", FIELD(steps), I64(1, ZT_MAX_STEPS), INFO,

@@ -287,7 +287,7 @@ static zt_status enumerate(list *l, const zt_plan_space *sp, const zt_plan_calib
           for (int K = 1; K <= N && K <= 3; K++) {
             if (!states && (N != 2 || K != 2)) continue;
             memset(&c, 0, sizeof c);
-            c.pp = c.dp = 1, c.microbatches = mbs[mi];
+            c.pp = c.dp = 1, c.shard = ZT_SHARD_NONE, c.microbatches = mbs[mi];
             c.offload_model = sp->tier, c.offload_states = states, c.slices = N, c.resident = K;
             c.mode = mode ? ZT_OFFLOAD_MODEL_KEEP_GRAPH : ZT_OFFLOAD_MODEL_RECOMPUTE;
             ZT_TRY(push(l, sp, cal, limit, &c));
@@ -299,13 +299,26 @@ static zt_status enumerate(list *l, const zt_plan_space *sp, const zt_plan_calib
   return ZT_OK;
 }
 
-/* Fitting ones by predicted step (then RAM), then the rest by RAM. */
+/* How many mechanisms a configuration stacks on plain training: among predictions within the
+ * model's resolution (TIE) the fewer wins, since each costs what the model does not count (a
+ * slice's hand-over, a pipeline's start, a recompute's kernels) and is one more thing to go wrong. */
+static int machinery(const zt_plan_config *c) {
+  return (c->offload_model ? 3 : 0) + (c->offload_states ? 1 : 0) + (c->offload_activations ? 2 : 0) +
+         (c->recompute != ZT_RECOMPUTE_NONE || c->recompute_budget > 0 || c->recompute_plan[0] ? 1 : 0) +
+         (c->pp > 1 ? 2 : 0) + (c->shard != ZT_SHARD_NONE ? 1 : 0) + (c->microbatches > 1 ? 1 : 0);
+}
+#define TIE 0.01
+
+/* Fitting ones by predicted step (within TIE: the fewer mechanisms, then the less RAM), then the
+ * rest by RAM. */
 static int by_rank(const void *a, const void *b) {
   const zt_plan_entry *x = a, *y = b;
   if (x->fits != y->fits) return x->fits ? -1 : 1;
   if (x->fits) {
     double dx = x->pred.step_s, dy = y->pred.step_s;
-    if (fabs(dx - dy) > 1e-3 * (dx < dy ? dx : dy)) return dx < dy ? -1 : 1;
+    if (fabs(dx - dy) > TIE * (dx < dy ? dx : dy)) return dx < dy ? -1 : 1;
+    int mx = machinery(&x->config), my = machinery(&y->config);
+    if (mx != my) return mx < my ? -1 : 1;
   }
   return x->pred.rss < y->pred.rss ? -1 : x->pred.rss > y->pred.rss;
 }

@@ -43,6 +43,10 @@ int64_t zt__plan_params(const zt__plan_in *in, int b0, int b1, bool embed, bool 
  * p->rss from p->accounted. */
 void zt__plan_finish(const zt__plan_in *in, zt_plan_prediction *p);
 
+/* ---- files (plan_file.c): the calibration as a JSON object into b (the plan's and a calibration file's) */
+struct zt__buf;
+void zt__plan_put_calibration(struct zt__buf *b, const zt_plan_calibration *c);
+
 /* ---- the predictors: c is valid for sp (plan.c checks pp x dp = world, the schedule, ...) */
 ZT_NODISCARD zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt_plan_prediction *out);
 ZT_NODISCARD zt_status zt__plan_predict_pipeline(const zt__plan_in *in, const zt_plan_config *c, zt_plan_prediction *out);
