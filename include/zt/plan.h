@@ -109,6 +109,10 @@ typedef struct zt_plan {
   int n;                       /* entries: the ones that fit by predicted step, then the rest by RSS */
   zt_plan_entry *entries;
   int chosen;                  /* entries[0] when it fits, else -1 */
+  /* chosen -1: the smallest limit some configuration fits (predicted at that limit: the allocator's
+   * cache grows with the limit) and that configuration */
+  int64_t smallest_limit;
+  zt_plan_entry smallest;
 } zt_plan;
 
 /* Predict one configuration of sp under cal. A configuration that cannot run (pp x dp not the

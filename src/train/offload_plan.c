@@ -308,6 +308,17 @@ static void fill_cache(const zt_offload_plan_input *in, const int64_t *ub, int U
   if (c > p->cache_bytes) p->cache_bytes = c, p->peak = base + c, plan_bound(p);
 }
 
+zt_status zt__offload_plan_at(const zt_offload_plan_input *in, int slices, int resident, zt_offload_plan_activations act,
+                              int64_t limit, zt_offload_plan *out) {
+  ZT_TRY(zt_offload_plan_predict(in, slices, resident, act, out));
+  int64_t ub[ZT_OFFLOAD_PLAN_MAX_UNITS];
+  int U = 0, count[ZT_OFFLOAD_PLAN_MAX_UNITS];
+  ZT_TRY(units_of(in, ub, &U, "zt__offload_plan_at"));
+  ZT_TRY(zt_offload_model_balance(U, slices, ub, count));
+  fill_cache(in, ub, U, count, limit, out);
+  return ZT_OK;
+}
+
 zt_status zt_offload_plan_make(const zt_offload_plan_input *in, int64_t limit, zt_offload_plan *out) {
   const char *fn = "zt_offload_plan_make";
   if (!out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: out is NULL", fn);
@@ -549,7 +560,6 @@ zt_status zt_train_plan_memory(zt_train_config *c, int world, zt_offload_plan *o
       return ZT_ERR(ZT_STATUS_UNSUPPORTED, "zt_train_config.memory.mem_limit plans OffloadModel's slices; with "
                                            "zt_train_config.parallel.shard FSDP keeps the states in the store unit by "
                                            "unit (a block at a time, unplanned): drop mem_limit");
-    given = false; /* the limit plans */
   }
   int64_t limit = c->memory.mem_limit;
   char source[sizeof out->limit_source] = "zt_train_config.memory.mem_limit";
@@ -601,7 +611,7 @@ zt_status zt_train_plan_memory(zt_train_config *c, int world, zt_offload_plan *o
   else
     snprintf(what, sizeof what,
              "the plan given (zt_train_config.memory.offload_slices, zt_train_config.memory.offload_resident), "
-             "against the memory available, %.1f MiB, %s",
+             "against %.1f MiB, %s",
              (double)limit / 1048576.0, source);
   snprintf(out->note, sizeof out->note,
            "%s; the plan takes at most %.1f MiB (its peak, %.1f MiB more where writes behind fall behind the disk, "

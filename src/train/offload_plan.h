@@ -19,6 +19,11 @@ int64_t zt__train_act_write_cap(const zt_lm_config *g, int64_t tokens);
 /* zt_mem_available reading its files under root ("" the real ones: root/proc/self/cgroup,
  * root/proc/meminfo, root/sys/fs/cgroup/...) for a process of rss bytes. */
 ZT_NODISCARD zt_status zt__mem_available_at(const char *root, int64_t rss, zt_mem_available_info *out);
+/* One plan's prediction (zt_offload_plan_predict) with the allocator cache a run of it at limit
+ * gets (what the limit leaves, as zt_offload_plan_make gives its choice): the planner's
+ * (src/train/plan_offload.c) prediction of states in the tier. */
+ZT_NODISCARD zt_status zt__offload_plan_at(const zt_offload_plan_input *in, int slices, int resident,
+                                           zt_offload_plan_activations act, int64_t limit, zt_offload_plan *out);
 /* Whether zt_train_plan_memory has something to do for c at world ranks. */
 bool zt__train_plan_wanted(const zt_train_config *c, int world);
 

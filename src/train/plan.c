@@ -148,7 +148,12 @@ zt_status zt_plan_predict(const zt_plan_space *sp, const zt_plan_calibration *ca
   ZT_TRY(zt_lm_config_validate(&sp->model));
   if (sp->batch < 1 || sp->seq < 1 || sp->world < 1)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_plan_predict: batch, seq and world must be at least 1");
-  zt__plan_in in = {.sp = sp, .cal = cal, .d = zt_lm_config_dims(&sp->model)};
+  zt__plan_in in = {.sp = sp, .cal = cal, .d = zt_lm_config_dims(&sp->model), .limit = sp->mem_limit};
+  if (in.limit <= 0) {
+    zt_mem_available_info av;
+    ZT_TRY(zt_mem_available(&av));
+    in.limit = av.bytes;
+  }
   char why[160];
   if (unrunnable(sp, &in.d, c, why, sizeof why)) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_plan_predict: %s", why);
   if (c->offload_model) return zt__plan_predict_offload(&in, c, out);
@@ -323,6 +328,29 @@ static int by_rank(const void *a, const void *b) {
   return x->pred.rss < y->pred.rss ? -1 : x->pred.rss > y->pred.rss;
 }
 
+/* Nothing fits: the smallest limit some configuration fits, from the few smallest at the limit
+ * given, each predicted again at what it needs until it fits there (its cache grows with the limit). */
+static zt_status smallest(zt_plan *p, const zt_plan_calibration *cal) {
+  p->smallest_limit = INT64_MAX;
+  for (int i = 0; i < p->n && i < 8; i++) {
+    zt_plan_space at = p->space;
+    zt_plan_prediction q = p->entries[i].pred;
+    for (int k = 0; k < 8; k++) {
+      int64_t need = q.rss + FIT_MARGIN(q.rss);
+      if (k > 0 && need <= at.mem_limit) break;
+      at.mem_limit = (need + 1048575) / 1048576 * 1048576; /* whole MiB: the limit as a message names it */
+      ZT_TRY(zt_plan_predict(&at, cal, &p->entries[i].config, &q));
+    }
+    if (q.rss + FIT_MARGIN(q.rss) <= at.mem_limit && at.mem_limit < p->smallest_limit) {
+      p->smallest_limit = at.mem_limit;
+      p->smallest = p->entries[i];
+      p->smallest.pred = q, p->smallest.fits = true, p->smallest.why[0] = '\0';
+    }
+  }
+  if (p->smallest_limit == INT64_MAX) p->smallest_limit = 0;
+  return ZT_OK;
+}
+
 zt_status zt_plan_make(const zt_plan_space *sp, const zt_plan_calibration *cal, zt_plan **out) {
   if (!sp || !cal || !out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_plan_make: every argument is required");
   *out = NULL;
@@ -348,7 +376,9 @@ zt_status zt_plan_make(const zt_plan_space *sp, const zt_plan_calibration *cal, 
     if (!s) p->limit = av.bytes, snprintf(p->limit_source, sizeof p->limit_source, "%s", av.source);
   }
   list l = {0};
-  if (!s) s = enumerate(&l, sp, cal, p->limit, &d);
+  zt_plan_space at = *sp; /* every prediction for the limit resolved once */
+  at.mem_limit = p->limit;
+  if (!s) s = enumerate(&l, &at, cal, p->limit, &d);
   if (s) {
     free(l.e), free(p);
     return s;
@@ -356,6 +386,11 @@ zt_status zt_plan_make(const zt_plan_space *sp, const zt_plan_calibration *cal, 
   qsort(l.e, (size_t)l.n, sizeof *l.e, by_rank);
   p->entries = l.e, p->n = l.n;
   p->chosen = p->n > 0 && p->entries[0].fits ? 0 : -1;
+  if (p->chosen < 0) s = smallest(p, cal);
+  if (s) {
+    zt_plan_free(p);
+    return s;
+  }
   *out = p;
   return ZT_OK;
 }
@@ -373,10 +408,9 @@ zt_status zt_plan_refusal(const zt_plan *p) {
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "no configuration runs this model at batch %lld on %d ranks: give a batch "
                                          "that splits over the ranks",
                   (long long)p->space.batch, p->space.world);
-  const zt_plan_entry *e = &p->entries[0]; /* the smallest RAM of all, none fitting */
-  int64_t need = e->pred.rss + FIT_MARGIN(e->pred.rss);
   return ZT_ERR(ZT_STATUS_OOM,
                 "no configuration fits %.0f MiB a rank (%s): the smallest needs %.0f MiB (%s); give at least that "
                 "limit, more ranks, or a smaller batch or sequence",
-                (double)p->limit / 1048576.0, p->limit_source, ceil((double)need / 1048576.0), e->name);
+                (double)p->limit / 1048576.0, p->limit_source, ceil((double)p->smallest_limit / 1048576.0),
+                p->smallest.name);
 }

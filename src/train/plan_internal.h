@@ -12,11 +12,13 @@
 
 #include "zt/plan.h"
 
-/* What every predictor starts from: the space, the calibration, the model's sizes. */
+/* What every predictor starts from: the space, the calibration, the model's sizes, the limit (what
+ * a run's allocator cache is bounded by). */
 typedef struct zt__plan_in {
   const zt_plan_space *sp;
   const zt_plan_calibration *cal;
   zt_lm_dims d;
+  int64_t limit; /* the memory a rank is planned for (sp->mem_limit, else the memory available) */
 } zt__plan_in;
 
 /* ---- the cost model (plan_cost.c) */

@@ -18,8 +18,10 @@ static void offload_input(const zt__plan_in *in, const zt_plan_config *c, zt_off
   o->rows = sp->batch, o->seq = sp->seq, o->microbatches = c->microbatches;
   o->fixed_bytes = (int64_t)in->cal->value[ZT_PLAN_FIG_BASE] + ZT_OFFLOAD_PLAN_FIXED;
   o->io_bytes = c->offload_model == ZT_OFFLOAD_DISK ? 2 * ZT_STORE_DISK_QUEUE_DEPTH * 4096 : 0;
-  o->cache_bytes = sp->mem_limit > 0 ? sp->mem_limit / 64 : 0;
-  if (o->cache_bytes > ZT__PLAN_CACHE_MAX) o->cache_bytes = ZT__PLAN_CACHE_MAX;
+  /* the cache a run gets: a 64th of the limit at least, what the limit leaves up to ZT_ALLOC_CACHE_MB's
+   * bound or ZT__PLAN_CACHE_MAX (zt_train_plan_memory's rule) */
+  o->cache_max_bytes = zt_mem_cache_limit() < ZT__PLAN_CACHE_MAX ? zt_mem_cache_limit() : ZT__PLAN_CACHE_MAX;
+  o->cache_bytes = in->limit / 64 < o->cache_max_bytes ? in->limit / 64 : o->cache_max_bytes;
   o->write_cap_bytes = (int64_t)ZT_STORE_WRITE_CAP_DEFAULT;
   o->update_chunk_bytes = (int64_t)zt_offload_model_options_default().update_chunk_bytes;
   o->gflops = in->cal->value[ZT_PLAN_FIG_GEMM];
@@ -39,13 +41,15 @@ zt_status zt__plan_predict_offload(const zt__plan_in *in, const zt_plan_config *
   zt_offload_plan_input o;
   offload_input(in, c, &o);
   zt_offload_plan p;
-  ZT_TRY(zt_offload_plan_predict(&o, c->slices, c->resident, act, &p));
+  ZT_TRY(zt__offload_plan_at(&o, c->slices, c->resident, act, in->limit, &p));
   /* the states as one figure: the slices' parameters, grads and moments are PARAM, GRAD and OPTIM
    * in turn, and the prediction counts them at their sum's peak */
   out->tag[ZT_MEM_TAG_PARAM] = p.states_bytes;
   out->tag[ZT_MEM_TAG_ACTIVATION] = p.activation_bytes;
   out->accounted = p.states_bytes + p.activation_bytes;
-  out->cache = p.cache_bytes;
+  /* the cache's bound is what the limit leaves; what fills it is what a step frees and takes again,
+   * the slices' states passing through RAM: it holds no more than they are */
+  out->cache = p.cache_bytes < p.states_bytes ? p.cache_bytes : p.states_bytes;
   out->io = p.io_bytes + p.inflight_bytes;
   double comp = c->microbatches * zt__plan_compute_s(in, in->sp->batch / c->microbatches, 0, in->d.n_layer, true, true,
                                                      act == ZT_OFFLOAD_PLAN_RECOMPUTE ? ZT_RECOMPUTE_FULL

@@ -45,7 +45,9 @@ zt_status zt_train_plan(zt_train_config *c, zt_comm *comm, zt_plan_run *out) {
   zt_plan_space sp;
   ZT_TRY(zt_plan_space_of(c, world, &sp));
   bool automatic = !strcmp(c->plan, "auto");
-  if (automatic) sp.microbatches = 0; /* the planner's choice */
+  /* microbatches given (more than one) stay: accumulating a batch in other slices changes its sums'
+   * rounding, so a user who wants plain training's results bitwise keeps them; one is the planner's */
+  sp.microbatches = c->data.microbatches > 1 ? c->data.microbatches : 0;
   ZT_TRY(zt_plan_calibration_for(c, comm, &sp, automatic ? 3 : 1, &out->cal));
   zt_plan_entry *e = &out->entry;
   if (automatic) {
@@ -86,7 +88,11 @@ zt_status zt_train_plan(zt_train_config *c, zt_comm *comm, zt_plan_run *out) {
   }
   /* states in the tier: the slices given, which the run's OffloadModel set-up predicts again for
    * its cache and write-behind bounds (zt_train_plan_memory) */
-  if (out->planned) zt_plan_config_apply(&e->config, c);
+  if (out->planned) {
+    int64_t limit = c->memory.mem_limit;
+    zt_plan_config_apply(&e->config, c);
+    if (e->config.offload_states) c->memory.mem_limit = limit; /* the cache bound and write cap for it */
+  }
   c->plan[0] = '\0';
   return ZT_OK;
 }

@@ -1,0 +1,183 @@
+/* The planner (zt/plan.h) without running a model: the enumeration at 1, 2 and 4 ranks holds only
+ * configurations that can run (pp x dp the world, microbatches that split the batch) and every
+ * family of them; the ranking puts the fitting ones first by predicted step and the rest by RAM;
+ * fits means the prediction and its margin within the limit; a limit nothing fits is refused
+ * naming the smallest that works, which then fits; a plan file reads back as the same options
+ * (its choice and any entry), and one made for another run is refused; a configuration's options
+ * go into a training config and come back the same. (Predicted against measured: the predictors'
+ * own tests and bench/plan_accuracy.sh; zt train --plan: tests/cli_plan_test.sh.) */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "zt/plan.h"
+#include "zt_test.h"
+
+static zt_plan_space space(int world, int64_t limit) {
+  zt_plan_space sp;
+  zt_plan_space_default(&sp);
+  ZT_CHECK_OK(zt_lm_preset("gpt2-124m", &sp.model));
+  sp.batch = 8, sp.seq = 128, sp.world = world, sp.mem_limit = limit;
+  return sp;
+}
+
+static zt_plan_calibration calibration(void) {
+  zt_plan_calibration c;
+  zt_plan_calibration_default(&c); /* fixed figures: the same plan however loaded the machine */
+  return c;
+}
+
+static void test_enumeration(void) {
+  for (int world = 1; world <= 4; world *= 2) {
+    zt_plan_space sp = space(world, (int64_t)64 << 30);
+    zt_plan_calibration cal = calibration();
+    zt_plan *p = NULL;
+    ZT_CHECK_OK(zt_plan_make(&sp, &cal, &p));
+    ZT_CHECK(p->n > 0 && p->chosen == 0);
+    bool plain = false, ddp = false, full = false, grad_op = false, opt = false, recompute = false, act = false,
+         states = false;
+    for (int i = 0; i < p->n; i++) {
+      const zt_plan_config *c = &p->entries[i].config;
+      ZT_CHECK(c->pp * c->dp == world);
+      ZT_CHECK(c->microbatches >= 1 && sp.batch % (c->dp * c->microbatches) == 0);
+      ZT_CHECK(p->entries[i].pred.rss > p->entries[i].pred.accounted && p->entries[i].pred.step_s > 0);
+      plain |= world == 1 && c->pp == 1 && !c->offload_model;
+      ddp |= world > 1 && c->pp == 1 && c->shard == ZT_SHARD_NONE;
+      full |= c->shard == ZT_SHARD_FULL, grad_op |= c->shard == ZT_SHARD_GRAD_OP, opt |= c->shard == ZT_SHARD_OPT;
+      recompute |= c->recompute == ZT_RECOMPUTE_FULL, act |= c->offload_activations == ZT_OFFLOAD_DISK;
+      states |= c->offload_states;
+      /* its name is its own */
+      for (int j = 0; j < i; j++) ZT_CHECK(strcmp(p->entries[i].name, p->entries[j].name) != 0);
+    }
+    ZT_CHECK(recompute && act);
+    if (world == 1) ZT_CHECK(plain && states && !full);
+    if (world > 1) ZT_CHECK(ddp && full && grad_op && opt && !states);
+    zt_plan_free(p);
+  }
+}
+
+static void test_ranking_and_fit(void) {
+  zt_plan_space sp = space(2, (int64_t)1200 << 20);
+  zt_plan_calibration cal = calibration();
+  zt_plan *p = NULL;
+  ZT_CHECK_OK(zt_plan_make(&sp, &cal, &p));
+  ZT_CHECK(p->limit == sp.mem_limit);
+  int fit = 0;
+  for (int i = 0; i < p->n; i++) {
+    const zt_plan_entry *e = &p->entries[i];
+    int64_t need = e->pred.rss + ZT_OFFLOAD_PLAN_MARGIN(e->pred.rss);
+    ZT_CHECK(e->fits == (need <= p->limit));
+    ZT_CHECK(e->fits ? !e->why[0] : strstr(e->why, "MiB") != NULL);
+    if (i > 0 && e->fits) ZT_CHECK(e->pred.step_s >= p->entries[i - 1].pred.step_s * 0.99);
+    if (i > 0 && !e->fits && !p->entries[i - 1].fits) ZT_CHECK(e->pred.rss >= p->entries[i - 1].pred.rss);
+    if (i > 0 && e->fits) ZT_CHECK(p->entries[i - 1].fits); /* the fitting ones first */
+    fit += e->fits;
+  }
+  ZT_CHECK(fit > 0 && fit < p->n); /* the limit is between the smallest and the largest */
+  zt_plan_free(p);
+}
+
+static void test_refusal(void) {
+  zt_plan_space sp = space(1, (int64_t)64 << 20);
+  zt_plan_calibration cal = calibration();
+  zt_plan *p = NULL;
+  ZT_CHECK_OK(zt_plan_make(&sp, &cal, &p));
+  ZT_CHECK(p->chosen == -1);
+  ZT_CHECK_ERR(zt_plan_refusal(p), ZT_STATUS_OOM, "the smallest needs");
+  ZT_CHECK(strstr(zt_last_error(), p->smallest.name) != NULL);
+  /* the limit named is one that works */
+  const char *at = strstr(zt_last_error(), "the smallest needs ");
+  long mib = at ? strtol(at + strlen("the smallest needs "), NULL, 10) : 0;
+  ZT_CHECK(mib > 64);
+  zt_plan_free(p);
+  sp.mem_limit = (int64_t)mib << 20;
+  ZT_CHECK_OK(zt_plan_make(&sp, &cal, &p));
+  ZT_CHECK(p->chosen == 0 && zt_plan_refusal(p) == ZT_OK);
+  zt_plan_free(p);
+  /* bad input */
+  sp = space(3, 0);
+  ZT_CHECK_ERR(zt_plan_make(&sp, &cal, &p), ZT_STATUS_INVALID_ARG, "does not split over 3 ranks");
+  sp = space(1, 0);
+  sp.seq = 4096;
+  ZT_CHECK_ERR(zt_plan_make(&sp, &cal, &p), ZT_STATUS_INVALID_ARG, "longer than the model's context");
+}
+
+static void same_config(const zt_plan_config *a, const zt_plan_config *b) {
+  char fa[2048], fb[2048];
+  zt_plan_config_flags(a, fa, sizeof fa);
+  zt_plan_config_flags(b, fb, sizeof fb);
+  if (strcmp(fa, fb)) fprintf(stderr, "  '%s'\n  '%s'\n", fa, fb);
+  ZT_CHECK(strcmp(fa, fb) == 0);
+}
+
+static void test_file_round_trip(void) {
+  char dir[] = "/tmp/zt_test_plan_XXXXXX", path[256], bad[256];
+  ZT_CHECK(mkdtemp(dir) != NULL);
+  snprintf(path, sizeof path, "%s/plan.json", dir);
+  zt_plan_space sp = space(4, (int64_t)2 << 30);
+  zt_plan_calibration cal = calibration();
+  zt_plan *p = NULL;
+  ZT_CHECK_OK(zt_plan_make(&sp, &cal, &p));
+  ZT_CHECK_OK(zt_plan_write(p, path));
+  zt_plan_config c;
+  zt_plan_prediction pred;
+  ZT_CHECK_OK(zt_plan_read(path, -1, &sp, &c, &pred));
+  same_config(&c, &p->entries[p->chosen].config);
+  ZT_CHECK(pred.rss == p->entries[p->chosen].pred.rss && pred.accounted == p->entries[p->chosen].pred.accounted);
+  ZT_CHECK_NEAR(pred.step_s, p->entries[p->chosen].pred.step_s, 1e-9 * pred.step_s);
+  for (int i = 0; i < p->n; i += 7) { /* any entry, by its index */
+    ZT_CHECK_OK(zt_plan_read(path, i, &sp, &c, NULL));
+    same_config(&c, &p->entries[i].config);
+  }
+  ZT_CHECK_ERR(zt_plan_read(path, p->n, &sp, &c, NULL), ZT_STATUS_INVALID_ARG, "is not one of them");
+  zt_plan_space other = sp;
+  other.batch = 16;
+  ZT_CHECK_ERR(zt_plan_read(path, -1, &other, &c, NULL), ZT_STATUS_INVALID_ARG, "batch 8");
+  other = sp;
+  other.world = 2;
+  ZT_CHECK_ERR(zt_plan_read(path, -1, &other, &c, NULL), ZT_STATUS_INVALID_ARG, "world 4");
+  other = sp;
+  ZT_CHECK_OK(zt_lm_preset("llama-tiny", &other.model));
+  ZT_CHECK_ERR(zt_plan_read(path, -1, &other, &c, NULL), ZT_STATUS_INVALID_ARG, "gpt2 model");
+  snprintf(bad, sizeof bad, "%s/bad.json", dir);
+  FILE *f = fopen(bad, "w");
+  fputs("{\"space\":1}", f);
+  fclose(f);
+  ZT_CHECK_ERR(zt_plan_read(bad, -1, &sp, &c, NULL), ZT_STATUS_INVALID_ARG, "not a plan zt plan wrote");
+  ZT_CHECK(zt_plan_read("/nonexistent/plan.json", -1, &sp, &c, NULL) != ZT_OK);
+  zt_plan_free(p);
+  remove(bad), remove(path), rmdir(dir);
+}
+
+static void test_apply_round_trip(void) {
+  for (int world = 1; world <= 4; world *= 2) {
+    zt_plan_space sp = space(world, (int64_t)64 << 30);
+    zt_plan_calibration cal = calibration();
+    zt_plan *p = NULL;
+    ZT_CHECK_OK(zt_plan_make(&sp, &cal, &p));
+    for (int i = 0; i < p->n; i++) {
+      zt_train_config t;
+      zt_train_config_default(&t);
+      zt_plan_config_apply(&p->entries[i].config, &t);
+      zt_plan_config c;
+      zt_plan_config_of(&t, world, &c);
+      same_config(&c, &p->entries[i].config);
+      /* and a prediction of the options as given is the entry's */
+      zt_plan_prediction q;
+      ZT_CHECK_OK(zt_plan_predict(&sp, &cal, &c, &q));
+      ZT_CHECK(q.rss == p->entries[i].pred.rss);
+    }
+    zt_plan_free(p);
+  }
+}
+
+int main(void) {
+  ZT_RUN(test_enumeration);
+  ZT_RUN(test_ranking_and_fit);
+  ZT_RUN(test_refusal);
+  ZT_RUN(test_file_round_trip);
+  ZT_RUN(test_apply_round_trip);
+  return zt_test_finish();
+}
