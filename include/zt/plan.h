@@ -6,7 +6,7 @@
  * limit first. `zt plan` prints and writes it; `zt train --plan auto|FILE` trains with it; the
  * --mem-limit planner of states on disk is its OffloadModel part (zt_offload_plan_*, zt/train.h).
  *   zt_plan_space sp;  zt_plan_space_default(&sp);  sp.model = ...;  sp.world = 4;
- *   zt_plan_calibration cal;  zt_plan_calibrate(comm, &sp, 3, &cal);   (or _read / _default)
+ *   zt_plan_calibration cal;  zt_plan_calibrate(comm, &sp, NULL, 3, &cal);   (or _read / _default)
  *   zt_plan *p;  zt_plan_make(&sp, &cal, &p);  ... p->entries[p->chosen] ...  zt_plan_free(p);
  * A plan never changes results: it only writes options a run takes by hand (zt_plan_config_apply).
  * docs/plan.md says what is modelled and how far off it was measured to be. */

@@ -17,6 +17,7 @@
 #include "core/backend.h"
 #include "core/status_internal.h"
 #include "train/offload_plan.h"
+#include "train/plan_internal.h"
 #include "zt/train.h"
 
 /* Values per token a block keeps for backward with nothing recomputed (the family's count). */
@@ -382,85 +383,27 @@ zt_status zt_offload_plan_make(const zt_offload_plan_input *in, int64_t limit, z
 /* The store's bandwidth, measured: 64 MiB (a sixteenth of the limit when that is less, so the
  * probe fits it too) put and got back through a store like the run's. */
 static void probe_store(const zt_train_config *c, int64_t limit, double *rd, double *wr) {
-  *rd = *wr = 0;
-  zt_store *st = NULL;
   const char *dir = c->memory.offload_dir[0] ? c->memory.offload_dir : NULL;
-  zt_status s = c->memory.offload_model == ZT_OFFLOAD_DISK ? zt_store_disk_new(dir, "zt_plan_probe", &st)
-                                                           : zt_store_memory_new(&st);
   int64_t want = limit / 16 < ((int64_t)64 << 20) ? limit / 16 : (int64_t)64 << 20;
-  size_t n = (size_t)(want > (1 << 20) ? want : (1 << 20)) & ~(size_t)4095;
-  void *buf = NULL; /* not from zt_mem_alloc: its cache would keep the block (and the RSS) for the whole run */
-  if (!s && posix_memalign(&buf, 4096, n) != 0) buf = NULL, s = ZT_ERR(ZT_STATUS_OOM, "out of host memory");
-  if (buf) memset(buf, 1, n), zt_mem_account(ZT_CPU, ZT_MEM_TAG_TEMP, (int64_t)n);
-  zt_store_item it;
-  double t0 = zt_clock_now();
-  if (!s) s = zt_store_put(st, ZT_CPU, buf, n, ZT_DTYPE_F32, ZT_MEM_TAG_TEMP, &it);
-  double t1 = zt_clock_now();
-  if (!s) {
-    zt_status g = zt_store_get(st, &it, ZT_CPU, buf);
-    double t2 = zt_clock_now();
-    if (!g && t2 > t1 && t1 > t0) *wr = (double)n / (t1 - t0), *rd = (double)n / (t2 - t1);
-    zt_store_drop(st, &it);
-  }
-  if (buf) zt_mem_account(ZT_CPU, ZT_MEM_TAG_TEMP, -(int64_t)n), free(buf);
-  zt_store_free(st);
+  zt_offload_tier tier = c->memory.offload_model == ZT_OFFLOAD_DISK ? ZT_OFFLOAD_DISK : ZT_OFFLOAD_HOST;
+  zt_status s = zt__plan_store_rate(tier, dir, want > 0 ? (size_t)want : 0, rd, wr);
   (void)s; /* unmeasured: the plan is made without the disk's time */
   zt_clear_error();
 }
 
-/* OpenBLAS packs a GEMM's operands into per-thread buffers that stay resident for the process's
- * life, as much as the largest packing so far touched: one GEMM shaped like the widest weight
- * gradient a step computes (dW = dY^T X over the MLP's 4C rows, or the head's vocabulary rows,
- * which the lm head computes in blocks of 4096; the chunk's tokens deep, where OpenBLAS's own
- * K block stops well before 1024) makes the RSS measured after it hold them. */
-static void warm_blas(const zt_offload_plan_input *in) {
-  zt_lm_dims d = zt_lm_config_dims(&in->model);
-  int64_t t = in->rows / in->microbatches * in->seq, C = d.hidden;
-  int64_t M = d.vocab < 4096 ? d.vocab : 4096, K = t < 1024 ? t : 1024;
-  if (d.ffn > M) M = d.ffn;
-  zt_mem_tag tag = zt_mem_tag_push(ZT_MEM_TAG_TEMP);
-  zt_tensor *a = NULL, *b = NULL, *y = NULL;
-  zt_status s = zt_tensor_zeros(2, (int64_t[]){K, M}, ZT_DTYPE_F32, ZT_CPU, &a);
-  if (!s) s = zt_tensor_zeros(2, (int64_t[]){K, C}, ZT_DTYPE_F32, ZT_CPU, &b);
-  if (!s) s = zt_matmul(a, b, true, false, &y); /* (M, C) = a^T b, as linear's weight grad */
-  zt_tensor_free(y), zt_tensor_free(b), zt_tensor_free(a);
-  zt_mem_tag_pop(tag);
-  if (s) zt_clear_error(); /* out of memory here: the run will say so */
-}
-
-/* A size or rate of ZT_PLAN_CALIBRATION: a number, optionally K, M or G (powers of 1024). */
-static bool calib_number(const char *v, double *out) {
-  char *end;
-  double x = strtod(v, &end);
-  if (end == v || !(x > 0) || !isfinite(x)) return false;
-  double m = *end == 'K' ? 1024.0 : *end == 'M' ? 1048576.0 : *end == 'G' ? 1073741824.0 : 1;
-  if (m > 1) end++;
-  if (*end && *end != ',') return false;
-  *out = x * m;
-  return true;
-}
-
-/* ZT_PLAN_CALIBRATION="gflops=G,read=BPS,write=BPS,rss=BYTES": what it gives into v[0..4)
- * (gflops, read, write, rss; 0: measure). */
+/* ZT_PLAN_CALIBRATION (zt_plan_calibration_env, the planner's one parser): what it gives of the
+ * figures this planner uses into v[0..4) (the GEMM rate, read, write, the RSS at planning; 0:
+ * measure); *any when it gives one of them. */
 static zt_status calibration(double v[4], bool *any) {
-  static const char *const keys[] = {"gflops", "read", "write", "rss"};
-  v[0] = v[1] = v[2] = v[3] = 0;
+  static const zt_plan_figure figs[4] = {ZT_PLAN_FIG_GEMM, ZT_PLAN_FIG_READ, ZT_PLAN_FIG_WRITE, ZT_PLAN_FIG_BASE};
+  zt_plan_calibration c;
+  zt_plan_calibration_default(&c);
+  ZT_TRY(zt_plan_calibration_env(&c));
   *any = false;
-  const char *e = getenv("ZT_PLAN_CALIBRATION");
-  if (!e || !*e) return ZT_OK;
-  for (const char *p = e;; p++) { /* key=value items, a comma between two */
-    int k = 0;
-    size_t n = strcspn(p, "=,");
-    while (k < 4 && !(strlen(keys[k]) == n && !strncmp(p, keys[k], n))) k++;
-    if (k == 4 || p[n] != '=' || !calib_number(p + n + 1, &v[k]))
-      return ZT_ERR(ZT_STATUS_INVALID_ARG,
-                    "ZT_PLAN_CALIBRATION='%s': give comma-separated gflops=G (the sgemm rate, GFLOP/s), read=BPS and "
-                    "write=BPS (the tier's bytes per second), rss=BYTES (the process's RSS at planning); numbers "
-                    "above 0, sizes may end in K, M or G (e.g. gflops=50,read=1.5G,write=1.5G,rss=24M)",
-                    e);
-    *any = true;
-    p += n + 1 + strcspn(p + n + 1, ",");
-    if (!*p) break;
+  for (int k = 0; k < 4; k++) {
+    bool given = c.source[figs[k]] == ZT_PLAN_SOURCE_GIVEN;
+    v[k] = given ? c.value[figs[k]] : 0;
+    *any |= given;
   }
   return ZT_OK;
 }
@@ -492,7 +435,8 @@ static zt_status plan_input(const zt_train_config *c, int world, int64_t limit, 
    * the RSS measured below is what stays */
   zt_mem_set_cache_limit(0);
   zt_set_num_threads(c->threads); /* the run's: OpenBLAS keeps a buffer per thread */
-  if (in->rows >= 1 && in->seq >= 1 && in->microbatches >= 1 && !zt_lm_config_validate(&in->model)) warm_blas(in);
+  if (in->rows >= 1 && in->seq >= 1 && in->microbatches >= 1 && !zt_lm_config_validate(&in->model))
+    zt__plan_warm_blas(&in->model, in->rows / in->microbatches * in->seq);
   zt_clear_error();
   in->gflops = cal[0] > 0 ? cal[0] : zt_sgemm_gflops(512, 3);
   int64_t rss = cal[3] > 0 ? (int64_t)cal[3] : zt_mem_current_rss();

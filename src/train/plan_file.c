@@ -92,18 +92,6 @@ static void put_prediction(zt__buf *b, const zt_plan_prediction *p) {
   zt__buf_printf(b, ",\"step_s\":%s}", zt__fmt_double(d, p->step_s));
 }
 
-void zt__plan_put_calibration(zt__buf *b, const zt_plan_calibration *c) {
-  char d[32];
-  zt__buf_printf(b, "{\"world\":%d,\"threads\":%d,\"reps\":%d,\"figures\":{", c->world, c->threads, c->reps);
-  for (int f = 0; f < ZT_PLAN_FIG_COUNT; f++) {
-    zt__buf_printf(b, "%s\"%s\":{\"value\":%s", f ? "," : "", zt_plan_figure_name((zt_plan_figure)f),
-                   zt__fmt_double(d, c->value[f]));
-    zt__buf_printf(b, ",\"source\":\"%s\",\"spread\":%s}", zt_plan_source_name(c->source[f]),
-                   zt__fmt_double(d, c->spread[f]));
-  }
-  zt__buf_printf(b, "}}");
-}
-
 /* The model as the plan knows it: its family and sizes (what zt_plan_read compares). */
 static void put_model(zt__buf *b, const zt_lm_config *m) {
   zt_lm_dims d = zt_lm_config_dims(m);

@@ -45,9 +45,20 @@ int64_t zt__plan_params(const zt__plan_in *in, int b0, int b1, bool embed, bool 
  * p->rss from p->accounted. */
 void zt__plan_finish(const zt__plan_in *in, zt_plan_prediction *p);
 
-/* ---- files (plan_file.c): the calibration as a JSON object into b (the plan's and a calibration file's) */
+/* ---- the calibration as a JSON object into b (plan_calib.c: a calibration file's, and a plan's) */
 struct zt__buf;
 void zt__plan_put_calibration(struct zt__buf *b, const zt_plan_calibration *c);
+
+/* ---- what the calibration measures with, shared with the --mem-limit planner (plan_calib.c) */
+/* One GEMM shaped like the widest weight gradient of a step of m on `tokens` tokens a microbatch,
+ * so that OpenBLAS's per-thread buffers, resident for the process's life, are in the RSS read
+ * after it. Out of memory is ignored (the run will say so). */
+void zt__plan_warm_blas(const zt_lm_config *m, int64_t tokens);
+/* The read and write bytes/s of a store of tier (DISK: a spill file in dir, NULL $TMPDIR or /tmp;
+ * any other tier: RAM), bytes (at least 1 MiB, rounded down to pages) put and got back once
+ * through a page-aligned buffer outside the allocator's cache (accounted TEMP while it lives). A
+ * store that cannot be made or fails is its status (the dir named), *rd = *wr = 0. */
+ZT_NODISCARD zt_status zt__plan_store_rate(zt_offload_tier tier, const char *dir, size_t bytes, double *rd, double *wr);
 
 /* ---- the predictors: c is valid for sp (plan.c checks pp x dp = world, the schedule, ...) */
 ZT_NODISCARD zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt_plan_prediction *out);
