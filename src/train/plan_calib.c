@@ -11,6 +11,7 @@
 #include "core/status_internal.h"
 #include "io/buf.h"
 #include "io/json.h"
+#include "train/gemm_rate.h"
 #include "train/plan_internal.h"
 #include "zt/autograd.h"
 #include "zt/comm.h"
@@ -270,18 +271,9 @@ zt_status zt__plan_store_rate(zt_offload_tier tier, const char *dir, size_t byte
 #define COMM_BW_BYTES ((int64_t)32 << 20)
 #define COMM_LAT_CALLS 31
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-/* The median of v[0, n) (sorted in place); an even n takes the mean of the middle two. */
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 /* reps runs into their median and spread ((max - min) / median). */
 static void summarize(double *runs, int reps, double *value, double *spread) {
-  double m = median(runs, reps);
+  double m = zt__median(runs, reps);
   *value = m;
   *spread = m > 0 ? (runs[reps - 1] - runs[0]) / m : 0;
 }
@@ -535,9 +527,9 @@ static zt_status comm_figures(zt_comm *comm, int reps, double *lat, double *bw) 
       s = zt_all_reduce(comm, one, ZT_REDUCE_SUM);
       calls[i] = zt_clock_now() - t0;
     }
-    if (!s) lat[r] = median(calls, COMM_LAT_CALLS);
+    if (!s) lat[r] = zt__median(calls, COMM_LAT_CALLS);
   }
-  double l = s ? 0 : median(lat, reps); /* sorts lat: its order means nothing */
+  double l = s ? 0 : zt__median(lat, reps); /* sorts lat: its order means nothing */
   double moved = 2.0 * (world - 1) / world * (double)COMM_BW_BYTES;
   for (int r = 0; !s && r < reps; r++) {
     s = zt_barrier(comm);
@@ -601,12 +593,14 @@ static zt_status measure_all(zt_comm *comm, const zt_plan_space *sp, const char 
   size_t probe = PROBE_BYTES;
   if (sp->mem_limit > 0 && (size_t)(sp->mem_limit / 16) < probe) probe = (size_t)(sp->mem_limit / 16);
   double *rd = runs, *wr = runs + reps;
-  for (int r = 0; r < reps; r++) {
+  for (int r = 0; r < reps && !sp->no_disk; r++) {
     ZT_TRY(barrier(comm));
     ZT_TRY(agree(comm, zt__plan_store_rate(ZT_OFFLOAD_DISK, dir, probe, &rd[r], &wr[r])));
   }
-  summarize(rd, reps, &mine[2 * ZT_PLAN_FIG_READ], &mine[2 * ZT_PLAN_FIG_READ + 1]);
-  summarize(wr, reps, &mine[2 * ZT_PLAN_FIG_WRITE], &mine[2 * ZT_PLAN_FIG_WRITE + 1]);
+  if (!sp->no_disk) {
+    summarize(rd, reps, &mine[2 * ZT_PLAN_FIG_READ], &mine[2 * ZT_PLAN_FIG_READ + 1]);
+    summarize(wr, reps, &mine[2 * ZT_PLAN_FIG_WRITE], &mine[2 * ZT_PLAN_FIG_WRITE + 1]);
+  }
 
   if (comm && zt_comm_size(comm) > 1) {
     double *lat = runs, *bw = runs + reps;
@@ -633,7 +627,7 @@ static void combine(const double *all, int world, int reps, double *v, zt_plan_c
       if (v[r] > most) most = v[r];
     }
     if (!have) continue;
-    out->value[f] = f == ZT_PLAN_FIG_BASE ? most : median(v, world);
+    out->value[f] = f == ZT_PLAN_FIG_BASE ? most : zt__median(v, world);
     out->spread[f] = spread;
     out->source[f] = ZT_PLAN_SOURCE_MEASURED;
   }

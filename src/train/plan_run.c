@@ -48,6 +48,8 @@ zt_status zt_train_plan(zt_train_config *c, zt_comm *comm, zt_plan_run *out) {
   /* microbatches given (more than one) stay: accumulating a batch in other slices changes its sums'
    * rounding, so a user who wants plain training's results bitwise keeps them; one is the planner's */
   sp.microbatches = c->data.microbatches > 1 ? c->data.microbatches : 0;
+  /* a run by hand that uses no disk tier writes no probe at its start */
+  sp.no_disk = !c->plan[0] && c->memory.offload_model != ZT_OFFLOAD_DISK && c->memory.offload_activations != ZT_OFFLOAD_DISK;
   ZT_TRY(zt_plan_calibration_for(c, comm, &sp, automatic ? 3 : 1, &out->cal));
   zt_plan_entry *e = &out->entry;
   if (automatic) {
