@@ -13,6 +13,9 @@ int zt_cmd_tokenize(int argc, char **argv);
 int zt_cmd_plot(int argc, char **argv);
 /* zt plot --recompute BENCH.jsonl --out PLOT.svg (cli/plot_recompute.c) */
 int zt_cli_plot_recompute(const char *in, const char *out);
+/* zt plot --plan ACCURACY.jsonl --out PLOT.svg (cli/plot_plan.c): the planner's predicted
+ * peak RSS and step time against measured ones */
+int zt_cli_plot_plan(const char *in, const char *out);
 int zt_cmd_bench(int argc, char **argv);
 /* The options of zt bench step and dp: --steps, --warmup-steps and any zt train option. 0, or
  * the exit code after printing what was wrong. */

@@ -87,7 +87,9 @@ static int read_metrics(const char *in, metrics *m) {
     if (k != ZT_CLI_JSONL_NUMBER || !isfinite(step)) {
       fprintf(stderr, "zt plot: %s:%d %s; zt plot reads the JSON lines that zt train --metrics writes%s\n", in, lineno,
               k == ZT_CLI_JSONL_ABSENT ? "has no \"step\" field" : "has a \"step\" that is not a finite number",
-              zt_cli_jsonl_member(line, "recompute") ? " (for bench/recompute.sh results: zt plot --recompute)" : "");
+              zt_cli_jsonl_member(line, "recompute")   ? " (for bench/recompute.sh results: zt plot --recompute)"
+              : zt_cli_jsonl_member(line, "predicted") ? " (for planner accuracy lines: zt plot --plan)"
+                                                       : "");
       status = 1;
       break;
     }
@@ -194,20 +196,23 @@ static int draw(const char *in, const char *out, metrics *m) {
 
 int zt_cmd_plot(int argc, char **argv) {
   const char *in = NULL, *out = NULL;
-  bool recompute = false;
+  bool recompute = false, plan = false;
   if (zt_cli_wants_help(argc, argv)) {
     printf("usage: zt plot METRICS.jsonl --out PLOT.svg\n"
            "       (zt train --metrics: loss and validation loss, tokens/s, peak memory per tag and per rank)\n"
            "       zt plot --recompute BENCH.jsonl --out PLOT.svg   (bench/recompute.sh results: ratios to none\n"
-           "                                                        as JSON lines, memory vs time overhead)\n");
+           "                                                        as JSON lines, memory vs time overhead)\n"
+           "       zt plot --plan ACCURACY.jsonl --out PLOT.svg     (the planner's predicted peak RSS and step\n"
+           "                                                        time against measured, per configuration)\n");
     return 0;
   }
   char name[64];
   const char *v;
   int rc;
-  for (int i = 0; (rc = zt_cli_arg("plot", argc, argv, &i, "recompute", name, &v)) != 1;) {
+  for (int i = 0; (rc = zt_cli_arg("plot", argc, argv, &i, "recompute plan", name, &v)) != 1;) {
     if (rc) return rc;
     if (!strcmp(name, "recompute") && !v) recompute = true;
+    else if (!strcmp(name, "plan") && !v) plan = true;
     else if (!strcmp(name, "out")) out = v;
     else if (!name[0] && !in) in = v;
     else {
@@ -220,7 +225,12 @@ int zt_cmd_plot(int argc, char **argv) {
     fprintf(stderr, "zt plot: usage: zt plot METRICS.jsonl --out PLOT.svg\n");
     return 2;
   }
+  if (recompute && plan) {
+    fprintf(stderr, "zt plot: --recompute and --plan read different files; give one of them\n");
+    return 2;
+  }
   if (recompute) return zt_cli_plot_recompute(in, out);
+  if (plan) return zt_cli_plot_plan(in, out);
   metrics m = {0};
   int status = read_metrics(in, &m);
   if (!status) status = draw(in, out, &m);

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end checks of zt plot on small metrics files written here: with and without
 # validation loss, one line, NaN/inf values, equal values, several ranks, a recompute
-# benchmark file, and bad input (clear message, non-zero exit code, no crash). Every SVG
-# must be well-formed, carry round tick labels (1, 2, 5 x 10^k apart), and keep every
-# legend box inside its viewBox.
+# benchmark file, a planner accuracy file (--plan), and bad input (clear message,
+# non-zero exit code, no crash). Every SVG must be well-formed, carry round tick labels
+# (1, 2, 5 x 10^k apart), and keep every legend box inside its viewBox.
 # usage: tests/plot_test.sh ZT_BINARY
 set -u
 zt="$1"
@@ -136,6 +136,35 @@ out=$("$zt" plot --recompute "$w/bench.jsonl" --out "$w/rc.svg" 2>&1); rc=$?
 check "recompute: ratios printed, SVG well-formed, legend inside, round ticks" '[ $rc -eq 0 ] && grep -q "\"mode\":\"full\",\"time_ratio\":1.300,\"act_ratio\":0.150" <<<"$out" && grep -q "\"act_over_budget\":0.967" <<<"$out" && svg_ok "$w/rc.svg"'
 check "recompute: ratio ticks and a legend entry per group" '[[ "$(ticks "$w/rc.svg" x)" == *"1.00x 1.05x 1.10x"* ]] && grep -q ">124M params, B=4, T=1024</text>" "$w/rc.svg" && [ $(grep -c "<rect class=.legend." "$w/rc.svg") -eq 1 ]'
 
+# --- zt plot --plan: 5 configurations, a line that is not JSON and one without measured.step_s
+mib=1048576
+acc() { # acc CONFIG RANKS PRED_RSS_MIB MEAS_RSS_MIB PRED_S MEAS_S
+  printf '{"config":"%s","model":"gpt2-124m","ranks":%d,"predicted":{"rss":%d,"accounted":1,"step_s":%s},"measured":{"rss":%d,"accounted":1,"step_s":%s},"extra":[1,{"rss":5}]}\n' \
+    "$1" "$2" $(($3 * mib)) "$5" $(($4 * mib)) "$6"
+}
+{ acc "single" 1 1000 1020 1.00 1.10   # rss -2.0%, step -9.1%
+  acc "dp2 full" 2 1500 1400 1.20 1.30  # rss +7.1% (out), step -7.7%
+  echo 'not json'
+  acc "dp2 full, recompute selective" 2 1200 1190 1.50 1.20  # rss +0.8%, step +25.0% (out)
+  printf '{"config":"no step","ranks":1,"predicted":{"rss":1,"step_s":1},"measured":{"rss":1}}\n'
+  acc "dp4 zero3" 4 800 820 2.00 2.10   # rss -2.4%, step -4.8%
+  acc "dp4 zero3 offload" 4 600 610 3.00 2.80; } > "$w/acc.jsonl"  # rss -1.6%, step +7.1%
+out=$("$zt" plot --plan "$w/acc.jsonl" --out "$w/plan.svg" 2>&1); rc=$?
+check "plan: exits 0, counts the 2 skipped lines, says what it wrote" \
+  '[ $rc -eq 0 ] && grep -q "2 lines skipped (first: line 3)" <<<"$out" && grep -q "wrote .*plan.svg (5 configurations)" <<<"$out"'
+check "plan: the SVG is well-formed, with round ticks and legends inside the picture" 'svg_ok "$w/plan.svg"'
+check "plan: two panels, RSS and step time" \
+  '[ $(grep -c "class=.panel-title." "$w/plan.svg") -eq 2 ] && grep -q ">peak RSS: predicted vs measured<" "$w/plan.svg" && grep -q ">step time: predicted vs measured<" "$w/plan.svg"'
+check "plan: one dot per configuration and panel (legend swatches aside)" \
+  '[ $(awk "/<g class=.legend./{l=1} !l&&/<circle/{n++} l&&/<\/g>/{l=0} END{print n+0}" "$w/plan.svg") -eq 10 ]'
+check "plan: a series per rank count, in the legend" \
+  '[ $(grep -c "<title>1 rank</title>" "$w/plan.svg") -eq 2 ] && [ $(grep -c "<title>2 ranks</title>" "$w/plan.svg") -eq 2 ] && [ $(grep -c "<title>4 ranks</title>" "$w/plan.svg") -eq 2 ] && [ $(grep -c ">4 ranks</text>" "$w/plan.svg") -eq 2 ]'
+check "plan: y = x and the dashed target bands" \
+  '[ $(grep -c "<title>y = x</title>" "$w/plan.svg") -eq 2 ] && grep -q ">target ±5%</text>" "$w/plan.svg" && grep -q ">target ±15%</text>" "$w/plan.svg" && [ $(grep -c "stroke-dasharray=.6 4. points" "$w/plan.svg") -eq 4 ]'
+check "plan: notes count the dots within the band and name the worst" \
+  'grep -q ">4 of 5 within ±5%; worst +7.1%: dp2 full<" "$w/plan.svg" && grep -q ">4 of 5 within ±15%; worst +25.0%: dp2 full, recompute selective<" "$w/plan.svg"'
+check "plan: both axes of each panel have the same ticks" '[ -n "$(ticks "$w/plan.svg" x)" ] && [ "$(ticks "$w/plan.svg" x)" == "$(ticks "$w/plan.svg" y)" ]'
+
 # --- bad input
 out=$("$zt" plot "$w/missing.jsonl" --out "$w/x.svg" 2>&1); rc=$?
 check "missing file: exit 1, names it" '[ $rc -eq 1 ] && grep -q "cannot open .*missing.jsonl" <<<"$out"'
@@ -160,6 +189,14 @@ out=$("$zt" plot --recompute "$w/run.jsonl" --out "$w/x.svg" 2>&1); rc=$?
 check "a metrics file given to --recompute: exit 1" '[ $rc -eq 1 ] && grep -q "not a zt bench step line" <<<"$out"'
 out=$("$zt" plot "$w/run.jsonl" --out "$w/no/such/dir/x.svg" 2>&1); rc=$?
 check "unwritable output: exit 1" '[ $rc -eq 1 ] && grep -q "cannot write" <<<"$out"'
+: > "$w/noacc.jsonl"
+out=$("$zt" plot --plan "$w/noacc.jsonl" --out "$w/noacc.svg" 2>&1); rc=$?
+check "plan, empty file: exit 1, no usable line, no SVG" '[ $rc -eq 1 ] && grep -q "holds no usable planner accuracy line" <<<"$out" && [ ! -e "$w/noacc.svg" ]'
+{ echo 'not json'; printf '{"config":"x","ranks":2,"predicted":{"rss":"big","step_s":1},"measured":{"rss":1,"step_s":1}}\n'; } > "$w/badacc.jsonl"
+out=$("$zt" plot --plan "$w/badacc.jsonl" --out "$w/x.svg" 2>&1); rc=$?
+check "plan, no usable line: exit 1, skipped lines counted" '[ $rc -eq 1 ] && grep -q "2 lines skipped" <<<"$out" && grep -q "no usable planner accuracy line" <<<"$out"'
+out=$("$zt" plot "$w/acc.jsonl" --out "$w/x.svg" 2>&1); rc=$?
+check "an accuracy file without --plan: exit 1, points at --plan" '[ $rc -eq 1 ] && grep -q "zt plot --plan" <<<"$out"'
 out=$("$zt" plot "$w/run.jsonl" 2>&1); rc=$?
 check "no --out: usage, exit 2" '[ $rc -eq 2 ] && grep -q "usage" <<<"$out"'
 
