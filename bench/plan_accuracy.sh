@@ -106,16 +106,21 @@ choose() { # model ranks limit group
     --out "$w/choice.json" --offload-dir "$odir" >/dev/null 2>&1 || { echo "no choice for $group" >&2; return 0; }
   local flags
   flags=$(python3 -c "import json; d=json.load(open('$w/choice.json')); e=d['entries'][d['chosen']]; print(' '.join('--%s %s' % kv for kv in e['options'].items()))")
+  # states in the tier take the limit too: their cache and write-behind bounds (zt train --plan auto does the same)
+  case "$flags" in *"--offload-states disk"*) [ "$limit" != - ] && flags="$flags --mem-limit $limit" ;; esac
+  local name
+  name=$(python3 -c "import json; d=json.load(open('$w/choice.json')); print(d['entries'][d['chosen']]['name'])")
+  if ! python3 -c "import json,sys; sys.exit(0 if any(r.get('kind') == 'run' and r['group'] == sys.argv[1] and r.get('config') == sys.argv[2] for r in map(json.loads, open(sys.argv[3]))) else 1)" "$group" "$name" "$w/rows.jsonl"; then
+    # shellcheck disable=SC2086
+    measure "$model" "$n" "$limit" "$group" $flags
+  fi
   python3 - "$w/choice.json" "$group" >>"$w/rows.jsonl" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1])); e = d["entries"][d["chosen"]]
 print(json.dumps({"kind": "choice", "group": sys.argv[2], "config": e["name"], "predicted": e["predicted"],
                   "options": e["options"], "fitting": sum(x["fits"] for x in d["entries"]), "entries": len(d["entries"])}))
 PY
-  if ! grep -q "\"group\": \"$group\".*\"config\": \"$(python3 -c "import json; d=json.load(open('$w/choice.json')); print(d['entries'][d['chosen']]['name'])")\"" "$w/rows.jsonl"; then
-    # shellcheck disable=SC2086
-    measure "$model" "$n" "$limit" "$group" $flags
-  fi
+
 }
 
 G=gpt2-124m S=gpt2-350m L=smollm-135m

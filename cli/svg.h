@@ -1,4 +1,4 @@
-/* What the zt plot commands (cli/plot.c, cli/plot_recompute.c) share: reading members of
+/* What the zt plot commands (cli/plot.c, cli/plot_recompute.c, cli/plot_plan.c) share: reading members of
  * JSON-lines records (cli/svg_jsonl.c) and drawing SVG panels (cli/svg.c) with ticks at
  * round values (1, 2, 5 x 10^k; byte axes in KiB/MiB/GiB), gridlines, axis titles and
  * legends inside the panel. All text goes out escaped. Text widths are overestimated, so
