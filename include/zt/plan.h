@@ -90,7 +90,6 @@ typedef struct zt_plan_space {
   int64_t mem_limit;           /* per rank (0: the memory available, zt_mem_available) */
   int64_t disk_limit;          /* the disk tier's bytes per rank (0: no limit) */
   zt_offload_tier tier;        /* the tier offload configurations use (default DISK) */
-  bool states_on_disk_only;    /* only OffloadModel with every state in the tier (the --mem-limit planner) */
   bool no_disk;                /* zt_plan_calibrate leaves the disk figures defaults (a run that uses no disk tier:
                                 * its start writes no probe) */
 } zt_plan_space;

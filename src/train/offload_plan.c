@@ -18,6 +18,7 @@
 #include "core/status_internal.h"
 #include "train/offload_plan.h"
 #include "train/plan_internal.h"
+#include "zt/plan.h"
 #include "zt/train.h"
 
 /* Values per token a block keeps for backward with nothing recomputed (the family's count). */
@@ -310,12 +311,27 @@ static void fill_cache(const zt_offload_plan_input *in, const int64_t *ub, int U
 }
 
 zt_status zt__offload_plan_at(const zt_offload_plan_input *in, int slices, int resident, zt_offload_plan_activations act,
-                              int64_t limit, zt_offload_plan *out) {
-  ZT_TRY(zt_offload_plan_predict(in, slices, resident, act, out));
+                              const char *recompute_plan, int64_t limit, zt_offload_plan *out) {
+  const char *fn = "zt__offload_plan_at";
+  memset(out, 0, sizeof *out);
   int64_t ub[ZT_OFFLOAD_PLAN_MAX_UNITS];
   int U = 0, count[ZT_OFFLOAD_PLAN_MAX_UNITS];
-  ZT_TRY(units_of(in, ub, &U, "zt__offload_plan_at"));
+  ZT_TRY(units_of(in, ub, &U, fn));
+  if (resident < 1) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: %d resident slices", fn, resident);
   ZT_TRY(zt_offload_model_balance(U, slices, ub, count));
+  /* the slices whose blocks the letters recompute (activation offload only): a slice's blocks
+   * are all 'f' or all 'n', as the search writes them */
+  bool rec[ZT_OFFLOAD_PLAN_MAX_UNITS] = {false}, any = false;
+  int L = U - 2;
+  if (recompute_plan && *recompute_plan && act == ZT_OFFLOAD_PLAN_OFFLOAD) {
+    if ((int)strlen(recompute_plan) != L)
+      return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: a recompute plan of %d letters for %d blocks", fn,
+                    (int)strlen(recompute_plan), L);
+    for (int sl = 0, u = 0; sl < slices; u += count[sl], sl++)
+      for (int k = u; k < u + count[sl]; k++)
+        if (k > 0 && k < U - 1 && recompute_plan[k - 1] == 'f') rec[sl] = any = true;
+  }
+  predict(in, ub, U, count, slices, resident < slices ? resident : slices, act, any ? rec : NULL, out);
   fill_cache(in, ub, U, count, limit, out);
   return ZT_OK;
 }
@@ -380,34 +396,6 @@ zt_status zt_offload_plan_make(const zt_offload_plan_input *in, int64_t limit, z
   return ZT_OK;
 }
 
-/* The store's bandwidth, measured: 64 MiB (a sixteenth of the limit when that is less, so the
- * probe fits it too) put and got back through a store like the run's. */
-static void probe_store(const zt_train_config *c, int64_t limit, double *rd, double *wr) {
-  const char *dir = c->memory.offload_dir[0] ? c->memory.offload_dir : NULL;
-  int64_t want = limit / 16 < ((int64_t)64 << 20) ? limit / 16 : (int64_t)64 << 20;
-  zt_offload_tier tier = c->memory.offload_model == ZT_OFFLOAD_DISK ? ZT_OFFLOAD_DISK : ZT_OFFLOAD_HOST;
-  zt_status s = zt__plan_store_rate(tier, dir, want > 0 ? (size_t)want : 0, rd, wr);
-  (void)s; /* unmeasured: the plan is made without the disk's time */
-  zt_clear_error();
-}
-
-/* ZT_PLAN_CALIBRATION (zt_plan_calibration_env, the planner's one parser): what it gives of the
- * figures this planner uses into v[0..4) (the GEMM rate, read, write, the RSS at planning; 0:
- * measure); *any when it gives one of them. */
-static zt_status calibration(double v[4], bool *any) {
-  static const zt_plan_figure figs[4] = {ZT_PLAN_FIG_GEMM, ZT_PLAN_FIG_READ, ZT_PLAN_FIG_WRITE, ZT_PLAN_FIG_BASE};
-  zt_plan_calibration c;
-  zt_plan_calibration_default(&c);
-  ZT_TRY(zt_plan_calibration_env(&c));
-  *any = false;
-  for (int k = 0; k < 4; k++) {
-    bool given = c.source[figs[k]] == ZT_PLAN_SOURCE_GIVEN;
-    v[k] = given ? c.value[figs[k]] : 0;
-    *any |= given;
-  }
-  return ZT_OK;
-}
-
 /* Every state in OffloadModel's store, in one process: what the planner plans without a limit. */
 static bool plannable(const zt_train_config *c, int world) {
   return c->memory.offload_states && c->memory.offload_model && c->parallel.shard == ZT_SHARD_NONE && world == 1;
@@ -421,43 +409,22 @@ bool zt__train_plan_wanted(const zt_train_config *c, int world) {
 /* The planner's input for c's run at limit, measured here (or as ZT_PLAN_CALIBRATION says). */
 static zt_status plan_input(const zt_train_config *c, int world, int64_t limit, zt_offload_plan_input *in,
                             bool *calibrated) {
-  memset(in, 0, sizeof *in);
-  ZT_TRY(zt_train_model_config(c, &in->model));
-  in->rows = c->data.batch / world;
-  in->seq = c->data.seq;
-  in->microbatches = c->data.microbatches;
-  double cal[4];
-  ZT_TRY(calibration(cal, calibrated));
-  /* the cache a plan may give at most: ZT_ALLOC_CACHE_MB's bound, else 1 GiB (runs without a
-   * limit have no byte bound, only the live bytes' high mark) */
-  in->cache_max_bytes = zt_mem_cache_limit() < ZT__PLAN_CACHE_MAX ? zt_mem_cache_limit() : ZT__PLAN_CACHE_MAX;
+  zt_plan_space sp;
+  ZT_TRY(zt_plan_space_of(c, world, &sp));
+  sp.mem_limit = limit;
+  sp.no_disk = c->memory.offload_model != ZT_OFFLOAD_DISK;
+  int64_t cache_limit = zt_mem_cache_limit();
   /* the cache emptied and glibc's mmap threshold fixed: freed blocks go back to the kernel, and
-   * the RSS measured below is what stays */
+   * the base the calibration measures is what stays */
   zt_mem_set_cache_limit(0);
   zt_set_num_threads(c->threads); /* the run's: OpenBLAS keeps a buffer per thread */
-  if (in->rows >= 1 && in->seq >= 1 && in->microbatches >= 1 && !zt_lm_config_validate(&in->model))
-    zt__plan_warm_blas(&in->model, in->rows / in->microbatches * in->seq);
-  zt_clear_error();
-  in->gflops = cal[0] > 0 ? cal[0] : zt_sgemm_gflops(512, 3);
-  int64_t rss = cal[3] > 0 ? (int64_t)cal[3] : zt_mem_current_rss();
-  in->fixed_bytes = (rss > 0 ? rss : 0) + ZT_OFFLOAD_PLAN_FIXED;
-  /* a disk store's bounce buffers: host allocations of 64 KiB and more are page-aligned, so
-   * only an item's last partial page is bounced (a page per I/O thread and direction) */
-  in->io_bytes = c->memory.offload_model == ZT_OFFLOAD_DISK ? 2 * ZT_STORE_DISK_QUEUE_DEPTH * 4096 : 0;
-  if (cal[1] > 0 && cal[2] > 0)
-    in->read_bps = cal[1], in->write_bps = cal[2];
-  else
-    probe_store(c, limit, &in->read_bps, &in->write_bps);
-  if (cal[1] > 0) in->read_bps = cal[1];
-  if (cal[2] > 0) in->write_bps = cal[2];
-  /* the allocator's cache of freed blocks is resident but not accounted: bounded, and counted */
-  in->cache_bytes = limit / 64 < in->cache_max_bytes ? limit / 64 : in->cache_max_bytes; /* ZT_ALLOC_CACHE_MB=0: none */
-  in->write_cap_bytes = (int64_t)ZT_STORE_WRITE_CAP_DEFAULT; /* at most; the plan lowers it to its smallest slice */
-  /* the run's OffloadModel updates in chunks (its options' default; every tier's store has range ops) */
-  in->update_chunk_bytes = (int64_t)zt_offload_model_options_default().update_chunk_bytes;
-  in->can_offload_activations = c->memory.offload_model == ZT_OFFLOAD_DISK || c->memory.offload_model == ZT_OFFLOAD_HOST;
+  zt_plan_calibration cal;
+  ZT_TRY(zt_plan_calibration_for(c, NULL, &sp, 3, &cal));
+  *calibrated = false;
+  for (int f = 0; f < ZT_PLAN_FIG_COUNT; f++) *calibrated |= cal.source[f] == ZT_PLAN_SOURCE_GIVEN;
   /* a trial needs its two steps and one to run the choice */
-  in->trial = c->memory.activation_trial != ZT_ACT_TRIAL_OFF && c->steps >= ZT_ACT_TRIAL_FIRST + 2;
+  zt__offload_plan_input(&sp, &cal, limit, cache_limit, c->data.microbatches, c->memory.offload_model,
+                         c->memory.activation_trial != ZT_ACT_TRIAL_OFF && c->steps >= ZT_ACT_TRIAL_FIRST + 2, in);
   return ZT_OK;
 }
 

@@ -19,11 +19,23 @@ int64_t zt__train_act_write_cap(const zt_lm_config *g, int64_t tokens);
 /* zt_mem_available reading its files under root ("" the real ones: root/proc/self/cgroup,
  * root/proc/meminfo, root/sys/fs/cgroup/...) for a process of rss bytes. */
 ZT_NODISCARD zt_status zt__mem_available_at(const char *root, int64_t rss, zt_mem_available_info *out);
-/* One plan's prediction (zt_offload_plan_predict) with the allocator cache a run of it at limit
+/* One plan's prediction (zt_offload_plan_predict) with the slices recompute_plan's letters
+ * recompute (activation offload; NULL or "": none), and the allocator cache a run of it at limit
  * gets (what the limit leaves, as zt_offload_plan_make gives its choice): the planner's
  * (src/train/plan_offload.c) prediction of states in the tier. */
 ZT_NODISCARD zt_status zt__offload_plan_at(const zt_offload_plan_input *in, int slices, int resident,
-                                           zt_offload_plan_activations act, int64_t limit, zt_offload_plan *out);
+                                           zt_offload_plan_activations act, const char *recompute_plan, int64_t limit,
+                                           zt_offload_plan *out);
+/* The --mem-limit planner's input for a run of sp's model at limit with microbatches and states in
+ * tier, from the planner's calibration (zt/plan.h): the compute rate, the tier's bandwidth, the
+ * process's base; trial: activation offload plans run the activation trial. One builder for the
+ * run's planning (zt_train_plan_memory) and the planner's predictions (plan_offload.c). cache_limit: the
+ * allocator's cache bound before planning (zt_mem_cache_limit). */
+struct zt_plan_space;
+struct zt_plan_calibration;
+void zt__offload_plan_input(const struct zt_plan_space *sp, const struct zt_plan_calibration *cal, int64_t limit,
+                            int64_t cache_limit, int64_t microbatches, zt_offload_tier tier, bool trial,
+                            zt_offload_plan_input *in);
 /* Whether zt_train_plan_memory has something to do for c at world ranks. */
 bool zt__train_plan_wanted(const zt_train_config *c, int world);
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/status_internal.h"
+#include "train/offload_plan.h"
 #include "train/plan_internal.h"
 
 /* A plan fits a limit when its predicted RSS plus this does: the prediction's own error on what it
@@ -177,6 +178,12 @@ static zt_status push(list *l, const zt_plan_space *sp, const zt_plan_calibratio
     return ZT_OK;
   }
   ZT_TRY(s);
+  char flags[2048], other[2048];
+  zt_plan_config_flags(c, flags, sizeof flags);
+  for (int i = 0; i < l->n; i++) { /* a configuration twice (the search finds one of the grid's): once */
+    zt_plan_config_flags(&l->e[i].config, other, sizeof other);
+    if (!strcmp(flags, other)) return ZT_OK;
+  }
   if (l->n == l->cap) {
     int cap = l->cap ? 2 * l->cap : 64;
     zt_plan_entry *e = realloc(l->e, (size_t)cap * sizeof *e);
@@ -252,7 +259,7 @@ static int microbatch_counts(const zt_plan_space *sp, int pp, int dp, int64_t *o
 static zt_status enumerate(list *l, const zt_plan_space *sp, const zt_plan_calibration *cal, int64_t limit,
                            const zt_lm_dims *d) {
   zt_plan_config c;
-  if (!sp->states_on_disk_only) {
+  {
     for (int pp = 1; pp <= sp->world; pp++) {
       if (sp->world % pp || pp > d->n_layer) continue;
       int dp = sp->world / pp;
@@ -301,6 +308,25 @@ static zt_status enumerate(list *l, const zt_plan_space *sp, const zt_plan_calib
               ZT_TRY(push(l, sp, cal, limit, &c));
             }
           }
+  /* and the --mem-limit planner's own search for the states' part (zt_offload_plan_make: every
+   * slicing and resident count, activation offload with the slices that recompute instead) */
+  for (int mi = 0; mi < nm; mi++) {
+    zt_offload_plan_input in;
+    zt__offload_plan_input(sp, cal, limit, zt_mem_cache_limit(), mbs[mi], sp->tier, false, &in);
+    zt_offload_plan op;
+    zt_status s = zt_offload_plan_make(&in, limit, &op);
+    if (s) { /* nothing of it fits: the entries above say how far off */
+      zt_clear_error();
+      continue;
+    }
+    memset(&c, 0, sizeof c);
+    c.pp = c.dp = 1, c.shard = ZT_SHARD_NONE, c.microbatches = mbs[mi];
+    c.offload_model = sp->tier, c.offload_states = true, c.slices = op.slices, c.resident = op.resident;
+    c.mode = op.activations_mode == ZT_OFFLOAD_PLAN_RECOMPUTE ? ZT_OFFLOAD_MODEL_RECOMPUTE : ZT_OFFLOAD_MODEL_KEEP_GRAPH;
+    c.offload_activations = op.activations_mode == ZT_OFFLOAD_PLAN_OFFLOAD ? sp->tier : ZT_OFFLOAD_NONE;
+    if (op.recomputed_slices) snprintf(c.recompute_plan, sizeof c.recompute_plan, "%s", op.recompute_plan);
+    ZT_TRY(push(l, sp, cal, limit, &c));
+  }
   return ZT_OK;
 }
 

@@ -10,38 +10,48 @@
 #include "train/offload_plan.h"
 #include "train/plan_internal.h"
 
-/* The --mem-limit planner's input for the space at this calibration. */
-static void offload_input(const zt__plan_in *in, const zt_plan_config *c, zt_offload_plan_input *o) {
-  const zt_plan_space *sp = in->sp;
+void zt__offload_plan_input(const zt_plan_space *sp, const zt_plan_calibration *cal, int64_t limit, int64_t cache_limit,
+                            int64_t microbatches, zt_offload_tier tier, bool trial, zt_offload_plan_input *o) {
   memset(o, 0, sizeof *o);
   o->model = sp->model;
-  o->rows = sp->batch, o->seq = sp->seq, o->microbatches = c->microbatches;
-  o->fixed_bytes = (int64_t)in->cal->value[ZT_PLAN_FIG_BASE] + ZT_OFFLOAD_PLAN_FIXED;
-  o->io_bytes = c->offload_model == ZT_OFFLOAD_DISK ? 2 * ZT_STORE_DISK_QUEUE_DEPTH * 4096 : 0;
-  /* the cache a run gets: a 64th of the limit at least, what the limit leaves up to ZT_ALLOC_CACHE_MB's
-   * bound or ZT__PLAN_CACHE_MAX (zt_train_plan_memory's rule) */
-  o->cache_max_bytes = zt_mem_cache_limit() < ZT__PLAN_CACHE_MAX ? zt_mem_cache_limit() : ZT__PLAN_CACHE_MAX;
-  o->cache_bytes = in->limit / 64 < o->cache_max_bytes ? in->limit / 64 : o->cache_max_bytes;
-  o->write_cap_bytes = (int64_t)ZT_STORE_WRITE_CAP_DEFAULT;
+  o->rows = sp->batch / (sp->world > 0 ? sp->world : 1), o->seq = sp->seq, o->microbatches = microbatches;
+  /* the process's own RAM besides the accounting: the calibration's base and the heap's small blocks */
+  o->fixed_bytes = (int64_t)cal->value[ZT_PLAN_FIG_BASE] + ZT_OFFLOAD_PLAN_FIXED;
+  /* a disk store's bounce buffers: host allocations of 64 KiB and more are page-aligned, so only an
+   * item's last partial page is bounced (a page per I/O thread and direction) */
+  o->io_bytes = tier == ZT_OFFLOAD_DISK ? 2 * ZT_STORE_DISK_QUEUE_DEPTH * 4096 : 0;
+  /* the allocator's cache of freed blocks is resident but not accounted: bounded, and counted; a
+   * 64th of the limit at least, what the limit leaves up to the bound (ZT_ALLOC_CACHE_MB's) or
+   * ZT__PLAN_CACHE_MAX */
+  o->cache_max_bytes = cache_limit < ZT__PLAN_CACHE_MAX ? cache_limit : ZT__PLAN_CACHE_MAX;
+  o->cache_bytes = limit / 64 < o->cache_max_bytes ? limit / 64 : o->cache_max_bytes;
+  o->write_cap_bytes = (int64_t)ZT_STORE_WRITE_CAP_DEFAULT; /* at most; a plan lowers it to its smallest slice */
+  /* the run's OffloadModel updates in chunks (its options' default; every tier's store has range ops) */
   o->update_chunk_bytes = (int64_t)zt_offload_model_options_default().update_chunk_bytes;
-  o->gflops = in->cal->value[ZT_PLAN_FIG_GEMM];
-  o->read_bps = in->cal->value[ZT_PLAN_FIG_READ], o->write_bps = in->cal->value[ZT_PLAN_FIG_WRITE];
-  o->can_offload_activations = c->offload_model == ZT_OFFLOAD_DISK || c->offload_model == ZT_OFFLOAD_HOST;
+  o->gflops = cal->value[ZT_PLAN_FIG_GEMM];
+  /* the disk's measured rates; a memory tier's copies are not timed (0: well below the compute at any
+   * size) unless given */
+  if (tier == ZT_OFFLOAD_DISK || cal->source[ZT_PLAN_FIG_READ] == ZT_PLAN_SOURCE_GIVEN) o->read_bps = cal->value[ZT_PLAN_FIG_READ];
+  if (tier == ZT_OFFLOAD_DISK || cal->source[ZT_PLAN_FIG_WRITE] == ZT_PLAN_SOURCE_GIVEN) o->write_bps = cal->value[ZT_PLAN_FIG_WRITE];
+  o->can_offload_activations = tier == ZT_OFFLOAD_DISK || tier == ZT_OFFLOAD_HOST;
+  o->trial = trial;
 }
 
 zt_status zt__plan_predict_offload(const zt__plan_in *in, const zt_plan_config *c, zt_plan_prediction *out) {
   memset(out, 0, sizeof *out);
   if (!c->offload_states)
     return ZT_ERR(ZT_STATUS_UNSUPPORTED, "the planner predicts OffloadModel with every state in its tier only");
-  if (c->recompute != ZT_RECOMPUTE_NONE || c->recompute_budget > 0 || c->recompute_plan[0])
-    return ZT_ERR(ZT_STATUS_UNSUPPORTED, "OffloadModel's activations are its mode's, not a recompute option's");
+  if (c->recompute != ZT_RECOMPUTE_NONE || c->recompute_budget > 0 ||
+      (c->recompute_plan[0] && !(c->mode == ZT_OFFLOAD_MODEL_KEEP_GRAPH && c->offload_activations)))
+    return ZT_ERR(ZT_STATUS_UNSUPPORTED, "OffloadModel's activations are its mode's (and with activation offload, the "
+                                         "slices its search recomputes), not a recompute option's");
   zt_offload_plan_activations act = c->mode != ZT_OFFLOAD_MODEL_KEEP_GRAPH ? ZT_OFFLOAD_PLAN_RECOMPUTE
                                     : c->offload_activations              ? ZT_OFFLOAD_PLAN_OFFLOAD
                                                                           : ZT_OFFLOAD_PLAN_KEEP;
   zt_offload_plan_input o;
-  offload_input(in, c, &o);
+  zt__offload_plan_input(in->sp, in->cal, in->limit, zt_mem_cache_limit(), c->microbatches, c->offload_model, false, &o);
   zt_offload_plan p;
-  ZT_TRY(zt__offload_plan_at(&o, c->slices, c->resident, act, in->limit, &p));
+  ZT_TRY(zt__offload_plan_at(&o, c->slices, c->resident, act, c->recompute_plan, in->limit, &p));
   /* the states as one figure: the slices' parameters, grads and moments are PARAM, GRAD and OPTIM
    * in turn, and the prediction counts them at their sum's peak */
   out->tag[ZT_MEM_TAG_PARAM] = p.states_bytes;
