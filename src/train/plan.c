@@ -3,6 +3,7 @@
  * ranked, the fastest that fits first. It writes options a run takes by hand and nothing else,
  * so a plan never changes results. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,38 +47,49 @@ static const char *shard_name(zt_shard_strategy s) {
   }
 }
 
+/* Appends ", " (or nothing at the start) and the text to buf. */
+static void part(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void part(char *buf, size_t cap, const char *fmt, ...) {
+  size_t n = strlen(buf);
+  if (n && n + 2 < cap) strcpy(buf + n, ", "), n += 2;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf + n, cap - n, fmt, ap);
+  va_end(ap);
+}
+
 void zt_plan_config_name(const zt_plan_config *c, char *buf, size_t cap) {
-  char par[64] = "", mem[96] = "";
+  char par[64] = "", mem[160] = "";
   int dp = c->dp;
-  if (c->pp > 1)
-    snprintf(par, sizeof par, "pp%d %s mb%lld%s", c->pp, c->schedule, (long long)c->microbatches, dp > 1 ? " x " : "");
-  else if (c->microbatches > 1)
-    snprintf(par, sizeof par, "mb%lld ", (long long)c->microbatches);
-  size_t n = strlen(par);
-  if (dp > 1 || c->shard != ZT_SHARD_NONE) {
+  size_t n = 0;
+  if (c->pp > 1) n = (size_t)snprintf(par, sizeof par, "pp%d %s%s", c->pp, c->schedule, c->microbatches > 1 || dp > 1 ? " " : "");
+  if (c->microbatches > 1 && n < sizeof par)
+    n += (size_t)snprintf(par + n, sizeof par - n, "mb%lld%s", (long long)c->microbatches,
+                          dp > 1 || c->shard != ZT_SHARD_NONE || (c->pp <= 1 && !c->offload_model) ? " " : "");
+  if (c->pp > 1 && dp > 1 && n < sizeof par) n += (size_t)snprintf(par + n, sizeof par - n, "x ");
+  if (n < sizeof par) {
     if (c->shard == ZT_SHARD_HYBRID)
       snprintf(par + n, sizeof par - n, "dp%d hybrid:%d", dp, c->hybrid_group);
-    else
+    else if (dp > 1 || c->shard != ZT_SHARD_NONE)
       snprintf(par + n, sizeof par - n, "dp%d %s", dp, shard_name(c->shard));
-  } else if (c->pp <= 1) {
-    snprintf(par + n, sizeof par - n, "plain");
+    else if (c->pp <= 1 && !c->offload_model)
+      snprintf(par + n, sizeof par - n, "plain");
   }
   if (c->offload_model)
-    snprintf(mem, sizeof mem, ", %s %s %d/%d %s", c->offload_states ? "states" : "offload-model",
-             zt_offload_tier_name(c->offload_model), c->resident, c->slices,
-             c->mode == ZT_OFFLOAD_MODEL_KEEP_GRAPH ? "keep" : "recompute");
-  n = strlen(mem);
+    part(mem, sizeof mem, "%s %s %d/%d %s", c->offload_states ? "states" : "offload-model",
+         zt_offload_tier_name(c->offload_model), c->resident, c->slices,
+         c->mode == ZT_OFFLOAD_MODEL_KEEP_GRAPH ? "keep" : "recompute");
   if (c->recompute_plan[0])
-    snprintf(mem + n, sizeof mem - n, ", recompute %d of %d", (int)(strlen(c->recompute_plan) - strspn(c->recompute_plan, "n")),
-             (int)strlen(c->recompute_plan));
+    part(mem, sizeof mem, "recompute %d of %d", (int)(strlen(c->recompute_plan) - strspn(c->recompute_plan, "n")),
+         (int)strlen(c->recompute_plan));
   else if (c->recompute_budget > 0)
-    snprintf(mem + n, sizeof mem - n, ", recompute budget %.0fM", (double)c->recompute_budget / 1048576.0);
+    part(mem, sizeof mem, "recompute budget %.0fM", (double)c->recompute_budget / 1048576.0);
   else if (c->recompute != ZT_RECOMPUTE_NONE)
-    snprintf(mem + n, sizeof mem - n, ", recompute %s", c->recompute == ZT_RECOMPUTE_FULL ? "full" : "selective");
-  n = strlen(mem);
-  if (c->offload_activations)
-    snprintf(mem + n, sizeof mem - n, ", activations to %s", zt_offload_tier_name(c->offload_activations));
-  snprintf(buf, cap, "%s%s", par, mem);
+    part(mem, sizeof mem, "recompute %s", c->recompute == ZT_RECOMPUTE_FULL ? "full" : "selective");
+  if (c->offload_activations) part(mem, sizeof mem, "activations to %s", zt_offload_tier_name(c->offload_activations));
+  n = strlen(par);
+  while (n > 0 && par[n - 1] == ' ') par[--n] = '\0';
+  snprintf(buf, cap, "%s%s%s", par, par[0] && mem[0] ? ", " : "", mem);
 }
 
 void zt_plan_config_apply(const zt_plan_config *c, zt_train_config *t) {
