@@ -25,7 +25,7 @@ block() {
     inside { print }' "$readme"
 }
 names=$(sed -n 's/^<!-- tour: \([a-z-]*\) -->$/\1/p' "$readme")
-check "the README has the seven tour blocks" '[ "$(echo $names)" = "train resume finetune llama ranks pipeline offload" ]'
+check "the README has the eight tour blocks" '[ "$(echo $names)" = "train resume finetune llama ranks pipeline offload plan" ]'
 
 mkdir -p "$w/build"
 ln -s "$(cd "$(dirname "$zt")" && pwd)/$(basename "$zt")" "$w/build/zt"
@@ -69,5 +69,9 @@ fi
 
 run offload; rc=$?
 check "offload: every state on disk under a planned memory limit" '[ $rc -eq 0 ] && grep -q "memory plan: planned for --mem-limit, 100.0 MiB" <<<"$out"'
+
+run plan; rc=$?
+check "plan: zt plan writes its plan; zt train --plan auto trains with its choice" \
+  '[ $rc -eq 0 ] && grep -q "^chosen: " <<<"$out" && [ -s "$w/tour/plan.json" ] && grep -q "zt train: plan: planned" <<<"$out" && grep -q "predicted vs measured" <<<"$out"'
 
 check_summary readme_tour
