@@ -56,10 +56,11 @@ static double qkv_width(const zt_lm_config *m, const zt_lm_dims *d) {
   return (double)d->attn_width + 2.0 * l->n_kv_head * l->head_dim;
 }
 /* Values per token a block's forward holds at once without saving (no grad, or recomputed
- * blocks): its input, the residual stream, a norm's output and the MLP's inner tensors with
- * their product (measured 12 C for GPT-2). */
-static double block_live(const zt_lm_config *m, const zt_lm_dims *d) {
-  return 4.0 * d->hidden + mlp_inner(m, d) + d->ffn;
+ * blocks): the residual stream, a norm's output and the MLP's inner tensors with their product,
+ * and after the first block of a span the span's input too (measured for GPT-2: 11 C for a
+ * one-block stage, 12 C for more). */
+static double block_live(const zt_lm_config *m, const zt_lm_dims *d, int blocks) {
+  return 3.0 * d->hidden + mlp_inner(m, d) + d->ffn + (blocks > 1 ? d->hidden : 0);
 }
 
 /* The fused head's chunk of logits, in rows (lm_head.c's chunk_rows). */
@@ -90,7 +91,7 @@ static void stage_fill(const zt__plan_in *in, const zt_plan_config *c, const zt_
   m->kept = n4 * (nb * (a.input + a.kept) + out_c);
   if (m->embed) m->kept += T * 4;                       /* the position ids (i32) */
   if (m->head) m->kept += n4 * (none.out - C) + 4;      /* the final norm's, less the input grad; the loss */
-  m->f_tr = n4 * (m->recompute ? block_live(&in->sp->model, d) : C);
+  m->f_tr = n4 * (m->recompute ? block_live(&in->sp->model, d, nb) : C);
   m->gout = n4 * out_c;
   /* What W reads: the inputs of every GEMM (the norms' outputs, the attention's output, the MLP's
    * product: 3 C + ffn) and of both norms with their statistics, 5 C + ffn + 4 a block (GPT-2's
@@ -102,7 +103,10 @@ static void stage_fill(const zt__plan_in *in, const zt_plan_config *c, const zt_
   if (!m->in_grad) {
     m->w_rec = m->kept - m->gout;
     m->dy = m->gout, m->gin = 0;
-    m->w_tr = m->recompute ? n4 * (none.input + none.kept) : 0; /* a block recomputed at a time */
+    /* a block recomputed at a time: all of it, or selectively the share it keeps again (GPT-2
+     * measured: 8 C + 6 a token, 4 C + ffn) */
+    if (m->recompute)
+      m->w_tr = n4 * (c->recompute == ZT_RECOMPUTE_FULL ? none.input + none.kept : 4 * C + d->ffn + 4);
   } else {
     m->w_rec = m->recompute ? rec : (rec < m->kept ? rec : m->kept);
     /* the output grads W multiplies: q, k and v's, both projections' (C each), the MLP's inner
@@ -121,13 +125,15 @@ static void stage_fill(const zt__plan_in *in, const zt_plan_config *c, const zt_
   }
   m->b_temp = m->in_grad ? 2 * n4 * C : 0;
   /* measured (GPT-2 124M and tiny): B peaks 6 C a token over where it ends; recomputing all of a
-   * block, while its records for W pile up (they are what it made again), selectively a block's
-   * recomputed share more, a whole block's activations at a time */
+   * block, its records for W pile up over what it kept (they are what it made again) */
   m->b_tot = 6 * n4 * C;
   if (m->recompute && c->recompute == ZT_RECOMPUTE_FULL) m->b_rec = m->w_rec;
-  if (m->recompute && c->recompute == ZT_RECOMPUTE_SELECTIVE) {
-    m->b_rec = n4 * (none.input + none.kept);
-    m->b_tot += n4 * a.recomp;
+  if (m->recompute && c->recompute == ZT_RECOMPUTE_SELECTIVE && m->in_grad) {
+    /* selectively, B makes W's inputs again beside what the block kept, which stays until W:
+     * the norms' outputs and the residual between them, the attention's output and the MLP's
+     * product (GPT-2 and SmolLM measured: 4 C + ffn + 4 a token) */
+    m->b_rec = n4 * nb * (4 * C + d->ffn + 4);
+    m->w_rec = m->kept + m->b_rec;
   }
   double w = 0;
   if (!m->in_grad) w = n4 * 9 * C;
@@ -247,6 +253,7 @@ zt_status zt__plan_predict_pipeline(const zt__plan_in *in, const zt_plan_config 
   /* memory: the worst rank, every tag at that rank's own peak */
   int64_t worst_total = -1;
   double worst_own = 0;
+  int worst_rank = 0;
   for (int r = 0; !st && r < P; r++) {
     double own = (double)rm[r].own, k = c->shard == ZT_SHARD_NONE ? own : (double)((rm[r].own + D - 1) / D);
     bool zero = c->shard != ZT_SHARD_NONE;
@@ -259,7 +266,10 @@ zt_status zt__plan_predict_pipeline(const zt__plan_in *in, const zt_plan_config 
     double grad = rm[r].grad_peak, temp = rm[r].temp_peak + inputs, total = rm[r].total_peak;
     double act = rm[r].act_peak;
     /* the run's last evaluation: a replica's rows at once through the stages, without grads */
-    double ev = (double)(sp->batch / D) * (double)sp->seq * 4 * block_live(&in->sp->model, d);
+    int nb = 0;
+    for (int k = 0; k < S; k++)
+      if (sm[k].rank == r && sm[k].b1 - sm[k].b0 > nb) nb = sm[k].b1 - sm[k].b0;
+    double ev = nb ? (double)(sp->batch / D) * (double)sp->seq * 4 * block_live(&in->sp->model, d, nb) : 0;
     double ev_temp = 0;
     if (sm[S - 1].rank == r) { /* the head's chunk of logits over those rows */
       double n = (double)(sp->batch / D) * (double)sp->seq, ch = head_chunk_rows(n, d->vocab);
@@ -284,7 +294,7 @@ zt_status zt__plan_predict_pipeline(const zt__plan_in *in, const zt_plan_config 
     }
     if (after > total) total = after;
     if ((int64_t)total > worst_total) {
-      worst_total = (int64_t)total, worst_own = own;
+      worst_total = (int64_t)total, worst_own = own, worst_rank = r;
       out->tag[ZT_MEM_TAG_PARAM] = (int64_t)param;
       out->tag[ZT_MEM_TAG_GRAD] = (int64_t)grad;
       out->tag[ZT_MEM_TAG_OPTIM] = (int64_t)optim;
@@ -313,6 +323,15 @@ zt_status zt__plan_predict_pipeline(const zt__plan_in *in, const zt_plan_config 
      * allocator keeps those blocks in its cache (they were live, and are 64 KiB and up), resident
      * for the run's life unless later blocks of their sizes take them. */
     double released = 4.0 * ((double)d->params - worst_own), lim = (double)zt_mem_cache_limit();
+    /* An untied model's table the rank does not hold (the embedding, or the output layer) has
+     * the size of the table grads its step makes (the head's weight grad, the embedding's dense
+     * grad): the step takes that block back (smollm-135m measured). */
+    bool has0 = sm[0].rank == worst_rank, hasL = sm[S - 1].rank == worst_rank;
+    if (!d->tied && has0 != hasL) released -= 4.0 * (double)d->vocab * d->hidden;
+    if (released < 0) released = 0;
+    /* ZeRO that releases the gathered parameters after each step: measured (GPT-2 124M, pp 2 x
+     * dp 2, full) as much again resident beside the accounting */
+    if (c->shard == ZT_SHARD_FULL || c->shard == ZT_SHARD_GRAD_OP) released += 4.0 * worst_own;
     out->cache = (int64_t)(released < lim || lim < 0 ? released : lim);
     zt__plan_finish(in, out);
   }
