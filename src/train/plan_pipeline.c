@@ -2,8 +2,9 @@
  * family, D replicas (DDP or FSDP of each stage). Time: the simulator over the cost model's F, B, W
  * of each stage, plus the update, the replicas' collectives and the tied embedding's sum. Memory:
  * each rank's own list replayed in order, counting what the executor and the ops allocate by tag
- * (the counts below follow src/strategies/pipeline/execute.c, pipeline_step.c, zero.c, lm_head.c
- * and the families' zt_act_cost; they were checked against measured runs, docs/plan.md). */
+ * (the counts follow src/strategies/pipeline/execute.c, pipeline_step.c, zero.c, lm_head.c and the
+ * families' zt_act_cost; those marked "measured" were read off per-action traces of GPT-2 tiny and
+ * 124M and SmolLM-135M runs; test_plan_pipeline checks them against runs). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,7 +16,6 @@
 #define DDP_BUCKET ((double)(25 << 20))
 /* The fused head's chunk of logits (lm_head.c): at most 100 MB, 16 to 512 rows. */
 #define HEAD_CHUNK_BYTES ((double)(100 << 20))
-
 
 /* One stage of the cut and what one microbatch through it holds, in bytes (tok: its rows x seq
  * tokens, 4-byte values). */
@@ -95,9 +95,9 @@ static void stage_fill(const zt__plan_in *in, const zt_plan_config *c, const zt_
   m->gout = n4 * out_c;
   /* What W reads: the inputs of every GEMM (the norms' outputs, the attention's output, the MLP's
    * product: 3 C + ffn) and of both norms with their statistics, 5 C + ffn + 4 a block (GPT-2's
-   * 9 C + 4 measured), and the final norm's input. Without
-   * recomputation they are saved tensors already; with it, B makes them again. The first stage
-   * makes no input grad: its B only keeps the received grad, and W runs the whole backward. */
+   * 9 C + 4 measured), and the final norm's input. Without recomputation they are saved tensors
+   * already; with it, B makes them again. The first stage makes no input grad: its B only keeps
+   * the received grad, and its W runs the whole backward. */
   const zt_lm_config *lm = &in->sp->model;
   double rec = n4 * (nb * (5 * C + d->ffn + 4) + (m->head ? C + 2 : 0));
   if (!m->in_grad) {
@@ -255,13 +255,14 @@ zt_status zt__plan_predict_pipeline(const zt__plan_in *in, const zt_plan_config 
   double worst_own = 0;
   int worst_rank = 0;
   for (int r = 0; !st && r < P; r++) {
-    double own = (double)rm[r].own, k = c->shard == ZT_SHARD_NONE ? own : (double)((rm[r].own + D - 1) / D);
+    double own = (double)rm[r].own;
+    double shard = c->shard == ZT_SHARD_NONE ? own : (double)((rm[r].own + D - 1) / D);
     bool zero = c->shard != ZT_SHARD_NONE;
     /* ZeRO per step (zero.c): the shard of masters beside the gathered parameters; the update
      * over the shard */
-    double param = 4 * own + (zero ? 4 * k : 0), optim = 8 * k;
+    double param = 4 * own + (zero ? 4 * shard : 0), optim = 8 * shard;
     /* token ids and targets: the step's microbatches, the loop's microbatch and evaluation batch */
-    double inputs = ((double)M + 1) * 2 * (double)rows * (double)sp->seq * 4 + 2.0 * (double)(sp->batch / D) * (double)sp->seq * 4;
+    double T = (double)sp->seq, inputs = ((double)M + 1) * 2 * (double)rows * T * 4 + 2.0 * (double)(sp->batch / D) * T * 4;
     replay(in, s, r, sm, param + optim + inputs, &rm[r]);
     double grad = rm[r].grad_peak, temp = rm[r].temp_peak + inputs, total = rm[r].total_peak;
     double act = rm[r].act_peak;
@@ -282,11 +283,11 @@ zt_status zt__plan_predict_pipeline(const zt__plan_in *in, const zt_plan_config 
     if (zero) {
       /* reduce: a flat (D k) of the grads, then this rank's shard (k), the grads still there;
        * gather: a flat (D k) in TEMP */
-      double g = rm[r].grads + 4 * D * k + 4 * k;
+      double flat = 4 * D * shard, g = rm[r].grads + flat + 4 * shard;
       if (g > grad) grad = g;
-      if (inputs + 4 * D * k > temp) temp = inputs + 4 * D * k;
-      after += 4 * D * k + 4 * k;
-      if (param + optim + inputs + 4 * D * k > total) total = param + optim + inputs + 4 * D * k;
+      if (inputs + flat > temp) temp = inputs + flat;
+      after += flat + 4 * shard;
+      if (param + optim + inputs + flat > total) total = param + optim + inputs + flat;
     } else if (D > 1) {
       double bucket = 4 * own < DDP_BUCKET ? 4 * own : DDP_BUCKET;
       if (rm[r].grads + bucket > grad) grad = rm[r].grads + bucket;
@@ -314,7 +315,8 @@ zt_status zt__plan_predict_pipeline(const zt__plan_in *in, const zt_plan_config 
     double dp = 0; /* FSDP: the gather before the schedule and the reduce-scatter after it */
     if (c->shard != ZT_SHARD_NONE) dp = 2 * zt__plan_allgather_s(in, D, 4 * most);
     else if (D > 1) dp = zt__plan_allreduce_s(in, D, 4 * most);
-    double tied = d->tied && sm[0].rank != sm[S - 1].rank ? zt__plan_allreduce_s(in, 2, (int64_t)d->vocab * d->hidden * 4) : 0;
+    double tied = 0;
+    if (d->tied && sm[0].rank != sm[S - 1].rank) tied = zt__plan_allreduce_s(in, 2, (int64_t)d->vocab * d->hidden * 4);
     out->bubble_s = sim->bubble_rate * sim->step_time;
     out->compute_s = sim->step_time - out->bubble_s + upd;
     out->comm_s = dp + tied;
