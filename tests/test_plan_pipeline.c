@@ -82,6 +82,9 @@ static void test_two_ranks(void) {
       {"schedule", "zb-h1", "microbatches", "4", "batch", "8", "seq", "64", NULL},
       {"schedule", "1f1b", "microbatches", "4", "batch", "8", "seq", "64", "recompute", "full", NULL},
       {"schedule", "gpipe", "microbatches", "4", "batch", "8", "seq", "64", "recompute", "selective", NULL},
+      {"model", "llama-tiny", "schedule", "zb-h1", "microbatches", "4", "batch", "8", "seq", "64", NULL},
+      {"model", "llama-tiny", "schedule", "gpipe", "microbatches", "4", "batch", "8", "seq", "64", "recompute", "full",
+       NULL},
   };
   for (size_t i = 0; i < sizeof cfgs / sizeof cfgs[0]; i++) check(cfgs[i], 2);
 }

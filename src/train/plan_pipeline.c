@@ -56,11 +56,12 @@ static double qkv_width(const zt_lm_config *m, const zt_lm_dims *d) {
   return (double)d->attn_width + 2.0 * l->n_kv_head * l->head_dim;
 }
 /* Values per token a block's forward holds at once without saving (no grad, or recomputed
- * blocks): the residual stream, a norm's output and the MLP's inner tensors with their product,
- * and after the first block of a span the span's input too (measured for GPT-2: 11 C for a
- * one-block stage, 12 C for more). */
+ * blocks): the residual stream, a norm's output and the MLP's inner tensors with their product
+ * (measured: Llama 3 C + 3 ffn; GPT-2 11 C for a one-block stage, 12 C for more, the span's input
+ * held beside them). */
 static double block_live(const zt_lm_config *m, const zt_lm_dims *d, int blocks) {
-  return 3.0 * d->hidden + mlp_inner(m, d) + d->ffn + (blocks > 1 ? d->hidden : 0);
+  double gpt2_input = m->family != ZT_LM_LLAMA && blocks > 1 ? d->hidden : 0;
+  return 3.0 * d->hidden + mlp_inner(m, d) + d->ffn + gpt2_input;
 }
 
 /* The fused head's chunk of logits, in rows (lm_head.c's chunk_rows). */
