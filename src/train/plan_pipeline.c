@@ -161,15 +161,19 @@ static void note(rank_mem *o, double base, double a, double g, double t, double 
   if (tot > o->total_peak) o->total_peak = tot;
 }
 
-static void replay(const zt__plan_in *in, const zt_pipeline_schedule *s, int r, const stage_mem *sm, double base,
-                   rank_mem *out) {
+static zt_status replay(const zt__plan_in *in, const zt_pipeline_schedule *s, int r, const stage_mem *sm,
+                        double base, rank_mem *out) {
   const zt_lm_dims *d = &in->d;
   double dW = (double)d->vocab * d->hidden * 4; /* the head's weight grad, made in its forward */
   int S = zt_pipeline_stage_count(s);
   bool *seen = calloc((size_t)S, sizeof *seen);
   double *gin = calloc((size_t)S, sizeof *gin);
+  if (!seen || !gin) {
+    free(seen), free(gin);
+    return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  }
   double act = 0, grad = 0, temp = 0;
-  for (int i = 0; seen && gin && i < s->n_actions[r]; i++) {
+  for (int i = 0; i < s->n_actions[r]; i++) {
     zt_pipeline_action a = s->actions[r][i];
     const stage_mem *m = &sm[a.stage];
     if (a.op == ZT_PIPELINE_OP_F) {
@@ -206,6 +210,7 @@ static void replay(const zt__plan_in *in, const zt_pipeline_schedule *s, int r, 
   out->temp_end = temp;
   free(seen);
   free(gin);
+  return ZT_OK;
 }
 
 zt_status zt__plan_predict_pipeline(const zt__plan_in *in, const zt_plan_config *c, zt_plan_prediction *out) {
@@ -264,7 +269,7 @@ zt_status zt__plan_predict_pipeline(const zt__plan_in *in, const zt_plan_config 
     double param = 4 * own + (zero ? 4 * shard : 0), optim = 8 * shard;
     /* token ids and targets: the step's microbatches, the loop's microbatch and evaluation batch */
     double T = (double)sp->seq, inputs = ((double)M + 1) * 2 * (double)rows * T * 4 + 2.0 * (double)(sp->batch / D) * T * 4;
-    replay(in, s, r, sm, param + optim + inputs, &rm[r]);
+    if ((st = replay(in, s, r, sm, param + optim + inputs, &rm[r]))) break;
     double grad = rm[r].grad_peak, temp = rm[r].temp_peak + inputs, total = rm[r].total_peak;
     double act = rm[r].act_peak;
     /* the run's last evaluation: a replica's rows at once through the stages, without grads */
