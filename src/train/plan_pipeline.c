@@ -1,13 +1,350 @@
 /* The planner's prediction of pipelines (plan_internal.h): P stages over P ranks, every schedule
- * family, D replicas (DDP or FSDP of each stage). FIRST MODEL: the simulator's step from the cost
- * model's per-stage F, B, W; states of the largest stage; to be fitted against measured runs. */
+ * family, D replicas (DDP or FSDP of each stage). Time: the simulator over the cost model's F, B, W
+ * of each stage, plus the update, the replicas' collectives and the tied embedding's sum. Memory:
+ * each rank's own list replayed in order, counting what the executor and the ops allocate by tag
+ * (the counts follow src/strategies/pipeline/execute.c, pipeline_step.c, zero.c, lm_head.c and the
+ * families' zt_act_cost; those marked "measured" were read off per-action traces of GPT-2 tiny and
+ * 124M and SmolLM-135M runs; test_plan_pipeline checks them against runs). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/status_internal.h"
 #include "train/plan_internal.h"
+#include "zt/pipeline.h"
+
+/* DDP's bucket over the replicas (pipeline_step.c's BUCKET_BYTES). */
+#define DDP_BUCKET ((double)(25 << 20))
+/* The fused head's chunk of logits (lm_head.c): at most 100 MB, 16 to 512 rows. */
+#define HEAD_CHUNK_BYTES ((double)(100 << 20))
+
+/* One stage of the cut and what one microbatch through it holds, in bytes (tok: its rows x seq
+ * tokens, 4-byte values). */
+typedef struct stage_mem {
+  int b0, b1, rank;
+  bool embed, head, in_grad; /* in_grad: B makes an input grad (every stage but the first) */
+  bool recompute;
+  int64_t params;
+  double kept;     /* ACTIVATION from F to B */
+  double f_tr;     /* F's peak over what it started from (recompute) or ended with (none) */
+  double gout;     /* the received output grad (ACTIVATION, right before B) */
+  double w_rec;    /* ACTIVATION B leaves for W */
+  double w_tr;     /* W's transient over that (the first stage's deferred backward recomputes) */
+  double dy;       /* TEMP B leaves for W: the GEMMs' output grads (and the input grad sent back) */
+  double gin;      /* TEMP: the input grad sent back, alive until the stage's next B */
+  double f_temp, b_temp, w_temp; /* TEMP over the records: the head's logits chunk; B's; W's */
+  double b_tot;    /* all tags together: B's peak over where it ends */
+  double b_rec;    /* ACTIVATION B makes again over what it started with (recompute) */
+} stage_mem;
+
+/* The stage cut of --pp-balance even (pipeline_train.c's partition): L / S blocks each, the
+ * first L % S stages one more. */
+static void cut_even(int S, int L, int *first, int *count) {
+  for (int s = 0, at = 0; s < S; s++) {
+    count[s] = L / S + (s < L % S);
+    first[s] = at, at += count[s];
+  }
+}
+
+/* Values per token of a block, by family: its MLP's inner tensors (GPT-2: c_fc's output;
+ * Llama: gate and up) and the attention projection's output width (q, k and v). */
+static double mlp_inner(const zt_lm_config *m, const zt_lm_dims *d) {
+  return m->family == ZT_LM_LLAMA ? 2.0 * d->ffn : (double)d->ffn;
+}
+static double qkv_width(const zt_lm_config *m, const zt_lm_dims *d) {
+  if (m->family != ZT_LM_LLAMA) return 3.0 * d->hidden;
+  const zt_llama_config *l = &m->llama;
+  return (double)d->attn_width + 2.0 * l->n_kv_head * l->head_dim;
+}
+/* Values per token a block's forward holds at once without saving (no grad, or recomputed
+ * blocks): the residual stream, a norm's output and the MLP's inner tensors with their product
+ * (measured: Llama 3 C + 3 ffn; GPT-2 11 C for a one-block stage, 12 C for more, the span's input
+ * held beside them). */
+static double block_live(const zt_lm_config *m, const zt_lm_dims *d, int blocks) {
+  double gpt2_input = m->family != ZT_LM_LLAMA && blocks > 1 ? d->hidden : 0;
+  return 3.0 * d->hidden + mlp_inner(m, d) + d->ffn + gpt2_input;
+}
+
+/* The fused head's chunk of logits, in rows (lm_head.c's chunk_rows). */
+static double head_chunk_rows(double rows, double V) {
+  double max = HEAD_CHUNK_BYTES / (V * 4);
+  max = max < 16 ? 16 : max > 512 ? 512 : (double)(int64_t)max;
+  double n = (double)(int64_t)((rows + max - 1) / max);
+  int64_t r = (int64_t)((rows + n - 1) / n);
+  r = (r + 15) / 16 * 16;
+  return (double)r < rows ? (double)r : rows;
+}
+
+static void stage_fill(const zt__plan_in *in, const zt_plan_config *c, const zt_pipeline_schedule *s, int S,
+                       int64_t rows, int st, int b0, int b1, stage_mem *m) {
+  const zt_lm_dims *d = &in->d;
+  double T = (double)in->sp->seq, n4 = (double)rows * T * 4, C = d->hidden, V = d->vocab;
+  int nb = b1 - b0;
+  memset(m, 0, sizeof *m);
+  m->b0 = b0, m->b1 = b1, m->rank = zt_pipeline_stage_rank(s, st);
+  m->embed = st == 0, m->head = st == S - 1, m->in_grad = st > 0;
+  m->recompute = c->recompute != ZT_RECOMPUTE_NONE && nb > 0;
+  m->params = zt__plan_params(in, b0, b1, m->embed, m->head);
+  zt_act_cost a = zt_lm_act_cost(&in->sp->model, c->recompute, (zt_checkpoint_policy){0});
+  zt_act_cost none = zt_lm_act_cost(&in->sp->model, ZT_RECOMPUTE_NONE, (zt_checkpoint_policy){0});
+  bool next_remote = st < S - 1 && zt_pipeline_stage_rank(s, st + 1) != m->rank;
+  bool prev_remote = st > 0 && zt_pipeline_stage_rank(s, st - 1) != m->rank;
+  double out_c = next_remote ? C : 0; /* the output stays in the slot until B (an alias on one rank) */
+  m->kept = n4 * (nb * (a.input + a.kept) + out_c);
+  if (m->embed) m->kept += T * 4;                       /* the position ids (i32) */
+  if (m->head) m->kept += n4 * (none.out - C) + 4;      /* the final norm's, less the input grad; the loss */
+  m->f_tr = n4 * (m->recompute ? block_live(&in->sp->model, d, nb) : C);
+  m->gout = n4 * out_c;
+  /* What W reads: the inputs of every GEMM (the norms' outputs, the attention's output, the MLP's
+   * product: 3 C + ffn) and of both norms with their statistics, 5 C + ffn + 4 a block (GPT-2's
+   * 9 C + 4 measured), and the final norm's input. Without recomputation they are saved tensors
+   * already; with it, B makes them again. The first stage makes no input grad: its B only keeps
+   * the received grad, and its W runs the whole backward. */
+  const zt_lm_config *lm = &in->sp->model;
+  double rec = n4 * (nb * (5 * C + d->ffn + 4) + (m->head ? C + 2 : 0));
+  if (!m->in_grad) {
+    m->w_rec = m->kept - m->gout;
+    m->dy = m->gout, m->gin = 0;
+    /* a block recomputed at a time: all of it, or selectively the share it keeps again (GPT-2
+     * measured: 8 C + 6 a token, 4 C + ffn) */
+    if (m->recompute)
+      m->w_tr = n4 * (c->recompute == ZT_RECOMPUTE_FULL ? none.input + none.kept : 4 * C + d->ffn + 4);
+  } else {
+    m->w_rec = m->recompute ? rec : (rec < m->kept ? rec : m->kept);
+    /* the output grads W multiplies: q, k and v's, both projections' (C each), the MLP's inner
+     * ones and both norms' (GPT-2: 11 C a block, measured); the final norm's and the head's input
+     * grad */
+    m->gin = prev_remote ? n4 * C : 0;
+    double dy_blk = qkv_width(lm, d) + 4 * C + mlp_inner(lm, d);
+    m->dy = n4 * (nb * dy_blk + (m->head ? 2 * C : 0)) - m->gin; /* of which the input grad outlives W */
+  }
+  /* TEMP: the head's chunk of logits and its losses in F; in B the grads in flight; in W the
+   * first stage's whole backward (its blocks' temporaries, 9 C a token, then the embedding's dense
+   * table grad with its output grad), or the head's weight grad scaled by the loss scale */
+  if (m->head) {
+    double r = head_chunk_rows((double)rows * T, V);
+    m->f_temp = r * V * 4 + r * 8;
+  }
+  m->b_temp = m->in_grad ? 2 * n4 * C : 0;
+  /* measured (GPT-2 124M and tiny): B peaks 6 C a token over where it ends; recomputing all of a
+   * block, its records for W pile up over what it kept (they are what it made again) */
+  m->b_tot = 6 * n4 * C;
+  if (m->recompute && c->recompute == ZT_RECOMPUTE_FULL) m->b_rec = m->w_rec;
+  if (m->recompute && c->recompute == ZT_RECOMPUTE_SELECTIVE && m->in_grad) {
+    /* selectively, B makes W's inputs again beside what the block kept, which stays until W:
+     * the norms' outputs and the residual between them, the attention's output and the MLP's
+     * product (GPT-2 and SmolLM measured: 4 C + ffn + 4 a token) */
+    m->b_rec = n4 * nb * (4 * C + d->ffn + 4);
+    m->w_rec = m->kept + m->b_rec;
+  }
+  double w = 0;
+  if (!m->in_grad) w = n4 * 9 * C;
+  if (m->embed && w < V * C * 4 + n4 * C) w = V * C * 4 + n4 * C;
+  if (m->head && w < V * C * 4) w = V * C * 4;
+  m->w_temp = w;
+}
+
+/* A rank's replay: its compute list in order, the bytes each action leaves and the peaks
+ * within it, by tag, over `base` bytes that stay (states, token ids). */
+typedef struct rank_mem {
+  int64_t own;         /* parameters of its stages, a tied table once */
+  double act_peak, grad_peak, temp_peak, total_peak;
+  double grads;        /* its stages' grads (all of them exist at the step's end) */
+  double temp_end;     /* TEMP still held at the end of the schedule (input grads sent back) */
+} rank_mem;
+
+/* Each tag's peak within an action, and the peak of their sum (tot < 0: their sum: they peak together). */
+static void note(rank_mem *o, double base, double a, double g, double t, double tot) {
+  if (a > o->act_peak) o->act_peak = a;
+  if (g > o->grad_peak) o->grad_peak = g;
+  if (t > o->temp_peak) o->temp_peak = t;
+  if (tot < 0) tot = base + a + g + t;
+  if (tot > o->total_peak) o->total_peak = tot;
+}
+
+static zt_status replay(const zt__plan_in *in, const zt_pipeline_schedule *s, int r, const stage_mem *sm,
+                        double base, rank_mem *out) {
+  const zt_lm_dims *d = &in->d;
+  double dW = (double)d->vocab * d->hidden * 4; /* the head's weight grad, made in its forward */
+  int S = zt_pipeline_stage_count(s);
+  bool *seen = calloc((size_t)S, sizeof *seen);
+  double *gin = calloc((size_t)S, sizeof *gin);
+  if (!seen || !gin) {
+    free(seen), free(gin);
+    return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  }
+  double act = 0, grad = 0, temp = 0;
+  for (int i = 0; i < s->n_actions[r]; i++) {
+    zt_pipeline_action a = s->actions[r][i];
+    const stage_mem *m = &sm[a.stage];
+    if (a.op == ZT_PIPELINE_OP_F) {
+      double before = act;
+      act += m->kept;
+      if (m->head) grad += dW; /* saved by the fused head until its weight pass */
+      note(out, base, m->recompute ? before + m->f_tr : act + m->f_tr, grad, temp + m->f_temp, -1);
+      continue;
+    }
+    if (a.op == ZT_PIPELINE_OP_B || a.op == ZT_PIPELINE_OP_BW) {
+      /* the blocks' saved tensors go as their grads come: the sum peaks over where B ends (the
+       * first stage's B only takes the received grad in) */
+      double peak = act + m->gout + (m->in_grad ? m->b_rec : 0), t_peak = temp + m->dy + m->gin + m->b_temp;
+      double tot = base + act + grad + temp + 2 * m->gout;
+      act += m->w_rec - m->kept;
+      temp += m->dy - gin[a.stage] + m->gin; /* the stage's previous input grad has left */
+      gin[a.stage] = m->gin;
+      if (m->in_grad) tot = base + act + grad + temp + m->b_tot;
+      note(out, base, peak, grad, t_peak, tot);
+    }
+    if (a.op == ZT_PIPELINE_OP_W || a.op == ZT_PIPELINE_OP_BW) {
+      note(out, base, act + m->w_tr, grad, temp + m->w_temp, -1);
+      act -= m->w_rec;
+      temp -= m->dy;
+      if (!seen[a.stage]) { /* a stage's grads are made by its first weight pass */
+        seen[a.stage] = true;
+        grad += 4.0 * (double)m->params;
+      }
+      if (m->head) grad -= dW; /* the saved one goes: its scaled copy is summed into the grad */
+      note(out, base, act, grad, temp, -1);
+    }
+  }
+  out->grads = grad;
+  out->temp_end = temp;
+  free(seen);
+  free(gin);
+  return ZT_OK;
+}
 
 zt_status zt__plan_predict_pipeline(const zt__plan_in *in, const zt_plan_config *c, zt_plan_prediction *out) {
   memset(out, 0, sizeof *out);
-  (void)in, (void)c;
-  return ZT_ERR(ZT_STATUS_UNSUPPORTED, "the planner does not predict pipelines yet");
+  const zt_plan_space *sp = in->sp;
+  const zt_lm_dims *d = &in->d;
+  int P = c->pp, D = c->dp, L = d->n_layer;
+  int M = (int)c->microbatches;
+  int64_t rows = sp->batch / D / M;
+  if (rows < 1) return ZT_ERR(ZT_STATUS_INVALID_ARG, "batch %lld over %d replicas x %d microbatches leaves no row",
+                              (long long)sp->batch, D, M);
+  zt_pipeline_schedule *s = NULL;
+  zt_pipeline_gen_options go = {.name = c->schedule, .ranks = P, .microbatches = M, .chunks = c->chunks};
+  if (!strcmp(c->schedule, "auto")) go.mem_limit = P;
+  ZT_TRY(zt_pipeline_generate(&go, &s));
+  int S = zt_pipeline_stage_count(s);
+  if (S > L + 2 && S > 2) { /* a middle stage without a block (pipeline_train.c refuses it) */
+    zt_pipeline_schedule_free(s);
+    return ZT_ERR(ZT_STATUS_INVALID_ARG, "%d stages for %d blocks: a middle stage would get none", S, L);
+  }
+  int *first = calloc((size_t)S, sizeof *first), *count = calloc((size_t)S, sizeof *count);
+  stage_mem *sm = calloc((size_t)S, sizeof *sm);
+  double *cost = calloc((size_t)S * 3, sizeof *cost);
+  rank_mem *rm = calloc((size_t)P, sizeof *rm);
+  zt_pipeline_sim *sim = NULL;
+  zt_status st = first && count && sm && cost && rm ? ZT_OK : ZT_ERR(ZT_STATUS_OOM, "out of host memory");
+  if (!st) {
+    cut_even(S, L, first, count);
+    for (int k = 0; k < S; k++) {
+      stage_fill(in, c, s, S, rows, k, first[k], first[k] + count[k], &sm[k]);
+      double f, b, w;
+      zt__plan_compute_fbw(in, rows, sm[k].b0, sm[k].b1, sm[k].embed, sm[k].head, &f, &b, &w);
+      /* B redoes the recomputed share of the blocks' forward */
+      double extra = zt__plan_compute_s(in, rows, sm[k].b0, sm[k].b1, false, false, c->recompute) -
+                     zt__plan_compute_s(in, rows, sm[k].b0, sm[k].b1, false, false, ZT_RECOMPUTE_NONE);
+      cost[3 * k] = f, cost[3 * k + 1] = b + extra, cost[3 * k + 2] = w;
+    }
+    /* a rank holding the first and the last stage keeps one tied table (and one grad of it) */
+    if (d->tied && S > 1 && sm[S - 1].rank == sm[0].rank) sm[S - 1].params -= (int64_t)d->vocab * d->hidden;
+    for (int k = 0; k < S; k++) rm[sm[k].rank].own += sm[k].params;
+    zt_pipeline_costs pc = zt_pipeline_costs_default();
+    pc.stage = cost;
+    pc.comm = zt__plan_p2p_s(in, rows * sp->seq * (int64_t)d->hidden * 4);
+    st = zt_pipeline_simulate(s, &pc, &sim);
+  }
+  /* memory: the worst rank, every tag at that rank's own peak */
+  int64_t worst_total = -1;
+  double worst_own = 0;
+  int worst_rank = 0;
+  for (int r = 0; !st && r < P; r++) {
+    double own = (double)rm[r].own;
+    double shard = c->shard == ZT_SHARD_NONE ? own : (double)((rm[r].own + D - 1) / D);
+    bool zero = c->shard != ZT_SHARD_NONE;
+    /* ZeRO per step (zero.c): the shard of masters beside the gathered parameters; the update
+     * over the shard */
+    double param = 4 * own + (zero ? 4 * shard : 0), optim = 8 * shard;
+    /* token ids and targets: the step's microbatches, the loop's microbatch and evaluation batch */
+    double T = (double)sp->seq, inputs = ((double)M + 1) * 2 * (double)rows * T * 4 + 2.0 * (double)(sp->batch / D) * T * 4;
+    if ((st = replay(in, s, r, sm, param + optim + inputs, &rm[r]))) break;
+    double grad = rm[r].grad_peak, temp = rm[r].temp_peak + inputs, total = rm[r].total_peak;
+    double act = rm[r].act_peak;
+    /* the run's last evaluation: a replica's rows at once through the stages, without grads */
+    int nb = 0;
+    for (int k = 0; k < S; k++)
+      if (sm[k].rank == r && sm[k].b1 - sm[k].b0 > nb) nb = sm[k].b1 - sm[k].b0;
+    double ev = nb ? (double)(sp->batch / D) * (double)sp->seq * 4 * block_live(&in->sp->model, d, nb) : 0;
+    double ev_temp = 0;
+    if (sm[S - 1].rank == r) { /* the head's chunk of logits over those rows */
+      double n = (double)(sp->batch / D) * (double)sp->seq, ch = head_chunk_rows(n, d->vocab);
+      ev_temp = ch * d->vocab * 4 + ch * 8;
+    }
+    if (ev > act) act = ev;
+    if (inputs + ev_temp > temp) temp = inputs + ev_temp;
+    if (param + optim + inputs + ev + ev_temp > total) total = param + optim + inputs + ev + ev_temp;
+    double after = param + optim + inputs + rm[r].grads + rm[r].temp_end; /* the collectives after the schedule */
+    if (zero) {
+      /* reduce: a flat (D k) of the grads, then this rank's shard (k), the grads still there;
+       * gather: a flat (D k) in TEMP */
+      double flat = 4 * D * shard, g = rm[r].grads + flat + 4 * shard;
+      if (g > grad) grad = g;
+      if (inputs + flat > temp) temp = inputs + flat;
+      after += flat + 4 * shard;
+      if (param + optim + inputs + flat > total) total = param + optim + inputs + flat;
+    } else if (D > 1) {
+      double bucket = 4 * own < DDP_BUCKET ? 4 * own : DDP_BUCKET;
+      if (rm[r].grads + bucket > grad) grad = rm[r].grads + bucket;
+      after += bucket;
+    }
+    if (after > total) total = after;
+    if ((int64_t)total > worst_total) {
+      worst_total = (int64_t)total, worst_own = own, worst_rank = r;
+      out->tag[ZT_MEM_TAG_PARAM] = (int64_t)param;
+      out->tag[ZT_MEM_TAG_GRAD] = (int64_t)grad;
+      out->tag[ZT_MEM_TAG_OPTIM] = (int64_t)optim;
+      out->tag[ZT_MEM_TAG_ACTIVATION] = (int64_t)act;
+      out->tag[ZT_MEM_TAG_COMM] = 0;
+      out->tag[ZT_MEM_TAG_TEMP] = (int64_t)temp;
+      out->accounted = (int64_t)total;
+    }
+  }
+  if (!st) {
+    /* time: the schedule, then the update of the largest rank's share, the replicas' collectives
+     * and the tied table's sum between the first and the last stage's ranks */
+    int64_t most = 0;
+    for (int r = 0; r < P; r++)
+      if (rm[r].own > most) most = rm[r].own;
+    double upd = zt__plan_optim_s(in, c->shard == ZT_SHARD_NONE ? most : (most + D - 1) / D);
+    double dp = 0; /* FSDP: the gather before the schedule and the reduce-scatter after it */
+    if (c->shard != ZT_SHARD_NONE) dp = 2 * zt__plan_allgather_s(in, D, 4 * most);
+    else if (D > 1) dp = zt__plan_allreduce_s(in, D, 4 * most);
+    double tied = 0;
+    if (d->tied && sm[0].rank != sm[S - 1].rank) tied = zt__plan_allreduce_s(in, 2, (int64_t)d->vocab * d->hidden * 4);
+    out->bubble_s = sim->bubble_rate * sim->step_time;
+    out->compute_s = sim->step_time - out->bubble_s + upd;
+    out->comm_s = dp + tied;
+    out->step_s = sim->step_time + upd + dp + tied;
+    /* Every rank builds the whole model and releases the other stages' parameters: the host
+     * allocator keeps those blocks in its cache (they were live, and are 64 KiB and up), resident
+     * for the run's life unless later blocks of their sizes take them. */
+    double released = 4.0 * ((double)d->params - worst_own), lim = (double)zt_mem_cache_limit();
+    /* An untied model's table the rank does not hold (the embedding, or the output layer) has
+     * the size of the table grads its step makes (the head's weight grad, the embedding's dense
+     * grad): the step takes that block back (smollm-135m measured). */
+    bool has0 = sm[0].rank == worst_rank, hasL = sm[S - 1].rank == worst_rank;
+    if (!d->tied && has0 != hasL) released -= 4.0 * (double)d->vocab * d->hidden;
+    if (released < 0) released = 0;
+    /* ZeRO that releases the gathered parameters after each step: measured (GPT-2 124M, pp 2 x
+     * dp 2, full) as much again resident beside the accounting */
+    if (c->shard == ZT_SHARD_FULL || c->shard == ZT_SHARD_GRAD_OP) released += 4.0 * worst_own;
+    out->cache = (int64_t)(released < lim || lim < 0 ? released : lim);
+    zt__plan_finish(in, out);
+  }
+  zt_pipeline_sim_free(sim);
+  zt_pipeline_schedule_free(s);
+  free(first), free(count), free(sm), free(cost), free(rm);
+  return st;
 }
