@@ -285,11 +285,23 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
   /* ---- the accounted total: the largest of the step's moments (above the static states) */
   double stat = param + optim + comm_static;
   double dyn = 0;
+  /* The head at the end of forward (src/ops/lm_head.c): its dW (GRAD) is made before its logits
+   * chunk (TEMP), which goes when the op ends; the leaf then adopts dW (plain, DDP), or FSDP folds
+   * it into the root unit's flat grad, made then (zeros) beside it: with nothing prefetched for
+   * forward any more (FULL: a block less gathered). A later microbatch adds dW into the grads it
+   * accumulated (measured exact: GPT-2 124M FSDP full and opt at 2 ranks, the allocator's snapshot
+   * at the peak: root's flat grad + dW + the activations, TEMP its batches alone). */
+  double head_fwd;
+  if (z.M > 1)
+    head_fwd = z.Pb + z.head_w + head_temp(&z);
+  else if (z.fsdp)
+    head_fwd = z.head_w + MAXD(head_temp(&z), z.root) - (z.full_shard ? z.blk : 0);
+  else
+    head_fwd = z.head_w + head_temp(&z);
+  head_fwd += z.ids_temp;
   if (off_act < 0) {
-    /* end of forward, at the head: the activations with the head's, the head's dW (GRAD: in FSDP
-     * the root's flat grad), its logits chunk */
-    double g_fwd = z.M > 1 ? z.Pb + (z.fsdp ? 0 : z.head_w) : (z.fsdp ? z.root : z.head_w);
-    dyn = MAXD(dyn, act_fwd + g_fwd + head_temp(&z) + z.ids_temp);
+    /* end of forward, at the head */
+    dyn = MAXD(dyn, act_fwd + head_fwd);
     /* each block's backward at its MLP: the kept activations (less the head's part, freed), the
      * grads made so far, the MLP's transients (an FSDP unit regathered for a recomputation beside) */
     for (int i = z.L - 1; i >= 0; i--) {
@@ -301,8 +313,7 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
     }
   } else {
     /* offloaded: the forward's end with what stays in RAM, and each block's backward with its window */
-    double g_fwd = z.M > 1 ? z.Pb + (z.fsdp ? 0 : z.head_w) : (z.fsdp ? z.root : z.head_w);
-    dyn = MAXD(dyn, off_fwd + g_fwd + head_temp(&z) + z.ids_temp);
+    dyn = MAXD(dyn, off_fwd + head_fwd);
     for (int i = 0; i < z.L; i++) dyn = MAXD(dyn, off_b[i] + gat[i] + mlp.temp_at + z.ids_temp);
   }
   /* the end of backward: every grad (FSDP: its peak; a later microbatch: with its head's dW beside
