@@ -56,8 +56,11 @@ double zt__plan_compute_s(const zt__plan_in *in, int64_t rows, int b0, int b1, b
   return f + b + w + extra;
 }
 
+/* AdamW reads p, g, m, v and writes p, m, v (28 bytes a parameter); the clipping before it (on by
+ * default, zt_train_config.optim.grad_clip 1.0) reads every grad once for the norm and scales it
+ * in place (12 more). */
 double zt__plan_optim_s(const zt__plan_in *in, int64_t n) {
-  return 28.0 * (double)n / rate(in, ZT_PLAN_FIG_ELEM); /* AdamW: p, g, m, v read; p, m, v written */
+  return (28.0 + 12.0) * (double)n / rate(in, ZT_PLAN_FIG_ELEM);
 }
 
 static double coll(const zt__plan_in *in, int n, double moved) {

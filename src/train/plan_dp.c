@@ -116,9 +116,10 @@ static double head_temp(const dp_sizes *z) {
  * finished, which happens once more than ZT__FSDP_MAX_PENDING (2) are in flight, and for the rest
  * at the end of backward; a finished reduction adds a shard (S = a unit / G: made while the flat
  * grad is still alive). The block points (grad alive while block i's backward runs, its own flat
- * grad attached) go to at[i]; returns the peak. With microbatches, the earlier ones leave every
+ * grad attached) go to at[i], the embedding's backward (before the root's reduction) to *embed;
+ * returns the peak. With microbatches, the earlier ones leave every
  * flat grad accumulated (no reduction until the last), so the last one starts from all of them. */
-static double fsdp_grads(const dp_sizes *z, double *at) {
+static double fsdp_grads(const dp_sizes *z, double *at, double *embed) {
   double pend[4];
   int np = 0;
   double shards = 0, alive = z->M > 1 ? z->Pb : z->root, peak = alive;
@@ -140,6 +141,7 @@ static double fsdp_grads(const dp_sizes *z, double *at) {
     pend[np++] = z->blk;
     if (np > 2) FINISH_OLDEST();
   }
+  *embed = alive + shards; /* the embedding's backward: every block's done, two still reducing */
   pend[np++] = z->root; /* the root's parameters finish last (the embedding) */
   if (np > 2) FINISH_OLDEST();
   while (np) FINISH_OLDEST();
@@ -198,15 +200,16 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
     comm = (MAXD(z.root, z.blk) + 2.0 * z.blk) / G;
 
   /* ---- grads */
-  double grad, grad_end;
+  double grad, grad_end, grad_embed;
   if (z.fsdp) {
-    grad = fsdp_grads(&z, gat);
+    grad = fsdp_grads(&z, gat, &grad_embed);
     grad_end = z.Pb / G;
   } else {
     /* every leaf's grad by the end of backward; with microbatches the head's dW of a later one is
      * made in its forward beside the accumulated grads */
     grad = z.Pb + (z.M > 1 ? z.head_w : 0);
     grad_end = z.Pb;
+    grad_embed = grad;
     for (int i = 0; i < z.L; i++)
       gat[i] = z.M > 1 ? z.Pb : z.head_g + (double)(z.L - 1 - i) * z.blk;
   }
@@ -319,7 +322,17 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
   /* the end of backward: every grad (FSDP: its peak; a later microbatch: with its head's dW beside
    * the accumulated grads, and its copy in TEMP), the tied embedding's grad being added (measured
    * GPT-2 124M with 2 microbatches: exact) */
-  dyn = MAXD(dyn, grad + temp_embed + (z.fsdp ? 0 : temp_mb) + z.ids_temp);
+  if (!z.fsdp) {
+    dyn = MAXD(dyn, grad_embed + temp_embed + temp_mb + z.ids_temp);
+  } else {
+    /* FSDP: the blocks' reductions all started, two in flight (their outputs in COMM), the root's
+     * not yet; FULL has resharded every block (measured GPT-2 124M FSDP full with full recompute at
+     * 2 ranks: exact) */
+    double fly = z.G > 1 ? (double)(z.L < 2 ? z.L : 2) * z.blk / G : 0;
+    dyn = MAXD(dyn, grad_embed + temp_embed + fly + z.ids_temp - (z.full_shard ? 2.0 * z.blk : 0));
+    /* the root's reduction at the end: every shard, the root's flat grad and its output */
+    dyn = MAXD(dyn, grad + (z.G > 1 ? z.root / G : 0) + z.ids_temp - (z.full_shard ? 2.0 * z.blk + z.root : 0));
+  }
   /* the update: grads and moments (the moments' first step makes them here) */
   dyn = MAXD(dyn, grad_end + z.ids_temp);
   (void)any_recompute;
@@ -368,12 +381,14 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
   out->comm_s = c->dp > 1 ? zt__plan_dp_comm_s(in, c, z.Pb, z.blk, z.root, out->compute_s) : 0;
   out->step_s = out->compute_s + out->comm_s;
   if (c->offload_activations == ZT_OFFLOAD_DISK) {
-    double bytes = (double)zt_lm_predict_activation_peak(&sp->model, z.rows / z.M, sp->seq, modes, 1,
-                                                         (zt_checkpoint_policy){0}) *
-                   (double)z.M;
-    out->disk_written = out->disk_read = (int64_t)bytes;
-    out->disk_held = (int64_t)(bytes / (double)z.M);
-    out->io_s = zt__plan_io_s(in, bytes, bytes, out->compute_s);
+    /* every microbatch writes the saves of the blocks that keep theirs and reads them back once */
+    double kept = 0;
+    for (int i = 0; i < z.L; i++)
+      if (modes[i] == ZT_RECOMPUTE_NONE) kept += zt_lm_act_cost(&sp->model, modes[i], (zt_checkpoint_policy){0}).kept;
+    double bytes = t4 * kept;
+    out->disk_held = (int64_t)bytes;
+    out->disk_written = out->disk_read = (int64_t)(bytes * (double)z.M);
+    out->io_s = zt__plan_io_s(in, bytes * (double)z.M, bytes * (double)z.M, out->compute_s);
     out->step_s += out->io_s;
   }
   free(modes), free(gat), free(abw);
