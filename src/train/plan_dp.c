@@ -181,8 +181,6 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
   const bool ddp = !z.fsdp && c->dp > 1;
   mlp_bwd mlp = mlp_of(in, &z);
   zt_act_cost none = zt_lm_act_cost(&sp->model, ZT_RECOMPUTE_NONE, (zt_checkpoint_policy){0});
-  bool any_recompute = false;
-  for (int i = 0; i < z.L; i++) any_recompute |= modes[i] != ZT_RECOMPUTE_NONE;
 
   /* ---- the model states: parameters, AdamW's two moments, DDP's buckets, FSDP's gathers */
   double param, optim = 2.0 * z.Pb / G, comm = 0, comm_static = 0;
@@ -224,12 +222,6 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
     act_fwd += a.input + a.kept;
   }
   act_fwd = t4 * (act_fwd + none.out) + z.ids_act;
-  double worst_recomp = 0;
-  for (int i = 0; i < z.L; i++)
-    if (modes[i] != ZT_RECOMPUTE_NONE) {
-      zt_act_cost a = zt_lm_act_cost(&sp->model, modes[i], (zt_checkpoint_policy){0});
-      worst_recomp = MAXD(worst_recomp, a.input + a.recomp);
-    }
   double off_act = -1, off_fwd = 0, off_b[ZT_TRAIN_MAX_LAYERS]; /* offload: ACTIVATION in RAM (forward, blocks) */
   if (c->offload_activations == ZT_OFFLOAD_DISK || c->offload_activations == ZT_OFFLOAD_BF16 ||
       c->offload_activations == ZT_OFFLOAD_HOST) {
@@ -270,7 +262,8 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
       for (int i = 0; i < z.L; i++)
         off_b[i] = z.ids_act + t4 * (abw[i] + none.out + z.F + 2.0 * z.C) - mlp.act_freed;
     } else if (c->offload_activations == ZT_OFFLOAD_BF16) {
-      /* half the bytes of what would stay as f32 */
+      /* the bf16 store keeps its copies in RAM at half the bytes (not measured: from the tier's
+       * format alone) */
       double saved = act - off_act > 0 ? act - off_act : 0;
       off_act += 0.5 * saved;
     }
@@ -335,7 +328,6 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
   }
   /* the update: grads and moments (the moments' first step makes them here) */
   dyn = MAXD(dyn, grad_end + z.ids_temp);
-  (void)any_recompute;
 
   out->tag[ZT_MEM_TAG_PARAM] = (int64_t)param;
   out->tag[ZT_MEM_TAG_GRAD] = (int64_t)grad;
