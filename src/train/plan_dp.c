@@ -288,8 +288,10 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
    * accumulated (measured exact: GPT-2 124M FSDP full and opt at 2 ranks, the allocator's snapshot
    * at the peak: root's flat grad + dW + the activations, TEMP its batches alone). */
   double head_fwd;
-  if (z.M > 1)
-    head_fwd = z.Pb + z.head_w + head_temp(&z);
+  if (z.M > 1) /* tied: the later dW goes into the accumulated grad through a V x C TEMP copy, made
+                * once the logits chunk is gone (measured exact: GPT-2 124M, SmolLM-135M and a
+                * 2-block SmolLM, 2 microbatches) */
+    head_fwd = z.Pb + z.head_w + (tied ? MAXD(head_temp(&z), z.head_w) : head_temp(&z));
   else if (z.fsdp)
     head_fwd = z.head_w + MAXD(head_temp(&z), z.root) - (z.full_shard ? z.blk : 0);
   else
@@ -316,7 +318,7 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
    * the accumulated grads, and its copy in TEMP), the tied embedding's grad being added (measured
    * GPT-2 124M with 2 microbatches: exact) */
   if (!z.fsdp) {
-    dyn = MAXD(dyn, grad_embed + temp_embed + temp_mb + z.ids_temp);
+    dyn = MAXD(dyn, grad_embed + MAXD(temp_embed, temp_mb) + z.ids_temp);
   } else {
     /* FSDP: the blocks' reductions all started, two in flight (their outputs in COMM), the root's
      * not yet; FULL has resharded every block (measured GPT-2 124M FSDP full with full recompute at
