@@ -201,6 +201,7 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
   double grad, grad_end, grad_embed;
   if (z.fsdp) {
     grad = fsdp_grads(&z, gat, &grad_embed);
+    if (z.M > 1) grad = MAXD(grad, z.Pb + z.head_w); /* a later head's dW beside the accumulated flat grads */
     grad_end = z.Pb / G;
   } else {
     /* every leaf's grad by the end of backward; with microbatches the head's dW of a later one is
@@ -276,7 +277,9 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
   bool tied = in->d.tied;
   double temp_embed = tied ? z.head_w + t4 * z.C : 0;
   double temp_mb = tied && z.M > 1 ? z.head_w / G : 0; /* a later microbatch's head dW, folded in later */
-  double temp = z.ids_temp + MAXD(MAXD(mlp.temp_peak, head_temp(&z)), temp_embed) + temp_mb;
+  /* (a later microbatch's copy lasts through its backward; under FSDP it is gone by the embedding's
+   * backward: measured GPT-2 124M ZeRO-1 with 2 microbatches, gpt2-tiny FSDP full) */
+  double temp = z.ids_temp + MAXD(MAXD(mlp.temp_peak, head_temp(&z)) + temp_mb, temp_embed + (z.fsdp ? 0 : temp_mb));
 
   /* ---- the accounted total: the largest of the step's moments (above the static states) */
   double stat = param + optim + comm_static;
