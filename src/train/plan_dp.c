@@ -276,10 +276,13 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
    * added into the head's */
   bool tied = in->d.tied;
   double temp_embed = tied ? z.head_w + t4 * z.C : 0;
-  double temp_mb = tied && z.M > 1 ? z.head_w / G : 0; /* a later microbatch's head dW, folded in later */
-  /* (a later microbatch's copy lasts through its backward; under FSDP it is gone by the embedding's
-   * backward: measured GPT-2 124M ZeRO-1 with 2 microbatches, gpt2-tiny FSDP full) */
-  double temp = z.ids_temp + MAXD(MAXD(mlp.temp_peak, head_temp(&z)) + temp_mb, temp_embed + (z.fsdp ? 0 : temp_mb));
+  /* a later microbatch's copy of the head's dW (above): through its backward, without FSDP (whose
+   * root flat grad takes dW in place: measured GPT-2 124M ZeRO-1 and gpt2-tiny FSDP full with 2
+   * microbatches); over several ranks with microbatches the MLP's backward holds C + 4 more values a
+   * token (measured gpt2-tiny, DDP and FSDP at 2 ranks; not traced to its op) */
+  double temp_mb = tied && z.M > 1 && !z.fsdp ? z.head_w : 0;
+  double temp_dp = c->dp > 1 && z.M > 1 ? t4 * (z.C + 4.0) : 0;
+  double temp = z.ids_temp + MAXD(MAXD(mlp.temp_peak + temp_dp, head_temp(&z)) + temp_mb, temp_embed + temp_mb);
 
   /* ---- the accounted total: the largest of the step's moments (above the static states) */
   double stat = param + optim + comm_static;
