@@ -5,12 +5,19 @@
  * model here is better for every mode. */
 #include "train/plan_internal.h"
 
-/* Elementwise traffic of one block, in f32 values per token: forward (norms, activation, residual
- * adds, softmax's rows aside), backward twice that. A first model, to be fitted. */
+/* Elementwise traffic of one block, in f32 values a token moved (read + written) in forward, from
+ * the ops a GPT-2 or Llama block runs between its GEMMs: two norms (2 each), two residual adds (3
+ * each) and the GEMMs' bias adds and the attention's reshapes (about 2 more), C-wide: 12; the MLP's
+ * activation (read, write) and its bias or gate product: 3 ffn-wide. Backward moves about twice
+ * that (each op's grad reads its saved inputs and the incoming grad). Not refit: the machine these
+ * were checked on was loaded (its sgemm rate varied 39-175 GFLOP/s between minutes). */
 #define ELEM_HIDDEN 12.0
 #define ELEM_FFN 3.0
-/* The head's loss: values per token per vocabulary entry moved by softmax and its backward. */
-#define ELEM_VOCAB 6.0
+/* The LM head (src/ops/lm_head.c) is one fused op that makes its grads in forward: per token and
+ * vocabulary entry it writes the logits (its GEMM), reads them for the row's max and again for the
+ * exponentials' sum, and writes the softmax-minus-one-hot grad in place: 4 values, all in forward,
+ * as are its three GEMMs (logits, dx, dW); its backward only scales what forward made. */
+#define ELEM_VOCAB 4.0
 
 static double rate(const zt__plan_in *in, zt_plan_figure f) {
   double v = in->cal->value[f];
@@ -37,9 +44,9 @@ void zt__plan_compute_fbw(const zt__plan_in *in, int64_t rows, int b0, int b1, b
   double head_mm = head ? 2.0 * (double)d->vocab * d->hidden * tok : 0;
   double head_el = head ? 4.0 * ELEM_VOCAB * d->vocab * tok : 0;
   double emb_el = embed ? 4.0 * 4.0 * d->hidden * tok : 0;
-  *f = (blk_mm + head_mm) / gemm + blk_at / attn + (blk_el + head_el + emb_el) / elem;
-  *b = (blk_mm + head_mm) / gemm + 2 * blk_at / attn + 2 * (blk_el + head_el + emb_el) / elem;
-  *w = (blk_mm + head_mm) / gemm;
+  *f = (blk_mm + 3 * head_mm) / gemm + blk_at / attn + (blk_el + head_el + emb_el) / elem;
+  *b = blk_mm / gemm + 2 * blk_at / attn + 2 * (blk_el + emb_el) / elem;
+  *w = blk_mm / gemm;
 }
 
 double zt__plan_compute_s(const zt__plan_in *in, int64_t rows, int b0, int b1, bool embed, bool head,
