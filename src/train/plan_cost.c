@@ -5,12 +5,19 @@
  * model here is better for every mode. */
 #include "train/plan_internal.h"
 
-/* Elementwise traffic of one block, in f32 values per token: forward (norms, activation, residual
- * adds, softmax's rows aside), backward twice that. A first model, to be fitted. */
+/* Elementwise traffic of one block, in f32 values a token moved (read + written) in forward, from
+ * the ops a GPT-2 or Llama block runs between its GEMMs: two norms (2 each), two residual adds (3
+ * each) and the GEMMs' bias adds and the attention's reshapes (about 2 more), C-wide: 12; the MLP's
+ * activation (read, write) and its bias or gate product: 3 ffn-wide. Backward moves about twice
+ * that (each op's grad reads its saved inputs and the incoming grad). Not refit: the machine these
+ * were checked on was loaded (its sgemm rate varied 39-175 GFLOP/s between minutes). */
 #define ELEM_HIDDEN 12.0
 #define ELEM_FFN 3.0
-/* The head's loss: values per token per vocabulary entry moved by softmax and its backward. */
-#define ELEM_VOCAB 6.0
+/* The LM head (src/ops/lm_head.c) is one fused op that makes its grads in forward: per token and
+ * vocabulary entry it writes the logits (its GEMM), reads them for the row's max and again for the
+ * exponentials' sum, and writes the softmax-minus-one-hot grad in place: 4 values, all in forward,
+ * as are its three GEMMs (logits, dx, dW); its backward only scales what forward made. */
+#define ELEM_VOCAB 4.0
 
 static double rate(const zt__plan_in *in, zt_plan_figure f) {
   double v = in->cal->value[f];
@@ -37,9 +44,9 @@ void zt__plan_compute_fbw(const zt__plan_in *in, int64_t rows, int b0, int b1, b
   double head_mm = head ? 2.0 * (double)d->vocab * d->hidden * tok : 0;
   double head_el = head ? 4.0 * ELEM_VOCAB * d->vocab * tok : 0;
   double emb_el = embed ? 4.0 * 4.0 * d->hidden * tok : 0;
-  *f = (blk_mm + head_mm) / gemm + blk_at / attn + (blk_el + head_el + emb_el) / elem;
-  *b = (blk_mm + head_mm) / gemm + 2 * blk_at / attn + 2 * (blk_el + head_el + emb_el) / elem;
-  *w = (blk_mm + head_mm) / gemm;
+  *f = (blk_mm + 3 * head_mm) / gemm + blk_at / attn + (blk_el + head_el + emb_el) / elem;
+  *b = blk_mm / gemm + 2 * blk_at / attn + 2 * (blk_el + emb_el) / elem;
+  *w = blk_mm / gemm;
 }
 
 double zt__plan_compute_s(const zt__plan_in *in, int64_t rows, int b0, int b1, bool embed, bool head,
@@ -56,8 +63,11 @@ double zt__plan_compute_s(const zt__plan_in *in, int64_t rows, int b0, int b1, b
   return f + b + w + extra;
 }
 
+/* AdamW reads p, g, m, v and writes p, m, v (28 bytes a parameter); the clipping before it (on by
+ * default, zt_train_config.optim.grad_clip 1.0) reads every grad once for the norm and scales it
+ * in place (12 more). */
 double zt__plan_optim_s(const zt__plan_in *in, int64_t n) {
-  return 28.0 * (double)n / rate(in, ZT_PLAN_FIG_ELEM); /* AdamW: p, g, m, v read; p, m, v written */
+  return (28.0 + 12.0) * (double)n / rate(in, ZT_PLAN_FIG_ELEM);
 }
 
 static double coll(const zt__plan_in *in, int n, double moved) {
@@ -72,7 +82,82 @@ double zt__plan_allgather_s(const zt__plan_in *in, int n, int64_t bytes) {
 }
 double zt__plan_p2p_s(const zt__plan_in *in, int64_t bytes) { return coll(in, 2, (double)bytes); }
 
+/* The allocator's cache (src/core/host_alloc.c) hands a freed block only to an allocation of its
+ * rounded size, and the tags' blocks are of different sizes (activations are rows x widths, grads
+ * and moments parameter-shaped, TEMP the transients'), so a training loop, which makes the same
+ * blocks every step, ends up holding each tag's own peak at once: the RSS reaches the sum of the
+ * tags' peaks, the cache being that sum less the accounted total's peak (measured, one process:
+ * RSS less that sum is a constant per model, 17.4-18.8 MiB over thirteen gpt2-tiny runs of every
+ * memory mode, 136.6 and 138.4 MiB for GPT-2 124M plain and full recompute, 134.9 MiB SmolLM).
+ * It stays under the cache's bounds: the live bytes' high mark (the accounted peak) and its byte
+ * limit (zt_mem_cache_limit). A predictor that knows its cache better sets p->cache itself. */
+static int64_t pool_cache(const zt_plan_prediction *p) {
+  int64_t sum = 0;
+  for (int t = 0; t < ZT_MEM_TAG_COUNT; t++) sum += p->tag[t];
+  int64_t c = sum - p->accounted;
+  if (c > p->accounted) c = p->accounted;
+  int64_t lim = zt_mem_cache_limit();
+  if (c > lim) c = lim;
+  return c > 0 ? c : 0;
+}
+
 void zt__plan_finish(const zt__plan_in *in, zt_plan_prediction *p) {
+  if (!p->cache) p->cache = pool_cache(p);
   p->base = (int64_t)in->cal->value[ZT_PLAN_FIG_BASE];
   p->rss = p->accounted + p->cache + p->io + p->base;
+}
+
+/* DDP (src/strategies/ddp.c): buckets of 25 MiB (zt_ddp_options_default) start from backward's grad hooks, in reverse
+ * parameter order, so their all-reduces run behind the rest of backward (two thirds of a step's
+ * compute: B and W); what is exposed is the part longer than that, and at least the last bucket's
+ * (the embedding's grads come last, after every block). FSDP (fsdp_run.c): FULL and HYBRID gather
+ * every unit in forward and again in backward, behind the unit before it (prefetch), and
+ * reduce-scatter each unit's grads behind the next unit's backward: exposed is what passes the
+ * compute, and the first gather, which nothing hides. GRAD_OP gathers once (forward); OPT keeps
+ * the parameters and all-gathers the updated shards after the update, behind nothing. HYBRID adds
+ * the shards' all-reduce across the replicas, at the end of backward. */
+#define DDP_BUCKET_BYTES (25.0 * 1048576.0)
+#define BACKWARD_SHARE (2.0 / 3.0)
+double zt__plan_dp_comm_s(const zt__plan_in *in, const zt_plan_config *c, double Pb, double blk, double root,
+                          double compute_s) {
+  int n = c->dp;
+  if (n <= 1) return 0;
+  double bwd = BACKWARD_SHARE * compute_s;
+  if (c->shard == ZT_SHARD_NONE) {
+    double ar = zt__plan_allreduce_s(in, n, (int64_t)Pb);
+    double last = zt__plan_allreduce_s(in, n, (int64_t)(Pb < DDP_BUCKET_BYTES ? Pb : DDP_BUCKET_BYTES));
+    double hidden = ar - bwd;
+    return hidden > last ? hidden : last;
+  }
+  int G = c->shard == ZT_SHARD_HYBRID && c->hybrid_group > 1 ? c->hybrid_group : n;
+  double gather = zt__plan_allgather_s(in, G, (int64_t)Pb); /* every unit once */
+  double rs = zt__plan_allgather_s(in, G, (int64_t)Pb);     /* a reduce-scatter moves as much */
+  double first = zt__plan_allgather_s(in, G, (int64_t)(root > blk ? root : blk));
+  double exposed;
+  switch (c->shard) {
+  case ZT_SHARD_OPT: {
+    double h = rs - bwd;
+    exposed = (h > 0 ? h : 0) + gather; /* the after-step all-gather */
+    break;
+  }
+  case ZT_SHARD_GRAD_OP: {
+    double h = gather + rs - compute_s;
+    exposed = (h > 0 ? h : 0) + first;
+    break;
+  }
+  default: { /* FULL, HYBRID */
+    double h = 2 * gather + rs - compute_s;
+    exposed = (h > 0 ? h : 0) + first;
+    if (c->shard == ZT_SHARD_HYBRID) exposed += zt__plan_allreduce_s(in, n / G, (int64_t)(Pb / G));
+    break;
+  }
+  }
+  return exposed;
+}
+
+/* The activation offload's disk: saves are written behind forward and read back ahead of backward
+ * (its prefetch), so only the part past the compute shows. */
+double zt__plan_io_s(const zt__plan_in *in, double read, double written, double compute_s) {
+  double t = read / rate(in, ZT_PLAN_FIG_READ) + written / rate(in, ZT_PLAN_FIG_WRITE);
+  return t > compute_s ? t - compute_s : 0;
 }

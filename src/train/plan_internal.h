@@ -38,6 +38,14 @@ double zt__plan_optim_s(const zt__plan_in *in, int64_t n);
 double zt__plan_allreduce_s(const zt__plan_in *in, int n, int64_t bytes);
 double zt__plan_allgather_s(const zt__plan_in *in, int n, int64_t bytes);
 double zt__plan_p2p_s(const zt__plan_in *in, int64_t bytes);
+/* Seconds of data-parallel communication c's step leaves exposed beside compute_s seconds of
+ * compute (DDP's bucketed all-reduce behind backward, FSDP's gathers behind prefetch and its
+ * reduce-scatters behind backward, ZeRO-1's all-gather after the update), for Pb bytes of
+ * parameters, blk of a block (an FSDP unit) and root of the root unit. */
+double zt__plan_dp_comm_s(const zt__plan_in *in, const zt_plan_config *c, double Pb, double blk, double root,
+                          double compute_s);
+/* Seconds of disk traffic (read and written bytes a step) not hidden behind compute_s. */
+double zt__plan_io_s(const zt__plan_in *in, double read, double written, double compute_s);
 /* Parameters of blocks [b0, b1) with the embedding / head parts. */
 int64_t zt__plan_params(const zt__plan_in *in, int b0, int b1, bool embed, bool head);
 /* The process's RAM besides the accounting: the calibration's base, plus the allocator's cache
