@@ -215,7 +215,11 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
   double io = (in->read_bps > 0 ? rd / in->read_bps : 0) + (in->write_bps > 0 ? wr / in->write_bps : 0);
   p->compute_s = comp;
   p->io_s = io;
-  p->step_s = fmax(comp, io);
+  /* with a slice prefetched (K >= 2) the disk works while the compute does; with one slice in RAM
+   * nothing is prefetched and each load waits for the compute before it and holds up the compute
+   * after it (measured: gpt2-124m, 11 slices, 1 resident, 4.9 s a step against 3.1 s for the
+   * longer of the two) */
+  p->step_s = K >= 2 ? fmax(comp, io) : comp + io;
 }
 
 const char *zt_offload_plan_activations_name(zt_offload_plan_activations a) {

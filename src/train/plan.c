@@ -352,14 +352,19 @@ static int machinery(const zt_plan_config *c) {
 }
 #define TIE 0.01
 
-/* Fitting ones by predicted step (within TIE: the fewer mechanisms, then the less RAM), then the
- * rest by RAM. */
+/* Fitting ones by predicted step (within TIE: the less compute under it, the fewer mechanisms,
+ * then the less RAM), then the rest by RAM. */
 static int by_rank(const void *a, const void *b) {
   const zt_plan_entry *x = a, *y = b;
   if (x->fits != y->fits) return x->fits ? -1 : 1;
   if (x->fits) {
     double dx = x->pred.step_s, dy = y->pred.step_s;
     if (fabs(dx - dy) > TIE * (dx < dy ? dx : dy)) return dx < dy ? -1 : 1;
+    /* the same step: the less compute under it, which leaves the prediction more room to be wrong in
+     * (a disk-bound step hides a recompute's second forward only as long as the disk is as slow as
+     * measured and the two overlap as modelled) */
+    double wx = x->pred.compute_s, wy = y->pred.compute_s;
+    if (fabs(wx - wy) > TIE * (wx < wy ? wx : wy)) return wx < wy ? -1 : 1;
     int mx = machinery(&x->config), my = machinery(&y->config);
     if (mx != my) return mx < my ? -1 : 1;
   }

@@ -66,8 +66,10 @@ zt_status zt__plan_predict_offload(const zt__plan_in *in, const zt_plan_config *
                                                                                       : ZT_RECOMPUTE_NONE) +
                 zt__plan_optim_s(in, in->d.params);
   out->compute_s = comp;
-  out->io_s = p.io_s > comp ? p.io_s - comp : 0; /* what the disk adds past the compute it overlaps */
-  out->step_s = fmax(comp, p.io_s);
+  /* what the disk adds past the compute it overlaps (offload_plan.c's rule: none without a slice
+   * prefetched) */
+  out->step_s = c->resident >= 2 ? fmax(comp, p.io_s) : comp + p.io_s;
+  out->io_s = out->step_s - comp;
   out->disk_held = c->offload_model == ZT_OFFLOAD_DISK ? 16 * in->d.params : 0; /* parameters, grads, moments */
   out->disk_read = (int64_t)(20.0 * (double)in->d.params), out->disk_written = (int64_t)(20.0 * (double)in->d.params);
   zt__plan_finish(in, out);
