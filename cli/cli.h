@@ -37,6 +37,9 @@ void zt_cli_plan_versus(FILE *f, const char *prefix, const zt_plan_prediction *p
 /* The same as one JSON object in path (written whole, then renamed over it): the configuration,
  * its flags, where it came from, the calibration, the prediction and the measured figures. */
 int zt_cli_plan_report(const char *path, const zt_plan_run *pr, const zt_train_result *r);
+/* --plan-report's path can be written at the run's end (its folder is there and writable, it is not
+ * a folder): 0, or 1 after saying why (checked before step 1, so no run ends without its report). */
+int zt_cli_plan_report_check(const char *path);
 
 /* How the command was called (argv[0]: "build/zt"), for commands it prints. */
 extern const char *zt_cli_program;

@@ -3,6 +3,8 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -73,6 +75,26 @@ static void json_string(FILE *f, const char *s) {
     else fputc(*s, f);
   }
   fputc('"', f);
+}
+
+int zt_cli_plan_report_check(const char *path) {
+  char dir[600];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (slash == dir) dir[1] = '\0';
+  else if (slash) *slash = '\0';
+  else snprintf(dir, sizeof dir, ".");
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+    fprintf(stderr, "zt train: --plan-report %s is a folder; give a file name in it\n", path);
+    return 1;
+  }
+  if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || access(dir, W_OK | X_OK) != 0) {
+    fprintf(stderr, "zt train: --plan-report %s: its folder %s is not there or cannot be written into; give a path "
+                    "in a folder that is\n", path, dir);
+    return 1;
+  }
+  return 0;
 }
 
 int zt_cli_plan_report(const char *path, const zt_plan_run *pr, const zt_train_result *r) {

@@ -488,6 +488,7 @@ static int run_train(zt_train_config *c, zt_comm *world, progress *p, int argc, 
   double dflt = p->tty ? 3.0 : 30.0;
   p->slow_s = env ? strtod(env, &end) : dflt;
   if (!env || end == env || *end || !(p->slow_s >= 0)) p->slow_s = dflt;
+  if (p->plan_report[0] && zt_cli_plan_report_check(p->plan_report)) return 1; /* before anything runs */
   /* --plan: the planner's options go into c, or its prediction of the options given is printed */
   zt_plan_run pr;
   bool by_hand = !c->plan[0];

@@ -78,6 +78,10 @@ out=$("$zt" "${run[@]}" --recompute full 2>&1)
 check "a run by hand: its prediction at start, the measured figures at the end" \
   'echo "$out" | grep -q "plan: the options given: plain, recompute full" && echo "$out" | grep -q "predicted vs measured"'
 
+out=$("$zt" "${run[@]}" --plan-report "$w/nodir/report.json" --metrics "$w/noreport.jsonl" 2>&1)
+check "a --plan-report in a folder that is not there: refused before step 1" \
+  '[ $? -eq 1 ] && echo "$out" | grep -q "plan-report" && [ ! -s "$w/noreport.jsonl" ]'
+
 # a plan made for another run
 out=$("$zt" "${run[@]}" --batch 16 --plan "$w/plan.json" 2>&1)
 check "a plan for another batch: refused" '[ $? -eq 1 ] && echo "$out" | grep -q "was made for batch 8"'

@@ -25,6 +25,7 @@
 #include "train/offload_plan.h"
 #include "train/run_log.h"
 #include "train/run_options.h"
+#include "zt/plan.h"
 
 /* What the loop holds beside what the run owns (run) and its mode. */
 typedef struct loop {
@@ -392,8 +393,14 @@ static zt_status set_up(loop *r, const zt_train_config *c, zt_comm *comm, zt_tra
     s = ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_train_config.data.seq %lld is longer than the model's context (%d); use "
                "zt_train_config.data.seq <= %d or zt_train_config.model.block_size",
                (long long)c->data.seq, context, context);
-  if (!s && zt__train_plan_wanted(c, run->world)) {
+  if (!s && c->plan[0]) { /* --plan auto|FILE: the planner's options (zt train resolves it itself, to print it) */
     *planned = *c;
+    zt_plan_run pr;
+    s = zt_train_plan(planned, run->comm, &pr);
+    c = run->c = planned;
+  }
+  if (!s && zt__train_plan_wanted(c, run->world)) {
+    if (c != planned) *planned = *c;
     s = zt_train_plan_memory(planned, run->world, &result->plan);
     c = run->c = planned;
   }

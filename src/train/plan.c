@@ -37,15 +37,8 @@ zt_status zt_plan_space_of(const zt_train_config *t, int world, zt_plan_space *o
 
 /* ---------------------------------------------------------------- configurations */
 
-static const char *shard_name(zt_shard_strategy s) {
-  switch (s) {
-  case ZT_SHARD_FULL: return "full";
-  case ZT_SHARD_GRAD_OP: return "grad_op";
-  case ZT_SHARD_OPT: return "opt";
-  case ZT_SHARD_HYBRID: return "hybrid";
-  default: return "ddp";
-  }
-}
+/* DDP for no sharding, else the strategy's own name */
+static const char *shard_name(zt_shard_strategy s) { return s == ZT_SHARD_NONE ? "ddp" : zt_shard_strategy_name(s); }
 
 /* Appends ", " (or nothing at the start) and the text to buf. */
 static void part(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

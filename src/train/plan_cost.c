@@ -3,6 +3,8 @@
  * elementwise ops by the bytes they move), of the optimizer, of the collectives, and the RAM a
  * process holds besides its accounting. Every predictor times through these, so a better
  * model here is better for every mode. */
+#include <unistd.h>
+
 #include "train/plan_internal.h"
 
 /* Elementwise traffic of one block, in f32 values a token moved (read + written) in forward, from
@@ -118,10 +120,26 @@ void zt__plan_finish(const zt__plan_in *in, zt_plan_prediction *p) {
  * the shards' all-reduce across the replicas, at the end of backward. */
 #define DDP_BUCKET_BYTES (25.0 * 1048576.0)
 #define BACKWARD_SHARE (2.0 / 3.0)
+bool zt__plan_cores_shared(const zt__plan_in *in) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int t = in->cal->threads > 0 ? in->cal->threads : 1;
+  return in->sp->world > 1 && in->cal->world == in->sp->world && cores > 0 && (long)in->sp->world * t > cores;
+}
+
+double zt__plan_shared_speedup(const zt__plan_in *in, double k) {
+  if (!zt__plan_cores_shared(in) || !(k > 0)) return 1;
+  double cores = (double)sysconf(_SC_NPROCESSORS_ONLN), t = in->cal->threads > 0 ? in->cal->threads : 1;
+  double all = cores / ((double)in->sp->world * t), some = cores / (k * t);
+  return (some < 1 ? some : 1) / (all < 1 ? all : 1);
+}
+
 double zt__plan_dp_comm_s(const zt__plan_in *in, const zt_plan_config *c, double Pb, double blk, double root,
                           double compute_s) {
   int n = c->dp;
   if (n <= 1) return 0;
+  /* cores shared: a collective's progress takes the cores the compute needs, so nothing hides
+   * (measured: gpt2-124m DDP at 4 ranks on 2 cores, 17-33% above the step with the all-reduce hidden) */
+  if (zt__plan_cores_shared(in)) compute_s = 0;
   double bwd = BACKWARD_SHARE * compute_s;
   if (c->shard == ZT_SHARD_NONE) {
     double ar = zt__plan_allreduce_s(in, n, (int64_t)Pb);

@@ -31,6 +31,14 @@ double zt__plan_compute_s(const zt__plan_in *in, int64_t rows, int b0, int b1, b
  * backward: b + w is the backward of zt__plan_compute_s less its recompute). */
 void zt__plan_compute_fbw(const zt__plan_in *in, int64_t rows, int b0, int b1, bool embed, bool head, double *f,
                           double *b, double *w);
+/* How much faster a rank computes when k of the world's ranks compute at once than when all do: the
+ * calibration times every rank computing together, and where the ranks' threads outnumber this
+ * machine's cores (ranks x threads > cores, all ranks on it) a rank that waits gives its cores to
+ * the others. 1 where the cores are not shared or the calibration was not made at the world. */
+double zt__plan_shared_speedup(const zt__plan_in *in, double k);
+/* Whether the ranks' threads outnumber the cores (the collectives then progress on the cores the
+ * compute needs, and hide behind none of it). */
+bool zt__plan_cores_shared(const zt__plan_in *in);
 /* Seconds of the optimizer's update of n parameters (AdamW: memory bound). */
 double zt__plan_optim_s(const zt__plan_in *in, int64_t n);
 /* Seconds of an all-reduce / all-gather / reduce-scatter of bytes (the whole buffer's) over n ranks,

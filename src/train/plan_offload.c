@@ -69,6 +69,7 @@ zt_status zt__plan_predict_offload(const zt__plan_in *in, const zt_plan_config *
   /* what the disk adds past the compute it overlaps (offload_plan.c's rule: none without a slice
    * prefetched) */
   out->step_s = c->resident >= 2 ? fmax(comp, p.io_s) : comp + p.io_s;
+  if (c->resident >= 2 && act == ZT_OFFLOAD_PLAN_RECOMPUTE) out->step_s += 0.5 * fmin(comp, p.io_s); /* offload_plan.c's */
   out->io_s = out->step_s - comp;
   out->disk_held = c->offload_model == ZT_OFFLOAD_DISK ? 16 * in->d.params : 0; /* parameters, grads, moments */
   out->disk_read = (int64_t)(20.0 * (double)in->d.params), out->disk_written = (int64_t)(20.0 * (double)in->d.params);
