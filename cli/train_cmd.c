@@ -502,6 +502,10 @@ static int run_train(zt_train_config *c, zt_comm *world, progress *p, int argc, 
     return 1;
   }
   if (by_hand && zt_train_plan(c, world, &pr)) { /* a prediction that cannot be made costs the run nothing */
+    if (c->plan_calibration[0]) { /* but a calibration file given is an input, checked as every other */
+      if (rank == 0) zt_cli_fail("train");
+      return 1;
+    }
     if (rank == 0) fprintf(stderr, "zt train: warning: no prediction: %s\n", zt_last_error());
     zt_clear_error();
     memset(&pr, 0, sizeof pr);

@@ -82,6 +82,10 @@ out=$("$zt" "${run[@]}" --plan-report "$w/nodir/report.json" --metrics "$w/norep
 check "a --plan-report in a folder that is not there: refused before step 1" \
   '[ $? -eq 1 ] && echo "$out" | grep -q "plan-report" && [ ! -s "$w/noreport.jsonl" ]'
 
+out=$("$zt" "${run[@]}" --plan-calibration "$w/nocal.json" --metrics "$w/nocal.jsonl" 2>&1)
+check "a --plan-calibration file that is not there: refused before step 1" \
+  '[ $? -eq 1 ] && echo "$out" | grep -q "nocal.json" && [ ! -s "$w/nocal.jsonl" ]'
+
 # a plan made for another run
 out=$("$zt" "${run[@]}" --batch 16 --plan "$w/plan.json" 2>&1)
 check "a plan for another batch: refused" '[ $? -eq 1 ] && echo "$out" | grep -q "was made for batch 8"'

@@ -5,6 +5,7 @@
  * (the counts follow src/strategies/pipeline/execute.c, pipeline_step.c, zero.c, lm_head.c and the
  * families' zt_act_cost; those marked "measured" were read off per-action traces of GPT-2 tiny and
  * 124M and SmolLM-135M runs; test_plan_pipeline checks them against runs). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -346,6 +347,14 @@ zt_status zt__plan_predict_pipeline(const zt__plan_in *in, const zt_plan_config 
      * dp 2, full) as much again resident beside the accounting */
     if (c->shard == ZT_SHARD_FULL || c->shard == ZT_SHARD_GRAD_OP) released += 4.0 * worst_own;
     out->cache = (int64_t)(released < lim || lim < 0 ? released : lim);
+    /* FSDP over the replicas reduces each unit down a binomial tree whose first rank holds a unit
+     * a level, outside the accounting (plan_dp.c's rule; measured GPT-2 124M pp 2 x dp 2 full: the
+     * stage's first rank 160 MB above the other, its largest unit the 154 MB table) */
+    if (c->shard != ZT_SHARD_NONE && D > 1) {
+      double unit = 4.0 * (d->tied || sm[0].rank == worst_rank || sm[S - 1].rank == worst_rank
+                               ? (double)d->vocab * d->hidden : (double)d->block_params);
+      out->io = (int64_t)((c->shard == ZT_SHARD_OPT ? 2.0 : 1.0) * ceil(log2((double)D)) * unit);
+    }
     zt__plan_finish(in, out);
   }
   zt_pipeline_sim_free(sim);
