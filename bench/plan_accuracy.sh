@@ -164,6 +164,9 @@ measure $L 1 - l135-1 --recompute selective
 measure $L 2 - l135-2 --shard full
 measure $L 2 - l135-2 --shard opt
 measure $L 2 - l135-2 --pp 2 --schedule zb-v --microbatches 4
+measure $L 1 - l135-1 --offload-activations disk
+measure $L 4 - l135-4 --shard hybrid:2
+measure $L 4 - l135-4 --shard full
 measure $L 1 1000M l135-1-lim --offload-states disk --offload-slices 16 --offload-resident 2 --offload-mode recompute --mem-limit 1000M
 choose $L 1 1000M l135-1-lim
 choose $L 2 - l135-2

@@ -2,7 +2,7 @@
 # Build the libFuzzer targets of tests/fuzz with clang (ASan + UBSan + libFuzzer) in a build
 # folder of their own, and run each for SECONDS (default 60) from its seed corpus.
 #
-#   scripts/fuzz.sh [SECONDS] [TARGET...]      targets: json safetensors tokens state sharded config bpe hf_tokenizer schedule
+#   scripts/fuzz.sh [SECONDS] [TARGET...]      targets: json safetensors tokens state sharded config bpe hf_tokenizer schedule plan
 #
 # Environment: ZT_FUZZ_JOBS=N runs N targets at a time (default 1); ZT_FUZZ_BUILD=DIR (default
 # build-fuzz). Inputs a run finds are kept in DIR/corpus/<target> (the seeds in the repository
@@ -15,7 +15,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
 shift || true
-all_targets=(json safetensors tokens state sharded config bpe hf_tokenizer schedule)
+all_targets=(json safetensors tokens state sharded config bpe hf_tokenizer schedule plan)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all_targets[@]}")
 build=${ZT_FUZZ_BUILD:-build-fuzz}
