@@ -90,8 +90,8 @@ typedef struct zt_plan_space {
   int64_t mem_limit;           /* per rank (0: the memory available, zt_mem_available) */
   int64_t disk_limit;          /* the disk tier's bytes per rank (0: no limit) */
   zt_offload_tier tier;        /* the tier offload configurations use (default DISK) */
-  bool no_disk;                /* zt_plan_calibrate leaves the disk figures defaults (a run that uses no disk tier:
-                                * its start writes no probe) */
+  unsigned skip;               /* figures zt_plan_calibrate leaves as they are (1u << ZT_PLAN_FIG_...): a run that
+                                * uses no disk tier writes no probe; a run by hand measures its base alone */
 } zt_plan_space;
 ZT_API void zt_plan_space_default(zt_plan_space *sp); /* gpt2-tiny, batch 8, seq 64, 1 rank, disk */
 

@@ -420,7 +420,7 @@ static zt_status plan_input(const zt_train_config *c, int world, int64_t limit, 
   zt_plan_space sp;
   ZT_TRY(zt_plan_space_of(c, world, &sp));
   sp.mem_limit = limit;
-  sp.no_disk = c->memory.offload_model != ZT_OFFLOAD_DISK;
+  if (c->memory.offload_model != ZT_OFFLOAD_DISK) sp.skip = 1u << ZT_PLAN_FIG_READ | 1u << ZT_PLAN_FIG_WRITE;
   int64_t cache_limit = zt_mem_cache_limit();
   /* the cache emptied and glibc's mmap threshold fixed: freed blocks go back to the kernel, and
    * the base the calibration measures is what stays */

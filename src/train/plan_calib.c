@@ -575,39 +575,43 @@ static zt_status measure_all(zt_comm *comm, const zt_plan_space *sp, const char 
   for (int r = 0; r < reps; r++) have_base &= !isnan(runs[r] = base_bytes(m, tokens));
   if (have_base) summarize(runs, reps, &mine[2 * ZT_PLAN_FIG_BASE], &mine[2 * ZT_PLAN_FIG_BASE + 1]);
 
-  gemm_ctx g;
-  gemm_shapes(m, &g);
-  ZT_TRY(measure(comm, gemm_work, &g, 64, tokens, reps, runs));
-  summarize(runs, reps, &mine[2 * ZT_PLAN_FIG_GEMM], &mine[2 * ZT_PLAN_FIG_GEMM + 1]);
-
-  attn_ctx a = {sp->seq, d.n_head, d.n_head, d.attn_width / d.n_head};
-  if (m->family == ZT_LM_LLAMA) a.n_kv_head = m->llama.n_kv_head, a.head_dim = m->llama.head_dim;
-  ZT_TRY(measure(comm, attn_work, &a, 1, rows, reps, runs));
-  summarize(runs, reps, &mine[2 * ZT_PLAN_FIG_ATTN], &mine[2 * ZT_PLAN_FIG_ATTN + 1]);
-
-  elem_ctx e = {d.hidden, m->family == ZT_LM_LLAMA};
-  ZT_TRY(measure(comm, elem_work, &e, 256, tokens, reps, runs));
-  summarize(runs, reps, &mine[2 * ZT_PLAN_FIG_ELEM], &mine[2 * ZT_PLAN_FIG_ELEM + 1]);
-
-  /* the disk tier, a sixteenth of the memory limit at most (the --mem-limit planner's rule) */
-  size_t probe = PROBE_BYTES;
-  if (sp->mem_limit > 0 && (size_t)(sp->mem_limit / 16) < probe) probe = (size_t)(sp->mem_limit / 16);
-  double *rd = runs, *wr = runs + reps;
-  for (int r = 0; r < reps && !sp->no_disk; r++) {
-    ZT_TRY(barrier(comm));
-    ZT_TRY(agree(comm, zt__plan_store_rate(ZT_OFFLOAD_DISK, dir, probe, &rd[r], &wr[r])));
+#define WANT(f) (!(sp->skip & (1u << (f))))
+  if (WANT(ZT_PLAN_FIG_GEMM)) {
+    gemm_ctx g;
+    gemm_shapes(m, &g);
+    ZT_TRY(measure(comm, gemm_work, &g, 64, tokens, reps, runs));
+    summarize(runs, reps, &mine[2 * ZT_PLAN_FIG_GEMM], &mine[2 * ZT_PLAN_FIG_GEMM + 1]);
   }
-  if (!sp->no_disk) {
+  if (WANT(ZT_PLAN_FIG_ATTN)) {
+    attn_ctx a = {sp->seq, d.n_head, d.n_head, d.attn_width / d.n_head};
+    if (m->family == ZT_LM_LLAMA) a.n_kv_head = m->llama.n_kv_head, a.head_dim = m->llama.head_dim;
+    ZT_TRY(measure(comm, attn_work, &a, 1, rows, reps, runs));
+    summarize(runs, reps, &mine[2 * ZT_PLAN_FIG_ATTN], &mine[2 * ZT_PLAN_FIG_ATTN + 1]);
+  }
+  if (WANT(ZT_PLAN_FIG_ELEM)) {
+    elem_ctx e = {d.hidden, m->family == ZT_LM_LLAMA};
+    ZT_TRY(measure(comm, elem_work, &e, 256, tokens, reps, runs));
+    summarize(runs, reps, &mine[2 * ZT_PLAN_FIG_ELEM], &mine[2 * ZT_PLAN_FIG_ELEM + 1]);
+  }
+  /* the disk tier, a sixteenth of the memory limit at most (the --mem-limit planner's rule) */
+  if (WANT(ZT_PLAN_FIG_READ) || WANT(ZT_PLAN_FIG_WRITE)) {
+    size_t probe = PROBE_BYTES;
+    if (sp->mem_limit > 0 && (size_t)(sp->mem_limit / 16) < probe) probe = (size_t)(sp->mem_limit / 16);
+    double *rd = runs, *wr = runs + reps;
+    for (int r = 0; r < reps; r++) {
+      ZT_TRY(barrier(comm));
+      ZT_TRY(agree(comm, zt__plan_store_rate(ZT_OFFLOAD_DISK, dir, probe, &rd[r], &wr[r])));
+    }
     summarize(rd, reps, &mine[2 * ZT_PLAN_FIG_READ], &mine[2 * ZT_PLAN_FIG_READ + 1]);
     summarize(wr, reps, &mine[2 * ZT_PLAN_FIG_WRITE], &mine[2 * ZT_PLAN_FIG_WRITE + 1]);
   }
-
-  if (comm && zt_comm_size(comm) > 1) {
+  if (comm && zt_comm_size(comm) > 1 && (WANT(ZT_PLAN_FIG_COMM_LAT) || WANT(ZT_PLAN_FIG_COMM_BW))) {
     double *lat = runs, *bw = runs + reps;
     ZT_TRY(comm_figures(comm, reps, lat, bw));
     summarize(lat, reps, &mine[2 * ZT_PLAN_FIG_COMM_LAT], &mine[2 * ZT_PLAN_FIG_COMM_LAT + 1]);
     summarize(bw, reps, &mine[2 * ZT_PLAN_FIG_COMM_BW], &mine[2 * ZT_PLAN_FIG_COMM_BW + 1]);
   }
+#undef WANT
   return ZT_OK;
 }
 

@@ -48,8 +48,11 @@ zt_status zt_train_plan(zt_train_config *c, zt_comm *comm, zt_plan_run *out) {
   /* microbatches given (more than one) stay: accumulating a batch in other slices changes its sums'
    * rounding, so a user who wants plain training's results bitwise keeps them; one is the planner's */
   sp.microbatches = c->data.microbatches > 1 ? c->data.microbatches : 0;
-  /* a run by hand that uses no disk tier writes no probe at its start */
-  sp.no_disk = !c->plan[0] && c->memory.offload_model != ZT_OFFLOAD_DISK && c->memory.offload_activations != ZT_OFFLOAD_DISK;
+  /* a run by hand measures only its base at its start (every test and every run pays for the
+   * start: a whole calibration is what zt plan and --plan auto take the time for); its step is
+   * predicted from --plan-calibration's figures, ZT_PLAN_CALIBRATION's, or the defaults, each
+   * printed with its source */
+  if (!c->plan[0]) sp.skip = ~(1u << ZT_PLAN_FIG_BASE);
   ZT_TRY(zt_plan_calibration_for(c, comm, &sp, automatic ? 3 : 1, &out->cal));
   zt_plan_entry *e = &out->entry;
   if (automatic) {
