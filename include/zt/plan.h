@@ -99,7 +99,7 @@ typedef struct zt_plan_entry {
   zt_plan_config config;
   zt_plan_prediction pred;
   bool fits;                   /* pred.rss (and disk_held) within the limits */
-  char name[96];               /* "pp2 zb-h1 mb8 x dp2 ddp, recompute none" */
+  char name[96];               /* "pp2 zb-h1 mb8 x dp2 ddp, recompute full" */
   char why[160];               /* !fits: what passes which limit */
 } zt_plan_entry;
 typedef struct zt_plan {
