@@ -13,7 +13,9 @@
 # bench/plan_accuracy_table.py), and bench/results/plan_accuracy.svg (zt plot --plan).
 # Run it on a quiet machine: step times are what it measures.
 # usage: bench/plan_accuracy.sh [build dir (default build)] [--quick: gpt2-tiny shapes, a check of the script]
-# env: ZT_BENCH_STEPS (steps a run, default 4), ZT_OFFLOAD_DIR (the disk tier's folder)
+# env: ZT_BENCH_STEPS (steps a run, default 4), ZT_OFFLOAD_DIR (the disk tier's folder),
+#      ZT_BENCH_ONLY="GROUP FLAGS..." (only the runs whose group and flags are these lines', exactly; their rows
+#      appended to the results, and the table and plot made again: a configuration added later)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build quick=0
@@ -64,6 +66,7 @@ calibrate() { # model ranks: $w/cal-MODEL-RANKS.json, measured once
 measure() {
   local model=$1 n=$2 limit=$3 group=$4
   shift 4
+  if [ -n "${ZT_BENCH_ONLY:-}" ] && ! grep -qxF -- "$group $*" <<<"$ZT_BENCH_ONLY"; then return 0; fi
   calibrate "$model" "$n"
   local rep=$w/report.json pre=()
   rm -f "$rep"
@@ -99,6 +102,7 @@ PY
 # the planner's choice for a group: its flags, run unless the grid ran them
 choose() { # model ranks limit group
   local model=$1 n=$2 limit=$3 group=$4 lim=()
+  [ -n "${ZT_BENCH_ONLY:-}" ] && return 0
   calibrate "$model" "$n"
   [ "$limit" != - ] && lim=(--mem-limit "$limit")
   # shellcheck disable=SC2086
@@ -171,7 +175,7 @@ measure $L 1 1000M l135-1-lim --offload-states disk --offload-slices 16 --offloa
 choose $L 1 1000M l135-1-lim
 choose $L 2 - l135-2
 
-cp "$w/rows.jsonl" "$res"
+if [ -n "${ZT_BENCH_ONLY:-}" ]; then cat "$w/rows.jsonl" >>"$res"; else cp "$w/rows.jsonl" "$res"; fi
 python3 bench/plan_accuracy_table.py "$res" >"${res%.jsonl}.md"
 "$zt" plot --plan "$res" --out "${res%.jsonl}.svg" || true
 cat "${res%.jsonl}.md"
