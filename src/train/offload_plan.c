@@ -250,18 +250,16 @@ static zt_status units_of(const zt_offload_plan_input *in, int64_t *ub, int *U, 
   return ZT_OK;
 }
 
+/* The cut and its prediction behind both entry points: fn names the caller in messages; limit > 0
+ * gives the cache what the limit leaves (fill_cache), 0 keeps in->cache_bytes. */
+static zt_status predict_cut(const char *fn, const zt_offload_plan_input *in, int slices, int resident,
+                             zt_offload_plan_activations act, const char *recompute_plan, int64_t limit,
+                             zt_offload_plan *out);
+
 zt_status zt_offload_plan_predict(const zt_offload_plan_input *in, int slices, int resident,
                                   zt_offload_plan_activations act, zt_offload_plan *out) {
-  const char *fn = "zt_offload_plan_predict";
-  if (!out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: out is NULL", fn);
-  memset(out, 0, sizeof *out);
-  int64_t ub[ZT_OFFLOAD_PLAN_MAX_UNITS];
-  int U = 0, count[ZT_OFFLOAD_PLAN_MAX_UNITS];
-  ZT_TRY(units_of(in, ub, &U, fn));
-  if (resident < 1) return ZT_ERR(ZT_STATUS_INVALID_ARG, "%s: %d resident slices", fn, resident);
-  ZT_TRY(zt_offload_model_balance(U, slices, ub, count));
-  predict(in, ub, U, count, slices, resident < slices ? resident : slices, act, NULL, out);
-  return ZT_OK;
+  if (!out) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_offload_plan_predict: out is NULL");
+  return predict_cut("zt_offload_plan_predict", in, slices, resident, act, NULL, 0, out);
 }
 
 /* Activation offload with the q slices of most blocks (the later first among equals)
@@ -320,7 +318,12 @@ static void fill_cache(const zt_offload_plan_input *in, const int64_t *ub, int U
 
 zt_status zt__offload_plan_at(const zt_offload_plan_input *in, int slices, int resident, zt_offload_plan_activations act,
                               const char *recompute_plan, int64_t limit, zt_offload_plan *out) {
-  const char *fn = "zt__offload_plan_at";
+  return predict_cut("zt__offload_plan_at", in, slices, resident, act, recompute_plan, limit, out);
+}
+
+static zt_status predict_cut(const char *fn, const zt_offload_plan_input *in, int slices, int resident,
+                             zt_offload_plan_activations act, const char *recompute_plan, int64_t limit,
+                             zt_offload_plan *out) {
   memset(out, 0, sizeof *out);
   int64_t ub[ZT_OFFLOAD_PLAN_MAX_UNITS];
   int U = 0, count[ZT_OFFLOAD_PLAN_MAX_UNITS];
@@ -340,7 +343,7 @@ zt_status zt__offload_plan_at(const zt_offload_plan_input *in, int slices, int r
         if (k > 0 && k < U - 1 && recompute_plan[k - 1] == 'f') rec[sl] = any = true;
   }
   predict(in, ub, U, count, slices, resident < slices ? resident : slices, act, any ? rec : NULL, out);
-  fill_cache(in, ub, U, count, limit, out);
+  if (limit > 0) fill_cache(in, ub, U, count, limit, out);
   return ZT_OK;
 }
 
