@@ -36,6 +36,7 @@ static void on_step(const zt_train_step_info *i, void *ud) {
 
 static void config(zt_train_config *c, const char *model) {
   zt_train_config_default(c);
+  c->parallel.comm_timeout = 120; /* a hang fails naming the ranks, before ctest's 300 s */
   ZT_CHECK_OK(zt_train_config_set(c, "model", model));
   c->data.batch = 8, c->data.seq = 64;
   c->steps = STEPS, c->log.eval_every = 0, c->log.eval_batches = 1, c->threads = 1;

@@ -25,6 +25,7 @@ static void last_step(const zt_train_step_info *info, void *ud) { *(zt_mem_stats
 static void check(const char *const *kv, int pp) {
   zt_train_config c;
   zt_train_config_default(&c);
+  c.parallel.comm_timeout = 120; /* a hang fails naming the ranks, before ctest's 300 s */
   char name[256] = "";
   for (int i = 0; kv[i]; i += 2) {
     ZT_CHECK_OK(zt_train_config_set(&c, kv[i], kv[i + 1]));

@@ -104,11 +104,11 @@ ZT_API size_t zt_mem_report(char *buf, size_t cap);
 /* The default host allocator keeps freed blocks of >= 64 KiB for reuse by the next
  * allocation of the same size, never more bytes than the most that were live on cpu at once
  * in the process (src/core/host_alloc.c). Cached bytes are not counted as live by the
- * accounting; these report and return them. */
+ * accounting; these report and return them. From its first block on it fixes glibc's mmap
+ * threshold at 64 KiB (process-wide), so that freed blocks the cache does not keep go back to
+ * the kernel instead of staying resident in malloc's heap. */
 /* Bound the cache's bytes as well (default: ZT_ALLOC_CACHE_MB when set, else a quarter of the
- * machine's memory; 0 turns the cache off): cached blocks are not accounted but are resident.
- * Also fixes glibc's mmap threshold at 64 KiB, so freed blocks the cache does not keep go back
- * to the kernel (a memory-limited run: zt_train_plan_memory). */
+ * machine's memory; 0 turns the cache off): cached blocks are not accounted but are resident. */
 ZT_API void zt_mem_set_cache_limit(int64_t bytes);
 /* The cache's byte bound now (ZT_ALLOC_CACHE_MB's, or the default, until zt_mem_set_cache_limit). */
 ZT_API int64_t zt_mem_cache_limit(void);

@@ -425,8 +425,8 @@ static zt_status plan_input(const zt_train_config *c, int world, int64_t limit, 
   sp.mem_limit = limit;
   if (c->memory.offload_model != ZT_OFFLOAD_DISK) sp.skip = 1u << ZT_PLAN_FIG_READ | 1u << ZT_PLAN_FIG_WRITE;
   int64_t cache_limit = zt_mem_cache_limit();
-  /* the cache emptied and glibc's mmap threshold fixed: freed blocks go back to the kernel, and
-   * the base the calibration measures is what stays */
+  /* the cache emptied (freed blocks go back to the kernel: host_alloc.c), so that the base the
+   * calibration measures is what stays */
   zt_mem_set_cache_limit(0);
   zt_set_num_threads(c->threads); /* the run's: OpenBLAS keeps a buffer per thread */
   zt_plan_calibration cal;
