@@ -156,8 +156,8 @@ static void panel(zt_cli_svg *s, zt_cli_svg_box area, figure f, const config *cs
   ss[1] = (zt_cli_svg_series){.name = names[ngroups], .color = "#bbb", .dash = "6 4", .style = ZT_CLI_SVG_STYLE_LINE};
   ss[2] = (zt_cli_svg_series){.color = "#bbb", .dash = "6 4", .style = ZT_CLI_SVG_STYLE_LINE}; /* unnamed: one entry */
   ray(&ss[0], &p, 1);
-  ray(&ss[1], &p, 1 + band);
-  ray(&ss[2], &p, 1 - band);
+  ray(&ss[1], &p, 1 / (1 - band)); /* (predicted - measured) / measured = -band */
+  ray(&ss[2], &p, 1 / (1 + band)); /* = +band */
   for (int g = 0; g < ngroups; g++) {
     snprintf(names[g], sizeof names[g], "%d rank%s", ranks[g], ranks[g] == 1 ? "" : "s");
     ss[3 + g] = (zt_cli_svg_series){
@@ -166,7 +166,7 @@ static void panel(zt_cli_svg *s, zt_cli_svg_box area, figure f, const config *cs
   int within = 0, worst = 0;
   for (int i = 0; i < n; i++) {
     double pr = pred_of(&cs[i], f), me = meas_of(&cs[i], f), err = (pr - me) / me;
-    within += me >= (1 - band) * pr - 1e-12 * pr && me <= (1 + band) * pr + 1e-12 * pr;
+    within += fabs(err) <= band + 1e-12; /* the error as the tables and the targets write it */
     if (fabs(err) > fabs((pred_of(&cs[worst], f) - meas_of(&cs[worst], f)) / meas_of(&cs[worst], f))) worst = i;
     for (int g = 0; g < ngroups; g++)
       if (ranks[g] == cs[i].ranks) zt_cli_svg_series_push(&ss[3 + g], pr, me);
@@ -176,7 +176,7 @@ static void panel(zt_cli_svg *s, zt_cli_svg_box area, figure f, const config *cs
   zt_cli_svg_panel_series(s, &p, ss, nseries);
   zt_cli_svg_panel_legend(s, &p, ss, nseries);
 
-  /* within: between the dashed lines, measured / predicted in [1 - band, 1 + band] */
+  /* within: between the dashed lines, |predicted - measured| <= band x measured */
   const config *w = &cs[worst];
   double werr = 100 * (pred_of(w, f) - meas_of(w, f)) / meas_of(w, f);
   char note[192], name[96];

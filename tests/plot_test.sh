@@ -136,7 +136,7 @@ out=$("$zt" plot --recompute "$w/bench.jsonl" --out "$w/rc.svg" 2>&1); rc=$?
 check "recompute: ratios printed, SVG well-formed, legend inside, round ticks" '[ $rc -eq 0 ] && grep -q "\"mode\":\"full\",\"time_ratio\":1.300,\"act_ratio\":0.150" <<<"$out" && grep -q "\"act_over_budget\":0.967" <<<"$out" && svg_ok "$w/rc.svg"'
 check "recompute: ratio ticks and a legend entry per group" '[[ "$(ticks "$w/rc.svg" x)" == *"1.00x 1.05x 1.10x"* ]] && grep -q ">124M params, B=4, T=1024</text>" "$w/rc.svg" && [ $(grep -c "<rect class=.legend." "$w/rc.svg") -eq 1 ]'
 
-# --- zt plot --plan: 5 configurations, a line that is not JSON and one without measured.step_s
+# --- zt plot --plan: 6 configurations, a line that is not JSON and one without measured.step_s
 mib=1048576
 acc() { # acc CONFIG RANKS PRED_RSS_MIB MEAS_RSS_MIB PRED_S MEAS_S
   printf '{"config":"%s","model":"gpt2-124m","ranks":%d,"predicted":{"rss":%d,"accounted":1,"step_s":%s},"measured":{"rss":%d,"accounted":1,"step_s":%s},"extra":[1,{"rss":5}]}\n' \
@@ -148,21 +148,22 @@ acc() { # acc CONFIG RANKS PRED_RSS_MIB MEAS_RSS_MIB PRED_S MEAS_S
   acc "dp2 full, recompute selective" 2 1200 1190 1.50 1.20  # rss +0.8%, step +25.0% (out)
   printf '{"config":"no step","ranks":1,"predicted":{"rss":1,"step_s":1},"measured":{"rss":1}}\n'
   acc "dp4 zero3" 4 800 820 2.00 2.10   # rss -2.4%, step -4.8%
-  acc "dp4 zero3 offload" 4 600 610 3.00 2.80; } > "$w/acc.jsonl"  # rss -1.6%, step +7.1%
+  acc "dp4 zero3 offload" 4 600 610 3.00 2.80  # rss -1.6%, step +7.1%
+  acc "dp4 edge" 4 951 1000 1.00 1.00; } > "$w/acc.jsonl"  # rss -4.9% (in: measured / predicted is 1.052), step 0
 out=$("$zt" plot --plan "$w/acc.jsonl" --out "$w/plan.svg" 2>&1); rc=$?
 check "plan: exits 0, counts the 2 skipped lines, says what it wrote" \
-  '[ $rc -eq 0 ] && grep -q "2 lines skipped (first: line 3)" <<<"$out" && grep -q "wrote .*plan.svg (5 configurations)" <<<"$out"'
+  '[ $rc -eq 0 ] && grep -q "2 lines skipped (first: line 3)" <<<"$out" && grep -q "wrote .*plan.svg (6 configurations)" <<<"$out"'
 check "plan: the SVG is well-formed, with round ticks and legends inside the picture" 'svg_ok "$w/plan.svg"'
 check "plan: two panels, RSS and step time" \
   '[ $(grep -c "class=.panel-title." "$w/plan.svg") -eq 2 ] && grep -q ">peak RSS: predicted vs measured<" "$w/plan.svg" && grep -q ">step time: predicted vs measured<" "$w/plan.svg"'
 check "plan: one dot per configuration and panel (legend swatches aside)" \
-  '[ $(awk "/<g class=.legend./{l=1} !l&&/<circle/{n++} l&&/<\/g>/{l=0} END{print n+0}" "$w/plan.svg") -eq 10 ]'
+  '[ $(awk "/<g class=.legend./{l=1} !l&&/<circle/{n++} l&&/<\/g>/{l=0} END{print n+0}" "$w/plan.svg") -eq 12 ]'
 check "plan: a series per rank count, in the legend" \
   '[ $(grep -c "<title>1 rank</title>" "$w/plan.svg") -eq 2 ] && [ $(grep -c "<title>2 ranks</title>" "$w/plan.svg") -eq 2 ] && [ $(grep -c "<title>4 ranks</title>" "$w/plan.svg") -eq 2 ] && [ $(grep -c ">4 ranks</text>" "$w/plan.svg") -eq 2 ]'
 check "plan: y = x and the dashed target bands" \
   '[ $(grep -c "<title>y = x</title>" "$w/plan.svg") -eq 2 ] && grep -q ">target ±5%</text>" "$w/plan.svg" && grep -q ">target ±15%</text>" "$w/plan.svg" && [ $(grep -c "stroke-dasharray=.6 4. points" "$w/plan.svg") -eq 4 ]'
 check "plan: notes count the dots within the band and name the worst" \
-  'grep -q ">4 of 5 within ±5%; worst +7.1%: dp2 full<" "$w/plan.svg" && grep -q ">4 of 5 within ±15%; worst +25.0%: dp2 full, recompute selective<" "$w/plan.svg"'
+  'grep -q ">5 of 6 within ±5%; worst +7.1%: dp2 full<" "$w/plan.svg" && grep -q ">5 of 6 within ±15%; worst +25.0%: dp2 full, recompute selective<" "$w/plan.svg"'
 check "plan: both axes of each panel have the same ticks" '[ -n "$(ticks "$w/plan.svg" x)" ] && [ "$(ticks "$w/plan.svg" x)" == "$(ticks "$w/plan.svg" y)" ]'
 
 # --- bad input
