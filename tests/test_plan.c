@@ -182,11 +182,45 @@ static void test_apply_round_trip(void) {
   }
 }
 
+/* What a prediction counts outside the accounting for OpenMPI's buffers (bench/plan_accuracy.sh
+ * measured each): DDP a copy of every gradient (its buckets all in flight); FSDP a unit a level of
+ * the reduction tree; a pipeline alone nothing; DDP over a pipeline's replicas the largest message
+ * it averages in place, the tied table (gpt2-124m: both its ends hold it). */
+static void test_mpi_buffers(void) {
+  zt_plan_calibration cal = calibration();
+  zt_plan_space one = space(1, 0);
+  zt_lm_dims d = zt_lm_config_dims(&one.model);
+  struct {
+    int world, pp, dp;
+    zt_shard_strategy shard;
+    double want; /* bytes; < 0: more than 0 */
+  } cases[] = {
+      {2, 1, 2, ZT_SHARD_NONE, 4.0 * (double)d.params},
+      {2, 1, 2, ZT_SHARD_FULL, -1},
+      {2, 2, 1, ZT_SHARD_NONE, 0},
+      {4, 2, 2, ZT_SHARD_NONE, 4.0 * (double)d.vocab * (double)d.hidden},
+      {4, 2, 2, ZT_SHARD_FULL, -1},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    zt_plan_space sp = space(cases[k].world, (int64_t)64 << 30);
+    zt_plan_config c = {.pp = cases[k].pp, .dp = cases[k].dp, .shard = cases[k].shard, .microbatches = 2};
+    if (c.pp > 1) snprintf(c.schedule, sizeof c.schedule, "1f1b");
+    zt_plan_prediction q;
+    ZT_CHECK_OK(zt_plan_predict(&sp, &cal, &c, &q));
+    if (cases[k].want < 0)
+      ZT_CHECK(q.io > 0);
+    else
+      ZT_CHECK((double)q.io == cases[k].want);
+    ZT_CHECK(q.rss == q.accounted + q.cache + q.io + q.base);
+  }
+}
+
 int main(void) {
   ZT_RUN(test_enumeration);
   ZT_RUN(test_ranking_and_fit);
   ZT_RUN(test_refusal);
   ZT_RUN(test_file_round_trip);
   ZT_RUN(test_apply_round_trip);
+  ZT_RUN(test_mpi_buffers);
   return zt_test_finish();
 }
