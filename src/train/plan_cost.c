@@ -118,7 +118,6 @@ void zt__plan_finish(const zt__plan_in *in, zt_plan_prediction *p) {
  * compute, and the first gather, which nothing hides. GRAD_OP gathers once (forward); OPT keeps
  * the parameters and all-gathers the updated shards after the update, behind nothing. HYBRID adds
  * the shards' all-reduce across the replicas, at the end of backward. */
-#define DDP_BUCKET_BYTES (25.0 * 1048576.0)
 #define BACKWARD_SHARE (2.0 / 3.0)
 bool zt__plan_cores_shared(const zt__plan_in *in) {
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -143,7 +142,7 @@ double zt__plan_dp_comm_s(const zt__plan_in *in, const zt_plan_config *c, double
   double bwd = BACKWARD_SHARE * compute_s;
   if (c->shard == ZT_SHARD_NONE) {
     double ar = zt__plan_allreduce_s(in, n, (int64_t)Pb);
-    double last = zt__plan_allreduce_s(in, n, (int64_t)(Pb < DDP_BUCKET_BYTES ? Pb : DDP_BUCKET_BYTES));
+    double last = zt__plan_allreduce_s(in, n, (int64_t)(Pb < ZT__PLAN_DDP_BUCKET ? Pb : ZT__PLAN_DDP_BUCKET));
     double hidden = ar - bwd;
     return hidden > last ? hidden : last;
   }

@@ -21,6 +21,10 @@ typedef struct zt__plan_in {
   int64_t limit; /* the memory a rank is planned for (sp->mem_limit, else the memory available) */
 } zt__plan_in;
 
+/* DDP's gradient bucket (zt_ddp's default, and pipeline_step.c's BUCKET_BYTES over a pipeline's
+ * replicas): what one all-reduce carries. */
+#define ZT__PLAN_DDP_BUCKET (25.0 * 1048576.0)
+
 /* ---- the cost model (plan_cost.c) */
 /* Seconds of forward + backward of `tokens` tokens (rows x seq, at seq tokens a row) through
  * blocks [b0, b1) of the model, with the embedding when embed, the final norm, head and loss

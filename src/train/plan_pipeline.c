@@ -13,8 +13,6 @@
 #include "train/plan_internal.h"
 #include "zt/pipeline.h"
 
-/* DDP's bucket over the replicas (pipeline_step.c's BUCKET_BYTES). */
-#define DDP_BUCKET ((double)(25 << 20))
 /* The fused head's chunk of logits (lm_head.c): at most 100 MB, 16 to 512 rows. */
 #define HEAD_CHUNK_BYTES ((double)(100 << 20))
 
@@ -296,7 +294,7 @@ zt_status zt__plan_predict_pipeline(const zt__plan_in *in, const zt_plan_config 
       after += flat + 4 * shard;
       if (param + optim + inputs + flat > total) total = param + optim + inputs + flat;
     } else if (D > 1) {
-      double bucket = 4 * own < DDP_BUCKET ? 4 * own : DDP_BUCKET;
+      double bucket = 4 * own < ZT__PLAN_DDP_BUCKET ? 4 * own : ZT__PLAN_DDP_BUCKET;
       if (rm[r].grads + bucket > grad) grad = rm[r].grads + bucket;
       after += bucket;
     }
@@ -362,7 +360,7 @@ zt_status zt__plan_predict_pipeline(const zt__plan_in *in, const zt_plan_config 
        * against the 154 MB table; without it predicted -5.7%) */
       double own4 = 4.0 * (double)worst_own;
       double table = sm[0].rank == worst_rank || sm[S - 1].rank == worst_rank ? 4.0 * (double)d->vocab * d->hidden : 0;
-      double bucket = own4 < DDP_BUCKET ? own4 : DDP_BUCKET;
+      double bucket = own4 < ZT__PLAN_DDP_BUCKET ? own4 : ZT__PLAN_DDP_BUCKET;
       out->io = (int64_t)(table > bucket ? table : bucket);
     }
     zt__plan_finish(in, out);
