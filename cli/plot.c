@@ -57,65 +57,54 @@ static void take_ranks(metrics *m, const char *ranks, double step) {
     zt_cli_svg_series_push(&m->rank[MAX_RANK_CURVES + 1], step, hi);
 }
 
-static bool blank(const char *s) {
-  while (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n') s++;
-  return !*s;
+/* One metrics line into m (read_metrics' callback); false after printing why it is not one. */
+typedef struct metrics_read {
+  const char *in;
+  metrics *m;
+  bool bad;
+} metrics_read;
+
+static bool metrics_line(const char *line, int lineno, void *ud) {
+  metrics_read *rd = ud;
+  metrics *m = rd->m;
+  double step;
+  if (!zt_cli_jsonl_is_object(line)) {
+    fprintf(stderr, "zt plot: %s:%d is not a JSON object; zt plot reads the JSON lines that zt train --metrics writes\n",
+            rd->in, lineno);
+    return !(rd->bad = true);
+  }
+  zt_cli_jsonl_kind k = zt_cli_jsonl_number(line, "step", &step);
+  if (k != ZT_CLI_JSONL_NUMBER || !isfinite(step)) {
+    fprintf(stderr, "zt plot: %s:%d %s; zt plot reads the JSON lines that zt train --metrics writes%s\n", rd->in,
+            lineno, k == ZT_CLI_JSONL_ABSENT ? "has no \"step\" field" : "has a \"step\" that is not a finite number",
+            zt_cli_jsonl_member(line, "recompute")   ? " (for bench/recompute.sh results: zt plot --recompute)"
+            : zt_cli_jsonl_member(line, "predicted") ? " (for planner accuracy lines: zt plot --plan)"
+                                                     : "");
+    return !(rd->bad = true);
+  }
+  if (!m->lines++) m->first = m->last = step;
+  m->first = fmin(m->first, step), m->last = fmax(m->last, step);
+  take(m, &m->loss[0], line, "loss", step);
+  take(m, &m->loss[1], line, "val_loss", step);
+  take(m, &m->tps, line, "tokens_per_s", step);
+  const char *mem = zt_cli_jsonl_member(line, "mem");
+  for (int t = 0; t <= NT; t++)
+    take(m, &m->mem[t], zt_cli_jsonl_member(mem, t < NT ? zt_mem_tag_name((zt_mem_tag)t) : "total"), "peak", step);
+  const char *ranks = zt_cli_jsonl_member(line, "ranks");
+  if (ranks) take_ranks(m, ranks, step);
+  if (!m->shard[0]) zt_cli_jsonl_string(line, "shard", m->shard, sizeof m->shard);
+  return true;
 }
 
 /* Reads `in` into m; 0, or 1 after printing what is wrong. */
 static int read_metrics(const char *in, metrics *m) {
-  FILE *f = fopen(in, "r");
-  if (!f) {
-    fprintf(stderr, "zt plot: cannot open '%s': %s\n", in, strerror(errno));
+  metrics_read rd = {in, m, false};
+  if (zt_cli_jsonl_each(in, metrics_line, &rd) < 0 || rd.bad) return 1;
+  if (!m->lines) {
+    fprintf(stderr, "zt plot: '%s' holds no metrics lines (write some with zt train --metrics FILE)\n", in);
     return 1;
   }
-  char *line = NULL;
-  size_t cap = 0;
-  int lineno = 0, status = 0;
-  while (getline(&line, &cap, f) > 0) {
-    lineno++;
-    if (blank(line)) continue;
-    double step;
-    if (!zt_cli_jsonl_is_object(line)) {
-      fprintf(stderr,
-              "zt plot: %s:%d is not a JSON object; zt plot reads the JSON lines that zt train --metrics writes\n", in,
-              lineno);
-      status = 1;
-      break;
-    }
-    zt_cli_jsonl_kind k = zt_cli_jsonl_number(line, "step", &step);
-    if (k != ZT_CLI_JSONL_NUMBER || !isfinite(step)) {
-      fprintf(stderr, "zt plot: %s:%d %s; zt plot reads the JSON lines that zt train --metrics writes%s\n", in, lineno,
-              k == ZT_CLI_JSONL_ABSENT ? "has no \"step\" field" : "has a \"step\" that is not a finite number",
-              zt_cli_jsonl_member(line, "recompute")   ? " (for bench/recompute.sh results: zt plot --recompute)"
-              : zt_cli_jsonl_member(line, "predicted") ? " (for planner accuracy lines: zt plot --plan)"
-                                                       : "");
-      status = 1;
-      break;
-    }
-    if (!m->lines++) m->first = m->last = step;
-    m->first = fmin(m->first, step), m->last = fmax(m->last, step);
-    take(m, &m->loss[0], line, "loss", step);
-    take(m, &m->loss[1], line, "val_loss", step);
-    take(m, &m->tps, line, "tokens_per_s", step);
-    const char *mem = zt_cli_jsonl_member(line, "mem");
-    for (int t = 0; t <= NT; t++)
-      take(m, &m->mem[t], zt_cli_jsonl_member(mem, t < NT ? zt_mem_tag_name((zt_mem_tag)t) : "total"), "peak", step);
-    const char *ranks = zt_cli_jsonl_member(line, "ranks");
-    if (ranks) take_ranks(m, ranks, step);
-    if (!m->shard[0]) zt_cli_jsonl_string(line, "shard", m->shard, sizeof m->shard);
-  }
-  if (!status && ferror(f)) {
-    fprintf(stderr, "zt plot: cannot read '%s': %s\n", in, strerror(errno));
-    status = 1;
-  }
-  if (!status && !m->lines) {
-    fprintf(stderr, "zt plot: '%s' holds no metrics lines (write some with zt train --metrics FILE)\n", in);
-    status = 1;
-  }
-  fclose(f);
-  free(line);
-  return status;
+  return 0;
 }
 
 /* One panel of series against step, its y axis fitted to the series. */

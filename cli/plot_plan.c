@@ -23,11 +23,6 @@ typedef enum figure { FIGURE_RSS, FIGURE_STEP } figure;
 
 static const char *const colors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"};
 
-static bool blank(const char *s) {
-  while (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n') s++;
-  return !*s;
-}
-
 /* A finite, positive number at obj.key (relative errors divide by the measured one). */
 static bool positive(const char *obj, const char *key, double *out) {
   return zt_cli_jsonl_number(obj, key, out) == ZT_CLI_JSONL_NUMBER && isfinite(*out) && *out > 0;
@@ -47,60 +42,55 @@ static bool parse(const char *line, int lineno, config *c) {
   return true;
 }
 
+/* The records read so far (read_configs' callback state): unusable lines are counted, not fatal. */
+typedef struct configs_read {
+  config *cs;
+  int n, cap, skipped, first_skipped;
+} configs_read;
+
+static bool config_line(const char *line, int lineno, void *ud) {
+  configs_read *rd = ud;
+  config c = {0};
+  if (!parse(line, lineno, &c)) {
+    if (!rd->skipped++) rd->first_skipped = lineno;
+    return true;
+  }
+  if (rd->n == rd->cap) {
+    rd->cap = rd->cap ? 2 * rd->cap : 16;
+    config *g = realloc(rd->cs, sizeof *g * (size_t)rd->cap);
+    if (!g) {
+      fprintf(stderr, "zt plot: out of memory\n");
+      abort();
+    }
+    rd->cs = g;
+  }
+  rd->cs[rd->n++] = c;
+  return true;
+}
+
 /* The usable records of `in` in *out (caller frees); their count, or -1 after printing why
  * there are none. Skipped lines are counted on stderr. */
 static int read_configs(const char *in, config **out) {
-  FILE *f = fopen(in, "r");
-  if (!f) {
-    fprintf(stderr, "zt plot: cannot open '%s': %s\n", in, strerror(errno));
+  configs_read rd = {0};
+  if (zt_cli_jsonl_each(in, config_line, &rd) < 0) {
+    free(rd.cs);
     return -1;
   }
-  config *cs = NULL;
-  int n = 0, cap = 0, lineno = 0, skipped = 0, first_skipped = 0;
-  char *line = NULL;
-  size_t lcap = 0;
-  while (getline(&line, &lcap, f) > 0) {
-    lineno++;
-    if (blank(line)) continue;
-    config c = {0};
-    if (!parse(line, lineno, &c)) {
-      if (!skipped++) first_skipped = lineno;
-      continue;
-    }
-    if (n == cap) {
-      cap = cap ? 2 * cap : 16;
-      config *g = realloc(cs, sizeof *cs * (size_t)cap);
-      if (!g) {
-        fprintf(stderr, "zt plot: out of memory\n");
-        abort();
-      }
-      cs = g;
-    }
-    cs[n++] = c;
-  }
-  bool failed = ferror(f);
-  fclose(f);
-  free(line);
-  if (failed) {
-    fprintf(stderr, "zt plot: cannot read '%s'\n", in);
-    free(cs);
-    return -1;
-  }
-  if (skipped)
+  if (rd.skipped)
     fprintf(stderr,
             "zt plot: %s: %d line%s skipped (first: line %d), not a JSON object with ranks, predicted.rss, "
             "predicted.step_s, measured.rss and measured.step_s as positive numbers\n",
-            in, skipped, skipped == 1 ? "" : "s", first_skipped);
-  if (!n) {
+            in, rd.skipped, rd.skipped == 1 ? "" : "s", rd.first_skipped);
+  if (!rd.n) {
     fprintf(stderr,
             "zt plot: '%s' holds no usable planner accuracy line (a JSON object per measured configuration: "
             "{\"config\":...,\"ranks\":N,\"predicted\":{\"rss\":B,\"step_s\":S},\"measured\":{...}})\n",
             in);
-    free(cs);
+    free(rd.cs);
     return -1;
   }
-  *out = cs;
-  return n;
+  *out = rd.cs;
+  return rd.n;
 }
 
 static double pred_of(const config *c, figure f) { return f == FIGURE_RSS ? c->pred_rss : c->pred_s; }

@@ -24,66 +24,63 @@ static bool same_group(const run *a, const run *b) {
   return a->params == b->params && a->batch == b->batch && a->seq == b->seq;
 }
 
-static bool blank(const char *s) {
-  while (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\n') s++;
-  return !*s;
-}
-
 /* Member key of obj as a number, NAN when absent or not one. */
 static double num(const char *obj, const char *key) {
   double v;
   return zt_cli_jsonl_number(obj, key, &v) == ZT_CLI_JSONL_NUMBER ? v : NAN;
 }
 
+/* The runs read so far (read_runs' callback state). */
+typedef struct runs_read {
+  const char *in;
+  run *rs;
+  int n, cap;
+  bool bad;
+} runs_read;
+
+/* One bench step line into rd; false after printing why it is not one. */
+static bool run_line(const char *line, int lineno, void *ud) {
+  runs_read *rd = ud;
+  run r = {num(line, "params"),
+           num(line, "batch"),
+           num(line, "seq"),
+           num(line, "ms_per_step"),
+           num(zt_cli_jsonl_member(line, "peak_bytes"), "ACTIVATION"),
+           num(line, "peak_rss_bytes"),
+           num(line, "recompute_budget"),
+           "",
+           lineno};
+  zt_cli_jsonl_string(line, "recompute", r.mode, sizeof r.mode);
+  if (!zt_cli_jsonl_is_object(line) || isnan(r.params) || isnan(r.ms) || isnan(r.act) || !r.mode[0]) {
+    fprintf(stderr,
+            "zt plot: %s:%d is not a zt bench step line (a JSON object with params, ms_per_step, "
+            "peak_bytes.ACTIVATION, recompute)\n",
+            rd->in, lineno);
+    return !(rd->bad = true);
+  }
+  if (rd->n == rd->cap) {
+    int cap = rd->cap ? 2 * rd->cap : 16;
+    run *g = realloc(rd->rs, sizeof *g * (size_t)cap);
+    if (!g) {
+      fprintf(stderr, "zt plot: out of memory\n");
+      return !(rd->bad = true);
+    }
+    rd->rs = g, rd->cap = cap;
+  }
+  rd->rs[rd->n++] = r;
+  return true;
+}
+
 /* The runs of `in` in *out (caller frees); their count, or -1 after printing why not. */
 static int read_runs(const char *in, run **out) {
-  FILE *f = fopen(in, "r");
-  if (!f) {
-    fprintf(stderr, "zt plot: cannot open '%s': %s\n", in, strerror(errno));
+  runs_read rd = {in, NULL, 0, 0, false};
+  if (zt_cli_jsonl_each(in, run_line, &rd) < 0 || rd.bad) {
+    free(rd.rs);
+    *out = NULL;
     return -1;
   }
-  run *rs = NULL;
-  int n = 0, cap = 0, lineno = 0;
-  char *line = NULL;
-  size_t lcap = 0;
-  while (getline(&line, &lcap, f) > 0) {
-    lineno++;
-    if (blank(line)) continue;
-    run r = {num(line, "params"),
-             num(line, "batch"),
-             num(line, "seq"),
-             num(line, "ms_per_step"),
-             num(zt_cli_jsonl_member(line, "peak_bytes"), "ACTIVATION"),
-             num(line, "peak_rss_bytes"),
-             num(line, "recompute_budget"),
-             "",
-             lineno};
-    zt_cli_jsonl_string(line, "recompute", r.mode, sizeof r.mode);
-    if (!zt_cli_jsonl_is_object(line) || isnan(r.params) || isnan(r.ms) || isnan(r.act) || !r.mode[0]) {
-      fprintf(stderr,
-              "zt plot: %s:%d is not a zt bench step line (a JSON object with params, ms_per_step, "
-              "peak_bytes.ACTIVATION, recompute)\n",
-              in, lineno);
-      n = -1;
-      break;
-    }
-    if (n == cap) {
-      cap = cap ? 2 * cap : 16;
-      run *g = realloc(rs, sizeof *rs * (size_t)cap);
-      if (!g) {
-        fprintf(stderr, "zt plot: out of memory\n");
-        n = -1;
-        break;
-      }
-      rs = g;
-    }
-    rs[n++] = r;
-  }
-  fclose(f);
-  free(line);
-  if (n < 0) free(rs), rs = NULL;
-  *out = rs;
-  return n;
+  *out = rd.rs;
+  return rd.n;
 }
 
 /* Mode labels beside their markers: the first of a few places around the marker that

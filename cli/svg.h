@@ -29,6 +29,10 @@ zt_cli_jsonl_kind zt_cli_jsonl_number(const char *obj, const char *key, double *
 /* Member `key` of `obj` as a string (raw, escapes kept, cut at cap - 1 bytes) in buf;
  * false, with buf empty, when absent or not a string. */
 bool zt_cli_jsonl_string(const char *obj, const char *key, char *buf, size_t cap);
+/* Each line of the file at `path` that is not blank, in order, to each(line, its number, ud) until
+ * it returns false (the caller's reason, printed by it). 0 then or after the last line; -1 after
+ * printing why the file could not be opened or read ("zt plot: ..."). */
+int zt_cli_jsonl_each(const char *path, bool (*each)(const char *line, int lineno, void *ud), void *ud);
 
 /* ---- SVG (cli/svg.c) ---- */
 

@@ -1,6 +1,8 @@
 /* Member lookups in the JSON lines the plots read (zt train --metrics, zt bench step).
  * A lookup walks only the members of the value it is given, skipping nested values
  * whole, so "loss" never matches inside "val_loss" nor a key of a nested object. */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -116,4 +118,28 @@ bool zt_cli_jsonl_string(const char *obj, const char *key, char *buf, size_t cap
   memcpy(buf, v + 1, n);
   buf[n] = 0;
   return true;
+}
+
+int zt_cli_jsonl_each(const char *path, bool (*each)(const char *line, int lineno, void *ud), void *ud) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    fprintf(stderr, "zt plot: cannot open '%s': %s\n", path, strerror(errno));
+    return -1;
+  }
+  char *line = NULL;
+  size_t cap = 0;
+  int lineno = 0;
+  bool stopped = false;
+  while (!stopped && getline(&line, &cap, f) > 0) {
+    lineno++;
+    stopped = *ws(line) && !each(line, lineno, ud);
+  }
+  int status = 0;
+  if (!stopped && ferror(f)) {
+    fprintf(stderr, "zt plot: cannot read '%s': %s\n", path, strerror(errno));
+    status = -1;
+  }
+  fclose(f);
+  free(line);
+  return status;
 }
