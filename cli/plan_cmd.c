@@ -19,6 +19,8 @@ static void usage(FILE *f) {
           "  --mem-limit SIZE     RAM a rank (default: the memory available: the cgroup's limit, else MemAvailable)\n"
           "  --offload-dir DIR    where the disk tier is probed and would live (default $TMPDIR or /tmp)\n"
           "  --threads N          kernel threads a rank (default all cores)\n"
+          "  --steps N --eval-every N  whether an evaluation runs between steps, which a pipeline's peak\n"
+          "                       counts (default 600 and 100: it does)\n"
           "the plan:\n"
           "  --ranks N            ranks of the run (default: mpirun's, else 1)\n"
           "  --disk-limit SIZE    bytes of the disk tier a rank may hold (default no limit)\n"
@@ -61,7 +63,7 @@ static int own_option(const char *name, const char *v, plan_opts *o) {
 static bool shape_option(const char *name) {
   static const char *const k[] = {"model", "layers", "heads", "dim", "vocab", "ctx", "init-from", "data",
                                   "batch", "seq", "microbatches", "mem-limit", "offload-dir", "threads",
-                                  "plan-calibration", NULL};
+                                  "steps", "eval-every", "plan-calibration", NULL};
   for (int i = 0; k[i]; i++)
     if (!strcmp(k[i], name)) return true;
   return false;

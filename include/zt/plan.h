@@ -90,6 +90,8 @@ typedef struct zt_plan_space {
   int64_t mem_limit;           /* per rank (0: the memory available, zt_mem_available) */
   int64_t disk_limit;          /* the disk tier's bytes per rank (0: no limit) */
   zt_offload_tier tier;        /* the tier offload configurations use (default DISK) */
+  bool eval_between;           /* an evaluation runs before a later step (default true; zt_plan_space_of: eval_every
+                                * below steps): its blocks are cached then (docs/plan.md) */
   unsigned skip;               /* figures zt_plan_calibrate leaves as they are (1u << ZT_PLAN_FIG_...): a run that
                                 * uses no disk tier writes no probe; a run by hand measures its base alone */
 } zt_plan_space;

@@ -23,7 +23,7 @@ static const char *const k_schedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1
 void zt_plan_space_default(zt_plan_space *sp) {
   memset(sp, 0, sizeof *sp);
   if (zt_lm_preset("gpt2-tiny", &sp->model)) zt_clear_error();
-  sp->batch = 8, sp->seq = 64, sp->world = 1, sp->tier = ZT_OFFLOAD_DISK;
+  sp->batch = 8, sp->seq = 64, sp->world = 1, sp->tier = ZT_OFFLOAD_DISK, sp->eval_between = true;
 }
 
 zt_status zt_plan_space_of(const zt_train_config *t, int world, zt_plan_space *out) {
@@ -32,6 +32,7 @@ zt_status zt_plan_space_of(const zt_train_config *t, int world, zt_plan_space *o
   out->batch = t->data.batch, out->seq = t->data.seq, out->world = world;
   out->mem_limit = t->memory.mem_limit;
   out->tier = t->memory.offload_model ? t->memory.offload_model : ZT_OFFLOAD_DISK;
+  out->eval_between = t->log.eval_every > 0 && t->log.eval_every < t->steps;
   return ZT_OK;
 }
 

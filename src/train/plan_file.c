@@ -112,9 +112,10 @@ zt_status zt_plan_write(const zt_plan *p, const char *path) {
   zt__buf_printf(&b, "{\"zerotrain_plan\":1,\n\"space\":{\"model\":");
   put_model(&b, &sp->model);
   zt__buf_printf(&b, ",\"batch\":%lld,\"seq\":%lld,\"microbatches\":%lld,\"world\":%d,\"mem_limit\":%lld,"
-                     "\"disk_limit\":%lld,\"tier\":\"%s\"},\n",
+                     "\"disk_limit\":%lld,\"tier\":\"%s\",\"eval_between\":%s},\n",
                  (long long)sp->batch, (long long)sp->seq, (long long)sp->microbatches, sp->world,
-                 (long long)sp->mem_limit, (long long)sp->disk_limit, zt_offload_tier_name(sp->tier));
+                 (long long)sp->mem_limit, (long long)sp->disk_limit, zt_offload_tier_name(sp->tier),
+                 sp->eval_between ? "true" : "false");
   zt__buf_printf(&b, "\"limit\":%lld,\"limit_source\":", (long long)p->limit);
   zt__buf_json_string(&b, p->limit_source);
   zt__buf_printf(&b, ",\n\"calibration\":");

@@ -212,6 +212,121 @@ static zt_status replay(const zt__plan_in *in, const zt_pipeline_schedule *s, in
   return ZT_OK;
 }
 
+/* Rank r's peak RAM: its tags replayed (its peak of their sum the accounted peak), the blocks the
+ * allocator's cache keeps beside them, and MPI's buffers of the collectives after the schedule.
+ *
+ * The cache hands a freed block only to an allocation of its rounded size, and keeps what it is
+ * given (below its bounds), so what a rank holds grows to every size's own peak count of blocks
+ * and stays there (measured per block size at the peak, GPT-2 124M and 350M, pp 2 alone and x dp 2
+ * FSDP full: within 50 MiB of the rule below):
+ *   - each tag at its own peak at once (the grads, the activations and TEMP's blocks are never all
+ *     live together, and are all cached by the step's end: plan_cost.c's pool);
+ *   - the head's chunk of logits beside TEMP's largest block (the table grads) when they differ;
+ *   - the other stages' parameters, which every rank builds and releases (pipeline_train.c), less
+ *     what its own parameters, grads and moments take back: the same block shapes (a rank's
+ *     blocks, moments in flat shards under ZeRO); a table that a rank without one releases stays;
+ *   - an evaluation's blocks: it runs a replica's rows at once, so with several microbatches its
+ *     activations and logits chunk are sizes of their own, made once and kept.
+ * MPI: the tied table's sum between the first and the last stage's ranks is an in-place
+ * all-reduce of the V x C grad, which OpenMPI copies into a buffer of its size first (measured:
+ * GPT-2 124M pp 2, the first stage's rank 147 MiB above its blocks; x dp 2 FSDP full, beside
+ * the reduction tree's unit: 310 MiB on the groups' first ranks), and the replicas' collectives
+ * (below). An evaluation between steps leaves its blocks cached when the next step's collectives
+ * run (zt_plan_space.eval_between); one only after the last step peaks apart from them. */
+static zt_status pipe_rank_rss(const zt__plan_in *in, const zt_plan_config *c, const zt_pipeline_schedule *s,
+                               const stage_mem *sm, int r, rank_mem *rmr, zt_plan_prediction *out) {
+  const zt_plan_space *sp = in->sp;
+  const zt_lm_dims *d = &in->d;
+  int S = zt_pipeline_stage_count(s), D = c->dp, L = d->n_layer, M = (int)c->microbatches;
+  double rows = (double)(sp->batch / D / M), T = (double)sp->seq, table = 4.0 * (double)d->vocab * d->hidden;
+  double own = (double)rmr->own;
+  double shard = c->shard == ZT_SHARD_NONE ? own : (double)((rmr->own + D - 1) / D);
+  bool zero = c->shard != ZT_SHARD_NONE, has0 = sm[0].rank == r, hasL = sm[S - 1].rank == r;
+  /* ZeRO per step (zero.c): the shard of masters beside the gathered parameters; the update
+   * over the shard */
+  double param = 4 * own + (zero ? 4 * shard : 0), optim = 8 * shard;
+  /* token ids and targets: the step's microbatches, the loop's microbatch and evaluation batch */
+  double inputs = ((double)M + 1) * 2 * rows * T * 4 + 2.0 * (double)(sp->batch / D) * T * 4;
+  ZT_TRY(replay(in, s, r, sm, param + optim + inputs, rmr));
+  double grad = rmr->grad_peak, temp = rmr->temp_peak + inputs, total = rmr->total_peak, act = rmr->act_peak;
+  double after = param + optim + inputs + rmr->grads + rmr->temp_end; /* the collectives after the schedule */
+  if (zero) {
+    /* reduce: a flat (D k) of the grads, then this rank's shard (k), the grads still there;
+     * gather: a flat (D k) in TEMP */
+    double flat = 4 * D * shard, g = rmr->grads + flat + 4 * shard;
+    if (g > grad) grad = g;
+    if (inputs + flat > temp) temp = inputs + flat;
+    after += flat + 4 * shard;
+    if (param + optim + inputs + flat > total) total = param + optim + inputs + flat;
+  } else if (D > 1) {
+    double bucket = 4 * own < ZT__PLAN_DDP_BUCKET ? 4 * own : ZT__PLAN_DDP_BUCKET;
+    if (rmr->grads + bucket > grad) grad = rmr->grads + bucket;
+    after += bucket;
+  }
+  if (after > total) total = after;
+  double pool = param + grad + optim + act + temp - total; /* the step's tags at their peaks at once */
+  double chunk = hasL ? sm[S - 1].f_temp : 0;
+  if (chunk >= temp - inputs) chunk = 0; /* the chunk is TEMP's peak block itself */
+  int layers = 0, nb = 0;
+  for (int k = 0; k < S; k++)
+    if (sm[k].rank == r) {
+      layers += sm[k].b1 - sm[k].b0;
+      if (sm[k].b1 - sm[k].b0 > nb) nb = sm[k].b1 - sm[k].b0;
+    }
+  int takes = layers * (zero ? 2 : 4); /* own parameters and grads, and without ZeRO both moments */
+  double released = L > takes ? (double)(L - takes) * 4.0 * (double)d->block_params : 0;
+  if (!has0 && !hasL) released += (d->tied ? 1.0 : 2.0) * table;
+  double cache = pool + chunk + released, lim = (double)zt_mem_cache_limit();
+  if (lim >= 0 && cache > lim) cache = lim;
+
+  /* the run's last evaluation: a replica's rows at once through the stages, without grads */
+  double ev = nb ? (double)(sp->batch / D) * T * 4 * block_live(&in->sp->model, d, nb) : 0, ev_temp = 0;
+  if (hasL) { /* the head's chunk of logits over those rows */
+    double ch = head_chunk_rows((double)(sp->batch / D) * T, d->vocab);
+    ev_temp = ch * d->vocab * 4 + ch * 8;
+  }
+  double ev_fresh = M > 1 ? ev + ev_temp : 0; /* one microbatch: the step's own sizes */
+  double train_total = total;
+  if (ev > act) act = ev;
+  if (inputs + ev_temp > temp) temp = inputs + ev_temp;
+  if (param + optim + inputs + ev + ev_temp > total) total = param + optim + inputs + ev + ev_temp;
+
+  /* MPI's buffers after the schedule (above): the tied table's sum, and the replicas' */
+  double mpi = d->tied && sm[0].rank != sm[S - 1].rank && (has0 || hasL) ? table : 0;
+  if (zero && D > 1) {
+    /* FSDP over the replicas reduces each unit down a binomial tree whose first rank holds a unit
+     * a level, outside the accounting (plan_dp.c's rule; measured GPT-2 124M pp 2 x dp 2 full: the
+     * stage's first rank 160 MB above the other, its largest unit the 154 MB table) */
+    double unit = d->tied || has0 || hasL ? table : 4.0 * (double)d->block_params;
+    mpi += (c->shard == ZT_SHARD_OPT ? 2.0 : 1.0) * ceil(log2((double)D)) * unit;
+  } else if (D > 1) {
+    /* DDP over the replicas averages one message at a time in place (pipeline_step.c), copied
+     * the same way: the largest message, the table alone or a bucket, one at a time with the
+     * tied sum (measured GPT-2 124M pp 2 x dp 2: every rank 147-151 MiB above its blocks, where
+     * FSDP's tree adds to the tied sum). Its buckets' flats come in several sizes, each cached:
+     * not counted (there, 80 MiB) */
+    double own4 = 4.0 * own, bucket = own4 < ZT__PLAN_DDP_BUCKET ? own4 : ZT__PLAN_DDP_BUCKET;
+    double msg = has0 || hasL ? (table > bucket ? table : bucket) : bucket;
+    if (msg > mpi) mpi = msg;
+  }
+  double held = train_total + cache, peak, io;
+  if (sp->eval_between) peak = held + ev_fresh + mpi, io = mpi;
+  else if (held + mpi >= held + ev_fresh) peak = held + mpi, io = mpi;
+  else peak = held + ev_fresh, io = 0;
+
+  out->tag[ZT_MEM_TAG_PARAM] = (int64_t)param;
+  out->tag[ZT_MEM_TAG_GRAD] = (int64_t)grad;
+  out->tag[ZT_MEM_TAG_OPTIM] = (int64_t)optim;
+  out->tag[ZT_MEM_TAG_ACTIVATION] = (int64_t)act;
+  out->tag[ZT_MEM_TAG_TEMP] = (int64_t)temp;
+  out->accounted = (int64_t)total;
+  out->io = (int64_t)io;
+  out->cache = peak - io > total ? (int64_t)(peak - io - total) : 0;
+  out->base = (int64_t)in->cal->value[ZT_PLAN_FIG_BASE];
+  out->rss = out->accounted + out->cache + out->io + out->base; /* zt__plan_finish's sum, the cache as above */
+  return ZT_OK;
+}
+
 zt_status zt__plan_predict_pipeline(const zt__plan_in *in, const zt_plan_config *c, zt_plan_prediction *out) {
   memset(out, 0, sizeof *out);
   const zt_plan_space *sp = in->sp;
@@ -255,60 +370,13 @@ zt_status zt__plan_predict_pipeline(const zt__plan_in *in, const zt_plan_config 
     pc.comm = zt__plan_p2p_s(in, rows * sp->seq * (int64_t)d->hidden * 4);
     st = zt_pipeline_simulate(s, &pc, &sim);
   }
-  /* memory: the worst rank, every tag at that rank's own peak */
-  int64_t worst_total = -1;
-  double worst_own = 0;
-  int worst_rank = 0;
+  /* memory: every rank's peak RSS (pipe_rank_rss); the prediction is the worst rank's */
+  double worst_rss = -1;
   for (int r = 0; !st && r < P; r++) {
-    double own = (double)rm[r].own;
-    double shard = c->shard == ZT_SHARD_NONE ? own : (double)((rm[r].own + D - 1) / D);
-    bool zero = c->shard != ZT_SHARD_NONE;
-    /* ZeRO per step (zero.c): the shard of masters beside the gathered parameters; the update
-     * over the shard */
-    double param = 4 * own + (zero ? 4 * shard : 0), optim = 8 * shard;
-    /* token ids and targets: the step's microbatches, the loop's microbatch and evaluation batch */
-    double T = (double)sp->seq, inputs = ((double)M + 1) * 2 * (double)rows * T * 4 + 2.0 * (double)(sp->batch / D) * T * 4;
-    if ((st = replay(in, s, r, sm, param + optim + inputs, &rm[r]))) break;
-    double grad = rm[r].grad_peak, temp = rm[r].temp_peak + inputs, total = rm[r].total_peak;
-    double act = rm[r].act_peak;
-    /* the run's last evaluation: a replica's rows at once through the stages, without grads */
-    int nb = 0;
-    for (int k = 0; k < S; k++)
-      if (sm[k].rank == r && sm[k].b1 - sm[k].b0 > nb) nb = sm[k].b1 - sm[k].b0;
-    double ev = nb ? (double)(sp->batch / D) * (double)sp->seq * 4 * block_live(&in->sp->model, d, nb) : 0;
-    double ev_temp = 0;
-    if (sm[S - 1].rank == r) { /* the head's chunk of logits over those rows */
-      double n = (double)(sp->batch / D) * (double)sp->seq, ch = head_chunk_rows(n, d->vocab);
-      ev_temp = ch * d->vocab * 4 + ch * 8;
-    }
-    if (ev > act) act = ev;
-    if (inputs + ev_temp > temp) temp = inputs + ev_temp;
-    if (param + optim + inputs + ev + ev_temp > total) total = param + optim + inputs + ev + ev_temp;
-    double after = param + optim + inputs + rm[r].grads + rm[r].temp_end; /* the collectives after the schedule */
-    if (zero) {
-      /* reduce: a flat (D k) of the grads, then this rank's shard (k), the grads still there;
-       * gather: a flat (D k) in TEMP */
-      double flat = 4 * D * shard, g = rm[r].grads + flat + 4 * shard;
-      if (g > grad) grad = g;
-      if (inputs + flat > temp) temp = inputs + flat;
-      after += flat + 4 * shard;
-      if (param + optim + inputs + flat > total) total = param + optim + inputs + flat;
-    } else if (D > 1) {
-      double bucket = 4 * own < ZT__PLAN_DDP_BUCKET ? 4 * own : ZT__PLAN_DDP_BUCKET;
-      if (rm[r].grads + bucket > grad) grad = rm[r].grads + bucket;
-      after += bucket;
-    }
-    if (after > total) total = after;
-    if ((int64_t)total > worst_total) {
-      worst_total = (int64_t)total, worst_own = own, worst_rank = r;
-      out->tag[ZT_MEM_TAG_PARAM] = (int64_t)param;
-      out->tag[ZT_MEM_TAG_GRAD] = (int64_t)grad;
-      out->tag[ZT_MEM_TAG_OPTIM] = (int64_t)optim;
-      out->tag[ZT_MEM_TAG_ACTIVATION] = (int64_t)act;
-      out->tag[ZT_MEM_TAG_COMM] = 0;
-      out->tag[ZT_MEM_TAG_TEMP] = (int64_t)temp;
-      out->accounted = (int64_t)total;
-    }
+    zt_plan_prediction pr;
+    memset(&pr, 0, sizeof pr);
+    if ((st = pipe_rank_rss(in, c, s, sm, r, &rm[r], &pr))) break;
+    if ((double)pr.rss > worst_rss) worst_rss = (double)pr.rss, *out = pr;
   }
   if (!st) {
     /* time: the schedule, then the update of the largest rank's share, the replicas' collectives
@@ -331,39 +399,6 @@ zt_status zt__plan_predict_pipeline(const zt__plan_in *in, const zt_plan_config 
     out->compute_s = sched - out->bubble_s + upd;
     out->comm_s = dp + tied;
     out->step_s = sched + upd + dp + tied;
-    /* Every rank builds the whole model and releases the other stages' parameters: the host
-     * allocator keeps those blocks in its cache (they were live, and are 64 KiB and up), resident
-     * for the run's life unless later blocks of their sizes take them. */
-    double released = 4.0 * ((double)d->params - worst_own), lim = (double)zt_mem_cache_limit();
-    /* An untied model's table the rank does not hold (the embedding, or the output layer) has
-     * the size of the table grads its step makes (the head's weight grad, the embedding's dense
-     * grad): the step takes that block back (smollm-135m measured). */
-    bool has0 = sm[0].rank == worst_rank, hasL = sm[S - 1].rank == worst_rank;
-    if (!d->tied && has0 != hasL) released -= 4.0 * (double)d->vocab * d->hidden;
-    if (released < 0) released = 0;
-    /* ZeRO that releases the gathered parameters after each step: measured (GPT-2 124M, pp 2 x
-     * dp 2, full) as much again resident beside the accounting */
-    if (c->shard == ZT_SHARD_FULL || c->shard == ZT_SHARD_GRAD_OP) released += 4.0 * worst_own;
-    out->cache = (int64_t)(released < lim || lim < 0 ? released : lim);
-    /* FSDP over the replicas reduces each unit down a binomial tree whose first rank holds a unit
-     * a level, outside the accounting (plan_dp.c's rule; measured GPT-2 124M pp 2 x dp 2 full: the
-     * stage's first rank 160 MB above the other, its largest unit the 154 MB table) */
-    if (c->shard != ZT_SHARD_NONE && D > 1) {
-      double unit = 4.0 * (d->tied || sm[0].rank == worst_rank || sm[S - 1].rank == worst_rank
-                               ? (double)d->vocab * d->hidden : (double)d->block_params);
-      out->io = (int64_t)((c->shard == ZT_SHARD_OPT ? 2.0 : 1.0) * ceil(log2((double)D)) * unit);
-    } else if (D > 1) {
-      /* DDP over the replicas averages one message at a time in place (pipeline_step.c): OpenMPI's
-       * in-place all-reduce copies it into a buffer of its size first (nbc_iallreduce: at 2 ranks
-       * on every rank), so the largest message, the table alone or a bucket, is held beside
-       * everything (measured GPT-2 124M pp 2 x dp 2: 106 MB above the accounting and the cache,
-       * against the 154 MB table; without it predicted -5.7%) */
-      double own4 = 4.0 * (double)worst_own;
-      double table = sm[0].rank == worst_rank || sm[S - 1].rank == worst_rank ? 4.0 * (double)d->vocab * d->hidden : 0;
-      double bucket = own4 < ZT__PLAN_DDP_BUCKET ? own4 : ZT__PLAN_DDP_BUCKET;
-      out->io = (int64_t)(table > bucket ? table : bucket);
-    }
-    zt__plan_finish(in, out);
   }
   zt_pipeline_sim_free(sim);
   zt_pipeline_schedule_free(s);
