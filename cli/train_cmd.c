@@ -436,7 +436,7 @@ static void print_summary(const zt_train_config *c, const zt_train_result *r, co
 }
 
 /* The planner's configuration for the run (or the options given) and what it predicts. */
-static void print_prediction(const zt_plan_run *pr) {
+static void print_prediction(const zt_plan_run *pr, int64_t held_limit) {
   if (!pr->source[0]) return;
   if (!pr->entry.pred.rss) {
     printf("zt train: plan: %s\n", pr->source);
@@ -447,6 +447,10 @@ static void print_prediction(const zt_plan_run *pr) {
   printf("zt train: plan: %s: %s (%s)\n", pr->source, pr->entry.name, flags);
   zt_cli_plan_prediction(stdout, "zt train: plan: predicted ", &pr->entry.pred);
   zt_cli_plan_calibration(stdout, "zt train: plan: ", &pr->cal);
+  char b[32];
+  if (held_limit > 0)
+    printf("zt train: plan: the allocator holds at most %s a rank (live and cached: the limit less the rest and the "
+           "margin)\n", zt_cli_bytes((double)held_limit, b));
 }
 
 /* --mem-limit's choice and what it predicts. */
@@ -513,7 +517,7 @@ static int run_train(zt_train_config *c, zt_comm *world, progress *p, int argc, 
   pthread_mutex_init(&p->mu, NULL);
   if (rank == 0) {
     if (plan.peak) print_plan(&plan);
-    print_prediction(&pr);
+    print_prediction(&pr, c->memory.held_limit);
     print_start(c, ranks);
     c->on_phase = on_phase;
     c->phase_user_data = p;

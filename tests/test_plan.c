@@ -225,6 +225,35 @@ static void test_mpi_buffers(void) {
   }
 }
 
+/* A plan chosen under a limit bounds the allocator: its live and cached bytes may take what the
+ * limit leaves beside the prediction's MPI and I/O buffers, base and margin, which is at least
+ * what the prediction puts there (it fits); the options given by hand get no bound (the prediction
+ * is printed, not imposed), and neither do states in the tier (their planner bounds its own). */
+static void test_held_limit(void) {
+  setenv("ZT_PLAN_CALIBRATION", "gemm=40,attn=12.5,elem=2G,read=1G,write=512M,lat=2e-5,bw=1.5G,base=24M", 1);
+  int64_t limit = (int64_t)3 << 30;
+  zt_train_config c;
+  zt_train_config_default(&c);
+  ZT_CHECK_OK(zt_train_config_set(&c, "model", "gpt2-124m"));
+  c.data.batch = 8, c.data.seq = 128, c.memory.mem_limit = limit;
+  snprintf(c.plan, sizeof c.plan, "auto");
+  zt_plan_run pr;
+  ZT_CHECK_OK(zt_train_plan(&c, NULL, &pr));
+  const zt_plan_prediction *q = &pr.entry.pred;
+  ZT_CHECK(!pr.entry.config.offload_states);
+  ZT_CHECK(c.memory.held_limit == limit - ZT_OFFLOAD_PLAN_MARGIN(q->rss) - q->io - q->base);
+  ZT_CHECK(c.memory.held_limit >= q->accounted + q->cache);
+  ZT_CHECK(c.memory.held_limit < limit);
+
+  zt_train_config h;
+  zt_train_config_default(&h);
+  ZT_CHECK_OK(zt_train_config_set(&h, "model", "gpt2-124m"));
+  h.data.batch = 8, h.data.seq = 128;
+  ZT_CHECK_OK(zt_train_plan(&h, NULL, &pr));
+  ZT_CHECK(pr.entry.pred.rss > 0 && h.memory.held_limit == 0);
+  unsetenv("ZT_PLAN_CALIBRATION");
+}
+
 int main(void) {
   ZT_RUN(test_enumeration);
   ZT_RUN(test_ranking_and_fit);
@@ -232,5 +261,6 @@ int main(void) {
   ZT_RUN(test_file_round_trip);
   ZT_RUN(test_apply_round_trip);
   ZT_RUN(test_mpi_buffers);
+  ZT_RUN(test_held_limit);
   return zt_test_finish();
 }

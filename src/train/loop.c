@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/backend.h"
 #include "core/file.h"
 #include "core/status_internal.h"
 #include "io/bounce.h"
@@ -399,6 +400,9 @@ static zt_status set_up(loop *r, const zt_train_config *c, zt_comm *comm, zt_tra
     s = zt_train_plan(planned, run->comm, &pr);
     c = run->c = planned;
   }
+  /* the allocator's bound for this run (a plan's, or none: a bound an earlier run in this process
+   * set goes); the --mem-limit planner of states in the tier sets its own below */
+  if (!s) zt__mem_set_resident_limit(c->memory.held_limit);
   if (!s && zt__train_plan_wanted(c, run->world)) {
     if (c != planned) *planned = *c;
     s = zt_train_plan_memory(planned, run->world, &result->plan);

@@ -277,7 +277,7 @@ static zt_status pipe_rank_rss(const zt__plan_in *in, const zt_plan_config *c, c
   double released = L > takes ? (double)(L - takes) * 4.0 * (double)d->block_params : 0;
   if (!has0 && !hasL) released += (d->tied ? 1.0 : 2.0) * table;
   double cache = pool + chunk + released, lim = (double)zt_mem_cache_limit();
-  if (lim >= 0 && cache > lim) cache = lim;
+  if (cache > lim) cache = lim;
 
   /* the run's last evaluation: a replica's rows at once through the stages, without grads */
   double ev = nb ? (double)(sp->batch / D) * T * 4 * block_live(&in->sp->model, d, nb) : 0, ev_temp = 0;
@@ -311,7 +311,7 @@ static zt_status pipe_rank_rss(const zt__plan_in *in, const zt_plan_config *c, c
   }
   double held = train_total + cache, peak, io;
   if (sp->eval_between) peak = held + ev_fresh + mpi, io = mpi;
-  else if (held + mpi >= held + ev_fresh) peak = held + mpi, io = mpi;
+  else if (mpi >= ev_fresh) peak = held + mpi, io = mpi;
   else peak = held + ev_fresh, io = 0;
 
   out->tag[ZT_MEM_TAG_PARAM] = (int64_t)param;
