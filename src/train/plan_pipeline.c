@@ -21,6 +21,7 @@
 typedef struct stage_mem {
   int b0, b1, rank;
   bool embed, head, in_grad; /* in_grad: B makes an input grad (every stage but the first) */
+  bool table;                /* its first weight pass makes a V x C table's grad (not a tied table's second holder) */
   bool recompute;
   int64_t params;
   double kept;     /* ACTIVATION from F to B */
@@ -81,6 +82,7 @@ static void stage_fill(const zt__plan_in *in, const zt_plan_config *c, const zt_
   memset(m, 0, sizeof *m);
   m->b0 = b0, m->b1 = b1, m->rank = zt_pipeline_stage_rank(s, st);
   m->embed = st == 0, m->head = st == S - 1, m->in_grad = st > 0;
+  m->table = m->embed || m->head;
   m->recompute = c->recompute != ZT_RECOMPUTE_NONE && nb > 0;
   m->params = zt__plan_params(in, b0, b1, m->embed, m->head);
   zt_act_cost a = zt_lm_act_cost(&in->sp->model, c->recompute, (zt_checkpoint_policy){0});
@@ -143,19 +145,27 @@ static void stage_fill(const zt__plan_in *in, const zt_plan_config *c, const zt_
 }
 
 /* A rank's replay: its compute list in order, the bytes each action leaves and the peaks
- * within it, by tag, over `base` bytes that stay (states, token ids). */
+ * within it, by tag, over `base` bytes that stay (states, token ids); and, for the allocator's
+ * cache (pipe_rank_rss), GRAD's and TEMP's V x C blocks (the tables' grads, the head's weight
+ * grads in flight, a table's transient grad) apart from their other bytes, each at its own peak. */
 typedef struct rank_mem {
   int64_t own;         /* parameters of its stages, a tied table once */
   double act_peak, grad_peak, temp_peak, total_peak;
   double grads;        /* its stages' grads (all of them exist at the step's end) */
   double temp_end;     /* TEMP still held at the end of the schedule (input grads sent back) */
+  int vc_peak, vc_end; /* V x C blocks of GRAD and TEMP: the most live at once; GRAD's at the end */
+  double grad_rest, temp_rest; /* GRAD's and TEMP's other bytes at their peaks */
 } rank_mem;
 
-/* Each tag's peak within an action, and the peak of their sum (tot < 0: their sum: they peak together). */
-static void note(rank_mem *o, double base, double a, double g, double t, double tot) {
+/* Each tag's peak within an action, and the peak of their sum (tot < 0: their sum: they peak
+ * together); gv and tv: V x C blocks (vc bytes each) of g and t. */
+static void note(rank_mem *o, double base, double vc, double a, double g, double t, double tot, int gv, int tv) {
   if (a > o->act_peak) o->act_peak = a;
   if (g > o->grad_peak) o->grad_peak = g;
   if (t > o->temp_peak) o->temp_peak = t;
+  if (gv + tv > o->vc_peak) o->vc_peak = gv + tv;
+  if (g - gv * vc > o->grad_rest) o->grad_rest = g - gv * vc;
+  if (t - tv * vc > o->temp_rest) o->temp_rest = t - tv * vc;
   if (tot < 0) tot = base + a + g + t;
   if (tot > o->total_peak) o->total_peak = tot;
 }
@@ -172,14 +182,15 @@ static zt_status replay(const zt__plan_in *in, const zt_pipeline_schedule *s, in
     return ZT_ERR(ZT_STATUS_OOM, "out of host memory");
   }
   double act = 0, grad = 0, temp = 0;
+  int gv = 0; /* V x C blocks in grad */
   for (int i = 0; i < s->n_actions[r]; i++) {
     zt_pipeline_action a = s->actions[r][i];
     const stage_mem *m = &sm[a.stage];
     if (a.op == ZT_PIPELINE_OP_F) {
       double before = act;
       act += m->kept;
-      if (m->head) grad += dW; /* saved by the fused head until its weight pass */
-      note(out, base, m->recompute ? before + m->f_tr : act + m->f_tr, grad, temp + m->f_temp, -1);
+      if (m->head) grad += dW, gv++; /* saved by the fused head until its weight pass */
+      note(out, base, dW, m->recompute ? before + m->f_tr : act + m->f_tr, grad, temp + m->f_temp, -1, gv, 0);
       continue;
     }
     if (a.op == ZT_PIPELINE_OP_B || a.op == ZT_PIPELINE_OP_BW) {
@@ -191,22 +202,25 @@ static zt_status replay(const zt__plan_in *in, const zt_pipeline_schedule *s, in
       temp += m->dy - gin[a.stage] + m->gin; /* the stage's previous input grad has left */
       gin[a.stage] = m->gin;
       if (m->in_grad) tot = base + act + grad + temp + m->b_tot;
-      note(out, base, peak, grad, t_peak, tot);
+      note(out, base, dW, peak, grad, t_peak, tot, gv, 0);
     }
     if (a.op == ZT_PIPELINE_OP_W || a.op == ZT_PIPELINE_OP_BW) {
-      note(out, base, act + m->w_tr, grad, temp + m->w_temp, -1);
+      /* the head's scaled weight grad, or the embedding's dense one: a V x C transient */
+      note(out, base, dW, act + m->w_tr, grad, temp + m->w_temp, -1, gv, m->head || m->embed);
       act -= m->w_rec;
       temp -= m->dy;
       if (!seen[a.stage]) { /* a stage's grads are made by its first weight pass */
         seen[a.stage] = true;
         grad += 4.0 * (double)m->params;
+        gv += m->table;
       }
-      if (m->head) grad -= dW; /* the saved one goes: its scaled copy is summed into the grad */
-      note(out, base, act, grad, temp, -1);
+      if (m->head) grad -= dW, gv--; /* the saved one goes: its scaled copy is summed into the grad */
+      note(out, base, dW, act, grad, temp, -1, gv, 0);
     }
   }
   out->grads = grad;
   out->temp_end = temp;
+  out->vc_end = gv;
   free(seen);
   free(gin);
   return ZT_OK;
@@ -219,8 +233,12 @@ static zt_status replay(const zt__plan_in *in, const zt_pipeline_schedule *s, in
  * given (below its bounds), so what a rank holds grows to every size's own peak count of blocks
  * and stays there (measured per block size at the peak, GPT-2 124M and 350M, pp 2 alone and x dp 2
  * FSDP full: within 50 MiB of the rule below):
- *   - each tag at its own peak at once (the grads, the activations and TEMP's blocks are never all
- *     live together, and are all cached by the step's end: plan_cost.c's pool);
+ *   - each kind of block at its own peak at once (the grads, the activations and TEMP's blocks
+ *     are never all live together, and are all cached by the step's end: plan_cost.c's pool), the
+ *     V x C blocks, which GRAD and TEMP share (a table's grad, the head's weight grads in flight,
+ *     a table's transient grad), at the most of them live at once, and GRAD's and TEMP's other
+ *     bytes at their own peaks (GPT-2 124M pp 4 zb-v, rank 0: 5 of them live at once, a block
+ *     more than GRAD's peak holds, and its blocks' grads made after that peak: -6.4% without);
  *   - the head's chunk of logits beside TEMP's largest block (the table grads) when they differ;
  *   - the other stages' parameters, which every rank builds and releases (pipeline_train.c), less
  *     what its own parameters, grads and moments take back: the same block shapes (a rank's
@@ -256,17 +274,25 @@ static zt_status pipe_rank_rss(const zt__plan_in *in, const zt_plan_config *c, c
     double flat = 4 * D * shard, g = rmr->grads + flat + 4 * shard;
     if (g > grad) grad = g;
     if (inputs + flat > temp) temp = inputs + flat;
+    /* the reduction's flat and the gather's are one block size: the cache keeps one */
+    bool both = g - rmr->vc_end * table > rmr->grad_rest && flat > rmr->temp_rest;
+    if (g - rmr->vc_end * table > rmr->grad_rest) rmr->grad_rest = g - rmr->vc_end * table;
+    if (flat > rmr->temp_rest) rmr->temp_rest = flat;
+    if (both) rmr->temp_rest -= flat;
     after += flat + 4 * shard;
     if (param + optim + inputs + flat > total) total = param + optim + inputs + flat;
   } else if (D > 1) {
     double bucket = 4 * own < ZT__PLAN_DDP_BUCKET ? 4 * own : ZT__PLAN_DDP_BUCKET;
     if (rmr->grads + bucket > grad) grad = rmr->grads + bucket;
+    if (rmr->grads + bucket - rmr->vc_end * table > rmr->grad_rest) rmr->grad_rest = rmr->grads + bucket - rmr->vc_end * table;
     after += bucket;
   }
   if (after > total) total = after;
-  double pool = param + grad + optim + act + temp - total; /* the step's tags at their peaks at once */
+  /* the step's blocks, each kind at its own peak at once: the V x C ones, GRAD's and TEMP's others,
+   * the activations (with the parameters and moments, which stay) */
+  double pool = param + optim + act + rmr->vc_peak * table + rmr->grad_rest + rmr->temp_rest + inputs - total;
   double chunk = hasL ? sm[S - 1].f_temp : 0;
-  if (chunk >= temp - inputs) chunk = 0; /* the chunk is TEMP's peak block itself */
+  if (chunk >= rmr->temp_rest) chunk = 0; /* the chunk is TEMP's peak block itself */
   int layers = 0, nb = 0;
   for (int k = 0; k < S; k++)
     if (sm[k].rank == r) {
@@ -363,7 +389,10 @@ zt_status zt__plan_predict_pipeline(const zt__plan_in *in, const zt_plan_config 
       cost[3 * k] = f, cost[3 * k + 1] = b + extra, cost[3 * k + 2] = w;
     }
     /* a rank holding the first and the last stage keeps one tied table (and one grad of it) */
-    if (d->tied && S > 1 && sm[S - 1].rank == sm[0].rank) sm[S - 1].params -= (int64_t)d->vocab * d->hidden;
+    if (d->tied && S > 1 && sm[S - 1].rank == sm[0].rank) {
+      sm[S - 1].params -= (int64_t)d->vocab * d->hidden;
+      sm[S - 1].table = false;
+    }
     for (int k = 0; k < S; k++) rm[sm[k].rank].own += sm[k].params;
     zt_pipeline_costs pc = zt_pipeline_costs_default();
     pc.stage = cost;
