@@ -636,6 +636,11 @@ static zt_status train(loop *r, zt_train_step_fn on_step, void *user_data, zt_tr
   result->num_params = zt_module_num_params(zt_model_module(&r->run.model));
   r->flops = zt_model_flops_per_step(&r->run.model, c->data.batch, c->data.seq);
   r->t_start = zt_clock_now();
+  /* the set-up's freed blocks go back before step 1 (a model built whole and then sharded or cut
+   * into stages, a checkpoint's buffers): the allocator's cache then holds only the blocks the
+   * steps free and make again, which the planner predicts (GPT-2 350M FSDP full at 2 ranks: rank
+   * 0's peak RSS 4.73 GiB with them, 4.37 GiB without, the step as fast) */
+  zt_mem_empty_cache();
   zt_mem_reset_peaks(); /* the peaks reported (per step, act_peak) are this run's, from its first step */
   zt__run_tier_io_skip(&r->run); /* the set-up's I/O (building, loading) is no step's */
   result->first_loss = NAN;

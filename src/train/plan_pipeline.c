@@ -240,9 +240,8 @@ static zt_status replay(const zt__plan_in *in, const zt_pipeline_schedule *s, in
  *     bytes at their own peaks (GPT-2 124M pp 4 zb-v, rank 0: 5 of them live at once, a block
  *     more than GRAD's peak holds, and its blocks' grads made after that peak: -6.4% without);
  *   - the head's chunk of logits beside TEMP's largest block (the table grads) when they differ;
- *   - the other stages' parameters, which every rank builds and releases (pipeline_train.c), less
- *     what its own parameters, grads and moments take back: the same block shapes (a rank's
- *     blocks, moments in flat shards under ZeRO); a table that a rank without one releases stays;
+ *   - not the other stages' parameters, which every rank builds and releases (pipeline_train.c):
+ *     the run gives the set-up's cached blocks back before step 1 (loop.c);
  *   - an evaluation's blocks: it runs a replica's rows at once, so with several microbatches its
  *     activations and logits chunk are sizes of their own, made once and kept.
  * MPI: the tied table's sum between the first and the last stage's ranks is an in-place
@@ -255,7 +254,7 @@ static zt_status pipe_rank_rss(const zt__plan_in *in, const zt_plan_config *c, c
                                const stage_mem *sm, int r, rank_mem *rmr, zt_plan_prediction *out) {
   const zt_plan_space *sp = in->sp;
   const zt_lm_dims *d = &in->d;
-  int S = zt_pipeline_stage_count(s), D = c->dp, L = d->n_layer, M = (int)c->microbatches;
+  int S = zt_pipeline_stage_count(s), D = c->dp, M = (int)c->microbatches;
   double rows = (double)(sp->batch / D / M), T = (double)sp->seq, table = 4.0 * (double)d->vocab * d->hidden;
   double own = (double)rmr->own;
   double shard = c->shard == ZT_SHARD_NONE ? own : (double)((rmr->own + D - 1) / D);
@@ -293,16 +292,10 @@ static zt_status pipe_rank_rss(const zt__plan_in *in, const zt_plan_config *c, c
   double pool = param + optim + act + rmr->vc_peak * table + rmr->grad_rest + rmr->temp_rest + inputs - total;
   double chunk = hasL ? sm[S - 1].f_temp : 0;
   if (chunk >= rmr->temp_rest) chunk = 0; /* the chunk is TEMP's peak block itself */
-  int layers = 0, nb = 0;
+  int nb = 0;
   for (int k = 0; k < S; k++)
-    if (sm[k].rank == r) {
-      layers += sm[k].b1 - sm[k].b0;
-      if (sm[k].b1 - sm[k].b0 > nb) nb = sm[k].b1 - sm[k].b0;
-    }
-  int takes = layers * (zero ? 2 : 4); /* own parameters and grads, and without ZeRO both moments */
-  double released = L > takes ? (double)(L - takes) * 4.0 * (double)d->block_params : 0;
-  if (!has0 && !hasL) released += (d->tied ? 1.0 : 2.0) * table;
-  double cache = pool + chunk + released, lim = (double)zt_mem_cache_limit();
+    if (sm[k].rank == r && sm[k].b1 - sm[k].b0 > nb) nb = sm[k].b1 - sm[k].b0;
+  double cache = pool + chunk, lim = (double)zt_mem_cache_limit();
   if (cache > lim) cache = lim;
 
   /* the run's last evaluation: a replica's rows at once through the stages, without grads */
