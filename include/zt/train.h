@@ -196,8 +196,10 @@ typedef struct zt_train_memory_options {
    * refused). */
   bool offload_states;
   int64_t held_limit;       /* > 0: the host allocator's live and cached bytes at most, a rank (cached blocks go back
-                             * before a fresh block would pass it); zt_train_plan sets it for a plan chosen under a
-                             * memory limit: the limit less the plan's MPI and I/O buffers, base and margin */
+                             * before a fresh block would pass it). The planners set it: zt_train_plan for a plan
+                             * chosen under a memory limit (the limit less the plan's MPI and I/O buffers, base and
+                             * margin), zt_train_plan_memory for states in the tier (its plan's peak less its
+                             * fixed bytes) */
   int64_t offload_write_cap; /* > 0: the model offload store's write-behind cap (zt_store_set_write_cap; the
                              * planner sets it); 0: the store's default */
   int64_t mem_limit;        /* > 0: plan offload_slices, offload_resident and offload_mode so that the predicted

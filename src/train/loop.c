@@ -400,14 +400,14 @@ static zt_status set_up(loop *r, const zt_train_config *c, zt_comm *comm, zt_tra
     s = zt_train_plan(planned, run->comm, &pr);
     c = run->c = planned;
   }
-  /* the allocator's bound for this run (a plan's, or none: a bound an earlier run in this process
-   * set goes); the --mem-limit planner of states in the tier sets its own below */
-  if (!s) zt__mem_set_resident_limit(c->memory.held_limit);
   if (!s && zt__train_plan_wanted(c, run->world)) {
     if (c != planned) *planned = *c;
     s = zt_train_plan_memory(planned, run->world, &result->plan);
     c = run->c = planned;
   }
+  /* the allocator's bound for this run (a plan's: --plan's or --mem-limit's; or none: a bound an
+   * earlier run in this process set goes) */
+  if (!s) zt__mem_set_resident_limit(c->memory.held_limit);
   if (run->comm) zt_comm_set_timeout(run->comm, c->parallel.comm_timeout);
   if (!s) s = choose_mode(r);
   if (!s) s = zt__mode_check(&r->mode);

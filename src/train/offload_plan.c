@@ -545,7 +545,7 @@ zt_status zt_train_plan_memory(zt_train_config *c, int world, zt_offload_plan *o
                                       "to the planner, or give fewer resident slices or more of them");
   /* the cache takes what the plan leaves free in every phase, the prediction's room at its peak */
   zt_mem_set_cache_limit(out->cache_bytes ? (in.cache_max_bytes > out->cache_bytes ? in.cache_max_bytes : out->cache_bytes) : 0);
-  zt__mem_set_resident_limit(out->peak - out->fixed_bytes);
+  c->memory.held_limit = out->peak - out->fixed_bytes; /* the run's allocator: within the plan's peak */
   c->memory.offload_write_cap = out->write_cap_bytes;
   c->memory.mem_limit = 0; /* planned: the run takes the options as they are now */
   return ZT_OK;

@@ -99,9 +99,9 @@ zt_status zt_train_plan(zt_train_config *c, zt_comm *comm, zt_plan_run *out) {
     if (e->config.offload_states) c->memory.mem_limit = limit; /* the cache bound and write cap for it */
     /* the limit planned for holds: what the prediction puts in the allocator (accounted and
      * cached) may grow to what the limit leaves beside the rest, and no further, so a cache
-     * larger than predicted (the reducing rank's beside OpenMPI's buffers, whose size follows the
-     * ranks' timing: docs/plan.md#accuracy) gives blocks back instead of passing the limit.
-     * States in the tier: the --mem-limit planner bounds its own (offload_plan.c) */
+     * larger than predicted (its blocks' sizes peak apart, which the prediction counts by kind:
+     * docs/plan.md#accuracy) gives blocks back instead of passing the limit. States in the tier:
+     * the --mem-limit planner bounds its own (offload_plan.c) */
     int64_t planned_for = automatic ? out->limit : limit;
     const zt_plan_prediction *q = &e->pred;
     int64_t held = planned_for - ZT_OFFLOAD_PLAN_MARGIN(q->rss) - q->io - q->base;
