@@ -375,12 +375,12 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
    * 124M ZeRO-1 at 2 ranks: 215 MB unaccounted on rank 0 at its RSS peak, none on rank 1, against
    * 214 MB predicted). The reduction runs down a binomial tree, so the first rank holds a unit for
    * each level of it, log2 G of them (measured GPT-2 124M, rank 0 above the others: FSDP full at 2
-   * ranks 182 MB, at 4 ranks 431 MB; ZeRO-1 at 2 ranks, which keeps the reduced unit beside the one
-   * in flight, 337 MB). The prediction is the worst rank's. */
+   * ranks 182 MB, at 4 ranks 431 MB; FSDP full and ZeRO-1 at 2 ranks, the set-up's blocks given
+   * back, 204 and 205 MiB, the 150 MiB root and two 27 MiB blocks: ZeRO-1 had measured 337 MB
+   * with them). The prediction is the worst rank's. */
   double levels = z.G > 1 ? ceil(log2((double)z.G)) : 0;
   if (ddp) out->io = (int64_t)z.Pb;
-  else if (z.fsdp && z.G > 1)
-    out->io = (int64_t)((c->shard == ZT_SHARD_OPT ? 2.0 : 1.0) * levels * MAXD(z.root, z.blk) + 2.0 * z.blk);
+  else if (z.fsdp && z.G > 1) out->io = (int64_t)(levels * MAXD(z.root, z.blk) + 2.0 * z.blk);
 
   /* ---- time (plan_cost.c's model) */
   double P = (double)in->d.params;

@@ -317,7 +317,7 @@ static zt_status pipe_rank_rss(const zt__plan_in *in, const zt_plan_config *c, c
      * a level, outside the accounting (plan_dp.c's rule; measured GPT-2 124M pp 2 x dp 2 full: the
      * stage's first rank 160 MB above the other, its largest unit the 154 MB table) */
     double unit = d->tied || has0 || hasL ? table : 4.0 * (double)d->block_params;
-    mpi += (c->shard == ZT_SHARD_OPT ? 2.0 : 1.0) * ceil(log2((double)D)) * unit;
+    mpi += ceil(log2((double)D)) * unit;
   } else if (D > 1) {
     /* DDP over the replicas averages one message at a time in place (pipeline_step.c), copied
      * the same way: the largest message, the table alone or a bucket, one at a time with the
