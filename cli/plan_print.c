@@ -20,6 +20,7 @@ void zt_cli_plan_prediction(FILE *f, const char *prefix, const zt_plan_predictio
     }
   fprintf(f, "), cache %s, I/O %s, base %s", zt_cli_bytes((double)p->cache, b[3]), zt_cli_bytes((double)p->io, b[4]),
           zt_cli_bytes((double)p->base, b[5]));
+  if (p->inflight) fprintf(f, "; %s more where writes fall behind the disk", zt_cli_bytes((double)p->inflight, b[1]));
   if (p->disk_held) fprintf(f, "; disk %s held", zt_cli_bytes((double)p->disk_held, b[0]));
   fprintf(f, "\n%sstep %.3f s: compute %.3f, communication %.3f, disk %.3f, bubble %.3f\n", prefix, p->step_s,
           p->compute_s, p->comm_s, p->io_s, p->bubble_s);
@@ -57,8 +58,9 @@ void zt_cli_plan_versus(FILE *f, const char *prefix, const zt_plan_prediction *p
 }
 
 static void json_prediction(FILE *f, const zt_plan_prediction *p) {
-  fprintf(f, "{\"rss\":%lld,\"accounted\":%lld,\"cache\":%lld,\"io\":%lld,\"base\":%lld,\"tag\":{",
-          (long long)p->rss, (long long)p->accounted, (long long)p->cache, (long long)p->io, (long long)p->base);
+  fprintf(f, "{\"rss\":%lld,\"accounted\":%lld,\"cache\":%lld,\"io\":%lld,\"base\":%lld,\"inflight\":%lld,\"tag\":{",
+          (long long)p->rss, (long long)p->accounted, (long long)p->cache, (long long)p->io, (long long)p->base,
+          (long long)p->inflight);
   for (int t = 0; t < ZT_MEM_TAG_COUNT; t++)
     fprintf(f, "%s\"%s\":%lld", t ? "," : "", zt_mem_tag_name((zt_mem_tag)t), (long long)p->tag[t]);
   fprintf(f, "},\"disk_held\":%lld,\"compute_s\":%.6g,\"comm_s\":%.6g,\"io_s\":%.6g,\"bubble_s\":%.6g,"

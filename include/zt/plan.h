@@ -46,6 +46,8 @@ typedef struct zt_plan_prediction {
    * buffers, the process's own base (code, libraries, BLAS and MPI buffers: the calibration's) */
   int64_t cache, io, base;
   int64_t rss;                 /* accounted + cache + io + base: the peak RSS predicted */
+  int64_t inflight;            /* states in the tier: what writes behind may add where they fall behind the disk; not
+                                * in rss, counted when the entry is fitted to a limit */
   int64_t disk_held;           /* bytes held in the disk tier */
   int64_t disk_read, disk_written; /* bytes moved per step */
   /* the step, in seconds: compute (incl. recompute), communication not hidden behind it, disk

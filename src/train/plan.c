@@ -15,6 +15,8 @@
 /* A plan fits a limit when its predicted RSS plus this does: the prediction's own error on what it
  * models and the kernel's memory for the process (the --mem-limit planner's margin). */
 #define FIT_MARGIN(rss) ZT_OFFLOAD_PLAN_MARGIN(rss)
+/* The RAM a prediction needs of a limit: its peak, what writes behind may add, and the margin. */
+static int64_t need_of(const zt_plan_prediction *p) { return p->rss + p->inflight + FIT_MARGIN(p->rss); }
 /* The schedule families a pipeline is planned with: one of each kind (fill-drain, one forward one
  * backward, interleaved, zero bubble with one and with two chunks a rank). */
 static const char *const k_schedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"};
@@ -200,12 +202,12 @@ static zt_status push(list *l, const zt_plan_space *sp, const zt_plan_calibratio
   memset(e, 0, sizeof *e);
   e->config = *c, e->pred = p;
   zt_plan_config_name(c, e->name, sizeof e->name);
-  bool ram = p.rss + FIT_MARGIN(p.rss) <= limit;
+  bool ram = need_of(&p) <= limit;
   bool disk = sp->disk_limit <= 0 || p.disk_held <= sp->disk_limit;
   e->fits = ram && disk;
   if (!ram)
     snprintf(e->why, sizeof e->why, "needs %.0f MiB of RAM a rank (%.0f MiB with the margin), over %.0f MiB",
-             (double)p.rss / 1048576.0, (double)(p.rss + FIT_MARGIN(p.rss)) / 1048576.0, (double)limit / 1048576.0);
+             (double)p.rss / 1048576.0, (double)need_of(&p) / 1048576.0, (double)limit / 1048576.0);
   else if (!disk)
     snprintf(e->why, sizeof e->why, "holds %.0f MiB on disk, over %.0f MiB", (double)p.disk_held / 1048576.0,
              (double)sp->disk_limit / 1048576.0);
@@ -373,12 +375,12 @@ static zt_status smallest(zt_plan *p, const zt_plan_calibration *cal) {
     zt_plan_space at = p->space;
     zt_plan_prediction q = p->entries[i].pred;
     for (int k = 0; k < 8; k++) {
-      int64_t need = q.rss + FIT_MARGIN(q.rss);
+      int64_t need = need_of(&q);
       if (k > 0 && need <= at.mem_limit) break;
       at.mem_limit = (need + 1048575) / 1048576 * 1048576; /* whole MiB: the limit as a message names it */
       ZT_TRY(zt_plan_predict(&at, cal, &p->entries[i].config, &q));
     }
-    if (q.rss + FIT_MARGIN(q.rss) <= at.mem_limit && at.mem_limit < p->smallest_limit) {
+    if (need_of(&q) <= at.mem_limit && at.mem_limit < p->smallest_limit) {
       p->smallest_limit = at.mem_limit;
       p->smallest = p->entries[i];
       p->smallest.pred = q, p->smallest.fits = true, p->smallest.why[0] = '\0';

@@ -79,8 +79,9 @@ void zt_plan_config_flags(const zt_plan_config *c, char *buf, size_t cap) {
 
 static void put_prediction(zt__buf *b, const zt_plan_prediction *p) {
   char d[32];
-  zt__buf_printf(b, "{\"rss\":%lld,\"accounted\":%lld,\"cache\":%lld,\"io\":%lld,\"base\":%lld,\"tag\":{",
-                 (long long)p->rss, (long long)p->accounted, (long long)p->cache, (long long)p->io, (long long)p->base);
+  zt__buf_printf(b, "{\"rss\":%lld,\"accounted\":%lld,\"cache\":%lld,\"io\":%lld,\"base\":%lld,\"inflight\":%lld,\"tag\":{",
+                 (long long)p->rss, (long long)p->accounted, (long long)p->cache, (long long)p->io, (long long)p->base,
+                 (long long)p->inflight);
   for (int t = 0; t < ZT_MEM_TAG_COUNT; t++)
     zt__buf_printf(b, "%s\"%s\":%lld", t ? "," : "", zt_mem_tag_name((zt_mem_tag)t), (long long)p->tag[t]);
   zt__buf_printf(b, "},\"disk_held\":%lld,\"disk_read\":%lld,\"disk_written\":%lld", (long long)p->disk_held,
@@ -222,6 +223,7 @@ zt_status zt_plan_read(const char *path, int index, const zt_plan_space *want, z
     if (p) {
       i64_of(p, "rss", &pred->rss), i64_of(p, "accounted", &pred->accounted), i64_of(p, "cache", &pred->cache);
       i64_of(p, "io", &pred->io), i64_of(p, "base", &pred->base), i64_of(p, "disk_held", &pred->disk_held);
+      i64_of(p, "inflight", &pred->inflight);
       i64_of(p, "disk_read", &pred->disk_read), i64_of(p, "disk_written", &pred->disk_written);
       const char *fk[5] = {"compute_s", "comm_s", "io_s", "bubble_s", "step_s"};
       double *fv[5] = {&pred->compute_s, &pred->comm_s, &pred->io_s, &pred->bubble_s, &pred->step_s};
