@@ -273,17 +273,19 @@ static zt_status pipe_rank_rss(const zt__plan_in *in, const zt_plan_config *c, c
     double flat = 4 * D * shard, g = rmr->grads + flat + 4 * shard;
     if (g > grad) grad = g;
     if (inputs + flat > temp) temp = inputs + flat;
-    /* the reduction's flat and the gather's are one block size: the cache keeps one */
-    bool both = g - rmr->vc_end * table > rmr->grad_rest && flat > rmr->temp_rest;
-    if (g - rmr->vc_end * table > rmr->grad_rest) rmr->grad_rest = g - rmr->vc_end * table;
-    if (flat > rmr->temp_rest) rmr->temp_rest = flat;
-    if (both) rmr->temp_rest -= flat;
+    /* GRAD's and TEMP's other bytes peak here; the reduction's flat and the gather's are one
+     * block size, which the cache keeps once */
+    double g_rest = g - rmr->vc_end * table;
+    bool both = g_rest > rmr->grad_rest && flat > rmr->temp_rest;
+    if (g_rest > rmr->grad_rest) rmr->grad_rest = g_rest;
+    if (flat > rmr->temp_rest) rmr->temp_rest = both ? 0 : flat;
     after += flat + 4 * shard;
     if (param + optim + inputs + flat > total) total = param + optim + inputs + flat;
   } else if (D > 1) {
     double bucket = 4 * own < ZT__PLAN_DDP_BUCKET ? 4 * own : ZT__PLAN_DDP_BUCKET;
     if (rmr->grads + bucket > grad) grad = rmr->grads + bucket;
-    if (rmr->grads + bucket - rmr->vc_end * table > rmr->grad_rest) rmr->grad_rest = rmr->grads + bucket - rmr->vc_end * table;
+    double g_rest = rmr->grads + bucket - rmr->vc_end * table;
+    if (g_rest > rmr->grad_rest) rmr->grad_rest = g_rest;
     after += bucket;
   }
   if (after > total) total = after;
