@@ -694,8 +694,10 @@ zt_status zt_train_run_on(const zt_train_config *c, zt_comm *comm, zt_train_step
   if (!s) s = train(&r, on_step, user_data, &result);
   /* the steps are over: the blocks the allocator cached for them go back first, so making the model
    * whole again adds its own bytes, not them (GPT-2 350M FSDP full at 2 ranks: the cache held 2.0
-   * GiB there, and the process's peak passed the steps' by 0.6 GiB) */
+   * GiB there, and the process's peak passed the steps' by 0.6 GiB); the run's bound on the
+   * allocator ends with its steps */
   zt_mem_empty_cache();
+  zt__mem_set_resident_limit(0);
   zt__mode_end(&r.mode, &result); /* the model whole again (for model_out) */
   if (res) *res = result;
   if (s == ZT_OK && model_out) s = zt__mode_gather(&r.mode); // the caller gets usable full parameters

@@ -84,27 +84,17 @@ double zt__plan_allgather_s(const zt__plan_in *in, int n, int64_t bytes) {
 }
 double zt__plan_p2p_s(const zt__plan_in *in, int64_t bytes) { return coll(in, 2, (double)bytes); }
 
-/* The allocator's cache (src/core/host_alloc.c) hands a freed block only to an allocation of its
- * rounded size, and the tags' blocks are of different sizes (activations are rows x widths, grads
- * and moments parameter-shaped, TEMP the transients'), so a training loop, which makes the same
- * blocks every step, ends up holding each tag's own peak at once: the RSS reaches the sum of the
- * tags' peaks, the cache being that sum less the accounted total's peak (measured, one process:
- * RSS less that sum is a constant per model, 17.4-18.8 MiB over thirteen gpt2-tiny runs of every
- * memory mode, 136.6 and 138.4 MiB for GPT-2 124M plain and full recompute, 134.9 MiB SmolLM).
- * It stays under the cache's bounds: the live bytes' high mark (the accounted peak) and its byte
- * limit (zt_mem_cache_limit). A predictor that knows its cache better sets p->cache itself. */
-static int64_t pool_cache(const zt_plan_prediction *p) {
-  int64_t sum = 0;
-  for (int t = 0; t < ZT_MEM_TAG_COUNT; t++) sum += p->tag[t];
-  int64_t c = sum - p->accounted;
-  if (c > p->accounted) c = p->accounted;
-  int64_t lim = zt_mem_cache_limit();
-  if (c > lim) c = lim;
-  return c > 0 ? c : 0;
-}
-
+/* The pool, every predictor's rule for the allocator's cache (src/core/host_alloc.c), each in its
+ * own terms (plan_dp.c, plan_pipeline.c; the --mem-limit planner's for states in the tier): the
+ * cache hands a freed block only to an allocation of its rounded size, and the tags' blocks are of
+ * different sizes (activations are rows x widths, grads and moments parameter-shaped, TEMP the
+ * transients'), so a training loop, which makes the same blocks every step, ends up holding each
+ * tag's own peak at once: the RSS reaches the sum of the tags' peaks, the cache being that sum
+ * less the accounted total's peak (measured, one process: RSS less that sum is a constant per
+ * model, 17.4-18.8 MiB over thirteen gpt2-tiny runs of every memory mode, 136.6 and 138.4 MiB for
+ * GPT-2 124M plain and full recompute, 134.9 MiB SmolLM). It stays under the cache's bounds: the
+ * live bytes' high mark (the accounted peak) and its byte limit (zt_mem_cache_limit). */
 void zt__plan_finish(const zt__plan_in *in, zt_plan_prediction *p) {
-  if (!p->cache) p->cache = pool_cache(p);
   p->base = (int64_t)in->cal->value[ZT_PLAN_FIG_BASE];
   p->rss = p->accounted + p->cache + p->io + p->base;
 }

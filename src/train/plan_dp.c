@@ -345,7 +345,7 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
   out->tag[ZT_MEM_TAG_COMM] = (int64_t)comm;
   out->tag[ZT_MEM_TAG_TEMP] = (int64_t)temp;
   out->accounted = (int64_t)(stat + dyn);
-  /* The allocator's cache (zt__plan_finish's pool: each tag's peak blocks held at once), and the TEMP
+  /* The allocator's cache (plan_cost.c's pool: each tag's peak blocks held at once), and the TEMP
    * transients apart from the largest: each is a block of its own size (the head's logits chunk,
    * the tied embedding's grad, the MLP's), cached once made (measured GPT-2 124M: the RSS peak at a
    * step's start holds 1072 MB cached, the grads, activations and TEMP's 156 MB peak, and 111 MB

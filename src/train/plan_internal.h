@@ -60,9 +60,8 @@ double zt__plan_dp_comm_s(const zt__plan_in *in, const zt_plan_config *c, double
 double zt__plan_io_s(const zt__plan_in *in, double read, double written, double compute_s);
 /* Parameters of blocks [b0, b1) with the embedding / head parts. */
 int64_t zt__plan_params(const zt__plan_in *in, int b0, int b1, bool embed, bool head);
-/* The process's RAM besides the accounting: the calibration's base, plus the allocator's cache
- * that a run of `live` accounted bytes at most keeps (zt_mem_cache_limit's rule), into p. Sums
- * p->rss from p->accounted. */
+/* The calibration's base into p, and p->rss summed from p->accounted, p->cache (the predictor's
+ * own: plan_cost.c's pool rule) and p->io. */
 void zt__plan_finish(const zt__plan_in *in, zt_plan_prediction *p);
 
 /* ---- the calibration as a JSON object into b (plan_calib.c: a calibration file's, and a plan's) */

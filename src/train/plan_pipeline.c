@@ -343,8 +343,7 @@ static zt_status pipe_rank_rss(const zt__plan_in *in, const zt_plan_config *c, c
   out->accounted = (int64_t)total;
   out->io = (int64_t)io;
   out->cache = peak - io > total ? (int64_t)(peak - io - total) : 0;
-  out->base = (int64_t)in->cal->value[ZT_PLAN_FIG_BASE];
-  out->rss = out->accounted + out->cache + out->io + out->base; /* zt__plan_finish's sum, the cache as above */
+  zt__plan_finish(in, out);
   return ZT_OK;
 }
 
