@@ -59,6 +59,42 @@ static void test_enumeration(void) {
   }
 }
 
+/* OffloadModel with the optimizer's state in RAM (fairscale's: the parameters and grads in the
+ * tier) is enumerated at several slicings in both modes and predicted: its moments (OPTIM) are all
+ * the parameters' two, in RAM; the disk holds the parameters and grads only; against the same
+ * slicing with every state in the tier it takes more RAM (the moments) and less disk. */
+static void test_offload_model_in_ram(void) {
+  zt_plan_space sp = space(1, (int64_t)64 << 30);
+  zt_plan_calibration cal = calibration();
+  zt_plan *p = NULL;
+  ZT_CHECK_OK(zt_plan_make(&sp, &cal, &p));
+  int64_t n = zt_lm_config_dims(&sp.model).params;
+  int in_ram = 0, compared = 0, slicings = 0, modes = 0;
+  for (int i = 0; i < p->n; i++) {
+    const zt_plan_entry *e = &p->entries[i];
+    if (!e->config.offload_model || e->config.offload_states) continue;
+    in_ram++;
+    slicings |= 1 << (e->config.slices & 15), modes |= 1 << e->config.mode;
+    ZT_CHECK(strstr(e->name, "offload-model disk") != NULL);
+    ZT_CHECK(e->pred.tag[ZT_MEM_TAG_OPTIM] == 8 * n);
+    ZT_CHECK(e->pred.disk_held == 8 * n && e->pred.disk_read > 0 && e->pred.disk_written > 0);
+    ZT_CHECK(e->pred.rss > e->pred.accounted && e->pred.cache > 0 && e->pred.step_s > 0);
+    for (int j = 0; j < p->n; j++) { /* the same slicing, every state in the tier */
+      const zt_plan_config *o = &p->entries[j].config;
+      if (!o->offload_states || o->slices != e->config.slices || o->resident != e->config.resident ||
+          o->mode != e->config.mode || o->microbatches != e->config.microbatches ||
+          o->offload_activations != e->config.offload_activations || o->recompute_plan[0])
+        continue;
+      compared++;
+      ZT_CHECK(p->entries[j].pred.accounted < e->pred.accounted);
+      ZT_CHECK(p->entries[j].pred.disk_held > e->pred.disk_held);
+    }
+  }
+  ZT_CHECK(in_ram > 20 && compared == in_ram);
+  ZT_CHECK(__builtin_popcount(slicings) > 5 && modes == 3);
+  zt_plan_free(p);
+}
+
 static void test_ranking_and_fit(void) {
   /* a limit between the smallest configuration's RAM and the largest's */
   zt_plan_space sp = space(2, (int64_t)64 << 30);
@@ -80,7 +116,7 @@ static void test_ranking_and_fit(void) {
     /* what writes behind may add (states in the tier) counts toward the limit, not in the RSS */
     int64_t need = e->pred.rss + e->pred.inflight + ZT_OFFLOAD_PLAN_MARGIN(e->pred.rss);
     ZT_CHECK(e->fits == (need <= p->limit));
-    ZT_CHECK(e->pred.inflight == 0 || e->config.offload_states);
+    ZT_CHECK(e->pred.inflight == 0 || e->config.offload_model);
     ZT_CHECK(e->fits ? !e->why[0] : strstr(e->why, "MiB") != NULL);
     if (i > 0 && e->fits) ZT_CHECK(e->pred.step_s >= p->entries[i - 1].pred.step_s * 0.99);
     if (i > 0 && !e->fits && !p->entries[i - 1].fits) ZT_CHECK(e->pred.rss >= p->entries[i - 1].pred.rss);
@@ -272,6 +308,7 @@ static void test_held_limit(void) {
 
 int main(void) {
   ZT_RUN(test_enumeration);
+  ZT_RUN(test_offload_model_in_ram);
   ZT_RUN(test_ranking_and_fit);
   ZT_RUN(test_refusal);
   ZT_RUN(test_file_round_trip);

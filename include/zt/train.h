@@ -468,6 +468,8 @@ typedef struct zt_offload_plan_input {
   bool can_offload_activations;    /* the tier is lossless (activation offload keeps results bitwise) */
   bool trial;                      /* an activation offload plan runs the activation trial (both ways in turn)
                                     * where both fit the limit, its peak then the larger of the two */
+  bool optim_in_ram;               /* the optimizer's state stays in RAM, whole, for the run (OffloadModel without
+                                    * offload_optim_state: only parameters and grads pass through the store) */
 } zt_offload_plan_input;
 typedef struct zt_offload_plan {
   int slices, resident;
@@ -484,6 +486,9 @@ typedef struct zt_offload_plan {
   int64_t write_cap_bytes;         /* the store's write-behind cap: the smallest slice's parameters at most, so
                                     * what is in flight stays within the previous slice the states count */
   int64_t peak;                    /* their sum: the predicted peak RAM */
+  int64_t held_bytes;              /* what the allocator holds at its most, live and cached, where its cache is
+                                    * not bounded: each kind of block (the blocks', the tables', the
+                                    * activations') at its own peak over the step */
   int64_t inflight_bytes;          /* what writes behind (the model store's, up to its write cap; activation
                                     * offload's, up to its own) may add to the peak's phase or make another phase
                                     * pass it, where the disk falls behind */
@@ -492,6 +497,7 @@ typedef struct zt_offload_plan {
                                     * when this does */
   int64_t smallest_peak;           /* the smallest bound of any plan: the smallest limit some plan fits */
   double compute_s, io_s, step_s;  /* predicted step: compute, disk time, the longer of the two */
+  int64_t read_bytes, written_bytes; /* the store's bytes a step, read and written (io_s's) */
   double read_bps, write_bps;      /* zt_train_plan_memory: the store's bandwidth it measured */
   /* zt_train_plan_memory: the limit planned for and where it came from (mem_limit, or what
    * zt_mem_available found); given: the plan was the config's (offload_slices or

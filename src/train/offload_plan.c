@@ -66,37 +66,43 @@ static void plan_bound(zt_offload_plan *p) {
 
 /* What a plan holds at its peak (memory_peak) and how long its step takes (predict). */
 typedef struct plan_peak {
-  double states, acts; /* at the peak */
+  double states, acts; /* at the peak (a view's: below) */
   double bound;        /* the peak with what may be in flight then */
-  double W;            /* the tier's write cap: the smallest slice's parameters at most */
 } plan_peak;
 
+/* The kinds of blocks a step holds besides the slices' states, which share no sizes with them
+ * nor each other: the activations (and backward's temporaries), the head's chunk of logits, the
+ * output layer's weight grad waiting in the engine (a table's size). */
+enum { KIND_ACTS = 1, KIND_HEAD = 2, KIND_OUT_GRAD = 4, KIND_ALL = 7 };
+
 /* The peak of N slices of parameter bytes P (nb blocks each, their updates holding Mo moment
- * bytes), K resident; rec as predict's. */
-static plan_peak memory_peak(const zt_offload_plan_input *in, const int64_t *P, const double *Mo, const int *nb,
-                             int64_t Pmax, int N, int K, zt_offload_plan_activations act, const bool *rec) {
+ * bytes), K resident, wte of them the table the first and the last slice share (0: none), ram
+ * of moments in RAM all along (optim_in_ram), evictions written behind holding at most W (the
+ * store's write cap), with the kinds of blocks in kinds; rec as predict's. A view of one kind counts only its own part of the slices (P, Mo, wte, ram:
+ * the blocks' or the tables', or none) and its kinds. */
+static plan_peak memory_peak(const zt_offload_plan_input *in, const double *P, const double *Mo, const int *nb,
+                             double wte, double ram_moments, double W, int kinds, int N, int K,
+                             zt_offload_plan_activations act, const bool *rec) {
   const zt_lm_config *g = &in->model;
   zt_lm_dims d = zt_lm_config_dims(g);
   double C = d.hidden, V = d.vocab, F = d.ffn;
   double t = (double)in->rows / (double)in->microbatches * (double)in->seq; /* tokens of a chunk */
-  /* the output layer's weight (its grad waits in the engine in keep-graph mode); wte: what the
-   * first and the last slice share (the tied embedding, or nothing) */
-  double out_w = V * C * 4, wte = d.tied ? out_w : 0;
+  /* the output layer's weight (its grad waits in the engine in keep-graph mode) */
+  double out_w = V * C * 4;
   /* activations of one chunk (t tokens): a block keeps block_kept values per token; one
    * block's backward temporaries (ZT_OFFLOAD_PLAN_TEMP per token); a slice's boundary activation
-   * and its grad; the head's chunked logits and their grad (the output layer's wte grad waits
+   * and its grad; the head's chunk of logits, its grad made in place (measured: one chunk's
+   * size live at most, gpt2-124m; the output layer's wte grad waits
    * in the engine in keep-graph mode); offloaded: the offload's own RAM, two of the largest (4C):
    * in forward the copies of saves being written behind (its write cap, zt__train_act_write_cap,
    * is this much), in backward a prefetch window (whose entries not yet written are their own
    * copies, taken back, in place of their loads) */
   double kept = block_kept(g) * t * 4, temp = ZT_OFFLOAD_PLAN_TEMP * C * t * 4, edge = 2 * C * t * 4;
-  double head = fmin(512.0, t) * V * 4 * 2;
+  double head_rows = zt__plan_head_rows(t, V), head = head_rows * V * 4 + head_rows * 8;
   double window = (double)zt__train_act_write_cap(g, (int64_t)t);
-  /* evictions written behind hold their RAM until written, at most the store's write cap W
-   * (the smallest slice's parameters; one tensor larger than W goes alone) */
-  int64_t Pmin = P[0];
-  for (int s = 1; s < N; s++) Pmin = P[s] < Pmin ? P[s] : Pmin;
-  double W = (double)(in->write_cap_bytes < Pmin ? in->write_cap_bytes : Pmin);
+  double out_grad = kinds & KIND_OUT_GRAD ? out_w : 0;
+  if (!(kinds & KIND_ACTS)) kept = temp = edge = window = 0;
+  if (!(kinds & KIND_HEAD)) head = 0;
   /* what evicting slice e may have in flight: W, or its largest tensor alone (a block's: the MLP's
    * weights; the embedding's and the head's: wte) */
 #define FLY(e) ((e) < 0 || (e) >= N ? 0.0 : fmax(W, (e) == 0 || (e) == N - 1 ? fmax(out_w, 4 * F * C) : 4 * F * C))
@@ -115,27 +121,33 @@ static plan_peak memory_peak(const zt_offload_plan_input *in, const int64_t *P, 
    *   later contributions beside; the slice evicted for the prefetch writes its grads behind;
    * the step's end (below) */
   bool prev_grads = act != ZT_OFFLOAD_PLAN_RECOMPUTE && in->microbatches > 1;
+  bool ram = in->optim_in_ram; /* no moments pass through the store: Mo is 0, none written behind */
   double peak = 0, states = 0, acts = 0, bound = 0, blocks_before = 0;
-  double P1 = N >= 2 ? (double)P[1] - (N == 2 ? wte : 0) : 0; /* two slices share the tied embedding */
-  double M1 = N >= 2 ? Mo[1] - (N == 2 && d.tied ? moments_held(wte, (double)in->update_chunk_bytes) : 0) : 0;
+  double P1 = N >= 2 ? P[1] - (N == 2 ? wte : 0) : 0; /* two slices share the tied embedding */
+  double M1 = N >= 2 ? Mo[1] - (N == 2 && wte > 0 ? moments_held(wte, (double)in->update_chunk_bytes) : 0) : 0;
   for (int s = 0; s < N; s++) {
-    double Ps = (double)P[s];
-    double prev = K >= 2 && s > 0 ? (double)P[s - 1] - (N == 2 ? wte : 0) : 0;
+    double Ps = P[s];
+    double prev = K >= 2 && s > 0 ? P[s - 1] - (N == 2 ? wte : 0) : 0;
     double phase_st[3], phase_act[3], phase_fly[3];
     phase_st[0] = (s >= K ? 2.0 * Ps + Mo[s] : prev_grads ? 2.0 * Ps : Ps) + prev;
     phase_act[0] = act == ZT_OFFLOAD_PLAN_KEEP ? blocks_before * kept : act == ZT_OFFLOAD_PLAN_OFFLOAD ? 0 : edge;
-    bool upd_behind = K >= 2 && s - 1 >= K; /* the slice before updated at its load: its moments written behind */
+    bool upd_behind = !ram && K >= 2 && s - 1 >= K; /* the slice before updated at its load: its moments written behind */
     if (upd_behind) phase_st[0] += W;
     /* the slice evicted for this one (K 2: two before, for the prefetch; K 1: the one before) */
     phase_fly[0] = (upd_behind ? 0 : FLY(s - K)) + (act == ZT_OFFLOAD_PLAN_OFFLOAD ? window : 0);
     double b_prev = s > 0 ? prev * (prev_grads ? 2.0 : 1.0) : K >= 2 && N >= 2 ? 2.0 * P1 : 0;
     double tied = s == 0 && N > 1 ? wte : 0;
-    phase_st[1] = Ps + b_prev + tied;
+    phase_st[1] = (prev_grads ? 2.0 : 1.0) * Ps + b_prev + tied; /* its grads of an earlier chunk came with it */
     phase_act[1] = act == ZT_OFFLOAD_PLAN_KEEP        ? (blocks_before + nb[s]) * kept + temp
                    : act == ZT_OFFLOAD_PLAN_OFFLOAD ? window + temp + edge
                                                       : nb[s] * kept + temp + edge;
-    if (rec && rec[s] && nb[s]) phase_act[1] += block_kept(g) * t * 4; /* a recomputed block's activations */
-    if (s == N - 1) phase_act[1] += head + (act == ZT_OFFLOAD_PLAN_RECOMPUTE ? 0 : out_w);
+    if (kinds & KIND_ACTS && rec && rec[s] && nb[s]) phase_act[1] += block_kept(g) * t * 4; /* a recomputed block's activations */
+    /* the head: its chunk of logits, and with a grad of an earlier chunk the output layer's dW made
+     * apart (TEMP) to be added into it (measured: gpt2-124m 6 slices, mb2 keep-graph: 147 MiB of
+     * TEMP there, the logits chunk gone); the output layer's weight grad beside, made before the
+     * slice's other grads (waiting in the engine in keep-graph mode; measured in recompute mode:
+     * smollm-135m 8 slices, its 108 MiB beside the logits chunk) */
+    if (s == N - 1) phase_act[1] += fmax(head, prev_grads ? out_grad : 0) + out_grad;
     phase_st[2] = 2.0 * Ps + b_prev + tied;
     phase_act[2] = (act == ZT_OFFLOAD_PLAN_KEEP ? blocks_before * kept : act == ZT_OFFLOAD_PLAN_OFFLOAD ? window : 0) + edge;
     phase_fly[1] = phase_fly[2] = K == 1 || s > 0 ? FLY(s + 1) : 0; /* the slice after, its grads written behind */
@@ -153,13 +165,20 @@ static plan_peak memory_peak(const zt_offload_plan_input *in, const int64_t *P, 
    * second slice in the run about half the cap's worth more is in RAM than the run's start holds
    * (all of it, when the disk falls behind) */
   bool two = K >= 2 && N >= 2; /* the run goes on into slice 1 (with slice 0 alone, nothing more is read) */
-  double P0 = (double)P[0];
-  double end = two ? fmax(2.0 * P0 + Mo[0] + 2.0 * P1, P0 + 2.0 * P1 + M1) + W / 2 : 2.0 * P0 + Mo[0];
+  double P0 = P[0];
+  double behind = two && !ram ? W / 2 : 0;
+  double end = two ? fmax(2.0 * P0 + Mo[0] + 2.0 * P1, P0 + 2.0 * P1 + M1) + behind : 2.0 * P0 + Mo[0];
   if (end > peak) peak = end, states = end, acts = 0; /* backward's activations are gone */
-  bound = fmax(bound, end + (two ? W / 2 : 0)); /* one slice alone: its moments in flight were in RAM anyway */
-  if (K > 2) states += (double)(K - 2) * (double)Pmax, bound += (double)(K - 2) * (double)Pmax;
+  bound = fmax(bound, end + behind); /* one slice alone: its moments in flight were in RAM anyway */
+  /* each resident slice past two: a middle one (the first and the last are counted above) loaded
+   * ahead with its grads and its update's moments (measured, gpt2-124m 14 slices 3 resident: one
+   * block's parameters and grads more) */
+  double mid = 0;
+  for (int s = 1; s < N - 1; s++) mid = fmax(mid, 2.0 * P[s] + Mo[s]);
+  if (K > 2) states += (double)(K - 2) * mid, bound += (double)(K - 2) * mid;
+  states += ram_moments, bound += ram_moments; /* in RAM the whole step */
 #undef FLY
-  return (plan_peak){states, acts, bound, W};
+  return (plan_peak){states, acts, bound};
 }
 
 /* What one plan holds at its peak, and how long a step takes. rec (OFFLOAD only; NULL: none):
@@ -171,13 +190,37 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
   double C = d.hidden, L = d.n_layer, A = d.attn_width;
   int64_t P[ZT_OFFLOAD_PLAN_MAX_UNITS] = {0};
   int nb[ZT_OFFLOAD_PLAN_MAX_UNITS] = {0};
-  int64_t Pmax = slices_of(ub, U, count, N, P, nb);
+  slices_of(ub, U, count, N, P, nb);
   double um[ZT_OFFLOAD_PLAN_MAX_UNITS], Mo[ZT_OFFLOAD_PLAN_MAX_UNITS] = {0};
   unit_moments(in, U, um);
-  for (int s = 0, first = 0; s < N; first += count[s], s++)
+  for (int s = 0, first = 0; s < N && !in->optim_in_ram; first += count[s], s++)
     for (int u = first; u < first + count[s]; u++) Mo[s] += um[u];
-  plan_peak pk = memory_peak(in, P, Mo, nb, Pmax, N, K, act, rec);
-  double st = pk.states, a = pk.acts, bound = pk.bound, W = pk.W;
+  /* the slices whole, and apart by kind of block: the blocks' (the same shapes in every block)
+   * and the tables' (the rest of the parameters), each with its moments */
+  double Pd[ZT_OFFLOAD_PLAN_MAX_UNITS], Pb[ZT_OFFLOAD_PLAN_MAX_UNITS], Pt[ZT_OFFLOAD_PLAN_MAX_UNITS];
+  double Mb[ZT_OFFLOAD_PLAN_MAX_UNITS], Mt[ZT_OFFLOAD_PLAN_MAX_UNITS], none[ZT_OFFLOAD_PLAN_MAX_UNITS] = {0};
+  double blk = (double)d.block_params * 4;
+  for (int s = 0; s < N; s++) {
+    Pd[s] = (double)P[s], Pb[s] = nb[s] * blk, Pt[s] = Pd[s] - Pb[s];
+    Mb[s] = in->optim_in_ram ? 0 : nb[s] * um[1], Mt[s] = Mo[s] - Mb[s];
+  }
+  double wte = d.tied ? (double)d.vocab * C * 4 : 0;
+  /* evictions written behind hold their RAM until written, at most the store's write cap W (the
+   * smallest slice's parameters; one tensor larger than W goes alone) */
+  double W = (double)in->write_cap_bytes;
+  for (int s = 0; s < N; s++) W = fmin(W, Pd[s]);
+  double ram = in->optim_in_ram ? 2.0 * (double)d.params * 4 : 0, ram_b = in->optim_in_ram ? 2.0 * blk * L : 0;
+  plan_peak pk = memory_peak(in, Pd, Mo, nb, wte, ram, W, KIND_ALL, N, K, act, rec);
+  /* the allocator's cache keeps a freed block for the next of its size, and the kinds share no
+   * sizes: it ends up holding each kind at its own peak over the step (measured per block size,
+   * gpt2-124m 4 to 14 slices and smollm-135m 8: within 1% but for smollm's blocks, 9% short: their
+   * peak came with the slice after the computing one still on its way to the disk) */
+  plan_peak kb = memory_peak(in, Pb, Mb, nb, 0, ram_b, W, 0, N, K, act, NULL);
+  plan_peak kt = memory_peak(in, Pt, Mt, nb, wte, ram - ram_b, W, KIND_OUT_GRAD, N, K, act, NULL);
+  plan_peak ka = memory_peak(in, none, none, nb, 0, 0, W, KIND_ACTS, N, K, act, rec);
+  plan_peak kh = memory_peak(in, none, none, nb, 0, 0, W, KIND_HEAD, N, K, act, NULL);
+  p->held_bytes = (int64_t)(kb.states + kt.states + kt.acts + ka.acts + kh.acts);
+  double st = pk.states, a = pk.acts, bound = pk.bound;
   p->slices = N, p->resident = K, p->activations_mode = act, p->trial = false;
   /* the recomputed blocks, a letter each */
   double rec_blocks = 0;
@@ -201,7 +244,9 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
   plan_bound(p);
   /* time: compute (recompute runs the forward twice: 4/3 of a step's FLOPs) against the disk's
    * bytes per step (parameters twice in, moments and grads in and out, activations both ways
-   * when offloaded), whichever is longer */
+   * when offloaded; with the moments in RAM, parameters and grads: measured 7.9 and 6.7 bytes a
+   * parameter read and written, recompute, gpt2-124m 4 slices 2 resident; 6.6 and 5.4
+   * keep-graph), whichever is longer */
   double n_params = (double)d.params, tokens = (double)in->rows * (double)in->seq;
   double flops = zt_lm_flops_per_step(&d, in->rows, in->seq);
   double comp = in->gflops > 0 ? flops / (in->gflops * 1e9) : 0;
@@ -209,12 +254,13 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
   /* a recomputed block runs its forward again (2 x its parameters + the attention's 4 T C per
    * token) and sends only its input to the tier */
   if (in->gflops > 0) comp += rec_blocks * (2.0 * (double)d.block_params + 4.0 * (double)in->seq * A) * tokens / (in->gflops * 1e9);
-  double rd = 20.0 * n_params, wr = 20.0 * n_params;
+  double per = in->optim_in_ram ? 8.0 : 20.0, rd = per * n_params, wr = per * n_params;
   double act_bytes = ((L - rec_blocks) * block_kept(g) + rec_blocks * C) * tokens * 4;
   if (act == ZT_OFFLOAD_PLAN_OFFLOAD) rd += act_bytes, wr += act_bytes;
   double io = (in->read_bps > 0 ? rd / in->read_bps : 0) + (in->write_bps > 0 ? wr / in->write_bps : 0);
   p->compute_s = comp;
   p->io_s = io;
+  p->read_bytes = (int64_t)rd, p->written_bytes = (int64_t)wr;
   /* with a slice prefetched (K >= 2) the disk works while the compute does; with one slice in RAM
    * nothing is prefetched and each load waits for the compute before it and holds up the compute
    * after it (measured: gpt2-124m, 11 slices, 1 resident, 4.9 s a step against 3.1 s for the

@@ -295,9 +295,9 @@ static zt_status enumerate(list *l, const zt_plan_space *sp, const zt_plan_calib
   }
   if (sp->world != 1 || !(sp->tier == ZT_OFFLOAD_DISK || sp->tier == ZT_OFFLOAD_HOST || sp->tier == ZT_OFFLOAD_BF16))
     return ZT_OK;
-  /* OffloadModel, one process: the model's states in RAM with two slices of it resident (its
-   * parameters and grads in the tier), and every state in the tier at every slicing the
-   * --mem-limit planner considers (plan_offload.c picks the fastest of each count that fits) */
+  /* OffloadModel, one process, at every slicing the --mem-limit planner considers: the
+   * optimizer's state in RAM (the parameters and grads in the tier: fairscale's OffloadModel), or
+   * every state in the tier; and the --mem-limit search's own pick below */
   int64_t mbs[8];
   int nm = microbatch_counts(sp, 1, 1, mbs);
   for (int mi = 0; mi < nm; mi++)
@@ -305,13 +305,12 @@ static zt_status enumerate(list *l, const zt_plan_space *sp, const zt_plan_calib
       for (int mode = 0; mode <= 1; mode++)
         for (int N = 2; N <= d->n_layer + 2; N++)
           for (int K = 1; K <= N && K <= 3; K++) {
-            if (!states && (N != 2 || K != 2)) continue;
             memset(&c, 0, sizeof c);
             c.pp = c.dp = 1, c.shard = ZT_SHARD_NONE, c.microbatches = mbs[mi];
             c.offload_model = sp->tier, c.offload_states = states, c.slices = N, c.resident = K;
             c.mode = mode ? ZT_OFFLOAD_MODEL_KEEP_GRAPH : ZT_OFFLOAD_MODEL_RECOMPUTE;
             ZT_TRY(push(l, sp, cal, limit, &c));
-            if (mode && states && (sp->tier == ZT_OFFLOAD_DISK || sp->tier == ZT_OFFLOAD_HOST)) {
+            if (mode && (sp->tier == ZT_OFFLOAD_DISK || sp->tier == ZT_OFFLOAD_HOST)) {
               c.offload_activations = sp->tier; /* keep-graph with the blocks' saves in the tier */
               ZT_TRY(push(l, sp, cal, limit, &c));
             }

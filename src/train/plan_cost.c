@@ -94,6 +94,15 @@ double zt__plan_p2p_s(const zt__plan_in *in, int64_t bytes) { return coll(in, 2,
  * model, 17.4-18.8 MiB over thirteen gpt2-tiny runs of every memory mode, 136.6 and 138.4 MiB for
  * GPT-2 124M plain and full recompute, 134.9 MiB SmolLM). It stays under the cache's bounds: the
  * live bytes' high mark (the accounted peak) and its byte limit (zt_mem_cache_limit). */
+double zt__plan_head_rows(double rows, double V) {
+  double max = (double)((int64_t)100 << 20) / (V * 4);
+  max = max < 16 ? 16 : max > 512 ? 512 : (double)(int64_t)max;
+  double n = (double)(int64_t)((rows + max - 1) / max);
+  int64_t r = (int64_t)((rows + n - 1) / n);
+  r = (r + 15) / 16 * 16;
+  return (double)r < rows ? (double)r : rows;
+}
+
 void zt__plan_finish(const zt__plan_in *in, zt_plan_prediction *p) {
   p->base = (int64_t)in->cal->value[ZT_PLAN_FIG_BASE];
   p->rss = p->accounted + p->cache + p->io + p->base;

@@ -100,15 +100,9 @@ static mlp_bwd mlp_of(const zt__plan_in *in, const dp_sizes *z) {
 }
 
 /* The LM head's forward: a chunk of rows x V logits and their per-row losses (f64), TEMP while it
- * runs (src/ops/lm_head.c's chunk rule: 100 MiB of logits, 16 to 512 rows, equal chunks rounded
- * to 16 rows). */
+ * runs. */
 static double head_temp(const dp_sizes *z) {
-  double N = (double)z->tok;
-  double max = (double)((int64_t)100 << 20) / (z->V * 4.0);
-  max = max < 16 ? 16 : max > 512 ? 512 : (double)(int64_t)max;
-  double chunks = (double)(int64_t)((N + max - 1) / max), rows = (double)(int64_t)((N + chunks - 1) / chunks);
-  rows = (double)(((int64_t)rows + 15) / 16 * 16);
-  if (rows > N) rows = N;
+  double rows = zt__plan_head_rows((double)z->tok, z->V);
   return rows * z->V * 4.0 + rows * 8.0;
 }
 

@@ -58,6 +58,9 @@ double zt__plan_dp_comm_s(const zt__plan_in *in, const zt_plan_config *c, double
                           double compute_s);
 /* Seconds of disk traffic (read and written bytes a step) not hidden behind compute_s. */
 double zt__plan_io_s(const zt__plan_in *in, double read, double written, double compute_s);
+/* The fused head's chunk of logits over rows tokens of a V-entry vocabulary, in rows (lm_head.c's
+ * chunk_rows: at most 100 MiB of logits, 16 to 512 rows, equal chunks rounded up to 16 rows). */
+double zt__plan_head_rows(double rows, double V);
 /* Parameters of blocks [b0, b1) with the embedding / head parts. */
 int64_t zt__plan_params(const zt__plan_in *in, int b0, int b1, bool embed, bool head);
 /* The calibration's base into p, and p->rss summed from p->accounted, p->cache (the predictor's

@@ -1,7 +1,8 @@
-/* The planner's prediction of OffloadModel with every state in the tier (plan_internal.h): the
- * --mem-limit planner's byte counts (zt_offload_plan_predict, offload_plan.c) for the slices,
- * the resident count and how backward gets its activations, fed from the calibration; its
- * compute timed by the shared cost model and overlapped with the tier's reads and writes. */
+/* The planner's prediction of OffloadModel (plan_internal.h), every state in the tier or the
+ * optimizer's state in RAM: the --mem-limit planner's byte counts (zt_offload_plan_predict,
+ * offload_plan.c) for the slices, the resident count and how backward gets its activations, fed
+ * from the calibration; its compute timed by the shared cost model and overlapped with the tier's
+ * reads and writes. */
 #include <math.h>
 #include <string.h>
 
@@ -39,8 +40,6 @@ void zt__offload_plan_input(const zt_plan_space *sp, const zt_plan_calibration *
 
 zt_status zt__plan_predict_offload(const zt__plan_in *in, const zt_plan_config *c, zt_plan_prediction *out) {
   memset(out, 0, sizeof *out);
-  if (!c->offload_states)
-    return ZT_ERR(ZT_STATUS_UNSUPPORTED, "the planner predicts OffloadModel with every state in its tier only");
   if (c->recompute != ZT_RECOMPUTE_NONE || c->recompute_budget > 0 ||
       (c->recompute_plan[0] && !(c->mode == ZT_OFFLOAD_MODEL_KEEP_GRAPH && c->offload_activations)))
     return ZT_ERR(ZT_STATUS_UNSUPPORTED, "OffloadModel's activations are its mode's (and with activation offload, the "
@@ -50,16 +49,22 @@ zt_status zt__plan_predict_offload(const zt__plan_in *in, const zt_plan_config *
                                                                           : ZT_OFFLOAD_PLAN_KEEP;
   zt_offload_plan_input o;
   zt__offload_plan_input(in->sp, in->cal, in->limit, zt_mem_cache_limit(), c->microbatches, c->offload_model, false, &o);
+  o.optim_in_ram = !c->offload_states;
   zt_offload_plan p;
   ZT_TRY(zt__offload_plan_at(&o, c->slices, c->resident, act, c->recompute_plan, in->limit, &p));
   /* the states as one figure: the slices' parameters, grads and moments are PARAM, GRAD and OPTIM
-   * in turn, and the prediction counts them at their sum's peak */
-  out->tag[ZT_MEM_TAG_PARAM] = p.states_bytes;
+   * in turn, and the prediction counts them at their sum's peak; the moments kept in RAM are OPTIM */
+  int64_t moments = o.optim_in_ram ? 8 * in->d.params : 0;
+  out->tag[ZT_MEM_TAG_PARAM] = p.states_bytes - moments;
+  out->tag[ZT_MEM_TAG_OPTIM] = moments;
   out->tag[ZT_MEM_TAG_ACTIVATION] = p.activation_bytes;
   out->accounted = p.states_bytes + p.activation_bytes;
   /* the cache's bound is what the limit leaves; what fills it is what a step frees and takes again,
    * the slices' states passing through RAM: it holds no more than they are */
   out->cache = p.cache_bytes < p.states_bytes ? p.cache_bytes : p.states_bytes;
+  /* with the optimizer's state in RAM no plan bounds the cache: it holds each kind of block at its
+   * own peak (offload_plan.c's held_bytes) */
+  if (o.optim_in_ram) out->cache = p.held_bytes - p.states_bytes - p.activation_bytes;
   /* the disk's buffers; writes behind the disk add to the peak only where it falls behind (the
    * run's allocator bound is the plan's peak: gpt2-124m 4 slices 2 resident keep-graph measured
    * its peak, +0.2%; with the 82 MiB counted, +8.0%) */
@@ -75,8 +80,9 @@ zt_status zt__plan_predict_offload(const zt__plan_in *in, const zt_plan_config *
   out->step_s = c->resident >= 2 ? fmax(comp, p.io_s) : comp + p.io_s;
   if (c->resident >= 2 && act == ZT_OFFLOAD_PLAN_RECOMPUTE) out->step_s += 0.5 * fmin(comp, p.io_s); /* offload_plan.c's */
   out->io_s = out->step_s - comp;
-  out->disk_held = c->offload_model == ZT_OFFLOAD_DISK ? 16 * in->d.params : 0; /* parameters, grads, moments */
-  out->disk_read = (int64_t)(20.0 * (double)in->d.params), out->disk_written = (int64_t)(20.0 * (double)in->d.params);
+  /* parameters, grads and (in the tier) moments; what a step moves as offload_plan.c times it */
+  out->disk_held = c->offload_model == ZT_OFFLOAD_DISK ? (o.optim_in_ram ? 8 : 16) * in->d.params : 0;
+  out->disk_read = p.read_bytes, out->disk_written = p.written_bytes;
   zt__plan_finish(in, out);
   /* the --mem-limit planner's fixed bytes are the base and the heap's small blocks */
   out->base = p.fixed_bytes;

@@ -13,8 +13,6 @@
 #include "train/plan_internal.h"
 #include "zt/pipeline.h"
 
-/* The fused head's chunk of logits (lm_head.c): at most 100 MB, 16 to 512 rows. */
-#define HEAD_CHUNK_BYTES ((double)(100 << 20))
 
 /* One stage of the cut and what one microbatch through it holds, in bytes (tok: its rows x seq
  * tokens, 4-byte values). */
@@ -62,16 +60,6 @@ static double qkv_width(const zt_lm_config *m, const zt_lm_dims *d) {
 static double block_live(const zt_lm_config *m, const zt_lm_dims *d, int blocks) {
   double gpt2_input = m->family != ZT_LM_LLAMA && blocks > 1 ? d->hidden : 0;
   return 3.0 * d->hidden + mlp_inner(m, d) + d->ffn + gpt2_input;
-}
-
-/* The fused head's chunk of logits, in rows (lm_head.c's chunk_rows). */
-static double head_chunk_rows(double rows, double V) {
-  double max = HEAD_CHUNK_BYTES / (V * 4);
-  max = max < 16 ? 16 : max > 512 ? 512 : (double)(int64_t)max;
-  double n = (double)(int64_t)((rows + max - 1) / max);
-  int64_t r = (int64_t)((rows + n - 1) / n);
-  r = (r + 15) / 16 * 16;
-  return (double)r < rows ? (double)r : rows;
 }
 
 static void stage_fill(const zt__plan_in *in, const zt_plan_config *c, const zt_pipeline_schedule *s, int S,
@@ -122,7 +110,7 @@ static void stage_fill(const zt__plan_in *in, const zt_plan_config *c, const zt_
    * first stage's whole backward (its blocks' temporaries, 9 C a token, then the embedding's dense
    * table grad with its output grad), or the head's weight grad scaled by the loss scale */
   if (m->head) {
-    double r = head_chunk_rows((double)rows * T, V);
+    double r = zt__plan_head_rows((double)rows * T, V);
     m->f_temp = r * V * 4 + r * 8;
   }
   m->b_temp = m->in_grad ? 2 * n4 * C : 0;
@@ -303,7 +291,7 @@ static zt_status pipe_rank_rss(const zt__plan_in *in, const zt_plan_config *c, c
   /* the run's last evaluation: a replica's rows at once through the stages, without grads */
   double ev = nb ? (double)(sp->batch / D) * T * 4 * block_live(&in->sp->model, d, nb) : 0, ev_temp = 0;
   if (hasL) { /* the head's chunk of logits over those rows */
-    double ch = head_chunk_rows((double)(sp->batch / D) * T, d->vocab);
+    double ch = zt__plan_head_rows((double)(sp->batch / D) * T, d->vocab);
     ev_temp = ch * d->vocab * 4 + ch * 8;
   }
   double ev_fresh = M > 1 ? ev + ev_temp : 0; /* one microbatch: the step's own sizes */
