@@ -82,15 +82,17 @@ out=$("$zt" "${run[@]}" --recompute full 2>&1)
 check "a run by hand: its prediction at start, the measured figures at the end" \
   'echo "$out" | grep -q "plan: the options given: plain, recompute full" && echo "$out" | grep -q "predicted vs measured"'
 # OffloadModel with the optimizer's state in RAM (the parameters and grads on disk): predicted, its
-# accounted peak within 5% of the run's (a shape whose tensors are the allocator's blocks, 64 KiB
-# and up: smaller ones come from malloc, which the byte counts leave out)
+# accounted peak within 15% of the run's (a shape whose tensors are the allocator's blocks, 64 KiB
+# and up: smaller ones come from malloc, which the byte counts leave out; what is being written
+# behind at the peak depends on the disk's timing: measured +2% to +9% beside two busy cores;
+# leaving out the moments in RAM would be -50%)
 off=(train --layers 4 --dim 256 --heads 4 --batch 8 --seq 64 --steps 3 --warmup 1 --threads 1 --eval-every 3
   --eval-batches 2 --sample-len 0 --offload-dir "$w" --offload-model disk --offload-slices 4 --offload-resident 2)
 for mode in recompute keep-graph; do
   out=$("$zt" "${off[@]}" --offload-mode "$mode" --plan-report "$w/off.json" 2>&1)
-  check "OffloadModel, its states in RAM, $mode: predicted, the accounted peak within 5% of the measured" \
+  check "OffloadModel, its states in RAM, $mode: predicted, the accounted peak within 15% of the measured" \
     '[ $? -eq 0 ] && echo "$out" | grep -q "plan: the options given: offload-model disk 2/4" &&
-     [ "$(json "$w/off.json" "abs(d[\"predicted\"][\"accounted\"] / d[\"measured\"][\"accounted\"] - 1) < 0.05")" = True ]'
+     [ "$(json "$w/off.json" "abs(d[\"predicted\"][\"accounted\"] / d[\"measured\"][\"accounted\"] - 1) < 0.15")" = True ]'
 done
 
 out=$("$zt" "${run[@]}" --plan-report "$w/nodir/report.json" --metrics "$w/noreport.jsonl" 2>&1)

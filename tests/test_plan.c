@@ -62,7 +62,8 @@ static void test_enumeration(void) {
 /* OffloadModel with the optimizer's state in RAM (fairscale's: the parameters and grads in the
  * tier) is enumerated at several slicings in both modes and predicted: its moments (OPTIM) are all
  * the parameters' two, in RAM; the disk holds the parameters and grads only; against the same
- * slicing with every state in the tier it takes more RAM (the moments) and less disk. */
+ * slicing with every state in the tier it takes more RAM (the moments) and less disk. A memory
+ * tier's OffloadModel is neither. */
 static void test_offload_model_in_ram(void) {
   zt_plan_space sp = space(1, (int64_t)64 << 30);
   zt_plan_calibration cal = calibration();
@@ -93,6 +94,17 @@ static void test_offload_model_in_ram(void) {
   ZT_CHECK(in_ram > 20 && compared == in_ram);
   ZT_CHECK(__builtin_popcount(slicings) > 5 && modes == 3);
   zt_plan_free(p);
+  /* a memory tier keeps the store in the process's RAM, which the slices' counts leave out: not
+   * predicted, not enumerated */
+  sp.tier = ZT_OFFLOAD_HOST;
+  ZT_CHECK_OK(zt_plan_make(&sp, &cal, &p));
+  for (int i = 0; i < p->n; i++) ZT_CHECK(!p->entries[i].config.offload_model);
+  zt_plan_free(p);
+  zt_plan_config c = {.pp = 1, .dp = 1, .microbatches = 1, .offload_model = ZT_OFFLOAD_HOST, .slices = 4, .resident = 2};
+  zt_plan_prediction q;
+  ZT_CHECK(zt_plan_predict(&sp, &cal, &c, &q) == ZT_STATUS_UNSUPPORTED);
+  ZT_CHECK(strstr(zt_last_error(), "disk tier only") != NULL);
+  zt_clear_error();
 }
 
 static void test_ranking_and_fit(void) {

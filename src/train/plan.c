@@ -293,8 +293,7 @@ static zt_status enumerate(list *l, const zt_plan_space *sp, const zt_plan_calib
           }
     }
   }
-  if (sp->world != 1 || !(sp->tier == ZT_OFFLOAD_DISK || sp->tier == ZT_OFFLOAD_HOST || sp->tier == ZT_OFFLOAD_BF16))
-    return ZT_OK;
+  if (sp->world != 1 || sp->tier != ZT_OFFLOAD_DISK) return ZT_OK; /* plan_offload.c predicts the disk tier */
   /* OffloadModel, one process, at every slicing the --mem-limit planner considers: the
    * optimizer's state in RAM (the parameters and grads in the tier: fairscale's OffloadModel), or
    * every state in the tier; and the --mem-limit search's own pick below */
@@ -310,7 +309,7 @@ static zt_status enumerate(list *l, const zt_plan_space *sp, const zt_plan_calib
             c.offload_model = sp->tier, c.offload_states = states, c.slices = N, c.resident = K;
             c.mode = mode ? ZT_OFFLOAD_MODEL_KEEP_GRAPH : ZT_OFFLOAD_MODEL_RECOMPUTE;
             ZT_TRY(push(l, sp, cal, limit, &c));
-            if (mode && (sp->tier == ZT_OFFLOAD_DISK || sp->tier == ZT_OFFLOAD_HOST)) {
+            if (mode) {
               c.offload_activations = sp->tier; /* keep-graph with the blocks' saves in the tier */
               ZT_TRY(push(l, sp, cal, limit, &c));
             }

@@ -40,6 +40,11 @@ void zt__offload_plan_input(const zt_plan_space *sp, const zt_plan_calibration *
 
 zt_status zt__plan_predict_offload(const zt__plan_in *in, const zt_plan_config *c, zt_plan_prediction *out) {
   memset(out, 0, sizeof *out);
+  if (c->offload_model != ZT_OFFLOAD_DISK)
+    return ZT_ERR(ZT_STATUS_UNSUPPORTED, "the planner predicts OffloadModel on the disk tier only: a memory tier (%s) "
+                                         "keeps its store in this process's RAM beside the slices, which the slices' "
+                                         "counts leave out (on a CPU it only exercises the machinery)",
+                  zt_offload_tier_name(c->offload_model));
   if (c->recompute != ZT_RECOMPUTE_NONE || c->recompute_budget > 0 ||
       (c->recompute_plan[0] && !(c->mode == ZT_OFFLOAD_MODEL_KEEP_GRAPH && c->offload_activations)))
     return ZT_ERR(ZT_STATUS_UNSUPPORTED, "OffloadModel's activations are its mode's (and with activation offload, the "
