@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The planner's error, published (issue 29): a grid of configurations (gpt2-124m, gpt2-350m and
-# smollm-135m of the Llama family; 1, 2 and 4 ranks; plain, recompute, activation offload, states
-# on disk inside a memory cgroup, DDP, FSDP full / grad_op / opt / hybrid, pipelines of several
+# smollm-135m of the Llama family; 1, 2 and 4 ranks; plain, recompute, activation offload,
+# OffloadModel with its optimizer state in RAM, states on disk inside a memory cgroup, DDP, FSDP full / grad_op / opt / hybrid, pipelines of several
 # schedules, pipeline x FSDP) each run by zt train with --plan-report: the planner's prediction of
 # the options as given (from a calibration zt plan measured at that model and world, the median of
 # 5 runs a figure) beside what the run measured (the largest rank's peak RSS and accounted peak,
@@ -134,6 +134,8 @@ measure $G 1 - g124-1 --recompute full
 measure $G 1 - g124-1 --recompute selective
 measure $G 1 - g124-1 --offload-activations disk
 measure $G 1 - g124-1 --microbatches 2
+measure $G 1 - g124-1 --offload-model disk --offload-slices 4 --offload-resident 2 --offload-mode recompute
+measure $G 1 - g124-1 --offload-model disk --offload-slices 6 --offload-resident 2 --offload-mode keep-graph --microbatches 2
 choose $G 1 - g124-1
 # 1 rank under a memory cgroup: states on disk (and what else fits)
 measure $G 1 1200M g124-1-lim --offload-states disk --offload-slices 4 --offload-resident 2 --offload-mode keep-graph --mem-limit 1200M
@@ -159,6 +161,7 @@ choose $G 4 - g124-4
 # gpt2-350m
 measure $S 1 - g350-1 --recompute none
 measure $S 1 - g350-1 --recompute full --offload-activations none
+measure $S 1 - g350-1 --offload-model disk --offload-slices 8 --offload-resident 2 --offload-mode keep-graph
 measure $S 2 - g350-2 --shard full
 measure $S 2 - g350-2 --pp 2 --schedule interleaved --microbatches 4
 choose $S 1 - g350-1
@@ -169,6 +172,7 @@ measure $L 2 - l135-2 --shard full
 measure $L 2 - l135-2 --shard opt
 measure $L 2 - l135-2 --pp 2 --schedule zb-v --microbatches 4
 measure $L 1 - l135-1 --offload-activations disk
+measure $L 1 - l135-1 --offload-model disk --offload-slices 8 --offload-resident 2 --offload-mode recompute
 measure $L 4 - l135-4 --shard hybrid:2
 measure $L 4 - l135-4 --shard full
 measure $L 1 1000M l135-1-lim --offload-states disk --offload-slices 16 --offload-resident 2 --offload-mode recompute --mem-limit 1000M
