@@ -54,7 +54,7 @@ static void test_enumeration(void) {
     }
     ZT_CHECK(recompute && act);
     if (world == 1) ZT_CHECK(plain && states && !full);
-    if (world > 1) ZT_CHECK(ddp && full && grad_op && opt && !states);
+    if (world > 1) ZT_CHECK(ddp && full && grad_op && opt && states); /* FSDP's states on disk */
     zt_plan_free(p);
   }
 }
@@ -105,6 +105,47 @@ static void test_offload_model_in_ram(void) {
   ZT_CHECK(zt_plan_predict(&sp, &cal, &c, &q) == ZT_STATUS_UNSUPPORTED);
   ZT_CHECK(strstr(zt_last_error(), "disk tier only") != NULL);
   zt_clear_error();
+}
+
+/* FSDP with its states on disk (ZeRO-Infinity over ranks) is enumerated at 2 and 4 ranks, full and
+ * hybrid, and predicted by the data-parallel counts: the disk holds every shard, grad shard and
+ * moment (16 bytes a parameter over the group), RAM only the units in use, so it takes less than
+ * the same sharding in RAM; its options are FSDP's and the tier's, no slices; grad_op is not
+ * predicted. */
+static void test_fsdp_states(void) {
+  for (int world = 2; world <= 4; world *= 2) {
+    zt_plan_space sp = space(world, (int64_t)64 << 30);
+    zt_plan_calibration cal = calibration();
+    zt_plan *p = NULL;
+    ZT_CHECK_OK(zt_plan_make(&sp, &cal, &p));
+    int64_t n = zt_lm_config_dims(&sp.model).params;
+    int stored = 0, hybrid = 0;
+    for (int i = 0; i < p->n; i++) {
+      const zt_plan_entry *e = &p->entries[i];
+      if (!e->config.offload_states) continue;
+      stored++;
+      hybrid += e->config.shard == ZT_SHARD_HYBRID;
+      ZT_CHECK(e->config.shard == ZT_SHARD_FULL || e->config.shard == ZT_SHARD_HYBRID);
+      int G = e->config.shard == ZT_SHARD_HYBRID ? e->config.hybrid_group : e->config.dp;
+      ZT_CHECK(e->pred.disk_held >= 16 * n / G - 64 && e->pred.disk_read > 0 && e->pred.inflight > 0);
+      ZT_CHECK(strstr(e->name, "states disk") != NULL && !strstr(e->name, "/"));
+      char flags[2048];
+      zt_plan_config_flags(&e->config, flags, sizeof flags);
+      ZT_CHECK(strstr(flags, "--offload-states disk") && !strstr(flags, "offload-slices"));
+      zt_plan_config same = e->config;
+      same.offload_model = ZT_OFFLOAD_NONE, same.offload_states = false;
+      zt_plan_prediction q;
+      ZT_CHECK_OK(zt_plan_predict(&sp, &cal, &same, &q));
+      ZT_CHECK(e->pred.accounted < q.accounted && e->pred.tag[ZT_MEM_TAG_OPTIM] < q.tag[ZT_MEM_TAG_OPTIM]);
+    }
+    ZT_CHECK(stored > 0 && (world == 2 || hybrid > 0));
+    zt_plan_config g = {.pp = 1, .dp = world, .shard = ZT_SHARD_GRAD_OP, .microbatches = 1,
+                        .offload_model = ZT_OFFLOAD_DISK, .offload_states = true, .slices = 2, .resident = 2};
+    zt_plan_prediction q;
+    ZT_CHECK(zt_plan_predict(&sp, &cal, &g, &q) == ZT_STATUS_UNSUPPORTED);
+    zt_clear_error();
+    zt_plan_free(p);
+  }
 }
 
 static void test_ranking_and_fit(void) {
@@ -321,6 +362,7 @@ static void test_held_limit(void) {
 int main(void) {
   ZT_RUN(test_enumeration);
   ZT_RUN(test_offload_model_in_ram);
+  ZT_RUN(test_fsdp_states);
   ZT_RUN(test_ranking_and_fit);
   ZT_RUN(test_refusal);
   ZT_RUN(test_file_round_trip);

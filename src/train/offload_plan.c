@@ -254,22 +254,37 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
   /* a recomputed block runs its forward again (2 x its parameters + the attention's 4 T C per
    * token) and sends only its input to the tier */
   if (in->gflops > 0) comp += rec_blocks * (2.0 * (double)d.block_params + 4.0 * (double)in->seq * A) * tokens / (in->gflops * 1e9);
-  double per = in->optim_in_ram ? 8.0 : 20.0, rd = per * n_params, wr = per * n_params;
+  /* bytes a parameter: its value in for forward and backward and out updated, its grad out (8 and
+   * 8); with the moments in the tier, the lazy update's grad and moments in and the moments out
+   * (12 and 12); keep-graph's chunks past the first each load the slices again in both passes with
+   * the grads of the ones before (16) and write their grads (4). Measured, gpt2-124m: 4 slices 2
+   * resident, moments in RAM, 7.9 and 6.7 read and written (recompute), 6.6 and 5.4 (keep-graph);
+   * 6 slices with 2 microbatches in keep-graph 22.3 and 13.1 (the resident slices are not loaded) */
+  double per_rd = 8.0 + (in->optim_in_ram ? 0 : 12.0), per_wr = per_rd;
+  if (act != ZT_OFFLOAD_PLAN_RECOMPUTE) per_rd += 16.0 * (double)(in->microbatches - 1), per_wr += 4.0 * (double)(in->microbatches - 1);
+  double rd = per_rd * n_params, wr = per_wr * n_params;
   double act_bytes = ((L - rec_blocks) * block_kept(g) + rec_blocks * C) * tokens * 4;
   if (act == ZT_OFFLOAD_PLAN_OFFLOAD) rd += act_bytes, wr += act_bytes;
   double io = (in->read_bps > 0 ? rd / in->read_bps : 0) + (in->write_bps > 0 ? wr / in->write_bps : 0);
   p->compute_s = comp;
   p->io_s = io;
   p->read_bytes = (int64_t)rd, p->written_bytes = (int64_t)wr;
+  p->step_s = zt__offload_plan_step_s(comp, io, K, act, in->microbatches);
+}
+
+double zt__offload_plan_step_s(double comp, double io, int K, zt_offload_plan_activations act, int64_t microbatches) {
   /* with a slice prefetched (K >= 2) the disk works while the compute does; with one slice in RAM
    * nothing is prefetched and each load waits for the compute before it and holds up the compute
    * after it (measured: gpt2-124m, 11 slices, 1 resident, 4.9 s a step against 3.1 s for the
    * longer of the two) */
-  p->step_s = K >= 2 ? fmax(comp, io) : comp + io;
+  if (K < 2) return comp + io;
   /* recompute mode overlaps its disk and compute only in part: measured max + 0.44-0.51 of the
-   * shorter (gpt2-124m 6 slices, smollm-135m 16, 2 resident; keep-graph within 4% of the max);
-   * where the rest goes is not traced */
-  if (K >= 2 && act == ZT_OFFLOAD_PLAN_RECOMPUTE) p->step_s += 0.5 * fmin(comp, io);
+   * shorter (gpt2-124m 6 slices, smollm-135m 16, 2 resident), and so does keep-graph with several
+   * chunks, each of which waits for the slices again (gpt2-124m 6 slices 2 microbatches: 1.2 s a
+   * step waiting for loads); keep-graph with one chunk within 4% of the max. Where the rest goes is
+   * not traced */
+  bool partly = act == ZT_OFFLOAD_PLAN_RECOMPUTE || microbatches > 1;
+  return fmax(comp, io) + (partly ? 0.5 * fmin(comp, io) : 0);
 }
 
 const char *zt_offload_plan_activations_name(zt_offload_plan_activations a) {

@@ -71,7 +71,9 @@ void zt_plan_config_name(const zt_plan_config *c, char *buf, size_t cap) {
     else if (c->pp <= 1 && !c->offload_model)
       snprintf(par + n, sizeof par - n, "plain");
   }
-  if (c->offload_model)
+  if (zt__plan_fsdp_states(c))
+    part(mem, sizeof mem, "states %s", zt_offload_tier_name(c->offload_model));
+  else if (c->offload_model)
     part(mem, sizeof mem, "%s %s %d/%d %s", c->offload_states ? "states" : "offload-model",
          zt_offload_tier_name(c->offload_model), c->resident, c->slices,
          c->mode == ZT_OFFLOAD_MODEL_KEEP_GRAPH ? "keep" : "recompute");
@@ -103,8 +105,9 @@ void zt_plan_config_apply(const zt_plan_config *c, zt_train_config *t) {
   m->offload_activations = c->offload_activations;
   m->offload_model = c->offload_model;
   m->offload_states = c->offload_model && c->offload_states;
-  m->offload_slices = c->offload_model ? c->slices : 0;
-  m->offload_resident = c->offload_model ? c->resident : 0;
+  bool om = c->offload_model && !zt__plan_fsdp_states(c); /* FSDP's states have no slices */
+  m->offload_slices = om ? c->slices : 0;
+  m->offload_resident = om ? c->resident : 0;
   m->offload_mode = c->mode;
   m->mem_limit = 0; /* planned: the run takes the options as they are */
   if (c->offload_model) m->activation_trial = ZT_ACT_TRIAL_OFF; /* the plan's choice stays */
@@ -143,8 +146,12 @@ static const char *unrunnable(const zt_plan_space *sp, const zt_lm_dims *d, cons
   if (c->shard == ZT_SHARD_HYBRID && (c->hybrid_group < 2 || c->dp % c->hybrid_group || c->hybrid_group == c->dp))
     return snprintf(buf, cap, "hybrid:%d does not split %d ranks into groups", c->hybrid_group, c->dp), buf;
   if (c->pp > 1 && c->shard == ZT_SHARD_HYBRID) return snprintf(buf, cap, "hybrid sharding with a pipeline"), buf;
-  if (c->offload_model && (c->pp > 1 || c->dp > 1)) return snprintf(buf, cap, "OffloadModel is one process"), buf;
-  if (c->offload_model && (c->slices < 1 || c->slices > d->n_layer + 2 || c->resident < 1 || c->resident > c->slices))
+  bool fsdp_states = zt__plan_fsdp_states(c);
+  if (fsdp_states && (c->pp > 1 || c->shard == ZT_SHARD_OPT || c->offload_model != ZT_OFFLOAD_DISK))
+    return snprintf(buf, cap, "FSDP's states in a tier with a pipeline, opt sharding or a tier other than disk"), buf;
+  if (c->offload_model && !fsdp_states && (c->pp > 1 || c->dp > 1))
+    return snprintf(buf, cap, "OffloadModel is one process"), buf;
+  if (c->offload_model && !fsdp_states && (c->slices < 1 || c->slices > d->n_layer + 2 || c->resident < 1 || c->resident > c->slices))
     return snprintf(buf, cap, "%d of %d slices resident", c->resident, c->slices), buf;
   if (c->offload_activations && c->pp > 1) return snprintf(buf, cap, "activation offload in a pipeline"), buf;
   return NULL;
@@ -165,7 +172,7 @@ zt_status zt_plan_predict(const zt_plan_space *sp, const zt_plan_calibration *ca
   }
   char why[160];
   if (unrunnable(sp, &in.d, c, why, sizeof why)) return ZT_ERR(ZT_STATUS_INVALID_ARG, "zt_plan_predict: %s", why);
-  if (c->offload_model) return zt__plan_predict_offload(&in, c, out);
+  if (c->offload_model && !zt__plan_fsdp_states(c)) return zt__plan_predict_offload(&in, c, out);
   if (c->pp > 1) return zt__plan_predict_pipeline(&in, c, out);
   return zt__plan_predict_dp(&in, c, out);
 }
@@ -290,6 +297,11 @@ static zt_status enumerate(list *l, const zt_plan_space *sp, const zt_plan_calib
             c.pp = pp, c.dp = dp, c.shard = shards[si], c.hybrid_group = gs[si], c.microbatches = mbs[mi];
             if (pp > 1) snprintf(c.schedule, sizeof c.schedule, "%s", k_schedules[ki]);
             ZT_TRY(push_activations(l, sp, cal, limit, c));
+            if (pp == 1 && (c.shard == ZT_SHARD_FULL || c.shard == ZT_SHARD_HYBRID) && sp->tier == ZT_OFFLOAD_DISK) {
+              /* and FSDP's states on disk (ZeRO-Infinity over the ranks) */
+              c.offload_model = ZT_OFFLOAD_DISK, c.offload_states = true, c.slices = c.resident = 2;
+              ZT_TRY(push_activations(l, sp, cal, limit, c));
+            }
           }
     }
   }

@@ -17,6 +17,7 @@
 typedef struct dp_sizes {
   int L, G;                /* blocks; ranks of a shard group (1: nothing sharded) */
   bool fsdp, full_shard;   /* a zt_fsdp runs; its parameters are resharded between uses (FULL, HYBRID) */
+  bool stored;             /* its states live in the tier between uses (fsdp_store.c) */
   int64_t M, rows, tok;    /* microbatches, rows per rank, tokens per microbatch */
   double C, F, V, T;       /* hidden, MLP width, vocabulary, sequence */
   double Pb, blk, root;    /* all parameters; one block's (an FSDP unit); the root unit (everything else) */
@@ -34,6 +35,7 @@ static void sizes_of(const zt__plan_in *in, const zt_plan_config *c, dp_sizes *z
   z->G = !z->fsdp ? 1 : c->shard == ZT_SHARD_HYBRID ? c->hybrid_group : c->dp;
   if (z->G < 1) z->G = 1;
   z->full_shard = z->fsdp && (c->shard == ZT_SHARD_FULL || c->shard == ZT_SHARD_HYBRID) && z->G > 1;
+  z->stored = zt__plan_fsdp_states(c);
   z->M = c->microbatches > 0 ? c->microbatches : 1;
   z->rows = in->sp->batch / (c->dp > 0 ? c->dp : 1);
   z->T = (double)in->sp->seq;
@@ -110,7 +112,7 @@ static double head_temp(const dp_sizes *z) {
  * from the head's forward on; each block's flat grad from its backward until its reduction is
  * finished, which happens once more than ZT__FSDP_MAX_PENDING (2) are in flight, and for the rest
  * at the end of backward; a finished reduction adds a shard (S = a unit / G: made while the flat
- * grad is still alive). The block points (grad alive while block i's backward runs, its own flat
+ * grad is still alive), which stored states send to the tier at once. The block points (grad alive while block i's backward runs, its own flat
  * grad attached) go to at[i], the embedding's backward (before the root's reduction) to *embed;
  * returns the peak. With microbatches, the earlier ones leave every
  * flat grad accumulated (no reduction until the last), so the last one starts from all of them. */
@@ -125,7 +127,7 @@ static double fsdp_grads(const dp_sizes *z, double *at, double *embed) {
     double sz = pend[0];                                                                         \
     double now = alive + shards + sz / G;                                                        \
     peak = MAXD(peak, now);                                                                      \
-    alive -= sz, shards += sz / G;                                                               \
+    alive -= sz, shards += z->stored ? 0 : sz / G;                                               \
     memmove(pend, pend + 1, sizeof *pend * (size_t)(np - 1));                                    \
     np--;                                                                                        \
   } while (0)
@@ -164,6 +166,10 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
   if (z.L < 1 || z.L > ZT_TRAIN_MAX_LAYERS || z.rows < z.M || z.tok < 1)
     return ZT_ERR(ZT_STATUS_INVALID_ARG, "data parallel: %d blocks, %lld rows a rank in %lld microbatches", z.L,
                   (long long)z.rows, (long long)z.M);
+  if (z.stored && (z.G < 2 || !z.full_shard))
+    return ZT_ERR(ZT_STATUS_UNSUPPORTED, "FSDP with its states in the tier is predicted for full and hybrid sharding over "
+                                         "2 ranks or more (grad_op's measured RSS was 7%% above the count: its cache is "
+                                         "not modelled)");
   zt_recompute *modes = calloc((size_t)z.L, sizeof *modes);
   double *gat = calloc((size_t)z.L, sizeof *gat), *abw = calloc((size_t)z.L, sizeof *abw);
   zt_status s = !modes || !gat || !abw ? ZT_ERR(ZT_STATUS_OOM, "out of host memory") : modes_of(in, c, &z, modes);
@@ -187,6 +193,18 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
   else
     param = z.Pb + z.Pb / G; /* GRAD_OP / OPT: full parameters kept, beside the shards the update writes */
   if (ddp) comm = comm_static = z.Pb; /* the flat buckets, made once, hold every grad */
+  /* FSDP's states in the tier (fsdp_store.c): a shard comes in for its unit's gather and goes back
+   * when the gather lands (the unit computing's and the one prefetched at once), and the update
+   * streams unit by unit: the unit's shard, grad shard and moments in, the next unit's read ahead,
+   * so no state stays in RAM between uses; what the update writes behind (its shards and moments)
+   * may add up to the store's write cap where the disk falls behind */
+  double unit_max = MAXD(z.root, z.blk), upd = (unit_max + z.blk) / G; /* a unit's shard and the next one's */
+  double optim_static = optim;
+  if (z.stored) {
+    param = (z.full_shard ? z.root + 2.0 * z.blk : z.Pb) + 2.0 * z.blk / G;
+    optim = 2.0 * upd, optim_static = 0;
+    out->inflight = (int64_t)fmin((double)ZT_STORE_WRITE_CAP_DEFAULT, 3.0 * z.Pb / G);
+  }
   if (z.fsdp && z.G > 1) /* the reduce-scatters' outputs (a shard each), three in flight at most
                           * (ZT__FSDP_MAX_PENDING + the one starting), the root's among them at the end
                           * (measured exact: gpt2-tiny at 2 and 4 ranks, llama-tiny at 4, GPT-2 124M at 2) */
@@ -197,7 +215,7 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
   if (z.fsdp) {
     grad = fsdp_grads(&z, gat, &grad_embed);
     if (z.M > 1) grad = MAXD(grad, z.Pb + z.head_w); /* a later head's dW beside the accumulated flat grads */
-    grad_end = z.Pb / G;
+    grad_end = z.stored ? upd : z.Pb / G;
   } else {
     /* every leaf's grad by the end of backward; with microbatches the head's dW of a later one is
      * made in its forward beside the accumulated grads */
@@ -280,7 +298,7 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
   double temp = z.ids_temp + MAXD(MAXD(mlp.temp_peak + temp_dp, head_temp(&z)) + temp_mb, temp_embed + temp_mb);
 
   /* ---- the accounted total: the largest of the step's moments (above the static states) */
-  double stat = param + optim + comm_static;
+  double stat = param + optim_static + comm_static;
   double dyn = 0;
   /* The head at the end of forward (src/ops/lm_head.c): its dW (GRAD) is made before its logits
    * chunk (TEMP), which goes when the op ends; the leaf then adopts dW (plain, DDP), or FSDP folds
@@ -329,8 +347,9 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
     /* the root's reduction at the end: every shard, the root's flat grad and its output */
     dyn = MAXD(dyn, grad + (z.G > 1 ? z.root / G : 0) + z.ids_temp - (z.full_shard ? 2.0 * z.blk + z.root : 0));
   }
-  /* the update: grads and moments (the moments' first step makes them here) */
-  dyn = MAXD(dyn, grad_end + z.ids_temp);
+  /* the update: grads and moments (the moments' first step makes them here; stored: a unit's and
+   * the next one's shard, grad shard and moments) */
+  dyn = MAXD(dyn, grad_end + z.ids_temp + (z.stored ? optim + upd : 0));
 
   out->tag[ZT_MEM_TAG_PARAM] = (int64_t)param;
   out->tag[ZT_MEM_TAG_GRAD] = (int64_t)grad;
@@ -356,7 +375,7 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
     pool += sum - big;
     /* FSDP's GRAD blocks come in three sizes never all live at once: the shards (all of them by the
      * end), the root's flat grad and the blocks' (three at most): the cache keeps each */
-    if (z.fsdp && z.M == 1) pool += MAXD(0, z.Pb / G + z.root + 3.0 * z.blk - grad);
+    if (z.fsdp && z.M == 1) pool += MAXD(0, (z.stored ? 0 : z.Pb / G) + z.root + 3.0 * z.blk - grad);
     if (pool > (double)out->accounted) pool = (double)out->accounted; /* the cache's bound: the live high mark */
     if (pool > (double)zt_mem_cache_limit()) pool = (double)zt_mem_cache_limit();
     out->cache = pool > 0 ? (int64_t)pool : 0;
@@ -385,16 +404,28 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
   out->compute_s = out->compute_s * (double)z.M + zt__plan_optim_s(in, (int64_t)(P / G));
   out->comm_s = c->dp > 1 ? zt__plan_dp_comm_s(in, c, z.Pb, z.blk, z.root, out->compute_s) : 0;
   out->step_s = out->compute_s + out->comm_s;
+  if (z.stored) {
+    /* the tier holds the shards, grad shards and moments; a step reads every shard for its gathers
+     * (twice resharded between forward and backward) and every state for the update, and writes
+     * the grad shards and the updated shards and moments */
+    double P4 = 4.0 * P / G;
+    out->disk_held = (int64_t)(4.0 * P4);
+    double rd = (z.full_shard ? 2.0 : 1.0) * P4 + 4.0 * P4, wr = 4.0 * P4;
+    out->disk_read = (int64_t)rd, out->disk_written = (int64_t)wr;
+    out->io_s = zt__plan_io_s(in, rd, wr, out->compute_s);
+    out->step_s += out->io_s;
+  }
   if (c->offload_activations == ZT_OFFLOAD_DISK) {
     /* every microbatch writes the saves of the blocks that keep theirs and reads them back once */
     double kept = 0;
     for (int i = 0; i < z.L; i++)
       if (modes[i] == ZT_RECOMPUTE_NONE) kept += zt_lm_act_cost(&sp->model, modes[i], (zt_checkpoint_policy){0}).kept;
     double bytes = t4 * kept;
-    out->disk_held = (int64_t)bytes;
-    out->disk_written = out->disk_read = (int64_t)(bytes * (double)z.M);
-    out->io_s = zt__plan_io_s(in, bytes * (double)z.M, bytes * (double)z.M, out->compute_s);
-    out->step_s += out->io_s;
+    out->disk_held += (int64_t)bytes;
+    out->disk_written += (int64_t)(bytes * (double)z.M), out->disk_read += (int64_t)(bytes * (double)z.M);
+    double io = zt__plan_io_s(in, bytes * (double)z.M, bytes * (double)z.M, out->compute_s);
+    out->io_s += io;
+    out->step_s += io;
   }
   free(modes), free(gat), free(abw);
   zt__plan_finish(in, out);

@@ -53,7 +53,9 @@ static void options_of(const zt_plan_config *c, plan_options *o) {
     snprintf(rc, sizeof rc, "%s", c->recompute == ZT_RECOMPUTE_FULL ? "full" : c->recompute == ZT_RECOMPUTE_SELECTIVE ? "selective" : "none");
   opt_s(o, "recompute", rc);
   opt_s(o, "offload-activations", zt_offload_tier_name(c->offload_activations));
-  if (c->offload_model) {
+  if (zt__plan_fsdp_states(c)) {
+    opt_s(o, "offload-states", zt_offload_tier_name(c->offload_model));
+  } else if (c->offload_model) {
     opt_s(o, c->offload_states ? "offload-states" : "offload-model", zt_offload_tier_name(c->offload_model));
     opt_i(o, "offload-slices", c->slices);
     opt_i(o, "offload-resident", c->resident);

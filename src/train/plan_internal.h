@@ -21,6 +21,12 @@ typedef struct zt__plan_in {
   int64_t limit; /* the memory a rank is planned for (sp->mem_limit, else the memory available) */
 } zt__plan_in;
 
+/* FSDP with its states in the tier (ZeRO-Infinity over ranks: zt_fsdp_options.state_store), which
+ * the data-parallel predictor counts; OffloadModel otherwise when a tier holds the model. */
+static inline bool zt__plan_fsdp_states(const zt_plan_config *c) {
+  return c->offload_model && c->offload_states && c->shard != ZT_SHARD_NONE;
+}
+
 /* DDP's gradient bucket (zt_ddp's default, and pipeline_step.c's BUCKET_BYTES over a pipeline's
  * replicas): what one all-reduce carries. */
 #define ZT__PLAN_DDP_BUCKET (25.0 * 1048576.0)

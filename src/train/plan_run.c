@@ -96,7 +96,8 @@ zt_status zt_train_plan(zt_train_config *c, zt_comm *comm, zt_plan_run *out) {
   if (out->planned) {
     int64_t limit = c->memory.mem_limit;
     zt_plan_config_apply(&e->config, c);
-    if (e->config.offload_states) c->memory.mem_limit = limit; /* the cache bound and write cap for it */
+    bool om_states = e->config.offload_states && !zt__plan_fsdp_states(&e->config);
+    if (om_states) c->memory.mem_limit = limit; /* the cache bound and write cap for it */
     /* the limit planned for holds: what the prediction puts in the allocator (accounted and
      * cached) may grow to what the limit leaves beside the rest, and no further, so a cache
      * larger than predicted (its blocks' sizes peak apart, which the prediction counts by kind:
@@ -105,7 +106,7 @@ zt_status zt_train_plan(zt_train_config *c, zt_comm *comm, zt_plan_run *out) {
     int64_t planned_for = automatic ? out->limit : limit;
     const zt_plan_prediction *q = &e->pred;
     int64_t held = planned_for - ZT_OFFLOAD_PLAN_MARGIN(q->rss) - q->io - q->base;
-    if (!e->config.offload_states && planned_for > 0 && q->rss > 0 && held > 0) c->memory.held_limit = held;
+    if (!om_states && planned_for > 0 && q->rss > 0 && held > 0) c->memory.held_limit = held;
   }
   c->plan[0] = '\0';
   return ZT_OK;
