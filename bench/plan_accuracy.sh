@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The planner's error, published (issue 29): a grid of configurations (gpt2-124m, gpt2-350m and
 # smollm-135m of the Llama family; 1, 2 and 4 ranks; plain, recompute, activation offload,
-# OffloadModel with its optimizer state in RAM, states on disk inside a memory cgroup, DDP, FSDP full / grad_op / opt / hybrid, pipelines of several
+# OffloadModel with its optimizer state in RAM, states on disk inside a memory cgroup, DDP, FSDP's
+# states on disk, FSDP full / grad_op / opt / hybrid, pipelines of several
 # schedules, pipeline x FSDP) each run by zt train with --plan-report: the planner's prediction of
 # the options as given (from a calibration zt plan measured at that model and world, the median of
 # 5 runs a figure) beside what the run measured (the largest rank's peak RSS and accounted peak,
@@ -146,6 +147,7 @@ measure $G 2 - g124-2 --shard none
 measure $G 2 - g124-2 --shard full
 measure $G 2 - g124-2 --shard grad_op
 measure $G 2 - g124-2 --shard opt
+measure $G 2 - g124-2 --shard full --offload-states disk
 measure $G 2 - g124-2 --pp 2 --schedule 1f1b --microbatches 4
 measure $G 2 - g124-2 --pp 2 --schedule zb-h1 --microbatches 4
 choose $G 2 - g124-2
@@ -153,6 +155,7 @@ choose $G 2 - g124-2
 measure $G 4 - g124-4 --shard none
 measure $G 4 - g124-4 --shard full --recompute full
 measure $G 4 - g124-4 --shard hybrid:2
+measure $G 4 - g124-4 --shard hybrid:2 --offload-states disk
 measure $G 4 - g124-4 --pp 2 --schedule 1f1b --microbatches 2
 measure $G 4 - g124-4 --pp 2 --schedule zb-h1 --microbatches 2 --shard full
 measure $G 4 - g124-4 --pp 2 --schedule 1f1b --microbatches 2 --shard grad_op
@@ -170,6 +173,7 @@ measure $L 1 - l135-1 --recompute none
 measure $L 1 - l135-1 --recompute selective
 measure $L 2 - l135-2 --shard full
 measure $L 2 - l135-2 --shard opt
+measure $L 2 - l135-2 --shard full --offload-states disk
 measure $L 2 - l135-2 --pp 2 --schedule zb-v --microbatches 4
 measure $L 1 - l135-1 --offload-activations disk
 measure $L 1 - l135-1 --offload-model disk --offload-slices 8 --offload-resident 2 --offload-mode recompute
