@@ -78,8 +78,9 @@ enum { KIND_ACTS = 1, KIND_HEAD = 2, KIND_OUT_GRAD = 4, KIND_ALL = 7 };
 /* The peak of N slices of parameter bytes P (nb blocks each, their updates holding Mo moment
  * bytes), K resident, wte of them the table the first and the last slice share (0: none), ram
  * of moments in RAM all along (optim_in_ram), evictions written behind holding at most W (the
- * store's write cap), with the kinds of blocks in kinds; rec as predict's. A view of one kind counts only its own part of the slices (P, Mo, wte, ram:
- * the blocks' or the tables', or none) and its kinds. */
+ * store's write cap), with the kinds of blocks in kinds; rec as predict's. A view of one kind
+ * counts only its own part of the slices (P, Mo, wte, ram: the blocks' or the tables', or none)
+ * and its kinds. */
 static plan_peak memory_peak(const zt_offload_plan_input *in, const double *P, const double *Mo, const int *nb,
                              double wte, double ram_moments, double W, int kinds, int N, int K,
                              zt_offload_plan_activations act, const bool *rec) {
@@ -141,7 +142,8 @@ static plan_peak memory_peak(const zt_offload_plan_input *in, const double *P, c
     phase_act[1] = act == ZT_OFFLOAD_PLAN_KEEP        ? (blocks_before + nb[s]) * kept + temp
                    : act == ZT_OFFLOAD_PLAN_OFFLOAD ? window + temp + edge
                                                       : nb[s] * kept + temp + edge;
-    if (kinds & KIND_ACTS && rec && rec[s] && nb[s]) phase_act[1] += block_kept(g) * t * 4; /* a recomputed block's activations */
+    if (kinds & KIND_ACTS && rec && rec[s] && nb[s])
+      phase_act[1] += block_kept(g) * t * 4; /* a recomputed block's activations */
     /* the head: its chunk of logits, and with a grad of an earlier chunk the output layer's dW made
      * apart (TEMP) to be added into it (measured: gpt2-124m 6 slices, mb2 keep-graph: 147 MiB of
      * TEMP there, the logits chunk gone); the output layer's weight grad beside, made before the
@@ -243,10 +245,7 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
   p->inflight_bytes = (int64_t)(bound - (st + a)); /* what the disk falling behind may add to the peak */
   plan_bound(p);
   /* time: compute (recompute runs the forward twice: 4/3 of a step's FLOPs) against the disk's
-   * bytes per step (parameters twice in, moments and grads in and out, activations both ways
-   * when offloaded; with the moments in RAM, parameters and grads: measured 7.9 and 6.7 bytes a
-   * parameter read and written, recompute, gpt2-124m 4 slices 2 resident; 6.6 and 5.4
-   * keep-graph), whichever is longer */
+   * bytes per step (below; activations both ways when offloaded), whichever is longer */
   double n_params = (double)d.params, tokens = (double)in->rows * (double)in->seq;
   double flops = zt_lm_flops_per_step(&d, in->rows, in->seq);
   double comp = in->gflops > 0 ? flops / (in->gflops * 1e9) : 0;
@@ -261,7 +260,8 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
    * resident, moments in RAM, 7.9 and 6.7 read and written (recompute), 6.6 and 5.4 (keep-graph);
    * 6 slices with 2 microbatches in keep-graph 22.3 and 13.1 (the resident slices are not loaded) */
   double per_rd = 8.0 + (in->optim_in_ram ? 0 : 12.0), per_wr = per_rd;
-  if (act != ZT_OFFLOAD_PLAN_RECOMPUTE) per_rd += 16.0 * (double)(in->microbatches - 1), per_wr += 4.0 * (double)(in->microbatches - 1);
+  if (act != ZT_OFFLOAD_PLAN_RECOMPUTE)
+    per_rd += 16.0 * (double)(in->microbatches - 1), per_wr += 4.0 * (double)(in->microbatches - 1);
   double rd = per_rd * n_params, wr = per_wr * n_params;
   double act_bytes = ((L - rec_blocks) * block_kept(g) + rec_blocks * C) * tokens * 4;
   if (act == ZT_OFFLOAD_PLAN_OFFLOAD) rd += act_bytes, wr += act_bytes;
@@ -269,22 +269,20 @@ static void predict(const zt_offload_plan_input *in, const int64_t *ub, int U, c
   p->compute_s = comp;
   p->io_s = io;
   p->read_bytes = (int64_t)rd, p->written_bytes = (int64_t)wr;
-  p->step_s = zt__offload_plan_step_s(comp, io, K, act, in->microbatches);
+  p->step_s = zt__offload_plan_step_s(comp, io, K, act);
 }
 
-double zt__offload_plan_step_s(double comp, double io, int K, zt_offload_plan_activations act, int64_t microbatches) {
+double zt__offload_plan_step_s(double comp, double io, int K, zt_offload_plan_activations act) {
   /* with a slice prefetched (K >= 2) the disk works while the compute does; with one slice in RAM
    * nothing is prefetched and each load waits for the compute before it and holds up the compute
    * after it (measured: gpt2-124m, 11 slices, 1 resident, 4.9 s a step against 3.1 s for the
    * longer of the two) */
   if (K < 2) return comp + io;
   /* recompute mode overlaps its disk and compute only in part: measured max + 0.44-0.51 of the
-   * shorter (gpt2-124m 6 slices, smollm-135m 16, 2 resident), and so does keep-graph with several
-   * chunks, each of which waits for the slices again (gpt2-124m 6 slices 2 microbatches: 1.2 s a
-   * step waiting for loads); keep-graph with one chunk within 4% of the max. Where the rest goes is
-   * not traced */
-  bool partly = act == ZT_OFFLOAD_PLAN_RECOMPUTE || microbatches > 1;
-  return fmax(comp, io) + (partly ? 0.5 * fmin(comp, io) : 0);
+   * shorter (gpt2-124m 6 slices, smollm-135m 16, 2 resident; where the rest goes is not traced);
+   * keep-graph within 4% of the max, with several chunks too (gpt2-124m 6 slices, 2 microbatches:
+   * 3.33 s against a disk's 3.4 s) */
+  return fmax(comp, io) + (act == ZT_OFFLOAD_PLAN_RECOMPUTE ? 0.5 * fmin(comp, io) : 0);
 }
 
 const char *zt_offload_plan_activations_name(zt_offload_plan_activations a) {

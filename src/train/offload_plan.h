@@ -37,9 +37,9 @@ void zt__offload_plan_input(const struct zt_plan_space *sp, const struct zt_plan
                             int64_t cache_limit, int64_t microbatches, zt_offload_tier tier, bool trial,
                             zt_offload_plan_input *in);
 /* A step of OffloadModel from its compute and disk seconds: how far they overlap with K resident
- * slices, the mode and the chunks (measured; one rule for the --mem-limit planner and the
- * planner's own cost model, plan_offload.c). */
-double zt__offload_plan_step_s(double comp, double io, int K, zt_offload_plan_activations act, int64_t microbatches);
+ * slices and the mode (measured; one rule for the --mem-limit planner and the planner's own cost
+ * model, plan_offload.c). */
+double zt__offload_plan_step_s(double comp, double io, int K, zt_offload_plan_activations act);
 /* Whether zt_train_plan_memory has something to do for c at world ranks. */
 bool zt__train_plan_wanted(const zt_train_config *c, int world);
 

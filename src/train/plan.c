@@ -151,7 +151,8 @@ static const char *unrunnable(const zt_plan_space *sp, const zt_lm_dims *d, cons
     return snprintf(buf, cap, "FSDP's states in a tier with a pipeline, opt sharding or a tier other than disk"), buf;
   if (c->offload_model && !fsdp_states && (c->pp > 1 || c->dp > 1))
     return snprintf(buf, cap, "OffloadModel is one process"), buf;
-  if (c->offload_model && !fsdp_states && (c->slices < 1 || c->slices > d->n_layer + 2 || c->resident < 1 || c->resident > c->slices))
+  if (c->offload_model && !fsdp_states &&
+      (c->slices < 1 || c->slices > d->n_layer + 2 || c->resident < 1 || c->resident > c->slices))
     return snprintf(buf, cap, "%d of %d slices resident", c->resident, c->slices), buf;
   if (c->offload_activations && c->pp > 1) return snprintf(buf, cap, "activation offload in a pipeline"), buf;
   return NULL;

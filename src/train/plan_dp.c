@@ -112,9 +112,9 @@ static double head_temp(const dp_sizes *z) {
  * from the head's forward on; each block's flat grad from its backward until its reduction is
  * finished, which happens once more than ZT__FSDP_MAX_PENDING (2) are in flight, and for the rest
  * at the end of backward; a finished reduction adds a shard (S = a unit / G: made while the flat
- * grad is still alive), which stored states send to the tier at once. The block points (grad alive while block i's backward runs, its own flat
- * grad attached) go to at[i], the embedding's backward (before the root's reduction) to *embed;
- * returns the peak. With microbatches, the earlier ones leave every
+ * grad is still alive), which stored states send to the tier at once. The block points (grad
+ * alive while block i's backward runs, its own flat grad attached) go to at[i], the embedding's
+ * backward (before the root's reduction) to *embed; returns the peak. With microbatches, the earlier ones leave every
  * flat grad accumulated (no reduction until the last), so the last one starts from all of them. */
 static double fsdp_grads(const dp_sizes *z, double *at, double *embed) {
   double pend[4];
@@ -407,12 +407,15 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
   if (z.stored) {
     /* the tier holds the shards, grad shards and moments; a step reads every shard for its gathers
      * (twice resharded between forward and backward) and every state for the update, and writes
-     * the grad shards and the updated shards and moments */
+     * the grad shards and the updated shards and moments. None of it hides behind the compute: a
+     * gather waits for its shard, the update for its states (measured, gpt2-124m and smollm-135m
+     * full at 2 ranks: 5.10 and 5.13 s a step against 5.15 and 5.08 s for compute, communication
+     * and the disk's time one after the other; with the disk's time hidden, 3.11 and 2.99 s) */
     double P4 = 4.0 * P / G;
     out->disk_held = (int64_t)(4.0 * P4);
     double rd = (z.full_shard ? 2.0 : 1.0) * P4 + 4.0 * P4, wr = 4.0 * P4;
     out->disk_read = (int64_t)rd, out->disk_written = (int64_t)wr;
-    out->io_s = zt__plan_io_s(in, rd, wr, out->compute_s);
+    out->io_s = zt__plan_io_s(in, rd, wr, 0);
     out->step_s += out->io_s;
   }
   if (c->offload_activations == ZT_OFFLOAD_DISK) {

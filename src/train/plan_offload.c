@@ -82,8 +82,7 @@ zt_status zt__plan_predict_offload(const zt__plan_in *in, const zt_plan_config *
   out->compute_s = comp;
   /* what the disk adds past the compute it overlaps (offload_plan.c's rule: none without a slice
    * prefetched) */
-  out->step_s = zt__offload_plan_step_s(comp, p.io_s, c->resident < c->slices ? c->resident : c->slices, act,
-                                        c->microbatches);
+  out->step_s = zt__offload_plan_step_s(comp, p.io_s, c->resident < c->slices ? c->resident : c->slices, act);
   out->io_s = out->step_s - comp;
   /* parameters, grads and (in the tier) moments; what a step moves as offload_plan.c times it */
   out->disk_held = c->offload_model == ZT_OFFLOAD_DISK ? (o.optim_in_ram ? 8 : 16) * in->d.params : 0;
