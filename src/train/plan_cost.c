@@ -84,16 +84,6 @@ double zt__plan_allgather_s(const zt__plan_in *in, int n, int64_t bytes) {
 }
 double zt__plan_p2p_s(const zt__plan_in *in, int64_t bytes) { return coll(in, 2, (double)bytes); }
 
-/* The pool, every predictor's rule for the allocator's cache (src/core/host_alloc.c), each in its
- * own terms (plan_dp.c, plan_pipeline.c; the --mem-limit planner's for states in the tier): the
- * cache hands a freed block only to an allocation of its rounded size, and the tags' blocks are of
- * different sizes (activations are rows x widths, grads and moments parameter-shaped, TEMP the
- * transients'), so a training loop, which makes the same blocks every step, ends up holding each
- * tag's own peak at once: the RSS reaches the sum of the tags' peaks, the cache being that sum
- * less the accounted total's peak (measured, one process: RSS less that sum is a constant per
- * model, 17.4-18.8 MiB over thirteen gpt2-tiny runs of every memory mode, 136.6 and 138.4 MiB for
- * GPT-2 124M plain and full recompute, 134.9 MiB SmolLM). It stays under the cache's bounds: the
- * live bytes' high mark (the accounted peak) and its byte limit (zt_mem_cache_limit). */
 double zt__plan_head_rows(double rows, double V) {
   double max = (double)((int64_t)100 << 20) / (V * 4);
   max = max < 16 ? 16 : max > 512 ? 512 : (double)(int64_t)max;
@@ -103,6 +93,17 @@ double zt__plan_head_rows(double rows, double V) {
   return (double)r < rows ? (double)r : rows;
 }
 
+/* The pool, every predictor's rule for the allocator's cache (src/core/host_alloc.c), each in its
+ * own terms (plan_dp.c, plan_pipeline.c; OffloadModel's, plan_offload.c: the bound its plan leaves, or by
+ * kind of block with the optimizer's state in RAM): the
+ * cache hands a freed block only to an allocation of its rounded size, and the tags' blocks are of
+ * different sizes (activations are rows x widths, grads and moments parameter-shaped, TEMP the
+ * transients'), so a training loop, which makes the same blocks every step, ends up holding each
+ * tag's own peak at once: the RSS reaches the sum of the tags' peaks, the cache being that sum
+ * less the accounted total's peak (measured, one process: RSS less that sum is a constant per
+ * model, 17.4-18.8 MiB over thirteen gpt2-tiny runs of every memory mode, 136.6 and 138.4 MiB for
+ * GPT-2 124M plain and full recompute, 134.9 MiB SmolLM). It stays under the cache's bounds: the
+ * live bytes' high mark (the accounted peak) and its byte limit (zt_mem_cache_limit). */
 void zt__plan_finish(const zt__plan_in *in, zt_plan_prediction *p) {
   p->base = (int64_t)in->cal->value[ZT_PLAN_FIG_BASE];
   p->rss = p->accounted + p->cache + p->io + p->base;
