@@ -201,7 +201,7 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
   double unit_max = MAXD(z.root, z.blk), upd = (unit_max + z.blk) / G; /* a unit's shard and the next one's */
   double optim_static = optim;
   if (z.stored) {
-    param = (z.full_shard ? z.root + 2.0 * z.blk : z.Pb) + 2.0 * z.blk / G;
+    param = z.root + 2.0 * z.blk + 2.0 * z.blk / G; /* full and hybrid only (above) */
     optim = 2.0 * upd, optim_static = 0;
     out->inflight = (int64_t)fmin((double)ZT_STORE_WRITE_CAP_DEFAULT, 3.0 * z.Pb / G);
   }
@@ -406,14 +406,14 @@ zt_status zt__plan_predict_dp(const zt__plan_in *in, const zt_plan_config *c, zt
   out->step_s = out->compute_s + out->comm_s;
   if (z.stored) {
     /* the tier holds the shards, grad shards and moments; a step reads every shard for its gathers
-     * (twice resharded between forward and backward) and every state for the update, and writes
+     * (twice: resharded between forward and backward) and every state for the update, and writes
      * the grad shards and the updated shards and moments. None of it hides behind the compute: a
      * gather waits for its shard, the update for its states (measured, gpt2-124m and smollm-135m
      * full at 2 ranks: 5.10 and 5.13 s a step against 5.15 and 5.08 s for compute, communication
      * and the disk's time one after the other; with the disk's time hidden, 3.11 and 2.99 s) */
     double P4 = 4.0 * P / G;
     out->disk_held = (int64_t)(4.0 * P4);
-    double rd = (z.full_shard ? 2.0 : 1.0) * P4 + 4.0 * P4, wr = 4.0 * P4;
+    double rd = 2.0 * P4 + 4.0 * P4, wr = 4.0 * P4;
     out->disk_read = (int64_t)rd, out->disk_written = (int64_t)wr;
     out->io_s = zt__plan_io_s(in, rd, wr, 0);
     out->step_s += out->io_s;
